@@ -1,0 +1,196 @@
+"""Schema and migrations (sqlite-utils `Migrations`). Append a new function to change the schema; never
+edit one that has shipped. `table.transform()` silently drops triggers (FTS ones included): a migration
+that transforms `clips` must call `_fts_clips(db)` again.
+
+Tables
+- clips: one row per file under the clip root (path relative to it). Facet columns (scenario, hazard_level,
+  weather, lighting, road_type) and caption_text/labels_text mirror the *current* caption so that browsing a
+  million clips needs no join; data.captions keeps them in step inside the same transaction.
+- captions: append-only versions. `clips.current_caption_id` points at the current one.
+  A machine result of a job is unique on (job_id, clip_id), which makes writing it idempotent.
+- prompts: versioned (name, version), never edited in place.
+- jobs / job_items: a captioning job and its per-clip work, claimed with leases.
+- users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
+"""
+
+from __future__ import annotations
+
+import sqlite_utils
+
+MIGRATIONS = sqlite_utils.Migrations("workbench")
+
+
+def _fts_clips(db: sqlite_utils.Database) -> None:
+    db["clips"].enable_fts(["path", "caption_text", "labels_text"], create_triggers=True,
+                           tokenize="porter unicode61", replace=True)
+
+
+@MIGRATIONS()
+def m001_initial(db: sqlite_utils.Database) -> None:
+    db.execute("""
+    CREATE TABLE clips (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        sha256 TEXT,
+        size INTEGER,
+        mtime REAL,
+        duration REAL,
+        fps REAL,
+        frames INTEGER,
+        width INTEGER,
+        height INTEGER,
+        codec TEXT,
+        probe_error TEXT,
+        thumbnail TEXT,
+        filmstrip TEXT,
+        sidecar TEXT,
+        missing INTEGER NOT NULL DEFAULT 0,
+        review_status TEXT NOT NULL DEFAULT 'unreviewed'
+            CHECK (review_status IN ('unreviewed', 'approved', 'rejected')),
+        reviewed_by TEXT,
+        reviewed_at REAL,
+        current_caption_id INTEGER,
+        caption_source TEXT,
+        caption_text TEXT,
+        labels_text TEXT,
+        scenario TEXT,
+        hazard_level TEXT,
+        weather TEXT,
+        lighting TEXT,
+        road_type TEXT,
+        ingested_at REAL,
+        updated_at REAL
+    )""")
+    for cols in (["review_status", "id"], ["scenario", "id"], ["hazard_level", "id"], ["weather", "id"],
+                 ["lighting", "id"], ["road_type", "id"], ["caption_source", "id"], ["sha256"]):
+        db["clips"].create_index(cols)
+    db.execute("CREATE INDEX idx_clips_failed ON clips(id) WHERE probe_error IS NOT NULL")
+    db.execute("CREATE INDEX idx_clips_uncaptioned ON clips(id) WHERE current_caption_id IS NULL")
+
+    db.execute("""
+    CREATE TABLE prompts (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        description TEXT,
+        system TEXT NOT NULL,
+        user TEXT NOT NULL,
+        schema TEXT NOT NULL,
+        created_at REAL,
+        UNIQUE (name, version)
+    )""")
+
+    db.execute("""
+    CREATE TABLE jobs (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        created_by TEXT,
+        selection TEXT,
+        prompt_id INTEGER REFERENCES prompts(id),
+        params TEXT,
+        state TEXT NOT NULL DEFAULT 'queued'
+            CHECK (state IN ('queued', 'running', 'paused', 'cancelled', 'done')),
+        total INTEGER NOT NULL DEFAULT 0,
+        done INTEGER NOT NULL DEFAULT 0,
+        failed INTEGER NOT NULL DEFAULT 0,
+        created_at REAL,
+        started_at REAL,
+        finished_at REAL,
+        updated_at REAL
+    )""")
+    db["jobs"].create_index(["state"])
+
+    db.execute("""
+    CREATE TABLE job_items (
+        job_id INTEGER NOT NULL REFERENCES jobs(id),
+        clip_id INTEGER NOT NULL REFERENCES clips(id),
+        state TEXT NOT NULL DEFAULT 'pending'
+            CHECK (state IN ('pending', 'leased', 'done', 'failed')),
+        attempts INTEGER NOT NULL DEFAULT 0,
+        lease_until REAL,
+        leased_by TEXT,
+        not_before REAL,
+        last_error TEXT,
+        error_kind TEXT,
+        caption_id INTEGER,
+        replica TEXT,
+        latency_ms REAL,
+        finished_at REAL,
+        updated_at REAL,
+        PRIMARY KEY (job_id, clip_id)
+    ) WITHOUT ROWID""")
+    db["job_items"].create_index(["job_id", "state"])
+    db["job_items"].create_index(["job_id", "finished_at"])
+    db["job_items"].create_index(["clip_id"])
+
+    db.execute("""
+    CREATE TABLE captions (
+        id INTEGER PRIMARY KEY,
+        clip_id INTEGER NOT NULL REFERENCES clips(id),
+        version INTEGER NOT NULL,
+        parent_id INTEGER,
+        text TEXT NOT NULL,
+        labels TEXT NOT NULL,
+        source TEXT NOT NULL CHECK (source IN ('model', 'human')),
+        author TEXT NOT NULL,
+        simulated INTEGER NOT NULL DEFAULT 0,
+        model TEXT,
+        prompt_id INTEGER,
+        prompt_name TEXT,
+        prompt_version INTEGER,
+        params TEXT,
+        frames INTEGER,
+        replica TEXT,
+        decode_backend TEXT,
+        latency_ms REAL,
+        prompt_tokens INTEGER,
+        completion_tokens INTEGER,
+        finish_reason TEXT,
+        job_id INTEGER,
+        note TEXT,
+        created_at REAL NOT NULL,
+        UNIQUE (clip_id, version)
+    )""")
+    db.execute("CREATE UNIQUE INDEX idx_captions_job_clip ON captions(job_id, clip_id) WHERE job_id IS NOT NULL")
+
+    db.execute("""
+    CREATE TABLE users (
+        name TEXT PRIMARY KEY,
+        role TEXT NOT NULL CHECK (role IN ('annotator', 'lead', 'admin')),
+        password_hash TEXT NOT NULL,
+        created_at REAL,
+        disabled INTEGER NOT NULL DEFAULT 0
+    )""")
+
+    db.execute("""
+    CREATE TABLE events (
+        id INTEGER PRIMARY KEY,
+        at REAL NOT NULL,
+        actor TEXT NOT NULL,
+        action TEXT NOT NULL,
+        clip_id INTEGER,
+        caption_id INTEGER,
+        job_id INTEGER,
+        detail TEXT
+    )""")
+    db["events"].create_index(["clip_id"])
+    db["events"].create_index(["job_id"])
+    db.execute("""CREATE TRIGGER events_append_only_update BEFORE UPDATE ON events
+                  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""")
+    db.execute("""CREATE TRIGGER events_append_only_delete BEFORE DELETE ON events
+                  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END""")
+    db.execute("""CREATE TRIGGER captions_append_only_delete BEFORE DELETE ON captions
+                  BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+    db.execute("""CREATE TRIGGER captions_append_only_update
+                  BEFORE UPDATE OF clip_id, version, parent_id, text, labels, source, author, created_at ON captions
+                  BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+
+    db.execute("""
+    CREATE TABLE heartbeats (
+        name TEXT PRIMARY KEY,
+        kind TEXT NOT NULL,
+        pid INTEGER,
+        at REAL NOT NULL,
+        info TEXT
+    )""")
+    _fts_clips(db)

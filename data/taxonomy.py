@@ -1,0 +1,117 @@
+"""The fixed label taxonomy of a driving clip, and the JSON schema the model must answer in.
+
+One source for the structured-output schema sent to vLLM, the editable form in the web app, the facet
+columns of `clips`, and validation of human edits.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+SCENARIO_CATEGORIES = (
+    "normal_driving", "pedestrian_crossing", "cyclist_interaction", "vehicle_cut_in", "hard_braking",
+    "intersection_conflict", "lane_change", "merge", "road_obstruction", "construction_zone",
+    "emergency_vehicle", "animal_on_road", "near_collision", "collision", "traffic_violation", "other",
+)
+HAZARD_LEVELS = ("none", "low", "medium", "high", "critical")
+ROAD_USERS = ("car", "truck", "bus", "motorcycle", "bicycle", "pedestrian", "animal", "emergency_vehicle",
+              "construction_equipment", "other")
+EGO_MANEUVERS = ("going_straight", "turning_left", "turning_right", "lane_change_left", "lane_change_right",
+                 "merging", "slowing", "stopped", "reversing", "parking", "accelerating")
+WEATHER = ("clear", "cloudy", "rain", "snow", "fog", "unknown")
+LIGHTING = ("daylight", "dawn_dusk", "night_lit", "night_dark", "tunnel", "unknown")
+ROAD_TYPES = ("highway", "urban", "residential", "rural", "intersection", "parking_lot", "tunnel", "bridge",
+              "unknown")
+
+# label name -> allowed values; road_users is a list, the others single values
+ENUMS: dict[str, tuple[str, ...]] = {
+    "scenario_category": SCENARIO_CATEGORIES,
+    "hazard_level": HAZARD_LEVELS,
+    "road_users": ROAD_USERS,
+    "ego_maneuver": EGO_MANEUVERS,
+    "weather": WEATHER,
+    "lighting": LIGHTING,
+    "road_type": ROAD_TYPES,
+}
+MULTI = {"road_users"}
+
+# label -> column of `clips` that holds the current caption's value, for fast filtering
+FACETS = {
+    "scenario_category": "scenario",
+    "hazard_level": "hazard_level",
+    "weather": "weather",
+    "lighting": "lighting",
+    "road_type": "road_type",
+}
+
+LABELS_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        name: ({"type": "array", "items": {"type": "string", "enum": list(values)}, "uniqueItems": True}
+               if name in MULTI else {"type": "string", "enum": list(values)})
+        for name, values in ENUMS.items()
+    },
+    "required": list(ENUMS),
+    "additionalProperties": False,
+}
+
+# What the model answers: the free-text caption plus the labels, in one JSON object.
+CAPTION_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "caption": {"type": "string", "minLength": 1, "maxLength": 2000},
+        **LABELS_SCHEMA["properties"],
+    },
+    "required": ["caption", *ENUMS],
+    "additionalProperties": False,
+}
+
+
+class InvalidLabels(ValueError):
+    pass
+
+
+def validate_labels(labels: dict[str, Any]) -> dict[str, Any]:
+    """Return `labels` if they fit the taxonomy, else raise InvalidLabels naming the first problem."""
+    try:
+        jsonschema.validate(labels, LABELS_SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "labels"
+        raise InvalidLabels(f"{where}: {e.message}") from None
+    return labels
+
+
+def split_answer(answer: dict[str, Any], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """Validate a model answer against `schema` (default CAPTION_SCHEMA); return (caption, labels)."""
+    try:
+        jsonschema.validate(answer, schema or CAPTION_SCHEMA)
+    except jsonschema.ValidationError as e:
+        raise InvalidLabels(f"answer does not fit the schema: {e.message}") from None
+    labels = {k: v for k, v in answer.items() if k != "caption"}
+    return answer["caption"], labels
+
+
+def labels_text(labels: dict[str, Any] | None) -> str:
+    """Labels flattened to words for full-text search ("near_collision" -> "near collision")."""
+    if not labels:
+        return ""
+    words = []
+    for key in ENUMS:
+        value = labels.get(key)
+        for v in value if isinstance(value, list) else [value]:
+            if v:
+                words.append(str(v).replace("_", " "))
+    return " ".join(words)
+
+
+def facet_values(labels: dict[str, Any] | None) -> dict[str, Any]:
+    """The facet columns of `clips` for a caption with these labels (None where absent)."""
+    labels = labels or {}
+    return {col: labels.get(name) for name, col in FACETS.items()}
+
+
+def dumps(labels: dict[str, Any] | None) -> str:
+    return json.dumps(labels or {}, sort_keys=True, ensure_ascii=False)
