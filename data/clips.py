@@ -1,0 +1,172 @@
+"""Finding clips: filters, keyset pages, counts, one clip's detail, neighbours within a filter.
+
+Pages use a keyset on `id` (`WHERE id > ? ORDER BY id LIMIT n`), never OFFSET, so page 10,000 of a million
+clips costs what page 1 costs. Facet filters hit the denormalised columns of `clips` (see data.schema);
+full-text search goes through the `clips_fts` index with the user's text quoted (raw text such as `car.`
+would otherwise be an FTS syntax error).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from data import captions
+from data.db import NotFound
+
+PAGE_SIZE = 60
+
+
+@dataclass(frozen=True)
+class Filter:
+    """What a user asked to see. Empty fields do not filter."""
+
+    review_status: str | None = None
+    scenario: str | None = None
+    hazard_level: str | None = None
+    weather: str | None = None
+    lighting: str | None = None
+    road_type: str | None = None
+    caption_source: str | None = None  # 'model' | 'human'
+    has_caption: bool | None = None
+    failed: bool | None = None  # ingest (probe) failed
+    job_id: int | None = None
+    job_item_state: str | None = None  # with job_id: pending | leased | done | failed
+    text: str | None = None  # full-text query over path, caption and labels
+    include_missing: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", False)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> "Filter":
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in (d or {}).items() if k in names and v not in ("", None)})
+
+
+_FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")
+
+
+def fts_query(text: str) -> str:
+    """User text -> a safe FTS5 query: every word quoted (so punctuation is literal), all must match,
+    the last word as a prefix so that search-as-you-type finds 'pedestr'."""
+    words = [w for w in text.replace('"', " ").split() if w]
+    if not words:
+        return ""
+    quoted = [f'"{w}"' for w in words]
+    quoted[-1] += "*"
+    return " ".join(quoted)
+
+
+def _where(f: Filter) -> tuple[list[str], list[Any]]:
+    where: list[str] = []
+    args: list[Any] = []
+    if not f.include_missing:
+        where.append("c.missing = 0")
+    for col in _FACETS:
+        value = getattr(f, col)
+        if value:
+            where.append(f"c.{col} = ?")
+            args.append(value)
+    if f.has_caption is True:
+        where.append("c.current_caption_id IS NOT NULL")
+    elif f.has_caption is False:
+        where.append("c.current_caption_id IS NULL")
+    if f.failed is True:
+        where.append("c.probe_error IS NOT NULL")
+    elif f.failed is False:
+        where.append("c.probe_error IS NULL")
+    if f.job_id:
+        if f.job_item_state:
+            where.append("c.id IN (SELECT clip_id FROM job_items WHERE job_id = ? AND state = ?)")
+            args += [f.job_id, f.job_item_state]
+        else:
+            where.append("c.id IN (SELECT clip_id FROM job_items WHERE job_id = ?)")
+            args.append(f.job_id)
+    if f.text and fts_query(f.text):
+        where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")
+        args.append(fts_query(f.text))
+    return where, args
+
+
+LIST_COLUMNS = ("c.id, c.path, c.duration, c.width, c.height, c.codec, c.probe_error, c.thumbnail, "
+                "c.review_status, c.current_caption_id, c.caption_source, c.scenario, c.hazard_level, c.weather, "
+                "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview")
+
+
+def page(db: sqlite_utils.Database, f: Filter = Filter(), *, after_id: int | None = None,
+         limit: int = PAGE_SIZE, descending: bool = False) -> list[dict]:
+    """One page of clips matching `f`, after `after_id` in id order (before it when descending)."""
+    where, args = _where(f)
+    if after_id is not None:
+        where.append("c.id < ?" if descending else "c.id > ?")
+        args.append(after_id)
+    sql = f"SELECT {LIST_COLUMNS} FROM clips c"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    sql += f" ORDER BY c.id {'DESC' if descending else 'ASC'} LIMIT ?"
+    return [dict(r) for r in db.query(sql, [*args, limit])]
+
+
+def count(db: sqlite_utils.Database, f: Filter = Filter()) -> int:
+    where, args = _where(f)
+    sql = "SELECT COUNT(*) FROM clips c" + (" WHERE " + " AND ".join(where) if where else "")
+    return db.execute(sql, args).fetchone()[0]
+
+
+def iter_ids(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[int]:
+    """Every matching clip id, in id order, streamed."""
+    where, args = _where(f)
+    sql = "SELECT c.id FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id"
+    for row in db.execute(sql, args):
+        yield row[0]
+
+
+def neighbours(db: sqlite_utils.Database, f: Filter, clip_id: int) -> tuple[int | None, int | None]:
+    """(previous id, next id) of `clip_id` within the filter, for next/previous in the review view."""
+    prev = page(db, f, after_id=clip_id, limit=1, descending=True)
+    nxt = page(db, f, after_id=clip_id, limit=1)
+    return (prev[0]["id"] if prev else None, nxt[0]["id"] if nxt else None)
+
+
+def get(db: sqlite_utils.Database, clip_id: int) -> dict:
+    """One clip with its sidecar decoded and its current caption (or None)."""
+    row = next(db.query("SELECT * FROM clips WHERE id = ?", [clip_id]), None)
+    if row is None:
+        raise NotFound(f"clip {clip_id} does not exist")
+    row = dict(row)
+    row["sidecar"] = json.loads(row["sidecar"]) if row.get("sidecar") else {}
+    row["caption"] = captions.get(db, row["current_caption_id"])
+    return row
+
+
+def path_of(db: sqlite_utils.Database, clip_id: int) -> str:
+    """The clip's path relative to the clip root (the only way a path reaches the media route)."""
+    row = next(db.query("SELECT path FROM clips WHERE id = ?", [clip_id]), None)
+    if row is None:
+        raise NotFound(f"clip {clip_id} does not exist")
+    return row["path"]
+
+
+def facet_counts(db: sqlite_utils.Database, column: str) -> dict[str, int]:
+    """How many clips have each value of one facet column."""
+    if column not in _FACETS:
+        raise ValueError(f"not a facet: {column}")
+    return {r["v"] or "": r["n"] for r in db.query(
+        f"SELECT {column} AS v, COUNT(*) AS n FROM clips WHERE missing = 0 GROUP BY {column}")}
+
+
+def summary(db: sqlite_utils.Database) -> dict[str, int]:
+    """Headline counts for the UI."""
+    row = next(db.query(
+        "SELECT COUNT(*) AS clips, "
+        "SUM(current_caption_id IS NOT NULL) AS captioned, "
+        "SUM(review_status = 'approved') AS approved, "
+        "SUM(review_status = 'rejected') AS rejected, "
+        "SUM(probe_error IS NOT NULL) AS failed "
+        "FROM clips WHERE missing = 0"))
+    return {k: int(v or 0) for k, v in row.items()}

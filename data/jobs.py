@@ -1,0 +1,324 @@
+"""Captioning jobs and their items: creation, leases, results, failures, state changes, progress.
+
+A job is a row in `jobs` plus one `job_items` row per clip. The runner (serving.runner) claims items with a
+lease inside `BEGIN IMMEDIATE`, sends them, and reports each outcome here. Guarantees (ARCHITECTURE.md,
+invariant 2):
+- `claim` counts an attempt per send; an item leased by a runner that died is handed out again only after
+  `recover` (same host, dead pid) or lease expiry, so at most the in-flight items are re-sent.
+- `complete` is idempotent on (job_id, clip_id): a repeated or late result changes nothing.
+- Counters (`done`, `failed`) change in the same transaction as the item they count.
+- pause / resume / cancel are states; the runner reads them before each claim.
+
+Job states: queued -> running -> done; running|queued -> paused -> queued; any but done -> cancelled -> queued.
+Item states: pending -> leased -> done | failed | pending (retry after `not_before`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from data import captions, events
+from data.db import DataError, NotFound, immediate, now
+
+JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
+ACTIVE = ("queued", "running")
+
+
+def runner_identity() -> str:
+    """How a runner names itself in `leased_by`: host, pid and a start stamp (pids get reused)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{int(now() * 1000)}"
+
+
+def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: Iterable[int],
+           prompt_id: int | None, params: dict[str, Any] | None = None,
+           selection: dict[str, Any] | None = None) -> int:
+    """Create a queued job over `clip_ids` (duplicates ignored). Returns the job id."""
+    name = (name or "").strip() or "captioning job"
+    t = now()
+    with immediate(db):
+        job_id = db.execute(
+            "INSERT INTO jobs (name, created_by, selection, prompt_id, params, state, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
+            [name, created_by, json.dumps(selection or {}, sort_keys=True), prompt_id,
+             json.dumps(params or {}, sort_keys=True), t, t]).lastrowid
+        db.conn.executemany(
+            "INSERT OR IGNORE INTO job_items (job_id, clip_id, updated_at) VALUES (?, ?, ?)",
+            ((job_id, int(c), t) for c in clip_ids))
+        total = db.execute("SELECT COUNT(*) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
+        if total == 0:
+            raise DataError("No clips match this selection: nothing to caption.")
+        db.execute("UPDATE jobs SET total = ? WHERE id = ?", [total, job_id])
+        events.record(db, created_by, "job.create", job_id=job_id, total=total, name=name)
+    return job_id
+
+
+def _decode(row: dict) -> dict:
+    row = dict(row)
+    for key in ("selection", "params"):
+        if row.get(key):
+            row[key] = json.loads(row[key])
+    return row
+
+
+def get(db: sqlite_utils.Database, job_id: int) -> dict:
+    row = next(db.query("SELECT * FROM jobs WHERE id = ?", [job_id]), None)
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return _decode(row)
+
+
+def list_jobs(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
+    return [_decode(r) for r in db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", [limit])]
+
+
+def runnable(db: sqlite_utils.Database) -> list[dict]:
+    """Jobs a runner should work on now, oldest first."""
+    return [_decode(r) for r in db.query(
+        "SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id")]
+
+
+_TRANSITIONS = {
+    "pause": (("queued", "running"), "paused"),
+    "resume": (("paused", "cancelled", "done"), "queued"),
+    "cancel": (("queued", "running", "paused"), "cancelled"),
+}
+
+
+def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str) -> dict:
+    """pause / resume / cancel a job. Resuming a done job re-queues whatever is not done."""
+    if action not in _TRANSITIONS:
+        raise DataError(f"unknown job action {action!r}")
+    allowed, target = _TRANSITIONS[action]
+    with immediate(db):
+        job = get(db, job_id)
+        if job["state"] not in allowed:
+            raise DataError(f"Job {job_id} is {job['state']}: it cannot be {action}d.")
+        db.execute("UPDATE jobs SET state = ?, updated_at = ?, finished_at = CASE WHEN ? = 'cancelled' "
+                   "THEN ? ELSE NULL END WHERE id = ?", [target, now(), target, now(), job_id])
+        events.record(db, user, f"job.{action}", job_id=job_id, previous=job["state"])
+    return get(db, job_id)
+
+
+def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
+    """Put failed items back to pending (attempts reset) and re-queue the job. Returns how many."""
+    with immediate(db):
+        job = get(db, job_id)
+        n = db.execute("UPDATE job_items SET state = 'pending', attempts = 0, not_before = NULL, "
+                       "lease_until = NULL, leased_by = NULL, updated_at = ? "
+                       "WHERE job_id = ? AND state = 'failed'", [now(), job_id]).rowcount
+        if n:
+            db.execute("UPDATE jobs SET failed = failed - ?, state = CASE WHEN state IN ('done', 'cancelled') "
+                       "THEN 'queued' ELSE state END, finished_at = NULL, updated_at = ? WHERE id = ?",
+                       [n, now(), job_id])
+        events.record(db, user, "job.retry_failed", job_id=job_id, items=n, previous=job["state"])
+    return n
+
+
+def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" = None) -> int:
+    """Release leases held by runners on this host whose process is gone (after a crash or SIGKILL).
+
+    The attempt stays counted (the request was sent). Returns how many items were released.
+    """
+    host = socket.gethostname()
+
+    def default_alive(holder: str) -> bool:
+        parts = holder.split(":")
+        if len(parts) < 2 or parts[0] != host:
+            return True  # another host's runner: leave it to lease expiry
+        try:
+            os.kill(int(parts[1]), 0)
+        except ProcessLookupError:
+            return False
+        except (PermissionError, ValueError):
+            return True
+        return True
+
+    check = alive or default_alive
+    with immediate(db):
+        holders = [r["leased_by"] for r in db.query(
+            "SELECT DISTINCT leased_by FROM job_items WHERE state = 'leased' AND leased_by IS NOT NULL")]
+        dead = [h for h in holders if not check(h)]
+        n = 0
+        for h in dead:
+            n += db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
+                            "updated_at = ? WHERE state = 'leased' AND leased_by = ?", [now(), h]).rowcount
+        if n:
+            events.record(db, "runner", "job.recover", items=n, holders=dead)
+    return n
+
+
+def claim(db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, lease_seconds: float,
+          max_attempts: int) -> list[dict]:
+    """Lease up to `limit` items of a running job for `runner`; returns them with their clip's path.
+
+    Takes pending items whose backoff has passed and leases that expired. Items that already used
+    `max_attempts` fail instead of being sent again. Marks a queued job running.
+    """
+    t = now()
+    with immediate(db):
+        job = get(db, job_id)
+        if job["state"] not in ACTIVE:
+            return []
+        if job["state"] == "queued":
+            db.execute("UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?), updated_at = ? "
+                       "WHERE id = ?", [t, t, job_id])
+        # leases that ran out after the last allowed attempt: fail them, never re-send
+        exhausted = db.execute(
+            "UPDATE job_items SET state = 'failed', error_kind = 'timeout', lease_until = NULL, leased_by = NULL, "
+            "last_error = COALESCE(last_error || '; ', '') || 'no result within the lease after ' || attempts || "
+            "' attempts', finished_at = ?, updated_at = ? "
+            "WHERE job_id = ? AND state = 'leased' AND lease_until < ? AND attempts >= ?",
+            [t, t, job_id, t, max_attempts]).rowcount
+        if exhausted:
+            db.execute("UPDATE jobs SET failed = failed + ?, updated_at = ? WHERE id = ?", [exhausted, t, job_id])
+        rows = [dict(r) for r in db.query(
+            "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration "
+            "FROM job_items i JOIN clips c ON c.id = i.clip_id "
+            "WHERE i.job_id = ? AND ((i.state = 'pending' AND (i.not_before IS NULL OR i.not_before <= ?)) "
+            "OR (i.state = 'leased' AND i.lease_until < ?)) LIMIT ?", [job_id, t, t, limit])]
+        if rows:
+            db.conn.executemany(
+                "UPDATE job_items SET state = 'leased', leased_by = ?, lease_until = ?, attempts = attempts + 1, "
+                "updated_at = ? WHERE job_id = ? AND clip_id = ?",
+                [(runner, t + lease_seconds, t, job_id, r["clip_id"]) for r in rows])
+        for r in rows:
+            r["job_id"] = job_id
+            r["attempts"] += 1
+    return rows
+
+
+def complete(db: sqlite_utils.Database, job_id: int, clip_id: int, *, text: str, labels: dict,
+             provenance: dict, author: str = "model") -> dict:
+    """Record a caption result for an item, once. Returns the caption version row."""
+    t = now()
+    with immediate(db):
+        item = next(db.query("SELECT state FROM job_items WHERE job_id = ? AND clip_id = ?",
+                             [job_id, clip_id]), None)
+        if item is None:
+            raise NotFound(f"clip {clip_id} is not part of job {job_id}")
+        row, _ = captions.add_machine(db, clip_id, job_id=job_id, text=text, labels=labels,
+                                      provenance=provenance, author=author)
+        if item["state"] != "done":
+            db.execute("UPDATE job_items SET state = 'done', caption_id = ?, replica = ?, latency_ms = ?, "
+                       "lease_until = NULL, last_error = NULL, error_kind = NULL, finished_at = ?, updated_at = ? "
+                       "WHERE job_id = ? AND clip_id = ?",
+                       [row["id"], provenance.get("replica"), provenance.get("latency_ms"), t, t, job_id, clip_id])
+            was_failed = 1 if item["state"] == "failed" else 0
+            db.execute("UPDATE jobs SET done = done + 1, failed = failed - ?, updated_at = ? WHERE id = ?",
+                       [was_failed, t, job_id])
+            _finish_if_drained(db, job_id)
+    return row
+
+
+def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, kind: str, retryable: bool,
+         max_attempts: int, backoff_seconds: float = 0.0) -> str:
+    """Record a failed attempt. Retryable errors go back to pending after `backoff_seconds` until
+    `max_attempts` sends were made; others fail the item at once. Returns the item's new state."""
+    t = now()
+    with immediate(db):
+        item = next(db.query("SELECT state, attempts FROM job_items WHERE job_id = ? AND clip_id = ?",
+                             [job_id, clip_id]), None)
+        if item is None:
+            raise NotFound(f"clip {clip_id} is not part of job {job_id}")
+        if item["state"] in ("done", "failed"):
+            return item["state"]  # a late duplicate report: the first outcome stands
+        if retryable and item["attempts"] < max_attempts:
+            db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
+                       "not_before = ?, last_error = ?, error_kind = ?, updated_at = ? "
+                       "WHERE job_id = ? AND clip_id = ?",
+                       [t + backoff_seconds, error, kind, t, job_id, clip_id])
+            return "pending"
+        if retryable:
+            error = f"{error} (gave up after {item['attempts']} attempts)"
+        db.execute("UPDATE job_items SET state = 'failed', lease_until = NULL, leased_by = NULL, last_error = ?, "
+                   "error_kind = ?, finished_at = ?, updated_at = ? WHERE job_id = ? AND clip_id = ?",
+                   [error, kind, t, t, job_id, clip_id])
+        db.execute("UPDATE jobs SET failed = failed + 1, updated_at = ? WHERE id = ?", [t, job_id])
+        _finish_if_drained(db, job_id)
+    return "failed"
+
+
+def release(db: sqlite_utils.Database, job_id: int, clip_ids: Iterable[int], runner: str) -> int:
+    """Hand leased items back unsent (clean shutdown): pending again, the attempt not counted."""
+    ids = list(clip_ids)
+    if not ids:
+        return 0
+    with immediate(db):
+        return sum(db.execute(
+            "UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
+            "attempts = MAX(attempts - 1, 0), updated_at = ? "
+            "WHERE job_id = ? AND clip_id = ? AND state = 'leased' AND leased_by = ?",
+            [now(), job_id, c, runner]).rowcount for c in ids)
+
+
+def _finish_if_drained(db: sqlite_utils.Database, job_id: int) -> None:
+    left = db.execute("SELECT COUNT(*) FROM job_items WHERE job_id = ? AND state IN ('pending', 'leased')",
+                      [job_id]).fetchone()[0]
+    if left == 0:
+        db.execute("UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ? "
+                   "WHERE id = ? AND state IN ('queued', 'running')", [now(), now(), job_id])
+
+
+def counts(db: sqlite_utils.Database, job_id: int) -> dict[str, int]:
+    """Items per state, straight from job_items (the counters on `jobs` are the fast copy)."""
+    out = {s: 0 for s in ("pending", "leased", "done", "failed")}
+    for r in db.query("SELECT state, COUNT(*) AS n FROM job_items WHERE job_id = ? GROUP BY state", [job_id]):
+        out[r["state"]] = r["n"]
+    return out
+
+
+def progress(db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float = 10.0) -> dict:
+    """What the UI and CLI show: counts, throughput (clips/s over the last minute), ETA, a time series."""
+    job = get(db, job_id)
+    c = counts(db, job_id)
+    t = now()
+    recent = db.execute("SELECT COUNT(*) FROM job_items WHERE job_id = ? AND finished_at >= ?",
+                        [job_id, t - 60]).fetchone()[0]
+    window = min(60.0, max(1.0, t - (job["started_at"] or t)))
+    rate = recent / window
+    remaining = c["pending"] + c["leased"]
+    series = [dict(r) for r in db.query(
+        "SELECT CAST(finished_at / ? AS INTEGER) * ? AS t, COUNT(*) AS n FROM job_items "
+        "WHERE job_id = ? AND finished_at IS NOT NULL GROUP BY 1 ORDER BY 1",
+        [bucket_seconds, bucket_seconds, job_id])]
+    for s in series:
+        s["clips_per_s"] = s["n"] / bucket_seconds
+    return {**job, "counts": c, "rate": rate, "remaining": remaining,
+            "eta_seconds": remaining / rate if rate > 0 and job["state"] in ACTIVE else None, "series": series}
+
+
+def failures(db: sqlite_utils.Database, job_id: int, limit: int = 100) -> list[dict]:
+    return [dict(r) for r in db.query(
+        "SELECT i.clip_id, c.path, i.attempts, i.error_kind, i.last_error, i.finished_at FROM job_items i "
+        "JOIN clips c ON c.id = i.clip_id WHERE i.job_id = ? AND i.state = 'failed' "
+        "ORDER BY i.finished_at DESC LIMIT ?", [job_id, limit])]
+
+
+def replica_load(db: sqlite_utils.Database, job_id: int) -> list[dict]:
+    """Done items and mean latency per replica, for the per-replica view."""
+    return [dict(r) for r in db.query(
+        "SELECT replica, COUNT(*) AS done, AVG(latency_ms) AS mean_latency_ms FROM job_items "
+        "WHERE job_id = ? AND state = 'done' GROUP BY replica ORDER BY replica", [job_id])]
+
+
+def heartbeat(db: sqlite_utils.Database, name: str, kind: str, info: dict | None = None) -> None:
+    with immediate(db):
+        db.execute("INSERT INTO heartbeats (name, kind, pid, at, info) VALUES (?, ?, ?, ?, ?) "
+                   "ON CONFLICT(name) DO UPDATE SET pid = excluded.pid, at = excluded.at, info = excluded.info",
+                   [name, kind, os.getpid(), now(), json.dumps(info or {}, default=str)])
+
+
+def heartbeats(db: sqlite_utils.Database, kind: str | None = None) -> list[dict]:
+    sql, args = "SELECT * FROM heartbeats", []
+    if kind:
+        sql, args = sql + " WHERE kind = ?", [kind]
+    rows = [dict(r) for r in db.query(sql + " ORDER BY at DESC", args)]
+    for r in rows:
+        r["info"] = json.loads(r["info"]) if r.get("info") else {}
+        r["age_s"] = now() - r["at"]
+    return rows
