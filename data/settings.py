@@ -51,7 +51,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("max_attempts", 4, "attempts per clip before its job item is failed", int),
     Spec("lease_seconds", 600.0, "how long a claimed job item stays leased without a result", float),
     Spec("workers", 0, "ingest worker processes (default: number of cores)", int),
-    Spec("auth", "", "'on' to require login even on loopback; always on for a non-loopback host"),
+    Spec("auth", "on", "'on': users log in (the first admin is created from the command line); 'off': one local "
+         "admin without login, allowed only when HOST is loopback"),
 )
 
 _BY_NAME = {s.name: s for s in SPECS}
@@ -89,7 +90,7 @@ class Settings:
     max_attempts: int = 4
     lease_seconds: float = 600.0
     workers: int = 0
-    auth: str = ""
+    auth: str = "on"
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -124,7 +125,11 @@ class Settings:
 
     @property
     def auth_required(self) -> bool:
-        return self.auth.lower() in {"on", "1", "true", "yes"} or self.host not in {"127.0.0.1", "localhost", "::1"}
+        return self.auth.lower() != "off" or not self.loopback
+
+    @property
+    def loopback(self) -> bool:
+        return self.host in {"127.0.0.1", "localhost", "::1"}
 
 
 def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None) -> None:
