@@ -1,0 +1,127 @@
+"""Users and roles: annotator < lead < admin. Passwords are stored as scrypt hashes with a per-user salt.
+
+There are no default users and no default passwords: the first admin is created from the command line
+(`python -m webapp.users add NAME --role admin`). Every change is recorded in the audit log.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from typing import Any
+
+import sqlite_utils
+
+from data import events
+from data.db import DataError, NotFound, immediate, now
+
+ROLES = ("annotator", "lead", "admin")
+RANK = {r: i for i, r in enumerate(ROLES)}
+MIN_PASSWORD = 8
+_N, _R, _P = 2 ** 14, 8, 1  # scrypt cost: ~50 ms per check, 16 MiB of memory
+
+
+def hash_password(password: str, *, salt: bytes | None = None) -> str:
+    """`scrypt$N$r$p$salt$hash` (hex), a fresh 16-byte salt unless one is given."""
+    salt = salt if salt is not None else secrets.token_bytes(16)
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=_N, r=_R, p=_P, dklen=32)
+    return f"scrypt${_N}${_R}${_P}${salt.hex()}${digest.hex()}"
+
+
+def check_password(password: str, stored: str) -> bool:
+    try:
+        algo, n, r, p, salt, digest = stored.split("$")
+        if algo != "scrypt":
+            return False
+        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
+                             dklen=len(digest) // 2)
+    except (ValueError, TypeError):
+        return False
+    return hmac.compare_digest(got.hex(), digest)
+
+
+def _check_name(name: str) -> str:
+    name = (name or "").strip()
+    if not name or len(name) > 64 or any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise DataError("A user name is 1 to 64 printable characters.")
+    return name
+
+
+def _check_role(role: str) -> str:
+    if role not in ROLES:
+        raise DataError(f"unknown role {role!r}; expected one of {', '.join(ROLES)}")
+    return role
+
+
+def _check_password(password: str) -> str:
+    if not password or len(password) < MIN_PASSWORD:
+        raise DataError(f"A password needs at least {MIN_PASSWORD} characters.")
+    return password
+
+
+def _public(row: dict | None) -> dict | None:
+    if row is None:
+        return None
+    return {k: v for k, v in dict(row).items() if k != "password_hash"}
+
+
+def get(db: sqlite_utils.Database, name: str) -> dict | None:
+    """The user (without the hash), or None."""
+    return _public(next(db.query("SELECT * FROM users WHERE name = ?", [name]), None))
+
+
+def create(db: sqlite_utils.Database, name: str, *, role: str, password: str, actor: str = "cli") -> dict:
+    """Add a user. Raises DataError if the name is taken or the password too short."""
+    name, role, password = _check_name(name), _check_role(role), _check_password(password)
+    pw_hash = hash_password(password)  # slow: outside the write lock
+    with immediate(db):
+        if next(db.query("SELECT 1 FROM users WHERE name = ?", [name]), None):
+            raise DataError(f"user {name!r} already exists")
+        db.execute("INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
+                   [name, role, pw_hash, now()])
+        events.record(db, actor, "user.create", user=name, role=role)
+    return get(db, name)
+
+
+def verify(db: sqlite_utils.Database, name: str, password: str) -> dict | None:
+    """The user if `password` is theirs and they are not disabled, else None (same cost either way)."""
+    row = next(db.query("SELECT * FROM users WHERE name = ?", [name or ""]), None)
+    if row is None:
+        check_password(password or "", hash_password("not a user", salt=b"\0" * 16))
+        return None
+    if not check_password(password or "", row["password_hash"]) or row["disabled"]:
+        return None
+    return _public(row)
+
+
+def list_users(db: sqlite_utils.Database) -> list[dict]:
+    return [_public(r) for r in db.query("SELECT * FROM users ORDER BY name")]
+
+
+def _update(db: sqlite_utils.Database, name: str, actor: str, action: str, sets: dict[str, Any],
+            **detail: Any) -> dict:
+    with immediate(db):
+        if not next(db.query("SELECT 1 FROM users WHERE name = ?", [name]), None):
+            raise NotFound(f"no user named {name!r}")
+        cols = ", ".join(f"{k} = ?" for k in sets)
+        db.execute(f"UPDATE users SET {cols} WHERE name = ?", [*sets.values(), name])
+        events.record(db, actor, action, user=name, **detail)
+    return get(db, name)
+
+
+def set_role(db: sqlite_utils.Database, name: str, role: str, *, actor: str = "cli") -> dict:
+    return _update(db, name, actor, "user.role", {"role": _check_role(role)}, role=role)
+
+
+def set_password(db: sqlite_utils.Database, name: str, password: str, *, actor: str = "cli") -> dict:
+    return _update(db, name, actor, "user.password", {"password_hash": hash_password(_check_password(password))})
+
+
+def set_disabled(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str = "cli") -> dict:
+    return _update(db, name, actor, "user.disable" if disabled else "user.enable", {"disabled": int(disabled)})
+
+
+def at_least(role: str | None, needed: str) -> bool:
+    """Whether `role` has the rights of `needed` (admin > lead > annotator)."""
+    return role in RANK and RANK[role] >= RANK[needed]

@@ -1,0 +1,85 @@
+"""Manage web app users from the command line.
+
+Examples:
+  python -m webapp.users add alice --role admin            # prompts for the password twice
+  python -m webapp.users add bob --role annotator --password-file /run/secrets/bob
+  python -m webapp.users list
+  python -m webapp.users set-role bob lead
+  python -m webapp.users passwd bob
+  python -m webapp.users disable bob
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import sys
+from pathlib import Path
+
+from data import db as dbmod
+from data import settings as settings_mod
+from data import users
+from data.db import DataError
+
+
+def _password(args: argparse.Namespace) -> str:
+    if args.password_file:
+        return Path(args.password_file).read_text().rstrip("\r\n")
+    first = getpass.getpass("password: ")
+    if getpass.getpass("again: ") != first:
+        raise DataError("the passwords differ")
+    return first
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m webapp.users", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    settings_mod.add_arguments(p, ["data_dir", "db"])
+    sub = p.add_subparsers(dest="command", required=True)
+    a = sub.add_parser("add", help="add a user, e.g. `add alice --role admin`")
+    a.add_argument("name")
+    a.add_argument("--role", choices=users.ROLES, default="annotator")
+    a.add_argument("--password-file", help="read the password from this file instead of prompting")
+    sub.add_parser("list", help="list users and roles, e.g. `list`")
+    r = sub.add_parser("set-role", help="change a role, e.g. `set-role bob lead`")
+    r.add_argument("name")
+    r.add_argument("role", choices=users.ROLES)
+    pw = sub.add_parser("passwd", help="set a new password, e.g. `passwd bob`")
+    pw.add_argument("name")
+    pw.add_argument("--password-file")
+    for cmd in ("disable", "enable"):
+        d = sub.add_parser(cmd, help=f"{cmd} a user's login, e.g. `{cmd} bob`")
+        d.add_argument("name")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_mod.from_args(args)
+    db = dbmod.connect(settings.db)
+    try:
+        if args.command == "add":
+            u = users.create(db, args.name, role=args.role, password=_password(args))
+            print(f"added {u['name']} ({u['role']})")
+        elif args.command == "list":
+            for u in users.list_users(db):
+                print("\t".join([u["name"], u["role"]] + (["disabled"] if u["disabled"] else [])))
+        elif args.command == "set-role":
+            u = users.set_role(db, args.name, args.role)
+            print(f"{u['name']} is now {u['role']}")
+        elif args.command == "passwd":
+            users.set_password(db, args.name, _password(args))
+            print(f"password of {args.name} changed")
+        else:
+            users.set_disabled(db, args.name, args.command == "disable")
+            print(f"{args.name} {args.command}d")
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
