@@ -1,0 +1,210 @@
+#!/usr/bin/env bash
+# The operator's entry point. Brings up the whole workbench on this machine:
+#   GPU node:      CUDA MPS, one vLLM replica per GPU (NVDEC decoding), vllm-router, the job runner, the web app
+#   anywhere else: the simulated fleet (loudly labelled), the job runner, the web app, a generated demo library
+# Thin by design: the logic lives in Python modules (serving.launcher, data.demo, data.ingest, serving.runner,
+# webapp); this script orders them, waits for each with a deadline, and tears down what it started.
+set -euo pipefail
+
+usage() {
+  cat <<'EOF'
+usage: ./launch.sh [up] [options]        start everything (foreground; Ctrl-C stops it all)
+       ./launch.sh stop [--data-dir DIR] stop everything a previous ./launch.sh started
+       ./launch.sh status [--data-dir DIR]
+
+options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_DIR):
+  --data-dir DIR     database, thumbnails, logs, demo library        (default: ./var)
+  --clip-root DIR    your clip library (default: DATA_DIR/clips, filled with generated demo clips on first run)
+  --port N           web app port                                    (default: 7860)
+  --host ADDR        web app address; anything but 127.0.0.1 requires login (default: 127.0.0.1)
+  --fleet WHAT       auto (GPU node: real vLLM, else simulated) | sim | gpu | URL[,URL...] of running
+                     OpenAI-compatible vLLM servers or a router       (default: auto)
+  --gpus LIST        GPUs for replicas on a GPU node, e.g. 0,1,2,3   (default: all)
+  --demo-count N     clips in the generated demo library             (default: 24)
+  --detach           start everything and return (stop later with ./launch.sh stop)
+  --no-install       do not pip-install missing Python packages
+  --dry-run          print every command instead of running it
+  -h, --help         this help
+
+examples:
+  ./launch.sh                                  # demo library + simulated fleet + app on http://127.0.0.1:7860
+  ./launch.sh --clip-root /data/clips --fleet gpu --gpus 0,1,2,3,4,5,6,7
+  ./launch.sh --fleet http://10.0.0.5:30000    # use a fleet that is already running
+  ./launch.sh stop
+EOF
+}
+
+cmd=up
+case "${1:-}" in up|stop|status) cmd=$1; shift ;; esac
+
+DATA_DIR=${CW_DATA_DIR:-var}
+CLIP_ROOT=${CW_CLIP_ROOT:-}
+PORT=${CW_PORT:-7860}
+HOST=${CW_HOST:-127.0.0.1}
+FLEET=${CW_FLEET:-auto}
+GPUS=${CW_GPUS:-}
+DEMO_COUNT=${CW_DEMO_COUNT:-24}
+DETACH=0
+INSTALL=1
+DRY=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --data-dir) DATA_DIR=$2; shift 2 ;;
+    --clip-root) CLIP_ROOT=$2; shift 2 ;;
+    --port) PORT=$2; shift 2 ;;
+    --host) HOST=$2; shift 2 ;;
+    --fleet) FLEET=$2; shift 2 ;;
+    --gpus) GPUS=$2; shift 2 ;;
+    --demo-count) DEMO_COUNT=$2; shift 2 ;;
+    --detach) DETACH=1; shift ;;
+    --no-install) INSTALL=0; shift ;;
+    --dry-run) DRY=1; shift ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "launch.sh: unknown option '$1' (see ./launch.sh --help)" >&2; exit 2 ;;
+  esac
+done
+
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here"
+PY=${PYTHON:-python3}
+mkdir -p "$DATA_DIR"
+DATA_DIR=$(cd "$DATA_DIR" && pwd)
+RUN="$DATA_DIR/run"
+LOGS="$DATA_DIR/logs"
+DEMO=0
+if [ -z "$CLIP_ROOT" ]; then CLIP_ROOT="$DATA_DIR/clips"; DEMO=1; fi
+export CW_DATA_DIR="$DATA_DIR" CW_CLIP_ROOT="$CLIP_ROOT" CW_PORT="$PORT" CW_HOST="$HOST"
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+
+say() { printf '\033[1m[launch]\033[0m %s\n' "$*"; }
+run() { if [ "$DRY" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
+
+# start NAME CMD...: run CMD in its own process group, log to LOGS/NAME.log, record its pgid in RUN/NAME.pid
+start() {
+  local name=$1; shift
+  if [ "$DRY" = 1 ]; then printf '+ setsid %s > %s/%s.log 2>&1 &\n' "$*" "$LOGS" "$name"; return; fi
+  mkdir -p "$RUN" "$LOGS"
+  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! >"$RUN/$name.pid"
+  STARTED+=("$name")
+}
+
+alive() { [ -f "$RUN/$1.pid" ] && kill -0 "$(cat "$RUN/$1.pid")" 2>/dev/null; }
+
+# stop_one NAME: TERM the process group, then KILL it after a grace period
+stop_one() {
+  local name=$1 pid
+  [ -f "$RUN/$name.pid" ] || return 0
+  pid=$(cat "$RUN/$name.pid")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    say "stopped $name"
+  fi
+  rm -f "$RUN/$name.pid"
+}
+
+stop_all() {
+  stop_one app
+  stop_one runner
+  if [ -d "$RUN" ]; then "$PY" -m serving.launcher down --data-dir "$DATA_DIR" >/dev/null 2>&1 || true; fi
+}
+
+# wait_http NAME URL SECONDS: poll URL until it answers, failing fast if NAME's process died
+wait_http() {
+  local name=$1 url=$2 deadline=$((SECONDS + $3))
+  [ "$DRY" = 1 ] && return 0
+  while [ $SECONDS -lt $deadline ]; do
+    if ! alive "$name"; then
+      echo "launch.sh: $name exited during start-up; last lines of $LOGS/$name.log:" >&2
+      tail -n 20 "$LOGS/$name.log" >&2 || true
+      return 1
+    fi
+    if "$PY" - "$url" <<'PYEOF' 2>/dev/null; then return 0; fi
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=2)
+PYEOF
+    sleep 0.5
+  done
+  echo "launch.sh: $name did not answer at $url within $3 s (see $LOGS/$name.log)" >&2
+  return 1
+}
+
+case "$cmd" in
+  stop) stop_all; say "everything stopped"; exit 0 ;;
+  status)
+    for n in app runner; do
+      if alive "$n"; then say "$n: running (pgid $(cat "$RUN/$n.pid"))"; else say "$n: not running"; fi
+    done
+    "$PY" -m serving.launcher status --data-dir "$DATA_DIR" || true
+    exit 0 ;;
+esac
+
+# --- up ---------------------------------------------------------------------------------------------------------
+STARTED=()
+on_exit() {
+  local rc=$?
+  if [ "$DETACH" = 0 ] || [ $rc -ne 0 ]; then
+    [ "$DRY" = 1 ] || { say "stopping what this launch started"; stop_all; }
+  fi
+}
+trap on_exit EXIT
+trap 'exit 130' INT TERM
+
+gpu_node=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu_node=1; fi
+if [ "$FLEET" = auto ]; then
+  if [ $gpu_node = 1 ]; then FLEET=gpu; else FLEET=sim; fi
+fi
+
+if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, data.settings" 2>/dev/null; then
+  say "installing Python packages (once)"
+  extra=""
+  [ "$FLEET" = gpu ] && extra="[gpu]"
+  run "$PY" -m pip install -q -e ".$extra"
+fi
+if [ "$INSTALL" = 1 ] && [ "$FLEET" = sim ] && ! command -v vllm-router >/dev/null 2>&1; then
+  run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
+fi
+
+if [ -f "$RUN/app.pid" ] && alive app; then
+  echo "launch.sh: already running (./launch.sh status; ./launch.sh stop)" >&2
+  trap - EXIT; exit 1
+fi
+
+if [ "$DEMO" = 1 ] && [ -z "$(ls -A "$CLIP_ROOT" 2>/dev/null)" ]; then
+  say "generating a demo library of $DEMO_COUNT synthetic clips in $CLIP_ROOT"
+  run "$PY" -m data.demo "$CLIP_ROOT" --count "$DEMO_COUNT"
+fi
+say "ingesting $CLIP_ROOT"
+run "$PY" -m data.ingest "$CLIP_ROOT" --data-dir "$DATA_DIR"
+
+case "$FLEET" in
+  sim|gpu)
+    say "starting the $FLEET fleet"
+    fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet "$FLEET")
+    [ -n "$GPUS" ] && fleet_args+=(--gpus "$GPUS")
+    [ "$DRY" = 1 ] && fleet_args+=(--dry-run)
+    "$PY" -m serving.launcher up "${fleet_args[@]}"
+    FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --fleet "$FLEET")
+    ;;
+  *) FLEET_URLS=$FLEET ;;
+esac
+say "fleet: $FLEET_URLS"
+
+start runner "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet "$FLEET_URLS"
+
+if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
+  "$PY" -m webapp.users ensure-admin --data-dir "$DATA_DIR"
+fi
+start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$PORT" --host "$HOST"
+wait_http app "http://127.0.0.1:$PORT/healthz" 120
+say "the workbench is up: http://$HOST:$PORT   (logs: $LOGS; stop: ./launch.sh stop)"
+[ "$FLEET" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"
+
+if [ "$DETACH" = 1 ] || [ "$DRY" = 1 ]; then exit 0; fi
+# foreground: stay until the app exits or Ctrl-C, then tear everything down (trap)
+while alive app; do sleep 2; done
+say "the app exited; see $LOGS/app.log"
+exit 1

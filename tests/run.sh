@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Run the test suite on a fresh machine: installs what is missing (Debian chromium for the browser tests,
+# the project with its test extra), then runs pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
+# GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if [ ! -x /usr/bin/chromium ]; then
+  echo "[tests] installing Debian chromium for the browser tests"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
+fi
+if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, hypothesis, playwright, data.settings" 2>/dev/null; then
+  echo "[tests] installing the project and its test extra"
+  "$PY" -m pip install -q -e ".[test]"
+fi
+export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
+exec "$PY" -m pytest -m "not slow" -q "$@"
