@@ -1,0 +1,318 @@
+"""The fleet client: one caption request to one OpenAI-compatible vLLM endpoint, checked and classified.
+
+`FleetClient.caption(replica_url, req)` makes exactly ONE attempt and either returns a `CaptionResult`
+(schema-valid labels, provenance) or raises a `serving.errors.FleetError` subclass saying whether a retry
+can help. Retrying, spreading over replicas and bounding concurrency are the runner's job; `backoff()`
+is the delay it should wait between attempts.
+
+The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
+- the clip goes as a `video_url` content part. For `file://` URLs vLLM does
+  `Path(url2pathname(netloc + path))` and refuses anything whose resolved path is not under
+  `--allowed-local-media-path` (vllm/multimodal/media/connector.py `_load_file_url`), so we percent-quote
+  the path and, before that, refuse any path that leaves the clip root ourselves (`clip_url`).
+- `media_io_kwargs` is a top-level request field, `dict[modality, dict[str, Any]]`
+  (vllm/entrypoints/openai/chat_completion/protocol.py, `ChatRequestMixin.media_io_kwargs`), merged per
+  modality with the server's `--media-io-kwargs` (vllm/renderers/params.py -> `merge_media_io_kwargs`);
+  for video a request-level `num_frames` drops the server default `fps`, and a request can never switch
+  to a GPU decode backend the server did not start with (vllm/multimodal/media/video.py `merge_kwargs`).
+  So we send `{"video": {"num_frames": N}}` and leave the backend to the server.
+- `response_format={"type": "json_schema", ...}` for structured output, `max_completion_tokens`,
+  `temperature`, `seed`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, unquote
+
+import httpx
+
+from data import taxonomy
+from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
+
+DEFAULT_DECODE_BACKEND = "pynvvideocodec"
+
+# A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help.
+DECODE_FAILURE_MARKERS = ("CreateFormatContext", "Invalid data found", "Could not open video",
+                          "moov atom not found", "Error opening video", "Failed to decode video")
+# vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
+MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
+URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+@dataclass(frozen=True)
+class CaptionRequest:
+    """One clip to caption with one prompt version. `clip_path` is relative to the clip root."""
+
+    clip_path: str
+    prompt: dict
+    frames: int = 16
+    max_tokens: int = 320
+    temperature: float = 0.0
+    seed: int | None = None
+    job_id: int | None = None
+
+
+@dataclass(frozen=True)
+class CaptionResult:
+    """A checked answer: caption text, schema-valid labels, and the provenance of every field
+    in `data.captions.PROVENANCE_FIELDS`."""
+
+    text: str
+    labels: dict
+    provenance: dict = field(default_factory=dict)
+
+
+def backoff(attempt: int, *, base: float = 0.5, cap: float = 30.0, rng: Any = random) -> float:
+    """Seconds to wait before retry number `attempt` (1 = first retry): full-jitter exponential,
+    uniform in [0, min(cap, base * 2**(attempt-1))], so that many clients retrying at once spread out."""
+    attempt = max(1, int(attempt))
+    ceiling = min(cap, base * (2 ** min(attempt - 1, 62)))
+    return rng.uniform(0.0, ceiling)
+
+
+def _hostile(clip_path: str) -> str | None:
+    """Why `clip_path` is refused before touching the file system, or None if its text is acceptable."""
+    if not isinstance(clip_path, str) or not clip_path.strip():
+        return "empty path"
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in clip_path):
+        return "control character (NUL, newline, ...) in path"
+    if URL_SCHEMES.match(clip_path) or "://" in clip_path:
+        return "a URL is not a clip path"
+    # Decode repeatedly: "%252e%252e%252f" is "../" to anything that decodes twice.
+    seen = clip_path
+    for _ in range(4):
+        decoded = unquote(seen)
+        if decoded == seen:
+            break
+        seen = decoded
+    for candidate in {clip_path, seen}:
+        if "\x00" in candidate:
+            return "NUL in path"
+        if candidate.startswith(("/", "\\", "~")) or re.match(r"^[A-Za-z]:", candidate):
+            return "absolute path"
+        parts = re.split(r"[\\/]+", candidate)
+        if any(p == ".." for p in parts):
+            return "'..' in path"
+    return None
+
+
+def resolve_clip(settings: Any, clip_path: str) -> Path:
+    """The absolute, resolved file a clip path names, guaranteed inside `settings.clip_root`.
+
+    Raises ClipRejected for absolute paths, `..`, URLs, NUL/control characters, percent-encoded
+    traversal, and symlinks (at any level) that resolve outside the root. The file need not exist."""
+    why = _hostile(clip_path)
+    if why:
+        raise ClipRejected(f"refused clip path {clip_path!r}: {why}", kind="path")
+    root = Path(settings.clip_root).resolve()
+    try:
+        target = (root / clip_path).resolve(strict=False)
+    except (OSError, RuntimeError, ValueError) as e:  # symlink loops, odd names
+        raise ClipRejected(f"refused clip path {clip_path!r}: {e}", kind="path") from None
+    if target == root or root not in target.parents:
+        raise ClipRejected(f"refused clip path {clip_path!r}: it resolves outside the clip root", kind="path")
+    return target
+
+
+def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None) -> str:
+    """The URL a replica fetches the clip from: `file://` under the clip root (what
+    `--allowed-local-media-path` admits), or `media_base_url` + the quoted relative path when clips are
+    served over HTTP(S) from shared storage. Raises ClipRejected for anything outside the root."""
+    target = resolve_clip(settings, clip_path)
+    if media_base_url:
+        rel = target.relative_to(Path(settings.clip_root).resolve())
+        return media_base_url.rstrip("/") + "/" + quote(os.fsencode(rel.as_posix()), safe="/")
+    # os.fsencode keeps non-UTF-8 names (surrogate escapes) byte-exact through the quoting.
+    return "file://" + quote(os.fsencode(str(target)), safe="/")
+
+
+def _schema_name(prompt: dict) -> str:
+    name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(prompt.get("name") or "caption"))[:48] or "caption"
+    return f"{name}_v{prompt.get('version', 1)}"
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+        err = body.get("error") if isinstance(body, dict) else None
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+        if isinstance(body, dict) and body.get("detail"):
+            return str(body["detail"])
+        if isinstance(body, dict) and body.get("message"):
+            return str(body["message"])
+    except (ValueError, AttributeError):
+        pass
+    return resp.text[:500] or resp.reason_phrase
+
+
+def classify_status(status: int, message: str, replica: str | None = None) -> FleetError:
+    """The FleetError for a non-200 answer (SERVING.md's error table)."""
+    text = f"HTTP {status}: {message}"
+    if status in (400, 413, 422):
+        return ClipRejected(text, status=status, replica=replica, kind="bad_request")
+    if status in (429, 503):
+        return Overloaded(text, status=status, replica=replica)
+    if status == 500 and any(m in message for m in DECODE_FAILURE_MARKERS):
+        return ClipRejected(text, status=status, replica=replica, kind="decode")
+    if status == 500 and any(m in message for m in MISSING_FILE_MARKERS):
+        return ClipRejected(text, status=status, replica=replica, kind="missing")
+    if status >= 500 or status == 408:
+        return ReplicaError(text, status=status, replica=replica)
+    # 401/403/404 (wrong model name, auth): no retry helps; the message says what to fix.
+    return ClipRejected(text, status=status, replica=replica, kind=f"http_{status}")
+
+
+class FleetClient:
+    """Async client for the fleet (one per event loop). Timeouts are explicit and the pool is large:
+    the runner, not httpx, bounds how many requests are in flight."""
+
+    def __init__(self, settings: Any, *, transport: httpx.AsyncBaseTransport | None = None,
+                 media_base_url: str | None = None, decode_backend: str = DEFAULT_DECODE_BACKEND,
+                 timeout: httpx.Timeout | None = None):
+        self.settings = settings
+        self.media_base_url = media_base_url
+        self.decode_backend = decode_backend
+        self.timeout = timeout or httpx.Timeout(connect=5.0, read=float(settings.request_timeout), write=30.0,
+                                                pool=None)
+        self._http = httpx.AsyncClient(
+            transport=transport, timeout=self.timeout,
+            limits=httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0),
+            headers={"user-agent": "clip-workbench"}, trust_env=False)
+
+    def build_body(self, req: CaptionRequest) -> dict:
+        """The JSON body of the chat completion request for `req` (raises ClipRejected for bad paths)."""
+        url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)
+        prompt = req.prompt
+        body: dict[str, Any] = {
+            "model": self.settings.model_name,
+            "messages": [
+                {"role": "system", "content": prompt.get("system") or ""},
+                {"role": "user", "content": [
+                    {"type": "video_url", "video_url": {"url": url}},
+                    {"type": "text", "text": prompt.get("user") or ""},
+                ]},
+            ],
+            "response_format": {"type": "json_schema", "json_schema": {
+                "name": _schema_name(prompt), "schema": prompt.get("schema") or taxonomy.CAPTION_SCHEMA,
+                "strict": True}},
+            "media_io_kwargs": {"video": {"num_frames": int(req.frames)}},
+            "max_completion_tokens": int(req.max_tokens),
+            "temperature": float(req.temperature),
+        }
+        if req.seed is not None:
+            body["seed"] = int(req.seed)
+        return body
+
+    @staticmethod
+    def _endpoint(replica_url: str, path: str) -> str:
+        base = replica_url.rstrip("/")
+        if base.endswith("/v1"):
+            base = base[:-3]
+        return base + path
+
+    async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult:
+        """Send one caption request to `replica_url` (a replica or the router); one attempt.
+
+        Returns a checked CaptionResult or raises a FleetError subclass (see serving.errors)."""
+        body = self.build_body(req)
+        started = time.monotonic()
+        try:
+            resp = await self._http.post(self._endpoint(replica_url, "/v1/chat/completions"), json=body)
+        except httpx.TimeoutException as e:
+            raise Unreachable(f"{type(e).__name__}: no answer from {replica_url} within the timeout",
+                              replica=replica_url, kind="timeout") from None
+        except httpx.ConnectError as e:
+            raise Unreachable(f"cannot connect to {replica_url}: {e}", replica=replica_url,
+                              kind="connect") from None
+        except httpx.TransportError as e:
+            raise Unreachable(f"{type(e).__name__} talking to {replica_url}: {e}", replica=replica_url,
+                              kind="closed") from None
+        latency_ms = (time.monotonic() - started) * 1000.0
+        replica = (resp.headers.get("x-replica") or resp.headers.get("x-worker-url")
+                   or resp.headers.get("x-worker") or replica_url)
+        if resp.status_code != 200:
+            raise classify_status(resp.status_code, _error_message(resp), replica)
+        return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
+
+    def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str,
+               latency_ms: float) -> CaptionResult:
+        try:
+            data = resp.json()
+            choice = data["choices"][0]
+            finish = choice.get("finish_reason")
+            content = (choice.get("message") or {}).get("content")
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+            raise ReplicaError(f"HTTP 200 without a chat completion body: {resp.text[:200]!r}",
+                               status=200, replica=replica) from None
+        if finish != "stop":
+            kind = "truncated" if finish == "length" else "unfinished"
+            raise BadAnswer(f"the model stopped with finish_reason={finish!r} (max_completion_tokens="
+                            f"{req.max_tokens}); the answer is incomplete", status=200, replica=replica,
+                            kind=kind)
+        try:
+            answer = json.loads(content or "")
+        except (ValueError, TypeError) as e:
+            raise BadAnswer(f"the answer is not JSON ({e}): {str(content)[:200]!r}", status=200,
+                            replica=replica, kind="invalid_json") from None
+        if not isinstance(answer, dict):
+            raise BadAnswer(f"the answer is JSON but not an object: {str(content)[:200]!r}", status=200,
+                            replica=replica, kind="schema")
+        try:
+            text, labels = taxonomy.split_answer(answer, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA)
+        except taxonomy.InvalidLabels as e:
+            raise BadAnswer(str(e), status=200, replica=replica, kind="schema") from None
+        usage = data.get("usage") or {}
+        model = str(data.get("model") or self.settings.model_name)
+        simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
+        params = {"max_completion_tokens": req.max_tokens, "temperature": req.temperature, "seed": req.seed,
+                  "num_frames": req.frames}
+        provenance = {
+            "model": model,
+            "prompt_id": req.prompt.get("id"),
+            "prompt_name": req.prompt.get("name"),
+            "prompt_version": req.prompt.get("version"),
+            "params": params,
+            "frames": req.frames,
+            "replica": replica,
+            "decode_backend": resp.headers.get("x-decode-backend") or self.decode_backend,
+            "latency_ms": round(latency_ms, 1),
+            "prompt_tokens": usage.get("prompt_tokens"),
+            "completion_tokens": usage.get("completion_tokens"),
+            "finish_reason": finish,
+            "simulated": bool(simulated),
+        }
+        return CaptionResult(text=text, labels=labels, provenance=provenance)
+
+    async def models(self, replica_url: str) -> list[str]:
+        """Model ids served at `replica_url` (GET /v1/models)."""
+        try:
+            resp = await self._http.get(self._endpoint(replica_url, "/v1/models"))
+        except httpx.TimeoutException:
+            raise Unreachable(f"no answer from {replica_url}", replica=replica_url, kind="timeout") from None
+        except httpx.TransportError as e:
+            raise Unreachable(f"cannot reach {replica_url}: {e}", replica=replica_url, kind="connect") from None
+        if resp.status_code != 200:
+            raise classify_status(resp.status_code, _error_message(resp), replica_url)
+        return [m["id"] for m in resp.json().get("data", [])]
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> "FleetClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+
+__all__ = ["CaptionRequest", "CaptionResult", "FleetClient", "backoff", "clip_url", "resolve_clip",
+           "classify_status", "DEFAULT_DECODE_BACKEND"]

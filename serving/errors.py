@@ -1,0 +1,76 @@
+"""What can go wrong when asking the fleet for a caption, as a small exception hierarchy.
+
+    FleetError                 base: .kind, .retryable, .status, .replica
+    ├── ClipRejected           the clip itself is the problem: 400/422, a decode-failure 500
+    │                          (CreateFormatContext / Invalid data found / Could not open video),
+    │                          or a path outside the clip root. Never retried.
+    ├── BadAnswer              HTTP 200, but the answer is unusable: finish_reason != "stop" (e.g. "length":
+    │                          truncated), JSON invalid, or not schema-valid. Not retried (same prompt, same
+    │                          limits, same answer).
+    ├── ReplicaError           any other 5xx: the server failed. Retried elsewhere with backoff.
+    ├── Overloaded             503 / 429: the replica is busy or its engine is down. Retried with backoff.
+    └── Unreachable            connect error, read timeout, remote closed. Retried elsewhere.
+
+The runner decides what to do from `retryable` alone; `kind` is a short stable word stored on the job
+item (`last_error` kind) so leads can group failures. The message is fit to show a user.
+"""
+
+from __future__ import annotations
+
+
+class FleetError(Exception):
+    """Base of every error the fleet client raises on purpose."""
+
+    kind: str = "fleet"
+    retryable: bool = False
+
+    def __init__(self, message: str, *, status: int | None = None, replica: str | None = None,
+                 kind: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.replica = replica
+        if kind is not None:
+            self.kind = kind
+
+    def __repr__(self) -> str:
+        return (f"{type(self).__name__}({self.message!r}, kind={self.kind!r}, status={self.status!r}, "
+                f"replica={self.replica!r})")
+
+
+class ClipRejected(FleetError):
+    """The clip cannot be captioned as sent (bad request, undecodable video, path outside the root)."""
+
+    kind = "rejected"
+    retryable = False
+
+
+class BadAnswer(FleetError):
+    """The model answered, but the answer is truncated, not JSON, or does not fit the schema."""
+
+    kind = "bad_answer"
+    retryable = False
+
+
+class ReplicaError(FleetError):
+    """The replica failed on its side (5xx other than a decode failure or 503)."""
+
+    kind = "replica"
+    retryable = True
+
+
+class Overloaded(FleetError):
+    """The replica is overloaded or not serving (503/429); try again later or elsewhere."""
+
+    kind = "overloaded"
+    retryable = True
+
+
+class Unreachable(FleetError):
+    """No answer: connection refused, timed out, or closed mid-response."""
+
+    kind = "unreachable"
+    retryable = True
+
+
+__all__ = ["FleetError", "ClipRejected", "BadAnswer", "ReplicaError", "Overloaded", "Unreachable"]
