@@ -1,0 +1,162 @@
+"""The job runner's loop against a fake fleet client (the HTTP boundary): bounds, retries, pause, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from data import captions, jobs
+from serving import runner as runmod
+from serving.errors import ClipRejected, Overloaded, Unreachable
+from tests.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
+
+URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
+
+
+def make_job(db, n, **kw):
+    ids = add_clips(db, n, probe_errors=kw.pop("probe_errors", None))
+    p = default_prompt(db)
+    return jobs.create(db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], **kw), ids, p
+
+
+def test_runner_captions_every_clip_within_per_replica_bound(settings, db):
+    settings = settings.replace(per_replica_inflight=4)
+    job_id, ids, p = make_job(db, 60, params={"frames": 8, "max_tokens": 200})
+    client = FakeClient(latency=0.01)
+    prog = runmod.run_job(settings, job_id, URLS, client=client)
+    assert prog["state"] == "done" and prog["counts"]["done"] == 60
+    assert max(client.peak.values()) <= 4
+    assert {u for u, _ in client.calls} == set(URLS)  # spread over every replica
+    assert len(client.calls) == 60
+    cap = captions.get(db, db.execute("SELECT current_caption_id FROM clips WHERE id=?", [ids[0]]).fetchone()[0])
+    assert (cap["prompt_id"], cap["prompt_name"], cap["prompt_version"]) == (p["id"], "av-hazard", 1)
+    assert cap["job_id"] == job_id and cap["source"] == "model" and cap["simulated"] == 1
+
+
+def test_clips_with_a_probe_error_fail_without_being_sent(settings, db):
+    job_id, ids, _ = make_job(db, 10, probe_errors={3: "no video stream", 7: "moov atom not found"})
+    client = FakeClient()
+    prog = runmod.run_job(settings, job_id, URLS, client=client)
+    assert prog["counts"] == {"pending": 0, "leased": 0, "done": 8, "failed": 2}
+    assert len(client.calls) == 8
+    reasons = sorted(f["last_error"] for f in jobs.failures(db, job_id))
+    assert reasons == ["ingest: moov atom not found", "ingest: no video stream"]
+
+
+def test_rejected_clips_fail_at_once_and_retryable_errors_go_elsewhere(settings, db):
+    job_id, ids, _ = make_job(db, 30)
+    bad_replica = URLS[0]
+
+    def script(url, req, n):
+        if req.clip_path.endswith("00005.mp4"):
+            raise ClipRejected("HTTP 400: decode budget overrun", status=400, replica=url)
+        if url == bad_replica:
+            raise Unreachable("connection refused", replica=url, kind="connect")
+
+    client = FakeClient(script=script)
+    prog = runmod.run_job(settings, job_id, URLS, client=client, backoff_base=0.01)
+    assert prog["counts"]["done"] == 29 and prog["counts"]["failed"] == 1
+    f = jobs.failures(db, job_id)[0]
+    assert f["attempts"] == 1 and "decode budget" in f["last_error"] and f["error_kind"] == "rejected"
+    # every clip that failed on the bad replica was answered by another one, never twice by the bad one
+    per_clip_bad = [p for u, p in client.calls if u == bad_replica]
+    assert len(per_clip_bad) == len(set(per_clip_bad))
+    attempts = [r[0] for r in db.execute("SELECT attempts FROM job_items WHERE job_id=?", [job_id])]
+    assert max(attempts) <= 2
+
+
+def test_retryable_errors_give_up_after_max_attempts(settings, db):
+    settings = settings.replace(max_attempts=3)
+    job_id, ids, _ = make_job(db, 3)
+
+    def script(url, req, n):
+        raise Overloaded("HTTP 503: busy", status=503, replica=url)
+
+    prog = runmod.run_job(settings, job_id, URLS, client=FakeClient(script=script), backoff_base=0.01)
+    assert prog["counts"]["failed"] == 3
+    for f in jobs.failures(db, job_id):
+        assert f["attempts"] == 3 and "gave up after 3 attempts" in f["last_error"]
+
+
+def test_machine_result_never_replaces_a_human_caption(settings, db):
+    job_id, ids, _ = make_job(db, 2)
+    human = captions.save_human(db, ids[0], text="a human wrote this", labels=LABELS, author="ann",
+                                base_caption_id=None)
+    runmod.run_job(settings, job_id, URLS, client=FakeClient())
+    clip = db.execute("SELECT current_caption_id FROM clips WHERE id=?", [ids[0]]).fetchone()[0]
+    assert clip == human["id"]
+    assert len(captions.history(db, ids[0])) == 2  # the machine one is kept as a candidate
+
+
+def test_pause_stops_claiming_and_inflight_results_are_recorded(settings, db):
+    settings = settings.replace(per_replica_inflight=2)
+    job_id, ids, _ = make_job(db, 200)
+    client = FakeClient(latency=0.02)
+    out = {}
+
+    def run():
+        out["prog"] = runmod.run_job(settings, job_id, URLS, client=client)
+
+    t = threading.Thread(target=run)
+    t.start()
+    while db.execute("SELECT done FROM jobs WHERE id=?", [job_id]).fetchone()[0] < 20:
+        time.sleep(0.01)
+    jobs.change_state(db, job_id, "pause", "lead")
+    t.join(timeout=20)
+    assert not t.is_alive()
+    c = jobs.counts(db, job_id)
+    assert c["leased"] == 0 and 20 <= c["done"] < 200
+    assert c["done"] == len(client.calls)  # every request sent was recorded
+    assert jobs.get(db, job_id)["state"] == "paused"
+
+
+def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
+    settings = settings.replace(per_replica_inflight=5)
+    job_id, ids, _ = make_job(db, 300)
+    client = FakeClient(latency=0.05)
+    stop = threading.Event()
+    th = threading.Thread(target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop,
+                                                        drain_seconds=5))
+    th.start()
+    time.sleep(0.5)
+    stop.set()
+    th.join(timeout=20)
+    c = jobs.counts(db, job_id)
+    assert c["leased"] == 0 and c["done"] == len(client.calls) and c["pending"] == 300 - c["done"]
+
+
+def test_stop_releases_requests_that_outlive_the_drain_deadline(settings, db):
+    job_id, ids, _ = make_job(db, 6)
+
+    class Hang(FakeClient):
+        async def caption(self, url, req):
+            self.calls.append((url, req.clip_path))
+            await asyncio.sleep(60)
+
+    stop = threading.Event()
+    client = Hang()
+    th = threading.Thread(target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop,
+                                                        drain_seconds=0.3))
+    th.start()
+    while len(client.calls) < 6:
+        time.sleep(0.01)
+    stop.set()
+    th.join(timeout=20)
+    assert not th.is_alive()
+    rows = list(db.query("SELECT state, attempts FROM job_items WHERE job_id=?", [job_id]))
+    assert all(r["state"] == "pending" and r["attempts"] == 0 for r in rows)
+
+
+def test_parse_fleet_maps_names_to_the_router(settings):
+    assert runmod.parse_fleet("sim", settings) == [f"http://127.0.0.1:{settings.router_port}"]
+    assert runmod.parse_fleet("127.0.0.1:8000, http://h:9/", settings) == ["http://127.0.0.1:8000", "http://h:9"]
+
+
+def test_single_router_url_gets_bound_times_replicas(settings):
+    r = runmod.Runner(settings.replace(per_replica_inflight=7), "http://127.0.0.1:9", replicas=8,
+                      client=FakeClient())
+    assert r.capacity == 56
+    r._db.close()
