@@ -1,0 +1,346 @@
+"""Bring the fleet up and down: CUDA MPS, one vLLM replica per GPU (or the simulated fleet), vllm-router in front.
+
+    python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --clip-root /data/clips
+    python -m serving.launcher up --fleet gpu --gpus 0,1 --dry-run --vllm-version 0.33.0 --vllm-arg=--load-format=dummy
+    python -m serving.launcher up --fleet sim --replicas 4
+    python -m serving.launcher status
+    python -m serving.launcher url            # what the runner and the app should talk to
+    python -m serving.launcher down
+
+The replica command is the NVIDIA recipe of design/SERVING.md: GPU video decoding selected through the
+`backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL ignores), a decode budget
+from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica per GPU through
+`CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the bare
+api_server module ignores `--api-server-count`). Every process gets its own process group and log file under
+DATA_DIR/logs; its pid/pgid go to DATA_DIR/run/fleet.json as soon as it starts, so `down` and `status` work
+from another shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import httpx
+
+from data.settings import Settings, add_arguments, from_args
+from serving import procs
+
+HW_DECODERS_SINCE = (0, 25, 1)   # hw_decoders exists in releases after this one
+SETTING_NAMES = ("data_dir", "clip_root", "fleet", "fleet_port", "router_port", "gpus", "model",
+                 "served_model_name", "frames")
+
+
+# ---- versions and GPUs --------------------------------------------------------------------------------------
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    nums = re.findall(r"\d+", v.split("+")[0])[:3]
+    return tuple(int(n) for n in nums) if nums else None
+
+
+def installed_vllm_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices from `nvidia-smi -L` ([] without a GPU or driver)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(m.group(1)) for m in re.finditer(r"^GPU (\d+):", out, re.M)]
+
+
+def choose_gpus(spec: str) -> list[int]:
+    if spec.strip():
+        return [int(x) for x in re.split(r"[,\s]+", spec.strip()) if x]
+    return visible_gpus()
+
+
+# ---- command lines --------------------------------------------------------------------------------------------
+def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | None, host: str = "127.0.0.1",
+                 extra: Sequence[str] = (), frames: int | None = None) -> list[str]:
+    """`vllm serve` for one replica, the NVIDIA recipe adapted to the vLLM `version`."""
+    frames = frames or settings.frames
+    video: dict = {"backend": "pynvvideocodec", "min_frames": frames, "max_frames": frames}
+    if version is None or version > HW_DECODERS_SINCE:
+        video["hw_decoders"] = 2
+    cmd = ["vllm", "serve", settings.model, "--host", host, "--port", str(port),
+           "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",
+           "--max-num-batched-tokens", "32768", "--api-server-count", "4", "--renderer-num-workers", "4",
+           "--async-scheduling", "--mm-ipc-gpu-memory-gb", "2",
+           "--media-io-kwargs", json.dumps({"video": video}, separators=(",", ":")),
+           "--mm-processor-kwargs", json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}},
+                                               separators=(",", ":")),
+           "--allowed-local-media-path", str(settings.clip_root)]
+    if settings.served_model_name:
+        cmd += ["--served-model-name", settings.served_model_name]
+    return cmd + list(extra)
+
+
+def router_command(settings: Settings, worker_urls: Sequence[str], *, prometheus_port: int = 29000,
+                   health_interval: int = 10, startup_timeout: int = 1800) -> list[str]:
+    return ["vllm-router", "--host", "127.0.0.1", "--port", str(settings.router_port),
+            "--worker-urls", *worker_urls, "--policy", "round_robin",
+            "--worker-startup-timeout-secs", str(startup_timeout),
+            "--health-check-interval-secs", str(health_interval), "--request-timeout-secs", "1800",
+            "--retry-max-retries", "2", "--prometheus-port", str(prometheus_port)]
+
+
+def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
+    return [sys.executable, "-m", "serving.simfleet", "--replicas", str(replicas), "--port", str(settings.fleet_port),
+            "--allowed-local-media-path", str(settings.clip_root), *extra]
+
+
+def mps_env(settings: Settings) -> dict[str, str]:
+    return {"CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),
+            "CUDA_MPS_LOG_DIRECTORY": str(settings.data_dir / "logs" / "mps")}
+
+
+def plan(settings: Settings, args: argparse.Namespace) -> dict:
+    """Everything `up` would start, in order: [{name, cmd, env, log, url, health}], plus the fleet URLs."""
+    logs = settings.data_dir / "logs"
+    fleet = settings.fleet if settings.fleet in ("sim", "gpu") else ("gpu" if visible_gpus() else "sim")
+    steps: list[dict] = []
+    mps = None
+    if fleet == "gpu":
+        gpus = choose_gpus(settings.gpus)
+        if not gpus:
+            raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet sim")
+        version = parse_version(args.vllm_version or installed_vllm_version())
+        extra = [t for a in args.vllm_arg for t in shlex.split(a)]
+        env_common: dict[str, str] = {}
+        if not args.no_mps:
+            mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
+            env_common.update(mps_env(settings))
+        replica_urls = []
+        for i in gpus:
+            port = settings.fleet_port + i
+            url = f"http://127.0.0.1:{port}"
+            replica_urls.append(url)
+            steps.append({"name": f"replica-{i}", "cmd": vllm_command(settings, port, version=version, extra=extra,
+                                                                      host=args.replica_host),
+                          "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common}, "log": str(logs / f"replica-{i}.log"),
+                          "url": url, "health": url + "/health"})
+        timeout = args.startup_timeout or 1800
+    else:
+        n = args.replicas
+        replica_urls = [f"http://127.0.0.1:{settings.fleet_port + i}" for i in range(n)]
+        steps.append({"name": "simfleet", "cmd": simfleet_command(settings, n, [t for a in args.sim_arg
+                                                                              for t in shlex.split(a)]),
+                      "env": {}, "log": str(logs / "simfleet.log"), "url": ",".join(replica_urls),
+                      "health": [u + "/health" for u in replica_urls]})
+        timeout = args.startup_timeout or 60
+    router_url = None
+    if not args.no_router and (shutil.which("vllm-router") or args.dry_run):
+        router_url = f"http://127.0.0.1:{settings.router_port}"
+        steps.append({"name": "router",
+                      "cmd": router_command(settings, replica_urls, prometheus_port=args.router_prometheus_port,
+                                            health_interval=10 if fleet == "gpu" else 1,
+                                            startup_timeout=int(timeout)),
+                      "env": {}, "log": str(logs / "router.log"), "url": router_url,
+                      "health": router_url + "/liveness"})
+    return {"fleet": fleet, "mps": mps, "steps": steps, "replica_urls": replica_urls, "router_url": router_url,
+            "timeout": timeout}
+
+
+# ---- records --------------------------------------------------------------------------------------------------
+def record_path(settings: Settings) -> Path:
+    return settings.data_dir / "run" / "fleet.json"
+
+
+def load_record(settings: Settings) -> dict | None:
+    try:
+        return json.loads(record_path(settings).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_record(settings: Settings, rec: dict) -> None:
+    path = record_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, path)
+
+
+def fleet_url(settings: Settings, rec: dict | None = None) -> str:
+    """The URL(s) the runner should use: the router if there is one, else the replicas, comma-separated."""
+    rec = rec if rec is not None else load_record(settings)
+    if rec:
+        return rec.get("router_url") or ",".join(rec.get("replica_urls") or [])
+    return f"http://127.0.0.1:{settings.router_port}"
+
+
+# ---- commands -------------------------------------------------------------------------------------------------
+def _shell(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> str:
+    """One line a shell can run: `ENV=... [setsid] cmd ... [> log 2>&1 &]`."""
+    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+    line = (envs + " " if envs else "") + ("setsid " if log else "") + shlex.join(cmd)
+    return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
+
+
+def up(settings: Settings, args: argparse.Namespace) -> int:
+    p = plan(settings, args)
+    if args.dry_run:
+        if p["mps"]:
+            m = p["mps"]
+            print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
+            print("+ " + _shell(m["cmd"], m["env"]))
+        for s in p["steps"]:
+            print("+ " + _shell(s["cmd"], s["env"], s["log"]))
+        print(f"# fleet: {fleet_url(settings, p)}")
+        return 0
+    old = load_record(settings)
+    if old and any(procs.pid_alive(c["pid"]) for c in old.get("procs", [])):
+        print("launcher: a fleet is already running (python -m serving.launcher status / down)", file=sys.stderr)
+        return 1
+    rec = {"fleet": p["fleet"], "mps": None, "procs": [], "replica_urls": p["replica_urls"],
+           "router_url": p["router_url"], "started_at": time.time()}
+    save_record(settings, rec)
+    children: list[procs.Child] = []
+    try:
+        if p["mps"]:
+            for d in p["mps"]["env"].values():
+                Path(d).mkdir(parents=True, exist_ok=True)
+            r = subprocess.run(p["mps"]["cmd"], env={**os.environ, **p["mps"]["env"]}, capture_output=True,
+                               text=True, timeout=30)
+            if r.returncode != 0:
+                raise procs.StartupError(f"nvidia-cuda-mps-control -d failed: {r.stderr.strip() or r.stdout.strip()}")
+            rec["mps"] = p["mps"]["env"]
+            save_record(settings, rec)
+            print(f"[launcher] CUDA MPS daemon started (pipes in {p['mps']['env']['CUDA_MPS_PIPE_DIRECTORY']})")
+        for s in p["steps"]:
+            if s["name"] == "router":  # the router needs its workers up first
+                procs.wait_healthy(children, timeout=p["timeout"])
+            health = s["health"]
+            c = procs.start(s["name"], s["cmd"], log=s["log"], env=s["env"], url=s["url"],
+                            health=health if isinstance(health, str) else None)
+            children.append(c)
+            rec["procs"].append(c.record())
+            save_record(settings, rec)
+            print(f"[launcher] started {c.name} (pgid {c.pgid}, log {c.log})")
+            if isinstance(health, list):  # one process serving several replicas
+                for i, h in enumerate(health):
+                    children.append(procs.Child(name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd,
+                                                log=c.log, health=h, popen=c.popen))
+        procs.wait_healthy(children, timeout=p["timeout"])
+    except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
+        print(f"launcher: {e}", file=sys.stderr)
+        print("launcher: stopping what was started", file=sys.stderr)
+        down(settings, args, quiet=True)
+        return 1
+    print(f"[launcher] fleet up: {fleet_url(settings, rec)}")
+    return 0
+
+
+def down(settings: Settings, args: argparse.Namespace | None = None, *, quiet: bool = False) -> int:
+    rec = load_record(settings)
+    if not rec:
+        if not quiet:
+            print("[launcher] nothing recorded: no fleet to stop")
+        return 0
+    grace = getattr(args, "grace", 20.0) if args is not None else 20.0
+    for c in reversed(rec.get("procs", [])):
+        was = procs.stop_group(c["pgid"], c["pid"], grace=grace)
+        if not quiet:
+            print(f"[launcher] {'stopped' if was else 'already gone:'} {c['name']} (pgid {c['pgid']})")
+    if rec.get("mps"):
+        try:
+            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **rec["mps"]},
+                           capture_output=True, timeout=30)
+            if not quiet:
+                print("[launcher] CUDA MPS daemon told to quit")
+        except (OSError, subprocess.SubprocessError) as e:
+            print(f"launcher: could not stop the MPS daemon: {e}", file=sys.stderr)
+    try:
+        record_path(settings).unlink()
+    except OSError:
+        pass
+    return 0
+
+
+def status(settings: Settings, args: argparse.Namespace | None = None) -> int:
+    rec = load_record(settings)
+    if not rec:
+        print("[launcher] no fleet recorded (python -m serving.launcher up)")
+        return 3
+    bad = 0
+    with httpx.Client(timeout=2.0, trust_env=False) as http:
+        for c in rec.get("procs", []):
+            alive = procs.pid_alive(c["pid"])
+            urls = [u for u in (c.get("url") or "").split(",") if u]
+            health = []
+            for u in urls:
+                path = "/liveness" if c["name"] == "router" else "/health"
+                try:
+                    health.append(f"{u} {http.get(u + path).status_code}")
+                except httpx.HTTPError as e:
+                    health.append(f"{u} {type(e).__name__}")
+            ok = alive and all(h.endswith(" 200") for h in health)
+            bad += not ok
+            print(f"{c['name']:<12} {'up' if alive else 'DOWN':<5} pgid {c['pgid']:<8} {'; '.join(health)}")
+    print(f"fleet: {fleet_url(settings, rec)} ({rec.get('fleet')}{', MPS' if rec.get('mps') else ''})")
+    return 0 if bad == 0 else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m serving.launcher", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Start, stop and inspect the captioning fleet (CUDA MPS, vLLM replicas or the simulated "
+                    "fleet, vllm-router).",
+        epilog="examples:\n  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3 --clip-root /data/clips\n"
+               "  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --dry-run --vllm-version 0.33.0\n"
+               "  python -m serving.launcher up --fleet sim --replicas 4\n"
+               "  python -m serving.launcher status\n  python -m serving.launcher down")
+    p.add_argument("command", choices=("up", "down", "status", "url"), help="what to do")
+    add_arguments(p, SETTING_NAMES)
+    p.add_argument("--dry-run", action="store_true", help="print every command (with its environment); start nothing")
+    p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: the installed one)")
+    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for every vLLM replica, e.g. --vllm-arg=--load-format=dummy (repeatable)")
+    p.add_argument("--sim-arg", action="append", default=[], metavar="ARG",
+                   help="extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)")
+    p.add_argument("--replicas", type=int, default=4, help="replicas of the simulated fleet (default 4)")
+    p.add_argument("--replica-host", default="127.0.0.1", help="address vLLM replicas bind (default loopback)")
+    p.add_argument("--no-router", action="store_true", help="do not start vllm-router; the runner talks to replicas")
+    p.add_argument("--no-mps", action="store_true", help="do not start the CUDA MPS daemon")
+    p.add_argument("--router-prometheus-port", type=int, default=29000, help="router metrics port (default 29000)")
+    p.add_argument("--startup-timeout", type=float, default=None,
+                   help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)")
+    p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on down")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = from_args(args)
+    if args.command == "up":
+        return up(settings, args)
+    if args.command == "down":
+        return down(settings, args)
+    if args.command == "status":
+        return status(settings, args)
+    print(fleet_url(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,178 @@
+"""Child processes in their own process groups: start with a log file, wait for health, stop by group.
+
+Used by the fleet launcher and by tests that run real servers (simulated fleet, router, runner). Nothing
+here ever looks a process up by name: a process is stopped through the process group recorded when it
+was started (`start_new_session=True` makes the child the leader of a new group, so the group id is its pid).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import httpx
+
+
+class StartupError(RuntimeError):
+    """A child died or did not become healthy before its deadline."""
+
+
+@dataclasses.dataclass
+class Child:
+    name: str
+    pid: int
+    pgid: int
+    cmd: list[str]
+    log: str
+    url: str | None = None
+    health: str | None = None
+    popen: subprocess.Popen | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    def record(self) -> dict:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "popen"}
+
+    def alive(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is None
+        return pid_alive(self.pid)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie child of ours still "exists": look at its state
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def start(name: str, cmd: Sequence[str], *, log: str | Path, env: Mapping[str, str] | None = None,
+          url: str | None = None, health: str | None = None, cwd: str | Path | None = None) -> Child:
+    """Start `cmd` in a new session (own process group), stdout+stderr appended to `log`."""
+    log = Path(log)
+    log.parent.mkdir(parents=True, exist_ok=True)
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    with open(log, "ab") as out:
+        p = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                             env=full_env, cwd=cwd, start_new_session=True)
+    return Child(name=name, pid=p.pid, pgid=p.pid, cmd=list(cmd), log=str(log), url=url, health=health, popen=p)
+
+
+def tail(path: str | Path, lines: int = 20) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - 16384))
+            return "\n".join(f.read().decode("utf-8", "replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def wait_healthy(children: Sequence[Child], *, timeout: float, interval: float = 0.25,
+                 ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200) -> None:
+    """Poll each child's `health` URL until it answers; raise StartupError at the deadline or as soon as a
+    child has exited (with the end of its log)."""
+    deadline = time.monotonic() + timeout
+    pending = [c for c in children if c.health]
+    with httpx.Client(timeout=2.0, trust_env=False) as http:
+        while pending:
+            for c in list(pending):
+                if not c.alive():
+                    raise StartupError(f"{c.name} exited during start-up; last lines of {c.log}:\n{tail(c.log)}")
+                try:
+                    if ok(http.get(c.health)):
+                        pending.remove(c)
+                except httpx.HTTPError:
+                    pass
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                names = ", ".join(c.name for c in pending)
+                raise StartupError(f"{names} not healthy within {timeout:.0f} s (logs: "
+                                   f"{', '.join(c.log for c in pending)})")
+            time.sleep(interval)
+
+
+def stop_group(pgid: int, pid: int | None = None, *, grace: float = 10.0, popen: subprocess.Popen | None = None) -> bool:
+    """SIGTERM the process group, SIGKILL it after `grace` seconds. Returns True if it was running."""
+    if pid is not None and pid_alive(pid):
+        try:
+            if os.getpgid(pid) != pgid:  # the pid was reused by someone else: leave it alone
+                return False
+        except ProcessLookupError:
+            pass
+    try:
+        os.killpg(pgid, signal.SIGTERM)
+    except ProcessLookupError:
+        _reap(popen)
+        return False
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        _reap(popen)
+        if not _group_alive(pgid):
+            return True
+        time.sleep(0.05)
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(popen, wait=5)
+    return True
+
+
+def kill_group(pgid: int, popen: subprocess.Popen | None = None) -> None:
+    """SIGKILL a process group at once (tests of crash safety)."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(popen, wait=5)
+
+
+def _reap(popen: subprocess.Popen | None, wait: float = 0) -> None:
+    if popen is None:
+        return
+    try:
+        popen.wait(timeout=wait) if wait else popen.poll()
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # only zombies left? (children not yet reaped by a parent)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
