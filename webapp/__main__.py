@@ -1,0 +1,50 @@
+"""Run the web app: `python -m webapp [settings flags]`.
+
+Examples:
+  python -m webapp --data-dir var                      # http://127.0.0.1:7860, login on
+  python -m webapp --auth off                          # one local admin, loopback only
+  python -m webapp --fleet http://127.0.0.1:8000,http://127.0.0.1:8001   # replicas for the Fleet tab
+
+Binds 127.0.0.1 unless --host says otherwise; refuses a non-loopback host without login. Create the first
+admin with `python -m webapp.users add NAME --role admin`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from data import settings as settings_mod
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m webapp", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    settings_mod.add_arguments(p)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = settings_mod.from_args(args)
+    if settings.auth.lower() == "off" and not settings.loopback:
+        print(f"error: --auth off is only allowed on a loopback host, not {settings.host}", file=sys.stderr)
+        return 2
+    import uvicorn
+
+    from data import db as dbmod
+    from data import users
+    from webapp.app import build_app
+
+    db = dbmod.connect(settings.db)
+    if settings.auth_required and not users.list_users(db):
+        print("warning: no users yet: nobody can log in. Create the first admin with "
+              "`python -m webapp.users add NAME --role admin`", file=sys.stderr)
+    db.close()
+    app = build_app(settings)
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

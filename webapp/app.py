@@ -1,0 +1,144 @@
+"""The web app: Gradio Blocks mounted in FastAPI, next to the login, media and export routes.
+
+`build_app(settings, fleet_urls=[...])` returns a FastAPI app and starts nothing. Layout: a banner (simulated
+fleet), a user line, four tabs (Browse, Review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
+module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+from fastapi import FastAPI
+from fastapi.staticfiles import StaticFiles
+
+from webapp import exports, media, render
+from webapp.auth import Auth
+from webapp.browse import BrowseTab
+from webapp.context import AppContext
+from webapp.fleet_tab import FleetTab
+from webapp.jobs_tab import JobsTab
+from webapp.review import ReviewTab
+
+HERE = Path(__file__).parent
+CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
+HELP = """
+<div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
+<b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s)
+<table>
+<tr><td><kbd>j</kbd> / <kbd>→</kbd></td><td>next clip</td></tr>
+<tr><td><kbd>k</kbd> / <kbd>←</kbd></td><td>previous clip</td></tr>
+<tr><td><kbd>a</kbd></td><td>approve</td></tr>
+<tr><td><kbd>r</kbd></td><td>reject</td></tr>
+<tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
+<tr><td><kbd>/</kbd></td><td>search</td></tr>
+<tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
+</table></div>
+"""
+
+
+def head_html() -> str:
+    return "<script>\n" + (HERE / "shortcuts.js").read_text() + "\n</script>"
+
+
+class Workbench:
+    """The Blocks of one app instance."""
+
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+        self.browse = BrowseTab(ctx)
+        self.review = ReviewTab(ctx)
+        self.jobs = JobsTab(ctx)
+        self.fleet = FleetTab(ctx)
+
+    def build(self) -> gr.Blocks:
+        with gr.Blocks(title="Clip captioning workbench") as demo:
+            self.banner = gr.HTML(render.banner(self.ctx.simulated_fleet), elem_id="banner")
+            self.userline = gr.HTML("", elem_id="userline")
+            self.filter_state = gr.State({})
+            self.sort_state = gr.State("newest")
+            with gr.Tabs(selected="browse", elem_id="tabs") as self.tabs:
+                with gr.Tab("Browse", id="browse", elem_id="tab-browse"):
+                    self.browse.render()
+                with gr.Tab("Review", id="review", elem_id="tab-review"):
+                    self.review.render()
+                with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs"):
+                    self.jobs.render()
+                with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet"):
+                    self.fleet.render()
+            gr.HTML(HELP, elem_id="help-panel")
+            self.browse.wire(self.filter_state, self.sort_state)
+            self.review.wire(self.filter_state, self.sort_state)
+            self.jobs.wire(self.filter_state)
+            self.fleet.wire(self.banner)
+            self._wire()
+            demo.load(self.on_load, None, self._load_outputs, api_name="on_load")
+        demo.queue(default_concurrency_limit=CONCURRENCY)
+        return demo
+
+    def userline_html(self, request: gr.Request) -> str:
+        user = self.ctx.user(request)
+        logout = ' · <a href="/logout" id="logout">Sign out</a>' if self.ctx.settings.auth_required else \
+            " · login is off (local use only)"
+        return (f'<div class="cw-userline">Signed in as <b id="whoami">{render.esc(user.name)}</b> '
+                f'({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div>')
+
+    def on_load(self, request: gr.Request):
+        """First paint: who is here, the first page, prompt choices, and a deep-linked clip (/?clip=123)."""
+        out = {self.userline: self.userline_html(request)}
+        b = self.browse
+        out.update(b.apply(b.status.value, b.scenario.value, b.hazard.value, b.weather.value, b.lighting.value,
+                           b.has_caption.value, b.failed.value, None, "", "newest", request))
+        out[self.jobs.prompt] = self.jobs.prompt_choices(request)
+        clip = (request.query_params or {}).get("clip") if request is not None else None
+        if clip and str(clip).isdigit():
+            try:
+                out.update(self.review.view(int(clip), request))
+                out[self.tabs] = gr.Tabs(selected="review")
+            except gr.Error as e:
+                out[self.review.msg] = render.message(str(e.message), "error")
+        return out
+
+    def open_tile(self, evt: gr.EventData, request: gr.Request):
+        clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
+        if clip is None:
+            return gr.skip()
+        out = self.review.view(int(clip), request)
+        out[self.tabs] = gr.Tabs(selected="review")
+        return out
+
+    def _wire(self) -> None:
+        review_outs = self.review.view_outputs()
+        load_outs = ([self.userline, self.jobs.prompt, self.tabs] + self.browse.apply_outputs + review_outs)
+        self.browse.grid.click(self.open_tile, None, review_outs + [self.tabs], api_name="open_clip")
+        self._load_outputs = load_outs
+
+
+def fleet_urls_from(settings) -> list[str]:
+    """Replica URLs for the Fleet tab: explicit URLs in --fleet, else the router/replicas launch.sh starts."""
+    if "://" in settings.fleet:
+        return [u.strip() for u in settings.fleet.split(",") if u.strip()]
+    return []
+
+
+def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
+    """The whole web app for `settings`. Refuses a non-loopback bind without login."""
+    if settings.auth.lower() == "off" and not settings.loopback:
+        raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
+    ctx = AppContext(settings, fleet_urls=fleet_urls if fleet_urls is not None else fleet_urls_from(settings))
+    auth = Auth(ctx)
+    app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.ctx = ctx
+    app.state.auth = auth
+    auth.install(app)
+    media.install(app, ctx, auth.user_name)
+    exports.install(app, ctx, auth.user_name)
+    app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")
+    bench = Workbench(ctx)
+    demo = bench.build()
+    app.state.workbench = bench
+    app.state.demo = demo
+    return gr.mount_gradio_app(app, demo, path="/", auth_dependency=auth.user_name, ssr_mode=False,
+                               footer_links=["api"], run_history=False, head=head_html(),
+                               css_paths=[HERE / "static" / "app.css"], show_error=True)

@@ -1,0 +1,143 @@
+"""Browse tab: filters, full-text search, sort, keyset pages of thumbnails, live counts.
+
+Session state holds ids only: the filter (as a dict), the stack of page anchors (the id each page starts
+after) and the ids shown. Thumbnails are <img src="/thumb/ID"> served by webapp.media, never copied into
+Gradio's cache.
+"""
+
+from __future__ import annotations
+
+import json
+from urllib.parse import quote
+
+import gradio as gr
+
+from data import clips, taxonomy
+from webapp import render
+from webapp.context import AppContext
+
+ANY = "any"
+TRISTATE = [ANY, "yes", "no"]
+TILE_JS = """
+element.addEventListener('click', (ev) => {
+  const a = ev.target.closest('a.cw-tile');
+  if (!a || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0) return;
+  ev.preventDefault();
+  trigger('click', {clip: parseInt(a.dataset.clip, 10)});
+});
+"""
+
+
+def _tri(v: str | None) -> bool | None:
+    return {"yes": True, "no": False}.get(v or ANY)
+
+
+def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text) -> dict:
+    f = clips.Filter(review_status=status if status != ANY else None,
+                     scenario=scenario if scenario != ANY else None,
+                     hazard_level=hazard if hazard != ANY else None,
+                     weather=weather if weather != ANY else None,
+                     lighting=lighting if lighting != ANY else None,
+                     has_caption=_tri(has_caption), failed=_tri(failed),
+                     job_id=int(job) if job not in (None, "") and float(job) > 0 else None,
+                     text=(text or "").strip() or None)
+    return f.to_dict()
+
+
+def export_links(fdict: dict, can_export: bool) -> str:
+    if not can_export:
+        return ""
+    q = quote(json.dumps(fdict, sort_keys=True), safe="")
+    return (f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
+            f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>')
+
+
+class BrowseTab:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def render(self) -> None:
+        with gr.Row(elem_classes="cw-filters"):
+            self.text = gr.Textbox(label="Search (caption, labels, path)", elem_id="search", scale=3,
+                                   placeholder="e.g. pedestrian night   (press / to focus)")
+            self.status = gr.Dropdown([ANY, "unreviewed", "approved", "rejected"], value=ANY, label="Review",
+                                      elem_id="f-status", min_width=120)
+            self.scenario = gr.Dropdown([ANY, *taxonomy.SCENARIO_CATEGORIES], value=ANY, label="Scenario",
+                                        elem_id="f-scenario", min_width=160)
+            self.hazard = gr.Dropdown([ANY, *taxonomy.HAZARD_LEVELS], value=ANY, label="Hazard",
+                                      elem_id="f-hazard", min_width=110)
+            self.weather = gr.Dropdown([ANY, *taxonomy.WEATHER], value=ANY, label="Weather", min_width=110)
+            self.lighting = gr.Dropdown([ANY, *taxonomy.LIGHTING], value=ANY, label="Lighting", min_width=120)
+        with gr.Row(elem_classes="cw-filters"):
+            self.has_caption = gr.Radio(TRISTATE, value=ANY, label="Has caption", elem_id="f-has-caption")
+            self.failed = gr.Radio(TRISTATE, value=ANY, label="Ingest failed", elem_id="f-failed")
+            self.job = gr.Number(label="Job id", value=None, precision=0, minimum=0, elem_id="f-job")
+            self.sort = gr.Radio(["newest", "oldest"], value="newest", label="Sort", elem_id="f-sort")
+        self.counts = gr.HTML(elem_id="browse-counts")
+        self.export = gr.HTML(elem_id="browse-export")
+        self.grid = gr.HTML("", elem_id="gallery", js_on_load=TILE_JS)
+        with gr.Row():
+            self.prev_btn = gr.Button("◀ Previous page", elem_id="page-prev", size="sm")
+            self.page_label = gr.Markdown("", elem_id="page-label")
+            self.next_btn = gr.Button("Next page ▶", elem_id="page-next", size="sm")
+        self.anchors = gr.State([None])
+        self.page_ids = gr.State([])
+
+    @property
+    def filter_inputs(self) -> list:
+        return [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
+                self.failed, self.job, self.text]
+
+    def _page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
+        user = self.ctx.user(request)
+        db = self.ctx.db()
+        f = clips.Filter.from_dict(fdict)
+        rows = clips.page(db, f, after_id=anchors[-1], descending=(sort == "newest"))
+        more = len(rows) == clips.PAGE_SIZE and bool(clips.page(db, f, after_id=rows[-1]["id"], limit=1,
+                                                                descending=(sort == "newest")))
+        n = clips.count(db, f)
+        return {
+            self.grid: render.tiles(rows),
+            self.counts: render.counts(clips.summary(db), n),
+            self.export: export_links(fdict, user.can("lead")),
+            self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
+            self.prev_btn: gr.update(interactive=len(anchors) > 1),
+            self.next_btn: gr.update(interactive=more),
+            self.anchors: anchors,
+            self.page_ids: [r["id"] for r in rows],
+        }
+
+    def outputs(self, filter_state: gr.State) -> list:
+        return [self.grid, self.counts, self.export, self.page_label, self.prev_btn, self.next_btn,
+                self.anchors, self.page_ids, filter_state]
+
+    def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
+        outs = self.outputs(filter_state) + [sort_state]
+
+        def apply(status, scenario, hazard, weather, lighting, has_caption, failed, job, text, sort,
+                  request: gr.Request):
+            fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text)
+            return {**self._page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
+
+        def next_page(fdict, anchors, ids, sort, request: gr.Request):
+            if not ids:
+                return gr.skip()
+            return self._page(fdict, [*anchors, ids[-1]], sort, request)
+
+        def prev_page(fdict, anchors, sort, request: gr.Request):
+            if len(anchors) <= 1:
+                return gr.skip()
+            return self._page(fdict, anchors[:-1], sort, request)
+
+        inputs = self.filter_inputs + [self.sort]
+        for comp in [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
+                     self.failed, self.sort]:
+            comp.change(apply, inputs, outs, show_progress="hidden")
+        self.text.submit(apply, inputs, outs, api_name="browse_search")
+        self.job.submit(apply, inputs, outs)
+        self.apply = apply
+        self.apply_inputs = inputs
+        self.apply_outputs = outs
+        self.next_btn.click(next_page, [filter_state, self.anchors, self.page_ids, sort_state], outs[:-2],
+                            api_name="browse_next")
+        self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")

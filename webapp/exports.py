@@ -1,0 +1,80 @@
+"""GET /export?fmt=jsonl|csv&filter=<json>: what the current filter shows, as a download. Leads only,
+checked here on the server (the link is only shown to leads, but hiding a link protects nothing).
+
+The file is written by data.export (the clip library's exporter) into a temporary file by a worker thread
+with its own connection, then streamed; a fallback writer covers a checkout without data.export.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import tempfile
+
+import anyio
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import FileResponse
+from starlette.background import BackgroundTask
+
+from data import clips
+from data import db as dbmod
+from webapp.context import AppContext
+
+FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
+FALLBACK_FIELDS = ("id", "path", "review_status", "caption_source", "caption_text", "scenario", "hazard_level",
+                   "weather", "lighting", "road_type")
+
+
+def _fallback(db, f: clips.Filter, fmt: str, out) -> int:
+    n = 0
+    writer = csv.writer(out) if fmt == "csv" else None
+    if writer:
+        writer.writerow([*FALLBACK_FIELDS, "labels"])
+    for cid in clips.iter_ids(db, f):
+        c = clips.get(db, cid)
+        labels = (c.get("caption") or {}).get("labels") or {}
+        if writer:
+            writer.writerow([*(c.get(k) for k in FALLBACK_FIELDS), json.dumps(labels, sort_keys=True)])
+        else:
+            out.write(json.dumps({**{k: c.get(k) for k in FALLBACK_FIELDS}, "labels": labels}) + "\n")
+        n += 1
+    return n
+
+
+def write_export(db_path, f: clips.Filter, fmt: str, path: str) -> None:
+    db = dbmod.connect(db_path)
+    try:
+        with open(path, "w", newline="", encoding="utf-8") as out:
+            try:
+                from data import export as exporter
+            except ImportError:
+                _fallback(db, f, fmt, out)
+            else:
+                exporter.export(db, f, fmt, out)
+    finally:
+        db.close()
+
+
+def install(app: FastAPI, ctx: AppContext, user_name) -> None:
+    @app.get("/export", include_in_schema=False)
+    async def export(request: Request, fmt: str = "jsonl", filter: str = "{}"):  # noqa: A002
+        user = ctx.user_by_name(user_name(request))
+        if user is None:
+            raise HTTPException(401, "not logged in")
+        if not user.can("lead"):
+            raise HTTPException(403, "export needs the lead role")
+        if fmt not in FORMATS:
+            raise HTTPException(400, f"fmt must be one of {', '.join(FORMATS)}")
+        try:
+            fdict = json.loads(filter)
+            if not isinstance(fdict, dict):
+                raise ValueError
+            f = clips.Filter.from_dict(fdict)
+        except (ValueError, TypeError):
+            raise HTTPException(400, "filter must be a JSON object of clip filter fields") from None
+        fd, path = tempfile.mkstemp(prefix="cw-export-", suffix="." + fmt)
+        os.close(fd)
+        await anyio.to_thread.run_sync(write_export, ctx.settings.db, f, fmt, path)
+        return FileResponse(path, media_type=FORMATS[fmt], filename=f"clips.{fmt}",
+                            background=BackgroundTask(os.unlink, path))
