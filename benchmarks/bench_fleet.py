@@ -1,0 +1,548 @@
+#!/usr/bin/env python3
+"""Fleet benchmark on a GPU node: end-to-end clips/s and CPU core-seconds per clip, NVDEC vs CPU decoding.
+
+Runs real vLLM (any version with the `pynvvideocodec` video backend) on distinct clips, one configuration after
+another in one run, so the figures sit side by side. Prefix caching and the multimodal processor cache are off:
+with them on, repeated clips reuse their vision tokens and nothing is decoded (shared/gpu/README.md).
+
+Sub-commands (each prints what it does; results are JSON lines):
+  clips DIR --count N [--seconds 10 --height 1080 --bitrate 8e6 --gop 30]   distinct synthetic 1080p clips,
+        H.264 and HEVC alternating, encoded on NVENC when PyAV has it (else libx264/libx265)
+  sweep --model DIR --clips DIR --out results.jsonl --configs NAME[,NAME...]  start vLLM per configuration (the
+        launcher's recipe plus the configuration's overrides), warm up, drive load at each concurrency, stop
+  report results.jsonl [--png plot.png]   a markdown table and a plot
+
+Example (on the GPU machine, vLLM importable, a Qwen3-VL-8B-shaped model folder at /tmp/model):
+  python3 benchmarks/bench_fleet.py clips /tmp/clips --count 256
+  python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out results.jsonl \
+      --configs nvdec,opencv --concurrency 64
+The per-GPU reference (vLLM 0.25.0, 1xH200): 4.22 clips/s with NVDEC at 5.5 busy cores, prefix caching off.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# --------------------------------------------------------------------------------------------- clips
+
+
+def _frame_maker(width: int, height: int, seed: int):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    base = np.zeros((height, width, 3), np.uint8)
+    horizon = height // 2
+    sky = np.linspace(200, 120, horizon, dtype=np.float32)[:, None]
+    base[:horizon] = np.stack([sky * 0.8, sky * 0.9, sky], -1).astype(np.uint8)
+    base[horizon:] = (60, 60, 65)
+    texture = rng.integers(0, 40, (height * 2, width, 3), dtype=np.uint8)
+    cars = [(rng.uniform(0.2, 0.8), rng.uniform(0.55, 0.9), rng.uniform(-0.004, 0.004), rng.integers(40, 255, 3))
+            for _ in range(int(rng.integers(2, 6)))]
+
+    def frame(i: int):
+        img = base.copy()
+        off = (i * 7) % height
+        img[horizon:] = img[horizon:] + texture[off:off + height - horizon]
+        for k in range(8):  # lane markings moving towards the camera
+            y = horizon + ((k * (height // 16) + i * 9) % (height - horizon))
+            w = max(2, (y - horizon) // 12)
+            for lane in (0.35, 0.65):
+                x = int(width * (0.5 + (lane - 0.5) * (y - horizon) / (height - horizon) * 2))
+                img[y:y + w * 2, max(0, x - w):x + w] = 230
+        for cx, cy, vx, color in cars:
+            x = int((cx + vx * i) % 1.0 * width)
+            y = int(cy * height)
+            s = int((cy - 0.45) * height * 0.5)
+            img[max(0, y - s):y, max(0, x - s):min(width, x + s)] = color
+        return img
+
+    return frame
+
+
+def make_clip(path: str, seconds: float, height: int, codec: str, bitrate: float, gop: int, fps: int, seed: int,
+              prefer_nvenc: bool = True) -> str:
+    import av
+
+    width = int(round(height * 16 / 9 / 2)) * 2
+    names = {"h264": ["h264_nvenc", "libx264"], "hevc": ["hevc_nvenc", "libx265"]}[codec]
+    if not prefer_nvenc:
+        names = names[1:]
+    last_err = None
+    for name in names:
+        try:
+            with av.open(path, "w") as out:
+                st = out.add_stream(name, rate=fps)
+                st.width, st.height, st.pix_fmt = width, height, "yuv420p"
+                st.bit_rate = int(bitrate)
+                st.gop_size = gop
+                if name.startswith("lib"):
+                    st.options = {"preset": "ultrafast"} if name == "libx264" else {"preset": "ultrafast",
+                                                                                    "x265-params": "log-level=error"}
+                make = _frame_maker(width, height, seed)
+                for i in range(int(seconds * fps)):
+                    frame = av.VideoFrame.from_ndarray(make(i), format="rgb24")
+                    for pkt in st.encode(frame):
+                        out.mux(pkt)
+                for pkt in st.encode():
+                    out.mux(pkt)
+            return name
+        except Exception as e:  # encoder missing or refused (no NVENC here): try the next
+            last_err = e
+    raise RuntimeError(f"no encoder for {codec}: {last_err}")
+
+
+def cmd_clips(a) -> None:
+    from concurrent.futures import ProcessPoolExecutor
+
+    out = Path(a.dir)
+    out.mkdir(parents=True, exist_ok=True)
+    jobs = []
+    for i in range(a.count):
+        codec = "hevc" if i % 3 == 2 else "h264"  # two thirds H.264, one third HEVC
+        jobs.append((str(out / f"bench_{i:04d}_{codec}.mp4"), a.seconds, a.height, codec, a.bitrate, a.gop, 30, i))
+    t0 = time.time()
+    encoders: dict[str, int] = {}
+    with ProcessPoolExecutor(max_workers=a.workers or os.cpu_count()) as ex:
+        for name in ex.map(make_clip, *zip(*jobs)):
+            encoders[name] = encoders.get(name, 0) + 1
+    size = sum(Path(j[0]).stat().st_size for j in jobs)
+    print(json.dumps({"clips": a.count, "seconds": round(time.time() - t0, 1), "encoders": encoders,
+                      "mean_mb": round(size / a.count / 1e6, 2)}))
+
+# --------------------------------------------------------------------------------------------- vLLM configs
+
+
+# overrides on top of the launcher's recipe (serving.launcher); "backend" picks the video decoder
+CONFIGS: dict[str, dict] = {
+    "nvdec": {"backend": "pynvvideocodec"},
+    "opencv": {"backend": "opencv"},
+    "nvdec-api8": {"backend": "pynvvideocodec", "api_server_count": 8, "renderer_num_workers": 8},
+    "nvdec-api2": {"backend": "pynvvideocodec", "api_server_count": 2, "renderer_num_workers": 2},
+    "nvdec-bt64k": {"backend": "pynvvideocodec", "max_num_batched_tokens": 65536},
+    "nvdec-bt16k": {"backend": "pynvvideocodec", "max_num_batched_tokens": 16384},
+    "nvdec-8f": {"backend": "pynvvideocodec", "frames": 8},
+    "nvdec-32f": {"backend": "pynvvideocodec", "frames": 32},
+    "nvdec-nomps": {"backend": "pynvvideocodec", "mps": False},
+}
+
+
+def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
+    """The replica command line: the launcher's recipe when serving.launcher provides it, else the same
+    recipe written out here (SERVING.md), plus benchmark-only flags (dummy weights, caches off)."""
+    frames = cfg.get("frames", 16)
+    media = {"video": {"backend": cfg["backend"], "min_frames": frames, "max_frames": frames}}
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
+            "--host", "127.0.0.1", "--served-model-name", "bench",
+            "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",
+            "--max-num-batched-tokens", str(cfg.get("max_num_batched_tokens", 32768)),
+            "--api-server-count", str(cfg.get("api_server_count", 4)),
+            "--renderer-num-workers", str(cfg.get("renderer_num_workers", 4)),
+            "--async-scheduling", "--mm-ipc-gpu-memory-gb", str(cfg.get("mm_ipc_gpu_memory_gb", 2)),
+            "--media-io-kwargs", json.dumps(media),
+            "--mm-processor-kwargs", json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}),
+            "--allowed-local-media-path", clip_root,
+            "--load-format", "dummy", "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
+            # random weights fill allowed whitespace until max_tokens; compact JSON comes back complete
+            "--structured-outputs-config", json.dumps({"disable_any_whitespace": True})]
+    return argv
+
+
+def cmd_hostile(a) -> None:
+    """A few hostile clips, to compare how real vLLM and the simulated fleet answer them."""
+    import shutil
+
+    d = Path(a.dir)
+    d.mkdir(parents=True, exist_ok=True)
+    good = sorted(Path(a.good).glob("*.mp4"))[0].read_bytes() if a.good else b""
+    (d / "zero_length.mp4").write_bytes(b"")
+    (d / "html_named.mp4").write_text("<!doctype html><html><body>not a video</body></html>")
+    (d / "random_bytes.mp4").write_bytes(random.Random(1).randbytes(200_000))
+    if good:
+        (d / "truncated_half.mp4").write_bytes(good[: len(good) // 2])
+        (d / "truncated_head.mp4").write_bytes(good[:4096])
+    print(json.dumps(sorted(p.name for p in d.iterdir())))
+
+
+async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
+    """Status codes and messages of real vLLM for bad input, its metric names and a schema answer's shape."""
+    import httpx
+
+    from data import taxonomy
+
+    def body(uri: str, schema: bool = False) -> dict:
+        b = {"model": "bench", "max_tokens": 64, "temperature": 0.0,
+             "messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": uri}},
+                                                       {"type": "text", "text": PROMPT}]}]}
+        if schema:
+            b["max_tokens"] = 1500
+            b["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "caption", "schema": taxonomy.CAPTION_SCHEMA, "strict": True}}
+        return b
+
+    cases = {p.name: p.resolve().as_uri() for p in sorted(hostile.iterdir())}
+    cases["missing_file"] = (clip_root / "does_not_exist.mp4").resolve().as_uri()
+    cases["outside_root"] = "file:///etc/passwd"
+    cases["dotdot"] = clip_root.resolve().as_uri() + "/../../etc/passwd"
+    cases["metadata_ip"] = "http://169.254.169.254/latest/meta-data/"
+    out: dict = {"cases": {}}
+    async with httpx.AsyncClient(timeout=120) as c:
+        for name, uri in cases.items():
+            r = await c.post(url + "/v1/chat/completions", json=body(uri))
+            out["cases"][name] = {"status": r.status_code, "body": r.text[:600]}
+        good = sorted(clip_root.glob("*.mp4"))[-1].resolve().as_uri()
+        r = await c.post(url + "/v1/chat/completions", json=body(good, schema=True))
+        out["schema_answer"] = {"status": r.status_code, "headers": dict(r.headers), "body": r.json()}
+        m = await c.get(url + "/metrics")
+        out["metric_names"] = sorted({line.split("{")[0].split(" ")[0] for line in m.text.splitlines()
+                                      if line.startswith("vllm:")})
+        out["models"] = (await c.get(url + "/v1/models")).json()
+        out["health"] = (await c.get(url + "/health")).status_code
+    return out
+
+
+def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    import httpx
+
+    try:
+        r = httpx.get(url, timeout=timeout)
+        return r.status_code, r.text
+    except httpx.HTTPError as e:
+        return 0, str(e)
+
+
+def start_vllm(argv: list[str], log: Path, env: dict) -> subprocess.Popen:
+    f = open(log, "w")
+    return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def stop_group(p: subprocess.Popen, grace: float = 20.0) -> None:
+    try:
+        os.killpg(p.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.time() + grace
+    while time.time() < deadline and p.poll() is None:
+        time.sleep(0.3)
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+    time.sleep(2)  # let the GPU memory go
+
+
+def wait_ready(p: subprocess.Popen, url: str, timeout: float) -> float:
+    t0 = time.time()
+    while time.time() - t0 < timeout:
+        if p.poll() is not None:
+            raise RuntimeError(f"vLLM exited with {p.returncode} during start-up")
+        if _get(url + "/health")[0] == 200:
+            return time.time() - t0
+        time.sleep(1)
+    raise RuntimeError(f"vLLM not healthy after {timeout} s")
+
+
+def group_cpu_seconds(pgid: int) -> float:
+    import psutil
+
+    total = 0.0
+    for proc in psutil.process_iter(["pid"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+        except (psutil.Error, ProcessLookupError, PermissionError):
+            pass
+    return total
+
+
+def metric_total(text: str, name: str) -> float:
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name) and not line.startswith("#"):
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return total
+
+
+PROMPT = ("Describe this driving clip for a safety team in 100 to 200 words: the ego vehicle's manoeuvre, the other "
+          "road users and what they do, the road, weather and lighting, and any hazard.")
+
+
+async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
+    import httpx
+
+    sem = asyncio.Semaphore(concurrency)
+    lat: list[float] = []
+    errors: dict[str, int] = {}
+    usage = {"prompt_tokens": 0, "completion_tokens": 0}
+    limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(connect=5, read=900, write=60, pool=None),
+                                 limits=limits) as client:
+        async def one(clip: Path):
+            body = {"model": "bench", "max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True,
+                    "temperature": 0.0,
+                    "media_io_kwargs": {"video": {"min_frames": frames, "max_frames": frames}},
+                    "messages": [{"role": "user", "content": [
+                        {"type": "video_url", "video_url": {"url": clip.resolve().as_uri()}},
+                        {"type": "text", "text": PROMPT}]}]}
+            async with sem:
+                t = time.time()
+                try:
+                    r = await client.post(url + "/v1/chat/completions", json=body)
+                except httpx.HTTPError as e:
+                    errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+                    return
+                if r.status_code != 200:
+                    key = f"{r.status_code}: {r.text[:160]}"
+                    errors[key] = errors.get(key, 0) + 1
+                    return
+                lat.append(time.time() - t)
+                u = r.json().get("usage") or {}
+                usage["prompt_tokens"] += u.get("prompt_tokens", 0)
+                usage["completion_tokens"] += u.get("completion_tokens", 0)
+
+        await asyncio.gather(*(one(c) for c in clips))
+    lat.sort()
+    return {"ok": len(lat), "errors": errors, "usage": usage,
+            "p50_s": lat[len(lat) // 2] if lat else None,
+            "p95_s": lat[int(len(lat) * 0.95)] if lat else None}
+
+
+def nvidia_tool(name: str) -> str | None:
+    """NVIDIA's tools may sit outside PATH (/usr/local/nvidia/bin on the lent GPU machines)."""
+    import shutil
+
+    return shutil.which(name) or shutil.which(name, path="/usr/local/nvidia/bin:/usr/bin")
+
+
+class GpuSampler:
+    """nvidia-smi every 0.5 s: SM and NVDEC utilisation, for the 'what limits it' evidence."""
+
+    def __init__(self):
+        self.p = None
+        if not nvidia_tool("nvidia-smi"):
+            return
+        self.p = subprocess.Popen([nvidia_tool("nvidia-smi"), "--query-gpu=utilization.gpu,utilization.decoder",
+                                   "--format=csv,noheader,nounits", "-lms", "500"],
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+    def stop(self) -> dict:
+        if self.p is None:
+            return {}
+        self.p.terminate()
+        out, _ = self.p.communicate(timeout=5)
+        rows = []
+        for line in out.splitlines():
+            try:
+                rows.append([float(x) for x in line.split(",")])
+            except ValueError:
+                pass
+        if not rows:
+            return {}
+        return {"gpu_util_mean": round(sum(r[0] for r in rows) / len(rows), 1),
+                "nvdec_util_mean": round(sum(r[1] for r in rows) / len(rows), 1)}
+
+
+def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
+    import psutil
+
+    m0 = _get(url + "/metrics")[1]
+    cpu0 = group_cpu_seconds(pgid)
+    sys0 = psutil.cpu_times()
+    sampler = GpuSampler()
+    t0 = time.time()
+    res = asyncio.run(drive(url, clips, concurrency, max_tokens, frames))
+    wall = time.time() - t0
+    gpu = sampler.stop()
+    cpu = group_cpu_seconds(pgid) - cpu0
+    sys1 = psutil.cpu_times()
+    busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
+    m1 = _get(url + "/metrics")[1]
+    prompt_tok = metric_total(m1, "vllm:prompt_tokens_total") - metric_total(m0, "vllm:prompt_tokens_total")
+    n = res["ok"]
+    return {**res, "concurrency": concurrency, "requests": len(clips), "wall_s": round(wall, 2),
+            "clips_per_s": round(n / wall, 3) if wall else None,
+            "vllm_cpu_core_s_per_clip": round(cpu / n, 3) if n else None,
+            "vllm_cores_busy": round(cpu / wall, 2),
+            "machine_cores_busy": round(busy / wall, 2),
+            "prompt_tokens_per_s": round(prompt_tok / wall, 1),
+            "prompt_tokens_per_clip": round(prompt_tok / n, 1) if n else None, **gpu}
+
+
+def bf16_tflops() -> float | None:
+    """Measured dense bf16 matmul rate of this GPU (the compute ceiling for the estimate)."""
+    try:
+        import torch
+
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ b
+        torch.cuda.synchronize()
+        t = time.time()
+        for _ in range(20):
+            a @ b
+        torch.cuda.synchronize()
+        rate = 20 * 2 * 8192 ** 3 / (time.time() - t) / 1e12
+        del a, b
+        torch.cuda.empty_cache()
+        return round(rate, 1)
+    except Exception:
+        return None
+
+
+def mps(on: bool, env: dict) -> str:
+    tool = nvidia_tool("nvidia-cuda-mps-control")
+    if tool is None:
+        return "not available"
+    if on:
+        r = subprocess.run([tool, "-d"], env=env, capture_output=True, text=True)
+        return "started" if r.returncode == 0 else f"failed: {r.stderr.strip() or r.stdout.strip()}"
+    subprocess.run([tool], input="quit\n", env=env, capture_output=True, text=True)
+    return "stopped"
+
+
+def cmd_sweep(a) -> None:
+    clips = sorted(Path(a.clips).glob("*.mp4"))
+    if len(clips) < a.warmup + a.requests:
+        raise SystemExit(f"need {a.warmup + a.requests} clips in {a.clips}, found {len(clips)}")
+    warm, measured = clips[:a.warmup], clips[a.warmup:a.warmup + a.requests]
+    out = Path(a.out)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
+           "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    log_dir = Path(a.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    concurrencies = [int(c) for c in str(a.concurrency).split(",")]
+    if a.tflops:
+        print(json.dumps({"bf16_tflops": bf16_tflops()}), flush=True)
+    for name in a.configs.split(","):
+        cfg = CONFIGS[name]
+        frames = cfg.get("frames", 16)
+        mps_state = mps(cfg.get("mps", True), env)
+        argv = vllm_command(a.model, a.port, str(Path(a.clips).resolve()), cfg)
+        log = log_dir / f"vllm-{name}.log"
+        print(f"[{name}] {' '.join(argv)}", flush=True)
+        p = start_vllm(argv, log, env)
+        row = {"config": name, **cfg, "mps": mps_state, "date": time.strftime("%Y-%m-%d %H:%M")}
+        try:
+            row["startup_s"] = round(wait_ready(p, f"http://127.0.0.1:{a.port}", a.start_timeout), 1)
+            url = f"http://127.0.0.1:{a.port}"
+            if a.probe and name == a.configs.split(",")[0]:
+                Path(a.probe).write_text(json.dumps(asyncio.run(probe(url, Path(a.clips), Path(a.hostile))),
+                                                    indent=1))
+            asyncio.run(drive(url, warm, min(len(warm), 16), a.max_tokens, frames))
+            for c in concurrencies:
+                res = measure(url, p.pid, measured, c, a.max_tokens, frames)
+                line = {**row, **res}
+                print(json.dumps(line), flush=True)
+                with out.open("a") as f:
+                    f.write(json.dumps(line) + "\n")
+        except Exception as e:  # record and go on with the next configuration
+            line = {**row, "error": str(e)}
+            print(json.dumps(line), flush=True)
+            with out.open("a") as f:
+                f.write(json.dumps(line) + "\n")
+            os.system(f"tail -n 30 {log}")
+        finally:
+            stop_group(p)
+            if cfg.get("mps", True):
+                mps(False, env)
+
+# --------------------------------------------------------------------------------------------- report
+
+
+def cmd_report(a) -> None:
+    rows = [json.loads(l) for l in Path(a.results).read_text().splitlines() if l.strip()]
+    rows = [r for r in rows if "config" in r]
+    print("| config | backend | conc. | clips/s | vLLM core-s/clip | vLLM cores busy | machine cores busy | "
+          "GPU util % | NVDEC util % | prompt tok/clip | p50 s | errors |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['config']} | {r.get('backend')} | | failed: {r['error'][:80]} | | | | | | | | |")
+            continue
+        print(f"| {r['config']} | {r['backend']} | {r['concurrency']} | {r['clips_per_s']} | "
+              f"{r['vllm_cpu_core_s_per_clip']} | {r['vllm_cores_busy']} | {r['machine_cores_busy']} | "
+              f"{r.get('gpu_util_mean', '')} | {r.get('nvdec_util_mean', '')} | {r['prompt_tokens_per_clip']} | "
+              f"{r['p50_s'] and round(r['p50_s'], 1)} | {sum(r['errors'].values()) if r['errors'] else 0} |")
+    if a.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ok = [r for r in rows if "error" not in r]
+        fig, ax = plt.subplots(1, 2, figsize=(11, 4))
+        labels = [f"{r['config']}\nc={r['concurrency']}" for r in ok]
+        colors = ["tab:green" if r["backend"] == "pynvvideocodec" else "tab:red" for r in ok]
+        ax[0].bar(labels, [r["clips_per_s"] for r in ok], color=colors)
+        ax[0].axhline(4.22, ls="--", c="gray", label="reference 4.22 (NVDEC, 0.25.0)")
+        ax[0].axhline(5.0, ls=":", c="k", label="goal 5")
+        ax[0].set_ylabel("clips/s on one H200")
+        ax[0].legend(fontsize=8)
+        ax[1].bar(labels, [r["vllm_cpu_core_s_per_clip"] for r in ok], color=colors)
+        ax[1].axhline(1.0, ls=":", c="k", label="goal ≤ 1")
+        ax[1].set_ylabel("CPU core-seconds per clip")
+        ax[1].legend(fontsize=8)
+        for x in ax:
+            x.tick_params(axis="x", labelsize=7, rotation=45)
+        fig.suptitle("Qwen3-VL-8B (dummy weights), distinct 1080p clips, 16 frames; green = NVDEC, red = OpenCV")
+        fig.tight_layout()
+        fig.savefig(a.png, dpi=110)
+        print(f"wrote {a.png}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("clips", help="generate distinct realistic clips")
+    c.add_argument("dir")
+    c.add_argument("--count", type=int, default=256)
+    c.add_argument("--seconds", type=float, default=10)
+    c.add_argument("--height", type=int, default=1080)
+    c.add_argument("--bitrate", type=float, default=8e6)
+    c.add_argument("--gop", type=int, default=30)
+    c.add_argument("--workers", type=int, default=0)
+    s = sub.add_parser("sweep", help="run configurations one after another")
+    s.add_argument("--model", required=True)
+    s.add_argument("--clips", required=True)
+    s.add_argument("--out", required=True)
+    s.add_argument("--log-dir", default="/tmp/benchlogs")
+    s.add_argument("--configs", default="nvdec,opencv")
+    s.add_argument("--concurrency", default="64")
+    s.add_argument("--requests", type=int, default=192)
+    s.add_argument("--warmup", type=int, default=16)
+    s.add_argument("--max-tokens", type=int, default=150)
+    s.add_argument("--port", type=int, default=8100)
+    s.add_argument("--start-timeout", type=float, default=400)
+    s.add_argument("--tflops", action="store_true", help="measure the bf16 matmul rate first")
+    s.add_argument("--probe", help="write real vLLM's answers to bad input, metric names etc. to this JSON file")
+    s.add_argument("--hostile", default="/tmp/hostile", help="folder of hostile clips for --probe")
+    h = sub.add_parser("hostile", help="write a few hostile clips")
+    h.add_argument("dir")
+    h.add_argument("--good", help="folder with a good clip to truncate")
+    r = sub.add_parser("report", help="table + plot from results")
+    r.add_argument("results")
+    r.add_argument("--png")
+    a = ap.parse_args(argv)
+    {"clips": cmd_clips, "sweep": cmd_sweep, "report": cmd_report, "hostile": cmd_hostile}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
+# Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
+#   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage
+#   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model, generate clips
+#   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
+#   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
+set -euo pipefail
+step=${1:?step}
+export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
+export PATH=$PATH:/usr/local/nvidia/bin
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+case "$step" in
+  stage)
+    mkdir -p /tmp/stage && cp ".gpu/p$2/"* /tmp/stage/ && ls -la /tmp/stage ;;
+  setup)
+    bash .gpu/gpu_setup.sh
+    if ls .whl/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    fi
+    python3 -c "import av, vllm; print('av', av.__version__, 'vllm', vllm.__version__)"
+    [ -f /tmp/model/config.json ] || python3 .gpu/make_dummy_qwen3vl.py /tmp/model
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+    nproc; free -g | head -2
+    python3 benchmarks/bench_fleet.py clips /tmp/clips --count "${CLIPS:-144}" --seconds 10 --height 1080
+    python3 benchmarks/bench_fleet.py hostile /tmp/clips/hostile --good /tmp/clips
+    du -sh /tmp/clips ;;
+  bench)
+    python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
+      --configs nvdec,opencv --concurrency 64 --requests 128 --warmup 8 --tflops \
+      --probe "$OUT/probe.json" --hostile /tmp/clips/hostile 2>&1 | tee "$OUT/sweep.log"
+    for f in /tmp/benchlogs/*.log; do echo "=== $f"; tail -n 40 "$f"; done >"$OUT/vllm-tails.log" ;;
+  sweep)
+    python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
+      --configs "$2" --concurrency "${CONC:-64}" --requests 128 --warmup 8 2>&1 | tee "$OUT/sweep.log"
+    for f in /tmp/benchlogs/*.log; do echo "=== $f"; tail -n 40 "$f"; done >"$OUT/vllm-tails.log" ;;
+  *) echo "unknown step $step"; exit 2 ;;
+esac
