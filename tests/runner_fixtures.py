@@ -69,3 +69,70 @@ class FakeClient:
 
 
 __all__ = ["add_clips", "default_prompt", "FakeClient", "LABELS", "ClipRejected", "FleetError"]
+
+
+# ---- real clips, a real simulated fleet, the real router ------------------------------------------------------
+import contextlib  # noqa: E402
+import io  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import httpx  # noqa: E402
+
+from serving import procs  # noqa: E402
+
+
+def tiny_clip_bytes(w: int = 64, h: int = 48, n: int = 10) -> bytes:
+    import av
+    import numpy as np
+
+    buf = io.BytesIO()
+    with av.open(buf, "w", format="mp4") as out:
+        s = out.add_stream("libx264", rate=10)
+        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
+        for i in range(n):
+            img = np.full((h, w, 3), (i * 20) % 255, dtype=np.uint8)
+            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
+                out.mux(p)
+        for p in s.encode():
+            out.mux(p)
+    return buf.getvalue()
+
+
+def tiny_library(settings, db, n: int, *, prefix: str = "lib", broken: dict[str, str] | None = None) -> list[int]:
+    """`n` real (tiny, hard-linked) H.264 clips under the clip root with their clip rows, plus `broken`
+    {name: probe error} rows whose files exist but are junk. Returns the ids of the good clips."""
+    root = Path(settings.clip_root) / prefix
+    root.mkdir(parents=True, exist_ok=True)
+    first = root / "00000.mp4"
+    first.write_bytes(tiny_clip_bytes())
+    for i in range(1, n):
+        os.link(first, root / f"{i:05d}.mp4")
+    rows = [{"path": f"{prefix}/{i:05d}.mp4", "size": first.stat().st_size, "duration": 1.0, "width": 64,
+             "height": 48, "frames": 10, "codec": "h264"} for i in range(n)]
+    for name, err in (broken or {}).items():
+        (root / name).write_bytes(b"<html>not a video</html>")
+        rows.append({"path": f"{prefix}/{name}", "size": 24, "probe_error": err})
+    with db.conn:
+        db["clips"].insert_all(rows)
+    return [r["id"] for r in db.query("SELECT id FROM clips WHERE path LIKE ? AND probe_error IS NULL ORDER BY id",
+                                      [prefix + "/%"])]
+
+
+@contextlib.contextmanager
+def real_router(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
+    """The real vllm-router binary in front of `worker_urls`, on free loopback ports; yields its URL."""
+    exe = shutil.which("vllm-router")
+    assert exe, "vllm-router is not installed (pip install vllm-router): the end-to-end tests need it"
+    port = procs.free_port()
+    cmd = [exe, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls, "--policy", "round_robin",
+           "--worker-startup-timeout-secs", "30", "--health-check-interval-secs", "1", "--request-timeout-secs", "60",
+           "--retry-max-retries", "2", "--prometheus-port", str(procs.free_port())]
+    child = procs.start("router", cmd, log=Path(tmp_path) / "router.log", health=f"http://127.0.0.1:{port}/readiness")
+    try:
+        procs.wait_healthy([child], timeout=timeout)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        procs.stop_group(child.pgid, child.pid, grace=5, popen=child.popen)

@@ -1,0 +1,222 @@
+"""Caption a selection of clips from the command line, with a progress bar: the lead's batch tool.
+
+    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no
+    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:8000,http://127.0.0.1:8001 \\
+        --status unreviewed --text rain --prompt av-hazard --frames 16 --limit 500
+    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12
+    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12 --retry-failed
+
+It writes the same job rows the web app writes and executes them with the runner's own loop
+(`serving.runner.run_job`), so a job started here can be watched, paused or resumed from the app, and the
+other way round. Ctrl-C pauses the job cleanly (requests in flight are finished and recorded) and prints the
+command that resumes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import itertools
+import shlex
+import signal
+import sys
+import threading
+
+from data import clips, jobs, prompts
+from data import db as dbmod
+from data.db import DataError
+from data.settings import add_arguments, from_args
+
+YES = {"yes", "y", "true", "1"}
+NO = {"no", "n", "false", "0"}
+
+
+def _yes_no(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    v = value.lower()
+    if v in YES:
+        return True
+    if v in NO:
+        return False
+    raise argparse.ArgumentTypeError(f"expected yes or no, got {value!r}")
+
+
+def build_filter(args: argparse.Namespace) -> clips.Filter:
+    """The clip filter the flags describe (same fields as the app's browser)."""
+    return clips.Filter(review_status=args.status, scenario=args.scenario, hazard_level=args.hazard_level,
+                        weather=args.weather, lighting=args.lighting, road_type=args.road_type,
+                        caption_source=args.source, has_caption=_yes_no(args.has_caption),
+                        failed=_yes_no(args.ingest_failed), job_id=args.job,
+                        job_item_state=args.job_state, text=args.text)
+
+
+def pick_prompt(db, spec: str | None) -> dict:
+    """A prompt by id (`7`), by name (newest version: `av-hazard`) or by name and version (`av-hazard@1`)."""
+    if not spec:
+        return prompts.latest(db)
+    if spec.isdigit():
+        return prompts.get(db, int(spec))
+    if "@" in spec:
+        name, version = spec.rsplit("@", 1)
+        for p in prompts.list_prompts(db):
+            if p["name"] == name and str(p["version"]) == version:
+                return p
+        raise dbmod.NotFound(f"no prompt {name!r} version {version}")
+    return prompts.latest(db, spec)
+
+
+def create_job(db, settings, args: argparse.Namespace) -> int:
+    f = build_filter(args)
+    if f.job_item_state and not f.job_id:
+        raise DataError("--job-state needs --job JOB (the job whose items to select)")
+    prompt = pick_prompt(db, args.prompt)
+    ids = list(itertools.islice(clips.iter_ids(db, f), args.limit)) if args.limit else list(clips.iter_ids(db, f))
+    params = {"frames": args.frames or settings.frames, "max_tokens": args.max_tokens or settings.max_tokens,
+              "temperature": settings.temperature if args.temperature is None else args.temperature}
+    if args.seed is not None:
+        params["seed"] = args.seed
+    name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {len(ids)} clips"
+    return jobs.create(db, name=name, created_by=args.user, clip_ids=ids, prompt_id=prompt["id"], params=params,
+                       selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})})
+
+
+class Bar:
+    """tqdm over a job's finished items, with rate, ETA and failures in the postfix."""
+
+    def __init__(self, total: int, initial: int, desc: str, disable: bool):
+        from tqdm import tqdm
+
+        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="clip", dynamic_ncols=True, disable=disable,
+                        smoothing=0.1)
+
+    def __call__(self, prog: dict) -> None:
+        c = prog["counts"]
+        finished = c["done"] + c["failed"]
+        if finished > self.bar.n:
+            self.bar.update(finished - self.bar.n)
+        self.bar.set_postfix(failed=c["failed"], inflight=c["leased"], state=prog["state"], refresh=False)
+        self.bar.refresh()
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m serving.caption", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Create a captioning job over the clips a filter matches and run it in the foreground "
+                    "(Ctrl-C pauses it; --resume JOB continues it).",
+        epilog="examples:\n"
+               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no\n"
+               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --text rain "
+               "--prompt av-hazard@1 --limit 100\n"
+               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --job 3 "
+               "--job-state failed   # a new job over job 3's failures\n"
+               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12")
+    add_arguments(p, ("data_dir", "db", "clip_root", "fleet", "router_port", "model", "served_model_name",
+                      "per_replica_inflight", "request_timeout", "max_attempts", "lease_seconds"))
+    sel = p.add_argument_group("which clips")
+    sel.add_argument("--status", choices=("unreviewed", "approved", "rejected"), help="review status")
+    sel.add_argument("--has-caption", metavar="yes|no", help="only clips with (yes) or without (no) a caption")
+    sel.add_argument("--text", help="full-text search over path, caption and labels")
+    sel.add_argument("--scenario", help="scenario category label")
+    sel.add_argument("--hazard-level", help="hazard level label")
+    sel.add_argument("--weather")
+    sel.add_argument("--lighting")
+    sel.add_argument("--road-type")
+    sel.add_argument("--source", choices=("model", "human"), help="who wrote the current caption")
+    sel.add_argument("--ingest-failed", metavar="yes|no", help="clips whose ingest probe failed (yes) or not (no)")
+    sel.add_argument("--job", type=int, help="clips of this job (with --job-state: only items in that state)")
+    sel.add_argument("--job-state", choices=("pending", "leased", "done", "failed"), help="item state in --job")
+    sel.add_argument("--limit", type=int, default=None, help="at most this many clips (in id order)")
+    how = p.add_argument_group("how")
+    how.add_argument("--prompt", help="prompt name (newest version), name@version, or id (default: av-hazard)")
+    how.add_argument("--frames", type=int, default=None, help="frames per clip (default: settings)")
+    how.add_argument("--max-tokens", type=int, default=None, help="output token limit (default: settings)")
+    how.add_argument("--temperature", type=float, default=None)
+    how.add_argument("--seed", type=int, default=None)
+    how.add_argument("--name", help="job name")
+    how.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who the job is created by")
+    how.add_argument("--replicas", type=int, default=None,
+                     help="replicas behind a single router URL (default: ask the router's /workers)")
+    how.add_argument("--resume", type=int, metavar="JOB", help="continue job JOB instead of creating one")
+    how.add_argument("--retry-failed", action="store_true", help="with --resume: send the failed items again")
+    how.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    settings = from_args(args)
+    db = dbmod.connect(settings.db)
+    try:
+        if args.resume:
+            job = jobs.get(db, args.resume)
+            if args.retry_failed:
+                n = jobs.retry_failed(db, job["id"], args.user)
+                print(f"job {job['id']}: {n} failed item(s) back to pending", file=sys.stderr)
+                job = jobs.get(db, job["id"])
+            if job["state"] in ("paused", "cancelled") or (job["state"] == "done" and
+                                                          jobs.counts(db, job["id"])["pending"]):
+                job = jobs.change_state(db, job["id"], "resume", args.user)
+            job_id = job["id"]
+        else:
+            job_id = create_job(db, settings, args)
+        job = jobs.get(db, job_id)
+        c = jobs.counts(db, job_id)
+    except (DataError, argparse.ArgumentTypeError) as e:
+        print(f"caption: {e}", file=sys.stderr)
+        return 2
+    finally:
+        db.close()
+    print(f"job {job_id} ({job['name']}): {job['total']} clips, {c['done']} done, {c['failed']} failed", file=sys.stderr)
+    if job["state"] not in jobs.ACTIVE:
+        print(f"job {job_id} is {job['state']}: nothing to run", file=sys.stderr)
+        return 0
+
+    stop = threading.Event()
+    previous = signal.getsignal(signal.SIGINT)
+
+    def on_sigint(signum, frame):
+        if stop.is_set():  # a second Ctrl-C: give up waiting for requests in flight
+            signal.signal(signal.SIGINT, previous)
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_sigint)
+    signal.signal(signal.SIGTERM, on_sigint)
+    bar = Bar(job["total"], c["done"] + c["failed"], f"job {job_id}", args.no_progress)
+    try:
+        from serving.runner import run_job
+
+        prog = run_job(settings, job_id, settings.fleet, progress_cb=bar, stop_event=stop, replicas=args.replicas)
+    finally:
+        bar.close()
+        signal.signal(signal.SIGINT, previous)
+    if stop.is_set() and prog["state"] in jobs.ACTIVE:
+        db = dbmod.connect(settings.db)
+        try:
+            prog = jobs.change_state(db, job_id, "pause", args.user)
+        finally:
+            db.close()
+        again = ["python", "-m", "serving.caption", "--db", str(settings.db), "--fleet", settings.fleet,
+                 "--resume", str(job_id)]
+        print(f"\npaused job {job_id}; nothing in flight was lost. Resume with:\n  {shlex.join(again)}",
+              file=sys.stderr)
+        return 130
+    cnt = prog["counts"]
+    print(f"job {job_id} {prog['state']}: {cnt['done']} captioned, {cnt['failed']} failed", file=sys.stderr)
+    if cnt["failed"]:
+        db = dbmod.connect(settings.db)
+        try:
+            for f in jobs.failures(db, job_id, limit=5):
+                print(f"  failed: {f['path']}: {f['last_error']}", file=sys.stderr)
+        finally:
+            db.close()
+        print(f"  retry them with: python -m serving.caption --db {shlex.quote(str(settings.db))} "
+              f"--fleet {shlex.quote(settings.fleet)} --resume {job_id} --retry-failed", file=sys.stderr)
+    return 0 if prog["state"] == "done" else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
