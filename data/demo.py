@@ -402,7 +402,7 @@ def write_hostile_corpus(root: str | Path) -> dict[str, str]:
     (root / bad_name).write_bytes(_tiny_clip(faststart=True))
     expected[bad_name] = "not valid utf-8"
     for name, target in (("symlink_to_etc_passwd.mp4", "/etc/passwd"),
-                         ("symlink_up_and_out.mp4", "../outside_the_root.mp4")):
+                         ("symlink_up_and_out.mp4", "../" * 12 + "outside_the_root.mp4")):
         link = root / name
         if link.is_symlink() or link.exists():
             link.unlink()

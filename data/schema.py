@@ -194,3 +194,11 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         info TEXT
     )""")
     _fts_clips(db)
+
+
+@MIGRATIONS()
+def m002_clip_library(db: sqlite_utils.Database) -> None:
+    """Ingest: which frames the filmstrip shows (the model's frames, a JSON list of indices) and which
+    decoder made it (pyav | nvdec)."""
+    db.execute("ALTER TABLE clips ADD COLUMN filmstrip_indices TEXT")
+    db.execute("ALTER TABLE clips ADD COLUMN media_decoder TEXT")

@@ -1,0 +1,451 @@
+"""Ingest: walk a clip root and keep the `clips` table in step with it.
+
+    python -m data.ingest var/clips --db var/workbench.db --workers 2
+
+For every video file under the root (by extension) it hashes (streamed sha256), probes (data.probe), writes
+a thumbnail and a filmstrip of the model's frames (data.media) and merges a sidecar JSON (`clip.json` beside
+`clip.mp4`) into clips.sidecar. That work runs in worker processes, one clip at a time each, under a
+per-clip deadline: PyAV can crash or hang on hostile input, so a crash or a timeout kills only that worker
+(a fresh one replaces it) and becomes the clip's recorded reason ("probe timed out after 20 s",
+"probe crashed (SIGSEGV)"). Nothing about one file stops the run.
+
+Re-running is cheap and safe:
+- a file whose size and mtime match its row is skipped;
+- a new path whose content hash matches a row whose file vanished is a *move*: that row's path is updated
+  and its captions stay with it;
+- rows whose file is gone are marked `missing = 1` (never deleted: they may hold human captions).
+Files refused without opening them: non-UTF-8 names, symlinks leaving the root, broken symlinks, anything
+that is not a regular file (a directory or FIFO named x.mp4). Hidden names (".x") are ignored.
+
+All database writes happen in this (parent) process, in batches inside `immediate(db)`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import os
+import signal
+import stat
+import sys
+import time
+from collections import deque
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Iterator
+
+import sqlite_utils
+
+from data import settings as settings_mod
+from data.db import connect, immediate, now
+from data.settings import Settings
+
+log = logging.getLogger(__name__)
+
+VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi", ".ts", ".mts"})
+DEFAULT_TIMEOUT = 20.0
+BATCH = 64
+FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
+          "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "sidecar")
+
+
+@dataclass
+class Entry:
+    """One file found by the walk."""
+
+    rel: str  # path relative to the root, as stored (UTF-8 text)
+    abs: str
+    size: int | None
+    mtime: float | None
+    error: str | None = None  # a reason found without opening the file
+    sidecar: str | None = None  # JSON text
+
+
+def storable_name(name: str) -> tuple[str, bool]:
+    """(text fit for the database, whether the name was valid UTF-8). Undecodable bytes become \\xNN."""
+    raw = os.fsencode(name)
+    try:
+        return raw.decode("utf-8"), True
+    except UnicodeDecodeError:
+        return raw.decode("utf-8", "backslashreplace"), False
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
+                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+        if test(mode):
+            return name
+    return "special file"
+
+
+def _sidecar(abs_path: str) -> str | None:
+    side = os.path.splitext(abs_path)[0] + ".json"
+    try:
+        if os.path.islink(side) or not os.path.isfile(side) or os.path.getsize(side) > 1 << 20:
+            return None
+        with open(side, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return json.dumps({"_sidecar_error": f"unreadable sidecar {os.path.basename(side)}"})
+    if not isinstance(data, dict):
+        data = {"value": data}
+    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+
+
+def walk(root: str | Path) -> Iterator[Entry]:
+    """Every candidate clip under `root`, classified as far as possible without opening it."""
+    root = os.path.realpath(root)
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        names = [n for n in filenames if not n.startswith(".")]
+        # a directory (or symlinked directory) named like a clip is reported, not silently skipped
+        names += [d for d in dirnames if os.path.splitext(d)[1].lower() in VIDEO_EXTENSIONS]
+        for name in sorted(names):
+            if os.path.splitext(name)[1].lower() not in VIDEO_EXTENSIONS:
+                continue
+            full = os.path.join(dirpath, name)
+            rel_raw = os.path.relpath(full, root)
+            rel, utf8 = storable_name(rel_raw)
+            if not utf8:
+                yield _entry_lstat(rel, full, "file name is not valid UTF-8 (rename the file to ingest it)")
+                continue
+            if os.path.islink(full):
+                target = os.path.realpath(full)
+                if os.path.commonpath([root, target]) != root:
+                    yield _entry_lstat(rel, full, "symlink points outside the clip root")
+                    continue
+                if not os.path.exists(target):
+                    yield _entry_lstat(rel, full, "broken symlink (its target does not exist)")
+                    continue
+            try:
+                st = os.stat(full)
+            except OSError as e:
+                yield Entry(rel, full, None, None, f"unreadable: {e.strerror}")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                yield Entry(rel, full, None, st.st_mtime, f"not a regular file ({_kind(st.st_mode)})")
+                continue
+            yield Entry(rel, full, st.st_size, st.st_mtime, sidecar=_sidecar(full))
+
+
+def _entry_lstat(rel: str, full: str, error: str) -> Entry:
+    try:
+        st = os.lstat(full)
+        return Entry(rel, full, st.st_size, st.st_mtime, error)
+    except OSError:
+        return Entry(rel, full, None, None, error)
+
+
+# -- worker side ---------------------------------------------------------------------------------------------
+
+def process_clip(task: dict) -> dict:
+    """Hash, probe and make media for one file. Runs in a worker process; returns a row fragment."""
+    from data import media, probe
+
+    out: dict[str, Any] = {"rel": task["rel"]}
+    out["sha256"] = probe.sha256_file(task["abs"])
+    p = probe.probe(task["abs"], max_seconds=task.get("max_seconds", probe.MAX_SECONDS))
+    out.update(p.as_row())
+    if p.error is None and task.get("media"):
+        try:
+            m = media.make_media(task["abs"], task["media_dir"], out["sha256"], p.frames, task["frames"],
+                                 task["decoder"])
+        except media.DecodeError as e:
+            out["probe_error"] = f"corrupt: {e}"
+        else:
+            out["thumbnail"], out["filmstrip"] = m["thumbnail"], m["filmstrip"]
+            out["filmstrip_indices"] = json.dumps(m["filmstrip_indices"])
+            out["media_decoder"] = m["decode_backend"]
+    return out
+
+
+def _worker_main(conn) -> None:  # pragma: no cover - runs in the child
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    logging.basicConfig(level=logging.WARNING)
+    try:
+        import av
+
+        av.logging.set_level(av.logging.PANIC)  # FFmpeg's own chatter about hostile files
+    except Exception:
+        pass
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        try:
+            result = process_clip(task)
+        except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
+            result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
+        conn.send(result)
+
+
+class WorkerPool:
+    """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
+    overruns is killed and replaced; its task gets a reason instead of a result."""
+
+    def __init__(self, workers: int, timeout: float):
+        self.ctx = mp.get_context("spawn")  # never fork a parent that has threads (tqdm, sqlite)
+        self.timeout = timeout
+        self.size = max(1, workers)
+        self.idle: list[tuple[Any, Any]] = []
+        self.busy: dict[Any, tuple[Any, dict, float]] = {}
+        for _ in range(self.size):
+            self.idle.append(self._spawn())
+
+    def _spawn(self):
+        parent, child = self.ctx.Pipe()
+        proc = self.ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
+
+    def run(self, tasks: Iterator[dict]) -> Iterator[dict]:
+        """Yield one result per task, in completion order."""
+        queue = deque(tasks)
+        while queue or self.busy:
+            while queue and self.idle:
+                proc, conn = self.idle.pop()
+                task = queue.popleft()
+                conn.send(task)
+                self.busy[conn] = (proc, task, time.monotonic() + self.timeout)
+            deadline = min(d for _, _, d in self.busy.values())
+            ready = wait(list(self.busy), timeout=max(0.0, deadline - time.monotonic()))
+            for conn in ready:
+                proc, task, _ = self.busy.pop(conn)
+                try:
+                    result = conn.recv()
+                except (EOFError, OSError):
+                    proc.join(1)
+                    yield {"rel": task["rel"], "probe_error": f"probe crashed ({_exit_reason(proc.exitcode)})"}
+                    conn.close()
+                    self.idle.append(self._spawn())
+                    continue
+                self.idle.append((proc, conn))
+                yield result
+            t = time.monotonic()
+            for conn, (proc, task, d) in list(self.busy.items()):
+                if d <= t:
+                    del self.busy[conn]
+                    proc.kill()
+                    proc.join(5)
+                    conn.close()
+                    yield {"rel": task["rel"], "probe_error": f"probe timed out after {self.timeout:g} s"}
+                    self.idle.append(self._spawn())
+
+    def close(self) -> None:
+        for proc, conn in self.idle:
+            try:
+                conn.send(None)
+            except OSError:
+                pass
+        for proc, conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
+            proc.kill()
+        for proc, conn in self.idle:
+            proc.join(5)
+            if proc.is_alive():
+                proc.kill()
+            conn.close()
+        self.idle, self.busy = [], {}
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return f"signal {-code}"
+    return f"exit status {code}"
+
+
+# -- parent side ---------------------------------------------------------------------------------------------
+
+def _load_known(db: sqlite_utils.Database) -> dict[str, dict]:
+    return {r["path"]: r for r in db.query(
+        "SELECT id, path, sha256, size, mtime, missing, probe_error, sidecar FROM clips")}
+
+
+def _write(db: sqlite_utils.Database, rows: list[tuple[str, dict]]) -> None:
+    """Apply ('insert'|'update'|'move', row) changes in one transaction."""
+    if not rows:
+        return
+    t = now()
+    with immediate(db):
+        for action, row in rows:
+            values = {k: row.get(k) for k in FIELDS}
+            values.update(missing=0, updated_at=t)
+            if action == "insert":
+                values.update(path=row["rel"], ingested_at=t)
+                cols = ", ".join(values)
+                db.execute(f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' for _ in values)})",
+                           list(values.values()))
+            else:
+                if action == "move":
+                    values["path"] = row["rel"]
+                sets = ", ".join(f"{k} = ?" for k in values)
+                db.execute(f"UPDATE clips SET {sets} WHERE id = ?", [*values.values(), row["id"]])
+
+
+def ingest(settings: Settings | None = None, *, root: str | Path | None = None, db_path: str | Path | None = None,
+           media_dir: str | Path | None = None, workers: int | None = None, frames: int | None = None,
+           decoder: str = "auto", media: bool = True, timeout: float = DEFAULT_TIMEOUT,
+           progress: bool = False, db: sqlite_utils.Database | None = None,
+           max_seconds: float | None = None) -> dict[str, Any]:
+    """Bring `clips` in step with the clip root. Returns a summary:
+    {ok, failed, skipped, moved, missing, seen, seconds, decoder}.
+
+    Arguments override `settings` (clip_root, db, media_dir, workers, frames); `db` may be an open
+    connection of this thread."""
+    from data import media as media_mod
+    from data import probe as probe_mod
+
+    s = settings or Settings.load(environ={})
+    root = Path(root or s.clip_root).resolve()
+    media_dir = Path(media_dir or s.media_dir).resolve()
+    frames = frames or s.frames
+    workers = workers or s.workers or os.cpu_count() or 1
+    if not root.is_dir():
+        raise FileNotFoundError(f"clip root {root} is not a folder")
+    own_db = db is None
+    db = db if db is not None else connect(db_path or s.db)
+    started = time.monotonic()
+    summary = {"ok": 0, "failed": 0, "skipped": 0, "moved": 0, "missing": 0, "seen": 0}
+    resolved = media_mod.resolve_decoder(decoder) if media else "none"
+    try:
+        known = _load_known(db)
+        entries = list(walk(root))
+        summary["seen"] = len(entries)
+        seen = {e.rel for e in entries}
+        gone = {p: r for p, r in known.items() if p not in seen}
+        gone_by_hash: dict[str, list[dict]] = {}
+        for r in gone.values():
+            if r["sha256"]:
+                gone_by_hash.setdefault(r["sha256"], []).append(r)
+        pending: list[tuple[str, dict]] = []
+        tasks: list[dict] = []
+        by_rel = {e.rel: e for e in entries}
+
+        def flush(force: bool = False) -> None:
+            if pending and (force or len(pending) >= BATCH):
+                _write(db, pending)
+                pending.clear()
+
+        for e in entries:
+            old = known.get(e.rel)
+            unchanged = old is not None and old["size"] == e.size and old["mtime"] == e.mtime
+            if e.error is not None:
+                if unchanged and old["probe_error"] == e.error and not old["missing"]:
+                    summary["skipped"] += 1
+                    continue
+                row = {"rel": e.rel, "size": e.size, "mtime": e.mtime, "probe_error": e.error}
+                pending.append(("update", {**row, "id": old["id"]}) if old else ("insert", row))
+                summary["failed"] += 1
+                flush()
+            elif unchanged and not old["missing"] and old["sidecar"] == e.sidecar:
+                summary["skipped"] += 1
+            elif unchanged:  # back from missing, or only the sidecar changed: no need to re-probe
+                db_row = next(db.query("SELECT * FROM clips WHERE id = ?", [old["id"]]))
+                pending.append(("update", {**db_row, "rel": e.rel, "sidecar": e.sidecar}))
+                summary["skipped"] += 1
+                flush()
+            else:
+                tasks.append({"rel": e.rel, "abs": e.abs, "media": media, "media_dir": str(media_dir),
+                              "frames": frames, "decoder": resolved,
+                              "max_seconds": max_seconds or probe_mod.MAX_SECONDS})
+        flush(force=True)
+
+        bar = None
+        if progress and tasks:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
+        pool = WorkerPool(min(workers, len(tasks)), timeout) if tasks else None
+        try:
+            for res in (pool.run(iter(tasks)) if pool else ()):
+                e = by_rel[res["rel"]]
+                row = {**res, "size": e.size, "mtime": e.mtime, "sidecar": e.sidecar}
+                old = known.get(e.rel)
+                moved_from = None
+                if old is None and row.get("sha256") in gone_by_hash and gone_by_hash[row["sha256"]]:
+                    moved_from = gone_by_hash[row["sha256"]].pop(0)
+                    gone.pop(moved_from["path"], None)
+                if moved_from is not None:
+                    pending.append(("move", {**row, "id": moved_from["id"]}))
+                    summary["moved"] += 1
+                elif old is not None:
+                    pending.append(("update", {**row, "id": old["id"]}))
+                else:
+                    pending.append(("insert", row))
+                if moved_from is None:
+                    summary["failed" if row.get("probe_error") else "ok"] += 1
+                flush()
+                if bar:
+                    bar.update()
+                    bar.set_postfix(failed=summary["failed"], refresh=False)
+        finally:
+            if pool:
+                pool.close()
+            if bar:
+                bar.close()
+        flush(force=True)
+        vanished = [r["id"] for r in gone.values() if not r["missing"]]
+        if vanished:
+            with immediate(db):
+                db.conn.executemany("UPDATE clips SET missing = 1, updated_at = ? WHERE id = ?",
+                                    [(now(), i) for i in vanished])
+        summary["missing"] = len(vanished)
+    finally:
+        if own_db:
+            db.close()
+    summary["seconds"] = round(time.monotonic() - started, 3)
+    summary["decoder"] = resolved
+    return summary
+
+
+def summary_line(summary: dict) -> str:
+    return (f"ingest: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped, "
+            f"{summary['moved']} moved, {summary['missing']} missing ({summary['seen']} files seen, "
+            f"{summary['seconds']:.1f} s, media decoder {summary['decoder']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m data.ingest",
+        description="Scan a clip root: hash, probe, thumbnail and filmstrip every clip in parallel worker "
+                    "processes, and record each in the database (bad files with a reason).",
+        epilog="examples:\n"
+               "  python -m data.ingest var/clips --db var/workbench.db\n"
+               "  python -m data.ingest /data/clips --data-dir /srv/wb --workers 8 --decoder nvdec\n"
+               "  CW_DATA_DIR=var python -m data.ingest   # the settings' clip root",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("root", nargs="?", help="clip root to scan (default: the CLIP_ROOT setting)")
+    parser.add_argument("--decoder", choices=("auto", "pyav", "nvdec"), default="auto",
+                        help="decoder for thumbnails and filmstrips (auto: NVDEC when available, else PyAV)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                        help=f"seconds one clip may take before it is recorded as timed out "
+                             f"(default {DEFAULT_TIMEOUT:g})")
+    parser.add_argument("--no-media", action="store_true", help="probe only: no thumbnails or filmstrips")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    settings_mod.add_arguments(parser, ["data_dir", "db", "clip_root", "media_dir", "workers", "frames"])
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    s = settings_mod.from_args(args)
+    try:
+        summary = ingest(s, root=args.root, decoder=args.decoder, media=not args.no_media,
+                         timeout=args.timeout, progress=not args.quiet)
+    except (FileNotFoundError, RuntimeError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary_line(summary), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
