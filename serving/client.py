@@ -84,6 +84,9 @@ def _hostile(clip_path: str) -> str | None:
         return "empty path"
     if any(ord(ch) < 32 or ord(ch) == 127 for ch in clip_path):
         return "control character (NUL, newline, ...) in path"
+    if any(0xDC80 <= ord(ch) <= 0xDCFF for ch in clip_path):
+        # a non-UTF-8 file name (surrogate escapes): vLLM decodes file:// URLs as UTF-8 and could not open it
+        return "file name is not valid UTF-8"
     if URL_SCHEMES.match(clip_path) or "://" in clip_path:
         return "a URL is not a clip path"
     # Decode repeatedly: "%252e%252e%252f" is "../" to anything that decodes twice.
@@ -130,7 +133,6 @@ def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None
     if media_base_url:
         rel = target.relative_to(Path(settings.clip_root).resolve())
         return media_base_url.rstrip("/") + "/" + quote(os.fsencode(rel.as_posix()), safe="/")
-    # os.fsencode keeps non-UTF-8 names (surrogate escapes) byte-exact through the quoting.
     return "file://" + quote(os.fsencode(str(target)), safe="/")
 
 
