@@ -15,9 +15,9 @@ starts with "[SIMULATED]", the served model id ends with " (simulated)" and ever
 
 Latency model (x `slow` x `speed`; `--speed 0` answers at once for runner benchmarks):
 decode = 0.25 s x (W x H x frames) / (1920 x 1080 x 16); prefill = 4 us per prompt token;
-generation = 4 ms per output token. Each replica runs at most `capacity` requests at once (default 8) and
+generation = 4 ms per output token. Each replica runs at most `capacity` requests at once (default 6) and
 queues the rest (`vllm:num_requests_waiting`), which gives ~5-6 clips/s per replica at saturation on 1080p
-clips (~1.4 s each) -- near the ~4.2 clips/s one H200 measured.
+clips (~1.0-1.3 s each) -- near the ~4.2 clips/s one H200 measured.
 
 Failure knobs, as flags and at run time per replica (`POST /sim/knobs` with a JSON object):
 error_rate (share of requests answered 500), unavailable_for (seconds of 503 from now), hang (accept and
@@ -41,6 +41,7 @@ import os
 import random
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -66,7 +67,7 @@ REF_PIXELS_FRAMES = 1920 * 1080 * 16
 REF_DECODE_S = 0.25
 PREFILL_S_PER_TOKEN = 4e-6
 GEN_S_PER_TOKEN = 4e-3
-DEFAULT_CAPACITY = 8
+DEFAULT_CAPACITY = 6
 DEFAULT_FRAMES = 16
 # --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (SERVING.md): 512 MiB per decode
 DECODE_BUDGET_BYTES = 2 * 1024**3 // 4
@@ -150,8 +151,10 @@ class ProbeCache:
             raise SimError(500, f"[Errno 2] No such file or directory: '{path}'", "InternalServerError") from None
         except OSError as e:
             raise SimError(500, str(e), "InternalServerError") from None
-        if path.is_dir():
+        if stat.S_ISDIR(st.st_mode):
             raise SimError(500, f"[Errno 21] Is a directory: '{path}'", "InternalServerError")
+        if not stat.S_ISREG(st.st_mode):
+            raise _decode_failure(path)  # a FIFO or device: never open it (a read could block forever)
         key = (str(path), st.st_size, st.st_mtime_ns)
         with self._lock:
             hit = self._items.get(key)
