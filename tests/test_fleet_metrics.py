@@ -1,0 +1,177 @@
+"""Fleet health and metrics: parsing vLLM's Prometheus text, scraping live (simulated) replicas, a dead or
+unhealthy replica, and the real vllm-router's status and request spread."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import time
+
+import httpx
+import pytest
+
+from serving import fleet, simfleet
+from tests.fleet_fixtures import caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
+
+# Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.
+VLLM_TEXT = """\
+# HELP vllm:num_requests_running Number of requests in model execution batches.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 3.0
+vllm:num_requests_running{engine="1",model_name="Qwen/Qwen3-VL-8B-Instruct"} 4.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 10.0
+vllm:num_requests_waiting{engine="1",model_name="Qwen/Qwen3-VL-8B-Instruct"} 0.0
+# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:kv_cache_usage_perc gauge
+vllm:kv_cache_usage_perc{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 0.25
+vllm:kv_cache_usage_perc{engine="1",model_name="Qwen/Qwen3-VL-8B-Instruct"} 0.5
+# HELP vllm:prompt_tokens_total Number of prefill tokens processed.
+# TYPE vllm:prompt_tokens_total counter
+vllm:prompt_tokens_total{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 1000.0
+vllm:prompt_tokens_total{engine="1",model_name="Qwen/Qwen3-VL-8B-Instruct"} 500.0
+# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 200.0
+# HELP vllm:request_success_total Count of successfully processed requests.
+# TYPE vllm:request_success_total counter
+vllm:request_success_total{engine="0",finished_reason="stop",model_name="Qwen/Qwen3-VL-8B-Instruct"} 7.0
+vllm:request_success_total{engine="0",finished_reason="length",model_name="Qwen/Qwen3-VL-8B-Instruct"} 1.0
+vllm:request_success_total{engine="1",finished_reason="stop",model_name="Qwen/Qwen3-VL-8B-Instruct"} 2.0
+# HELP vllm:e2e_request_latency_seconds Histogram of e2e request latency in seconds.
+# TYPE vllm:e2e_request_latency_seconds histogram
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="1.0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 4.0
+vllm:e2e_request_latency_seconds_bucket{engine="0",le="+Inf",model_name="Qwen/Qwen3-VL-8B-Instruct"} 10.0
+vllm:e2e_request_latency_seconds_count{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 10.0
+vllm:e2e_request_latency_seconds_sum{engine="0",model_name="Qwen/Qwen3-VL-8B-Instruct"} 15.0
+"""
+
+
+def test_parse_metrics_sums_engines_and_reasons():
+    m = fleet.parse_metrics(VLLM_TEXT)
+    assert m["running"] == 7 and m["waiting"] == 10
+    assert m["kv_cache_usage"] == 0.5
+    assert m["prompt_tokens"] == 1500 and m["generation_tokens"] == 200
+    assert m["success"] == {"stop": 9.0, "length": 1.0} and m["success_total"] == 10
+    assert m["e2e_latency_mean"] == pytest.approx(1.5)
+    assert m["model"] == "Qwen/Qwen3-VL-8B-Instruct"
+
+
+def test_scrape_real_vllm_shaped_replica_via_transport():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, text="" if request.url.path == "/health" else VLLM_TEXT)
+
+    st = fleet.scrape("http://gpu-node:8000/v1", transport=httpx.MockTransport(handler))
+    assert st.healthy and st.state == "up" and st.running == 7 and st.simulated is False
+    assert st.error is None
+
+
+def test_scrape_reports_broken_metrics_without_raising():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200 if request.url.path == "/health" else 500, text="oops")
+
+    st = fleet.scrape("http://gpu-node:8000", transport=httpx.MockTransport(handler))
+    assert st.healthy and "/metrics answered 500" in st.error
+
+
+def test_scrape_live_simulated_replicas_after_traffic(fleet_settings, sim):
+    for _ in range(3):
+        caption(fleet_settings, sim.urls[0], "a.mp4")
+    statuses = fleet.fleet_status(sim.urls, timeout=2)
+    assert [s.url for s in statuses] == sim.urls
+    s0, s1 = statuses
+    assert s0.healthy and s0.simulated and s0.success_total == 3 and s0.success["stop"] == 3
+    assert s0.generation_tokens > 0 and s0.prompt_tokens > 0 and s0.e2e_latency_mean is not None
+    assert s0.running == 0 and s0.waiting == 0
+    assert s1.success_total == 0 and s1.healthy
+
+
+def test_dead_and_unhealthy_replicas_are_reported_fast(sim):
+    sim.set_knobs(0, unhealthy=True)
+    sim.kill_replica(1)
+    t0 = time.monotonic()
+    statuses = fleet.fleet_status(sim.urls + [f"http://127.0.0.1:{free_port()}"], timeout=1.0)
+    assert time.monotonic() - t0 < 3
+    assert [s.state for s in statuses] == ["unhealthy", "down", "down"]
+    assert "/health answered 503" in statuses[0].error
+    assert all(not s.healthy for s in statuses)
+
+
+def test_async_replica_status_reuses_a_client(sim):
+    async def go():
+        async with httpx.AsyncClient(trust_env=False) as c:
+            return await fleet.replica_status(c, sim.urls, timeout=2)
+
+    statuses = asyncio.run(go())
+    assert len(statuses) == 2 and all(s.healthy and s.simulated for s in statuses)
+
+
+def test_rates_between_two_scrapes(fleet_settings, sim):
+    before = fleet.scrape(sim.urls[0])
+    for _ in range(4):
+        caption(fleet_settings, sim.urls[0], "a.mp4")
+    after = fleet.scrape(sim.urls[0])
+    r = fleet.rates(before, after)
+    assert r["requests_per_s"] > 0 and r["tokens_per_s"] > 0
+    assert fleet.rates(after, after)["requests_per_s"] is None
+
+
+def test_snapshot_marks_a_simulated_fleet(sim):
+    snap = fleet.snapshot(sim.urls, timeout=2)
+    assert snap["simulated"] is True and snap["healthy"] == 2 and snap["total"] == 2
+    assert snap["router"] is None and snap["replicas"][0]["state"] == "up"
+
+
+@pytest.fixture
+def router(sim):
+    """The real vllm-router (round robin) in front of the two simulated replicas."""
+    exe = shutil.which("vllm-router")
+    assert exe, "vllm-router must be installed (pip install vllm-router): it is part of the test extra"
+    port, prom = free_port(), free_port()
+    proc = subprocess.Popen([exe, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *sim.urls,
+                             "--policy", "round_robin", "--worker-startup-timeout-secs", "20",
+                             "--health-check-interval-secs", "1", "--prometheus-port", str(prom),
+                             "--retry-max-retries", "1"],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, proc.stderr.read().decode(errors="replace")[-1500:]
+            try:
+                if httpx.get(url + "/readiness", timeout=1, trust_env=False).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        else:
+            pytest.fail("vllm-router did not become ready within 30 s")
+        yield url
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        proc.stderr.close()
+
+
+def test_router_status_and_request_spread(fleet_settings, sim, router):
+    st = fleet.router_status(router, timeout=2)
+    assert st.live and st.ready and st.total_workers == 2 and st.healthy_workers == 2
+    assert sorted(w["url"] for w in st.workers) == sorted(sim.urls)
+    replicas = [caption(fleet_settings, router, f"many/{i % 6:02d}.mp4").provenance["replica"] for i in range(20)]
+    assert set(replicas) == set(sim.urls)
+    counts = [s.success_total for s in fleet.fleet_status(sim.urls)]
+    assert counts == [10, 10]  # round robin: an even spread, seen in each replica's own metrics
+
+
+def test_router_status_of_nothing_is_not_live():
+    st = fleet.router_status(f"http://127.0.0.1:{free_port()}", timeout=0.5)
+    assert st.live is False and st.error
