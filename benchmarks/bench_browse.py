@@ -1,0 +1,166 @@
+"""Browse performance at a million clips: p50/p95 of the queries the browse tab makes.
+
+    python benchmarks/bench_browse.py --db /tmp/browse-1m.db --clips 1000000
+
+Builds (or reuses, if it already holds --clips rows) a database through data.db.connect (so the real schema
+and migrations), with realistic facet and caption distributions, fast: FTS triggers dropped during the bulk
+insert, executemany in 50k batches, `synchronous=OFF` for the build only, then the FTS index rebuilt in one
+pass and its triggers restored (data.schema._fts_clips). Then times, each --repeat times:
+  facets      a page of 60 with hazard_level=high AND weather=rain (and a rare pair)
+  deep        the same filters, keyset after_id = 900,000 (paging far in)
+  text        a full-text page for a common word and a rare word
+  count       clips.count_capped (cap 10,000) for the same filters, and the unfiltered total
+and prints p50/p95 in ms, plus EXPLAIN QUERY PLAN of each query.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from data import clips, schema  # noqa: E402
+from data.clips import Filter  # noqa: E402
+from data.db import connect  # noqa: E402
+
+HAZARD = (("none", 40), ("low", 30), ("medium", 18), ("high", 9), ("critical", 3))
+WEATHER = (("clear", 50), ("cloudy", 20), ("rain", 15), ("fog", 5), ("snow", 5), ("unknown", 5))
+LIGHTING = (("daylight", 60), ("dawn_dusk", 15), ("night_lit", 15), ("night_dark", 7), ("tunnel", 3))
+ROAD = (("urban", 35), ("highway", 25), ("residential", 15), ("rural", 10), ("intersection", 10),
+        ("parking_lot", 5))
+SCENARIO = (("normal_driving", 55), ("lane_change", 10), ("pedestrian_crossing", 8), ("vehicle_cut_in", 6),
+            ("hard_braking", 6), ("intersection_conflict", 5), ("merge", 4), ("construction_zone", 3),
+            ("near_collision", 1.5), ("emergency_vehicle", 1), ("animal_on_road", 0.5))
+SUBJECTS = ["a white sedan", "a delivery truck", "a city bus", "a motorcyclist", "a cyclist", "a pedestrian",
+            "two pedestrians", "a pickup truck", "a taxi", "a van"]
+ACTIONS = ["merges into the ego lane", "brakes hard ahead", "crosses at the crosswalk", "changes lanes",
+           "waits at the light", "turns left across traffic", "overtakes on the left", "stops abruptly"]
+SCENES = ["on a wet urban street", "on a sunny highway", "at a busy intersection", "in light fog",
+          "on a residential road", "near a construction zone", "at dusk", "in heavy rain"]
+RARE = ["a deer", "a fallen ladder", "an ambulance with sirens", "a horse rider", "a wrong-way driver"]
+
+
+def _pick(rng: random.Random, table):
+    values, weights = zip(*table)
+    return rng.choices(values, weights, k=1)[0]
+
+
+def build(db_path: Path, n: int, seed: int = 0) -> float:
+    t0 = time.perf_counter()
+    db = connect(db_path)
+    have = db.execute("SELECT COUNT(*) FROM clips").fetchone()[0]
+    if have == n:
+        db.close()
+        return 0.0
+    if have:
+        db.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(db_path) + suffix).unlink(missing_ok=True)
+        db = connect(db_path)
+    conn = db.conn
+    conn.execute("PRAGMA synchronous=OFF")  # build only: a crash here just means rebuilding
+    conn.execute("PRAGMA cache_size=-400000")
+    for trig in ("clips_ai", "clips_ad", "clips_au"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trig}")
+    rng = random.Random(seed)
+    now = time.time()
+    batch = []
+    cols = ("id, path, sha256, size, mtime, duration, fps, frames, width, height, codec, review_status, "
+            "current_caption_id, caption_source, caption_text, labels_text, scenario, hazard_level, weather, "
+            "lighting, road_type, ingested_at, updated_at, thumbnail, filmstrip")
+    sql = f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' * 25)})"
+    for i in range(1, n + 1):
+        captioned = rng.random() < 0.7
+        h, w, l, r, s = (_pick(rng, HAZARD), _pick(rng, WEATHER), _pick(rng, LIGHTING), _pick(rng, ROAD),
+                         _pick(rng, SCENARIO))
+        subject = rng.choice(RARE) if rng.random() < 0.001 else rng.choice(SUBJECTS)
+        text = (f"The ego vehicle drives {rng.choice(SCENES)} while {subject} {rng.choice(ACTIONS)}. "
+                f"Hazard is {h}.") if captioned else None
+        review = "unreviewed" if not captioned else rng.choices(("unreviewed", "approved", "rejected"),
+                                                                (60, 35, 5))[0]
+        sha = f"{rng.getrandbits(256):064x}"
+        batch.append((i, f"route{i % 997:03d}/cam_{i:07d}.mp4", sha, 8_000_000, now, 12.0, 30.0, 360, 1920,
+                      1080, "h264", review, i if captioned else None, "model" if captioned else None, text,
+                      f"{s} {h} {w} {l} {r}" if captioned else None, s if captioned else None,
+                      h if captioned else None, w if captioned else None, l if captioned else None,
+                      r if captioned else None, now, now, f"thumbs/{sha[:2]}/{sha}.jpg",
+                      f"filmstrips/{sha[:2]}/{sha}-16.jpg"))
+        if len(batch) == 50_000:
+            with db.conn:
+                conn.executemany(sql, batch)
+            batch.clear()
+    if batch:
+        with db.conn:
+            conn.executemany(sql, batch)
+    schema._fts_clips(db)  # rebuild the FTS index in one pass and restore its triggers
+    conn.execute("ANALYZE")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    db.close()
+    return time.perf_counter() - t0
+
+
+def timed(fn, repeat: int) -> tuple[float, float]:
+    fn()  # warm the page cache
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - t) * 1000)
+    samples.sort()
+    return statistics.median(samples), samples[min(len(samples) - 1, int(len(samples) * 0.95))]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="/tmp/browse-1m.db", help="database file to build or reuse")
+    ap.add_argument("--clips", type=int, default=1_000_000, help="rows to build (default 1,000,000)")
+    ap.add_argument("--repeat", type=int, default=50, help="timed runs per query (default 50)")
+    ap.add_argument("--explain", action="store_true", help="print EXPLAIN QUERY PLAN of each query")
+    args = ap.parse_args(argv)
+    built = build(Path(args.db), args.clips)
+    print(f"database {args.db}: {args.clips:,} clips ({'built in %.1f s' % built if built else 'reused'}, "
+          f"{os.path.getsize(args.db) / 1e6:.0f} MB)")
+    db = connect(args.db)
+    deep = int(args.clips * 0.9)
+    f2 = Filter(hazard_level="high", weather="rain")
+    rare2 = Filter(hazard_level="critical", weather="snow")
+    cases = {
+        "page: hazard=high AND weather=rain": lambda: clips.page(db, f2),
+        "page: hazard=critical AND weather=snow": lambda: clips.page(db, rare2),
+        f"page deep: high+rain after_id={deep:,}": lambda: clips.page(db, f2, after_id=deep),
+        "page: unfiltered, after_id deep": lambda: clips.page(db, after_id=deep),
+        "page: review_status=approved": lambda: clips.page(db, Filter(review_status="approved")),
+        "text page: common word 'vehicle'": lambda: clips.page(db, Filter(text="vehicle")),
+        "text page: common word deep": lambda: clips.page(db, Filter(text="vehicle"), after_id=deep),
+        "text page: rare word 'deer'": lambda: clips.page(db, Filter(text="deer")),
+        "text page: 'ambulance' + hazard=high": lambda: clips.page(db, Filter(text="ambulance",
+                                                                               hazard_level="high")),
+        "count capped: high+rain": lambda: clips.count_capped(db, f2),
+        "count capped: text 'vehicle'": lambda: clips.count_capped(db, Filter(text="vehicle")),
+        "count capped: text 'deer'": lambda: clips.count_capped(db, Filter(text="deer")),
+        "count exact: high+rain": lambda: clips.count(db, f2),
+        "total (unfiltered)": lambda: clips.total(db),
+    }
+    print(f"{'query':45s} {'p50 ms':>8s} {'p95 ms':>8s}  result")
+    for name, fn in cases.items():
+        p50, p95 = timed(fn, args.repeat)
+        res = fn()
+        shown = f"{len(res)} rows" if isinstance(res, list) else str(res)
+        print(f"{name:45s} {p50:8.2f} {p95:8.2f}  {shown}")
+    if args.explain:
+        for name, (sql, params) in clips.explain_samples(f2, deep).items():
+            print(f"\n{name}:")
+            for row in db.execute("EXPLAIN QUERY PLAN " + sql, params):
+                print("   ", row[-1])
+    db.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
