@@ -1,0 +1,97 @@
+import threading
+
+import pytest
+
+from data import captions, clips, db as dbmod, jobs, schema
+from data.db import Conflict, immediate
+
+LABELS = {"scenario_category": "hard_braking", "hazard_level": "medium", "road_users": ["car"],
+          "ego_maneuver": "slowing", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+
+
+def add_clip(db, path="a.mp4"):
+    with immediate(db):
+        return db.execute("INSERT INTO clips (path) VALUES (?)", [path]).lastrowid
+
+
+def test_migrations_from_empty_create_every_table(tmp_path):
+    d = dbmod.connect(tmp_path / "fresh.db")
+    tables = set(d.table_names())
+    assert {"clips", "captions", "prompts", "jobs", "job_items", "users", "events", "heartbeats",
+            "clips_fts", "_counts"} <= tables
+    assert not schema.MIGRATIONS.pending(d)
+    cols = d["clips"].columns_dict
+    assert "filmstrip_indices" in cols and "media_decoder" in cols
+    d.close()
+    again = dbmod.connect(tmp_path / "fresh.db")  # a second open migrates nothing
+    assert not schema.MIGRATIONS.pending(again)
+
+
+def test_total_follows_inserts_deletes_and_missing(db):
+    ids = [add_clip(db, f"c{i}.mp4") for i in range(5)]
+    assert clips.total(db) == 5
+    with immediate(db):
+        db.execute("UPDATE clips SET missing = 1 WHERE id = ?", [ids[0]])
+        db.execute("DELETE FROM clips WHERE id = ?", [ids[1]])
+    assert clips.total(db) == 3 == clips.count(db)
+
+
+def test_stale_save_is_refused_with_who_and_when(db):
+    cid = add_clip(db)
+    first = captions.save_human(db, cid, text="v1", labels=LABELS, author="alice", base_caption_id=None)
+    captions.save_human(db, cid, text="v2 by bob", labels=LABELS, author="bob", base_caption_id=first["id"])
+    with pytest.raises(Conflict) as e:
+        captions.save_human(db, cid, text="alice's stale edit", labels=LABELS, author="alice",
+                            base_caption_id=first["id"])
+    assert "bob" in str(e.value) and "UTC" in str(e.value)
+    assert clips.get(db, cid)["caption"]["text"] == "v2 by bob"
+
+
+def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
+    setup = dbmod.connect(db_path)
+    ids = [add_clip(setup, f"c{i}.mp4") for i in range(4)]
+    setup.close()
+    errors, acked, conflicts = [], [], []
+
+    def annotator(n):
+        d = dbmod.connect(db_path)  # one connection per thread
+        try:
+            for k in range(25):
+                cid = ids[(n + k) % len(ids)]
+                base = clips.get(d, cid)["current_caption_id"]
+                try:
+                    row = captions.save_human(d, cid, text=f"t{n}-{k}", labels=LABELS, author=f"u{n}",
+                                              base_caption_id=base)
+                    acked.append(row["id"])
+                except Conflict:
+                    conflicts.append(cid)
+        except Exception as e:  # noqa: BLE001 - any other error fails the test below
+            errors.append(repr(e))
+        finally:
+            d.close()
+
+    threads = [threading.Thread(target=annotator, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    check = dbmod.connect(db_path)
+    assert check.execute("SELECT COUNT(*) FROM captions").fetchone()[0] == len(acked)
+    assert len(acked) + len(conflicts) == 8 * 25
+    check.close()
+
+
+def test_job_basics_claim_complete_fail(db):
+    ids = [add_clip(db, f"c{i}.mp4") for i in range(3)]
+    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids + ids[:1], prompt_id=None)
+    assert jobs.get(db, job)["total"] == 3
+    got = jobs.claim(db, job, "runner-1", 2, lease_seconds=60, max_attempts=3)
+    assert len(got) == 2 and jobs.get(db, job)["state"] == "running"
+    jobs.complete(db, job, got[0]["clip_id"], text="done", labels=LABELS, provenance={"model": "m"})
+    jobs.complete(db, job, got[0]["clip_id"], text="dup", labels=LABELS, provenance={"model": "m"})
+    assert jobs.fail(db, job, got[1]["clip_id"], error="HTTP 400", kind="bad_request", retryable=False,
+                     max_attempts=3) == "failed"
+    j = jobs.get(db, job)
+    assert (j["done"], j["failed"]) == (1, 1)
+    assert db.execute("SELECT COUNT(*) FROM captions WHERE job_id = ?", [job]).fetchone()[0] == 1
