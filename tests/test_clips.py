@@ -1,0 +1,74 @@
+import json
+
+from data import captions, clips
+from data.clips import Filter
+from data.db import immediate
+
+HIGH_RAIN = {"scenario_category": "vehicle_cut_in", "hazard_level": "high", "road_users": ["car"],
+             "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "highway"}
+CALM = {**HIGH_RAIN, "hazard_level": "none", "weather": "clear", "scenario_category": "normal_driving"}
+
+
+def library(db, n=30):
+    with immediate(db):
+        for i in range(n):
+            db.execute("INSERT INTO clips (path) VALUES (?)", [f"r/c{i:03d}.mp4"])
+    ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
+    for i, cid in enumerate(ids):
+        if i % 3 == 0:
+            captions.add_machine(db, cid, job_id=None, text=f"A car cuts in, clip {i}.", labels=HIGH_RAIN,
+                                 provenance={})
+        elif i % 3 == 1:
+            captions.add_machine(db, cid, job_id=None, text=f"Quiet road, a deer at the side {i}." if i == 4
+                                 else f"Quiet road {i}.", labels=CALM, provenance={})
+    return ids
+
+
+def test_facet_pages_walk_every_match_in_order(db):
+    ids = library(db)
+    f = Filter(hazard_level="high", weather="rain")
+    seen, after = [], None
+    while True:
+        page = clips.page(db, f, after_id=after, limit=4)
+        if not page:
+            break
+        seen += [r["id"] for r in page]
+        after = page[-1]["id"]
+    assert seen == ids[0::3]
+    assert clips.count(db, f) == len(seen)
+
+
+def test_text_pages_keyset_both_directions(db):
+    ids = library(db)
+    f = Filter(text="car cuts")
+    first = clips.page(db, f, limit=3)
+    assert [r["id"] for r in first] == ids[0::3][:3]
+    nxt = clips.page(db, f, after_id=first[-1]["id"], limit=3)
+    assert [r["id"] for r in nxt] == ids[0::3][3:6]
+    back = clips.page(db, f, after_id=nxt[0]["id"], limit=2, descending=True)
+    assert [r["id"] for r in back] == [ids[0::3][2], ids[0::3][1]]
+    assert [r["id"] for r in clips.page(db, Filter(text="deer"))] == [ids[4]]
+    assert clips.page(db, Filter(text="deer", hazard_level="high")) == []
+    assert clips.page(db, Filter(text='car." OR *')) == []  # punctuation is literal, not FTS syntax
+
+
+def test_capped_count_says_when_it_stopped(db):
+    library(db)
+    assert clips.count_capped(db, Filter(hazard_level="high"), cap=100) == (10, True)
+    assert clips.count_capped(db, Filter(hazard_level="high"), cap=5) == (5, False)
+    assert clips.count_capped(db, Filter(text="road"), cap=100) == (10, True)
+    assert clips.total(db) == 30
+
+
+def test_neighbours_within_a_text_filter(db):
+    ids = library(db)
+    assert clips.neighbours(db, Filter(text="cuts"), ids[3]) == (ids[0], ids[6])
+
+
+def test_facet_and_text_queries_use_indexes_not_scans(db):
+    library(db)
+    db.execute("ANALYZE")
+    for name, (sql, args) in clips.explain_samples(Filter(hazard_level="high", weather="rain"), 5).items():
+        plan = " | ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "USE TEMP B-TREE FOR ORDER BY" not in plan, (name, plan)
+        assert "SCAN c" not in plan or "INDEX" in plan, (name, plan)
