@@ -7,6 +7,7 @@ Gradio's cache.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from urllib.parse import quote
 
@@ -32,6 +33,13 @@ def _tri(v: str | None) -> bool | None:
     return {"yes": True, "no": False}.get(v or ANY)
 
 
+def filter_dict(f: clips.Filter) -> dict:
+    """The filter as a JSON-able dict that keeps False (`Filter.to_dict` drops it, which would turn
+    "has caption: no" into "any")."""
+    return {k: v for k, v in dataclasses.asdict(f).items()
+            if v is not None and v != "" and not (k == "include_missing" and v is False)}
+
+
 def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text) -> dict:
     f = clips.Filter(review_status=status if status != ANY else None,
                      scenario=scenario if scenario != ANY else None,
@@ -41,7 +49,7 @@ def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption,
                      has_caption=_tri(has_caption), failed=_tri(failed),
                      job_id=int(job) if job not in (None, "") and float(job) > 0 else None,
                      text=(text or "").strip() or None)
-    return f.to_dict()
+    return filter_dict(f)
 
 
 def export_links(fdict: dict, can_export: bool) -> str:

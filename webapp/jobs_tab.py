@@ -13,6 +13,7 @@ import gradio as gr
 from data import clips, jobs, prompts
 from data.db import DataError, NotFound
 from webapp import render
+from webapp.browse import filter_dict
 from webapp.context import AppContext
 
 RUNNER_STALE_S = 15.0
@@ -130,7 +131,7 @@ class JobsTab:
             job_id = jobs.create(db, name=name or f"{source} by {user.name}", created_by=user.name,
                                  clip_ids=clips.iter_ids(db, f), prompt_id=pid,
                                  params={"frames": frames, "max_tokens": max_tokens},
-                                 selection={"source": source, "filter": f.to_dict()})
+                                 selection={"source": source, "filter": filter_dict(f)})
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}
         total = jobs.get(db, job_id)["total"]

@@ -118,7 +118,10 @@ class ReviewTab:
         return out
 
     # -- handlers -------------------------------------------------------------------------------------
-    def save(self, clip_id, base, text, *label_values, request: gr.Request):
+    def save(self, clip_id, base, text, scenario_category, hazard_level, road_users, ego_maneuver, weather,
+             lighting, road_type, request: gr.Request):
+        # one parameter per label (in taxonomy.ENUMS order): Gradio passes gr.Request only to a named parameter
+        label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
         user = self.ctx.user(request)
         if clip_id is None:
             raise gr.Error("Open a clip first.")

@@ -40,11 +40,16 @@
       case "?": toggleHelp(); done = true; break;
       case "Escape": document.getElementById("shortcut-help")?.classList.remove("open"); break;
       case "/": {
-        const box = document.querySelector("#search textarea, #search input");
-        if (box) {
-          document.querySelector("#tab-browse-button, button[id$='browse-button']")?.click();
-          box.focus(); done = true;
-        }
+        document.getElementById("tab-browse-button")?.click();
+        // the Browse tab may only now be rendering: focus the box once it is visible
+        let tries = 0;
+        const focusSearch = () => {
+          const box = document.querySelector("#search textarea, #search input");
+          if (box && box.offsetParent !== null) { box.focus(); box.select?.(); }
+          else if (tries++ < 20) setTimeout(focusSearch, 25);
+        };
+        focusSearch();
+        done = true;
         break;
       }
     }

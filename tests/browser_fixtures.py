@@ -1,0 +1,93 @@
+"""Playwright (sync API) against Debian Chromium, plus the simulated fleet and the runner as subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from webapp_fixtures import PASSWORD
+
+CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--no-sandbox", "--disable-background-networking",
+                 "--disable-component-update"]
+REPO = Path(__file__).resolve().parent.parent
+SCREENSHOTS = REPO / "docs" / "screenshots"
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+class Watch:
+    """Everything a page reports that would mean a script ran or broke: dialogs, page errors, our flag."""
+
+    def __init__(self, page):
+        self.dialogs: list[str] = []
+        self.errors: list[str] = []
+        page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        page.on("pageerror", lambda e: self.errors.append(str(e)))
+
+
+def login(context, url: str, user: str):
+    page = context.new_page()
+    watch = Watch(page)
+    page.goto(url + "/")
+    page.fill("#username", user)
+    page.fill("#password", PASSWORD)
+    page.click("#login-submit")
+    page.wait_for_selector("#whoami", timeout=30_000)
+    return page, watch
+
+
+def _child(cmd: list[str], log: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
+                            start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+
+
+@pytest.fixture(scope="module")
+def simfleet(web_settings, library):
+    """Two simulated replicas on free ports; yields their URLs."""
+    ready = web_settings.data_dir / "simfleet.ready.json"
+    log = web_settings.data_dir / "simfleet.log"
+    proc = _child([sys.executable, "-m", "serving.simfleet", "--replicas", "2", "--port", "0", "--speed", "0.05",
+                   "--allowed-local-media-path", str(web_settings.clip_root), "--ready-file", str(ready)], log)
+    deadline = time.monotonic() + 30
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            raise RuntimeError("simulated fleet did not start:\n" + log.read_text()[-2000:])
+        time.sleep(0.1)
+    yield json.loads(ready.read_text())["urls"]
+    _stop(proc)
+
+
+@pytest.fixture
+def runner(web_settings, simfleet):
+    log = web_settings.data_dir / "runner.log"
+    proc = _child([sys.executable, "-m", "serving.runner", "--data-dir", str(web_settings.data_dir),
+                   "--fleet", ",".join(simfleet)], log)
+    yield proc
+    _stop(proc)
