@@ -153,7 +153,9 @@ def total(db: sqlite_utils.Database) -> int:
     row = db.execute("SELECT count FROM _counts WHERE [table] = 'clips'").fetchone()
     if row is None:  # pragma: no cover - before m003
         return db.execute("SELECT COUNT(*) FROM clips WHERE missing = 0").fetchone()[0]
-    return row[0] - db.execute("SELECT COUNT(*) FROM clips WHERE missing = 1").fetchone()[0]
+    # INDEXED BY: after ANALYZE the planner may prefer a skip-scan of a wider index (30 ms at 1M rows)
+    return row[0] - db.execute("SELECT COUNT(*) FROM clips INDEXED BY idx_clips_missing "
+                               "WHERE missing = 1").fetchone()[0]
 
 
 def explain_samples(f: Filter, after_id: int) -> dict[str, tuple[str, list[Any]]]:
