@@ -70,25 +70,31 @@ def unsign(key: bytes, token: str | None, *, now: float | None = None) -> str | 
 
 
 class LoginLimiter:
-    """At most `limit` attempts per (user, client address) in `window` seconds, in memory."""
+    """At most `limit` failed attempts per (user, client address) in `window` seconds, in memory. While the
+    limit is reached every attempt is refused, the right password too."""
 
     def __init__(self, limit: int = 5, window: float = 60.0):
         self.limit, self.window = limit, window
-        self._hits: dict[tuple[str, str], collections.deque] = {}
+        self._fails: dict[tuple[str, str], collections.deque] = {}
         self._lock = threading.Lock()
 
-    def allow(self, user: str, ip: str, *, now: float | None = None) -> bool:
+    def _recent(self, key: tuple[str, str], t: float) -> collections.deque:
+        q = self._fails.setdefault(key, collections.deque())
+        while q and q[0] <= t - self.window:
+            q.popleft()
+        return q
+
+    def blocked(self, user: str, ip: str, *, now: float | None = None) -> bool:
         t = now if now is not None else time.monotonic()
         with self._lock:
-            q = self._hits.setdefault((user, ip), collections.deque())
-            while q and q[0] <= t - self.window:
-                q.popleft()
-            if len(q) >= self.limit:
-                return False
-            q.append(t)
-            if len(self._hits) > 100_000:  # bound memory under a spray of names
-                self._hits = {k: v for k, v in self._hits.items() if v and v[-1] > t - self.window}
-            return True
+            return len(self._recent((user, ip), t)) >= self.limit
+
+    def failed(self, user: str, ip: str, *, now: float | None = None) -> None:
+        t = now if now is not None else time.monotonic()
+        with self._lock:
+            self._recent((user, ip), t).append(t)
+            if len(self._fails) > 100_000:  # bound memory under a spray of names
+                self._fails = {k: v for k, v in self._fails.items() if v and v[-1] > t - self.window}
 
 
 def _safe_next(target: str | None) -> str:
@@ -138,12 +144,13 @@ class Auth:
             if not self.required:
                 return RedirectResponse(next_url, status_code=303)
             ip = request.client.host if request.client else "?"
-            if not self.limiter.allow(name, ip):
+            if self.limiter.blocked(name, ip):
                 return login_page("Too many attempts: wait a minute and try again.", next_url, status=429)
             import anyio
 
             user = await anyio.to_thread.run_sync(lambda: users.verify(self.ctx.db(), name, password))
             if user is None:
+                self.limiter.failed(name, ip)
                 return login_page("Wrong user name or password.", next_url, status=401)
             resp = RedirectResponse(next_url, status_code=303)
             resp.set_cookie(COOKIE, sign(self.key, user["name"]), max_age=SESSION_SECONDS, httponly=True,

@@ -1,0 +1,100 @@
+"""Roles hold at the API: every Gradio event is an HTTP endpoint, so the checks live in the handlers.
+
+An annotator calling the start-job or job-control endpoints directly (gradio_client, or a raw POST to the
+queue) is refused and nothing is written; export answers 403; anonymous callers get 401 everywhere.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from gradio_client import Client
+
+from data import db as dbmod
+from data import jobs
+from webapp_fixtures import library, server, web_settings  # noqa: F401
+
+
+def client_as(server, user: str) -> Client:  # noqa: F811
+    cookie = server.client(user).cookies["cw_session"]
+    return Client(server.url, download_files=False, headers={"Cookie": f"cw_session={cookie}"}, verbose=False)
+
+
+def job_count(settings) -> int:
+    db = dbmod.connect(settings.db)
+    try:
+        return len(jobs.list_jobs(db, limit=1000))
+    finally:
+        db.close()
+
+
+START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, {})
+
+
+def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # noqa: F811
+    before = job_count(web_settings)
+    with pytest.raises(Exception, match="lead role"):
+        client_as(server, "ann").predict(*START_ARGS, api_name="/start_job")
+    assert job_count(web_settings) == before
+
+
+@pytest.mark.parametrize("endpoint", ["/job_pause", "/job_resume", "/job_cancel", "/job_retry"])
+def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa: F811
+    db = dbmod.connect(web_settings.db)
+    job_id = jobs.create(db, name="a lead's job", created_by="lead", clip_ids=[1], prompt_id=None)
+    state = jobs.get(db, job_id)["state"]
+    with pytest.raises(Exception, match="lead role"):
+        client_as(server, "ann").predict(job_id, api_name=endpoint)
+    assert jobs.get(db, job_id)["state"] == state
+    db.close()
+
+
+def test_lead_can_start_a_job(server, web_settings):  # noqa: F811
+    before = job_count(web_settings)
+    msg, job_id = client_as(server, "lead").predict(*START_ARGS, api_name="/start_job")
+    assert "Started job" in msg and job_count(web_settings) == before + 1
+
+
+def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):  # noqa: F811
+    """Straight to Gradio's REST call route, no client library."""
+    before = job_count(web_settings)
+    c = server.client("ann")
+    r = c.post("/gradio_api/call/start_job", json={"data": list(START_ARGS)})
+    assert r.status_code == 200
+    event_id = r.json()["event_id"]
+    stream = c.get(f"/gradio_api/call/start_job/{event_id}").text
+    assert "event: error" in stream and "lead role" in stream
+    assert job_count(web_settings) == before
+
+
+def test_export_needs_lead(server):  # noqa: F811
+    assert server.client("ann").get("/export?fmt=jsonl").status_code == 403
+    assert server.client().get("/export?fmt=jsonl").status_code == 401
+    r = server.client("lead").get("/export?fmt=jsonl&filter=%7B%22has_caption%22%3A%20false%7D")
+    assert r.status_code == 200
+    assert r.text.count("\n") >= 2 and "drive/clip_" in r.text
+
+
+@pytest.mark.parametrize("path", ["/", "/config", "/gradio_api/info", "/media/1", "/thumb/1", "/export"])
+def test_anonymous_is_kept_out(server, path):  # noqa: F811
+    r = httpx.get(server.url + path, follow_redirects=False)
+    assert r.status_code in (303, 401, 403), (path, r.status_code)
+    if path == "/":
+        assert r.headers["location"].startswith("/login")
+
+
+def test_anonymous_event_call_is_refused(server, web_settings):  # noqa: F811
+    before = job_count(web_settings)
+    r = httpx.post(server.url + "/gradio_api/call/start_job", json={"data": list(START_ARGS)})
+    assert r.status_code == 401
+    assert job_count(web_settings) == before
+
+
+def test_login_rate_limit(server):  # noqa: F811
+    c = httpx.Client(base_url=server.url)
+    codes = [c.post("/login", data={"username": "admin", "password": "guess-" + str(i)}).status_code
+             for i in range(7)]
+    assert codes[:5] == [401] * 5 and codes[5:] == [429, 429]
+    # even the right password is refused while limited
+    r = c.post("/login", data={"username": "admin", "password": "correct horse battery"})
+    assert r.status_code == 429
