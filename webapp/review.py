@@ -58,7 +58,7 @@ class ReviewTab:
                     self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
         with gr.Accordion("Provenance", open=True):
             self.provenance = gr.HTML("", elem_id="provenance")
-        with gr.Accordion("Version history", open=False):
+        with gr.Accordion("Version history", open=True):
             self.history = gr.HTML("", elem_id="history")
         self.clip_id = gr.State(None)
         self.base = gr.State(None)
