@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+import time
 from urllib.parse import quote
 
 import gradio as gr
@@ -18,6 +20,7 @@ from webapp import render
 from webapp.context import AppContext
 
 ANY = "any"
+SUMMARY_TTL = 10.0
 TRISTATE = [ANY, "yes", "no"]
 TILE_JS = """
 element.addEventListener('click', (ev) => {
@@ -63,6 +66,8 @@ def export_links(fdict: dict, can_export: bool) -> str:
 class BrowseTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
+        self._lock = threading.Lock()
+        self._summary: tuple[float, dict | None] = (0.0, None)
 
     def render(self) -> None:
         with gr.Row(elem_classes="cw-filters"):
@@ -96,6 +101,16 @@ class BrowseTab:
         return [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
                 self.failed, self.job, self.text]
 
+    def summary(self, db) -> dict:
+        """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
+        the total comes from the trigger-kept row count, so it is always current."""
+        with self._lock:
+            t, value = self._summary
+            if value is None or time.monotonic() - t > SUMMARY_TTL:
+                value = clips.summary(db)
+                self._summary = (time.monotonic(), value)
+        return {**value, "clips": clips.total(db)}
+
     def _page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
         user = self.ctx.user(request)
         db = self.ctx.db()
@@ -103,10 +118,10 @@ class BrowseTab:
         rows = clips.page(db, f, after_id=anchors[-1], descending=(sort == "newest"))
         more = len(rows) == clips.PAGE_SIZE and bool(clips.page(db, f, after_id=rows[-1]["id"], limit=1,
                                                                 descending=(sort == "newest")))
-        n = clips.count(db, f)
+        n, exact = clips.count_capped(db, f)
         return {
             self.grid: render.tiles(rows),
-            self.counts: render.counts(clips.summary(db), n),
+            self.counts: render.counts(self.summary(db), n, exact),
             self.export: export_links(fdict, user.can("lead")),
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
             self.prev_btn: gr.update(interactive=len(anchors) > 1),

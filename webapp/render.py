@@ -46,8 +46,8 @@ def tiles(rows: Iterable[dict]) -> str:
     return '<div class="cw-grid">' + "".join(out) + "</div>"
 
 
-def counts(summary: dict[str, int], matching: int) -> str:
-    parts = [f"<b>{matching:,}</b> match", f"{summary.get('clips', 0):,} clips",
+def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
+    parts = [f"<b>{matching:,}{'' if exact else '+'}</b> match", f"{summary.get('clips', 0):,} clips",
              f"{summary.get('captioned', 0):,} captioned", f"{summary.get('approved', 0):,} approved",
              f"{summary.get('rejected', 0):,} rejected", f"{summary.get('failed', 0):,} ingest failed"]
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>"

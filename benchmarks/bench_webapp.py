@@ -1,0 +1,169 @@
+"""Web app handler latency at a million clips, and save latency under 20 concurrent annotators plus a job.
+
+    python benchmarks/bench_webapp.py --db /tmp/webapp-1m.db --clips 1000000 --repeat 40
+
+Builds the database with benchmarks/bench_browse.build (reused if it already holds --clips rows; a copy of
+/tmp/browse-1m.db is taken when that one exists), builds the app (build_app, auth off), and times the
+handlers themselves in-process (server time, no browser): browse (first page + counts), filter (hazard and
+weather), search (full text), next page, open-clip (review view: clip, caption, history, neighbours).
+Then 20 threads, each its own annotator, save human edits through ReviewTab.save for --seconds while a
+job thread claims and completes machine captions on overlapping clips; prints save p50/p95/p99, conflicts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from bench_browse import build  # noqa: E402
+from data import clips, jobs, taxonomy  # noqa: E402
+from data.db import connect  # noqa: E402
+from data.settings import Settings  # noqa: E402
+
+LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["car", "pedestrian"],
+          "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "urban"}
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def timed(fn, repeat: int) -> list[float]:
+    fn()  # warm
+    out = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--db", default="/tmp/webapp-1m.db")
+    ap.add_argument("--clips", type=int, default=1_000_000)
+    ap.add_argument("--repeat", type=int, default=40)
+    ap.add_argument("--annotators", type=int, default=20)
+    ap.add_argument("--seconds", type=float, default=20.0)
+    a = ap.parse_args(argv)
+    db_path = Path(a.db)
+    shared = Path("/tmp/browse-1m.db")
+    if not db_path.exists() and shared.exists() and a.clips == 1_000_000 and shared != db_path:
+        d = connect(shared)
+        d.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        d.close()
+        shutil.copy(shared, db_path)
+    print(f"build: {build(db_path, a.clips):.1f} s")
+
+    from webapp.app import build_app
+
+    data_dir = db_path.parent / (db_path.stem + "-var")
+    settings = Settings.load({"data_dir": str(data_dir), "db": str(db_path), "auth": "off"}, environ={})
+    app = build_app(settings)
+    wb = app.state.workbench
+    b, r = wb.browse, wb.review
+    rng = random.Random(0)
+
+    def browse(**kw):
+        args = dict(status="any", scenario="any", hazard="any", weather="any", lighting="any", has_caption="any",
+                    failed="any", job=None, text="", sort="newest")
+        args.update(kw)
+        return lambda: b.apply(*args.values(), None)
+
+    results = {
+        "browse (first page + counts)": timed(browse(), a.repeat),
+        "filter hazard=high & weather=rain": timed(browse(hazard="high", weather="rain"), a.repeat),
+        "filter approved & night_dark": timed(browse(status="approved", lighting="night_dark"), a.repeat),
+        "search 'pedestrian'": timed(browse(text="pedestrian"), a.repeat),
+        "search rare word": timed(browse(text="kangaroo"), a.repeat),
+        "next page (deep, after id 500000)": timed(lambda: b._page({"hazard_level": "high"}, [None, 500_000],
+                                                                   "newest", None), a.repeat),
+        "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
+        "next clip within filter": timed(lambda: r.step(+1)(rng.randint(1, a.clips), {"weather": "rain"},
+                                                            "newest", None), a.repeat),
+    }
+    print(f"\nhandler server time at {a.clips:,} clips ({a.repeat} runs each), ms")
+    print(f"{'handler':40s} {'p50':>8s} {'p95':>8s}")
+    for name, xs in results.items():
+        print(f"{name:40s} {statistics.median(xs):8.1f} {pct(xs, 95):8.1f}")
+
+    # --- saves under load --------------------------------------------------------------------------------
+    pool = list(range(1, 2001))  # 2,000 hot clips shared by annotators and the job
+    db = connect(db_path)
+    job_id = jobs.create(db, name="bench job", created_by="bench", clip_ids=pool, prompt_id=None)
+    db.close()
+    stop = threading.Event()
+    lat: list[float] = []
+    conflicts = [0]
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def annotator(i: int) -> None:
+        rnd = random.Random(i)
+        while not stop.is_set():
+            cid = rnd.choice(pool)
+            view = r.view(cid, None)
+            base = view[r.base]
+            t = time.perf_counter()
+            out = r.save(cid, base, f"annotator {i} edit {rnd.random():.6f}", *[LABELS[k] for k in taxonomy.ENUMS],
+                         None)
+            ms = (time.perf_counter() - t) * 1000
+            msg = out.get(r.msg, "")
+            with lock:
+                lat.append(ms)
+                if "conflict" in msg:
+                    conflicts[0] += 1
+                elif "Saved" not in msg:
+                    errors.append(msg)
+
+    machine = [0]
+
+    def job_writer() -> None:
+        d = connect(db_path)
+        runner = jobs.runner_identity()
+        while not stop.is_set():
+            items = jobs.claim(d, job_id, runner, 16, lease_seconds=60, max_attempts=3)
+            if not items:
+                break
+            for it in items:
+                jobs.complete(d, job_id, it["clip_id"], text="machine caption", labels=LABELS,
+                              provenance={"model": "bench", "simulated": True, "latency_ms": 1.0})
+                machine[0] += 1
+            time.sleep(0.01)
+        d.close()
+
+    threads = [threading.Thread(target=annotator, args=(i,)) for i in range(a.annotators)]
+    threads.append(threading.Thread(target=job_writer))
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    time.sleep(a.seconds)
+    stop.set()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    print(f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators, {machine[0]} machine captions "
+          f"written meanwhile; conflicts {conflicts[0]}, other errors {len(errors)}")
+    print(f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  "
+          f"max {max(lat):.1f}")
+    if errors:
+        print("first error:", errors[0][:200])
+    app.state.ctx.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
