@@ -170,3 +170,24 @@ def test_down_stops_recorded_process_groups(tmp_path, settings):
     child.popen.wait(timeout=5)
     assert not child.alive()
     assert launcher.load_record(settings) is None
+
+
+def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
+    settings.clip_root.mkdir(parents=True, exist_ok=True)
+    base = ["--data-dir", str(settings.data_dir), "--fleet-port", str(procs.free_port()),
+            "--router-port", str(procs.free_port()), "--router-prometheus-port", str(procs.free_port())]
+    # two free ports in a row for two replicas are likely but not certain: use one replica
+    assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", *base]) == 0
+    try:
+        rec = launcher.load_record(settings)
+        assert [c["name"] for c in rec["procs"]] == ["simfleet", "router"]
+        assert launcher.main(["status", *base]) == 0
+        capsys.readouterr()
+        launcher.main(["url", *base])
+        assert capsys.readouterr().out.strip() == rec["router_url"]
+        assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", *base]) == 1  # already running
+    finally:
+        assert launcher.main(["down", *base, "--grace", "5"]) == 0
+    for c in rec["procs"]:
+        assert not procs.pid_alive(c["pid"])
+    assert launcher.main(["status", *base]) == 3
