@@ -1,0 +1,430 @@
+"""Helpers for the reliability and security suites (R1, R4, R5, R8, R9, S2, S4, S5).
+
+- `AppProcess`: the real web app (`python -m webapp`) in its own process group on a free loopback port,
+  SIGKILL-able and restartable on the same data dir (the session key there keeps cookies valid).
+- `GradioSession`: one browser tab's worth of Gradio, spoken over raw HTTP (`/gradio_api/queue/join` +
+  the SSE stream `/gradio_api/queue/data`) with a logged-in cookie and one session hash, so `gr.State`
+  (the clip id and the caption version the form was loaded from) lives on the server exactly as for a
+  browser.
+- `AnnotatorLoad`: N annotator threads doing open clip -> edit -> save on shared clips through those
+  sessions, keeping an oracle log of every answer; `check_oracle` compares it with the database.
+- `assert_audit_complete(db)`: R9, every caption change has its history (who, what, when, previous).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import random
+import re
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from data import db as dbmod
+from data import taxonomy, users
+from serving import procs
+
+REPO = Path(__file__).resolve().parent.parent
+PASSWORD = "correct horse battery"
+LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["car", "pedestrian"],
+          "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "urban"}
+VERSION_RE = re.compile(r"<th>version</th><td>(\d+)</td>")
+
+
+def pct(xs, p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))] if xs else float("nan")
+
+
+def add_annotators(db_path, n: int, *, prefix: str = "ann") -> list[str]:
+    db = dbmod.connect(db_path)
+    names = []
+    for i in range(n):
+        name = f"{prefix}{i:02d}"
+        if users.get(db, name) is None:
+            users.create(db, name, role="annotator", password=PASSWORD)
+        names.append(name)
+    db.close()
+    return names
+
+
+# ---- the web app as a real process ----------------------------------------------------------------------------
+class AppProcess:
+    """`python -m webapp` on 127.0.0.1:free port, own process group; `kill()` is SIGKILL to the group."""
+
+    def __init__(self, settings, log: Path, *, extra: list[str] | None = None):
+        self.settings = settings
+        self.port = procs.free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self.cmd = [sys.executable, "-m", "webapp", "--data-dir", str(settings.data_dir), "--db", str(settings.db),
+                    "--clip-root", str(settings.clip_root), "--port", str(self.port), "--fleet", "sim",
+                    *(extra or [])]
+        self.child: procs.Child | None = None
+
+    def start(self, timeout: float = 60.0) -> float:
+        """Start and wait until it serves (GET /login 200). Returns seconds from spawn to serving."""
+        t0 = time.monotonic()
+        env = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "NO_PROXY": "localhost,127.0.0.1",
+               "GRADIO_TEMP_DIR": str(Path(self.settings.data_dir) / "gradio-tmp")}
+        self.child = procs.start("webapp", self.cmd, log=self.log, env=env, cwd=REPO,
+                                 health=self.url + "/login")
+        procs.wait_healthy([self.child], timeout=timeout, interval=0.05)
+        return time.monotonic() - t0
+
+    def kill(self) -> None:
+        if self.child is not None:
+            procs.kill_group(self.child.pgid, self.child.popen)
+
+    def stop(self) -> None:
+        if self.child is not None:
+            procs.stop_group(self.child.pgid, self.child.pid, grace=5, popen=self.child.popen)
+
+
+def login_cookie(url: str, user: str, password: str = PASSWORD) -> str:
+    r = httpx.post(url + "/login", data={"username": user, "password": password, "next": "/"}, timeout=30,
+                   trust_env=False)
+    assert r.status_code == 303, (user, r.status_code, r.text[:200])
+    return r.cookies["cw_session"]
+
+
+# ---- Gradio over raw HTTP -------------------------------------------------------------------------------------
+class GradioError(Exception):
+    """An event answered with an error (gr.Error, a crash) or an HTTP refusal."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+def dependencies(url: str, cookie: str | None) -> dict[str, dict]:
+    """api_name -> the dependency from /config (id, inputs, outputs)."""
+    r = httpx.get(url + "/config", cookies={"cw_session": cookie} if cookie else None, timeout=30, trust_env=False)
+    r.raise_for_status()
+    cfg = r.json()
+    return {d["api_name"]: d for d in cfg["dependencies"] if d.get("api_name")}
+
+
+class GradioSession:
+    """One tab: a cookie, a session hash, and calls through the queue like the browser's."""
+
+    def __init__(self, url: str, cookie: str | None, deps: dict[str, dict], *, timeout: float = 30.0):
+        self.url = url
+        self.deps = deps
+        self.hash = uuid.uuid4().hex[:11]
+        self.http = httpx.Client(base_url=url, cookies={"cw_session": cookie} if cookie else None,
+                                 timeout=timeout, trust_env=False)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def call(self, api_name: str, data: list | None = None, *, event_data=None) -> list:
+        """Run one event; returns its output values. Raises GradioError for an error answer."""
+        dep = self.deps[api_name]
+        data = list(data or [])
+        data += [None] * (len(dep["inputs"]) - len(data))
+        r = self.http.post("/gradio_api/queue/join", json={
+            "data": data, "fn_index": dep["id"], "session_hash": self.hash, "event_data": event_data,
+            "trigger_id": (dep.get("targets") or [[None]])[0][0]})
+        if r.status_code != 200:
+            raise GradioError(f"HTTP {r.status_code}: {r.text[:200]}", r.status_code)
+        event_id = r.json()["event_id"]
+        with self.http.stream("GET", "/gradio_api/queue/data", params={"session_hash": self.hash}) as resp:
+            if resp.status_code != 200:
+                raise GradioError(f"HTTP {resp.status_code} on the event stream", resp.status_code)
+            for line in resp.iter_lines():
+                if not line.startswith("data:"):
+                    continue
+                msg = json.loads(line[5:])
+                if msg.get("event_id") not in (None, event_id):
+                    continue
+                if msg.get("msg") == "process_completed":
+                    if not msg.get("success", False):
+                        out = msg.get("output") or {}
+                        raise GradioError(str(out.get("error") or out or "error"))
+                    return msg["output"]["data"]
+                if msg.get("msg") == "unexpected_error":
+                    raise GradioError(str(msg.get("message")))
+        raise GradioError("the event stream ended without a result")
+
+
+def output_of(session: GradioSession, api_name: str, outputs: list, elem_hint: str) -> list:
+    """The values of outputs whose component's rendered value contains `elem_hint` (helper for asserts)."""
+    return [v for v in outputs if isinstance(v, str) and elem_hint in v]
+
+
+# ---- annotators with an oracle --------------------------------------------------------------------------------
+@dataclass
+class Answer:
+    user: str
+    clip_id: int
+    text: str
+    seen_version: int | None   # the current version shown when the form was loaded (None: no caption)
+    kind: str                  # saved | conflict | error | lost (no answer: connection dropped)
+    ms: float
+    message: str = ""
+
+
+@dataclass
+class AnnotatorLoad:
+    """`n` annotators (threads), each a logged-in Gradio session editing random clips of `clip_ids`."""
+
+    url_of: "callable"  # () -> current app URL (it changes when the app is restarted on a new port: it doesn't)
+    names: list[str]
+    clip_ids: list[int]
+    think: tuple[float, float] = (0.0, 0.05)
+    seed: int = 0
+    answers: list[Answer] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    threads: list[threading.Thread] = field(default_factory=list)
+
+    def _session(self, name: str) -> GradioSession:
+        url = self.url_of()
+        cookie = login_cookie(url, name)
+        return GradioSession(url, cookie, dependencies(url, cookie))
+
+    def _worker(self, idx: int, name: str) -> None:
+        rng = random.Random(self.seed * 1000 + idx)
+        session = None
+        n = 0
+        while not self.stop.is_set():
+            try:
+                if session is None:
+                    session = self._session(name)
+                cid = rng.choice(self.clip_ids)
+                out = session.call("open_clip", event_data={"clip": cid})
+                m = VERSION_RE.search(" ".join(v for v in out if isinstance(v, str)))
+                seen = int(m.group(1)) if m else None
+            except (httpx.HTTPError, GradioError, AssertionError, OSError):
+                if session is not None:
+                    session.close()
+                session = None
+                time.sleep(0.05)
+                continue
+            time.sleep(rng.uniform(*self.think))
+            n += 1
+            text = f"{name} edit {n} of clip {cid}: the pedestrian steps out {rng.random():.6f}"
+            t = time.perf_counter()
+            try:
+                out = session.call("save_caption", [None, None, text, *[LABELS[k] for k in taxonomy.ENUMS]])
+            except (httpx.HTTPError, OSError) as e:
+                ans = Answer(name, cid, text, seen, "lost", (time.perf_counter() - t) * 1000, repr(e)[:200])
+                session.close()
+                session = None
+            except GradioError as e:
+                ans = Answer(name, cid, text, seen, "error", (time.perf_counter() - t) * 1000, str(e)[:300])
+            else:
+                ms = (time.perf_counter() - t) * 1000
+                msg = " ".join(v for v in out if isinstance(v, str) and "cw-msg" in v) or \
+                    " ".join(v for v in out if isinstance(v, str) and ("Saved as version" in v or "changed by" in v))
+                if "Saved as version" in msg:
+                    ans = Answer(name, cid, text, seen, "saved", ms, msg[:200])
+                elif "changed by" in msg and "after you opened it" in msg:
+                    ans = Answer(name, cid, text, seen, "conflict", ms, msg[:300])
+                else:
+                    ans = Answer(name, cid, text, seen, "error", ms, msg[:300])
+            with self.lock:
+                self.answers.append(ans)
+        if session is not None:
+            session.close()
+
+    def start(self) -> None:
+        for i, name in enumerate(self.names):
+            th = threading.Thread(target=self._worker, args=(i, name), daemon=True, name=f"annotator-{name}")
+            th.start()
+            self.threads.append(th)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for th in self.threads:
+            th.join(60)
+        assert not any(th.is_alive() for th in self.threads), "an annotator thread hung"
+
+    def summary(self) -> dict:
+        kinds = {}
+        for a in self.answers:
+            kinds[a.kind] = kinds.get(a.kind, 0) + 1
+        saved_ms = [a.ms for a in self.answers if a.kind in ("saved", "conflict")]
+        return {"answers": len(self.answers), **kinds, "save_p50_ms": round(pct(saved_ms, 50), 1),
+                "save_p95_ms": round(pct(saved_ms, 95), 1), "save_p99_ms": round(pct(saved_ms, 99), 1),
+                "save_max_ms": round(max(saved_ms, default=float("nan")), 1)}
+
+
+def check_oracle(db, answers: list[Answer]) -> dict:
+    """R1's oracle, against the database:
+    - every acknowledged save is exactly one human caption row with that text, by that user, on that clip,
+      whose parent is the version the user's form was loaded from (0 lost, 0 silent overwrites);
+    - every answer that was a conflict left no row with its text (the stale save was not applied);
+    - per clip, every version that became current was based on the one current before it (events chain).
+    Returns counts; raises AssertionError with the first few offenders."""
+    by_text: dict[str, list[dict]] = {}
+    for r in db.query("SELECT id, clip_id, text, author, source, parent_id FROM captions WHERE source = 'human'"):
+        by_text.setdefault(r["text"], []).append(dict(r))
+    ver = {(r["clip_id"], r["version"]): r["id"] for r in db.query("SELECT id, clip_id, version FROM captions")}
+    lost, wrong_parent, applied_conflicts, dup = [], [], [], []
+    for a in answers:
+        rows = by_text.get(a.text, [])
+        if a.kind == "saved":
+            if not rows:
+                lost.append(a)
+                continue
+            if len(rows) != 1:
+                dup.append(a)
+            row = rows[0]
+            want_parent = ver.get((a.clip_id, a.seen_version)) if a.seen_version is not None else None
+            if (row["clip_id"], row["author"], row["parent_id"]) != (a.clip_id, a.user, want_parent):
+                wrong_parent.append((a, row, want_parent))
+        elif a.kind == "conflict" and rows:
+            applied_conflicts.append(a)
+    chain_breaks = check_current_chain(db)
+    assert not lost, f"{len(lost)} acknowledged saves lost, e.g. {lost[:3]}"
+    assert not dup, f"{len(dup)} saves stored twice, e.g. {dup[:3]}"
+    assert not wrong_parent, f"{len(wrong_parent)} saves with another parent than the version seen: {wrong_parent[:3]}"
+    assert not applied_conflicts, f"{len(applied_conflicts)} refused saves were applied: {applied_conflicts[:3]}"
+    assert not chain_breaks, f"{len(chain_breaks)} silent overwrites in the current-version chain: {chain_breaks[:3]}"
+    return {"acknowledged": sum(a.kind == "saved" for a in answers), "lost": 0, "silent_overwrites": 0,
+            "conflicts": sum(a.kind == "conflict" for a in answers)}
+
+
+CURRENT_ACTIONS = ("caption.save", "caption.machine", "caption.adopt")
+
+
+def check_current_chain(db) -> list[tuple]:
+    """For each clip, the events that made a version current, in order: each one's `previous` must be the
+    version the event before it made current, and the last must be the clip's current caption."""
+    last: dict[int, int | None] = {}
+    breaks = []
+    for e in db.query("SELECT id, clip_id, caption_id, action, detail FROM events WHERE action IN (?, ?, ?) "
+                      "ORDER BY id", list(CURRENT_ACTIONS)):
+        prev = json.loads(e["detail"] or "{}").get("previous")
+        expect = last.get(e["clip_id"])
+        if e["clip_id"] in last and prev != expect:
+            breaks.append((e["clip_id"], e["id"], e["action"], prev, expect))
+        last[e["clip_id"]] = e["caption_id"]
+    for cid, cur in db.execute("SELECT id, current_caption_id FROM clips WHERE current_caption_id IS NOT NULL"):
+        if cid in last and last[cid] != cur:
+            breaks.append((cid, "current pointer", cur, last[cid]))
+    return breaks
+
+
+# ---- R9: the audit trail --------------------------------------------------------------------------------------
+CAPTION_ACTIONS = ("caption.save", "caption.machine", "caption.candidate", "caption.adopt")
+
+
+def assert_audit_complete(db) -> dict:
+    """Every caption change (a version row) has its history: who (author), what (text, labels, source), when
+    (created_at) and the previous version (parent_id, which must be an earlier version of the same clip),
+    plus exactly one audit event naming the same actor, caption and previous version, written with it.
+    Review changes are checked against the clips' review columns. Returns counts."""
+    caps = {r["id"]: dict(r) for r in db.query(
+        "SELECT id, clip_id, version, parent_id, text, labels, source, author, created_at FROM captions")}
+    evs: dict[int, list[dict]] = {}
+    for e in db.query("SELECT id, at, actor, action, clip_id, caption_id, detail FROM events WHERE action IN "
+                      "(?, ?, ?, ?)", list(CAPTION_ACTIONS)):
+        evs.setdefault(e["caption_id"], []).append(dict(e))
+    problems = []
+    for cid, c in caps.items():
+        if not c["author"] or not c["source"] or c["created_at"] is None or c["text"] is None:
+            problems.append((cid, "missing who/what/when", c))
+        if c["parent_id"] is not None:
+            p = caps.get(c["parent_id"])
+            if p is None or p["clip_id"] != c["clip_id"] or p["version"] >= c["version"]:
+                problems.append((cid, "parent is not an earlier version of the same clip", c["parent_id"]))
+        got = evs.get(cid, [])
+        if len(got) != 1:
+            problems.append((cid, f"{len(got)} audit events", got))
+            continue
+        e = got[0]
+        detail = json.loads(e["detail"] or "{}")
+        if e["actor"] != c["author"] or e["clip_id"] != c["clip_id"] or detail.get("previous") != c["parent_id"] \
+                or abs(e["at"] - c["created_at"]) > 5:
+            problems.append((cid, "event does not match the version", e, c))
+        if c["source"] == "human" and e["action"] not in ("caption.save", "caption.adopt"):
+            problems.append((cid, "human version logged as " + e["action"]))
+    orphans = [e for k, es in evs.items() if k not in caps for e in es]
+    problems += [(e["caption_id"], "event for a caption that does not exist", e) for e in orphans]
+    reviewed = db.execute("SELECT COUNT(*) FROM clips WHERE reviewed_by IS NOT NULL").fetchone()[0]
+    review_clips = db.execute("SELECT COUNT(DISTINCT clip_id) FROM events WHERE action LIKE 'review.%'").fetchone()[0]
+    if review_clips < reviewed:
+        problems.append(("review", f"{reviewed} reviewed clips but review events on {review_clips}"))
+    assert not problems, f"{len(problems)} audit gaps, e.g. {problems[:3]}"
+    return {"versions": len(caps), "events": sum(len(v) for v in evs.values()), "reviewed_clips": reviewed}
+
+
+@contextlib.contextmanager
+def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
+    """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
+    from data import jobs
+
+    created = []
+
+    def loop():
+        d = dbmod.connect(db_path)
+        try:
+            while not stop.is_set():
+                if not created or jobs.get(d, created[-1])["state"] in ("done", "cancelled"):
+                    created.append(jobs.create(d, name=f"r1 machine pass {len(created) + 1}", created_by="lead",
+                                               clip_ids=clip_ids, prompt_id=prompt_id))
+                stop.wait(period)
+        finally:
+            d.close()
+
+    th = threading.Thread(target=loop, daemon=True)
+    th.start()
+    try:
+        yield created
+    finally:
+        stop.set()
+        th.join(10)
+
+
+# ---- R1/R4/R5: annotators + a job through the real app, runner and simulated fleet ----------------------------
+@dataclass
+class Rig:
+    settings: object
+    clip_ids: list[int]
+    app: AppProcess
+    names: list[str]
+    runner_cmd: list[str]
+    log_dir: Path
+
+
+@contextlib.contextmanager
+def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20, fleet_speed: float = 0.2):
+    """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
+    on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
+    from data import prompts
+    from tests.runner_fixtures import tiny_library
+    from serving import simfleet
+
+    db = dbmod.connect(settings.db)
+    ids = tiny_library(settings, db, clips)
+    pid = prompts.latest(db)["id"]
+    db.close()
+    names = add_annotators(settings.db, annotators)
+    fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=fleet_speed)
+    runner_cmd = [sys.executable, "-m", "serving.runner", "--db", str(settings.db), "--clip-root",
+                  str(settings.clip_root), "--fleet", ",".join(fleet.urls), "--per-replica-inflight", "3",
+                  "--backoff-base", "0.05", "--log-level", "WARNING"]
+    runner = procs.start("runner", runner_cmd, log=tmp_path / "runner.log", cwd=REPO)
+    stop = threading.Event()
+    app = AppProcess(settings, tmp_path / "webapp.log")
+    try:
+        with job_feeder(settings.db, ids, stop, prompt_id=pid):
+            app.start()
+            yield Rig(settings, ids, app, names, runner_cmd, tmp_path)
+    finally:
+        app.stop()
+        procs.stop_group(runner.pgid, runner.pid, grace=10, popen=runner.popen)
+        fleet.stop()
+
+
+def machine_captions(db) -> int:
+    return db.execute("SELECT COUNT(*) FROM captions WHERE source = 'model'").fetchone()[0]
