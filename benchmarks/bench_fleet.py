@@ -156,7 +156,7 @@ def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
             "--allowed-local-media-path", clip_root,
             "--load-format", "dummy", "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
             # random weights fill allowed whitespace until max_tokens; compact JSON comes back complete
-            "--structured-outputs-config", json.dumps({"disable_any_whitespace": True})]
+            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
     return argv
 
 

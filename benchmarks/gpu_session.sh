@@ -2,7 +2,9 @@
 # Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
 # Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
 #   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage
-#   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model, generate clips
+#   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model
+#   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
+#   gputest   install carried wheels (.whl2), run the gpu-marked tests with our launcher/runner -> $OUT
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
 set -euo pipefail
@@ -22,10 +24,19 @@ case "$step" in
     python3 -c "import av, vllm; print('av', av.__version__, 'vllm', vllm.__version__)"
     [ -f /tmp/model/config.json ] || python3 .gpu/make_dummy_qwen3vl.py /tmp/model
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
-    nproc; free -g | head -2
+    nproc; free -g | head -2 ;;
+  clips)
     python3 benchmarks/bench_fleet.py clips /tmp/clips --count "${CLIPS:-144}" --seconds 10 --height 1080
     python3 benchmarks/bench_fleet.py hostile /tmp/clips/hostile --good /tmp/clips
     du -sh /tmp/clips ;;
+  gputest)
+    if ls .whl2/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl
+    fi
+    export PYTHONPATH=$PYTHONPATH:$PWD CW_GPU_OUT="$OUT" CW_GPU_MODEL=${CW_GPU_MODEL:-/tmp/model} CW_GPU_DUMMY=1
+    nvidia-smi -L
+    set -o pipefail
+    python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" ;;
   bench)
     python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
       --configs nvdec,opencv --concurrency 64 --requests 128 --warmup 8 --tflops \

@@ -1,18 +1,18 @@
 """Thumbnails and filmstrips: the frames a reviewer sees before (and instead of) playing a clip.
 
-The filmstrip shows **exactly the frames the model sees**. vLLM's video loaders pick frames with one rule
-(vllm/multimodal/video.py, `OpenCVVideoBackend.load_bytes`, read at vllm-project/vllm commit 0042be24):
+The filmstrip shows **exactly the frames the model sees**. For Qwen3-VL, vLLM 0.25.0 does not use its generic
+loader rule but its own `qwen3_vl` sampler (vllm/multimodal/video.py, `Qwen3VLVideoBackend.
+compute_frames_index_to_sample`, read in the vLLM 0.25.0 wheel; it ports transformers' Qwen3-VL video processor):
 
-    if num_frames == -1 or total_frames < num_frames:   # short clip: every frame
-        frame_idx = range(total_frames)
-    else:
-        frame_idx = np.linspace(0, total_frames - 1, num_frames, dtype=int)
+    n = int(total_frames / original_fps * fps)          # fps = 2 unless the request sets one
+    n = min(max(n, min_frames), max_frames, total_frames)
+    frame_idx = np.linspace(0, total_frames - 1, n).round().astype(int)
 
-i.e. `num_frames` indices spread uniformly from the first to the last frame, truncated towards zero; newer
-releases keep this uniform rule for a fixed frame count and move it into the loaders'
-`compute_frames_index_to_sample`. The fleet is started with min_frames = max_frames = settings.frames (see
-SERVING.md), so `sample_indices(total, settings.frames)` reproduces its choice. `total` is the exact frame count
-found by demuxing (data.probe), not the header's guess.
+The fleet is started with min_frames = max_frames = settings.frames (SERVING.md), so n = settings.frames for any
+clip with at least that many frames, and the indices are spread uniformly from the first to the last frame,
+**rounded** to the nearest frame (the generic OpenCV/PyAV loaders truncate instead: `dtype=int`).
+`sample_indices(total, settings.frames)` reproduces the Qwen3-VL choice. `total` is the exact frame count found by
+demuxing (data.probe), not the header's guess.
 
 Two decoders, chosen by `--decoder auto|pyav|nvdec`:
 - `pyav` (CPU): decodes sequentially and keeps the wanted indices -- exact for any GOP structure, like
@@ -49,12 +49,13 @@ class DecodeError(Exception):
 
 
 def sample_indices(total_frames: int, num_frames: int) -> list[int]:
-    """The frame indices vLLM samples from a clip of `total_frames` when asked for `num_frames`."""
+    """The frame indices vLLM's Qwen3-VL sampler takes from a clip of `total_frames` when the fleet runs with
+    min_frames = max_frames = `num_frames` (see the module docstring)."""
     if total_frames <= 0:
         return []
-    if num_frames == -1 or total_frames < num_frames:
+    if num_frames == -1 or total_frames <= num_frames:
         return list(range(total_frames))
-    return np.linspace(0, total_frames - 1, num_frames, dtype=int).tolist()
+    return np.linspace(0, total_frames - 1, num_frames).round().astype(int).tolist()
 
 
 def thumbnail_path(sha256: str) -> str:

@@ -62,7 +62,8 @@ LABELS_SCHEMA: dict[str, Any] = {
 CAPTION_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "caption": {"type": "string", "minLength": 1, "maxLength": 2000},
+        # 100-200 words are ~600-1,400 characters; the bound also stops a runaway generation early
+        "caption": {"type": "string", "minLength": 1, "maxLength": 1500},
         **LABELS_SCHEMA["properties"],
     },
     "required": ["caption", *ENUMS],
@@ -102,7 +103,11 @@ def validate_labels(labels: dict[str, Any]) -> dict[str, Any]:
 
 
 def split_answer(answer: dict[str, Any], schema: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """Validate a model answer against `schema` (default CAPTION_SCHEMA); return (caption, labels)."""
+    """Validate a model answer against `schema` (default CAPTION_SCHEMA); return (caption, labels).
+
+    Multi-valued labels are de-duplicated first (order kept): grammar-constrained decoding (xgrammar) does not
+    enforce `uniqueItems`, and "car, car" means "car"."""
+    answer = {k: (list(dict.fromkeys(v)) if k in MULTI and isinstance(v, list) else v) for k, v in answer.items()}
     try:
         _validate(answer, schema or CAPTION_SCHEMA)
     except jsonschema.ValidationError as e:

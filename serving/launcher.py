@@ -74,6 +74,22 @@ def choose_gpus(spec: str) -> list[int]:
     return visible_gpus()
 
 
+def _entry(script: str, module: str) -> list[str]:
+    """`script` when it is on PATH (or nothing is installed: dry runs print the usual name), else
+    `python -m module`: on an offline GPU node the packages are often importable from a bundle on PYTHONPATH
+    without their console scripts (`vllm serve` is `python -m vllm.entrypoints.cli.main serve`)."""
+    import importlib.util
+    import shutil
+
+    if shutil.which(script):
+        return [script]
+    try:
+        found = importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        found = False
+    return [sys.executable, "-m", module] if found else [script]
+
+
 # ---- command lines --------------------------------------------------------------------------------------------
 def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | None, host: str = "127.0.0.1",
                  extra: Sequence[str] = (), frames: int | None = None) -> list[str]:
@@ -82,7 +98,7 @@ def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | No
     video: dict = {"backend": "pynvvideocodec", "min_frames": frames, "max_frames": frames}
     if version is None or version > HW_DECODERS_SINCE:
         video["hw_decoders"] = 2
-    cmd = ["vllm", "serve", settings.model, "--host", host, "--port", str(port),
+    cmd = [*_entry("vllm", "vllm.entrypoints.cli.main"), "serve", settings.model, "--host", host, "--port", str(port),
            "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",
            "--max-num-batched-tokens", "32768", "--api-server-count", "4", "--renderer-num-workers", "4",
            "--async-scheduling", "--mm-ipc-gpu-memory-gb", "2",
@@ -97,7 +113,7 @@ def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | No
 
 def router_command(settings: Settings, worker_urls: Sequence[str], *, prometheus_port: int = 29000,
                    health_interval: int = 10, startup_timeout: int = 1800) -> list[str]:
-    return ["vllm-router", "--host", "127.0.0.1", "--port", str(settings.router_port),
+    return [*_entry("vllm-router", "vllm_router.launch_router"), "--host", "127.0.0.1", "--port", str(settings.router_port),
             "--worker-urls", *worker_urls, "--policy", "round_robin",
             "--worker-startup-timeout-secs", str(startup_timeout),
             "--health-check-interval-secs", str(health_interval), "--request-timeout-secs", "1800",
@@ -106,7 +122,7 @@ def router_command(settings: Settings, worker_urls: Sequence[str], *, prometheus
 
 def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "serving.simfleet", "--replicas", str(replicas), "--port", str(settings.fleet_port),
-            "--allowed-local-media-path", str(settings.clip_root), *extra]
+            "--allowed-local-media-path", str(settings.clip_root), "--model", settings.model_name, *extra]
 
 
 def mps_env(settings: Settings) -> dict[str, str]:

@@ -18,10 +18,11 @@ def run(settings, **kw):
     return ingest.ingest(settings, workers=2, decoder="pyav", **kw)
 
 
-def test_sample_indices_follow_vllm_uniform_rule():
-    assert media.sample_indices(30, 16) == [0, 1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29]
+def test_sample_indices_follow_vllm_qwen3_vl_rule():
+    # np.linspace(0, total - 1, n).round(): rounded, not truncated (0, 1.93 -> 2, 3.87 -> 4, ...)
+    assert media.sample_indices(30, 16) == [0, 2, 4, 6, 8, 10, 12, 14, 15, 17, 19, 21, 23, 25, 27, 29]
     assert media.sample_indices(10, 16) == list(range(10))  # fewer frames than asked: all of them
-    assert media.sample_indices(300, 4) == [0, 99, 199, 299]
+    assert media.sample_indices(300, 4) == [0, 100, 199, 299]
     assert media.sample_indices(0, 16) == []
 
 

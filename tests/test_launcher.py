@@ -93,7 +93,10 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
         assert "VLLM_VIDEO_LOADER_BACKEND" not in env
         assert f"> {tmp_path}/logs/replica-{i}.log" in line
     env, router = split(lines[10])
-    assert router[0] == "vllm-router"
+    # `vllm-router` from PATH, or `python -m vllm_router.launch_router` where only the module is importable
+    if router[0] != "vllm-router":
+        assert router[1:3] == ["-m", "vllm_router.launch_router"], router[:3]
+        router = ["vllm-router", *router[3:]]
     f = flags(router[1:])
     for k, v in ROUTER.items():
         assert f[k] == v, k

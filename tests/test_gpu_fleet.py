@@ -1,0 +1,209 @@
+"""The fleet on a real GPU: the project's own launcher starts CUDA MPS, a vLLM replica with NVDEC decoding and
+vllm-router; the project's captioning CLI (the runner's code path) captions >= 200 distinct realistic clips plus
+the hostile corpus. Every good clip must end with a stored caption and full provenance, every bad one failed with
+a reason. Also records how real vLLM answers bad input (to check the simulated fleet against it) and NVDEC vs PyAV
+ingest speed.
+
+Run on a GPU node (vLLM importable, model weights or a Qwen3-VL-8B-shaped folder for --load-format dummy):
+
+    CW_GPU_MODEL=/path/to/model CW_GPU_OUT=docs/gpu-runs/latest python -m pytest -m gpu tests/test_gpu_fleet.py
+
+Knobs (environment): CW_GPU_MODEL (default Qwen/Qwen3-VL-8B-Instruct), CW_GPU_DUMMY=1 (random weights:
+adds --load-format dummy and compact JSON), CW_GPU_CLIPS (default 208), CW_GPU_OUT (report + logs),
+CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+REHEARSE = os.environ.get("CW_GPU_REHEARSE") == "sim"
+
+
+def _gpu_reason() -> str | None:
+    smi = shutil.which("nvidia-smi") or shutil.which("nvidia-smi", path="/usr/local/nvidia/bin")
+    if not smi:
+        return "no NVIDIA GPU here (nvidia-smi not found): run on a GPU node, see docs/GPU.md"
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True).stdout
+    if "GPU" not in out:
+        return "nvidia-smi lists no GPU"
+    if importlib.util.find_spec("vllm") is None:
+        return "vLLM is not importable (pip install -e '.[gpu]', or the offline bundle on PYTHONPATH)"
+    return None
+
+
+pytestmark = [pytest.mark.gpu]
+if not REHEARSE:
+    pytestmark.append(pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or ""))
+
+
+def _run(cmd: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
+    t = time.time()
+    with log.open("a") as f:
+        f.write(f"\n$ {' '.join(cmd)}\n")
+        f.flush()
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, text=True, **kw)
+        f.write(f"[exit {p.returncode} after {time.time() - t:.1f} s]\n")
+    return p
+
+
+def _post(url: str, body: dict) -> dict:
+    try:
+        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
+        return {"status": r.status_code, "body": r.text[:500]}
+    except httpx.HTTPError as e:
+        return {"status": None, "body": f"{type(e).__name__}: {e}"}
+
+
+def test_gpu_fleet_captions_a_realistic_library(tmp_path):
+    out = Path(os.environ.get("CW_GPU_OUT") or tmp_path / "out")
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "gpu-test.log"
+    report: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rehearsal": REHEARSE}
+    data_dir = tmp_path / "var"
+    clip_root = data_dir / "clips"
+    clip_root.mkdir(parents=True)
+    count = int(os.environ.get("CW_GPU_CLIPS", "208"))
+    model = os.environ.get("CW_GPU_MODEL", "Qwen/Qwen3-VL-8B-Instruct")
+    served = "qwen3-vl-8b"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "CW_DATA_DIR": str(data_dir), "CW_CLIP_ROOT": str(clip_root)}
+    env.pop("CW_DB", None)
+    py = sys.executable
+    router = "http://127.0.0.1:30000"
+
+    # 1. the fleet, started by our launcher, comes up while the clips are written
+    up = [py, "-m", "serving.launcher", "up", "--data-dir", str(data_dir), "--clip-root", str(clip_root),
+          "--model", model, "--served-model-name", served]
+    if REHEARSE:
+        up += ["--fleet", "sim", "--replicas", "2", "--sim-arg=--speed 0.2"]
+    else:
+        up += ["--fleet", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
+        if os.environ.get("CW_GPU_DUMMY"):
+            up += ["--vllm-arg=--load-format=dummy",
+                   "--vllm-arg=--structured-outputs-config={\"backend\":\"xgrammar\",\"disable_any_whitespace\":true}"]
+    t_up = time.time()
+    launcher = subprocess.Popen(up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env,
+                                cwd=ROOT)
+    try:
+        t = time.time()
+        p = _run([py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic",
+                  "--no-broken"] + (["--height", "360", "--max-seconds", "11"] if REHEARSE else []), log, env=env,
+                 cwd=ROOT)
+        assert p.returncode == 0
+        _run([py, "-m", "data.demo", str(clip_root / "hostile"), "--hostile"], log, env=env, cwd=ROOT)
+        report["clip_generation_s"] = round(time.time() - t, 1)
+
+        # 2. wait for the fleet
+        rc = launcher.wait(timeout=1800)
+        report["fleet_up_s"] = round(time.time() - t_up, 1)
+        assert rc == 0, (out / "launcher.log").read_text()[-3000:]
+
+        # 3. ingest (after vLLM took its GPU memory: NVDEC contexts must not starve its start-up check): thumbnails + filmstrips on NVDEC (auto), and PyAV on a copy of 24 clips for comparison
+        t = time.time()
+        p = _run([py, "-m", "data.ingest", str(clip_root), "--data-dir", str(data_dir), "--quiet"], log, env=env,
+                 cwd=ROOT)
+        assert p.returncode == 0
+        report["ingest_auto_s"] = round(time.time() - t, 1)
+        sample = sorted((clip_root / "library").rglob("*.mp4"))[:24]
+        for decoder in ("nvdec", "pyav"):
+            d = tmp_path / f"ingest-{decoder}"
+            (d / "clips").mkdir(parents=True)
+            for i, c in enumerate(sample):
+                shutil.copy(c, d / "clips" / f"{i:02d}.mp4")  # a symlink would leave that clip root
+            t = time.time()
+            p = _run([py, "-m", "data.ingest", str(d / "clips"), "--data-dir", str(d), "--decoder", decoder,
+                      "--quiet"], log, env=env, cwd=ROOT)
+            report[f"ingest_24_{decoder}_s"] = round(time.time() - t, 1) if p.returncode == 0 else f"exit {p.returncode}"
+
+        from data import db as dbmod
+
+        db = dbmod.connect(data_dir / "workbench.db")
+        rows = list(db.query("SELECT id, path, probe_error, filmstrip, media_decoder FROM clips"))
+        good = [r for r in rows if r["probe_error"] is None]
+        bad = [r for r in rows if r["probe_error"] is not None]
+        report["clips"] = {"good": len(good), "bad_at_ingest": len(bad),
+                           "media_decoders": sorted({str(r["media_decoder"]) for r in good})}
+        assert len(good) >= 200 or REHEARSE
+        assert all(r["filmstrip"] for r in good)
+
+        # 4. caption everything through the router with the lead's CLI (the runner's code path)
+        t = time.time()
+        cap = [py, "-m", "serving.caption", "--data-dir", str(data_dir), "--fleet", router,
+               "--served-model-name", served, "--max-tokens", "2048", "--no-progress", "--name", "gpu test",
+               "--request-timeout", "600"]
+        p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
+        report["caption_s"] = round(time.time() - t, 1)
+        assert p.returncode == 0, (out / "caption.log").read_text()[-3000:]
+
+        job = next(db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT 1"))
+        items = list(db.query("SELECT i.*, c.path, c.probe_error FROM job_items i JOIN clips c ON c.id = i.clip_id "
+                              "WHERE job_id = ?", [job["id"]]))
+        done = [i for i in items if i["state"] == "done"]
+        failed = [i for i in items if i["state"] == "failed"]
+        report["job"] = {"total": job["total"], "done": len(done), "failed": len(failed), "state": job["state"],
+                         "clips_per_s": round(len(done) / report["caption_s"], 2)}
+        report["failures"] = {i["path"]: i["last_error"][:200] for i in failed}
+        report["failure_kinds"] = sorted({i["error_kind"] or "" for i in failed})
+        assert job["state"] == "done"
+        assert not [i for i in items if i["state"] in ("pending", "leased")]
+        # every clip that passed ingest is captioned; every failure names its reason
+        assert {i["clip_id"] for i in done} == {r["id"] for r in good}, report["failures"]
+        assert all(i["last_error"] for i in failed)
+        caps = list(db.query("SELECT c.* FROM captions c JOIN job_items i ON i.caption_id = c.id "
+                             "WHERE i.job_id = ?", [job["id"]]))
+        assert len(caps) == len(done)
+        for c in caps:
+            for key in ("model", "prompt_id", "prompt_version", "replica", "decode_backend", "latency_ms",
+                        "prompt_tokens", "completion_tokens", "finish_reason", "frames"):
+                assert c[key] not in (None, ""), (key, dict(c))
+            assert c["finish_reason"] == "stop"
+            assert c["simulated"] == (1 if REHEARSE else 0)
+        sample_cap = dict(caps[0])
+        report["provenance_example"] = {k: sample_cap[k] for k in (
+            "model", "prompt_name", "prompt_version", "replica", "decode_backend", "latency_ms", "prompt_tokens",
+            "completion_tokens", "finish_reason", "frames")}
+        report["prompt_tokens_mean"] = round(sum(c["prompt_tokens"] for c in caps) / len(caps), 1)
+
+        # 5. how the fleet answers bad input, its metric names and model list (simulator vs real vLLM)
+        replica = "http://127.0.0.1:8000"
+        probes = {}
+        for name in ["zero_length.mp4", "html_named.mp4", "random_bytes.mp4", "truncated_half.mp4",
+                     "text_named.mp4", "audio_only_aac.mp4"]:
+            f = clip_root / "hostile" / name
+            if f.exists():
+                probes[name] = f.resolve().as_uri()
+        probes["missing_file"] = (clip_root / "nope.mp4").resolve().as_uri()
+        probes["outside_root"] = "file:///etc/passwd"
+        probes["dotdot"] = clip_root.resolve().as_uri() + "/../../etc/passwd"
+        probes["metadata_ip"] = "http://169.254.169.254/latest/meta-data/"
+        answers = {}
+        for name, uri in probes.items():
+            answers[name] = _post(replica, {"model": served, "max_tokens": 16, "messages": [{"role": "user", "content": [
+                {"type": "video_url", "video_url": {"url": uri}}, {"type": "text", "text": "describe"}]}]})
+        report["bad_input_answers"] = answers
+        metrics = httpx.get(replica + "/metrics", timeout=10).text
+        report["metric_names"] = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines()
+                                         if ln.startswith("vllm:")})
+        report["models"] = httpx.get(replica + "/v1/models", timeout=10).json()
+        report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        _run([py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env,
+             cwd=ROOT)
+        for f in sorted((data_dir / "logs").glob("*.log")):
+            with (out / "fleet-logs.txt").open("a") as o:
+                o.write(f"===== {f.name} (last 80 lines)\n")
+                o.writelines(f.read_text(errors="replace").splitlines(keepends=True)[-80:])
+        (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
