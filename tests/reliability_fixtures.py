@@ -166,7 +166,7 @@ class Answer:
     clip_id: int
     text: str
     seen_version: int | None   # the current version shown when the form was loaded (None: no caption)
-    kind: str                  # saved | conflict | error | lost (no answer: connection dropped)
+    kind: str                  # saved | conflict | error | dropped (no answer: the connection dropped)
     ms: float
     message: str = ""
 
@@ -184,11 +184,17 @@ class AnnotatorLoad:
     stop: threading.Event = field(default_factory=threading.Event)
     lock: threading.Lock = field(default_factory=threading.Lock)
     threads: list[threading.Thread] = field(default_factory=list)
+    _login: dict = field(default_factory=dict)
 
     def _session(self, name: str) -> GradioSession:
+        """A new tab (new session hash). The login cookie and the event table are kept across app restarts:
+        the signing key lives in the data dir and the Blocks are the same, as for a browser that reloads."""
         url = self.url_of()
-        cookie = login_cookie(url, name)
-        return GradioSession(url, cookie, dependencies(url, cookie))
+        if name not in self._login:
+            cookie = login_cookie(url, name)
+            self._login[name] = (cookie, dependencies(url, cookie))
+        cookie, deps = self._login[name]
+        return GradioSession(url, cookie, deps)
 
     def _worker(self, idx: int, name: str) -> None:
         rng = random.Random(self.seed * 1000 + idx)
@@ -215,7 +221,7 @@ class AnnotatorLoad:
             try:
                 out = session.call("save_caption", [None, None, text, *[LABELS[k] for k in taxonomy.ENUMS]])
             except (httpx.HTTPError, OSError) as e:
-                ans = Answer(name, cid, text, seen, "lost", (time.perf_counter() - t) * 1000, repr(e)[:200])
+                ans = Answer(name, cid, text, seen, "dropped", (time.perf_counter() - t) * 1000, repr(e)[:200])
                 session.close()
                 session = None
             except GradioError as e:

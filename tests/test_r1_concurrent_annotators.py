@@ -27,7 +27,7 @@ def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: i
     db = dbmod.connect(settings.db)
     try:
         summary = load.summary()
-        errors = [a for a in load.answers if a.kind in ("error", "lost")]
+        errors = [a for a in load.answers if a.kind in ("error", "dropped")]
         assert not errors, f"{len(errors)} saves answered with an error, e.g. {errors[:3]}"
         assert not [a for a in load.answers if "locked" in a.message]
         oracle = check_oracle(db, load.answers)

@@ -1,0 +1,58 @@
+"""R4: the web app can die at any moment. SIGKILL the real `python -m webapp` process (its whole process
+group) again and again under R1's load (20 annotators saving through the Gradio queue, a runner writing
+machine captions), restart it each time on the same port and data dir: 0 acknowledged saves lost, no silent
+overwrite, `PRAGMA integrity_check` ok, and serving again within seconds (restart-to-serving p50/max).
+
+Fast form: 5 kills. Long form (>= 20 kills): `python benchmarks/reliability.py r4 --kills 25`.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+
+import pytest
+
+from data import db as dbmod
+from tests.reliability_fixtures import AnnotatorLoad, annotation_rig, assert_audit_complete, check_oracle, pct
+
+
+def run_r4(settings, tmp_path, *, kills: int, seed: int = 4, up: tuple[float, float] = (2.0, 4.0)) -> dict:
+    rng = random.Random(seed)
+    restart_s = []
+    with annotation_rig(settings, tmp_path) as rig:
+        load = AnnotatorLoad(lambda: rig.app.url, rig.names, rig.clip_ids, seed=seed)
+        load.start()
+        for _ in range(kills):
+            time.sleep(rng.uniform(*up))
+            rig.app.kill()
+            restart_s.append(rig.app.start(timeout=60))
+        time.sleep(up[1])  # let the annotators reconnect and save again after the last restart
+        load.finish()
+    saved_after_last = [a for a in load.answers if a.kind == "saved"]
+    db = dbmod.connect(settings.db)
+    try:
+        oracle = check_oracle(db, load.answers)
+        audit = assert_audit_complete(db)
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        errors = [a for a in load.answers if a.kind == "error"]
+        assert not errors, f"{len(errors)} saves answered with an error (not a dropped connection): {errors[:3]}"
+    finally:
+        db.close()
+    return {"kills": kills, **load.summary(), **oracle, "audit": audit,
+            "restart_to_serving_p50_s": round(pct(restart_s, 50), 2),
+            "restart_to_serving_max_s": round(max(restart_s), 2), "saved": len(saved_after_last)}
+
+
+def test_r4_sigkill_the_app_under_load(settings, tmp_path):
+    out = run_r4(settings, tmp_path, kills=5)
+    print("R4 fast:", out)
+    assert out["acknowledged"] >= 50
+    assert out["restart_to_serving_max_s"] < 20
+
+
+@pytest.mark.slow
+def test_r4_sigkill_the_app_25_times(settings, tmp_path):
+    out = run_r4(settings, tmp_path, kills=25, seed=44)
+    print("R4 long:", out)
+    assert out["restart_to_serving_max_s"] < 20
