@@ -1,0 +1,161 @@
+"""S2: roles hold at the API, not just in the UI. `docs/roles.csv` lists every endpoint (each Gradio event by
+its api_name, each route of the app, the Gradio routes that matter) x role (anonymous, annotator, lead, admin)
+-> allow/deny. The tests below are generated from it and call each endpoint directly over HTTP (Gradio events
+through the queue, like a browser). A new endpoint the table does not list fails `test_table_lists_every_endpoint`.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import httpx
+import pytest
+from starlette.routing import Mount
+
+from data import db as dbmod
+from data import jobs
+from tests.reliability_fixtures import GradioError, GradioSession, dependencies
+from webapp_fixtures import PASSWORD, library, server, web_settings  # noqa: F401
+
+TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
+ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
+ROWS = list(csv.DictReader(TABLE.open()))
+FILTER = ["any"] * 7 + [None, "", "newest"]
+REVIEW = {"/save_caption", "/approve", "/reject", "/adopt", "/reload_clip", "/next_clip", "/previous_clip", "/recaption"}
+
+
+def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
+    """Valid-looking inputs for one event (state inputs are None: the server keeps them per session)."""
+    name = endpoint.lstrip("/")
+    if name.startswith("apply") or name == "browse_search":
+        return list(FILTER), None
+    if name == "save_caption":
+        return [None, None, "S2: a caption written by the role test",
+                "pedestrian_crossing", "high", ["car"], "slowing", "rain", "daylight", "urban"], None
+    if name == "start_job":
+        return ["S2 job", "everything uncaptioned", None, 16, 320, None], None
+    if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
+        return [job_id], None
+    if name == "open_clip":
+        return [], {"clip": 1}
+    return [], None
+
+
+def _cookie(server, user):  # noqa: F811
+    return server.client(user).cookies["cw_session"] if user else None
+
+
+@pytest.fixture(scope="module")
+def cookies(server):  # noqa: F811
+    return {role: _cookie(server, user) for role, user in ROLES.items()}
+
+
+@pytest.fixture(scope="module")
+def deps(server, cookies):  # noqa: F811
+    return dependencies(server.url, cookies["admin"])
+
+
+@pytest.fixture(scope="module")
+def job_id(web_settings):  # noqa: F811
+    db = dbmod.connect(web_settings.db)
+    try:
+        return jobs.create(db, name="S2 target job", created_by="lead", clip_ids=[1, 2], prompt_id=None)
+    finally:
+        db.close()
+
+
+def call_event(server, deps, cookie, endpoint: str, job_id: int) -> str:  # noqa: F811
+    """'allow' or 'deny' as the server answered (deny = 401/403, not logged in, or a role refusal)."""
+    session = GradioSession(server.url, cookie, deps)
+    try:
+        if endpoint in REVIEW:
+            try:
+                session.call("open_clip", event_data={"clip": 2})
+            except GradioError as e:
+                if e.status in (401, 403) or "not logged in" in str(e).lower():
+                    return "deny"
+                raise
+        data, event = _inputs(endpoint, job_id)
+        try:
+            session.call(endpoint.lstrip("/"), data, event_data=event)
+        except GradioError as e:
+            if e.status in (401, 403) or "needs the" in str(e) or "not logged in" in str(e).lower():
+                return "deny"
+            raise AssertionError(f"{endpoint}: unexpected error {e}") from None
+        return "allow"
+    finally:
+        session.close()
+
+
+def call_route(server, cookie, endpoint: str) -> str:  # noqa: F811
+    method, path = endpoint.split(" ", 1)
+    if method == "MOUNT":
+        path = "/cw-static/app.css" if path == "/cw-static" else "/config"
+        method = "GET"
+    path = path.replace("{clip_id}", "1")
+    kwargs = {}
+    if endpoint == "POST /login":
+        kwargs["data"] = {"username": "ann", "password": PASSWORD}
+    if endpoint == "POST /gradio_api/upload":
+        kwargs["files"] = {"files": ("s2.txt", b"role test")}
+    with httpx.Client(base_url=server.url, cookies={"cw_session": cookie} if cookie else None,
+                      follow_redirects=False, timeout=30, trust_env=False) as c:
+        r = c.request(method, path, **kwargs)
+    if r.status_code in (401, 403):
+        return "deny"
+    if r.status_code == 303 and r.headers.get("location", "").startswith("/login") and endpoint != "GET /logout":
+        return "deny"
+    assert r.status_code < 400 or r.status_code == 416, (endpoint, r.status_code, r.text[:200])
+    return "allow"
+
+
+CASES = [(row["endpoint"], row["kind"], role, row[role]) for row in ROWS for role in ROLES]
+
+
+@pytest.mark.parametrize("endpoint,kind,role,expected", CASES, ids=[f"{e}-{r}" for e, _, r, _ in CASES])
+def test_endpoint_role_matches_the_table(server, cookies, deps, job_id, endpoint, kind, role, expected):  # noqa: F811
+    if kind == "gradio":
+        got = call_event(server, deps, cookies[role], endpoint, job_id)
+    else:
+        got = call_route(server, cookies[role], endpoint)
+    assert got == expected, f"{endpoint} as {role}: {got}, table says {expected}"
+
+
+def test_table_lists_every_endpoint(server, deps):  # noqa: F811
+    """Every Gradio event and every route of the app is in the table, and the table lists nothing else."""
+    app = server.app
+    listed = {r["endpoint"] for r in ROWS}
+    events = {"/" + name for name in deps}
+    routes = set()
+    for r in app.routes:
+        if isinstance(r, Mount):
+            routes.add(f"MOUNT {r.path or '/'}")
+        else:
+            routes.update(f"{m} {r.path}" for m in sorted(r.methods - {"HEAD"}))
+    want = events | routes
+    table_own = {e for e, k in ((r["endpoint"], r["kind"]) for r in ROWS) if k in ("gradio", "http", "gradio-app")}
+    assert want - listed == set(), f"endpoints missing from docs/roles.csv: {sorted(want - listed)}"
+    assert table_own - want == set(), f"docs/roles.csv lists endpoints that do not exist: {sorted(table_own - want)}"
+
+
+def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):  # noqa: F811
+    db = dbmod.connect(web_settings.db)
+    try:
+        before = (len(jobs.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        for endpoint in ("/start_job", "/job_cancel", "/job_pause", "/job_retry"):
+            assert call_event(server, deps, cookies["annotator"], endpoint, 1) == "deny"
+        assert call_route(server, cookies["annotator"], "GET /export") == "deny"
+        after = (len(jobs.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        assert after == before
+    finally:
+        db.close()
+
+
+def test_annotator_sees_no_job_table(server, cookies, deps, job_id):  # noqa: F811
+    s = GradioSession(server.url, cookies["annotator"], deps)
+    try:
+        out = s.call("jobs_refresh", [job_id])
+    finally:
+        s.close()
+    assert "S2 target job" not in str(out) and "Jobs are run by leads" in str(out)
