@@ -101,6 +101,8 @@ class Knobs:
     speed: float = 1.0
     unhealthy: bool = False
     capacity: int = DEFAULT_CAPACITY
+    # hosts http(s) video URLs may come from (vLLM's --allowed-media-domains); empty: none (S4: no SSRF)
+    allowed_media_domains: str = ""
 
     def update(self, changes: dict) -> None:
         for key, value in changes.items():
@@ -115,6 +117,9 @@ class Knobs:
                 setattr(self, key, float(value))
             elif key == "capacity":
                 self.capacity = max(1, int(value))
+            elif key == "allowed_media_domains":
+                self.allowed_media_domains = ",".join(
+                    v.strip().lower() for v in (value.split(",") if isinstance(value, str) else value or []) if v.strip())
             elif key != "die":
                 raise SimError(400, f"unknown knob {key!r}")
 
@@ -393,6 +398,11 @@ class Replica:
             info = await asyncio.to_thread(self.probe.probe, filepath)
             return str(resolved.relative_to(self.root)), info
         if parts.scheme in ("http", "https"):
+            allowed = [d for d in self.knobs.allowed_media_domains.split(",") if d]
+            if (parts.hostname or "").lower() not in allowed:
+                # never fetch a URL the operator did not allow (cloud metadata, the host's own services)
+                raise SimError(400, f"The URL's domain {parts.hostname!r} is not in --allowed-media-domains "
+                                    f"({', '.join(allowed) or 'none allowed'}).")
             try:
                 async with httpx.AsyncClient(timeout=10, trust_env=False) as c:
                     r = await c.get(url)
@@ -876,6 +886,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--die-after", type=int, default=None, help="stop listening after N chat requests")
     p.add_argument("--unhealthy", action="store_true", help="GET /health answers 503")
     p.add_argument("--seed", type=int, default=0, help="seed of the error-rate dice")
+    p.add_argument("--allowed-media-domains", default="",
+                   help="comma-separated hosts http(s) video URLs may come from (default: none; file:// only)")
     p.add_argument("--ready-file", default=None, help="write {\"urls\": [...]} here once every replica listens")
     return p
 
@@ -884,7 +896,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     knobs = {"speed": args.speed, "slow": args.slow, "capacity": args.capacity, "error_rate": args.error_rate,
              "unavailable_for": args.unavailable_for, "hang": args.hang, "die_after": args.die_after,
-             "unhealthy": args.unhealthy}
+             "unhealthy": args.unhealthy, "allowed_media_domains": args.allowed_media_domains}
 
     def on_ready(urls: list[str]) -> None:
         print(f"simulated fleet ready ({len(urls)} replicas, model {args.model}{SIM_SUFFIX}): "
