@@ -22,6 +22,8 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import os
 import random
@@ -253,9 +255,16 @@ class FleetClient:
         Returns a checked CaptionResult or raises a FleetError subclass (see serving.errors)."""
         body = self.build_body(req)
         started = time.monotonic()
+        # httpx's read timeout is per read: a replica that trickles a byte now and then would never time
+        # out. The whole request gets one deadline too (R8: a hung replica holds no clip past it).
+        deadline = float(self.settings.request_timeout)
         try:
-            resp = await self._client_for(replica_url).post(self._endpoint(replica_url, "/v1/chat/completions"),
-                                                            json=body)
+            async with asyncio.timeout(deadline):
+                resp = await self._client_for(replica_url).post(
+                    self._endpoint(replica_url, "/v1/chat/completions"), json=body)
+        except TimeoutError:
+            raise Unreachable(f"no complete answer from {replica_url} within {deadline:.0f} s",
+                              replica=replica_url, kind="timeout") from None
         except httpx.TimeoutException as e:
             raise Unreachable(f"{type(e).__name__}: no answer from {replica_url} within the timeout",
                               replica=replica_url, kind="timeout") from None
