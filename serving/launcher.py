@@ -105,7 +105,9 @@ def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | No
            "--media-io-kwargs", json.dumps({"video": video}, separators=(",", ":")),
            "--mm-processor-kwargs", json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}},
                                                separators=(",", ":")),
-           "--allowed-local-media-path", str(settings.clip_root)]
+           "--allowed-local-media-path", str(settings.clip_root),
+           # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on
+           "--mm-processor-cache-gb", "0"]
     if settings.served_model_name:
         cmd += ["--served-model-name", settings.served_model_name]
     return cmd + list(extra)
@@ -165,7 +167,9 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
                       "health": [u + "/health" for u in replica_urls]})
         timeout = args.startup_timeout or 60
     router_url = None
-    if not args.no_router and (shutil.which("vllm-router") or args.dry_run):
+    router_cmd = _entry("vllm-router", "vllm_router.launch_router")
+    # the router runs when its script is on PATH or its module is importable (an offline bundle on PYTHONPATH)
+    if not args.no_router and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run):
         router_url = f"http://127.0.0.1:{settings.router_port}"
         steps.append({"name": "router",
                       "cmd": router_command(settings, replica_urls, prometheus_port=args.router_prometheus_port,

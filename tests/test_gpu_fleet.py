@@ -80,7 +80,6 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "CW_DATA_DIR": str(data_dir), "CW_CLIP_ROOT": str(clip_root)}
     env.pop("CW_DB", None)
     py = sys.executable
-    router = "http://127.0.0.1:30000"
 
     # 1. the fleet, started by our launcher, comes up while the clips are written
     up = [py, "-m", "serving.launcher", "up", "--data-dir", str(data_dir), "--clip-root", str(clip_root),
@@ -91,23 +90,32 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         up += ["--fleet", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
         if os.environ.get("CW_GPU_DUMMY"):
             up += ["--vllm-arg=--load-format=dummy",
-                   "--vllm-arg=--structured-outputs-config={\"backend\":\"xgrammar\",\"disable_any_whitespace\":true}"]
+                   "--vllm-arg=--structured-outputs-config='{\"backend\":\"xgrammar\",\"disable_any_whitespace\":true}'"]
     t_up = time.time()
     launcher = subprocess.Popen(up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env,
                                 cwd=ROOT)
     try:
         t = time.time()
-        p = _run([py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic",
+        reuse = Path(os.environ.get("CW_GPU_REUSE_CLIPS", "/nonexistent"))
+        if (reuse / "library").is_dir():  # clips of an earlier run on this machine: skip generating them again
+            for sub in ("library", "hostile"):
+                shutil.move(str(reuse / sub), str(clip_root / sub))
+        p = subprocess.CompletedProcess([], 0) if (clip_root / "library").is_dir() else _run([py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic",
                   "--no-broken"] + (["--height", "360", "--max-seconds", "11"] if REHEARSE else []), log, env=env,
                  cwd=ROOT)
         assert p.returncode == 0
-        _run([py, "-m", "data.demo", str(clip_root / "hostile"), "--hostile"], log, env=env, cwd=ROOT)
+        if not (clip_root / "hostile").is_dir():
+            _run([py, "-m", "data.demo", str(clip_root / "hostile"), "--hostile"], log, env=env, cwd=ROOT)
         report["clip_generation_s"] = round(time.time() - t, 1)
 
         # 2. wait for the fleet
         rc = launcher.wait(timeout=1800)
         report["fleet_up_s"] = round(time.time() - t_up, 1)
         assert rc == 0, (out / "launcher.log").read_text()[-3000:]
+        router = subprocess.run([py, "-m", "serving.launcher", "url", "--data-dir", str(data_dir)], env=env,
+                                cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        report["fleet_url"] = router
+        assert router.endswith(":30000"), f"the launcher started no router: {router}"
 
         # 3. ingest (after vLLM took its GPU memory: NVDEC contexts must not starve its start-up check): thumbnails + filmstrips on NVDEC (auto), and PyAV on a copy of 24 clips for comparison
         t = time.time()
