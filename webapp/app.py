@@ -132,6 +132,12 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     app.state.ctx = ctx
     app.state.auth = auth
     auth.install(app)
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict:
+        """Liveness for launch.sh and load balancers: answers before login, reveals nothing."""
+        return {"ok": True}
+
     media.install(app, ctx, auth.user_name)
     exports.install(app, ctx, auth.user_name)
     app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")

@@ -7,12 +7,15 @@ Examples:
   python -m webapp.users set-role bob lead
   python -m webapp.users passwd bob
   python -m webapp.users disable bob
+  python -m webapp.users ensure-admin      # first run: an `admin` with a random password, if there is no user
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -31,6 +34,20 @@ def _password(args: argparse.Namespace) -> str:
     return first
 
 
+def ensure_admin(db, data_dir: Path) -> None:
+    """First run: no default password exists anywhere, so make a random one for `admin` and tell the operator."""
+    if users.list_users(db):
+        return
+    password = secrets.token_urlsafe(12)
+    users.create(db, "admin", role="admin", password=password, actor="launch")
+    path = Path(data_dir) / "admin-password"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(password + "\n")
+    print(f"created user 'admin' with password {password} (kept in {path}; change it with "
+          f"`python -m webapp.users passwd admin`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m webapp.users", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     pw = sub.add_parser("passwd", help="set a new password, e.g. `passwd bob`")
     pw.add_argument("name")
     pw.add_argument("--password-file")
+    sub.add_parser("ensure-admin", help="if there is no user yet, create `admin` with a random password, print it "
+                   "and keep it in DATA_DIR/admin-password (mode 0600), e.g. `ensure-admin`")
     for cmd in ("disable", "enable"):
         d = sub.add_parser(cmd, help=f"{cmd} a user's login, e.g. `{cmd} bob`")
         d.add_argument("name")
@@ -61,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "add":
             u = users.create(db, args.name, role=args.role, password=_password(args))
             print(f"added {u['name']} ({u['role']})")
+        elif args.command == "ensure-admin":
+            ensure_admin(db, settings.data_dir)
         elif args.command == "list":
             for u in users.list_users(db):
                 print("\t".join([u["name"], u["role"]] + (["disabled"] if u["disabled"] else [])))
