@@ -196,7 +196,7 @@ say "fleet: $FLEET_URLS"
 start runner "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet "$FLEET_URLS"
 
 if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
-  "$PY" -m webapp.users ensure-admin --data-dir "$DATA_DIR"
+  "$PY" -m webapp.users --data-dir "$DATA_DIR" ensure-admin
 fi
 start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$PORT" --host "$HOST"
 wait_http app "http://127.0.0.1:$PORT/healthz" 120
