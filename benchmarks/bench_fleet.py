@@ -200,8 +200,11 @@ async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
     out: dict = {"cases": {}}
     async with httpx.AsyncClient(timeout=120) as c:
         for name, uri in cases.items():
-            r = await c.post(url + "/v1/chat/completions", json=body(uri))
-            out["cases"][name] = {"status": r.status_code, "body": r.text[:600]}
+            try:  # one case that times out or breaks the connection must not cost the whole run
+                r = await c.post(url + "/v1/chat/completions", json=body(uri))
+                out["cases"][name] = {"status": r.status_code, "body": r.text[:600]}
+            except httpx.HTTPError as e:
+                out["cases"][name] = {"status": None, "body": f"{type(e).__name__}: {e}"}
         good = sorted(clip_root.glob("*.mp4"))[-1].resolve().as_uri()
         r = await c.post(url + "/v1/chat/completions", json=body(good, schema=True))
         out["schema_answer"] = {"status": r.status_code, "headers": dict(r.headers), "body": r.json()}
@@ -444,8 +447,11 @@ def cmd_sweep(a) -> None:
             row["startup_s"] = round(wait_ready(p, f"http://127.0.0.1:{a.port}", a.start_timeout), 1)
             url = f"http://127.0.0.1:{a.port}"
             if a.probe and name == a.configs.split(",")[0]:
-                Path(a.probe).write_text(json.dumps(asyncio.run(probe(url, Path(a.clips), Path(a.hostile))),
-                                                    indent=1))
+                try:
+                    found = asyncio.run(probe(url, Path(a.clips), Path(a.hostile)))
+                except Exception as e:  # the probe is a side show: keep the measurement
+                    found = {"error": f"{type(e).__name__}: {e!r}"}
+                Path(a.probe).write_text(json.dumps(found, indent=1))
             asyncio.run(drive(url, warm, min(len(warm), 16), a.max_tokens, frames))
             for c in concurrencies:
                 res = measure(url, p.pid, measured, c, a.max_tokens, frames)

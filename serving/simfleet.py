@@ -177,9 +177,12 @@ class ProbeCache:
 
 
 def _decode_failure(path: Path | str) -> SimError:
-    # What vLLM 0.25's NVDEC (PyNvVideoCodec) backend answers for an undecodable clip.
-    return SimError(500, f'CreateFormatContext : failed to open "{path}": "Invalid data found when processing '
-                         'input"', "InternalServerError")
+    # What vLLM 0.25's NVDEC (PyNvVideoCodec) backend raised for an HTML file named .mp4 on a real H200
+    # (docs/gpu-runs/2026-11-30-h200/bench-1-vllm-tails.log): the path is not part of the message.
+    return SimError(500, 'CreateFormatContext : \nError code : -1094995529\nError Type : '
+                         'avformat_open_input(&ctx, szFilePath, NULL, NULL) returned error " Invalid data found when '
+                         'processing input"\nat /project/src/VideoCodecSDKUtils/helper_classes/Utils/'
+                         'FFmpegDemuxer.h:792\n', "InternalServerError")
 
 
 def _probe_file(path: Path | None, size: int, data: bytes | None = None) -> ClipInfo | SimError:
