@@ -58,6 +58,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=40)
     ap.add_argument("--annotators", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=20.0)
+    ap.add_argument("--think", type=float, default=0.0,
+                    help="mean seconds an annotator spends on a clip between saves (0: save back to back, saturated)")
     a = ap.parse_args(argv)
     db_path = Path(a.db)
     shared = Path("/tmp/browse-1m.db")
@@ -113,7 +115,12 @@ def main(argv=None) -> int:
 
     def annotator(i: int) -> None:
         rnd = random.Random(i)
+        if a.think:
+            stop.wait(rnd.uniform(0, a.think))  # do not start in lock step
         while not stop.is_set():
+            if a.think:  # reading the clip and typing: a uniform 0.5x..1.5x of --think between saves
+                if stop.wait(rnd.uniform(0.5, 1.5) * a.think):
+                    break
             cid = rnd.choice(pool)
             view = r.view(cid, None)
             base = view[r.base]
@@ -155,7 +162,7 @@ def main(argv=None) -> int:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    print(f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators, {machine[0]} machine captions "
+    print(f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), {machine[0]} machine captions "
           f"written meanwhile; conflicts {conflicts[0]}, other errors {len(errors)}")
     print(f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  "
           f"max {max(lat):.1f}")

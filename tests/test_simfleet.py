@@ -81,8 +81,9 @@ def test_corrupt_clip_fails_as_vllm_025_nvdec_does(sim, clip_root):
     r = post(sim.urls[0], chat_body(f"file://{clip_root}/corrupt.mp4"))
     assert r.status_code == 500
     err = r.json()["error"]
-    assert err["message"].startswith("CreateFormatContext : ")
-    assert '"Invalid data found when processing input"' in err["message"]
+    # the text real vLLM 0.25.0 + NVDEC gave on an H200 (docs/gpu-runs/2026-11-30-h200/bench-1-vllm-tails.log)
+    assert err["message"].startswith("CreateFormatContext : \nError code : -1094995529\n")
+    assert 'returned error " Invalid data found when processing input"' in err["message"]
     assert err["type"] == "InternalServerError" and err["code"] == 500
 
 

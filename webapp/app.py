@@ -11,6 +11,7 @@ from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
+from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from webapp import exports, media, render
@@ -137,6 +138,17 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     def healthz() -> dict:
         """Liveness for launch.sh and load balancers: answers before login, reveals nothing."""
         return {"ok": True}
+
+    @app.middleware("http")
+    async def close_unused_gradio_routes(request, call_next):
+        # No handler of this app takes a file, so Gradio's upload route only offers disk space to anyone logged
+        # in; and its OpenAPI document lists routes to callers who have not logged in. Both found by S2.
+        path = request.url.path
+        if path.endswith("/gradio_api/upload") or path.endswith("/upload_progress"):
+            return JSONResponse({"detail": "this app takes no uploads"}, status_code=403)
+        if path.endswith("/openapi.json") and auth.user_name(request) is None and auth.required:
+            return JSONResponse({"detail": "log in first"}, status_code=401)
+        return await call_next(request)
 
     media.install(app, ctx, auth.user_name)
     exports.install(app, ctx, auth.user_name)
