@@ -60,6 +60,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=20.0)
     ap.add_argument("--think", type=float, default=0.0,
                     help="mean seconds an annotator spends on a clip between saves (0: save back to back, saturated)")
+    ap.add_argument("--job-rate", type=float, default=0.0,
+                    help="machine captions per second the job writes (e.g. 56: 8 replicas at 7 clips/s; 0: flat out)")
     a = ap.parse_args(argv)
     db_path = Path(a.db)
     shared = Path("/tmp/browse-1m.db")
@@ -149,7 +151,8 @@ def main(argv=None) -> int:
                 jobs.complete(d, job_id, it["clip_id"], text="machine caption", labels=LABELS,
                               provenance={"model": "bench", "simulated": True, "latency_ms": 1.0})
                 machine[0] += 1
-            time.sleep(0.01)
+            # a fleet delivers results at its own pace: 16 results every 16/rate s (as fast as possible if 0)
+            time.sleep(16 / a.job_rate if a.job_rate else 0.01)
         d.close()
 
     threads = [threading.Thread(target=annotator, args=(i,)) for i in range(a.annotators)]
@@ -163,7 +166,7 @@ def main(argv=None) -> int:
         t.join()
     wall = time.perf_counter() - t0
     print(f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), {machine[0]} machine captions "
-          f"written meanwhile; conflicts {conflicts[0]}, other errors {len(errors)}")
+          f"written meanwhile (job rate {a.job_rate or 'flat out'}); conflicts {conflicts[0]}, other errors {len(errors)}")
     print(f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  "
           f"max {max(lat):.1f}")
     if errors:
