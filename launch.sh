@@ -200,6 +200,7 @@ if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
 fi
 start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$PORT" --host "$HOST"
 wait_http app "http://127.0.0.1:$PORT/healthz" 120
+if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
 say "the workbench is up: http://$HOST:$PORT   (logs: $LOGS; stop: ./launch.sh stop)"
 [ "$FLEET" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"
 
