@@ -67,6 +67,8 @@ class FleetTab:
         self.table = gr.Dataframe(headers=COLUMNS, interactive=False, label="Replicas", elem_id="fleet-table")
         self.router = gr.HTML("", elem_id="fleet-router")
         self.refresh_btn = gr.Button("Refresh", elem_id="btn-fleet-refresh", size="sm")
+        # live without a click; each scrape has a short timeout, so a dead replica costs one tick, not a hang
+        self.timer = gr.Timer(10.0)
 
     def refresh(self, request: gr.Request):
         self.ctx.user(request)
@@ -85,5 +87,5 @@ class FleetTab:
 
     def wire(self, banner: gr.HTML) -> None:
         self.banner = banner
-        self.refresh_btn.click(self.refresh, None, [self.table, self.summary, self.router, banner],
-                               api_name="fleet_refresh")
+        gr.on([self.refresh_btn.click, self.timer.tick], self.refresh, None,
+              [self.table, self.summary, self.router, banner], api_name="fleet_refresh", show_progress="hidden")
