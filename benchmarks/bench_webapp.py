@@ -169,6 +169,11 @@ def main(argv=None) -> int:
           f"written meanwhile (job rate {a.job_rate or 'flat out'}); conflicts {conflicts[0]}, other errors {len(errors)}")
     print(f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  "
           f"max {max(lat):.1f}")
+    from data.db import write_lock_stats
+
+    ws = write_lock_stats(db_path)
+    print(f"write lock (this process: annotators + job): {ws['holds']} transactions, longest hold "
+          f"{ws['max_ms']} ms, mean {ws['total_ms'] / max(1, ws['holds']):.2f} ms")
     if errors:
         print("first error:", errors[0][:200])
     app.state.ctx.close()

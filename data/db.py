@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import sqlite3
 import threading
 import time
@@ -26,17 +27,44 @@ from typing import Iterator
 import sqlite_utils
 
 BUSY_TIMEOUT_MS = 10_000
+log = logging.getLogger(__name__)
 
 # One lock per database file for the writers of this process (see the module docstring). Process-wide on
 # purpose: it stands for a resource that is process-wide too (the file's write lock).
-_WRITE_LOCKS: dict[str, threading.Lock] = {}
+class _WriteLock:
+    """The per-file writer lock, and how long this process held the database's write lock (R5's figure)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.holds = 0
+        self.total_s = 0.0
+        self.max_s = 0.0
+
+    def record(self, held_s: float) -> None:  # called with `lock` held: no race
+        self.holds += 1
+        self.total_s += held_s
+        if held_s > self.max_s:
+            self.max_s = held_s
+        if held_s > SLOW_HOLD_S:
+            log.warning("write lock held %.0f ms (a transaction longer than %.0f ms delays every writer)",
+                        held_s * 1000, SLOW_HOLD_S * 1000)
+
+
+SLOW_HOLD_S = 0.5
+_WRITE_LOCKS: dict[str, _WriteLock] = {}
 _WRITE_LOCKS_GUARD = threading.Lock()
 
 
-def _write_lock(path: Path) -> threading.Lock:
+def _write_lock(path: Path) -> _WriteLock:
     key = str(path.resolve())
     with _WRITE_LOCKS_GUARD:
-        return _WRITE_LOCKS.setdefault(key, threading.Lock())
+        return _WRITE_LOCKS.setdefault(key, _WriteLock())
+
+
+def write_lock_stats(path: str | Path) -> dict[str, float]:
+    """How this process used the write lock of the database at `path`: count, total and longest hold (ms)."""
+    w = _write_lock(Path(path))
+    return {"holds": w.holds, "total_ms": round(w.total_s * 1000, 1), "max_ms": round(w.max_s * 1000, 2)}
 
 
 class DataError(Exception):
@@ -95,11 +123,12 @@ def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
         with db.atomic():
             yield db
         return
-    lock = getattr(db, "_cw_write_lock", None)
-    if lock is not None and not lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+    wl = getattr(db, "_cw_write_lock", None)
+    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
         raise sqlite3.OperationalError("database is locked (waited for another thread's write)")
     try:
         conn.execute("BEGIN IMMEDIATE")
+        began = time.perf_counter()
         try:
             yield db
         except BaseException:
@@ -108,9 +137,12 @@ def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
             raise
         else:
             conn.execute("COMMIT")
+        finally:
+            if wl is not None:
+                wl.record(time.perf_counter() - began)
     finally:
-        if lock is not None:
-            lock.release()
+        if wl is not None:
+            wl.lock.release()
 
 
 def now() -> float:
