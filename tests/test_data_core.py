@@ -95,3 +95,18 @@ def test_job_basics_claim_complete_fail(db):
     j = jobs.get(db, job)
     assert (j["done"], j["failed"]) == (1, 1)
     assert db.execute("SELECT COUNT(*) FROM captions WHERE job_id = ?", [job]).fetchone()[0] == 1
+
+
+def test_write_lock_stats_count_holds_and_the_longest(db, settings):
+    import time as _time
+
+    from data.db import immediate, write_lock_stats
+
+    before = write_lock_stats(settings.db)
+    with immediate(db):
+        _time.sleep(0.05)  # a long transaction
+    with immediate(db):
+        pass
+    after = write_lock_stats(settings.db)
+    assert after["holds"] - before["holds"] == 2
+    assert after["max_ms"] >= 50
