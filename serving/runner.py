@@ -44,6 +44,7 @@ import httpx
 from data import db as dbmod
 from data import jobs, prompts
 from data.settings import Settings, add_arguments, from_args
+from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
 
 log = logging.getLogger("serving.runner")
@@ -54,15 +55,6 @@ WRITE_BATCH = 500         # results per write transaction at most
 COOL_MIN_S = 0.2          # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
 POOL_SLOTS = 8            # in-flight requests per HTTP connection pool (see Runner.run)
-
-
-def _backoff(attempt: int, *, base: float = 0.5, cap: float = 30.0, rng: random.Random | Any = random) -> float:
-    """Full-jitter exponential backoff; `serving.client.backoff` when it is installed."""
-    try:
-        from serving.client import backoff
-    except ImportError:  # pragma: no cover - until the client lands
-        return rng.uniform(0, min(cap, base * 2 ** max(attempt - 1, 0)))
-    return backoff(attempt, base=base, cap=cap, rng=rng)
 
 
 def parse_fleet(value: str | Iterable[str], settings: Settings | None = None) -> list[str]:
@@ -237,8 +229,6 @@ class Runner:
         return sum(max(0, r.capacity(t)) for r in self.replicas)
 
     def _request(self, cfg: dict, item: dict):
-        from serving.client import CaptionRequest
-
         p = cfg["params"]
         return CaptionRequest(clip_path=item["path"], prompt=cfg["prompt"], frames=int(p["frames"]),
                               max_tokens=int(p["max_tokens"]), temperature=float(p["temperature"]),
@@ -332,7 +322,7 @@ class Runner:
                             counts["done"] += 1
                         else:
                             e = o.error
-                            delay = (_backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
+                            delay = (backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
                                      if e.retryable else 0.0)
                             msg = str(e) or type(e).__name__
                             if e.status and str(e.status) not in msg:
@@ -397,7 +387,6 @@ class Runner:
             # one client (connection pool) per replica: httpcore's pool scans every connection for every
             # request, so one pool of 8 x 48 connections costs far more CPU than 8 pools of 48
             # (and sharded again: it also checks every connection of the pool on each request)
-            from serving.client import FleetClient
             self._clients = {r.url: [] for r in self.replicas}  # shards [client, in flight], made on demand
             ssl_ctx = httpx.create_ssl_context()  # built once: each default transport spends ~25 ms on its own
             self._make_client = lambda: FleetClient(self.settings, transport=httpx.AsyncHTTPTransport(
