@@ -264,6 +264,21 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
             "tokens_per_s": max(0.0, after.generation_tokens - before.generation_tokens) / dt}
 
 
+def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
+    """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
+    `/liveness` and lists its workers on `/workers`; anything else is taken as a replica."""
+    replicas: list[str] = []
+    router = None
+    for url in urls:
+        st = router_status(url, timeout=timeout)
+        if st.live and st.workers:
+            router = router or url
+            replicas += [w["url"] if isinstance(w, dict) else str(w) for w in st.workers]
+        else:
+            replicas.append(url)
+    return list(dict.fromkeys(replicas)), router
+
+
 def snapshot(replica_urls: Iterable[str], router_url: str | None = None, *,
              timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
     """One dict for the UI: replicas (list of dicts), router (dict or None), and fleet totals."""
@@ -282,4 +297,4 @@ def snapshot(replica_urls: Iterable[str], router_url: str | None = None, *,
 
 
 __all__ = ["ReplicaStatus", "RouterStatus", "parse_metrics", "scrape", "scrape_async", "replica_status",
-           "fleet_status", "router_status", "rates", "snapshot"]
+           "fleet_status", "router_status", "rates", "snapshot", "discover"]

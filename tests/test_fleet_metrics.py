@@ -172,6 +172,13 @@ def test_router_status_and_request_spread(fleet_settings, sim, router):
     assert counts == [10, 10]  # round robin: an even spread, seen in each replica's own metrics
 
 
+def test_discover_looks_through_a_router_to_its_workers(sim, router):
+    replicas, router_url = fleet.discover([router], timeout=2)
+    assert router_url == router and sorted(replicas) == sorted(sim.urls)
+    # replica URLs given directly stay replicas; no router is invented
+    assert fleet.discover(sim.urls, timeout=2) == (list(sim.urls), None)
+
+
 def test_router_status_of_nothing_is_not_live():
     st = fleet.router_status(f"http://127.0.0.1:{free_port()}", timeout=0.5)
     assert st.live is False and st.error

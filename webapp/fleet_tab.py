@@ -9,46 +9,22 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from serving import fleet
 from webapp import render
 from webapp.context import AppContext
 
 TIMEOUT_S = 1.5
-COLUMNS = ["url", "healthy", "simulated", "running", "waiting", "kv_cache_usage", "success_total",
-           "generation_tokens", "e2e_latency_mean_s", "decode_backend", "error"]
+# fields of serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
+COLUMNS = ["url", "state", "simulated", "model", "running", "waiting", "kv_cache_usage", "success_total",
+           "generation_tokens", "e2e_latency_mean", "ttft_mean", "error"]
 
 
 def snapshot(urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
-    """(one dict per replica, router status or None). Never raises: an unreachable replica is a row."""
-    try:
-        from serving import fleet
-    except ImportError:
-        return [{"url": u, "healthy": None, "error": "serving.fleet is not available"} for u in urls], None
-    rows: list[dict] = []
-    router = None
-    for url in urls:
-        try:
-            got = fleet.scrape(url, timeout=timeout) if _takes_timeout(fleet.scrape) else fleet.scrape(url)
-        except Exception as e:  # noqa: BLE001 - any failure is shown as this replica's state
-            rows.append({"url": url, "healthy": False, "error": f"{type(e).__name__}: {e}"})
-            continue
-        got = dict(got) if isinstance(got, dict) else dict(getattr(got, "__dict__", {}))
-        if got.get("router") is not None:
-            router = got["router"]
-        if isinstance(got.get("replicas"), list):
-            rows.extend(dict(r) for r in got["replicas"])
-        else:
-            got.setdefault("url", url)
-            rows.append(got)
-    return rows, router
-
-
-def _takes_timeout(fn) -> bool:
-    import inspect
-
-    try:
-        return "timeout" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return False
+    """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
+    to its workers. Never raises: an unreachable replica is a row."""
+    replicas, router_url = fleet.discover(urls, timeout=timeout)
+    snap = fleet.snapshot(replicas, router_url, timeout=timeout)
+    return snap["replicas"], snap["router"]
 
 
 def any_simulated(rows: list[dict]) -> bool:
@@ -61,8 +37,13 @@ class FleetTab:
 
     def render(self) -> None:
         s = self.ctx.settings
-        gr.Markdown(f"Fleet setting: `{s.fleet}` · model `{s.model_name}` · "
-                    f"replicas watched: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet URLs)'}")
+        # vLLM does not report its decoder; what the launcher started is known from the settings
+        backend = ("simulated (PyAV probe, no decode)" if self.ctx.simulated_fleet
+                   else "pynvvideocodec (NVDEC), as the launcher starts replicas" if s.fleet in ("gpu", "auto")
+                   else "set by whoever started the fleet (the launcher uses pynvvideocodec)")
+        gr.Markdown(f"Fleet setting: `{s.fleet}` · model `{s.model_name}` · decode backend: {backend} · "
+                    f"watching: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet URLs)'} "
+                    "(a router's workers are found through its `/workers`)")
         self.summary = gr.HTML("", elem_id="fleet-summary")
         self.table = gr.Dataframe(headers=COLUMNS, interactive=False, label="Replicas", elem_id="fleet-table")
         self.router = gr.HTML("", elem_id="fleet-router")
