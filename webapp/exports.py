@@ -2,12 +2,11 @@
 checked here on the server (the link is only shown to leads, but hiding a link protects nothing).
 
 The file is written by data.export (the clip library's exporter) into a temporary file by a worker thread
-with its own connection, then streamed; a fallback writer covers a checkout without data.export.
+with its own connection, then streamed.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import tempfile
@@ -19,39 +18,15 @@ from starlette.background import BackgroundTask
 
 from data import clips
 from data import db as dbmod
+from data import export as exporter
 from webapp.context import AppContext
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
-FALLBACK_FIELDS = ("id", "path", "review_status", "caption_source", "caption_text", "scenario", "hazard_level",
-                   "weather", "lighting", "road_type")
-
-
-def _fallback(db, f: clips.Filter, fmt: str, out) -> int:
-    n = 0
-    writer = csv.writer(out) if fmt == "csv" else None
-    if writer:
-        writer.writerow([*FALLBACK_FIELDS, "labels"])
-    for cid in clips.iter_ids(db, f):
-        c = clips.get(db, cid)
-        labels = (c.get("caption") or {}).get("labels") or {}
-        if writer:
-            writer.writerow([*(c.get(k) for k in FALLBACK_FIELDS), json.dumps(labels, sort_keys=True)])
-        else:
-            out.write(json.dumps({**{k: c.get(k) for k in FALLBACK_FIELDS}, "labels": labels}) + "\n")
-        n += 1
-    return n
-
-
 def write_export(db_path, f: clips.Filter, fmt: str, path: str) -> None:
     db = dbmod.connect(db_path)
     try:
         with open(path, "w", newline="", encoding="utf-8") as out:
-            try:
-                from data import export as exporter
-            except ImportError:
-                _fallback(db, f, fmt, out)
-            else:
-                exporter.export(db, f, fmt, out)
+            exporter.export(db, f, fmt, out)
     finally:
         db.close()
 
