@@ -16,6 +16,7 @@ Item states: pending -> leased -> done | failed | pending (retry after `not_befo
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from typing import Any, Iterable
@@ -272,8 +273,12 @@ def counts(db: sqlite_utils.Database, job_id: int) -> dict[str, int]:
     return out
 
 
-def progress(db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float = 10.0) -> dict:
-    """What the UI and CLI show: counts, throughput (clips/s over the last minute), ETA, a time series."""
+def progress(db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float | None = None,
+             max_points: int = 300) -> dict:
+    """What the UI and CLI show: counts, throughput (clips/s over the last minute), ETA, and a throughput
+    series with one point per bucket from the job's start to its end (or now), empty buckets as 0 so that a
+    stall shows as a drop, not as a line drawn across it. Buckets are 10 s, coarser for long jobs so that the
+    series stays under `max_points`."""
     job = get(db, job_id)
     c = counts(db, job_id)
     t = now()
@@ -282,12 +287,18 @@ def progress(db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float = 
     window = min(60.0, max(1.0, t - (job["started_at"] or t)))
     rate = recent / window
     remaining = c["pending"] + c["leased"]
-    series = [dict(r) for r in db.query(
-        "SELECT CAST(finished_at / ? AS INTEGER) * ? AS t, COUNT(*) AS n FROM job_items "
-        "WHERE job_id = ? AND finished_at IS NOT NULL GROUP BY 1 ORDER BY 1",
-        [bucket_seconds, bucket_seconds, job_id])]
-    for s in series:
-        s["clips_per_s"] = s["n"] / bucket_seconds
+    series: list[dict] = []
+    if job["started_at"]:
+        end = job["finished_at"] or t
+        b = bucket_seconds or max(10.0, 10.0 * math.ceil((end - job["started_at"]) / max_points / 10.0))
+        got = {r["k"]: r["n"] for r in db.query(
+            "SELECT CAST(finished_at / ? AS INTEGER) AS k, COUNT(*) AS n FROM job_items "
+            "WHERE job_id = ? AND finished_at IS NOT NULL GROUP BY 1", [b, job_id])}
+        first, last = int(job["started_at"] // b), int(end // b)
+        if got:
+            first, last = min(first, min(got)), max(last, max(got))
+        series = [{"t": k * b, "n": got.get(k, 0), "clips_per_s": got.get(k, 0) / b}
+                  for k in range(first, last + 1)]
     return {**job, "counts": c, "rate": rate, "remaining": remaining,
             "eta_seconds": remaining / rate if rate > 0 and job["state"] in ACTIVE else None, "series": series}
 

@@ -110,3 +110,18 @@ def test_write_lock_stats_count_holds_and_the_longest(db, settings):
     after = write_lock_stats(settings.db)
     assert after["holds"] - before["holds"] == 2
     assert after["max_ms"] >= 50
+
+
+def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
+    ids = [add_clip(db, f"s{i}.mp4") for i in range(3)]
+    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids, prompt_id=None)
+    jobs.claim(db, job, "runner-1", 3, lease_seconds=60, max_attempts=3)
+    t0 = 1_000_000.0  # started at t0; results at t0+5 and t0+35, then a stall until it finished at t0+60
+    db.execute("UPDATE jobs SET started_at = ?, finished_at = ? WHERE id = ?", [t0, t0 + 60, job])
+    db.execute("UPDATE job_items SET finished_at = ? WHERE job_id = ? AND clip_id = ?", [t0 + 5, job, ids[0]])
+    db.execute("UPDATE job_items SET finished_at = ? WHERE job_id = ? AND clip_id = ?", [t0 + 35, job, ids[1]])
+    db.conn.commit()
+    series = jobs.progress(db, job)["series"]
+    assert [p["t"] for p in series] == [t0 + 10 * k for k in range(7)]  # 10 s buckets from start to end
+    assert [p["n"] for p in series] == [1, 0, 0, 1, 0, 0, 0]
+    assert series[0]["clips_per_s"] == 0.1
