@@ -15,7 +15,10 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
   modality with the server's `--media-io-kwargs` (vllm/renderers/params.py -> `merge_media_io_kwargs`);
   for video a request-level `num_frames` drops the server default `fps`, and a request can never switch
   to a GPU decode backend the server did not start with (vllm/multimodal/media/video.py `merge_kwargs`).
-  So we send `{"video": {"num_frames": N}}` and leave the backend to the server.
+  For Qwen3-VL, 0.25 samples frames with its own `qwen3_vl` sampler, which ignores `num_frames` and
+  clamps `total / fps * 2` to `[min_frames, max_frames]` (the recipe starts the server with 16/16). So we
+  send `{"video": {"num_frames": N, "min_frames": N, "max_frames": N}}`: N frames with either sampler (the
+  server's recipe already passes min/max_frames to the NVDEC backend), and leave the backend to the server.
 - `response_format={"type": "json_schema", ...}` for structured output, `max_completion_tokens`,
   `temperature`, `seed`.
 """
@@ -234,7 +237,8 @@ class FleetClient:
             "response_format": {"type": "json_schema", "json_schema": {
                 "name": _schema_name(prompt), "schema": prompt.get("schema") or taxonomy.CAPTION_SCHEMA,
                 "strict": True}},
-            "media_io_kwargs": {"video": {"num_frames": int(req.frames)}},
+            "media_io_kwargs": {"video": {"num_frames": int(req.frames), "min_frames": int(req.frames),
+                                          "max_frames": int(req.frames)}},
             "max_completion_tokens": int(req.max_tokens),
             "temperature": float(req.temperature),
         }

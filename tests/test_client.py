@@ -76,7 +76,8 @@ def test_request_body_has_video_then_text_schema_frames_and_limits(fleet_setting
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
     assert rf["json_schema"]["schema"] == taxonomy.CAPTION_SCHEMA
     assert rf["json_schema"]["name"] == "av-hazard_v1"
-    assert body["media_io_kwargs"] == {"video": {"num_frames": 12}}
+    # num_frames for the generic sampler, min=max for Qwen3-VL's own sampler (which ignores num_frames)
+    assert body["media_io_kwargs"] == {"video": {"num_frames": 12, "min_frames": 12, "max_frames": 12}}
     assert body["max_completion_tokens"] == 300 and body["temperature"] == 0.2 and body["seed"] == 7
     assert result.text == GOOD["caption"]
     assert result.labels == {k: v for k, v in GOOD.items() if k != "caption"}
