@@ -94,9 +94,13 @@ def test_edit_save_reload_shows_edit(ann, server, library):
     cid = library.clip_ids[3]
     page.goto(f"{server.url}/?clip={cid}")
     page.wait_for_function(f"document.querySelector('#review-header')?.innerText.includes('#{cid} ')")
+    page.wait_for_selector("video")
+    page.evaluate("document.querySelector('video').dataset.mark = 'before-save'")
     page.fill("#caption-text textarea", "Edited by ann: a cyclist swerves around a parked van.")
     page.click("#btn-save")
     page.wait_for_selector("#review-msg .cw-msg-ok")
+    # saving must not replace (and so reload) the video the annotator is watching
+    assert page.evaluate("document.querySelector('video')?.dataset.mark") == "before-save"
     page.reload()
     page.wait_for_function(f"document.querySelector('#review-header')?.innerText.includes('#{cid} ')")
     assert page.input_value("#caption-text textarea") == "Edited by ann: a cyclist swerves around a parked van."

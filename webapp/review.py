@@ -69,8 +69,9 @@ class ReviewTab:
                 self.history, self.adopt_choice, self.msg, self.reload_btn, self.clip_id, self.base]
 
     def view(self, clip_id: int, request: gr.Request, *, message: str = "", kind: str = "info",
-             keep_form: bool = False) -> dict:
-        """All review components for `clip_id` (the form is refilled unless keep_form)."""
+             keep_form: bool = False, keep_media: bool = False) -> dict:
+        """All review components for `clip_id` (the form is refilled unless keep_form; the player and filmstrip
+        are left alone with keep_media, so that saving or approving does not reload the video being watched)."""
         user = self.ctx.user(request)
         db = self.ctx.db()
         try:
@@ -81,8 +82,6 @@ class ReviewTab:
         versions = captions.history(db, clip["id"])
         out = {
             self.header: render.header(clip, user.name, user.role),
-            self.player: render.player(clip),
-            self.filmstrip: render.filmstrip(clip),
             self.provenance: render.provenance(cap),
             self.history: render.history(versions),
             self.adopt_choice: gr.update(choices=[(f"v{v['version']} ({v['source']}, {v['author']})", v["id"])
@@ -92,6 +91,9 @@ class ReviewTab:
             self.clip_id: clip["id"],
             self.base: clip["current_caption_id"],
         }
+        if not keep_media:
+            out[self.player] = render.player(clip)
+            out[self.filmstrip] = render.filmstrip(clip)
         if not keep_form:
             labels = (cap or {}).get("labels") or {}
             out[self.text] = (cap or {}).get("text", "")
@@ -133,7 +135,8 @@ class ReviewTab:
             return self._conflict(clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
             return {self.msg: render.message(str(e), "error")}
-        return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok")
+        return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok",
+                         keep_media=True)
 
     def review(self, status: str):
         def handler(clip_id, base, request: gr.Request):
@@ -147,7 +150,8 @@ class ReviewTab:
                 return self._conflict(clip_id, e, request)
             except DataError as e:
                 return {self.msg: render.message(str(e), "error")}
-            return self.view(clip_id, request, message=f"Marked {status}.", kind="ok", keep_form=True)
+            return self.view(clip_id, request, message=f"Marked {status}.", kind="ok", keep_form=True,
+                             keep_media=True)
         handler.__name__ = f"review_{status}"
         return handler
 
@@ -162,7 +166,8 @@ class ReviewTab:
             return self._conflict(clip_id, e, request)
         except DataError as e:
             return {self.msg: render.message(str(e), "error")}
-        return self.view(clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok")
+        return self.view(clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok",
+                         keep_media=True)
 
     def recaption(self, clip_id, request: gr.Request):
         user = self.ctx.user(request)
