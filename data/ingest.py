@@ -49,7 +49,7 @@ VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi", "
 DEFAULT_TIMEOUT = 20.0
 BATCH = 64
 FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
-          "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "sidecar")
+          "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "preview", "sidecar")
 
 
 @dataclass
@@ -159,6 +159,11 @@ def process_clip(task: dict) -> dict:
             out["thumbnail"], out["filmstrip"] = m["thumbnail"], m["filmstrip"]
             out["filmstrip_indices"] = json.dumps(m["filmstrip_indices"])
             out["media_decoder"] = m["decode_backend"]
+            if (out.get("codec") or "").lower() in media.PREVIEW_CODECS:
+                try:  # review-only: a clip without a preview still gets its notice and filmstrip
+                    out["preview"] = media.make_preview(task["abs"], task["media_dir"], out["sha256"])
+                except media.DecodeError as e:
+                    log.warning("%s: %s", task["rel"], e)
     return out
 
 

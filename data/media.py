@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import os
+from fractions import Fraction
 from pathlib import Path
 from typing import Sequence
 
@@ -211,6 +212,54 @@ def filmstrip_image(frames: Sequence[np.ndarray], tile_width: int = TILE_WIDTH):
     for i, t in enumerate(tiles):
         strip.paste(t, (i * tile_width, 0))
     return strip
+
+
+PREVIEW_WIDTH = 640
+PREVIEW_CODECS = frozenset({"hevc", "h265"})  # what browsers (Chromium included) cannot play
+
+
+def preview_path(sha256: str) -> str:
+    return f"previews/{sha256[:2]}/{sha256}.mp4"
+
+
+def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width: int = PREVIEW_WIDTH) -> str:
+    """A browser-playable H.264 copy of a clip the browser cannot play (HEVC), at most `width` px wide, for
+    review only: the model always gets the original. Skipped when it exists for this content hash. Returns
+    its path relative to media_dir; raises DecodeError if the clip cannot be transcoded."""
+    import av
+
+    rel = preview_path(sha256)
+    target = Path(media_dir) / rel
+    if target.exists():
+        return rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.mp4")
+    try:
+        with av.open(str(path), metadata_errors="ignore") as src, \
+                av.open(str(tmp), "w", options={"movflags": "+faststart"}) as dst:
+            vin = src.streams.video[0]
+            w = min(width, vin.codec_context.width or width)
+            w -= w % 2
+            h = max(2, round((vin.codec_context.height or w) * w / max(1, vin.codec_context.width or w)))
+            h -= h % 2
+            rate = Fraction(vin.average_rate or 30)
+            out = dst.add_stream("libx264", rate=rate)
+            out.time_base = 1 / rate
+            out.width, out.height, out.pix_fmt = w, h, "yuv420p"
+            out.options = {"preset": "veryfast", "crf": "28"}
+            out.gop_size = max(1, int(round(float(rate))))  # a keyframe a second: the player can seek
+            for i, frame in enumerate(src.decode(vin)):
+                frame = frame.reformat(width=w, height=h, format="yuv420p")
+                frame.pts, frame.time_base = i, 1 / rate  # constant rate from 0
+                for pkt in out.encode(frame):
+                    dst.mux(pkt)
+            for pkt in out.encode():
+                dst.mux(pkt)
+        os.replace(tmp, target)  # atomic: the route never serves half a file
+    except (av.FFmpegError, IndexError, ValueError) as e:
+        tmp.unlink(missing_ok=True)
+        raise DecodeError(f"no preview: {e}") from e
+    return rel
 
 
 def make_media(path: str | Path, media_dir: str | Path, sha256: str, total_frames: int, num_frames: int,

@@ -217,3 +217,9 @@ def m004_hazard_weather_index(db: sqlite_utils.Database) -> None:
     """The browse view's most used pair (hazard level x weather): a covering index makes its pages and
     counts index-only (170 ms -> 0.3 ms for a count on a million clips, see docs/BENCHMARKS.md)."""
     db.execute("CREATE INDEX IF NOT EXISTS idx_clips_hazard_weather ON clips(hazard_level, weather, missing, id)")
+
+
+@MIGRATIONS()
+def m005_previews(db: sqlite_utils.Database) -> None:
+    """clips.preview: a browser-playable H.264 copy of an HEVC clip, relative to media_dir (data.media)."""
+    db.execute("ALTER TABLE clips ADD COLUMN preview TEXT")

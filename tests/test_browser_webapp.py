@@ -89,6 +89,15 @@ def test_hevc_clip_gets_a_notice(ann, library):
     assert page.locator("#cw-filmstrip").is_visible()
 
 
+def test_hevc_clip_with_a_preview_plays_the_preview(ann, library):
+    page, _ = ann
+    cid = library.clip_ids[6]
+    page.goto(page.url.split("?")[0] + f"?clip={cid}")
+    page.wait_for_selector("#hevc-notice", timeout=20_000)
+    assert page.get_attribute("#cw-video", "src") == f"/preview/{cid}"
+    page.wait_for_function("document.querySelector('#cw-video').readyState >= 1", timeout=20_000)
+
+
 def test_edit_save_reload_shows_edit(ann, server, library):
     page, _ = ann
     cid = library.clip_ids[3]

@@ -127,3 +127,21 @@ def test_cli_ingests_and_prints_a_summary(settings, tiny_library):
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"{TINY_COUNT} ok, {len(BROKEN_FILES)} failed" in out.stderr
+
+
+def test_hevc_clip_gets_a_browser_playable_preview(settings, db, tmp_path):
+    import av
+
+    from data import demo
+
+    root = tmp_path / "hevc"
+    demo.make_library(root, 2, seed=5, workers=1, broken=False, height=90, min_seconds=1, max_seconds=2,
+                      hevc_share=1.0)
+    run(settings, root=root)
+    rows = list(db.query("SELECT codec, frames, preview FROM clips"))
+    assert rows and all(r["codec"] == "hevc" and r["preview"] for r in rows)
+    for r in rows:
+        with av.open(str(settings.media_dir / r["preview"])) as c:
+            v = c.streams.video[0]
+            assert v.codec_context.name == "h264" and v.width <= media.PREVIEW_WIDTH
+            assert sum(1 for _ in c.demux(v) if _.size) == r["frames"]  # every frame, none dropped

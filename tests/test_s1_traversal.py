@@ -32,7 +32,7 @@ def planted(web_settings, library):  # noqa: F811
     hostile = ["drive/escape.mp4", "../canary-secret.txt", str(canary), "linkdir/canary-secret.txt",
                "drive/../../canary-secret.txt", "drive/clip_000.mp4\x00../../canary-secret.txt", "/etc/passwd",
                "..\\canary-secret.txt"]
-    rows = [{"path": p, "thumbnail": t, "filmstrip": t} for p, t in
+    rows = [{"path": p, "thumbnail": t, "filmstrip": t, "preview": t} for p, t in
             zip(hostile, ["thumbs/escape.jpg", "../canary-secret.txt", str(canary), "../../etc/passwd",
                           "thumbs/../../canary-secret.txt", "/etc/passwd", "thumbs/escape.jpg", "..\\x"])]
     db["clips"].insert_all(rows)
@@ -59,7 +59,7 @@ def payloads(canary: str, clip_root: str) -> list[str]:
     rel_up = ["../", "..%2f", "%2e%2e/", "%2e%2e%2f", "%252e%252e%252f", "..%5c", "..\\", "%c0%ae%c0%ae/",
               "..%c0%af", "....//", "..;/", "%2e%2e%5c", "..%252f", ".%2e/", "%u002e%u002e/"]
     names = ["canary-secret.txt", "etc/passwd"]
-    prefixes = ["/media/", "/media/1/", "/thumb/", "/filmstrip/", "/gradio_api/file=", "/file=",
+    prefixes = ["/media/", "/media/1/", "/thumb/", "/filmstrip/", "/preview/", "/gradio_api/file=", "/file=",
                 "/cw-static/", "/gradio_api/file/", "/static/", "/assets/"]
     out = []
     for prefix in prefixes:
@@ -91,7 +91,7 @@ def test_hostile_stored_paths_are_404(server, planted):  # noqa: F811
     c = server.client("ann")
     assert len(ids) >= 6
     for cid in ids:
-        for route in ("media", "thumb", "filmstrip"):
+        for route in ("media", "thumb", "filmstrip", "preview"):
             r = c.get(f"/{route}/{cid}")
             assert CANARY not in r.text and "root:x:0:0" not in r.text
             if route != "thumb":

@@ -84,6 +84,8 @@ def build_library(settings: Settings, n: int = 24) -> Library:
     video = root / "drive" / "clip_000.mp4"
     write_clip(video)
     write_image(media / "thumbs" / "t0.jpg")
+    (media / "previews").mkdir(parents=True, exist_ok=True)
+    (media / "previews" / "p6.mp4").write_bytes(video.read_bytes())
     write_image(media / "filmstrips" / "f0.jpg", w=960, h=60, color=(140, 90, 60))
     db = dbmod.connect(settings.db)
     rows = []
@@ -93,7 +95,9 @@ def build_library(settings: Settings, n: int = 24) -> Library:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(video.read_bytes())
         rows.append({"path": rel, "size": video.stat().st_size, "duration": 2.0, "fps": 10.0, "frames": 20,
-                     "width": 320, "height": 180, "codec": "hevc" if i == 5 else "h264",
+                     "width": 320, "height": 180, "codec": "hevc" if i in (5, 6) else "h264",
+                     # clip 6: an HEVC clip with its H.264 preview (data.media.make_preview writes those)
+                     "preview": "previews/p6.mp4" if i == 6 else None,
                      "probe_error": "truncated: moov box missing" if i == 7 else None,
                      "thumbnail": "thumbs/t0.jpg", "filmstrip": "filmstrips/f0.jpg",
                      "sidecar": '{"camera": "front_center"}', "ingested_at": time.time()})

@@ -59,7 +59,8 @@ def _media_path(settings, stored: str | None) -> Path | None:
 
 
 def install(app: FastAPI, ctx: AppContext, user_name) -> None:
-    """Add /media/{id}, /thumb/{id} and /filmstrip/{id}; `user_name(request)` gates them like the app."""
+    """Add /media/{id}, /thumb/{id}, /filmstrip/{id} and /preview/{id} (the H.264 copy of an HEVC clip);
+    `user_name(request)` gates them like the app."""
 
     def gate(request: Request) -> None:
         if user_name(request) is None:
@@ -67,7 +68,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
 
     def lookup(clip_id: int, column: str) -> str | None:
         row = next(ctx.db().query(f"SELECT {column} FROM clips WHERE id = ?", [clip_id]), None) \
-            if column in ("thumbnail", "filmstrip") else None
+            if column in ("thumbnail", "filmstrip", "preview") else None
         return row[column] if row else None
 
     @app.get("/media/{clip_id}", include_in_schema=False)
@@ -101,3 +102,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     @app.get("/filmstrip/{clip_id}", include_in_schema=False)
     def filmstrip(clip_id: int, request: Request) -> Response:
         return image(clip_id, request, "filmstrip")
+
+    @app.get("/preview/{clip_id}", include_in_schema=False)
+    def preview(clip_id: int, request: Request) -> Response:
+        return image(clip_id, request, "preview")  # an .mp4 under media_dir, served with Range like the rest

@@ -59,6 +59,11 @@ def player(clip: dict) -> str:
         return (f'<div class="cw-notice cw-error">This clip failed at ingest: {esc(clip["probe_error"])}. '
                 "It cannot be played or captioned.</div>")
     if (clip.get("codec") or "").lower() in ("hevc", "h265"):
+        if clip.get("preview"):
+            return (f'<video id="cw-video" class="cw-video" src="/preview/{cid}" controls preload="metadata" '
+                    'playsinline muted></video><div class="cw-notice" id="hevc-notice">HEVC (H.265) clip: '
+                    "browsers cannot play it, so this is a 640-px H.264 preview made at ingest. The model sees "
+                    f'the original. <a href="/media/{cid}" download>Download the original</a>.</div>')
         return ('<div class="cw-notice" id="hevc-notice">This clip is HEVC (H.265): browsers cannot play it. '
                 "The filmstrip below shows the frames the model saw. "
                 f'<a href="/media/{cid}" download>Download the clip</a>.</div>')
