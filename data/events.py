@@ -20,6 +20,28 @@ def record(db: sqlite_utils.Database, actor: str, action: str, *, clip_id: int |
     return cur.lastrowid
 
 
+def team_stats(db: sqlite_utils.Database, *, since: float) -> list[dict]:
+    """Per person since `since`: caption edits saved, clips approved and rejected, and the approval rate
+    (approved / reviewed). Machine authors are left out. Reads the audit trail, so it counts what happened,
+    not what a counter was told."""
+    rows = db.query(
+        "SELECT actor, "
+        "SUM(action IN ('caption.save', 'caption.adopt')) AS edits, "
+        "SUM(action = 'review.approved') AS approved, "
+        "SUM(action = 'review.rejected') AS rejected, "
+        "COUNT(DISTINCT clip_id) AS clips, MAX(at) AS last_at "
+        "FROM events WHERE at >= ? AND action IN "
+        "('caption.save', 'caption.adopt', 'review.approved', 'review.rejected') "
+        "GROUP BY actor ORDER BY edits + approved + rejected DESC", [since])
+    out = []
+    for r in rows:
+        r = dict(r)
+        reviewed = r["approved"] + r["rejected"]
+        r["approval_rate"] = round(r["approved"] / reviewed, 3) if reviewed else None
+        out.append(r)
+    return out
+
+
 def for_clip(db: sqlite_utils.Database, clip_id: int, limit: int = 200) -> list[dict]:
     return [dict(r) for r in db.query(
         "SELECT * FROM events WHERE clip_id = ? ORDER BY id DESC LIMIT ?", [clip_id, limit])]

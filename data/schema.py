@@ -223,3 +223,9 @@ def m004_hazard_weather_index(db: sqlite_utils.Database) -> None:
 def m005_previews(db: sqlite_utils.Database) -> None:
     """clips.preview: a browser-playable H.264 copy of an HEVC clip, relative to media_dir (data.media)."""
     db.execute("ALTER TABLE clips ADD COLUMN preview TEXT")
+
+
+@MIGRATIONS()
+def m006_events_by_time(db: sqlite_utils.Database) -> None:
+    """Team statistics read the audit trail by time window (data.events.team_stats)."""
+    db["events"].create_index(["at"])

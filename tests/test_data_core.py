@@ -1,4 +1,5 @@
 import threading
+import time
 
 import pytest
 
@@ -125,3 +126,19 @@ def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     assert [p["t"] for p in series] == [t0 + 10 * k for k in range(7)]  # 10 s buckets from start to end
     assert [p["n"] for p in series] == [1, 0, 0, 1, 0, 0, 0]
     assert series[0]["clips_per_s"] == 0.1
+
+
+def test_team_stats_count_people_not_machines_within_the_window(db):
+    from data import events
+
+    a, b = add_clip(db, "t1.mp4"), add_clip(db, "t2.mp4")
+    m, _ = captions.add_machine(db, a, job_id=None, text="machine", labels=LABELS, provenance={"model": "m"})
+    h = captions.save_human(db, b, text="human", labels=LABELS, author="ann", base_caption_id=None)
+    captions.set_review(db, a, status="approved", user="ann", base_caption_id=m["id"])
+    captions.set_review(db, b, status="rejected", user="ann", base_caption_id=h["id"])
+    captions.set_review(db, a, status="rejected", user="bob", base_caption_id=m["id"])
+    stats = {r["actor"]: r for r in events.team_stats(db, since=0)}
+    assert set(stats) == {"ann", "bob"}  # the model's caption is not a person's work
+    assert (stats["ann"]["edits"], stats["ann"]["approved"], stats["ann"]["rejected"]) == (1, 1, 1)
+    assert stats["ann"]["approval_rate"] == 0.5 and stats["bob"]["approval_rate"] == 0.0
+    assert events.team_stats(db, since=time.time() + 60) == []

@@ -37,6 +37,8 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return ["S2 job", "everything uncaptioned", None, 16, 320, None], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
         return [job_id], None
+    if name == "team_stats":
+        return ["all time"], None
     if name == "open_clip":
         return [], {"clip": 1}
     return [], None

@@ -10,7 +10,9 @@ from __future__ import annotations
 import pandas as pd
 import gradio as gr
 
-from data import clips, jobs, prompts
+import time
+
+from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound
 from webapp import render
 from webapp.browse import filter_dict
@@ -37,6 +39,9 @@ def runner_line(beats: list[dict], settings) -> str:
     last = f" (last heartbeat {beats[0]['age_s']:.0f} s ago)" if beats else ""
     return (f'<div class="cw-runner cw-stale" id="runner-status">Runner not running{last}: jobs stay queued. '
             f"Start it with <code>{render.esc(cmd)}</code> (launch.sh does this).</div>")
+
+
+TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "clips", "approval rate", "last active"]
 
 
 class JobsTab:
@@ -72,7 +77,23 @@ class JobsTab:
                                          label="Failures", elem_id="job-failures")
             self.replicas = gr.Dataframe(headers=["replica", "done", "mean latency ms"], interactive=False,
                                          label="Per-replica load (this job)", elem_id="job-replicas")
+        with gr.Accordion("Team: annotators' work", open=False, elem_id="team-accordion"):
+            with gr.Row():
+                self.team_window = gr.Radio(["last 24 h", "last 7 days", "all time"], value="last 24 h",
+                                            label="Window", elem_id="team-window")
+                self.team_btn = gr.Button("Refresh", elem_id="btn-team-refresh", size="sm")
+            self.team = gr.Dataframe(headers=TEAM_COLUMNS, interactive=False, elem_id="team-table",
+                                     label="Edits saved, clips approved and rejected, approval rate")
         self.timer = gr.Timer(2.0)
+
+    def team_stats(self, window: str, request: gr.Request):
+        """Per annotator counts and approval rate from the audit trail (leads only)."""
+        self._lead(request)
+        since = {"last 24 h": time.time() - 86400, "last 7 days": time.time() - 7 * 86400}.get(window, 0.0)
+        rows = events.team_stats(self.ctx.db(), since=since)
+        return pd.DataFrame([[r["actor"], r["edits"], r["approved"], r["rejected"], r["clips"],
+                              "" if r["approval_rate"] is None else f"{r['approval_rate']:.0%}",
+                              render.when(r["last_at"])] for r in rows], columns=TEAM_COLUMNS)
 
     def _lead(self, request: gr.Request):
         return self.ctx.require(request, "lead")
@@ -170,6 +191,8 @@ class JobsTab:
         self.job_id.change(self.refresh, [self.job_id], detail, show_progress="hidden")
         self.start_btn.click(self.start, [self.name, self.source, self.prompt, self.frames, self.max_tokens,
                                           filter_state], [self.msg, self.job_id], api_name="start_job")
+        gr.on([self.team_btn.click, self.team_window.change], self.team_stats, [self.team_window], [self.team],
+              api_name="team_stats")
         for verb, btn in (("pause", self.pause_btn), ("resume", self.resume_btn), ("cancel", self.cancel_btn),
                           ("retry", self.retry_btn)):
             btn.click(self.action(verb), [self.job_id], [self.msg], api_name=f"job_{verb}")
