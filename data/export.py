@@ -17,6 +17,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import os
 import sys
 from typing import Any, Iterator, TextIO
 
@@ -130,8 +131,12 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.output, "w", encoding="utf-8", newline="") as out:
                 n = export(db, f, args.format, out)
         else:
-            n = export(db, f, args.format, sys.stdout)
-            sys.stdout.flush()
+            try:
+                n = export(db, f, args.format, sys.stdout)
+                sys.stdout.flush()
+            except BrokenPipeError:  # the reader stopped early (`| head`): not an error of ours
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
     finally:
         db.close()
     print(f"exported {n} captions", file=sys.stderr)

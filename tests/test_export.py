@@ -104,3 +104,24 @@ def test_cli_writes_jsonl_to_stdout(settings, db):
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
     assert [json.loads(x)["review_status"] for x in out.stdout.splitlines()] == ["approved"]
+
+
+def test_cli_stops_quietly_when_the_reader_does(tmp_path, db_path):
+    """`python -m data.export ... | head`: the closed pipe is not a traceback."""
+    import subprocess
+    import sys
+
+    from data import captions, db as dbmod
+
+    d = dbmod.connect(db_path)
+    labels = {"scenario_category": "other", "hazard_level": "low", "road_users": ["car"], "ego_maneuver":
+              "stopped", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+    for i in range(3000):
+        cid = d.execute("INSERT INTO clips (path) VALUES (?)", [f"p{i}.mp4"]).lastrowid
+        d.conn.commit()
+        captions.add_machine(d, cid, job_id=None, text="x" * 200, labels=labels, provenance={"model": "m"})
+    d.close()
+    p = subprocess.run(f"{sys.executable} -m data.export --db {db_path} --format jsonl | head -n 1",
+                       shell=True, capture_output=True, text=True, timeout=120)
+    assert p.stdout.count("\n") == 1
+    assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
