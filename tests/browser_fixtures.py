@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from serving import procs
 from webapp_fixtures import PASSWORD
 
 CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--no-sandbox", "--disable-background-networking",
@@ -58,13 +58,7 @@ def _child(cmd: list[str], log: Path) -> subprocess.Popen:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+    procs.stop_group(proc.pid, proc.pid, grace=10, popen=proc)
 
 
 @pytest.fixture(scope="module")

@@ -4,7 +4,6 @@ a clip root, a simulated fleet on loopback (ephemeral ports, stopped in teardown
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 
 import av
@@ -14,6 +13,7 @@ import pytest
 from data import prompts, taxonomy
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
+from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
 PROMPT = {"id": 1, "name": "av-hazard", "version": 1, "system": prompts.HAZARD_SYSTEM, "user": prompts.HAZARD_USER,
           "schema": taxonomy.CAPTION_SCHEMA}
@@ -32,12 +32,6 @@ def write_clip(path: Path, w: int = 160, h: int = 90, seconds: float = 1.0, fps:
         for pkt in s.encode():
             c.mux(pkt)
     return path
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="session")

@@ -4,16 +4,14 @@ unhealthy replica, and the real vllm-router's status and request spread."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-import signal
 import subprocess
 import time
 
 import httpx
 import pytest
 
-from serving import fleet, simfleet
+from serving import fleet, procs, simfleet
 from tests.fleet_fixtures import caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
 
 # Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.
@@ -152,13 +150,7 @@ def router(sim):
             pytest.fail("vllm-router did not become ready within 30 s")
         yield url
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        procs.stop_group(proc.pid, proc.pid, grace=5, popen=proc)
         proc.stderr.close()
 
 

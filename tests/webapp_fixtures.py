@@ -4,11 +4,9 @@ uvicorn in a thread on a free loopback port."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
 import time
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 
 import av
@@ -21,15 +19,10 @@ from data import captions, users
 from data import db as dbmod
 from data import taxonomy
 from data.settings import Settings
+from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
 PASSWORD = "correct horse battery"
 ROLES = {"ann": "annotator", "ann2": "annotator", "lead": "lead", "admin": "admin"}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def write_clip(path: Path, *, seconds: float = 2.0, fps: int = 10, w: int = 320, h: int = 180, seed: int = 0) -> None:
