@@ -19,7 +19,7 @@ from data import captions, users
 from data import db as dbmod
 from data import taxonomy
 from data.settings import Settings
-from serving.procs import free_port  # noqa: F401 - re-exported for the tests
+from serving.procs import free_port
 
 PASSWORD = "correct horse battery"
 ROLES = {"ann": "annotator", "ann2": "annotator", "lead": "lead", "admin": "admin"}
