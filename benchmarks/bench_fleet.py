@@ -140,8 +140,9 @@ CONFIGS: dict[str, dict] = {
 
 
 def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
-    """The replica command line: the launcher's recipe when serving.launcher provides it, else the same
-    recipe written out here (SERVING.md), plus benchmark-only flags (dummy weights, caches off)."""
+    """The replica command line: the SERVING.md recipe that serving.launcher.vllm_command also builds, written
+    out here because the sweep varies flags the launcher does not take as parameters, plus benchmark-only flags
+    (dummy weights, caches off). Keep the two in step when the recipe changes."""
     frames = cfg.get("frames", 16)
     media = {"video": {"backend": cfg["backend"], "min_frames": frames, "max_frames": frames}}
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
