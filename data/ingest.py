@@ -6,8 +6,13 @@ For every video file under the root (by extension) it hashes (streamed sha256), 
 a thumbnail and a filmstrip of the model's frames (data.media) and merges a sidecar JSON (`clip.json` beside
 `clip.mp4`) into clips.sidecar. That work runs in worker processes, one clip at a time each, under a
 per-clip deadline: PyAV can crash or hang on hostile input, so a crash or a timeout kills only that worker
-(a fresh one replaces it) and becomes the clip's recorded reason ("probe timed out after 20 s",
-"probe crashed (SIGSEGV)"). Nothing about one file stops the run.
+(a fresh one replaces it). A crash is the clip's recorded reason ("probe crashed (SIGSEGV)"). A timeout is
+more often the machine's fault (a loaded GPU node) than the clip's, so it is retried with a longer deadline,
+and the deadline also grows with the clip once its probe knows its size (duration x resolution); only a clip
+that overruns every attempt is recorded ("probe timed out after 20 s, 60 s, 180 s (3 attempts)"), and a
+later run tries it again. Nothing about one file stops the run.
+
+The folder scanned is recorded as the library's clip root (data.library); another folder is refused.
 
 Re-running is cheap and safe:
 - a file whose size and mtime match its row is skipped;
@@ -39,14 +44,22 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
+from data import library
 from data import settings as settings_mod
-from data.db import connect, immediate, now
+from data.db import DataError, connect, immediate, now
 from data.settings import Settings
 
 log = logging.getLogger(__name__)
 
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi", ".ts", ".mts"})
 DEFAULT_TIMEOUT = 20.0
+TIMEOUT_ATTEMPTS = 3  # a clip is recorded as timed out only after this many overruns
+TIMEOUT_GROWTH = 3.0  # each retry waits this many times longer
+# extra deadline per gigapixel of video (frames x width x height) once the probe knows it: the HEVC preview
+# decodes every frame (1.3 s for a 10 s 1080p clip on an idle core, ~0.6 Gpx); x10 for a loaded machine
+SECONDS_PER_GIGAPIXEL = 20.0
+MAX_EXTRA_SECONDS = 600.0
+TIMED_OUT = "probe timed out"
 BATCH = 64
 FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
           "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "preview", "sidecar")
@@ -141,14 +154,26 @@ def _entry_lstat(rel: str, full: str, error: str) -> Entry:
 
 # -- worker side ---------------------------------------------------------------------------------------------
 
-def process_clip(task: dict) -> dict:
-    """Hash, probe and make media for one file. Runs in a worker process; returns a row fragment."""
+def extra_seconds(row: dict) -> float:
+    """Deadline allowance for a probed clip's media work: SECONDS_PER_GIGAPIXEL x frames x width x height."""
+    try:
+        pixels = float(row.get("frames") or 0) * float(row.get("width") or 0) * float(row.get("height") or 0)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(MAX_EXTRA_SECONDS, SECONDS_PER_GIGAPIXEL * pixels / 1e9)
+
+
+def process_clip(task: dict, report=None) -> dict:
+    """Hash, probe and make media for one file. Runs in a worker process; returns a row fragment.
+    `report(row)` is told what the probe found before the media work starts (the deadline grows with it)."""
     from data import media, probe
 
     out: dict[str, Any] = {"rel": task["rel"]}
     out["sha256"] = probe.sha256_file(task["abs"])
     p = probe.probe(task["abs"], max_seconds=task.get("max_seconds", probe.MAX_SECONDS))
     out.update(p.as_row())
+    if report is not None and p.error is None:
+        report({k: out.get(k) for k in ("frames", "width", "height", "duration")})
     if p.error is None and task.get("media"):
         try:
             m = media.make_media(task["abs"], task["media_dir"], out["sha256"], p.frames, task["frames"],
@@ -167,7 +192,7 @@ def process_clip(task: dict) -> dict:
     return out
 
 
-def _worker_main(conn) -> None:  # pragma: no cover - runs in the child
+def _worker_main(conn, target=None) -> None:  # pragma: no cover - runs in the child
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     logging.basicConfig(level=logging.WARNING)
     try:
@@ -184,7 +209,7 @@ def _worker_main(conn) -> None:  # pragma: no cover - runs in the child
         if task is None:
             return
         try:
-            result = process_clip(task)
+            result = (target or process_clip)(task, lambda info: conn.send({"progress": info}))
         except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
             result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
         conn.send(result)
@@ -192,23 +217,32 @@ def _worker_main(conn) -> None:  # pragma: no cover - runs in the child
 
 class WorkerPool:
     """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
-    overruns is killed and replaced; its task gets a reason instead of a result."""
+    overruns is killed and replaced. A crash gives its task a reason at once; an overrun is retried with a
+    TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A worker may send
+    `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
+    `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
 
-    def __init__(self, workers: int, timeout: float):
+    def __init__(self, workers: int, timeout: float, *, attempts: int = TIMEOUT_ATTEMPTS, target=None):
         self.ctx = mp.get_context("spawn")  # never fork a parent that has threads (tqdm, sqlite)
         self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.target = target
         self.size = max(1, workers)
         self.idle: list[tuple[Any, Any]] = []
         self.busy: dict[Any, tuple[Any, dict, float]] = {}
+        self.retried = 0
         for _ in range(self.size):
             self.idle.append(self._spawn())
 
     def _spawn(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child,), daemon=True)
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.target), daemon=True)
         proc.start()
         child.close()
         return proc, parent
+
+    def _limit(self, task: dict) -> float:
+        return self.timeout * TIMEOUT_GROWTH ** (task.get("_attempt", 1) - 1)
 
     def run(self, tasks: Iterator[dict]) -> Iterator[dict]:
         """Yield one result per task, in completion order."""
@@ -218,11 +252,11 @@ class WorkerPool:
                 proc, conn = self.idle.pop()
                 task = queue.popleft()
                 conn.send(task)
-                self.busy[conn] = (proc, task, time.monotonic() + self.timeout)
+                self.busy[conn] = (proc, task, time.monotonic() + self._limit(task))
             deadline = min(d for _, _, d in self.busy.values())
             ready = wait(list(self.busy), timeout=max(0.0, deadline - time.monotonic()))
             for conn in ready:
-                proc, task, _ = self.busy.pop(conn)
+                proc, task, d = self.busy.pop(conn)
                 try:
                     result = conn.recv()
                 except (EOFError, OSError):
@@ -230,6 +264,9 @@ class WorkerPool:
                     yield {"rel": task["rel"], "probe_error": f"probe crashed ({_exit_reason(proc.exitcode)})"}
                     conn.close()
                     self.idle.append(self._spawn())
+                    continue
+                if isinstance(result, dict) and "progress" in result:
+                    self.busy[conn] = (proc, task, d + extra_seconds(result["progress"] or {}))
                     continue
                 self.idle.append((proc, conn))
                 yield result
@@ -240,8 +277,15 @@ class WorkerPool:
                     proc.kill()
                     proc.join(5)
                     conn.close()
-                    yield {"rel": task["rel"], "probe_error": f"probe timed out after {self.timeout:g} s"}
                     self.idle.append(self._spawn())
+                    waited = [*task.get("_waited", []), self._limit(task)]
+                    if len(waited) < self.attempts:
+                        self.retried += 1
+                        queue.append({**task, "_attempt": len(waited) + 1, "_waited": waited})
+                        continue
+                    yield {"rel": task["rel"], "probe_error": (
+                        f"{TIMED_OUT} after {', '.join(f'{w:g} s' for w in waited)} ({len(waited)} attempts; "
+                        "the machine may have been overloaded: the next ingest tries this clip again)")}
 
     def close(self) -> None:
         for proc, conn in self.idle:
@@ -302,7 +346,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
            media_dir: str | Path | None = None, workers: int | None = None, frames: int | None = None,
            decoder: str = "auto", media: bool = True, timeout: float = DEFAULT_TIMEOUT,
            progress: bool = False, db: sqlite_utils.Database | None = None,
-           max_seconds: float | None = None) -> dict[str, Any]:
+           max_seconds: float | None = None, attempts: int = TIMEOUT_ATTEMPTS) -> dict[str, Any]:
     """Bring `clips` in step with the clip root. Returns a summary:
     {ok, failed, skipped, moved, missing, seen, seconds, decoder}.
 
@@ -321,9 +365,10 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
     own_db = db is None
     db = db if db is not None else connect(db_path or s.db)
     started = time.monotonic()
-    summary = {"ok": 0, "failed": 0, "skipped": 0, "moved": 0, "missing": 0, "seen": 0}
+    summary = {"ok": 0, "failed": 0, "skipped": 0, "moved": 0, "missing": 0, "seen": 0, "retried": 0}
     resolved = media_mod.resolve_decoder(decoder) if media else "none"
     try:
+        library.record_root(db, root)
         known = _load_known(db)
         entries = list(walk(root))
         summary["seen"] = len(entries)
@@ -353,7 +398,8 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                 pending.append(("update", {**row, "id": old["id"]}) if old else ("insert", row))
                 summary["failed"] += 1
                 flush()
-            elif unchanged and not old["missing"] and old["sidecar"] == e.sidecar:
+            elif (unchanged and not old["missing"] and old["sidecar"] == e.sidecar
+                  and not (old["probe_error"] or "").startswith(TIMED_OUT)):
                 summary["skipped"] += 1
             elif unchanged:  # back from missing, or only the sidecar changed: no need to re-probe
                 db_row = next(db.query("SELECT * FROM clips WHERE id = ?", [old["id"]]))
@@ -371,7 +417,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
             from tqdm import tqdm
 
             bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
-        pool = WorkerPool(min(workers, len(tasks)), timeout) if tasks else None
+        pool = WorkerPool(min(workers, len(tasks)), timeout, attempts=attempts) if tasks else None
         try:
             for res in (pool.run(iter(tasks)) if pool else ()):
                 e = by_rel[res["rel"]]
@@ -396,6 +442,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                     bar.set_postfix(failed=summary["failed"], refresh=False)
         finally:
             if pool:
+                summary["retried"] = pool.retried
                 pool.close()
             if bar:
                 bar.close()
@@ -416,7 +463,8 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
 
 def summary_line(summary: dict) -> str:
     return (f"ingest: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped, "
-            f"{summary['moved']} moved, {summary['missing']} missing ({summary['seen']} files seen, "
+            f"{summary['moved']} moved, {summary['missing']} missing, {summary.get('retried', 0)} timeouts "
+            f"retried ({summary['seen']} files seen, "
             f"{summary['seconds']:.1f} s, media decoder {summary['decoder']})")
 
 
@@ -432,10 +480,12 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", nargs="?", help="clip root to scan (default: the CLIP_ROOT setting)")
     parser.add_argument("--decoder", choices=("auto", "pyav", "nvdec"), default="auto",
-                        help="decoder for thumbnails and filmstrips (auto: NVDEC when available, else PyAV)")
+                        help="decoder for thumbnails and filmstrips (auto: PyAV, measured faster than NVDEC "
+                             "for 16-frame filmstrips on a GPU node; nvdec to force the GPU)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds one clip may take before it is recorded as timed out "
-                             f"(default {DEFAULT_TIMEOUT:g})")
+                        help=f"seconds one clip may take on its first attempt (default {DEFAULT_TIMEOUT:g}); a "
+                             f"clip that overruns is retried with x{TIMEOUT_GROWTH:g} the deadline, "
+                             f"{TIMEOUT_ATTEMPTS} attempts in all, and the deadline grows with the clip's size")
     parser.add_argument("--no-media", action="store_true", help="probe only: no thumbnails or filmstrips")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     settings_mod.add_arguments(parser, ["data_dir", "db", "clip_root", "media_dir", "workers", "frames"])
@@ -445,7 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = ingest(s, root=args.root, decoder=args.decoder, media=not args.no_media,
                          timeout=args.timeout, progress=not args.quiet)
-    except (FileNotFoundError, RuntimeError) as e:
+    except (FileNotFoundError, RuntimeError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary_line(summary), file=sys.stderr)

@@ -178,7 +178,7 @@ def claim(db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, le
         if exhausted:
             db.execute("UPDATE jobs SET failed = failed + ?, updated_at = ? WHERE id = ?", [exhausted, t, job_id])
         rows = [dict(r) for r in db.query(
-            "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration "
+            "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, c.sidecar "
             "FROM job_items i JOIN clips c ON c.id = i.clip_id "
             "WHERE i.job_id = ? AND ((i.state = 'pending' AND (i.not_before IS NULL OR i.not_before <= ?)) "
             "OR (i.state = 'leased' AND i.lease_until < ?)) LIMIT ?", [job_id, t, t, limit])]
@@ -217,9 +217,10 @@ def complete(db: sqlite_utils.Database, job_id: int, clip_id: int, *, text: str,
 
 
 def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, kind: str, retryable: bool,
-         max_attempts: int, backoff_seconds: float = 0.0) -> str:
+         max_attempts: int, backoff_seconds: float = 0.0, raw_answer: str | None = None) -> str:
     """Record a failed attempt. Retryable errors go back to pending after `backoff_seconds` until
-    `max_attempts` sends were made; others fail the item at once. Returns the item's new state."""
+    `max_attempts` sends were made; others fail the item at once. Returns the item's new state.
+    `raw_answer`: the start of an unusable model answer, kept on the item for the lead (bounded by the caller)."""
     t = now()
     with immediate(db):
         item = next(db.query("SELECT state, attempts FROM job_items WHERE job_id = ? AND clip_id = ?",
@@ -237,8 +238,8 @@ def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, ki
         if retryable:
             error = f"{error} (gave up after {item['attempts']} attempts)"
         db.execute("UPDATE job_items SET state = 'failed', lease_until = NULL, leased_by = NULL, last_error = ?, "
-                   "error_kind = ?, finished_at = ?, updated_at = ? WHERE job_id = ? AND clip_id = ?",
-                   [error, kind, t, t, job_id, clip_id])
+                   "error_kind = ?, raw_answer = ?, finished_at = ?, updated_at = ? WHERE job_id = ? AND clip_id = ?",
+                   [error, kind, raw_answer, t, t, job_id, clip_id])
         db.execute("UPDATE jobs SET failed = failed + 1, updated_at = ? WHERE id = ?", [t, job_id])
         _finish_if_drained(db, job_id)
     return "failed"
@@ -305,7 +306,8 @@ def progress(db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float | 
 
 def failures(db: sqlite_utils.Database, job_id: int, limit: int = 100) -> list[dict]:
     return [dict(r) for r in db.query(
-        "SELECT i.clip_id, c.path, i.attempts, i.error_kind, i.last_error, i.finished_at FROM job_items i "
+        "SELECT i.clip_id, c.path, i.attempts, i.error_kind, i.last_error, i.raw_answer, i.finished_at "
+        "FROM job_items i "
         "JOIN clips c ON c.id = i.clip_id WHERE i.job_id = ? AND i.state = 'failed' "
         "ORDER BY i.finished_at DESC LIMIT ?", [job_id, limit])]
 

@@ -54,6 +54,26 @@ class Probe:
         return d
 
 
+_METADATA_OPTION: dict[str, bool] = {}
+
+
+def open_input(path: str | Path):
+    """`av.open(path)` for reading, on every PyAV that pip installs (14 to 19 today). PyAV <= 18 needs
+    `metadata_errors="ignore"` to open files whose metadata is not valid UTF-8; PyAV 19 dropped the option
+    (TypeError: "open() got an unexpected keyword argument 'metadata_errors'", which failed every clip on
+    Python 3.12) and decodes metadata leniently by itself. Which one this PyAV is, is learned once."""
+    import av
+
+    if _METADATA_OPTION.get("supported", True):
+        try:
+            return av.open(str(path), metadata_errors="ignore")
+        except TypeError as e:
+            if "metadata_errors" not in str(e):
+                raise
+            _METADATA_OPTION["supported"] = False
+    return av.open(str(path))
+
+
 def sha256_file(path: str | Path, chunk: int = HASH_CHUNK) -> str:
     """Streamed sha256 of a file (constant memory)."""
     h = hashlib.sha256()
@@ -136,7 +156,7 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
     if reason:
         return Probe(error=reason)
     try:
-        container = av.open(path, metadata_errors="ignore")
+        container = open_input(path)
     except av.error.EOFError:
         return Probe(error="no frames: the file has a header but no video data")
     except av.error.InvalidDataError as e:
@@ -209,7 +229,7 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
             return p
     # the stream must decode: one frame proves the codec parameters are sane
     try:
-        with av.open(path, metadata_errors="ignore") as container:
+        with open_input(path) as container:
             stream = container.streams.video[0]
             got = next(iter(container.decode(stream)), None)
             if got is None:

@@ -229,3 +229,18 @@ def m005_previews(db: sqlite_utils.Database) -> None:
 def m006_events_by_time(db: sqlite_utils.Database) -> None:
     """Team statistics read the audit trail by time window (data.events.team_stats)."""
     db["events"].create_index(["at"])
+
+
+@MIGRATIONS()
+def m007_clip_roots(db: sqlite_utils.Database) -> None:
+    """The library remembers where its clips are (data.library): `clip_roots` holds the folder ingest scanned,
+    which the runner, the media route and the launcher use instead of a default or the current directory.
+    job_items.raw_answer keeps the start of an answer that could not be used, for the lead to read."""
+    db.execute("""
+    CREATE TABLE clip_roots (
+        id INTEGER PRIMARY KEY,
+        path TEXT NOT NULL UNIQUE,
+        added_at REAL NOT NULL,
+        moved_from TEXT
+    )""")
+    db.execute("ALTER TABLE job_items ADD COLUMN raw_answer TEXT")

@@ -71,6 +71,54 @@ CAPTION_SCHEMA: dict[str, Any] = {
 }
 
 
+# What vLLM 0.25's xgrammar backend refuses with HTTP 400 "The provided JSON schema contains features not
+# supported by xgrammar." (measured on an H200; docs/GPU.md). Other backends accept less or more; the model is
+# only ever sent a schema without these, and the stricter checks (uniqueItems, ...) run in our validation.
+GRAMMAR_UNSUPPORTED = frozenset({"uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
+                                 "propertyNames", "minProperties", "maxProperties", "multipleOf"})
+_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "additionalItems",
+               "unevaluatedProperties", "unevaluatedItems")
+
+
+def _walk_schema(schema: Any, visit) -> Any:
+    """Rebuild a JSON schema, calling `visit(subschema) -> subschema` on each (sub)schema, children first.
+    Only keywords that hold schemas are descended into: a property *named* "contains" is data, not a keyword."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    for key in _SCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {k: _walk_schema(v, visit) for k, v in out[key].items()}
+    for key in _SCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [_walk_schema(v, visit) for v in out[key]]
+    for key in _SCHEMA_ONE:
+        if isinstance(out.get(key), dict):
+            out[key] = _walk_schema(out[key], visit)
+    return visit(out)
+
+
+def unsupported_features(schema: Any) -> set[str]:
+    """The keywords of `schema` (at any depth) that the grammar backend refuses."""
+    found: set[str] = set()
+
+    def visit(s: dict) -> dict:
+        found.update(GRAMMAR_UNSUPPORTED.intersection(s))
+        return s
+
+    _walk_schema(schema, visit)
+    return found
+
+
+def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """The form of `schema` that is sent to the model: every keyword the grammar backend refuses removed (the
+    answer is still checked against the full `schema` by `split_answer`). Works on any stored prompt's schema,
+    so libraries whose prompts predate this rule are not refused."""
+    return _walk_schema(schema, lambda s: {k: v for k, v in s.items() if k not in GRAMMAR_UNSUPPORTED})
+
+
 class InvalidLabels(ValueError):
     pass
 

@@ -40,7 +40,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from data import taxonomy
+from data import prompts, taxonomy
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
@@ -65,6 +65,7 @@ class CaptionRequest:
     temperature: float = 0.0
     seed: int | None = None
     job_id: int | None = None
+    camera: str | None = None  # a known camera id (data.prompts.camera_of); the prompt names it
 
 
 @dataclass(frozen=True)
@@ -180,6 +181,44 @@ def classify_status(status: int, message: str, replica: str | None = None) -> Fl
     return ClipRejected(text, status=status, replica=replica, kind=f"http_{status}")
 
 
+# C0 controls and DEL, which grammar-constrained decoding can emit raw inside a JSON string (seen on vLLM 0.25 +
+# xgrammar: json.loads -> "Invalid control character"); tabs and newlines are kept
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def _clean_text(value: str) -> str:
+    """Model text fit to store and show: raw control characters become spaces, lone surrogates (legal as JSON
+    escapes, not encodable as UTF-8) become U+FFFD, runs of spaces collapse, ends are trimmed."""
+    value = _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", value))
+    return re.sub(r"[ ]{2,}", " ", value).strip()
+
+
+def parse_answer(content: Any, schema: dict, *, replica: str | None = None) -> tuple[str, dict]:
+    """(caption, labels) from a finished answer's message content, or BadAnswer carrying the raw text.
+
+    Tolerant where the grammar is lenient and the meaning is clear: raw control characters inside strings are
+    accepted (`strict=False`) and cleaned, surrounding whitespace is ignored; a caption that is blank after
+    cleaning, JSON that is not one object, or labels off the taxonomy are refused."""
+    raw = content if isinstance(content, str) else None
+    try:
+        answer = json.loads(content or "", strict=False)
+    except (ValueError, TypeError) as e:
+        raise BadAnswer(f"the answer is not JSON ({e}): {str(content)[:200]!r}", status=200,
+                        replica=replica, kind="invalid_json", raw=raw) from None
+    if not isinstance(answer, dict):
+        raise BadAnswer(f"the answer is JSON but not an object: {str(content)[:200]!r}", status=200,
+                        replica=replica, kind="schema", raw=raw)
+    if isinstance(answer.get("caption"), str):
+        answer["caption"] = _clean_text(answer["caption"])
+        if not answer["caption"]:
+            raise BadAnswer("the answer's caption is empty", status=200, replica=replica, kind="schema", raw=raw)
+    try:
+        return taxonomy.split_answer(answer, schema)
+    except taxonomy.InvalidLabels as e:
+        raise BadAnswer(str(e), status=200, replica=replica, kind="schema", raw=raw) from None
+
+
 class FleetClient:
     """Async client for the fleet (one per event loop). Timeouts are explicit and the pool is large:
     the runner, not httpx, bounds how many requests are in flight."""
@@ -231,11 +270,14 @@ class FleetClient:
                 {"role": "system", "content": prompt.get("system") or ""},
                 {"role": "user", "content": [
                     {"type": "video_url", "video_url": {"url": url}},
-                    {"type": "text", "text": prompt.get("user") or ""},
+                    {"type": "text", "text": prompts.render_user(prompt, req.camera)},
                 ]},
             ],
+            # the backend-safe form of whatever schema the prompt stores (v1 of the preset carries
+            # `uniqueItems`, which xgrammar refuses); the answer is checked against the full schema
             "response_format": {"type": "json_schema", "json_schema": {
-                "name": _schema_name(prompt), "schema": prompt.get("schema") or taxonomy.CAPTION_SCHEMA,
+                "name": _schema_name(prompt),
+                "schema": taxonomy.model_schema(prompt.get("schema") or taxonomy.CAPTION_SCHEMA),
                 "strict": True}},
             "media_io_kwargs": {"video": {"num_frames": int(req.frames), "min_frames": int(req.frames),
                                           "max_frames": int(req.frames)}},
@@ -299,24 +341,13 @@ class FleetClient:
             kind = "truncated" if finish == "length" else "unfinished"
             raise BadAnswer(f"the model stopped with finish_reason={finish!r} (max_completion_tokens="
                             f"{req.max_tokens}); the answer is incomplete", status=200, replica=replica,
-                            kind=kind)
-        try:
-            answer = json.loads(content or "")
-        except (ValueError, TypeError) as e:
-            raise BadAnswer(f"the answer is not JSON ({e}): {str(content)[:200]!r}", status=200,
-                            replica=replica, kind="invalid_json") from None
-        if not isinstance(answer, dict):
-            raise BadAnswer(f"the answer is JSON but not an object: {str(content)[:200]!r}", status=200,
-                            replica=replica, kind="schema")
-        try:
-            text, labels = taxonomy.split_answer(answer, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA)
-        except taxonomy.InvalidLabels as e:
-            raise BadAnswer(str(e), status=200, replica=replica, kind="schema") from None
+                            kind=kind, raw=content if isinstance(content, str) else None)
+        text, labels = parse_answer(content, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA, replica=replica)
         usage = data.get("usage") or {}
         model = str(data.get("model") or self.settings.model_name)
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
         params = {"max_completion_tokens": req.max_tokens, "temperature": req.temperature, "seed": req.seed,
-                  "num_frames": req.frames}
+                  "num_frames": req.frames, "camera": req.camera}
         provenance = {
             "model": model,
             "prompt_id": req.prompt.get("id"),

@@ -46,10 +46,16 @@ class ClipRejected(FleetError):
 
 
 class BadAnswer(FleetError):
-    """The model answered, but the answer is truncated, not JSON, or does not fit the schema."""
+    """The model answered, but the answer is truncated, not JSON, or does not fit the schema. `raw` holds the
+    start of what the model said (at most RAW_ANSWER_CHARS), so a lead can see it on the failed item."""
 
     kind = "bad_answer"
     retryable = False
+    RAW_ANSWER_CHARS = 4000
+
+    def __init__(self, message: str, *, raw: str | None = None, **kw):
+        super().__init__(message, **kw)
+        self.raw = raw[: self.RAW_ANSWER_CHARS] if isinstance(raw, str) else None
 
 
 class ReplicaError(FleetError):

@@ -32,6 +32,7 @@ from typing import Sequence
 
 import httpx
 
+from data import library
 from data.settings import Settings, add_arguments, from_args
 from serving import procs
 
@@ -90,6 +91,9 @@ def _entry(script: str, module: str) -> list[str]:
     return [sys.executable, "-m", module] if found else [script]
 
 
+STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}, separators=(",", ":"))
+
+
 # ---- command lines --------------------------------------------------------------------------------------------
 def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | None, host: str = "127.0.0.1",
                  extra: Sequence[str] = (), frames: int | None = None) -> list[str]:
@@ -107,7 +111,11 @@ def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | No
                                                separators=(",", ":")),
            "--allowed-local-media-path", str(settings.clip_root),
            # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on
-           "--mm-processor-cache-gb", "0"]
+           "--mm-processor-cache-gb", "0",
+           # structured output chosen on purpose: xgrammar (the schema we send is what it compiles, see
+           # data.taxonomy.model_schema) and compact JSON (no whitespace tokens; 0.25 refuses this option
+           # with backend "auto")
+           "--structured-outputs-config", STRUCTURED_OUTPUTS]
     if settings.served_model_name:
         cmd += ["--served-model-name", settings.served_model_name]
     return cmd + list(extra)
@@ -134,6 +142,7 @@ def mps_env(settings: Settings) -> dict[str, str]:
 
 def plan(settings: Settings, args: argparse.Namespace) -> dict:
     """Everything `up` would start, in order: [{name, cmd, env, log, url, health}], plus the fleet URLs."""
+    settings = library.settings_for_path(settings)  # replicas may read only the library's recorded clip root
     logs = settings.data_dir / "logs"
     fleet = settings.fleet if settings.fleet in ("sim", "gpu") else ("gpu" if visible_gpus() else "sim")
     steps: list[dict] = []

@@ -42,7 +42,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import httpx
 
 from data import db as dbmod
-from data import jobs, prompts
+from data import jobs, library, prompts
 from data.settings import Settings, add_arguments, from_args
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
@@ -184,7 +184,8 @@ class Runner:
                  drain_seconds: float = 30.0, backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  progress_cb: Callable[[dict], None] | None = None, stop_event: threading.Event | None = None,
                  exit_when_idle: bool = False):
-        self.settings = settings
+        # clips are found under the root the library recorded at ingest, never under a default
+        self.settings = settings = library.settings_for_path(settings)
         urls = parse_fleet(fleet_urls, settings)
         per = max(1, settings.per_replica_inflight)
         if len(urls) == 1:
@@ -232,7 +233,8 @@ class Runner:
         p = cfg["params"]
         return CaptionRequest(clip_path=item["path"], prompt=cfg["prompt"], frames=int(p["frames"]),
                               max_tokens=int(p["max_tokens"]), temperature=float(p["temperature"]),
-                              seed=p.get("seed"), job_id=item["job_id"])
+                              seed=p.get("seed"), job_id=item["job_id"],
+                              camera=prompts.camera_of(item["path"], item.get("sidecar")))
 
     async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
         out = _Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
@@ -329,7 +331,7 @@ class Runner:
                                 msg = f"HTTP {e.status}: {msg}"
                             state = jobs.fail(db, o.job_id, o.clip_id, error=msg[:2000], kind=e.kind,
                                               retryable=e.retryable, max_attempts=self.settings.max_attempts,
-                                              backoff_seconds=delay)
+                                              backoff_seconds=delay, raw_answer=getattr(e, "raw", None))
                             counts[state] += 1
                 except Exception as exc:  # a result that cannot be stored (e.g. labels off the taxonomy)
                     log.exception("storing the result of clip %s failed", o.clip_id)
@@ -566,9 +568,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = from_args(args)
-    runner = Runner(settings, settings.fleet, replicas=args.replicas, name=args.name,
-                    drain_seconds=args.drain_seconds, backoff_base=args.backoff_base,
-                    exit_when_idle=args.until_idle)
+    try:
+        runner = Runner(settings, settings.fleet, replicas=args.replicas, name=args.name,
+                        drain_seconds=args.drain_seconds, backoff_base=args.backoff_base,
+                        exit_when_idle=args.until_idle)
+    except dbmod.DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     log.info("runner %s: %d replica slot(s) over %s", runner.identity, runner.capacity,
              ", ".join(r.url for r in runner.replicas))
     info = asyncio.run(_main_async(runner))

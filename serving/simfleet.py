@@ -76,6 +76,7 @@ E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
                 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
 CHARS_PER_TOKEN = 4.5  # English prose and JSON through a Qwen tokenizer, roughly
+XGRAMMAR_REFUSAL = "The provided JSON schema contains features not supported by xgrammar."
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
 
 
@@ -457,6 +458,13 @@ class Replica:
             for part in content if isinstance(content, list) else []:
                 if isinstance(part, dict) and part.get("type") == "video_url":
                     video_url = (part.get("video_url") or {}).get("url")
+        schema = None
+        rf = body.get("response_format") or {}
+        if isinstance(rf, dict) and rf.get("type") == "json_schema":
+            schema = (rf.get("json_schema") or {}).get("schema")
+        if schema is not None and taxonomy.unsupported_features(schema):
+            # vLLM 0.25 with the xgrammar backend, word for word (tests/data/vllm-0.25.0-answers.json)
+            raise SimError(400, XGRAMMAR_REFUSAL)
         frames = DEFAULT_FRAMES
         mik = body.get("media_io_kwargs") or {}
         if isinstance(mik, dict) and isinstance(mik.get("video"), dict):
@@ -469,10 +477,6 @@ class Replica:
                 raise SimError(400, f"Video of {info.width}x{info.height} needs {need} bytes to decode {frames} "
                                     f"frames, more than the decode budget of {DECODE_BUDGET_BYTES} bytes per API "
                                     "server (--mm-ipc-gpu-memory-gb)")
-        schema = None
-        rf = body.get("response_format") or {}
-        if isinstance(rf, dict) and rf.get("type") == "json_schema":
-            schema = (rf.get("json_schema") or {}).get("schema")
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
         answer = synthetic_answer(clip_key, info, schema)
         content = json.dumps(answer, ensure_ascii=False)

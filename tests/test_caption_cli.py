@@ -42,7 +42,7 @@ def check_captioned(db, job_id, good_ids, replicas):
     for cid in good_ids:
         cap = captions.get(db, db.execute("SELECT current_caption_id FROM clips WHERE id=?", [cid]).fetchone()[0])
         assert cap["source"] == "model" and cap["simulated"] == 1 and cap["text"].startswith("[SIMULATED]")
-        assert cap["prompt_name"] == "av-hazard" and cap["prompt_version"] == 1 and cap["job_id"] == job_id
+        assert cap["prompt_name"] == "av-hazard" and cap["prompt_version"] == 2 and cap["job_id"] == job_id
         assert cap["model"].endswith("(simulated)") and cap["finish_reason"] == "stop"
         assert cap["frames"] == 16 and cap["latency_ms"] > 0 and cap["completion_tokens"] > 0
         used.add(cap["replica"])

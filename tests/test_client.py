@@ -74,7 +74,9 @@ def test_request_body_has_video_then_text_schema_frames_and_limits(fleet_setting
     assert text == {"type": "text", "text": PROMPT["user"]}
     rf = body["response_format"]
     assert rf["type"] == "json_schema" and rf["json_schema"]["strict"] is True
-    assert rf["json_schema"]["schema"] == taxonomy.CAPTION_SCHEMA
+    # the backend-safe form: xgrammar refuses uniqueItems & co. with a 400 for every request
+    assert rf["json_schema"]["schema"] == taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)
+    assert taxonomy.unsupported_features(rf["json_schema"]["schema"]) == set()
     assert rf["json_schema"]["name"] == "av-hazard_v1"
     # num_frames for the generic sampler, min=max for Qwen3-VL's own sampler (which ignores num_frames)
     assert body["media_io_kwargs"] == {"video": {"num_frames": 12, "min_frames": 12, "max_frames": 12}}

@@ -9,8 +9,12 @@ Run on a GPU node (vLLM importable, model weights or a Qwen3-VL-8B-shaped folder
     CW_GPU_MODEL=/path/to/model CW_GPU_OUT=docs/gpu-runs/latest python -m pytest -m gpu tests/test_gpu_fleet.py
 
 Knobs (environment): CW_GPU_MODEL (default Qwen/Qwen3-VL-8B-Instruct), CW_GPU_DUMMY=1 (random weights:
-adds --load-format dummy and compact JSON), CW_GPU_CLIPS (default 208), CW_GPU_OUT (report + logs),
-CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU).
+adds --load-format dummy), CW_GPU_GPUS (default 0; "0,1" = two replicas behind the router), CW_GPU_CLIPS
+(default 208), CW_GPU_CLIP_ROOT (a folder kept across runs: the clips are generated into it once and reused),
+CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8"), CW_GPU_COMPARE_DECODERS=1
+(also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_OUT (report + logs + vllm-answers.json, the recording
+of how the fleet answered that tests/test_vllm_recordings.py replays), CW_GPU_REHEARSE=sim (run the same flow
+against the simulated fleet on a machine without a GPU).
 """
 
 from __future__ import annotations
@@ -60,10 +64,63 @@ def _run(cmd: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
 
 def _post(url: str, body: dict) -> dict:
     try:
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
-        return {"status": r.status_code, "body": r.text[:500]}
+        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
     except httpx.HTTPError as e:
         return {"status": None, "body": f"{type(e).__name__}: {e}"}
+    try:
+        parsed = r.json()
+    except ValueError:
+        parsed = r.text[:2000]
+    return {"status": r.status_code, "body": parsed}
+
+
+def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) -> dict:
+    """Ask the fleet what tests/test_vllm_recordings.py replays: one good request as the runner builds it, the
+    preset v1 schema (uniqueItems), and each kind of bad input. Requests are our client's bodies with the video
+    URL swapped; the clip root is written as <root> so the recording is machine-independent."""
+    from data import prompts, taxonomy
+    from data.settings import Settings
+    from serving.client import CaptionRequest, FleetClient
+
+    settings = Settings.load(environ={}).replace(clip_root=clip_root, served_model_name=served)
+    v2 = {**next(p for p in prompts.PRESETS if p["version"] == 2), "id": 2}
+    client = FleetClient(settings)
+    good = client.build_body(CaptionRequest(good_rel, v2, max_tokens=2048, camera="front_center"))
+    hostile = clip_root / "hostile"
+    trunc = sorted(hostile.glob("truncated_faststart_*pct.mp4"))
+    cases: dict[str, tuple[str, dict]] = {
+        "good": ("file", good),
+        "unsupported_schema": ("file", {**good, "response_format": {"type": "json_schema", "json_schema": {
+            "name": "av-hazard_v1", "schema": taxonomy.CAPTION_SCHEMA, "strict": True}}}),
+    }
+    root = clip_root.resolve()
+    urls = {
+        "missing_file": root.as_uri() + "/library/no_such_clip.mp4",
+        "outside_root": "file:///etc/passwd",
+        "dotdot": root.as_uri() + "/../../etc/passwd",
+        "zero_length": (hostile / "zero_length.mp4").resolve().as_uri(),
+        "html_named": (hostile / "html_named.mp4").resolve().as_uri(),
+        "random_bytes": (hostile / "random_bytes.mp4").resolve().as_uri(),
+        "audio_only": (hostile / "audio_only_aac.mp4").resolve().as_uri(),
+        "truncated": trunc[len(trunc) // 2].resolve().as_uri() if trunc else root.as_uri() + "/hostile/none.mp4",
+        "truncated_library_half": (hostile / "library_clip_cut_in_half.mp4").resolve().as_uri(),
+    }
+    for name, url in urls.items():
+        body = json.loads(json.dumps(good))
+        body["messages"][1]["content"][0]["video_url"]["url"] = url
+        body["max_completion_tokens"] = 16 if name != "truncated_library_half" else 2048
+        cases[name] = (url, body)
+    out: dict = {}
+    for name, (url, body) in cases.items():
+        t = time.time()
+        ans = _post(replica, body)
+        ans["seconds"] = round(time.time() - t, 2)
+        ans["video_url"] = body["messages"][1]["content"][0]["video_url"]["url"].replace(root.as_uri(), "file://<root>")
+        if name == "good" and isinstance(ans["body"], dict):
+            ans["request_schema_features"] = sorted(taxonomy.unsupported_features(
+                body["response_format"]["json_schema"]["schema"]))
+        out[name] = json.loads(json.dumps(ans).replace(str(root), "<root>"))
+    return out
 
 
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
@@ -72,8 +129,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     log = out / "gpu-test.log"
     report: dict = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rehearsal": REHEARSE}
     data_dir = tmp_path / "var"
-    clip_root = data_dir / "clips"
-    clip_root.mkdir(parents=True)
+    clip_root = Path(os.environ.get("CW_GPU_CLIP_ROOT") or data_dir / "clips").resolve()
+    clip_root.mkdir(parents=True, exist_ok=True)
+    data_dir.mkdir(parents=True, exist_ok=True)
     count = int(os.environ.get("CW_GPU_CLIPS", "208"))
     model = os.environ.get("CW_GPU_MODEL", "Qwen/Qwen3-VL-8B-Instruct")
     served = "qwen3-vl-8b"
@@ -89,24 +147,24 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     else:
         up += ["--fleet", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
         if os.environ.get("CW_GPU_DUMMY"):
-            up += ["--vllm-arg=--load-format=dummy",
-                   "--vllm-arg=--structured-outputs-config='{\"backend\":\"xgrammar\",\"disable_any_whitespace\":true}'"]
+            up += ["--vllm-arg=--load-format=dummy"]
+        up += [f"--vllm-arg={a}" for a in os.environ.get("CW_GPU_VLLM_ARGS", "").split()]
+    report["gpus"] = os.environ.get("CW_GPU_GPUS", "0") if not REHEARSE else "sim x2"
+    report["vllm_args"] = os.environ.get("CW_GPU_VLLM_ARGS", "")
     t_up = time.time()
     launcher = subprocess.Popen(up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env,
                                 cwd=ROOT)
     try:
         t = time.time()
-        reuse = Path(os.environ.get("CW_GPU_REUSE_CLIPS", "/nonexistent"))
-        if (reuse / "library").is_dir():  # clips of an earlier run on this machine: skip generating them again
-            for sub in ("library", "hostile"):
-                shutil.move(str(reuse / sub), str(clip_root / sub))
-        if not (clip_root / "library").is_dir():
-            small = ["--height", "360", "--max-seconds", "11"] if REHEARSE else []
+        if not (clip_root / "library").is_dir():  # a kept CW_GPU_CLIP_ROOT already has them: reused as they are
+            small = ["--height", "360", "--max-seconds", "11"] if REHEARSE else ["--max-seconds", "12"]
             p = _run([py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic",
                       "--no-broken", *small], log, env=env, cwd=ROOT)
             assert p.returncode == 0
         if not (clip_root / "hostile").is_dir():
             _run([py, "-m", "data.demo", str(clip_root / "hostile"), "--hostile"], log, env=env, cwd=ROOT)
+            first = sorted((clip_root / "library").rglob("*.mp4"))[0].read_bytes()
+            (clip_root / "hostile" / "library_clip_cut_in_half.mp4").write_bytes(first[: len(first) // 2])
         report["clip_generation_s"] = round(time.time() - t, 1)
 
         # 2. wait for the fleet
@@ -118,22 +176,24 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         report["fleet_url"] = router
         assert router.endswith(":30000"), f"the launcher started no router: {router}"
 
-        # 3. ingest (after vLLM took its GPU memory: NVDEC contexts must not starve its start-up check): thumbnails + filmstrips on NVDEC (auto), and PyAV on a copy of 24 clips for comparison
+        # 3. ingest, after vLLM took its GPU memory; thumbnails + filmstrips with the default decoder (PyAV)
         t = time.time()
         p = _run([py, "-m", "data.ingest", str(clip_root), "--data-dir", str(data_dir), "--quiet"], log, env=env,
                  cwd=ROOT)
         assert p.returncode == 0
-        report["ingest_auto_s"] = round(time.time() - t, 1)
-        sample = sorted((clip_root / "library").rglob("*.mp4"))[:24]
-        for decoder in ("nvdec", "pyav"):
-            d = tmp_path / f"ingest-{decoder}"
-            (d / "clips").mkdir(parents=True)
-            for i, c in enumerate(sample):
-                shutil.copy(c, d / "clips" / f"{i:02d}.mp4")  # a symlink would leave that clip root
-            t = time.time()
-            p = _run([py, "-m", "data.ingest", str(d / "clips"), "--data-dir", str(d), "--decoder", decoder,
-                      "--quiet"], log, env=env, cwd=ROOT)
-            report[f"ingest_24_{decoder}_s"] = round(time.time() - t, 1) if p.returncode == 0 else f"exit {p.returncode}"
+        report["ingest_s"] = round(time.time() - t, 1)
+        if os.environ.get("CW_GPU_COMPARE_DECODERS"):
+            sample = sorted((clip_root / "library").rglob("*.mp4"))[:24]
+            for decoder in ("nvdec", "pyav"):
+                d = tmp_path / f"ingest-{decoder}"
+                (d / "clips").mkdir(parents=True)
+                for i, c in enumerate(sample):
+                    shutil.copy(c, d / "clips" / f"{i:02d}.mp4")  # a symlink would leave that clip root
+                t = time.time()
+                p = _run([py, "-m", "data.ingest", str(d / "clips"), "--data-dir", str(d), "--decoder", decoder,
+                          "--quiet"], log, env=env, cwd=ROOT)
+                report[f"ingest_24_{decoder}_s"] = (round(time.time() - t, 1) if p.returncode == 0
+                                                    else f"exit {p.returncode}")
 
         from data import db as dbmod
 
@@ -147,12 +207,17 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         assert all(r["filmstrip"] for r in good)
 
         # 4. caption everything through the router with the lead's CLI (the runner's code path)
+        import psutil
+
+        cpu0 = psutil.cpu_times()
         t = time.time()
         cap = [py, "-m", "serving.caption", "--data-dir", str(data_dir), "--fleet", router,
                "--served-model-name", served, "--max-tokens", "2048", "--no-progress", "--name", "gpu test",
                "--request-timeout", "600"]
         p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
         report["caption_s"] = round(time.time() - t, 1)
+        cpu1 = psutil.cpu_times()
+        busy_s = sum(getattr(cpu1, f) - getattr(cpu0, f) for f in ("user", "system", "nice", "irq", "softirq"))
         assert p.returncode == 0, (out / "caption.log").read_text()[-3000:]
 
         job = next(db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT 1"))
@@ -162,6 +227,16 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         failed = [i for i in items if i["state"] == "failed"]
         report["job"] = {"total": job["total"], "done": len(done), "failed": len(failed), "state": job["state"],
                          "clips_per_s": round(len(done) / report["caption_s"], 2)}
+        # through our runner: the whole job (start-up and tail included), the steady middle 80 % of results,
+        # and the machine's CPU (vLLM + router + runner) per captioned clip
+        ends = sorted(r["created_at"] for r in db.query(
+            "SELECT c.created_at FROM captions c JOIN job_items i ON i.caption_id = c.id WHERE i.job_id = ?",
+            [job["id"]]))
+        if len(ends) >= 20:
+            lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
+            report["job"]["steady_clips_per_s"] = round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 2)
+        report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
+        report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["failures"] = {i["path"]: i["last_error"][:200] for i in failed}
         report["failure_kinds"] = sorted({i["error_kind"] or "" for i in failed})
         assert job["state"] == "done"
@@ -184,28 +259,24 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "completion_tokens", "finish_reason", "frames")}
         report["prompt_tokens_mean"] = round(sum(c["prompt_tokens"] for c in caps) / len(caps), 1)
 
-        # 5. how the fleet answers bad input, its metric names and model list (simulator vs real vLLM)
+        # 5. how the fleet answers: a good request, the v1 schema, bad input; its metric names and model list
         replica = "http://127.0.0.1:8000"
-        probes = {}
-        for name in ["zero_length.mp4", "html_named.mp4", "random_bytes.mp4", "truncated_half.mp4",
-                     "text_named.mp4", "audio_only_aac.mp4"]:
-            f = clip_root / "hostile" / name
-            if f.exists():
-                probes[name] = f.resolve().as_uri()
-        probes["missing_file"] = (clip_root / "nope.mp4").resolve().as_uri()
-        probes["outside_root"] = "file:///etc/passwd"
-        probes["dotdot"] = clip_root.resolve().as_uri() + "/../../etc/passwd"
-        probes["metadata_ip"] = "http://169.254.169.254/latest/meta-data/"
-        answers = {}
-        for name, uri in probes.items():
-            answers[name] = _post(replica, {"model": served, "max_tokens": 16, "messages": [{"role": "user", "content": [
-                {"type": "video_url", "video_url": {"url": uri}}, {"type": "text", "text": "describe"}]}]})
-        report["bad_input_answers"] = answers
+        answers = record_answers(replica, served, clip_root, next(r["path"] for r in good
+                                                                   if r["path"].startswith("library/")))
+        report["answers"] = {k: {"status": v["status"], "body": str(v["body"])[:300]} for k, v in answers.items()}
         metrics = httpx.get(replica + "/metrics", timeout=10).text
-        report["metric_names"] = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines()
-                                         if ln.startswith("vllm:")})
-        report["models"] = httpx.get(replica + "/v1/models", timeout=10).json()
+        metric_names = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines()
+                               if ln.startswith("vllm:")})
+        models = httpx.get(replica + "/v1/models", timeout=10).json()
+        version = "simulated" if REHEARSE else subprocess.run(
+            [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True).stdout.strip()
+        (out / "vllm-answers.json").write_text(json.dumps({
+            "vllm_version": version, "recorded": report["date"], "gpus": report["gpus"],
+            "served_model_name": served, "answers": answers, "metric_names": metric_names, "models": models},
+            indent=1, default=str))
         report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
+        assert answers["good"]["status"] == 200, answers["good"]
+        assert answers["unsupported_schema"]["status"] == 400
     finally:
         if launcher.poll() is None:
             launcher.kill()

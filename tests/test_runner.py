@@ -32,7 +32,7 @@ def test_runner_captions_every_clip_within_per_replica_bound(settings, db):
     assert {u for u, _ in client.calls} == set(URLS)  # spread over every replica
     assert len(client.calls) == 60
     cap = captions.get(db, db.execute("SELECT current_caption_id FROM clips WHERE id=?", [ids[0]]).fetchone()[0])
-    assert (cap["prompt_id"], cap["prompt_name"], cap["prompt_version"]) == (p["id"], "av-hazard", 1)
+    assert (cap["prompt_id"], cap["prompt_name"], cap["prompt_version"]) == (p["id"], "av-hazard", 2)  # the newest preset version
     assert cap["job_id"] == job_id and cap["source"] == "model" and cap["simulated"] == 1
 
 

@@ -31,7 +31,7 @@ def chat_body(url: str, **kw) -> dict:
     body = {"model": "Qwen/Qwen3-VL-8B-Instruct", "messages": [
         {"role": "system", "content": "s"},
         {"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "u"}]}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": taxonomy.CAPTION_SCHEMA,
+        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA),
                                                                    "strict": True}},
         "max_completion_tokens": 320}
     body.update(kw)

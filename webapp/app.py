@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
+from data import library
 from webapp import exports, media, render
 from webapp.auth import Auth
 from webapp.browse import BrowseTab
@@ -127,6 +128,7 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     """The whole web app for `settings`. Refuses a non-loopback bind without login."""
     if settings.auth.lower() == "off" and not settings.loopback:
         raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
+    settings = library.settings_for_path(settings)  # the media route serves from the recorded clip root
     ctx = AppContext(settings, fleet_urls=fleet_urls if fleet_urls is not None else fleet_urls_from(settings))
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)

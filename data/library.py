@@ -1,0 +1,149 @@
+"""Where a library's clips are: the clip root recorded in the database at ingest.
+
+A library has one clip root. Ingest records the folder it scanned (`record_root`); everything that turns a
+clip's relative path into a file -- the job runner's `file://` URLs, the web app's media route, the launcher's
+`--allowed-local-media-path` -- starts from `settings_for(db, settings)`, which puts the recorded root in the
+settings. Nothing finds a clip from the current directory or a default once a root is recorded.
+
+A second, different root is refused with a message (one library, one root: relative paths must stay unique);
+a root that was moved is named in a clear error, and `python -m data.library move-root NEW` re-points the
+library after checking that NEW holds the same files.
+
+    python -m data.library show --data-dir var
+    python -m data.library move-root /mnt/new/clips --data-dir var
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from pathlib import Path
+
+import sqlite_utils
+
+from data import events
+from data import settings as settings_mod
+from data.db import DataError, connect, immediate, now
+
+
+class RootMismatch(DataError):
+    """Ingest was asked to scan a folder that is not this library's clip root."""
+
+
+class RootMissing(DataError):
+    """The recorded clip root is not a folder any more (moved, unmounted)."""
+
+
+def recorded_root(db: sqlite_utils.Database) -> Path | None:
+    """The library's clip root, or None if nothing was ingested since roots were recorded."""
+    row = next(db.query("SELECT path FROM clip_roots ORDER BY id LIMIT 1"), None)
+    return Path(row["path"]) if row else None
+
+
+def record_root(db: sqlite_utils.Database, root: str | Path, *, actor: str = "ingest") -> Path:
+    """Record `root` as the library's clip root at ingest; the same root again is a no-op. A different one
+    raises RootMismatch saying what to do instead."""
+    root = Path(root).resolve()
+    with immediate(db):
+        have = recorded_root(db)
+        if have is None:
+            db.execute("INSERT INTO clip_roots (path, added_at) VALUES (?, ?)", [str(root), now()])
+            events.record(db, actor, "library.root", root=str(root))
+            return root
+    if have != root:
+        raise RootMismatch(
+            f"this library's clips live under {have}, and {root} is another folder. Put the new clips under "
+            f"{have} and ingest that folder, give the other folder its own library (another --data-dir), or, if "
+            f"the clips moved, run: python -m data.library move-root {root} --db <this database>")
+    return root
+
+
+def settings_for(db: sqlite_utils.Database, settings: settings_mod.Settings) -> settings_mod.Settings:
+    """`settings` with clip_root set to the library's recorded root (unchanged if none is recorded yet).
+    Raises RootMissing if the recorded root is gone."""
+    root = recorded_root(db)
+    if root is None:
+        return settings
+    if not root.is_dir():
+        raise RootMissing(
+            f"the clip root {root} recorded at ingest is not a folder any more. If the clips moved, run: "
+            f"python -m data.library move-root NEW_FOLDER --db {settings.db}")
+    return dataclasses.replace(settings, clip_root=root)
+
+
+def settings_for_path(settings: settings_mod.Settings) -> settings_mod.Settings:
+    """`settings_for` with a connection of its own to `settings.db` (for start-up: runner, CLI, app, launcher).
+    A database that does not exist yet has no recorded root (and is not created here)."""
+    if not Path(settings.db).exists():
+        return settings
+    db = connect(settings.db)
+    try:
+        return settings_for(db, settings)
+    finally:
+        db.close()
+
+
+def move_root(db: sqlite_utils.Database, new_root: str | Path, *, actor: str = "admin", sample: int = 50,
+              force: bool = False) -> dict:
+    """Re-point the library at `new_root` after checking that it holds the library's files: of up to `sample`
+    present clips, at least one must exist there and none may have another size (unless `force`)."""
+    new = Path(new_root).resolve()
+    if not new.is_dir():
+        raise DataError(f"{new} is not a folder")
+    old = recorded_root(db)
+    rows = list(db.query("SELECT path, size FROM clips WHERE missing = 0 AND size IS NOT NULL "
+                         "ORDER BY id LIMIT ?", [sample]))
+    found = [r for r in rows if (new / r["path"]).is_file()]
+    wrong = [r["path"] for r in found if os.path.getsize(new / r["path"]) != r["size"]]
+    if rows and not force and (not found or wrong):
+        why = (f"none of {len(rows)} sampled clips is there" if not found
+               else f"{len(wrong)} sampled clips have another size there (e.g. {wrong[0]})")
+        raise DataError(f"{new} does not look like this library's clip root: {why}. Check the folder, or pass "
+                        "--force to move anyway.")
+    with immediate(db):
+        db.execute("DELETE FROM clip_roots")
+        db.execute("INSERT INTO clip_roots (path, added_at, moved_from) VALUES (?, ?, ?)",
+                   [str(new), now(), str(old) if old else None])
+        events.record(db, actor, "library.move_root", root=str(new), moved_from=str(old) if old else None,
+                      checked=len(rows), found=len(found))
+    return {"root": str(new), "moved_from": str(old) if old else None, "checked": len(rows), "found": len(found)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m data.library",
+        description="Show or move the clip root the library recorded at ingest.",
+        epilog="examples:\n"
+               "  python -m data.library show --data-dir var\n"
+               "  python -m data.library move-root /mnt/new/clips --data-dir var",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    show = sub.add_parser("show", help="print the recorded clip root")
+    move = sub.add_parser("move-root", help="re-point the library at the folder its clips moved to")
+    move.add_argument("new_root", help="the folder that now holds the clips (same relative paths)")
+    move.add_argument("--force", action="store_true", help="move even if the sampled clips do not match")
+    for p in (show, move):
+        settings_mod.add_arguments(p, ["data_dir", "db"])
+    args = parser.parse_args(argv)
+    s = settings_mod.from_args(args)
+    db = connect(s.db)
+    try:
+        if args.cmd == "show":
+            root = recorded_root(db)
+            print(root if root else "no clip root recorded yet (ingest a folder first)")
+            return 0
+        out = move_root(db, args.new_root, force=args.force)
+        print(f"clip root is now {out['root']} (was {out['moved_from']}; {out['found']} of {out['checked']} "
+              "sampled clips found there)")
+        return 0
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    finally:
+        db.close()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
