@@ -60,6 +60,7 @@ TIMEOUT_GROWTH = 3.0  # each retry waits this many times longer
 SECONDS_PER_GIGAPIXEL = 20.0
 MAX_EXTRA_SECONDS = 600.0
 TIMED_OUT = "probe timed out"
+START_ALLOWANCE = 60.0  # a worker process that has not even started its task after this is stuck, not slow
 BATCH = 64
 FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
           "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "preview", "sidecar")
@@ -208,6 +209,7 @@ def _worker_main(conn, target=None) -> None:  # pragma: no cover - runs in the c
             return
         if task is None:
             return
+        conn.send({"started": True})  # the clip's deadline runs from here, not from the worker's start-up
         try:
             result = (target or process_clip)(task, lambda info: conn.send({"progress": info}))
         except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
@@ -217,7 +219,8 @@ def _worker_main(conn, target=None) -> None:  # pragma: no cover - runs in the c
 
 class WorkerPool:
     """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
-    overruns is killed and replaced. A crash gives its task a reason at once; an overrun is retried with a
+    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a
+    fresh worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an overrun is retried with a
     TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A worker may send
     `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
     `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
@@ -252,7 +255,8 @@ class WorkerPool:
                 proc, conn = self.idle.pop()
                 task = queue.popleft()
                 conn.send(task)
-                self.busy[conn] = (proc, task, time.monotonic() + self._limit(task))
+                # until the worker says it started (a fresh one is still importing PyAV), allow for start-up
+                self.busy[conn] = (proc, task, time.monotonic() + self._limit(task) + START_ALLOWANCE)
             deadline = min(d for _, _, d in self.busy.values())
             ready = wait(list(self.busy), timeout=max(0.0, deadline - time.monotonic()))
             for conn in ready:
@@ -264,6 +268,9 @@ class WorkerPool:
                     yield {"rel": task["rel"], "probe_error": f"probe crashed ({_exit_reason(proc.exitcode)})"}
                     conn.close()
                     self.idle.append(self._spawn())
+                    continue
+                if isinstance(result, dict) and "started" in result:
+                    self.busy[conn] = (proc, task, time.monotonic() + self._limit(task))
                     continue
                 if isinstance(result, dict) and "progress" in result:
                     self.busy[conn] = (proc, task, d + extra_seconds(result["progress"] or {}))
@@ -382,6 +389,10 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
         tasks: list[dict] = []
         by_rel = {e.rel: e for e in entries}
 
+        def task(e: Entry) -> dict:
+            return {"rel": e.rel, "abs": e.abs, "media": media, "media_dir": str(media_dir), "frames": frames,
+                    "decoder": resolved, "max_seconds": max_seconds or probe_mod.MAX_SECONDS}
+
         def flush(force: bool = False) -> None:
             if pending and (force or len(pending) >= BATCH):
                 _write(db, pending)
@@ -398,8 +409,9 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                 pending.append(("update", {**row, "id": old["id"]}) if old else ("insert", row))
                 summary["failed"] += 1
                 flush()
-            elif (unchanged and not old["missing"] and old["sidecar"] == e.sidecar
-                  and not (old["probe_error"] or "").startswith(TIMED_OUT)):
+            elif unchanged and (old["probe_error"] or "").startswith(TIMED_OUT):
+                tasks.append(task(e))  # a timeout was the machine's fault, maybe: probe it again
+            elif unchanged and not old["missing"] and old["sidecar"] == e.sidecar:
                 summary["skipped"] += 1
             elif unchanged:  # back from missing, or only the sidecar changed: no need to re-probe
                 db_row = next(db.query("SELECT * FROM clips WHERE id = ?", [old["id"]]))
@@ -407,9 +419,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                 summary["skipped"] += 1
                 flush()
             else:
-                tasks.append({"rel": e.rel, "abs": e.abs, "media": media, "media_dir": str(media_dir),
-                              "frames": frames, "decoder": resolved,
-                              "max_seconds": max_seconds or probe_mod.MAX_SECONDS})
+                tasks.append(task(e))
         flush(force=True)
 
         bar = None
