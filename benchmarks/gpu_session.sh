@@ -4,7 +4,9 @@
 #   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage
 #   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
-#   gputest   install carried wheels (.whl2), run the gpu-marked tests with our launcher/runner -> $OUT
+#   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
+#             router), extra replica flags in VLLM_ARGS; clips are generated into /tmp/gpuclips by the first run
+#             (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json, logs)
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
 set -euo pipefail
@@ -30,10 +32,8 @@ case "$step" in
     python3 benchmarks/bench_fleet.py hostile /tmp/clips/hostile --good /tmp/clips
     du -sh /tmp/clips ;;
   gputest)
-    if ls .whl2/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl
-    fi
     export PYTHONPATH=$PYTHONPATH:$PWD CW_GPU_OUT="$OUT" CW_GPU_MODEL=${CW_GPU_MODEL:-/tmp/model} CW_GPU_DUMMY=1
+    export CW_GPU_CLIP_ROOT=/tmp/gpuclips CW_GPU_GPUS=${GPUS:-0} CW_GPU_VLLM_ARGS=${VLLM_ARGS:-}
     nvidia-smi -L
     set -o pipefail
     python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" ;;

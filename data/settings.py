@@ -31,8 +31,9 @@ class Spec:
 SPECS: tuple[Spec, ...] = (
     Spec("data_dir", "var", "folder for the database, thumbnails, logs and the demo library"),
     Spec("db", "", "SQLite database file (default: DATA_DIR/workbench.db)"),
-    Spec("clip_root", "", "folder holding the clips; nothing outside it is ever served or sent "
-         "(default: DATA_DIR/clips)"),
+    Spec("clip_root", "", "folder holding the clips, scanned by ingest; nothing outside it is ever served or sent. "
+         "Ingest records it in the database, and from then on the recorded root is used (move it with "
+         "`python -m data.library move-root`) (default: DATA_DIR/clips)"),
     Spec("media_dir", "", "folder for thumbnails and filmstrips (default: DATA_DIR/media)"),
     Spec("host", "127.0.0.1", "address the web app binds; anything but loopback requires auth"),
     Spec("port", 7860, "port of the web app", int),
