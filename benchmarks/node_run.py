@@ -154,10 +154,28 @@ def default_counts(size: int) -> list[int]:
 def write(ctx: Ctx, stage: str, report: dict) -> Path:
     path = ctx.out / f"{stage}.json"
     report = {"stage": stage, "fleet": ctx.fleet, "simulated": ctx.sim, **({"note": SIM_NOTE} if ctx.sim else {}),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), **report}
+              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "size": ctx.size,
+              "argv": ["python3", "benchmarks/node_run.py", *sys.argv[1:]], "host": host_info(), **report}
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     say(f"{stage}: report written to {path}")
     return path
+
+
+def host_info() -> dict:
+    import platform
+
+    import psutil
+
+    info = {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30),
+            "python": platform.python_version(), "vllm": launcher.installed_vllm_version()}
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            info["gpus"] = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                                          capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return info
 
 
 def run_logged(cmd: list[str], log: Path, env: dict, timeout: float | None = None, cwd: Path = ROOT) -> int:
@@ -395,7 +413,8 @@ def stage_gputest(ctx: Ctx) -> dict:
     try:
         test = json.loads((out / "report.json").read_text())
         report["test_report"] = {k: test.get(k) for k in ("fleet_up_s", "ingest_auto_s", "clips", "caption_s",
-                                                          "job", "failure_kinds", "provenance_example")}
+                                                          "job", "failure_kinds", "provenance_example",
+                                                          "router_workers")}
         report["hostile_with_reason"] = len(test.get("failures") or {})
     except (OSError, ValueError) as e:
         report["test_report"] = f"no report from the test: {e}"
@@ -743,12 +762,17 @@ def stage_report(ctx: Ctx) -> dict:
             return None
 
     scaling, launch, gputest, kill = load("scaling"), load("launch"), load("gputest"), load("kill")
-    md = [f"### {'SIMULATED REHEARSAL (not GPU figures): ' if ctx.sim else ''}node run, "
-          f"{time.strftime('%Y-%m-%d', time.gmtime())}, fleet {ctx.fleet}, {ctx.size} "
-          f"{'simulated replicas' if ctx.sim else 'GPUs'}", ""]
-    if ctx.sim:
+    found = [r for r in (launch, gputest, scaling, kill) if r]
+    sim = any(r.get("simulated") for r in found) if found else ctx.sim  # what ran, not what this call says
+    size = next((r.get("size") for r in found if r.get("size")), ctx.size)
+    md = [f"### {'SIMULATED REHEARSAL (not GPU figures): ' if sim else ''}node run, "
+          f"{found[0]['date'][:10] if found else time.strftime('%Y-%m-%d', time.gmtime())}, "
+          f"{size} {'simulated replicas' if sim else 'GPUs'}", ""]
+    if sim:
         md += [f"> {SIM_NOTE}", ""]
-    md += [f"Command: `{' '.join(shlex.quote(a) for a in sys.argv)}`", ""]
+    argv = next((r.get("argv") for r in found if r.get("argv")), None)
+    if argv:
+        md += [f"Command: `{shlex.join(argv)}`", ""]
     if launch:
         md += [f"- start-up (`./launch.sh`, {launch.get('clips_ingested')} clips): fleet up after "
                f"{launch.get('fleet_up_s')} s (fleet start to up {launch.get('fleet_start_to_up_s')} s), app after "
@@ -764,14 +788,9 @@ def stage_report(ctx: Ctx) -> dict:
                f"{j.get('missing')} missing, {j.get('duplicated')} duplicated, {j.get('failed')} failed"]
     md.append("")
     if scaling:
-        md += ["| replicas | decoder | clips | clips/s | vs 1 replica | machine cores busy | core-s per clip | "
-               "failed |", "|---|---|---|---|---|---|---|---|"]
-        for r in sorted(scaling["rows"], key=lambda r: (r.get("replicas") or 0, r.get("decoder"))):
-            if "error" in r:
-                md.append(f"| | {r['decoder']} | | failed: {r['error'][:80]} | | | | |")
-                continue
-            md.append(f"| {r['replicas']} | {r['decoder']} | {r['clips']} | {r['clips_per_s']} | "
-                      f"{r.get('vs_1_replica', '')} | {r['cores_busy']} | {r['core_s_per_clip']} | {r['failed']} |")
+        vias = sorted({r.get("via") for r in scaling["rows"] if r.get("via")})
+        md += [f"Scaling: {scaling.get('method')}. Requests went through: {'; '.join(vias)}.", ""]
+        md += table(scaling)
         md += [""] + [f"- goal {g['goal']}: {g['verdict']}" for g in scaling.get("goals", [])]
         png = plot(ctx, scaling)
         if png:
@@ -783,6 +802,29 @@ def stage_report(ctx: Ctx) -> dict:
             "plot": str(ctx.out / "scaling.png") if (ctx.out / "scaling.png").exists() else None,
             "stages_found": [s for s, v in (("launch", launch), ("gputest", gputest), ("scaling", scaling),
                                             ("kill", kill)) if v]}
+
+
+def table(scaling: dict) -> list[str]:
+    """One row per replica count, the decoders side by side: clips/s (x vs 1 replica), cores busy, core-s/clip."""
+    rows = [r for r in scaling["rows"] if "error" not in r]
+    decs = [d for d in DECODERS if any(r["decoder"] == d for r in rows)]
+    head = "| GPUs (replicas) | " + " | ".join(f"{d} clips/s (x 1 GPU) | {d} cores busy | {d} core-s/clip"
+                                              for d in decs) + " | clips per run | failed |"
+    out = [head, "|" + "---|" * (3 + 3 * len(decs))]
+    for n in sorted({r["replicas"] for r in rows}):
+        cells, clips, failed = [], set(), 0
+        for d in decs:
+            r = next((r for r in rows if r["decoder"] == d and r["replicas"] == n), None)
+            if r is None:
+                cells += ["", "", ""]
+                continue
+            clips.add(r["clips"])
+            failed += r["failed"]
+            cells += [f"{r['clips_per_s']} ({r.get('vs_1_replica', '?')}x)", str(r["cores_busy"]),
+                      str(r["core_s_per_clip"])]
+        out.append(f"| {n} | " + " | ".join(cells) + f" | {'/'.join(map(str, sorted(clips)))} | {failed} |")
+    out += [f"| failed: {r['decoder']} | {r['error'][:100]} |" for r in scaling["rows"] if "error" in r]
+    return out
 
 
 def plot(ctx: Ctx, scaling: dict) -> Path | None:
@@ -805,6 +847,7 @@ def plot(ctx: Ctx, scaling: dict) -> Path | None:
         if one and dec == "nvdec":
             xs = [p[0] for p in pts]
             ax[0].plot(xs, [one * x for x in xs], ":", c="gray", label="nvdec ideal (n x 1 replica)")
+    ax[1].axhline(os.cpu_count() or 0, ls="--", c="k", lw=0.8, label=f"cores on this machine ({os.cpu_count()})")
     counts = sorted({r["replicas"] for r in rows})
     ax[0].set_xlabel("GPUs (replicas behind the router)")
     ax[0].set_ylabel("clips/s through our runner")
@@ -812,6 +855,7 @@ def plot(ctx: Ctx, scaling: dict) -> Path | None:
     ax[1].set_ylabel("machine CPU cores busy")
     for x in ax:
         x.set_xticks(counts)
+        x.set_ylim(bottom=0)
         x.legend(fontsize=8)
         x.grid(alpha=0.3)
     title = "clips/s vs GPUs, NVDEC vs CPU decoding"
@@ -849,7 +893,8 @@ def preflight(ctx: Ctx, stages: list[str]) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmarks/node_run.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", choices=(*STAGES, "all"), help="what to run (all: every stage in order)")
+    p.add_argument("stage", help=f"what to run: all (every stage in order), one of {', '.join(STAGES)}, or several "
+                                 "comma-separated (e.g. scaling,report)")
     p.add_argument("--out", required=True, help="folder for the reports, logs, table and plot")
     p.add_argument("--fleet", choices=("auto", "gpu", "sim"), default="auto",
                    help="gpu: vLLM replicas; sim: simulated replicas (rehearsal); auto: gpu where nvidia-smi lists "
@@ -891,8 +936,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    stages = list(STAGES) if a.stage == "all" else [x.strip() for x in a.stage.split(",") if x.strip()]
+    unknown = [x for x in stages if x not in STAGES]
+    if unknown or not stages:
+        raise SystemExit(f"node_run: unknown stage {', '.join(unknown) or a.stage!r}; choose all or from "
+                         f"{', '.join(STAGES)}")
     ctx = Ctx(a)
-    stages = list(STAGES) if a.stage == "all" else [a.stage]
     if stages != ["report"]:
         preflight(ctx, stages)
     say(f"fleet {ctx.fleet}, {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
