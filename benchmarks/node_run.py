@@ -708,6 +708,7 @@ def stage_kill(ctx: Ctx) -> dict:
                 report["via"] = via
                 job = new_job(settings, "kill a replica mid-job", ids)
                 killed: dict = {}
+                waited: dict = {}
                 done_flag = threading.Event()
 
                 def killer() -> None:
@@ -720,8 +721,12 @@ def stage_kill(ctx: Ctx) -> dict:
                         while not done_flag.wait(0.1):
                             c = jobs.counts(db, job)
                             if c["done"] + c["failed"] >= ctx.a.kill_at * len(ids):
-                                # what the victim was working on: those requests die with it
+                                # kill while the victim has requests in flight (they die with it), or give up
+                                # waiting for that after 15 s and kill anyway
                                 st = fleet_mod.scrape(fleet.children[victim].url, timeout=2.0)
+                                if st.running + st.waiting == 0 and time.time() - t0 < 15 + waited.setdefault(
+                                        "since", time.time() - t0) and c["pending"] + c["leased"] > 0:
+                                    continue
                                 child = fleet.kill(victim)
                                 killed["victim_running"] = st.running
                                 killed["victim_waiting"] = st.waiting
@@ -917,7 +922,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="clips per replica in each scaling job (default 120: ~30 s at 4 clips/s per GPU)")
     p.add_argument("--warmup", type=int, default=8, help="warm-up clips per replica before each decoder's runs")
     p.add_argument("--kill-clips", type=int, default=600, help="clips in the kill job (default 600)")
-    p.add_argument("--kill-at", type=float, default=0.3, help="kill when this share of the job is finished")
+    p.add_argument("--kill-at", type=float, default=0.3,
+                   help="kill when this share of the job is finished and the victim has requests running (0: as "
+                        "soon as it has; small rehearsals finish too fast for more)")
     p.add_argument("--kill-replica", type=int, default=1, help="index of the replica to kill (default 1)")
     p.add_argument("--launch-clips", type=int, default=24,
                    help="clips launch.sh ingests before starting the fleet (default 24: the start-up is the figure)")
