@@ -788,7 +788,9 @@ def stage_report(ctx: Ctx) -> dict:
                f"{gputest.get('gpus')}): {'passed' if gputest.get('ok') else 'FAILED'}; job {tr.get('job')}"]
     if kill:
         j = kill.get("job") or {}
-        md += [f"- replica killed mid-job ({(kill.get('killed') or {}).get('replica')}, "
+        k = kill.get("killed") or {}
+        md += [f"- replica killed mid-job ({k.get('replica')} by process group, with {k.get('victim_running')} "
+               f"requests running on it, {(k.get('finished_before') or {}).get('done')} clips done; "
                f"{kill.get('replicas')} replicas, {kill.get('clips')} clips): job {j.get('state')}, "
                f"{j.get('missing')} missing, {j.get('duplicated')} duplicated, {j.get('failed')} failed"]
     md.append("")
