@@ -649,12 +649,31 @@ def stage_scaling(ctx: Ctx) -> dict:
                 say(f"scaling: {decoder} FAILED: {e}")
             finally:
                 fleet.stop()
+    merge_earlier(ctx, rows, report)
     add_ratios(rows)
     report["goals"] = goals(ctx, rows)
+    report["decoders"] = sorted({r["decoder"] for r in rows})
     report["ok"] = bool(rows) and not any("error" in r for r in rows)
     for g in report["goals"]:
         say(f"goal {g['goal']}: {g['verdict']}")
     return report
+
+
+def merge_earlier(ctx: Ctx, rows: list[dict], report: dict) -> None:
+    """Keep the rows of the other decoders from an earlier `scaling` call into the same --out (same fleet kind):
+    on machines lent 10 minutes per command, `--decoders nvdec` then `--decoders opencv` still give one table."""
+    try:
+        old = json.loads((ctx.out / "scaling.json").read_text())
+    except (OSError, ValueError):
+        return
+    if old.get("simulated") != ctx.sim:
+        return
+    kept = [r for r in old.get("rows", []) if r.get("decoder") not in ctx.decoders]
+    if kept:
+        rows[:0] = kept
+        report["merged_from_earlier_call"] = {"date": old.get("date"), "decoders": sorted({r["decoder"] for r in kept})}
+        say(f"scaling: kept {len(kept)} row(s) of {report['merged_from_earlier_call']['decoders']} from the "
+            f"earlier call of {old.get('date')}")
 
 
 def add_ratios(rows: list[dict]) -> None:
