@@ -297,6 +297,8 @@ def stage_launch(ctx: Ctx) -> dict:
     cmd = ["./launch.sh", "--data-dir", str(data_dir), "--clip-root", str(clip_root), "--port", str(app_port),
            "--fleet", ctx.fleet, "--detach", "--no-install"]
     cmd += ["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]
+    for token in ([] if ctx.sim else ctx.vllm_extra(benchmark=False)):
+        cmd += ["--vllm-arg", shlex.quote(token)]  # the launcher shlex-splits each: keep JSON quotes
     s = ctx.settings(data_dir, clip_root)
     probes = {f"replica-{g}": f"http://127.0.0.1:{s.fleet_port + (g if not ctx.sim else k)}/health"
               for k, g in enumerate(ctx.gpus)}
@@ -916,6 +918,29 @@ def preflight(ctx: Ctx, stages: list[str]) -> None:
                            "docs/GPU.md)")
 
 
+def dry_run(ctx: Ctx, stages: list[str]) -> int:
+    """Print the commands the stages would start (replica, router, launch.sh, the test); start nothing."""
+    s = ctx.settings(ctx.work / "scaling", ctx.work / "scaling" / "clips")
+    print(f"# fleet {ctx.fleet}: {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
+          f"scaling counts {ctx.counts}; decoders {ctx.decoders}; stages {', '.join(stages)}")
+    for dec in ctx.decoders:
+        for slot in ctx.gpus[:2]:
+            cmd, env = ctx.replica(s, slot, dec, benchmark=True)
+            print(f"# scaling replica ({dec}, slot {slot}):\n" + launcher._shell(cmd, env))
+    print("# router:\n" + shlex.join(launcher.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}"
+                                                                  for g in ctx.gpus])))
+    cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False)
+    print("# kill-stage replica:\n" + launcher._shell(cmd, env))
+    extra = [] if ctx.sim else [t for tok in ctx.vllm_extra(benchmark=False) for t in ("--vllm-arg", shlex.quote(tok))]
+    print("# launch:\n" + shlex.join(["./launch.sh", "--fleet", ctx.fleet, "--detach", "--no-install",
+                                      *(["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim
+                                        else ["--replicas", str(ctx.size)]), *extra]))
+    print(f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
+          f"{' CW_GPU_DUMMY=1' if ctx.a.dummy else ''}{' CW_GPU_REHEARSE=sim' if ctx.sim else ''} "
+          f"python3 -m pytest -m gpu tests/test_gpu_fleet.py")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="benchmarks/node_run.py", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -958,6 +983,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-router", action="store_true", help="measure without vllm-router (runner spreads itself)")
     p.add_argument("--no-mps", action="store_true", help="no CUDA MPS daemon in the scaling and kill stages")
     p.add_argument("--startup-timeout", type=float, default=1800, help="seconds for a fleet to come up")
+    p.add_argument("--dry-run", action="store_true", help="print the commands the stages would start; start nothing")
     p.add_argument("--stage-timeout", type=float, default=5400, help="seconds for the GPU test (default 90 min)")
     return p
 
@@ -970,6 +996,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"node_run: unknown stage {', '.join(unknown) or a.stage!r}; choose all or from "
                          f"{', '.join(STAGES)}")
     ctx = Ctx(a)
+    if a.dry_run:
+        return dry_run(ctx, stages)
     if stages != ["report"]:
         preflight(ctx, stages)
     say(f"fleet {ctx.fleet}, {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
