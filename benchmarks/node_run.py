@@ -189,10 +189,24 @@ def run_logged(cmd: list[str], log: Path, env: dict, timeout: float | None = Non
         try:
             rc = p.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            procs.stop_group(p.pid, p.pid, grace=10, popen=p)
+            interrupt_group(p)
             rc = 124
+        except BaseException:  # Ctrl-C / SIGTERM of this script: the child is in its own group, stop it too
+            interrupt_group(p)
+            raise
         f.write(f"[exit {rc} after {time.time() - t:.1f} s]\n")
     return rc
+
+
+def interrupt_group(p: subprocess.Popen, grace: float = 60.0) -> None:
+    """SIGINT first (pytest and the launch script then run their own clean-up: `launcher down`), then the
+    usual SIGTERM / SIGKILL of the group."""
+    try:
+        os.killpg(p.pid, signal.SIGINT)
+        p.wait(timeout=grace)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        pass
+    procs.stop_group(p.pid, p.pid, grace=10, popen=p)
 
 
 # ---- MPS ---------------------------------------------------------------------------------------------------
@@ -340,6 +354,11 @@ def stage_launch(ctx: Ctx) -> dict:
             rc = p.wait(timeout=ctx.a.startup_timeout)
         except subprocess.TimeoutExpired:
             rc = 124
+        except BaseException:  # interrupted: whatever launch.sh started must not outlive this script
+            interrupt_group(p, grace=10)
+            subprocess.run(["./launch.sh", "stop", "--data-dir", str(data_dir)], env=env, cwd=ROOT, stdout=f,
+                           stderr=subprocess.STDOUT, timeout=300)
+            raise
         total = round(time.time() - t0, 1)
         stop.wait(2.0) if len(ready) < len(probes) else None
         stop.set()
