@@ -592,13 +592,17 @@ def job_check(settings, job_id: int) -> dict:
             "SELECT clip_id, last_error FROM job_items WHERE job_id = ? AND state = 'failed'", [job_id])}
         attempts = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_items WHERE job_id = ?",
                               [job_id]).fetchone()[0]
+        job = jobs.get(db, job_id)
+        last = db.execute("SELECT MAX(finished_at) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
+        span = (last - job["started_at"]) if last and job.get("started_at") else None
         replicas = {r["replica"]: r["n"] for r in db.query(
             "SELECT replica, COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY replica", [job_id])}
     finally:
         db.close()
     return {"state": state, "counts": c, "missing": len(missing), "missing_ids": missing[:20],
             "duplicated": len(dup), "duplicated_ids": dup[:20], "failed": len(failed),
-            "failed_errors": dict(list(failed.items())[:10]), "attempts": attempts, "captions_by_replica": replicas}
+            "failed_errors": dict(list(failed.items())[:10]), "attempts": attempts, "captions_by_replica": replicas,
+            "span_s": round(span, 3) if span else None}
 
 
 class CpuMeter:
@@ -659,6 +663,9 @@ def stage_scaling(ctx: Ctx) -> dict:
                     row = {"decoder": decoder, "backend": DECODERS[decoder], "replicas": n, "clips": len(sel),
                            "done": done, "failed": check["failed"], "seconds": round(wall, 2),
                            "clips_per_s": round(done / wall, 3) if wall else None,
+                           # the same from the job's own clock (first claim to last result): without the
+                           # runner's start-up and idle detection
+                           "clips_per_s_in_job": round(done / check["span_s"], 3) if check["span_s"] else None,
                            "cores_busy": round(cpu.busy / cpu.wall, 2),
                            "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
                            "via": via, "fleet_startup_s": startup, "job_state": check["state"]}
