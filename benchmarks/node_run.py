@@ -237,16 +237,23 @@ def clip_args(ctx: Ctx) -> list[str]:
     return []
 
 
-def clip_library(ctx: Ctx) -> Path:
-    """The cached library (library/ + hostile/) for --clips; generated in parallel when missing."""
-    key = f"{ctx.a.clips}-{'small' if ctx.a.small_clips else 'realistic'}"
-    d = ctx.clip_cache / key
-    if (d / ".complete").exists():
+def clip_library(ctx: Ctx, count: int | None = None) -> Path:
+    """The cached library (library/ + hostile/) holding at least `count` clips (default --clips). data.demo's
+    plan is the same prefix for any count and it keeps the clips already written (atomically), so a larger
+    count only adds clips; generation runs on every core."""
+    count = count or ctx.a.clips
+    d = ctx.clip_cache / ("small" if ctx.a.small_clips else "realistic")
+    try:
+        have = json.loads((d / ".complete").read_text()).get("clips", 0)
+    except (OSError, ValueError):
+        have = 0
+    if have >= count:
         return d
-    say(f"generating {ctx.a.clips} distinct clips into {d} on {os.cpu_count()} cores (cached for later runs)")
+    say(f"generating {count} distinct clips into {d} on {ctx.a.workers or os.cpu_count()} processes "
+        f"({have} there already; cached for later runs)")
     log = ctx.logs / "clips.log"
     t = time.time()
-    rc = run_logged([sys.executable, "-m", "data.demo", str(d / "library"), "--count", str(ctx.a.clips),
+    rc = run_logged([sys.executable, "-m", "data.demo", str(d / "library"), "--count", str(count),
                      "--realistic", "--no-broken", "--workers", str(ctx.a.workers or os.cpu_count() or 1),
                      *clip_args(ctx)], log, ctx.env)
     if rc != 0:
@@ -254,35 +261,38 @@ def clip_library(ctx: Ctx) -> Path:
     rc = run_logged([sys.executable, "-m", "data.demo", str(d / "hostile"), "--hostile"], log, ctx.env)
     if rc != 0:
         raise RuntimeError(f"hostile corpus failed (exit {rc}); see {log}")
-    (d / ".complete").write_text(json.dumps({"clips": ctx.a.clips, "seconds": round(time.time() - t, 1)}))
+    (d / ".complete").write_text(json.dumps({"clips": count, "seconds": round(time.time() - t, 1),
+                                             "generated_now": count - have}))
     return d
 
 
 def link_tree(src: Path, dst: Path, limit: int | None = None) -> int:
-    """Hard-link (copy where links fail) the .mp4 files of `src` into `dst`: real files inside the clip root
-    (a symlink leaving the root is refused, as vLLM's --allowed-local-media-path does), no copying."""
-    n = 0
-    for f in sorted(src.rglob("*")):
-        if not f.is_file() or f.name.startswith("."):
-            continue
-        if limit is not None and f.suffix == ".mp4" and n >= limit:
-            continue
+    """Hard-link (copy where links fail) the first `limit` .mp4 files of `src` (and their .json sidecars) into
+    `dst`, or every file when there is no limit: real files inside the clip root (a symlink leaving the root is
+    refused, as vLLM's --allowed-local-media-path does), nothing copied on one file system."""
+    if limit is None:
+        files = [f for f in sorted(src.rglob("*")) if f.is_file() and not f.name.startswith(".")
+                 and not f.name.endswith(".part")]
+    else:
+        files = []
+        for f in sorted(src.rglob("*.mp4"))[:limit]:
+            files += [f] + ([f.with_suffix(".json")] if f.with_suffix(".json").exists() else [])
+    for f in files:
         target = dst / f.relative_to(src)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.link(f, target)
         except OSError:
             shutil.copy2(f, target)
-        n += f.suffix == ".mp4"
-    return n
+    return sum(f.suffix == ".mp4" for f in files)
 
 
 def stage_clips(ctx: Ctx) -> dict:
     t = time.time()
-    d = clip_library(ctx)
+    d = clip_library(ctx, ctx.a.clips)
     info = json.loads((d / ".complete").read_text())
     files = sorted((d / "library").rglob("*.mp4"))
-    return {"ok": len(files) >= ctx.a.clips, "cache": str(d), "clips": len(files),
+    return {"ok": len(files) >= ctx.a.clips, "cache": str(d), "clips": len(files), "asked": ctx.a.clips,
             "hostile": len([f for f in (d / "hostile").iterdir() if f.is_file()]),
             "generation_s": info.get("seconds"), "this_run_s": round(time.time() - t, 1),
             "bytes": sum(f.stat().st_size for f in files)}
@@ -300,7 +310,7 @@ def ingest(ctx: Ctx, data_dir: Path, clip_root: Path, log: Path) -> None:
 # ---- launch ------------------------------------------------------------------------------------------------
 def stage_launch(ctx: Ctx) -> dict:
     """./launch.sh --detach, timed, with every component's first healthy answer; then ./launch.sh stop."""
-    lib = clip_library(ctx)
+    lib = clip_library(ctx, ctx.a.launch_clips)
     data_dir = ctx.work / "launch"
     shutil.rmtree(data_dir, ignore_errors=True)
     clip_root = data_dir / "clips"
@@ -411,10 +421,12 @@ def _between(a: float | None, b: float | None) -> float | None:
 
 # ---- gputest -----------------------------------------------------------------------------------------------
 def stage_gputest(ctx: Ctx) -> dict:
-    lib = clip_library(ctx)
+    lib = clip_library(ctx, ctx.a.clips)
     reuse = ctx.work / "gputest-clips"
     shutil.rmtree(reuse, ignore_errors=True)
-    link_tree(lib, reuse)  # the test moves library/ and hostile/ out of here: links keep the cache intact
+    # the test moves library/ and hostile/ out of here: links keep the cache intact
+    link_tree(lib / "library", reuse / "library", limit=ctx.a.clips)
+    link_tree(lib / "hostile", reuse / "hostile")
     out = ctx.out / "gputest"
     out.mkdir(exist_ok=True)
     env = {**ctx.env, "CW_GPU_GPUS": ",".join(map(str, ctx.gpus)), "CW_GPU_CLIPS": str(ctx.a.clips),
@@ -529,7 +541,7 @@ def router(ctx: Ctx, settings, worker_urls: list[str], tag: str):
 
 def prepare_db(ctx: Ctx, name: str, clips: int) -> tuple[object, Path]:
     """A data dir with `clips` cached clips linked in and ingested; returns (settings, data_dir)."""
-    lib = clip_library(ctx)
+    lib = clip_library(ctx, clips)
     data_dir = ctx.work / name
     shutil.rmtree(data_dir, ignore_errors=True)
     clip_root = data_dir / "clips"
