@@ -120,9 +120,8 @@ class Ctx:
 
     def vllm_extra(self, *, benchmark: bool) -> list[str]:
         extra = [t for arg in self.a.vllm_arg for t in shlex.split(arg)]
-        if self.a.dummy:  # random weights: compact JSON so structured output closes (shared/gpu/README.md)
-            extra += ["--load-format", "dummy", "--structured-outputs-config",
-                      json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}, separators=(",", ":"))]
+        if self.a.dummy:  # random weights (the recipe already asks for compact xgrammar JSON)
+            extra += ["--load-format", "dummy"]
         if benchmark:  # the same clip sent again must be decoded and prefilled again, as a new clip would be
             extra += ["--no-enable-prefix-caching"]
         return extra
@@ -422,16 +421,16 @@ def _between(a: float | None, b: float | None) -> float | None:
 # ---- gputest -----------------------------------------------------------------------------------------------
 def stage_gputest(ctx: Ctx) -> dict:
     lib = clip_library(ctx, ctx.a.clips)
-    reuse = ctx.work / "gputest-clips"
-    shutil.rmtree(reuse, ignore_errors=True)
-    # the test moves library/ and hostile/ out of here: links keep the cache intact
-    link_tree(lib / "library", reuse / "library", limit=ctx.a.clips)
-    link_tree(lib / "hostile", reuse / "hostile")
+    clip_root = ctx.work / "gputest-clips"
+    shutil.rmtree(clip_root, ignore_errors=True)
+    # the test's clip root: library/ linked from the cache (exactly --clips clips); the test writes hostile/
+    # itself (with a cut-in-half library clip)
+    link_tree(lib / "library", clip_root / "library", limit=ctx.a.clips)
     out = ctx.out / "gputest"
     out.mkdir(exist_ok=True)
     env = {**ctx.env, "CW_GPU_GPUS": ",".join(map(str, ctx.gpus)), "CW_GPU_CLIPS": str(ctx.a.clips),
-           "CW_GPU_OUT": str(out), "CW_GPU_MODEL": ctx.a.model, "CW_GPU_REUSE_CLIPS": str(reuse),
-           "TMPDIR": str(ctx.work)}  # the test's data dir sits beside the links (same file system)
+           "CW_GPU_OUT": str(out), "CW_GPU_MODEL": ctx.a.model, "CW_GPU_CLIP_ROOT": str(clip_root),
+           "TMPDIR": str(ctx.work)}
     if ctx.a.dummy:
         env["CW_GPU_DUMMY"] = "1"
     if ctx.sim:
@@ -445,7 +444,7 @@ def stage_gputest(ctx: Ctx) -> dict:
                     "gpus": ctx.gpus, "clips_asked": ctx.a.clips}
     try:
         test = json.loads((out / "report.json").read_text())
-        report["test_report"] = {k: test.get(k) for k in ("fleet_up_s", "ingest_auto_s", "clips", "caption_s",
+        report["test_report"] = {k: test.get(k) for k in ("gpus", "fleet_up_s", "ingest_s", "clips", "caption_s",
                                                           "job", "failure_kinds", "provenance_example",
                                                           "router_workers")}
         report["hostile_with_reason"] = len(test.get("failures") or {})
