@@ -20,6 +20,8 @@ options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_D
   --fleet WHAT       auto (GPU node: real vLLM, else simulated) | sim | gpu | URL[,URL...] of running
                      OpenAI-compatible vLLM servers or a router       (default: auto)
   --gpus LIST        GPUs for replicas on a GPU node, e.g. 0,1,2,3   (default: all)
+  --replicas N       replicas of the simulated fleet                 (default: 4)
+  --vllm-arg ARG     extra argument for every vLLM replica, e.g. --vllm-arg --load-format=dummy (repeatable)
   --demo-count N     clips in the generated demo library             (default: 24)
   --detach           start everything and return (stop later with ./launch.sh stop)
   --no-install       do not pip-install missing Python packages
@@ -43,6 +45,8 @@ PORT=${CW_PORT:-7860}
 HOST=${CW_HOST:-127.0.0.1}
 FLEET=${CW_FLEET:-auto}
 GPUS=${CW_GPUS:-}
+REPLICAS=${CW_REPLICAS:-}
+VLLM_ARGS=()
 DEMO_COUNT=${CW_DEMO_COUNT:-24}
 DETACH=0
 INSTALL=1
@@ -55,6 +59,8 @@ while [ $# -gt 0 ]; do
     --host) HOST=$2; shift 2 ;;
     --fleet) FLEET=$2; shift 2 ;;
     --gpus) GPUS=$2; shift 2 ;;
+    --replicas) REPLICAS=$2; shift 2 ;;
+    --vllm-arg) VLLM_ARGS+=("--vllm-arg=$2"); shift 2 ;;
     --demo-count) DEMO_COUNT=$2; shift 2 ;;
     --detach) DETACH=1; shift ;;
     --no-install) INSTALL=0; shift ;;
@@ -185,6 +191,8 @@ case "$FLEET" in
     say "starting the $FLEET fleet"
     fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet "$FLEET")
     [ -n "$GPUS" ] && fleet_args+=(--gpus "$GPUS")
+    [ "$FLEET" = sim ] && [ -n "$REPLICAS" ] && fleet_args+=(--replicas "$REPLICAS")
+    [ "$FLEET" = gpu ] && fleet_args+=(${VLLM_ARGS[@]+"${VLLM_ARGS[@]}"})
     [ "$DRY" = 1 ] && fleet_args+=(--dry-run)
     "$PY" -m serving.launcher up "${fleet_args[@]}"
     FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --fleet "$FLEET")

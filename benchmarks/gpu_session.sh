@@ -9,6 +9,8 @@
 #             (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json, logs)
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
+#   node S .. a stage of benchmarks/node_run.py (clips, launch, gputest, scaling, kill, report, all) with the dummy
+#             model, clips cached in /tmp/clips-node, reports in $OUT (extra arguments go to node_run.py)
 set -euo pipefail
 step=${1:?step}
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -46,5 +48,14 @@ case "$step" in
     python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
       --configs "$2" --concurrency "${CONC:-64}" --requests 128 --warmup 8 2>&1 | tee "$OUT/sweep.log"
     for f in /tmp/benchlogs/*.log; do echo "=== $f"; tail -n 40 "$f"; done >"$OUT/vllm-tails.log" ;;
+  node)
+    shift
+    stage=${1:?stage}; shift
+    if ls .whl2/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl2/*.whl
+    fi
+    export PYTHONPATH=$PYTHONPATH:$PWD
+    python3 benchmarks/node_run.py "$stage" --fleet gpu --model "${CW_GPU_MODEL:-/tmp/model}" --dummy \
+      --clip-cache /tmp/clips-node --work /tmp/node-work --out "$OUT" "$@" 2>&1 | tee -a "$OUT/console.log" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

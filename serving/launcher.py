@@ -96,11 +96,14 @@ STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace"
 
 # ---- command lines --------------------------------------------------------------------------------------------
 def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | None, host: str = "127.0.0.1",
-                 extra: Sequence[str] = (), frames: int | None = None) -> list[str]:
-    """`vllm serve` for one replica, the NVIDIA recipe adapted to the vLLM `version`."""
+                 extra: Sequence[str] = (), frames: int | None = None,
+                 backend: str = "pynvvideocodec") -> list[str]:
+    """`vllm serve` for one replica, the NVIDIA recipe adapted to the vLLM `version`. `backend` is the video
+    decoder (`pynvvideocodec` = NVDEC; `opencv` = CPU decoding, for side-by-side benchmarks)."""
     frames = frames or settings.frames
-    video: dict = {"backend": "pynvvideocodec", "min_frames": frames, "max_frames": frames}
-    if version is None or version > HW_DECODERS_SINCE:
+    video: dict = {"backend": backend, "min_frames": frames, "max_frames": frames}
+    # hw_decoders is a knob of the NVDEC backend only
+    if backend == "pynvvideocodec" and (version is None or version > HW_DECODERS_SINCE):
         video["hw_decoders"] = 2
     cmd = [*_entry("vllm", "vllm.entrypoints.cli.main"), "serve", settings.model, "--host", host, "--port", str(port),
            "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",

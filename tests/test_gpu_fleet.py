@@ -9,7 +9,8 @@ Run on a GPU node (vLLM importable, model weights or a Qwen3-VL-8B-shaped folder
     CW_GPU_MODEL=/path/to/model CW_GPU_OUT=docs/gpu-runs/latest python -m pytest -m gpu tests/test_gpu_fleet.py
 
 Knobs (environment): CW_GPU_MODEL (default Qwen/Qwen3-VL-8B-Instruct), CW_GPU_DUMMY=1 (random weights:
-adds --load-format dummy), CW_GPU_GPUS (default 0; "0,1" = two replicas behind the router), CW_GPU_CLIPS
+adds --load-format dummy), CW_GPU_GPUS (default 0; "0,1" = two replicas behind the router;
+with CW_GPU_REHEARSE one simulated replica per GPU listed, default 2), CW_GPU_CLIPS
 (default 208), CW_GPU_CLIP_ROOT (a folder kept across runs: the clips are generated into it once and reused),
 CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8"), CW_GPU_COMPARE_DECODERS=1
 (also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_OUT (report + logs + vllm-answers.json, the recording
@@ -143,13 +144,15 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     up = [py, "-m", "serving.launcher", "up", "--data-dir", str(data_dir), "--clip-root", str(clip_root),
           "--model", model, "--served-model-name", served]
     if REHEARSE:
-        up += ["--fleet", "sim", "--replicas", "2", "--sim-arg=--speed 0.2"]
+        # one simulated replica per GPU named in CW_GPU_GPUS (benchmarks/node_run.py rehearses 8), else 2
+        sim_replicas = len([g for g in os.environ.get("CW_GPU_GPUS", "0,1").split(",") if g.strip()])
+        up += ["--fleet", "sim", "--replicas", str(sim_replicas), "--sim-arg=--speed 0.2"]
     else:
         up += ["--fleet", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
         if os.environ.get("CW_GPU_DUMMY"):
             up += ["--vllm-arg=--load-format=dummy"]
         up += [f"--vllm-arg={a}" for a in os.environ.get("CW_GPU_VLLM_ARGS", "").split()]
-    report["gpus"] = os.environ.get("CW_GPU_GPUS", "0") if not REHEARSE else "sim x2"
+    report["gpus"] = os.environ.get("CW_GPU_GPUS", "0") if not REHEARSE else f"sim x{sim_replicas}"
     report["vllm_args"] = os.environ.get("CW_GPU_VLLM_ARGS", "")
     t_up = time.time()
     launcher = subprocess.Popen(up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env,

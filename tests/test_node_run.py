@@ -1,0 +1,82 @@
+"""benchmarks/node_run.py, the 8-GPU node run of issue 14, in its rehearsal mode: simulated replicas (each its own
+process group), the real vllm-router, our runner, a handful of tiny clips. Keeps the operator's script working:
+the stage reports have the fields the docs and the plot read, the scaling counts are the ones asked (the lead's
+`--replicas 1,2` on a 2-GPU machine), and a replica SIGKILLed mid-job loses no caption and duplicates none."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from serving.procs import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_block(n: int) -> int:
+    """A first port with the n-1 ports after it free too (simulated replica i listens on BASE+i)."""
+    for _ in range(50):
+        base = free_port()
+        socks = []
+        try:
+            for i in range(n):
+                s = socket.socket()
+                s.bind(("127.0.0.1", base + i))
+                socks.append(s)
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no block of free ports")
+
+
+def test_rehearsal_scaling_kill_and_report(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    replicas = 3
+    cmd = [sys.executable, "benchmarks/node_run.py", "clips,scaling,kill,report", "--fleet", "sim",
+           "--sim-replicas", str(replicas), "--replicas", "1,2", "--clips", "6", "--small-clips", "--workers", "2",
+           "--per-replica-clips", "3", "--warmup", "0", "--kill-clips", "6", "--kill-at", "0", "--sim-speed", "0.5",
+           "--base-port", str(_free_block(replicas)), "--router-port", str(free_port()),
+           "--router-prometheus-port", str(free_port()), "--out", str(out), "--work", str(work)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+    for stage in ("clips", "scaling", "kill", "report"):
+        rep = json.loads((out / f"{stage}.json").read_text())
+        assert rep["ok"] is True, (stage, rep)
+        assert rep["simulated"] is True and "SIMULATED REHEARSAL" in rep["note"]  # never passes for GPU figures
+
+    scaling = json.loads((out / "scaling.json").read_text())
+    rows = scaling["rows"]
+    assert sorted((r["decoder"], r["replicas"]) for r in rows) == [("nvdec", 1), ("nvdec", 2), ("opencv", 1),
+                                                                   ("opencv", 2)]
+    for r in rows:
+        assert r["done"] == r["clips"] == min(6, 3 * r["replicas"]) and r["failed"] == 0
+        assert r["clips_per_s"] > 0 and r["cores_busy"] > 0 and r["core_s_per_clip"] > 0
+        assert r["vs_1_replica"] == (1.0 if r["replicas"] == 1 else r["vs_1_replica"]) and r["vs_1_replica"] > 0
+    goals = {g["goal"]: g for g in scaling["goals"]}
+    # two replicas at most: the 8-GPU goals at the same efficiency (7.5/8 x 2 = 1.875x), and the decoder ratio
+    assert set(goals) == {"NVDEC@2 >= 1.875x NVDEC@1", "NVDEC@2 >= 2x opencv@2"}
+    assert all(g["measured"] is not None and "simulated" in g["verdict"] for g in goals.values())
+
+    kill = json.loads((out / "kill.json").read_text())
+    assert kill["killed"]["replica"] == "replica-1" and kill["victim_alive_after"] is False
+    # killed with requests running on it: the job had to get them answered elsewhere
+    assert kill["killed"]["victim_running"] + kill["killed"]["victim_waiting"] >= 1
+    job = kill["job"]
+    assert job["state"] == "done" and job["missing"] == 0 and job["duplicated"] == 0
+    assert job["counts"] == {"pending": 0, "leased": 0, "done": 6, "failed": 0}
+    assert kill["nothing_lost"] is True
+
+    table = (out / "table.md").read_text()
+    assert table.startswith("### SIMULATED REHEARSAL")
+    assert "| 2 | " in table and "0 missing, 0 duplicated" in table
+    assert (out / "scaling.png").stat().st_size > 10_000
+    assert list((out / "logs").glob("kill-replica-*.log"))
