@@ -45,9 +45,13 @@ from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, Repl
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
 
-# A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help.
+# A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help. Each marker
+# is what real vLLM 0.25 + NVDEC answered (tests/data/vllm-0.25.0-answers.json): CreateFormatContext for data that
+# is not a video, SimpleDecoder for a container without a video stream, "list index out of range" for an MP4
+# whose media data is cut short (the frame sampler indexes frames that are not there).
 DECODE_FAILURE_MARKERS = ("CreateFormatContext", "Invalid data found", "Could not open video",
-                          "moov atom not found", "Error opening video", "Failed to decode video")
+                          "moov atom not found", "Error opening video", "Failed to decode video",
+                          "SimpleDecoder", "Could not find stream", "list index out of range")
 # vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 POOLS_PER_REPLICA = 4

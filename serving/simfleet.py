@@ -186,14 +186,30 @@ def _decode_failure(path: Path | str) -> SimError:
                          'FFmpegDemuxer.h:792\n', "InternalServerError")
 
 
+def _no_video_stream() -> SimError:
+    # vLLM 0.25 + NVDEC for a container without a video stream (audio only), recorded on an H200
+    # (tests/data/vllm-0.25.0-answers.json, "audio_only")
+    return SimError(500, "SimpleDecoder : \nError code : 999\nError Type : SimpleDecoder constructor failed: Could not "
+                         "find stream in input file\nat /project/src/PyNvVideoCodec/src/SimpleDecoder.cpp:58\n",
+                    "InternalServerError")
+
+
+def _frames_missing() -> SimError:
+    # vLLM 0.25 + NVDEC for an MP4 whose index is whole but whose media data is cut short: the sampler asks for
+    # frames that are not there (recorded, "truncated")
+    return SimError(500, "list index out of range", "InternalServerError")
+
+
 def _probe_file(path: Path | None, size: int, data: bytes | None = None) -> ClipInfo | SimError:
     import av
+
+    from data.probe import mp4_structure
 
     try:
         with av.open(io.BytesIO(data) if data is not None else str(path), "r") as container:
             streams = container.streams.video
             if not streams:
-                return _decode_failure(path)
+                return _no_video_stream()
             vs = streams[0]
             width, height = int(vs.codec_context.width or 0), int(vs.codec_context.height or 0)
             if width <= 0 or height <= 0:
@@ -204,7 +220,9 @@ def _probe_file(path: Path | None, size: int, data: bytes | None = None) -> Clip
             frames = int(vs.frames or round(duration * rate))
             if frames <= 0 and duration <= 0:
                 return _decode_failure(path)
-            return ClipInfo(width, height, frames, duration, size)
+        if path is not None and data is None and (mp4_structure(path, size) or "").startswith("truncated"):
+            return _frames_missing()
+        return ClipInfo(width, height, frames, duration, size)
     except Exception:  # noqa: BLE001 - any PyAV failure is the clip's fault, as for the real decoder
         return _decode_failure(path)
 
@@ -523,13 +541,19 @@ class Replica:
         self.h_ttft.observe(ttft)
         self.h_e2e.observe(time.monotonic() - started)
         rid = "chatcmpl-" + uuid.uuid4().hex
+        # the body real vLLM 0.25 answers, key for key (tests/data/vllm-0.25.0-answers.json), plus "simulated"
         return 200, {
             "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self.served,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "tool_calls": [],
-                                                 "reasoning_content": None},
-                         "logprobs": None, "finish_reason": finish, "stop_reason": None}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens},
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": None,
+                                                 "annotations": None, "audio": None, "function_call": None,
+                                                 "reasoning": None},
+                         "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None,
+                         "routed_experts": None}],
+            "service_tier": None, "system_fingerprint": f"vllm-simulated-{self.index}",
+            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+                      "completion_tokens": completion_tokens, "prompt_tokens_details": None},
+            "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+            "metrics": None,
             "simulated": True,
         }
 

@@ -187,9 +187,10 @@ def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
 
 
 # 5. the library knows its clip root ------------------------------------------------------------------------------
-def cli(*args, **kw):
+def cli(*args, data_dir: Path, **kw):
+    """A CLI run whose default data dir (thumbnails, logs) is `data_dir`: the database is named by --db."""
     return subprocess.run([sys.executable, "-m", *args], cwd=REPO, capture_output=True, text=True, timeout=180,
-                          env={**os.environ, "CW_DATA_DIR": "", "CW_CLIP_ROOT": ""}, **kw)
+                          env={**os.environ, "CW_DATA_DIR": str(data_dir), "CW_CLIP_ROOT": ""}, **kw)
 
 
 def test_a_library_ingested_from_its_own_folder_is_captioned(tmp_path):
@@ -198,11 +199,12 @@ def test_a_library_ingested_from_its_own_folder_is_captioned(tmp_path):
     for i in range(3):
         write_clip(root / "front" / f"front_center_{i}.mp4")
     db_path = tmp_path / "lib" / "wb.db"
-    r = cli("data.ingest", str(root), "--db", str(db_path), "--quiet", "--workers", "1")
+    r = cli("data.ingest", str(root), "--db", str(db_path), "--quiet", "--workers", "1", data_dir=tmp_path / "dd")
     assert r.returncode == 0, r.stderr
     fleet = simfleet.start_fleet(1, 0, root, speed=0)
     try:
-        r = cli("serving.caption", "--db", str(db_path), "--fleet", fleet.urls[0], "--no-progress")
+        r = cli("serving.caption", "--db", str(db_path), "--fleet", fleet.urls[0], "--no-progress",
+                data_dir=tmp_path / "dd")
     finally:
         fleet.stop()
     assert r.returncode == 0, r.stderr
@@ -238,12 +240,14 @@ def test_move_root_cli_has_help_and_works(tmp_path):
     root = tmp_path / "clips"
     write_clip(root / "x.mp4")
     db_path = tmp_path / "wb.db"
-    assert cli("data.ingest", str(root), "--db", str(db_path), "--quiet", "--workers", "1").returncode == 0
+    dd = tmp_path / "dd"
+    assert cli("data.ingest", str(root), "--db", str(db_path), "--quiet", "--workers", "1", data_dir=dd).returncode == 0
     root.rename(tmp_path / "new")
-    r = cli("data.library", "move-root", str(tmp_path / "new"), "--db", str(db_path))
+    r = cli("data.library", "move-root", str(tmp_path / "new"), "--db", str(db_path), data_dir=dd)
     assert r.returncode == 0 and "clip root is now" in r.stdout, r.stderr
-    assert cli("data.library", "show", "--db", str(db_path)).stdout.strip() == str((tmp_path / "new").resolve())
-    assert "example" in cli("data.library", "--help").stdout
+    shown = cli("data.library", "show", "--db", str(db_path), data_dir=dd).stdout.strip()
+    assert shown == str((tmp_path / "new").resolve())
+    assert "example" in cli("data.library", "--help", data_dir=dd).stdout
 
 
 # the prompt knows the camera ---------------------------------------------------------------------------------------

@@ -1,0 +1,155 @@
+"""Real vLLM is the reference. tests/data/vllm-*-answers.json holds what a real vLLM replica answered on a GPU
+node (written by tests/test_gpu_fleet.py: a good request as our client builds it, the preset v1 schema, each
+kind of bad input; its metric names). Two checks replay it on the CPU:
+- the client handles every recorded answer as it should: a caption from the good one, and for every bad input
+  an error that is not retried (the clip's fault never costs more GPU time);
+- the simulated fleet answers the same requests the same way: same status, same error type, the same message
+  once the clip root is written as <root>, and a good answer of the same shape.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from data import demo, taxonomy
+from serving import simfleet
+from serving.client import CaptionRequest, FleetClient
+from serving.errors import FleetError
+from data.settings import Settings
+from tests.fleet_fixtures import clip_root, fleet_settings, write_clip  # noqa: F401
+
+RECORDINGS = sorted((Path(__file__).parent / "data").glob("vllm-*-answers.json"))
+REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}
+ANSWERS = REC.get("answers", {})
+BAD = sorted(k for k in ANSWERS if k != "good")
+# metric samples the fleet view reads (serving.fleet); vLLM names the KV-cache gauge one of two ways
+USED_METRICS = {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total",
+                "vllm:generation_tokens_total", "vllm:e2e_request_latency_seconds_sum",
+                "vllm:e2e_request_latency_seconds_count", "vllm:time_to_first_token_seconds_sum",
+                "vllm:time_to_first_token_seconds_count"}
+
+
+def test_a_recording_of_real_vllm_is_committed():
+    assert RECORDINGS, "tests/data/vllm-<version>-answers.json is missing: run tests/test_gpu_fleet.py on a GPU"
+    assert REC["vllm_version"][0].isdigit(), "the recording must come from real vLLM, not the simulated fleet"
+    assert {"good", "unsupported_schema", "missing_file", "outside_root", "html_named", "zero_length",
+            "truncated"} <= set(ANSWERS)
+    assert ANSWERS["good"]["status"] == 200 and ANSWERS["unsupported_schema"]["status"] == 400
+
+
+def replay(settings, answer: dict, *, max_tokens: int):
+    """Our client's outcome for one recorded answer: a CaptionResult or the FleetError it raised."""
+    body = answer["body"]
+    transport = httpx.MockTransport(lambda req: httpx.Response(
+        answer["status"], **({"json": body} if isinstance(body, (dict, list)) else {"text": str(body)})))
+
+    async def go():
+        client = FleetClient(settings, transport=transport)
+        try:
+            return await client.caption("http://replica", CaptionRequest("a.mp4", PROMPT_V2, max_tokens=max_tokens))
+        except FleetError as e:
+            return e
+        finally:
+            await client.aclose()
+
+    return asyncio.run(go())
+
+
+PROMPT_V2 = {"id": 2, "name": "av-hazard", "version": 2, "system": "s", "user": "u {camera}",
+             "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)}
+
+
+def test_the_client_captions_the_recorded_good_answer(fleet_settings):
+    got = replay(fleet_settings, ANSWERS["good"], max_tokens=2048)
+    assert not isinstance(got, FleetError), got
+    assert got.text and set(got.labels) == set(taxonomy.ENUMS)
+    assert got.provenance["finish_reason"] == "stop" and got.provenance["completion_tokens"] > 0
+    assert got.provenance["prompt_tokens"] > 1000  # 16 frames of video went in
+    assert got.provenance["simulated"] is False
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_the_client_never_retries_a_recorded_bad_input(fleet_settings, case):
+    answer = ANSWERS[case]
+    got = replay(fleet_settings, answer, max_tokens=16 if case != "truncated_library_half" else 2048)
+    if answer["status"] == 200:  # the decoder coped (e.g. the frames that are there): a caption or a short answer
+        assert not isinstance(got, FleetError) or got.kind in ("truncated", "invalid_json"), got
+        return
+    assert isinstance(got, FleetError), got
+    assert not got.retryable, f"{case}: HTTP {answer['status']} would be retried: {got!r}"
+    assert str(answer["status"]) in str(got)
+
+
+# ---- the simulated fleet against the recording -----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sim_root(tmp_path_factory):
+    """A clip root laid out like the GPU test's: a library clip and the hostile corpus."""
+    root = tmp_path_factory.mktemp("rec") / "clips"
+    clip = write_clip(root / "library" / "R001" / "front_center_0000.mp4", 640, 360, seconds=2)
+    demo.write_hostile_corpus(root / "hostile")
+    data = clip.read_bytes()
+    (root / "hostile" / "library_clip_cut_in_half.mp4").write_bytes(data[: len(data) // 2])
+    return root
+
+
+@pytest.fixture(scope="module")
+def sim_fleet(sim_root):
+    handle = simfleet.start_fleet(1, 0, sim_root, mode="thread", speed=0, model=REC.get("served_model_name", "m"))
+    yield handle
+    handle.stop()
+
+
+def request_for(case: str, root: Path) -> dict:
+    """The recorded request of `case`, re-pointed at `root`."""
+    settings = Settings.load(environ={}).replace(clip_root=root, served_model_name=REC.get("served_model_name", "m"))
+    good = FleetClient(settings).build_body(CaptionRequest(
+        "library/R001/front_center_0000.mp4", PROMPT_V2, max_tokens=2048, camera="front_center"))
+    if case == "unsupported_schema":
+        good["response_format"]["json_schema"]["schema"] = taxonomy.CAPTION_SCHEMA
+    elif case != "good":
+        url = ANSWERS[case]["video_url"].replace("file://<root>", root.resolve().as_uri())
+        if case == "truncated":
+            cut = sorted((root / "hostile").glob("truncated_faststart_*pct.mp4"))
+            url = cut[len(cut) // 2].resolve().as_uri()
+        good["messages"][1]["content"][0]["video_url"]["url"] = url
+        good["max_completion_tokens"] = 16 if case != "truncated_library_half" else 2048
+    return good
+
+
+def normalised(message: str, root: Path) -> str:
+    return message.replace(str(root.resolve()), "<root>").replace(str(root), "<root>")
+
+
+@pytest.mark.parametrize("case", ["good", *BAD])
+def test_the_simulated_fleet_answers_as_real_vllm_did(sim_fleet, sim_root, case):
+    real = ANSWERS[case]
+    r = httpx.post(sim_fleet.urls[0] + "/v1/chat/completions", json=request_for(case, sim_root), timeout=30,
+                   trust_env=False)
+    assert r.status_code == real["status"], (case, r.text[:300], str(real["body"])[:300])
+    body = r.json()
+    if real["status"] == 200:
+        want = real["body"]
+        assert set(want) <= set(body) <= set(want) | {"simulated"}
+        assert set(want["choices"][0]) <= set(body["choices"][0])
+        assert set(want["choices"][0]["message"]) <= set(body["choices"][0]["message"])
+        assert set(want["usage"]) <= set(body["usage"]) | {"prompt_tokens_details"}
+        assert body["choices"][0]["finish_reason"] == want["choices"][0]["finish_reason"]
+        return
+    err, want = body["error"], real["body"]["error"]
+    assert set(err) == set(want) and err["type"] == want["type"] and err["code"] == want["code"]
+    assert normalised(err["message"], sim_root) == want["message"], (case, err["message"], want["message"])
+
+
+def test_the_simulated_fleet_exposes_the_metrics_we_read_under_real_names(sim_fleet):
+    names = {s.name for f in text_string_to_metric_families(httpx.get(sim_fleet.urls[0] + "/metrics").text)
+             for s in f.samples}
+    real = set(REC["metric_names"])
+    assert USED_METRICS <= real, USED_METRICS - real  # what we read exists on real vLLM
+    assert USED_METRICS <= names, USED_METRICS - names
+    assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} & real & names
