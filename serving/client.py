@@ -65,6 +65,8 @@ class CaptionRequest:
     temperature: float = 0.0
     seed: int | None = None
     job_id: int | None = None
+    # a signed http(s) URL of this clip for replicas on other nodes (serving.media_urls); None: file://
+    media_url: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,7 +225,9 @@ class FleetClient:
 
     def build_body(self, req: CaptionRequest) -> dict:
         """The JSON body of the chat completion request for `req` (raises ClipRejected for bad paths)."""
-        url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)
+        url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)  # refuses bad paths
+        if req.media_url:
+            url = req.media_url
         prompt = req.prompt
         body: dict[str, Any] = {
             "model": self.settings.model_name,

@@ -44,6 +44,7 @@ import httpx
 from data import db as dbmod
 from data import jobs, prompts
 from data.settings import Settings, add_arguments, from_args
+from serving import media_urls
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
 
@@ -213,6 +214,9 @@ class Runner:
         self.stats = collections.Counter()
         self.started_at = time.monotonic()
         self.state = "new"
+        # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
+        self._media_base = media_urls.media_base(settings)
+        self._media_key = media_urls.load_key(settings.data_dir) if self._media_base else b""
 
     # ---- the request side ------------------------------------------------------------------------------
     def _pick(self, avoid: set[str] | None, t: float) -> Replica | None:
@@ -230,9 +234,11 @@ class Runner:
 
     def _request(self, cfg: dict, item: dict):
         p = cfg["params"]
+        media_url = (media_urls.signed_url(self._media_base, self._media_key, item["clip_id"],
+                                           ttl=self.settings.media_url_ttl) if self._media_base else None)
         return CaptionRequest(clip_path=item["path"], prompt=cfg["prompt"], frames=int(p["frames"]),
                               max_tokens=int(p["max_tokens"]), temperature=float(p["temperature"]),
-                              seed=p.get("seed"), job_id=item["job_id"])
+                              seed=p.get("seed"), job_id=item["job_id"], media_url=media_url)
 
     async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
         out = _Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
