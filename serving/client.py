@@ -63,10 +63,10 @@ class CaptionRequest:
     frames: int = 16
     max_tokens: int = 320
     temperature: float = 0.0
-    seed: int | None = None
-    job_id: int | None = None
     # a signed http(s) URL of this clip for replicas on other nodes (serving.media_urls); None: file://
     media_url: str | None = None
+    seed: int | None = None
+    job_id: int | None = None
 
 
 @dataclass(frozen=True)

@@ -44,9 +44,9 @@ import httpx
 from data import db as dbmod
 from data import jobs, prompts
 from data.settings import Settings, add_arguments, from_args
-from serving import media_urls
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
+from serving import media_urls  # noqa: I001 - kept apart from the lines others edit
 
 log = logging.getLogger("serving.runner")
 
@@ -234,16 +234,21 @@ class Runner:
 
     def _request(self, cfg: dict, item: dict):
         p = cfg["params"]
-        media_url = (media_urls.signed_url(self._media_base, self._media_key, item["clip_id"],
-                                           ttl=self.settings.media_url_ttl) if self._media_base else None)
         return CaptionRequest(clip_path=item["path"], prompt=cfg["prompt"], frames=int(p["frames"]),
                               max_tokens=int(p["max_tokens"]), temperature=float(p["temperature"]),
-                              seed=p.get("seed"), job_id=item["job_id"], media_url=media_url)
+                              seed=p.get("seed"), job_id=item["job_id"])
+
+    def _with_media_url(self, req, item: dict):
+        """`req` with a fresh signed URL of the clip when replicas fetch over HTTP (each attempt a new one)."""
+        if not self._media_base:
+            return req
+        return dataclasses.replace(req, media_url=media_urls.signed_url(
+            self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl))
 
     async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
         out = _Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
         try:
-            req = self._request(cfg, item)
+            req = self._with_media_url(self._request(cfg, item), item)
             if self._client is not None:
                 out.result = await self._client.caption(rep.url, req)
             else:
