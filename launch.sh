@@ -246,6 +246,10 @@ start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$
 probe_host=$HOST
 case "$HOST" in 0.0.0.0|::|"") probe_host=127.0.0.1 ;; *:*) probe_host="[$HOST]" ;; esac
 wait_http app "http://$probe_host:$PORT/healthz" 120
+# R14: /healthz answering is not enough: another workbench's app on this port answers it too
+if [ "$DRY" = 0 ] && ! "$PY" -m serving.launcher owns --data-dir "$DATA_DIR" --pgid "$(cat "$RUN/app.pid")" --listen-port "$PORT"; then
+  exit 1
+fi
 if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
 say "the workbench is up: http://$HOST:$PORT   (logs: $LOGS; stop: ./launch.sh stop)"
 [ "$FLEET" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"

@@ -332,6 +332,19 @@ def _fleet_kind(settings: Settings) -> str:
     return settings.fleet if settings.fleet in ("sim", "gpu") else ("gpu" if visible_gpus() else "sim")
 
 
+def owns(pgid: int | None, port: int | None) -> int:
+    """`launcher owns --pgid N --listen-port P`: 0 if group N listens on P, else 1 with a message saying who does."""
+    if not pgid or not port:
+        print("launcher: owns needs --pgid and --listen-port", file=sys.stderr)
+        return 2
+    if procs.group_listens(pgid, port):
+        return 0
+    who = sorted(procs.listener_pids(port))
+    print(f"launcher: port {port} is answered by process(es) {who or 'unknown'}, not by the process group {pgid} "
+          "this launch started: another workbench? Pick another --port (or stop the other one)", file=sys.stderr)
+    return 1
+
+
 def verify_owners(children: Sequence[procs.Child]) -> None:
     """Each URL a started process should answer on is a port that process (its group) listens on.
 
@@ -507,7 +520,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --dry-run --vllm-version 0.33.0\n"
                "  python -m serving.launcher up --fleet sim --replicas 4\n"
                "  python -m serving.launcher status\n  python -m serving.launcher down")
-    p.add_argument("command", choices=("up", "down", "status", "url"), help="what to do")
+    p.add_argument("command", choices=("up", "down", "status", "url", "owns"),
+                   help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
+                        "checks the app it started with it)")
     add_arguments(p, SETTING_NAMES)
     p.add_argument("--dry-run", action="store_true", help="print every command (with its environment); start nothing")
     p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: the installed one)")
@@ -521,6 +536,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--startup-timeout", type=float, default=None,
                    help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)")
     p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on down")
+    p.add_argument("--pgid", type=int, default=None, help="owns: the process group to check")
+    p.add_argument("--listen-port", type=int, default=None, help="owns: the TCP port it should listen on")
     return p
 
 
@@ -533,6 +550,8 @@ def main(argv: list[str] | None = None) -> int:
         return down(settings, args)
     if args.command == "status":
         return status(settings, args)
+    if args.command == "owns":
+        return owns(args.pgid, args.listen_port)
     if load_record(settings) is None:  # nothing started yet (a dry run): the ports `up` would use now
         settings = resolve_ports(settings, args, say=lambda *_: None)
     print(fleet_url(settings))

@@ -7,8 +7,9 @@ never a path: the app looks the path up in SQLite and serves it only if it resol
 
 The signature is HMAC-SHA256 over `"{clip_id}.{exp}"` with a 32-byte key kept in the data dir
 (`DATA_DIR/media-url.key`, mode 0600, created on first use). The runner and the app on the head share the
-data dir and so the key; nothing else needs it. Rotating the key (deleting the file) invalidates every URL
-in flight, which costs at most one retry per request.
+data dir and so the key; nothing else needs it. Rotating the key (deleting the file, restarting app and
+runner) invalidates every URL in flight: those items fail with the fetch error (a 4xx, not retried) and can be
+retried from the job.
 
 Why not itsdangerous: it would work, but the token here is two integers and one MAC, and the verification
 rule (expiry checked against our clock, constant-time compare) is the whole of the security argument; ten
@@ -61,7 +62,7 @@ def load_key(data_dir: str | Path) -> bytes:
     key = path.read_bytes()
     if len(key) < KEY_BYTES:
         raise MediaKeyError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: delete it and start "
-                            "again (a new key is made; URLs in flight are refused once and retried)")
+                            "again, app and runner (a new key is made; URLs already sent are then refused)")
     return key
 
 

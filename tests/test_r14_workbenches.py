@@ -155,3 +155,24 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
     assert sup.returncode == 0
     time.sleep(0.3)
     assert not procs._group_alive(sup.pid)  # stopping the group stops the runner too: nothing restarted
+
+
+def test_owns_says_who_answers_the_apps_port(tmp_path):
+    """What launch.sh runs after the app's /healthz answers: exit 0 only if the app it started holds the port."""
+    port = procs.free_port()
+    other = procs.start("other-app", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                        log=tmp_path / "other.log", health=f"http://127.0.0.1:{port}/")
+    ours = procs.start("app", [sys.executable, "-c", "import time; time.sleep(60)"], log=tmp_path / "app.log")
+    try:
+        procs.wait_healthy([other], timeout=20)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        run = lambda pgid: subprocess.run([sys.executable, "-m", "serving.launcher", "owns", "--data-dir",  # noqa: E731
+                                           str(tmp_path), "--pgid", str(pgid), "--listen-port", str(port)],
+                                          capture_output=True, text=True, env=env, timeout=60)
+        r = run(ours.pgid)
+        assert r.returncode == 1 and f"not by the process group {ours.pgid}" in r.stderr
+        assert str(other.pid) in r.stderr
+        assert run(other.pgid).returncode == 0
+    finally:
+        for c in (ours, other):
+            procs.stop_group(c.pgid, c.pid, grace=2, popen=c.popen)
