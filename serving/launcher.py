@@ -298,8 +298,9 @@ def resolve_ports(settings: Settings, args: argparse.Namespace, *, say=print) ->
     collide with the first: a busy replica, router or router-metrics port is replaced by a free one (and
     said), since the runner and the app learn the URLs from this launch's record, not from the defaults.
     A GPU node keeps its ports (the head's worker list names them) and refuses to start instead."""
+    # replica i of a GPU node listens on FLEET_PORT + its GPU index: the block runs up to the highest index
     n = 0 if settings.role == "head" else (args.replicas if _fleet_kind(settings) == "sim"
-                                             else len(choose_gpus(settings.gpus)) or 1)
+                                             else max(choose_gpus(settings.gpus) or [0]) + 1)
     if settings.role == "node":
         if getattr(args, "dry_run", False):
             return settings  # printing commands for another machine: its ports are checked when it starts
@@ -402,7 +403,12 @@ def _shell(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> s
 
 
 def up(settings: Settings, args: argparse.Namespace) -> int:
-    settings = resolve_ports(settings, args)
+    if args.dry_run:
+        # the commands as configured (they may be meant for another machine), plus what `up` would change here
+        notes: list[str] = []
+        resolve_ports(settings, args, say=notes.append)
+    else:
+        settings = resolve_ports(settings, args)
     p = plan(settings, args)
     if args.dry_run:
         if p["mps"]:
@@ -414,6 +420,9 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
             print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
+        for msg in notes:  # last, so that the command lines keep their places
+            print("# note: " + msg.replace("[launcher] ", "").replace(": using ", ": `up` here now would pick "
+                                                                     "free ones, e.g. "))
         return 0
     old = load_record(settings)
     if old and any(procs.pid_alive(c["pid"]) for c in old.get("procs", [])):
@@ -552,8 +561,6 @@ def main(argv: list[str] | None = None) -> int:
         return status(settings, args)
     if args.command == "owns":
         return owns(args.pgid, args.listen_port)
-    if load_record(settings) is None:  # nothing started yet (a dry run): the ports `up` would use now
-        settings = resolve_ports(settings, args, say=lambda *_: None)
     print(fleet_url(settings))
     return 0
 

@@ -176,3 +176,15 @@ def test_owns_says_who_answers_the_apps_port(tmp_path):
     finally:
         for c in (ours, other):
             procs.stop_group(c.pgid, c.pid, grace=2, popen=c.popen)
+
+
+def test_dry_run_prints_the_configured_ports_and_says_which_would_move(tmp_path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        busy = s.getsockname()[1]
+        assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", "--dry-run", "--data-dir", str(tmp_path),
+                              "--fleet-port", str(busy), "--router-port", str(procs.free_port())]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert f"--port {busy}" in lines[0]  # the commands as configured (maybe meant for another machine)
+    assert lines[-1].startswith(f"# note: replica ports {busy}..{busy} are in use") and "would pick free" in lines[-1]
