@@ -1,5 +1,7 @@
 """What a captioning job will cost: clips/s for a fleet, from recorded GPU measurements or a job's live rate.
 
+    python -m serving.cost --replicas 8 --frames 16 --precision bf16 --clips 100000
+
     from serving import cost
     ms = cost.load_measurements("docs/gpu-runs")
     e = cost.estimate(replicas=8, frames=16, precision="bf16", measurements=ms)
@@ -162,6 +164,37 @@ def estimate(replicas: int, frames: int, precision: str = "bf16", measurements: 
     return Estimate(None, replicas, frames, precision, "none",
                     f"no {precision} measurement recorded: run `benchmarks/bench_fleet.py sweep` with {precision} "
                     "on a GPU node (docs/GPU.md), or start the job and use its live rate")
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser(prog="python -m serving.cost",
+                                description="Clips/s, wall time and GPU-hours for a fleet, from recorded GPU runs.",
+                                epilog="example: python -m serving.cost --replicas 8 --frames 16 --clips 100000")
+    p.add_argument("--replicas", type=int, required=True, help="replicas (one per GPU)")
+    p.add_argument("--frames", type=int, default=16, help="frames per clip (default 16)")
+    p.add_argument("--precision", default="bf16", help="bf16 or fp8 (default bf16)")
+    p.add_argument("--clips", type=int, default=0, help="clips in the job, for wall time and GPU-hours")
+    p.add_argument("--runs", default=str(root / "docs" / "gpu-runs"), help="folder or .jsonl of recorded runs")
+    p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
+    p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
+    a = p.parse_args(argv)
+    e = estimate(a.replicas, a.frames, a.precision, load_measurements(a.runs), live_rate=a.live_rate,
+                 live_replicas=a.live_replicas)
+    if e.clips_per_s is None:
+        print(f"no estimate: {e.note}")
+        return 1
+    print(f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.precision} ({e.basis}: "
+          f"{e.note})")
+    if a.clips:
+        print(f"{a.clips} clips: {e.seconds_for(a.clips) / 3600:.2f} h wall, {e.gpu_hours(a.clips):.1f} GPU-hours")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
 
 
 __all__ = ["Measurement", "Estimate", "estimate", "load_measurements", "from_record", "normalise_precision"]

@@ -65,3 +65,11 @@ def test_records_from_a_sweep_file(tmp_path):
     assert cost.estimate(4, 8, "fp8", ms).clips_per_s == pytest.approx(50.0)
     with pytest.raises(ValueError):
         cost.estimate(0, 16, "bf16", ms)
+
+
+def test_cli_prints_the_estimate_and_the_gpu_hours(capsys):
+    assert cost.main(["--replicas", "8", "--frames", "16", "--clips", "100000"]) == 0
+    out = capsys.readouterr().out
+    assert "34.81 clips/s on 8 replica(s)" in out and "GPU-hours" in out
+    assert cost.main(["--replicas", "8", "--precision", "fp8"]) == 1
+    assert "no estimate" in capsys.readouterr().out
