@@ -176,6 +176,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
 if [ "$FLEET" = auto ]; then
   if [ $gpu_node = 1 ]; then FLEET=gpu; else FLEET=sim; fi
 fi
+[ "$ROLE" = head ] && FLEET=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
 
 if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, data.settings" 2>/dev/null; then
   say "installing Python packages (once)"
@@ -183,7 +184,7 @@ if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, dat
   [ "$FLEET" = gpu ] && extra="[gpu]"
   run "$PY" -m pip install -q -e ".$extra"
 fi
-if [ "$INSTALL" = 1 ] && [ "$FLEET" = sim ] && ! command -v vllm-router >/dev/null 2>&1; then
+if [ "$INSTALL" = 1 ] && { [ "$FLEET" = sim ] || [ "$FLEET" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
   run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
 fi
 
@@ -214,7 +215,6 @@ fi
 say "ingesting $CLIP_ROOT"
 run "$PY" -m data.ingest "$CLIP_ROOT" --data-dir "$DATA_DIR"
 
-[ "$ROLE" = head ] && FLEET=head
 case "$FLEET" in
   head)
     say "starting the router over the GPU nodes' replicas"
