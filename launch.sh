@@ -2,6 +2,8 @@
 # The operator's entry point. Brings up the whole workbench on this machine:
 #   GPU node:      CUDA MPS, one vLLM replica per GPU (NVDEC decoding), vllm-router, the job runner, the web app
 #   anywhere else: the simulated fleet (loudly labelled), the job runner, the web app, a generated demo library
+# Beyond one node (docs/SCALE.md): `--role node` on each GPU node (MPS + replicas only, bound where the head
+# reaches them), `--role head --worker-urls ...` on the head (router over the nodes' replicas, runner, app).
 # Thin by design: the logic lives in Python modules (serving.launcher, data.demo, data.ingest, serving.runner,
 # webapp); this script orders them, waits for each with a deadline, and tears down what it started.
 set -euo pipefail
@@ -23,6 +25,14 @@ options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_D
   --replicas N       replicas of the simulated fleet                 (default: 4)
   --vllm-arg ARG     extra argument for every vLLM replica, e.g. --vllm-arg --load-format=dummy (repeatable)
   --demo-count N     clips in the generated demo library             (default: 24)
+  --role ROLE        all (everything here) | node (a GPU node: MPS + one replica per GPU, nothing else) |
+                     head (router over --worker-urls, runner, app; clips go to the nodes as signed URLs)
+                                                                     (default: all)
+  --worker-urls L    head: the nodes' replica URLs, e.g. http://node1:8000,http://node1:8001,http://node2:8000
+  --replica-host A   node: address replicas bind, one the head reaches (e.g. 10.0.0.5 or 0.0.0.0)
+  --media-url-base U where nodes fetch clips: the app as they see it (head default: http://HOST:PORT);
+                     on a node, its host becomes the replicas' --allowed-media-domains
+  --allowed-media-domains L  hosts replicas may fetch clips from (default: the host of --media-url-base)
   --detach           start everything and return (stop later with ./launch.sh stop)
   --no-install       do not pip-install missing Python packages
   --dry-run          print every command instead of running it
@@ -32,6 +42,8 @@ examples:
   ./launch.sh                                  # demo library + simulated fleet + app on http://127.0.0.1:7860
   ./launch.sh --clip-root /data/clips --fleet gpu --gpus 0,1,2,3,4,5,6,7
   ./launch.sh --fleet http://10.0.0.5:30000    # use a fleet that is already running
+  ./launch.sh --role node --replica-host 10.0.0.5 --media-url-base http://10.0.0.1:7860   # on each GPU node
+  ./launch.sh --role head --host 10.0.0.1 --worker-urls http://10.0.0.5:8000,http://10.0.0.5:8001
   ./launch.sh stop
 EOF
 }
@@ -48,6 +60,7 @@ GPUS=${CW_GPUS:-}
 REPLICAS=${CW_REPLICAS:-}
 VLLM_ARGS=()
 DEMO_COUNT=${CW_DEMO_COUNT:-24}
+ROLE=${CW_ROLE:-all}
 DETACH=0
 INSTALL=1
 DRY=0
@@ -62,6 +75,11 @@ while [ $# -gt 0 ]; do
     --replicas) REPLICAS=$2; shift 2 ;;
     --vllm-arg) VLLM_ARGS+=("--vllm-arg=$2"); shift 2 ;;
     --demo-count) DEMO_COUNT=$2; shift 2 ;;
+    --role) ROLE=$2; shift 2 ;;
+    --worker-urls) export CW_WORKER_URLS=$2; shift 2 ;;
+    --replica-host) export CW_REPLICA_HOST=$2; shift 2 ;;
+    --media-url-base) export CW_MEDIA_URL_BASE=$2; shift 2 ;;
+    --allowed-media-domains) export CW_ALLOWED_MEDIA_DOMAINS=$2; shift 2 ;;
     --detach) DETACH=1; shift ;;
     --no-install) INSTALL=0; shift ;;
     --dry-run) DRY=1; shift ;;
@@ -79,7 +97,8 @@ RUN="$DATA_DIR/run"
 LOGS="$DATA_DIR/logs"
 DEMO=0
 if [ -z "$CLIP_ROOT" ]; then CLIP_ROOT="$DATA_DIR/clips"; DEMO=1; fi
-export CW_DATA_DIR="$DATA_DIR" CW_CLIP_ROOT="$CLIP_ROOT" CW_PORT="$PORT" CW_HOST="$HOST"
+case "$ROLE" in all|node|head) ;; *) echo "launch.sh: --role must be all, node or head, not '$ROLE'" >&2; exit 2 ;; esac
+export CW_DATA_DIR="$DATA_DIR" CW_CLIP_ROOT="$CLIP_ROOT" CW_PORT="$PORT" CW_HOST="$HOST" CW_ROLE="$ROLE"
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 
 say() { printf '\033[1m[launch]\033[0m %s\n' "$*"; }
@@ -163,6 +182,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
 if [ "$FLEET" = auto ]; then
   if [ $gpu_node = 1 ]; then FLEET=gpu; else FLEET=sim; fi
 fi
+[ "$ROLE" = head ] && FLEET=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
 
 if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, data.settings" 2>/dev/null; then
   say "installing Python packages (once)"
@@ -170,13 +190,28 @@ if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, dat
   [ "$FLEET" = gpu ] && extra="[gpu]"
   run "$PY" -m pip install -q -e ".$extra"
 fi
-if [ "$INSTALL" = 1 ] && [ "$FLEET" = sim ] && ! command -v vllm-router >/dev/null 2>&1; then
+if [ "$INSTALL" = 1 ] && { [ "$FLEET" = sim ] || [ "$FLEET" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
   run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
 fi
 
 if [ -f "$RUN/app.pid" ] && alive app; then
   echo "launch.sh: already running (./launch.sh status; ./launch.sh stop)" >&2
   trap - EXIT; exit 1
+fi
+
+if [ "$ROLE" = node ]; then
+  # a GPU node: MPS and the replicas, nothing else; the head sends work and clips (signed URLs) to them
+  [ "$FLEET" = auto ] || [ "$FLEET" = gpu ] || [ "$FLEET" = sim ] || { echo "launch.sh: --role node runs --fleet gpu or sim" >&2; exit 2; }
+  say "starting the $FLEET replicas of this node"
+  node_args=(--data-dir "$DATA_DIR" --fleet "$FLEET" --role node)
+  [ -n "$GPUS" ] && node_args+=(--gpus "$GPUS")
+  [ "$DRY" = 1 ] && node_args+=(--dry-run)
+  "$PY" -m serving.launcher up "${node_args[@]}"
+  if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
+  say "node up; give the head the worker URLs above (./launch.sh stop --data-dir $DATA_DIR to stop)"
+  if [ "$DETACH" = 1 ]; then exit 0; fi
+  while [ -f "$RUN/fleet.json" ]; do sleep 5; done
+  exit 1
 fi
 
 if [ "$DEMO" = 1 ] && [ -z "$(ls -A "$CLIP_ROOT" 2>/dev/null)" ]; then
@@ -187,6 +222,13 @@ say "ingesting $CLIP_ROOT"
 run "$PY" -m data.ingest "$CLIP_ROOT" --data-dir "$DATA_DIR"
 
 case "$FLEET" in
+  head)
+    say "starting the router over the GPU nodes' replicas"
+    head_args=(--data-dir "$DATA_DIR" --role head)
+    [ "$DRY" = 1 ] && head_args+=(--dry-run)
+    "$PY" -m serving.launcher up "${head_args[@]}"
+    FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --role head)
+    ;;
   sim|gpu)
     say "starting the $FLEET fleet"
     fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet "$FLEET")
@@ -201,13 +243,21 @@ case "$FLEET" in
 esac
 say "fleet: $FLEET_URLS"
 
-start runner "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet "$FLEET_URLS"
+# under a supervisor: a runner that dies (a bug, the OOM killer, a database error) is restarted (R12)
+start runner "$PY" -m serving.supervisor --name runner --data-dir "$DATA_DIR" -- \
+  "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet "$FLEET_URLS"
 
 if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
   "$PY" -m webapp.users --data-dir "$DATA_DIR" ensure-admin
 fi
 start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$PORT" --host "$HOST"
-wait_http app "http://127.0.0.1:$PORT/healthz" 120
+probe_host=$HOST
+case "$HOST" in 0.0.0.0|::|"") probe_host=127.0.0.1 ;; *:*) probe_host="[$HOST]" ;; esac
+wait_http app "http://$probe_host:$PORT/healthz" 120
+# R14: /healthz answering is not enough: another workbench's app on this port answers it too
+if [ "$DRY" = 0 ] && ! "$PY" -m serving.launcher owns --data-dir "$DATA_DIR" --pgid "$(cat "$RUN/app.pid")" --listen-port "$PORT"; then
+  exit 1
+fi
 if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
 say "the workbench is up: http://$HOST:$PORT   (logs: $LOGS; stop: ./launch.sh stop)"
 [ "$FLEET" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"

@@ -259,9 +259,11 @@ def release(db: sqlite_utils.Database, job_id: int, clip_ids: Iterable[int], run
 
 
 def _finish_if_drained(db: sqlite_utils.Database, job_id: int) -> None:
-    left = db.execute("SELECT COUNT(*) FROM job_items WHERE job_id = ? AND state IN ('pending', 'leased')",
+    # EXISTS, not COUNT(*): counting the remaining items on every result made each result cost O(items left)
+    # (3.3 of 5.6 ms per result in a 20,000-clip job; benchmarks/bench_scale.py sqlite)
+    left = db.execute("SELECT EXISTS (SELECT 1 FROM job_items WHERE job_id = ? AND state IN ('pending', 'leased'))",
                       [job_id]).fetchone()[0]
-    if left == 0:
+    if not left:
         db.execute("UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ? "
                    "WHERE id = ? AND state IN ('queued', 'running')", [now(), now(), job_id])
 

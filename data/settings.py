@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 ENV_PREFIX = "CW_"
+ROLES = ("all", "node", "head")
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,20 @@ SPECS: tuple[Spec, ...] = (
          "'sim', 'gpu', or comma-separated OpenAI-compatible base URLs"),
     Spec("fleet_port", 8000, "first replica port (replica i listens on FLEET_PORT+i)", int),
     Spec("router_port", 30000, "port of the router in front of the replicas", int),
+    Spec("router_prometheus_port", 29000, "port of the router's Prometheus metrics", int),
+    Spec("role", "all", "what this machine runs: 'all' (fleet, router, runner and app here), 'node' (a GPU node: "
+         "MPS and one vLLM replica per GPU, bound to REPLICA_HOST, nothing else) or 'head' (router over "
+         "WORKER_URLS, runner and app; no replicas here)"),
+    Spec("replica_host", "127.0.0.1", "address replicas bind; on a GPU node serving a remote head, an address "
+         "the head reaches (e.g. 10.0.0.5, or 0.0.0.0 for all)"),
+    Spec("worker_urls", "", "comma-separated replica URLs on GPU nodes that the head's router sends work to, "
+         "e.g. http://node1:8000,http://node1:8001,http://node2:8000"),
+    Spec("media_url_base", "", "base URL replicas on other machines fetch clips from over HTTP(S) with signed "
+         "URLs: the app's address as the GPU nodes see it (e.g. http://head:7860); empty: file:// paths under "
+         "the clip root (replicas on this machine; on a head, the app's own address)"),
+    Spec("media_url_ttl", 900.0, "seconds a signed clip URL stays valid", float),
+    Spec("allowed_media_domains", "", "hosts replicas may fetch http(s) clips from (vLLM's "
+         "--allowed-media-domains; default: the host of MEDIA_URL_BASE; empty: none)"),
     Spec("gpus", "", "GPUs to use on a GPU node, e.g. 0,1,2 (default: all visible)"),
     Spec("model", "Qwen/Qwen3-VL-8B-Instruct", "model the replicas serve"),
     Spec("served_model_name", "", "name requests use for the model (default: MODEL)"),
@@ -80,6 +95,13 @@ class Settings:
     fleet: str = "auto"
     fleet_port: int = 8000
     router_port: int = 30000
+    router_prometheus_port: int = 29000
+    role: str = "all"
+    replica_host: str = "127.0.0.1"
+    worker_urls: str = ""
+    media_url_base: str = ""
+    media_url_ttl: float = 900.0
+    allowed_media_domains: str = ""
     gpus: str = ""
     model: str = "Qwen/Qwen3-VL-8B-Instruct"
     served_model_name: str = ""
@@ -114,6 +136,8 @@ class Settings:
                                else data_dir / "clips")
         values["media_dir"] = (Path(values["media_dir"]).expanduser().resolve() if values["media_dir"]
                                else data_dir / "media")
+        if values["role"] not in ROLES:
+            raise ValueError(f"role must be one of {', '.join(ROLES)}, not {values['role']!r}")
         return cls(**values)
 
     def replace(self, **changes: Any) -> "Settings":

@@ -67,6 +67,8 @@ class CaptionRequest:
     frames: int = 16
     max_tokens: int = 320
     temperature: float = 0.0
+    # a signed http(s) URL of this clip for replicas on other nodes (serving.media_urls); None: file://
+    media_url: str | None = None
     seed: int | None = None
     job_id: int | None = None
     camera: str | None = None  # a known camera id (data.prompts.camera_of); the prompt names it
@@ -266,7 +268,9 @@ class FleetClient:
 
     def build_body(self, req: CaptionRequest) -> dict:
         """The JSON body of the chat completion request for `req` (raises ClipRejected for bad paths)."""
-        url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)
+        url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)  # refuses bad paths
+        if req.media_url:
+            url = req.media_url
         prompt = req.prompt
         body: dict[str, Any] = {
             "model": self.settings.model_name,

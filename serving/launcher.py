@@ -19,6 +19,7 @@ from another shell and a failed start can be cleaned up. Processes are stopped b
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import re
@@ -38,7 +39,10 @@ from serving import procs
 
 HW_DECODERS_SINCE = (0, 25, 1)   # hw_decoders exists in releases after this one
 SETTING_NAMES = ("data_dir", "clip_root", "fleet", "fleet_port", "router_port", "gpus", "model",
-                 "served_model_name", "frames")
+                 "served_model_name", "frames",
+                 # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
+                 "router_prometheus_port", "role", "replica_host", "worker_urls", "media_url_base",
+                 "allowed_media_domains")
 
 
 # ---- versions and GPUs --------------------------------------------------------------------------------------
@@ -135,6 +139,7 @@ def router_command(settings: Settings, worker_urls: Sequence[str], *, prometheus
 
 def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
     return [sys.executable, "-m", "serving.simfleet", "--replicas", str(replicas), "--port", str(settings.fleet_port),
+            "--host", settings.replica_host,
             "--allowed-local-media-path", str(settings.clip_root), "--model", settings.model_name, *extra]
 
 
@@ -147,15 +152,20 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
     """Everything `up` would start, in order: [{name, cmd, env, log, url, health}], plus the fleet URLs."""
     settings = library.settings_for_path(settings)  # replicas may read only the library's recorded clip root
     logs = settings.data_dir / "logs"
+    if settings.role == "head":
+        return head_plan(settings, args)
+    if settings.role == "node":  # replicas fetch clips over signed URLs only: file:// reaches an empty folder
+        settings = settings.replace(clip_root=no_local_media(settings))
     fleet = settings.fleet if settings.fleet in ("sim", "gpu") else ("gpu" if visible_gpus() else "sim")
     steps: list[dict] = []
+    media_args = remote_media_args(settings)
     mps = None
     if fleet == "gpu":
         gpus = choose_gpus(settings.gpus)
         if not gpus:
             raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet sim")
         version = parse_version(args.vllm_version or installed_vllm_version())
-        extra = [t for a in args.vllm_arg for t in shlex.split(a)]
+        extra = media_args + [t for a in args.vllm_arg for t in shlex.split(a)]
         env_common: dict[str, str] = {}
         if not args.no_mps:
             mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
@@ -163,34 +173,207 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
         replica_urls = []
         for i in gpus:
             port = settings.fleet_port + i
-            url = f"http://127.0.0.1:{port}"
+            url = f"http://{advertised_host(settings.replica_host)}:{port}"
             replica_urls.append(url)
             steps.append({"name": f"replica-{i}", "cmd": vllm_command(settings, port, version=version, extra=extra,
-                                                                      host=args.replica_host),
+                                                                      host=settings.replica_host),
                           "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common}, "log": str(logs / f"replica-{i}.log"),
-                          "url": url, "health": url + "/health"})
+                          "url": url, "health": f"http://{local_host(settings.replica_host)}:{port}/health"})
         timeout = args.startup_timeout or 1800
     else:
         n = args.replicas
-        replica_urls = [f"http://127.0.0.1:{settings.fleet_port + i}" for i in range(n)]
-        steps.append({"name": "simfleet", "cmd": simfleet_command(settings, n, [t for a in args.sim_arg
-                                                                              for t in shlex.split(a)]),
+        replica_urls = [f"http://{advertised_host(settings.replica_host)}:{settings.fleet_port + i}" for i in range(n)]
+        steps.append({"name": "simfleet", "cmd": simfleet_command(settings, n, remote_media_args(settings, sim=True) + [
+                          t for a in args.sim_arg for t in shlex.split(a)]),
                       "env": {}, "log": str(logs / "simfleet.log"), "url": ",".join(replica_urls),
-                      "health": [u + "/health" for u in replica_urls]})
+                      "health": [f"http://{local_host(settings.replica_host)}:{settings.fleet_port + i}/health"
+                                 for i in range(n)]})
         timeout = args.startup_timeout or 60
     router_url = None
     router_cmd = _entry("vllm-router", "vllm_router.launch_router")
     # the router runs when its script is on PATH or its module is importable (an offline bundle on PYTHONPATH)
-    if not args.no_router and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run):
+    if not args.no_router and settings.role != "node" and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run):
         router_url = f"http://127.0.0.1:{settings.router_port}"
         steps.append({"name": "router",
-                      "cmd": router_command(settings, replica_urls, prometheus_port=args.router_prometheus_port,
+                      "cmd": router_command(settings, replica_urls, prometheus_port=settings.router_prometheus_port,
                                             health_interval=10 if fleet == "gpu" else 1,
                                             startup_timeout=int(timeout)),
                       "env": {}, "log": str(logs / "router.log"), "url": router_url,
                       "health": router_url + "/liveness"})
     return {"fleet": fleet, "mps": mps, "steps": steps, "replica_urls": replica_urls, "router_url": router_url,
             "timeout": timeout}
+
+
+# ---- beyond one node: roles, addresses, ports of our own (issue 12; R14) -------------------------------------
+def advertised_host(bind: str) -> str:
+    """The host others use to reach a server bound to `bind` (a wildcard bind is reached by our name)."""
+    if bind in ("0.0.0.0", "::", ""):
+        import socket
+
+        return socket.getfqdn()
+    return f"[{bind}]" if ":" in bind else bind
+
+
+def local_host(bind: str) -> str:
+    """The address this machine's health checks use for a server bound to `bind`."""
+    if bind in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if bind == "::":
+        return "[::1]"
+    return f"[{bind}]" if ":" in bind else bind
+
+
+def no_local_media(settings: Settings) -> Path:
+    """An empty folder given to a GPU node's replicas as --allowed-local-media-path: no file:// URL reaches
+    anything there, so clips come only over signed HTTP(S) URLs."""
+    path = settings.data_dir / "no-local-media"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def remote_media_args(settings: Settings, *, sim: bool = False) -> list[str]:
+    """`--allowed-media-domains` for replicas that fetch clips over http(s) ([] when clips go as file://).
+    vLLM takes the hosts as separate arguments (nargs='+'); the simulated fleet one comma-separated value."""
+    from serving import media_urls
+
+    domains = media_urls.media_domains(settings)
+    if not domains:
+        return []
+    return ["--allowed-media-domains", domains] if sim else ["--allowed-media-domains", *domains.split(",")]
+
+
+def worker_list(settings: Settings) -> list[str]:
+    urls = [u.strip().rstrip("/") for u in settings.worker_urls.split(",") if u.strip()]
+    bad = [u for u in urls if not re.match(r"^https?://[^/\s]+$", u)]
+    if bad:
+        raise SystemExit(f"launcher: not a replica URL: {', '.join(bad)} (expected http://HOST:PORT, e.g. "
+                         "http://node1:8000)")
+    return list(dict.fromkeys(urls))
+
+
+def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
+    """The head: no replicas here, vllm-router over the GPU nodes' replicas (WORKER_URLS)."""
+    workers = worker_list(settings)
+    if not workers:
+        raise SystemExit("launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
+                         "`./launch.sh --role node` printed on each GPU node)")
+    from serving import media_urls
+
+    try:
+        media_urls.media_base(settings)  # the runner needs it: fail here, not in a restart loop
+    except ValueError as e:
+        raise SystemExit(f"launcher: {e}") from None
+    timeout = args.startup_timeout or 1800
+    router_url = f"http://127.0.0.1:{settings.router_port}"
+    step = {"name": "router", "cmd": router_command(settings, workers, prometheus_port=settings.router_prometheus_port,
+                                                    health_interval=10, startup_timeout=int(timeout)),
+            "env": {}, "log": str(settings.data_dir / "logs" / "router.log"), "url": router_url,
+            "health": router_url + "/liveness"}
+    return {"fleet": "remote", "mps": None, "steps": [step], "replica_urls": workers, "router_url": router_url,
+            "timeout": timeout}
+
+
+def port_free(host: str, port: int) -> bool:
+    import socket
+
+    if not 0 < port < 65536:
+        return False
+    fam = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(fam, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host.strip("[]"), port))
+        except OSError as e:
+            if e.errno == errno.EADDRNOTAVAIL:
+                raise SystemExit(f"launcher: {host} is not an address of this machine (--replica-host)") from None
+            return False
+    return True
+
+
+def free_block(host: str, n: int, preferred: int, avoid: set[int] = frozenset()) -> int:
+    """The first port of `n` consecutive free ports: `preferred` if they are all free, else another block."""
+    def ok(base: int) -> bool:
+        return all(p not in avoid and port_free(host, p) for p in range(base, base + n))
+
+    if ok(preferred):
+        return preferred
+    rng = __import__("random").Random()
+    for _ in range(200):
+        base = rng.randrange(20000, 60000 - n)
+        if ok(base):
+            return base
+    raise SystemExit(f"launcher: no {n} consecutive free ports found on {host}")
+
+
+def resolve_ports(settings: Settings, args: argparse.Namespace, *, say=print) -> Settings:
+    """Ports this launch will really use. A second workbench on this machine (another data dir) must not
+    collide with the first: a busy replica, router or router-metrics port is replaced by a free one (and
+    said), since the runner and the app learn the URLs from this launch's record, not from the defaults.
+    A GPU node keeps its ports (the head's worker list names them) and refuses to start instead."""
+    # replica i of a GPU node listens on FLEET_PORT + its GPU index: the block runs up to the highest index
+    n = 0 if settings.role == "head" else (args.replicas if _fleet_kind(settings) == "sim"
+                                             else max(choose_gpus(settings.gpus) or [0]) + 1)
+    if settings.role == "node":
+        if getattr(args, "dry_run", False):
+            return settings  # printing commands for another machine: its ports are checked when it starts
+        busy = [p for p in range(settings.fleet_port, settings.fleet_port + n) if not port_free(settings.replica_host, p)]
+        if busy and not getattr(args, "dry_run", False):
+            raise SystemExit(f"launcher: port(s) {', '.join(map(str, busy))} on {settings.replica_host} are in use; "
+                             "a GPU node keeps the ports the head's worker list names: stop what holds them or "
+                             "pass --fleet-port (and give the head the new URLs)")
+        return settings
+    changes: dict = {}
+    used: set[int] = set()
+    if n:
+        base = free_block(settings.replica_host, n, settings.fleet_port)
+        if base != settings.fleet_port:
+            say(f"[launcher] replica ports {settings.fleet_port}..{settings.fleet_port + n - 1} are in use (another "
+                f"workbench?): using {base}..{base + n - 1}")
+            changes["fleet_port"] = base
+        used |= set(range(base, base + n))
+    for name, label in (("router_port", "router"), ("router_prometheus_port", "router metrics")):
+        want = getattr(settings, name)
+        got = free_block("127.0.0.1", 1, want, used)
+        if got != want:
+            say(f"[launcher] {label} port {want} is in use (another workbench?): using {got}")
+            changes[name] = got
+        used.add(got)
+    return settings.replace(**changes) if changes else settings
+
+
+def _fleet_kind(settings: Settings) -> str:
+    return settings.fleet if settings.fleet in ("sim", "gpu") else ("gpu" if visible_gpus() else "sim")
+
+
+def owns(pgid: int | None, port: int | None) -> int:
+    """`launcher owns --pgid N --listen-port P`: 0 if group N listens on P, else 1 with a message saying who does."""
+    if not pgid or not port:
+        print("launcher: owns needs --pgid and --listen-port", file=sys.stderr)
+        return 2
+    if procs.group_listens(pgid, port):
+        return 0
+    who = sorted(procs.listener_pids(port))
+    print(f"launcher: port {port} is answered by process(es) {who or 'unknown'}, not by the process group {pgid} "
+          "this launch started: another workbench? Pick another --port (or stop the other one)", file=sys.stderr)
+    return 1
+
+
+def verify_owners(children: Sequence[procs.Child]) -> None:
+    """Each URL a started process should answer on is a port that process (its group) listens on.
+
+    A health check alone cannot tell our router from another workbench's router on the same port (R14:
+    the second launcher once said "fleet up" because the first one's router answered)."""
+    for c in children:
+        for url in [u for u in (c.url or "").split(",") if u]:
+            u = httpx.URL(url)
+            port = u.port or (443 if u.scheme == "https" else 80)
+            if not procs.group_listens(c.pgid, port):
+                owners = procs.listener_pids(port)
+                raise procs.StartupError(
+                    f"{c.name}: port {port} is answered by process(es) {sorted(owners) or 'unknown'}, not by the "
+                    f"{c.name} this launcher started (pgid {c.pgid}): another workbench? Stop it, or start this one "
+                    f"with other ports (see {c.log})")
+
 
 
 # ---- records --------------------------------------------------------------------------------------------------
@@ -218,6 +401,8 @@ def fleet_url(settings: Settings, rec: dict | None = None) -> str:
     rec = rec if rec is not None else load_record(settings)
     if rec:
         return rec.get("router_url") or ",".join(rec.get("replica_urls") or [])
+    if settings.role == "head" and not shutil.which("vllm-router"):
+        return ",".join(worker_list(settings))
     return f"http://127.0.0.1:{settings.router_port}"
 
 
@@ -230,6 +415,12 @@ def _shell(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> s
 
 
 def up(settings: Settings, args: argparse.Namespace) -> int:
+    if args.dry_run:
+        # the commands as configured (they may be meant for another machine), plus what `up` would change here
+        notes: list[str] = []
+        resolve_ports(settings, args, say=notes.append)
+    else:
+        settings = resolve_ports(settings, args)
     p = plan(settings, args)
     if args.dry_run:
         if p["mps"]:
@@ -239,6 +430,11 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
         for s in p["steps"]:
             print("+ " + _shell(s["cmd"], s["env"], s["log"]))
         print(f"# fleet: {fleet_url(settings, p)}")
+        if settings.role == "node":
+            print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
+        for msg in notes:  # last, so that the command lines keep their places
+            print("# note: " + msg.replace("[launcher] ", "").replace(": using ", ": `up` here now would pick "
+                                                                     "free ones, e.g. "))
         return 0
     old = load_record(settings)
     if old and any(procs.pid_alive(c["pid"]) for c in old.get("procs", [])):
@@ -274,12 +470,15 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
                     children.append(procs.Child(name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd,
                                                 log=c.log, health=h, popen=c.popen))
         procs.wait_healthy(children, timeout=p["timeout"])
+        verify_owners([c for c in children if "[" not in c.name])
     except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
         print(f"launcher: {e}", file=sys.stderr)
         print("launcher: stopping what was started", file=sys.stderr)
         down(settings, args, quiet=True)
         return 1
     print(f"[launcher] fleet up: {fleet_url(settings, rec)}")
+    if settings.role == "node":
+        print("[launcher] worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
     return 0
 
 
@@ -342,7 +541,9 @@ def build_parser() -> argparse.ArgumentParser:
                "  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --dry-run --vllm-version 0.33.0\n"
                "  python -m serving.launcher up --fleet sim --replicas 4\n"
                "  python -m serving.launcher status\n  python -m serving.launcher down")
-    p.add_argument("command", choices=("up", "down", "status", "url"), help="what to do")
+    p.add_argument("command", choices=("up", "down", "status", "url", "owns"),
+                   help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
+                        "checks the app it started with it)")
     add_arguments(p, SETTING_NAMES)
     p.add_argument("--dry-run", action="store_true", help="print every command (with its environment); start nothing")
     p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: the installed one)")
@@ -351,13 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sim-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)")
     p.add_argument("--replicas", type=int, default=4, help="replicas of the simulated fleet (default 4)")
-    p.add_argument("--replica-host", default="127.0.0.1", help="address vLLM replicas bind (default loopback)")
     p.add_argument("--no-router", action="store_true", help="do not start vllm-router; the runner talks to replicas")
     p.add_argument("--no-mps", action="store_true", help="do not start the CUDA MPS daemon")
-    p.add_argument("--router-prometheus-port", type=int, default=29000, help="router metrics port (default 29000)")
     p.add_argument("--startup-timeout", type=float, default=None,
                    help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)")
     p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on down")
+    p.add_argument("--pgid", type=int, default=None, help="owns: the process group to check")
+    p.add_argument("--listen-port", type=int, default=None, help="owns: the TCP port it should listen on")
     return p
 
 
@@ -370,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
         return down(settings, args)
     if args.command == "status":
         return status(settings, args)
+    if args.command == "owns":
+        return owns(args.pgid, args.listen_port)
     print(fleet_url(settings))
     return 0
 

@@ -176,3 +176,69 @@ def _group_alive(pgid: int) -> bool:
         if int(fields[2]) == pgid and fields[0] != "Z":
             return True
     return False
+
+
+# ---- who listens on a port (R14: is the server answering there the one we started?) ---------------------------
+def _listening_inodes(port: int) -> set[str]:
+    """Socket inodes of TCP listeners on `port` (any address), from /proc/net/tcp{,6}."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    parts = line.split()
+                    if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(parts[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def _socket_inodes(pid: int) -> set[str]:
+    out: set[str] = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                out.add(link[8:-1])
+    except OSError:
+        pass
+    return out
+
+
+def group_pids(pgid: int) -> list[int]:
+    """Live processes of process group `pgid`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
+
+
+def listener_pids(port: int) -> set[int]:
+    """Processes (that we may inspect) holding a listening socket on `port`."""
+    want = _listening_inodes(port)
+    if not want:
+        return set()
+    found = set()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and _socket_inodes(int(entry)) & want:
+            found.add(int(entry))
+    return found
+
+
+def group_listens(pgid: int, port: int) -> bool:
+    """Whether a process of group `pgid` holds a listening socket on `port`."""
+    want = _listening_inodes(port)
+    return bool(want) and any(_socket_inodes(pid) & want for pid in group_pids(pgid))

@@ -46,6 +46,7 @@ from data import jobs, library, prompts
 from data.settings import Settings, add_arguments, from_args
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
+from serving import media_urls  # noqa: I001 - kept apart from the lines others edit
 
 log = logging.getLogger("serving.runner")
 
@@ -214,6 +215,9 @@ class Runner:
         self.stats = collections.Counter()
         self.started_at = time.monotonic()
         self.state = "new"
+        # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
+        self._media_base = media_urls.media_base(settings)
+        self._media_key = media_urls.load_key(settings.data_dir) if self._media_base else b""
 
     # ---- the request side ------------------------------------------------------------------------------
     def _pick(self, avoid: set[str] | None, t: float) -> Replica | None:
@@ -236,10 +240,17 @@ class Runner:
                               seed=p.get("seed"), job_id=item["job_id"],
                               camera=prompts.camera_of(item["path"], item.get("sidecar")))
 
+    def _with_media_url(self, req, item: dict):
+        """`req` with a fresh signed URL of the clip when replicas fetch over HTTP (each attempt a new one)."""
+        if not self._media_base:
+            return req
+        return dataclasses.replace(req, media_url=media_urls.signed_url(
+            self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl))
+
     async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
         out = _Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
         try:
-            req = self._request(cfg, item)
+            req = self._with_media_url(self._request(cfg, item), item)
             if self._client is not None:
                 out.result = await self._client.caption(rep.url, req)
             else:

@@ -359,7 +359,9 @@ class Replica:
         self.rng = random.Random(seed * 1000 + index)
         self.chat_requests = 0
         self.statuses: dict[int, int] = {}
-        self.running = 0
+        self.media_fetches: dict[str, int] = {"file": 0, "http": 0}  # clips opened, by URL scheme
+        self._running = 0
+        self._acc_t = time.monotonic()
         self.waiting = 0
         self._slots = 0  # running requests holding a capacity slot
         # asyncio objects are created lazily, inside the loop that serves this replica
@@ -386,6 +388,31 @@ class Replica:
                                labels, buckets=E2E_BUCKETS, registry=self.registry).labels(*lv)
         self.h_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
                                 labels, buckets=TTFT_BUCKETS, registry=self.registry).labels(*lv)
+        # Not vLLM series: exact time integrals, so that a benchmark can say how busy a replica was between two
+        # scrapes without sampling num_requests_running (busy = at least one request running).
+        self.c_busy = Counter("sim:busy_seconds", "Seconds with at least one request running (simulated fleet).",
+                              labels, registry=self.registry).labels(*lv)
+        self.c_slot = Counter("sim:running_request_seconds", "Integral of running requests over time, in "
+                              "request-seconds (simulated fleet).", labels, registry=self.registry).labels(*lv)
+        self.g_capacity = Gauge("sim:capacity", "Requests a replica runs at once (simulated fleet).", labels,
+                                registry=self.registry).labels(*lv)
+
+    @property
+    def running(self) -> int:
+        return self._running
+
+    @running.setter
+    def running(self, value: int) -> None:
+        self.account()
+        self._running = value
+
+    def account(self) -> None:
+        """Add the time since the last change to the busy integrals (called on every change and scrape)."""
+        now = time.monotonic()
+        dt, self._acc_t = now - self._acc_t, now
+        if self._running > 0 and dt > 0:
+            self.c_busy.inc(dt)
+            self.c_slot.inc(dt * self._running)
 
     # -- lifecycle helpers
     def _ensure_loop_objects(self) -> None:
@@ -418,6 +445,7 @@ class Replica:
                 raise SimError(400, f"The file path {filepath} must be a subpath of `--allowed-local-media-path "
                                     f"{self.root}`.")
             info = await asyncio.to_thread(self.probe.probe, filepath)
+            self.media_fetches["file"] += 1
             return str(resolved.relative_to(self.root)), info
         if parts.scheme in ("http", "https"):
             allowed = [d for d in self.knobs.allowed_media_domains.split(",") if d]
@@ -435,6 +463,7 @@ class Replica:
             info = await asyncio.to_thread(_probe_file, Path(parts.path), len(r.content), r.content)
             if isinstance(info, SimError):
                 raise info
+            self.media_fetches["http"] += 1
             return parts.path, info
         raise SimError(400, "The URL must be either a HTTP, data or file URL.")
 
@@ -565,6 +594,7 @@ class Replica:
     def stats(self) -> dict:
         return {"index": self.index, "url": self.url, "model": self.served, "knobs": self.knobs.public(),
                 "chat_requests": self.chat_requests, "statuses": dict(self.statuses), "running": self.running,
+                "media_fetches": dict(self.media_fetches),
                 "waiting": self.waiting, "dead": bool(self.dead and self.dead.is_set()), "simulated": True}
 
 
@@ -644,6 +674,8 @@ class ReplicaApp:
             if path == "/v1/models" and method == "GET":
                 return 200, r.models(), js
             if path == "/metrics" and method == "GET":
+                r.account()
+                r.g_capacity.set(r.knobs.capacity)
                 return 200, generate_latest(r.registry), "text/plain; version=0.0.4; charset=utf-8"
             if path == "/sim/knobs" and method in ("POST", "PUT"):
                 changes = json.loads(body or b"{}")

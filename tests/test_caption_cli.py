@@ -111,7 +111,8 @@ def test_cli_rejects_an_empty_selection_with_a_message(settings, db):
     assert r.returncode == 2 and "No clips match" in r.stderr
 
 
-@pytest.mark.parametrize("module", ["serving.caption", "serving.runner", "serving.launcher"])
+@pytest.mark.parametrize("module", ["serving.caption", "serving.runner", "serving.launcher", "serving.supervisor",
+                                    "serving.cost"])
 def test_every_command_has_help_with_an_example(module):
     r = cli(module, "--help")
     assert r.returncode == 0 and "example" in r.stdout and f"python -m {module}" in r.stdout

@@ -153,6 +153,7 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
         return await call_next(request)
 
     media.install(app, ctx, auth.user_name)
+    media.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
     app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")
     bench = Workbench(ctx)

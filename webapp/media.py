@@ -106,3 +106,30 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     @app.get("/preview/{clip_id}", include_in_schema=False)
     def preview(clip_id: int, request: Request) -> Response:
         return image(clip_id, request, "preview")  # an .mp4 under media_dir, served with Range like the rest
+
+
+def install_signed(app: FastAPI, ctx: AppContext) -> None:
+    """Add /media/signed/{id}?exp=&sig=: a clip for a replica on another node (serving.media_urls).
+
+    No login: the signature is the credential, and it names one clip until one instant. Refused with 403
+    when expired or forged (the reason in the body, nothing about the clip); 404 when the clip is unknown or
+    its path does not resolve inside the clip root. Range requests work as on /media/{id}."""
+    from serving import media_urls
+
+    key = media_urls.load_key(ctx.settings.data_dir)
+
+    @app.get(media_urls.ROUTE + "/{clip_id}", include_in_schema=False)
+    def signed_media(clip_id: int, request: Request) -> Response:
+        why = media_urls.check(key, clip_id, request.query_params.get("exp"), request.query_params.get("sig"))
+        if why:
+            return Response(f"refused: {why}\n", status_code=403, media_type="text/plain")
+        try:
+            rel = clips.path_of(ctx.db(), clip_id)
+        except NotFound:
+            raise HTTPException(404) from None
+        path = resolve_inside(ctx.settings.clip_root, rel)
+        if path is None:
+            raise HTTPException(404)
+        media_type = VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] \
+            or "application/octet-stream"
+        return FileResponse(path, media_type=media_type, headers={"Cache-Control": "no-store"})

@@ -1,0 +1,127 @@
+"""Short-lived signed URLs for clips, so that replicas on other nodes can fetch them from the app.
+
+A replica on another machine cannot open `file:///clips/...`. Instead the runner sends
+`{base}/media/signed/{clip_id}?exp={unix seconds}&sig={hex}`: the app's media route serves the clip to
+anyone holding that URL until `exp`, and answers 403 to an expired or forged one. The URL names a clip id,
+never a path: the app looks the path up in SQLite and serves it only if it resolves inside the clip root.
+
+The signature is HMAC-SHA256 over `"{clip_id}.{exp}"` with a 32-byte key kept in the data dir
+(`DATA_DIR/media-url.key`, mode 0600, created on first use). The runner and the app on the head share the
+data dir and so the key; nothing else needs it. Rotating the key (deleting the file, restarting app and
+runner) invalidates every URL in flight: those items fail with the fetch error (a 4xx, not retried) and can be
+retried from the job.
+
+Why not itsdangerous: it would work, but the token here is two integers and one MAC, and the verification
+rule (expiry checked against our clock, constant-time compare) is the whole of the security argument; ten
+lines of `hmac` keep it visible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import stat
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+KEY_FILE = "media-url.key"
+KEY_BYTES = 32
+ROUTE = "/media/signed"
+# A signature is accepted until `exp`; a URL whose exp lies further ahead than this was not made by us
+# (our TTLs are minutes) and is refused even with a valid MAC, bounding the damage of a leaked key's URLs.
+MAX_TTL_S = 24 * 3600
+
+
+class MediaKeyError(RuntimeError):
+    """The key file exists but cannot be trusted (wrong size, or readable by others)."""
+
+
+def key_path(data_dir: str | Path) -> Path:
+    return Path(data_dir) / KEY_FILE
+
+
+def load_key(data_dir: str | Path) -> bytes:
+    """The signing key of this installation, created (0600) on first use."""
+    path = key_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(KEY_BYTES))
+    st = path.stat()
+    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        # a key others can read lets them mint URLs: tighten it rather than refuse to start
+        os.chmod(path, 0o600)
+    key = path.read_bytes()
+    if len(key) < KEY_BYTES:
+        raise MediaKeyError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: delete it and start "
+                            "again, app and runner (a new key is made; URLs already sent are then refused)")
+    return key
+
+
+def signature(key: bytes, clip_id: int, exp: int) -> str:
+    return hmac.new(key, f"{int(clip_id)}.{int(exp)}".encode(), hashlib.sha256).hexdigest()
+
+
+def signed_url(base: str, key: bytes, clip_id: int, *, ttl: float, now: float | None = None) -> str:
+    """The URL a replica fetches clip `clip_id` from, valid for `ttl` seconds."""
+    exp = int((time.time() if now is None else now) + max(1.0, float(ttl)))
+    return f"{base.rstrip('/')}{ROUTE}/{int(clip_id)}?exp={exp}&sig={signature(key, clip_id, exp)}"
+
+
+def check(key: bytes, clip_id: int, exp: Any, sig: Any, *, now: float | None = None) -> str | None:
+    """Why the signed request is refused ("expired", "bad signature", ...), or None if it is good."""
+    try:
+        exp_i = int(str(exp))
+    except (TypeError, ValueError):
+        return "malformed expiry"
+    if not isinstance(sig, str) or len(sig) != 64:
+        return "malformed signature"
+    if not hmac.compare_digest(signature(key, clip_id, exp_i), sig.lower()):
+        return "bad signature"
+    t = time.time() if now is None else now
+    if exp_i < t:
+        return "expired"
+    if exp_i > t + MAX_TTL_S:
+        return "expiry too far ahead"
+    return None
+
+
+def media_base(settings: Any) -> str:
+    """Where replicas fetch clips from: `media_url_base` if set; on a head without it, the app's own address
+    (it must then bind an address the nodes reach); otherwise '' (file:// under the clip root)."""
+    base = (getattr(settings, "media_url_base", "") or "").strip()
+    if base:
+        return base.rstrip("/")
+    if getattr(settings, "role", "all") == "head":
+        host = settings.host
+        if host in ("127.0.0.1", "localhost", "::1"):
+            raise ValueError("the head's app binds 127.0.0.1, which GPU nodes cannot reach: pass --host with an "
+                             "address they reach (login is then required) or --media-url-base")
+        if host in ("0.0.0.0", "::"):
+            import socket
+
+            host = socket.getfqdn()
+        return f"http://{host}:{settings.port}"
+    return ""
+
+
+def media_domains(settings: Any) -> str:
+    """vLLM's `--allowed-media-domains` for replicas: `allowed_media_domains` if set, else the host of
+    `media_url_base` ('' when clips go as file://)."""
+    explicit = (getattr(settings, "allowed_media_domains", "") or "").strip()
+    if explicit:
+        return ",".join(d.strip().lower() for d in explicit.split(",") if d.strip())
+    base = (getattr(settings, "media_url_base", "") or "").strip()
+    return (urlsplit(base).hostname or "").lower() if base else ""
+
+
+__all__ = ["load_key", "signature", "signed_url", "check", "media_base", "media_domains", "MediaKeyError",
+           "KEY_FILE", "ROUTE"]

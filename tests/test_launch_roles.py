@@ -1,0 +1,61 @@
+"""launch.sh roles, through --dry-run (nothing started): a GPU node runs only replicas, bound where the head
+reaches them, fetching clips only over http(s) from the allowed domain; a head runs the router over the worker
+list, the runner under its supervisor, and the app, and refuses a loopback-only app (the nodes could not fetch)."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def launch(tmp_path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
+    return subprocess.run([str(ROOT / "launch.sh"), *args, "--dry-run", "--no-install", "--data-dir",
+                           str(tmp_path / "var")], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+
+
+def commands(out: str) -> list[list[str]]:
+    return [shlex.split(ln[2:].split(" > ")[0]) for ln in out.splitlines() if ln.startswith("+ ")]
+
+
+def test_node_role_runs_only_replicas_fetching_over_http(tmp_path):
+    r = launch(tmp_path, "--role", "node", "--fleet", "sim", "--replica-host", "127.0.0.2",
+               "--media-url-base", "http://10.9.8.7:7860")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    assert len(cmds) == 1 and cmds[0][cmds[0].index("-m") + 1] == "serving.simfleet", r.stdout
+    c = cmds[0]
+    assert c[c.index("--host") + 1] == "127.0.0.2"
+    assert c[c.index("--allowed-media-domains") + 1] == "10.9.8.7"
+    local = Path(c[c.index("--allowed-local-media-path") + 1])
+    assert local.name == "no-local-media" and not any(local.iterdir())  # file:// reaches nothing
+    assert "worker URLs for the head (--worker-urls): http://127.0.0.2:8000," in r.stdout
+    for absent in ("serving.runner", "webapp", "vllm-router", "data.ingest"):
+        assert absent not in r.stdout
+
+
+def test_head_role_runs_router_over_workers_supervised_runner_and_app(tmp_path):
+    workers = "http://10.0.0.5:8000,http://10.0.0.6:8000"
+    r = launch(tmp_path, "--role", "head", "--host", "10.0.0.1", "--port", "7870", "--worker-urls", workers)
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    router = [c for c in cmds if "--worker-urls" in c][0]
+    assert router[router.index("--worker-urls") + 1:router.index("--policy")] == workers.split(",")
+    runner = [c for c in cmds if "serving.runner" in c][0]
+    assert runner[runner.index("-m") + 1] == "serving.supervisor"  # restarted if it dies
+    assert "serving.simfleet" not in r.stdout and " serve " not in r.stdout  # no replicas on the head
+    app = [c for c in cmds if "webapp" in c][0]
+    assert app[app.index("--host") + 1] == "10.0.0.1"
+
+
+def test_head_refuses_an_app_the_nodes_cannot_reach(tmp_path):
+    r = launch(tmp_path, "--role", "head", "--worker-urls", "http://10.0.0.5:8000")
+    assert r.returncode != 0 and "GPU nodes cannot reach" in r.stderr + r.stdout
+    r = launch(tmp_path, "--role", "head")
+    assert r.returncode != 0 and "--worker-urls" in r.stderr + r.stdout
+    r = launch(tmp_path, "--role", "bogus")
+    assert r.returncode == 2 and "--role must be all, node or head" in r.stderr

@@ -1,0 +1,77 @@
+"""The whole deployment of docs/SCALE.md through launch.sh itself, on loopback: a GPU-node role (simulated
+replicas on 127.0.0.2) and a head role (router over its worker URLs, supervised runner, app), a job captioned
+with every clip fetched over a signed URL, the runner SIGKILLed and restarted, everything stopped.
+Marked slow (~1 min: demo library, ingest, the app's start-up); the fast rehearsal is test_scale_multinode.py."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from data import db as dbmod
+from data import jobs, prompts
+from serving import launcher, procs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def sh(*args: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
+    r = subprocess.run([str(ROOT / "launch.sh"), *args], capture_output=True, text=True, env=env, cwd=ROOT,
+                       timeout=timeout)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+@pytest.mark.slow
+def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
+    base = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
+    base.update(PYTHONPATH=str(ROOT), CW_AUTH="off")
+    app_port = procs.free_port()
+    fleet_port = launcher.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
+    node, head = tmp_path / "node", tmp_path / "head"
+    try:
+        r = sh("--role", "node", "--fleet", "sim", "--replica-host", "127.0.0.2", "--media-url-base",
+               f"http://127.0.0.1:{app_port}", "--detach", "--no-install", "--data-dir", str(node),
+               env={**base, "CW_FLEET_PORT": str(fleet_port)})
+        line = [ln for ln in r.stdout.splitlines() if "worker URLs for the head" in ln][0]
+        workers = line.split(": ", 1)[1].strip()
+        assert all(u.startswith("http://127.0.0.2:") for u in workers.split(","))
+        sh("--role", "head", "--port", str(app_port), "--media-url-base", f"http://127.0.0.1:{app_port}",
+           "--worker-urls", workers, "--detach", "--no-install", "--demo-count", "6", "--data-dir", str(head),
+           env={**base, "CW_ROUTER_PORT": str(procs.free_port()), "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port())})
+        d = dbmod.connect(head / "workbench.db")
+        try:
+            ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
+            job = jobs.create(d, name="e2e", created_by="test", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+            deadline = time.monotonic() + 90
+            while jobs.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
+                time.sleep(0.5)
+            prog = jobs.progress(d, job)
+            assert prog["state"] == "done" and prog["counts"]["done"] == len(ids) >= 6, prog
+            stats = [httpx.get(u + "/sim/stats", timeout=5).json()["media_fetches"] for u in workers.split(",")]
+            assert sum(s["http"] for s in stats) >= len(ids) and sum(s["file"] for s in stats) == 0, stats
+            first = [b for b in jobs.heartbeats(d, "runner")][0]["pid"]
+            os.kill(first, signal.SIGKILL)
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                beats = [b for b in jobs.heartbeats(d, "runner") if b["pid"] != first and procs.pid_alive(b["pid"])]
+                if beats:
+                    break
+                time.sleep(0.3)
+            assert beats, "the runner was not restarted"
+        finally:
+            d.close()
+    finally:
+        for dd in (head, node):
+            subprocess.run([str(ROOT / "launch.sh"), "stop", "--data-dir", str(dd)], capture_output=True,
+                           env=base, cwd=ROOT, timeout=120)
+    for dd in (head, node):
+        for pidfile in (dd / "run").glob("*.pid"):
+            pytest.fail(f"left behind: {pidfile}")
+        assert not (dd / "run" / "fleet.json").exists()
