@@ -286,7 +286,8 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         _run([py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env,
              cwd=ROOT)
         for f in sorted((data_dir / "logs").glob("*.log")):
-            with (out / "fleet-logs.txt").open("a") as o:
-                o.write(f"===== {f.name} (last 80 lines)\n")
-                o.writelines(f.read_text(errors="replace").splitlines(keepends=True)[-80:])
+            lines = f.read_text(errors="replace").splitlines(keepends=True)
+            with (out / "fleet-logs.txt").open("a") as o:  # the start (flags, quantization, memory) and the end
+                o.write(f"===== {f.name} (first 150 and last 80 of {len(lines)} lines)\n")
+                o.writelines(lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80):])
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
