@@ -39,6 +39,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
+from data import limits
 from data import settings as settings_mod
 from data.db import connect, immediate, now
 from data.settings import Settings
@@ -82,17 +83,34 @@ def _kind(mode: int) -> str:
 
 
 def _sidecar(abs_path: str) -> str | None:
+    """The sidecar JSON beside a clip, normalised, or a `_sidecar_error` note; never an exception. Bounded
+    (R10): at most MAX_SIDECAR_BYTES read, nesting checked by a linear scan before parsing (the stdlib parser
+    recurses: a deeply nested file raised RecursionError and stopped the whole ingest), and NaN/Infinity
+    refused (they would reach the JSONL export, which strict parsers then reject)."""
     side = os.path.splitext(abs_path)[0] + ".json"
+    name = os.path.basename(side)
+
+    def refused(why: str) -> str:
+        return json.dumps({"_sidecar_error": f"sidecar {name} {why}"}, ensure_ascii=False)
+
     try:
-        if os.path.islink(side) or not os.path.isfile(side) or os.path.getsize(side) > 1 << 20:
+        if os.path.islink(side) or not os.path.isfile(side):
             return None
-        with open(side, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return json.dumps({"_sidecar_error": f"unreadable sidecar {os.path.basename(side)}"})
+        with open(side, "rb") as f:
+            raw = f.read(limits.MAX_SIDECAR_BYTES + 1)
+    except OSError:
+        return refused("is unreadable")
+    if len(raw) > limits.MAX_SIDECAR_BYTES:
+        return refused(f"is larger than {limits.MAX_SIDECAR_BYTES:,} bytes (ignored)")
+    if not limits.json_depth_ok(raw):
+        return refused(f"nests deeper than {limits.MAX_SIDECAR_DEPTH} levels (ignored)")
+    try:
+        data = limits.strict_json_loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return refused(f"is not valid JSON ({str(e)[:80]})")
     if not isinstance(data, dict):
         data = {"value": data}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 def walk(root: str | Path) -> Iterator[Entry]:

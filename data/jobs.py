@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from data import captions, events
+from data import captions, events, limits
 from data.db import DataError, NotFound, immediate, now
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
@@ -39,7 +39,7 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
            prompt_id: int | None, params: dict[str, Any] | None = None,
            selection: dict[str, Any] | None = None) -> int:
     """Create a queued job over `clip_ids` (duplicates ignored). Returns the job id."""
-    name = (name or "").strip() or "captioning job"
+    name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
     t = now()
     with immediate(db):
         job_id = db.execute(

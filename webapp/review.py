@@ -76,7 +76,7 @@ class ReviewTab:
         db = self.ctx.db()
         try:
             clip = clips.get(db, int(clip_id))
-        except (NotFound, ValueError, TypeError):
+        except (NotFound, ValueError, TypeError, OverflowError):
             raise gr.Error(f"There is no clip {clip_id!s:.40}.") from None
         cap = clip["caption"]
         versions = captions.history(db, clip["id"])
