@@ -229,3 +229,18 @@ def m005_previews(db: sqlite_utils.Database) -> None:
 def m006_events_by_time(db: sqlite_utils.Database) -> None:
     """Team statistics read the audit trail by time window (data.events.team_stats)."""
     db["events"].create_index(["at"])
+
+
+@MIGRATIONS()
+def m009_hardening(db: sqlite_utils.Database) -> None:
+    """Server-side sessions (data.sessions): a cookie names a row here, so logout, a password or role change
+    and disabling a user end sessions at once, and idle and absolute lifetimes are enforced by the server.
+    Only a hash of the token is stored (a copy of the database opens no session)."""
+    db.execute("""
+    CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_seen REAL NOT NULL
+    ) WITHOUT ROWID""")
+    db["sessions"].create_index(["user"])
