@@ -175,8 +175,16 @@ def claim(db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, le
             "' attempts', finished_at = ?, updated_at = ? "
             "WHERE job_id = ? AND state = 'leased' AND lease_until < ? AND attempts >= ?",
             [t, t, job_id, t, max_attempts]).rowcount
+        # pending items that already used every attempt (released by `recover` after a runner was killed
+        # mid-request): fail them too, so that attempts never exceed the limit
+        exhausted += db.execute(
+            "UPDATE job_items SET state = 'failed', lease_until = NULL, leased_by = NULL, "
+            "last_error = COALESCE(last_error || '; ', '') || 'gave up after ' || attempts || ' attempts', "
+            "error_kind = COALESCE(error_kind, 'timeout'), finished_at = ?, updated_at = ? "
+            "WHERE job_id = ? AND state = 'pending' AND attempts >= ?", [t, t, job_id, max_attempts]).rowcount
         if exhausted:
             db.execute("UPDATE jobs SET failed = failed + ?, updated_at = ? WHERE id = ?", [exhausted, t, job_id])
+            _finish_if_drained(db, job_id)
         rows = [dict(r) for r in db.query(
             "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration "
             "FROM job_items i JOIN clips c ON c.id = i.clip_id "
@@ -217,9 +225,10 @@ def complete(db: sqlite_utils.Database, job_id: int, clip_id: int, *, text: str,
 
 
 def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, kind: str, retryable: bool,
-         max_attempts: int, backoff_seconds: float = 0.0) -> str:
+         max_attempts: int, backoff_seconds: float = 0.0, refund_attempt: bool = False) -> str:
     """Record a failed attempt. Retryable errors go back to pending after `backoff_seconds` until
-    `max_attempts` sends were made; others fail the item at once. Returns the item's new state."""
+    `max_attempts` sends were made; others fail the item at once. Returns the item's new state.
+    `refund_attempt` (retryable only): the attempt does not count, e.g. while the whole fleet is down."""
     t = now()
     with immediate(db):
         item = next(db.query("SELECT state, attempts FROM job_items WHERE job_id = ? AND clip_id = ?",
@@ -228,11 +237,12 @@ def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, ki
             raise NotFound(f"clip {clip_id} is not part of job {job_id}")
         if item["state"] in ("done", "failed"):
             return item["state"]  # a late duplicate report: the first outcome stands
-        if retryable and item["attempts"] < max_attempts:
+        refund = 1 if retryable and refund_attempt and item["attempts"] > 0 else 0
+        if retryable and item["attempts"] - refund < max_attempts:
             db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
-                       "not_before = ?, last_error = ?, error_kind = ?, updated_at = ? "
+                       "not_before = ?, last_error = ?, error_kind = ?, attempts = attempts - ?, updated_at = ? "
                        "WHERE job_id = ? AND clip_id = ?",
-                       [t + backoff_seconds, error, kind, t, job_id, clip_id])
+                       [t + backoff_seconds, error, kind, refund, t, job_id, clip_id])
             return "pending"
         if retryable:
             error = f"{error} (gave up after {item['attempts']} attempts)"
