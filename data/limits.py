@@ -24,6 +24,7 @@ MAX_SEARCH_CHARS = 500  # full-text search box and filter strings
 MAX_SQL_INT = 2 ** 63 - 1  # SQLite INTEGER; a larger id is "no such row", not an OverflowError (500)
 MAX_SIDECAR_BYTES = 1 << 20
 MAX_SIDECAR_DEPTH = 32
+MAX_ANSWER_BYTES = 1 << 20  # one chat completion from the fleet (a 4,096-token answer is ~20 KiB)
 MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason from a fleet answer
 
 

@@ -143,3 +143,53 @@ def test_word_diff_of_two_12000_word_captions_is_bounded(case):
         assert "<ins>truck</ins>" in html and "too long" not in html
     if case == "unrelated":
         assert "too long to diff" in html
+
+
+def test_fleet_answers_are_bounded_in_bytes_and_provenance(settings, tmp_path):
+    """Fleet answers over the cap are refused without being read to the end; provenance strings are cut."""
+    import asyncio
+
+    import httpx
+
+    from data import prompts, taxonomy
+    from serving.client import CaptionRequest, FleetClient
+    from serving.errors import ReplicaError
+
+    (settings.clip_root).mkdir(parents=True, exist_ok=True)
+    (settings.clip_root / "a.mp4").write_bytes(b"\0")
+    answer = json.dumps({"caption": "a car", **LABELS})
+    sent = {"bytes": 0}
+
+    def handler(request):
+        mode = request.url.host
+        if mode == "huge":  # 400 MB, streamed without a length: counted as it is read
+            async def body():
+                for _ in range(400):
+                    sent["bytes"] += 1 << 20
+                    yield b" " * (1 << 20)
+            return httpx.Response(200, content=body())
+        if mode == "declared":
+            return httpx.Response(200, headers={"content-length": str(400 << 20)}, content=b"")
+        return httpx.Response(200, headers={"x-decode-backend": "d" * 10_000}, json={
+            "model": "m" * 500_000, "choices": [{"finish_reason": "stop", "message": {"content": answer}}],
+            "usage": {"prompt_tokens": "lots", "completion_tokens": 12}})
+
+    client = FleetClient(settings, transport=httpx.MockTransport(handler))
+    from data import db as dbmod
+
+    d = dbmod.connect(settings.db)
+    req = CaptionRequest(clip_path="a.mp4", prompt=prompts.latest(d), frames=8, max_tokens=320)
+    d.close()
+
+    async def go(host):
+        return await client.caption(f"http://{host}:8000", req)
+
+    for host in ("huge", "declared"):
+        with pytest.raises(ReplicaError, match="refused"):
+            asyncio.run(go(host))
+    assert sent["bytes"] <= limits.MAX_ANSWER_BYTES + (2 << 20)  # stopped reading near the cap
+    res = asyncio.run(go("fine"))
+    assert len(res.provenance["model"]) == limits.MAX_PROVENANCE_CHARS
+    assert len(res.provenance["decode_backend"]) == limits.MAX_PROVENANCE_CHARS
+    assert res.provenance["prompt_tokens"] is None and res.provenance["completion_tokens"] == 12
+    assert taxonomy.validate_labels(res.labels)
