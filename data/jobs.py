@@ -58,6 +58,37 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
     return job_id
 
 
+def create_recaption(db: sqlite_utils.Database, clip_id: int, *, user: str, role: str, quota: int,
+                     prompt_id: int | None, params: dict[str, Any] | None = None, window: float = 3600.0) -> int:
+    """A one-clip re-caption job, refused with a reason when it cannot help or would flood the job table:
+    the clip failed ingest or is missing; a re-caption of it is already queued or running; or an annotator
+    already started `quota` jobs in the last `window` seconds (leads and admins have no quota). The checks
+    and the insert are one transaction, so parallel requests cannot slip past the quota."""
+    clip_id = limits.sql_int(clip_id, "clip id")
+    with immediate(db):
+        clip = next(db.query("SELECT probe_error, missing FROM clips WHERE id = ?", [clip_id]), None)
+        if clip is None:
+            raise NotFound(f"clip {clip_id} does not exist")
+        if clip["probe_error"]:
+            raise DataError(f"Clip {clip_id} failed ingest ({clip['probe_error'][:200]}): the model cannot read it "
+                            "either. Replace or fix the file and ingest again.")
+        if clip["missing"]:
+            raise DataError(f"Clip {clip_id}'s file is missing from the clip root: nothing to caption.")
+        queued = next(db.query(
+            "SELECT j.id FROM jobs j JOIN job_items i ON i.job_id = j.id WHERE i.clip_id = ? "
+            "AND j.state IN ('queued', 'running') AND i.state IN ('pending', 'leased') LIMIT 1", [clip_id]), None)
+        if queued:
+            raise DataError(f"Clip {clip_id} is already being captioned (job {queued['id']}): wait for its result.")
+        if role == "annotator":
+            recent = db.execute("SELECT COUNT(*) FROM jobs WHERE created_by = ? AND created_at > ?",
+                                [user, now() - window]).fetchone()[0]
+            if recent >= quota:
+                raise DataError(f"You started {recent} jobs in the last hour; annotators may start {quota}. "
+                                "Ask a lead to start a larger job, or try again later.")
+        return create(db, name=f"re-caption clip {clip_id}", created_by=user, clip_ids=[clip_id],
+                      prompt_id=prompt_id, params=params, selection={"clip_ids": [clip_id], "reason": "re-caption"})
+
+
 def _decode(row: dict) -> dict:
     row = dict(row)
     for key in ("selection", "params"):

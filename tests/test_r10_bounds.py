@@ -193,3 +193,40 @@ def test_fleet_answers_are_bounded_in_bytes_and_provenance(settings, tmp_path):
     assert len(res.provenance["decode_backend"]) == limits.MAX_PROVENANCE_CHARS
     assert res.provenance["prompt_tokens"] is None and res.provenance["completion_tokens"] == 12
     assert taxonomy.validate_labels(res.labels)
+
+
+def test_annotator_recaption_quota_and_failed_clips(db, settings):
+    import threading
+
+    from data import db as dbmod
+
+    good = [db["clips"].insert({"path": f"g{i}.mp4", "size": 1, "ingested_at": 0}).last_pk for i in range(40)]
+    bad = db["clips"].insert({"path": "bad.mp4", "size": 1, "probe_error": "truncated: moov box missing"}).last_pk
+    with pytest.raises(DataError, match="failed ingest"):
+        jobs.create_recaption(db, bad, user="ann", role="annotator", quota=5, prompt_id=None)
+    jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None)
+    with pytest.raises(DataError, match="already being captioned"):
+        jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None)
+    results = []
+
+    def spam(ids):  # 4 threads x 10 requests at once, each with its own connection
+        d = dbmod.connect(settings.db)
+        for cid in ids:
+            try:
+                jobs.create_recaption(d, cid, user="ann", role="annotator", quota=5, prompt_id=None)
+                results.append("ok")
+            except DataError as e:
+                results.append(str(e))
+        d.close()
+
+    threads = [threading.Thread(target=spam, args=(good[1 + k * 10: 11 + k * 10],)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    n = db.execute("SELECT COUNT(*) FROM jobs WHERE created_by = 'ann'").fetchone()[0]
+    print(f"R10: annotator re-caption quota 5/h: {n} jobs created of 41 requests")
+    assert n == 5 and results.count("ok") == 4 and any("annotators may start 5" in r for r in results)
+    # a lead has no quota
+    for cid in good[30:38]:
+        jobs.create_recaption(db, cid, user="lead", role="lead", quota=5, prompt_id=None)

@@ -176,11 +176,10 @@ class ReviewTab:
         db = self.ctx.db()
         try:
             prompt = prompts.latest(db)
-            job_id = jobs.create(db, name=f"re-caption clip {int(clip_id)}", created_by=user.name,
-                                 clip_ids=[int(clip_id)], prompt_id=prompt["id"],
-                                 params={"frames": self.ctx.settings.frames,
-                                         "max_tokens": self.ctx.settings.max_tokens},
-                                 selection={"clip_ids": [int(clip_id)], "reason": "re-caption"})
+            job_id = jobs.create_recaption(db, clip_id, user=user.name, role=user.role,
+                                           quota=self.ctx.settings.job_quota, prompt_id=prompt["id"],
+                                           params={"frames": self.ctx.settings.frames,
+                                                   "max_tokens": self.ctx.settings.max_tokens})
         except DataError as e:
             return render.message(str(e), "error")
         return render.message(f"Re-caption requested: job {job_id}. The result arrives as a new version "
