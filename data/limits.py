@@ -10,8 +10,10 @@ multi-megabyte save held the write lock past it) and keeping the word diff of tw
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
+import re
 from typing import Any
 
 from data.db import DataError
@@ -60,31 +62,25 @@ def sql_int(value: Any, what: str = "id") -> int:
     return n
 
 
+# Escapes first (each `\x` pair, left to right), then plain `"..."` strings: both passes are linear. (One
+# pattern for strings with escapes inside is quadratic on an unterminated string of many `\"`.)
+_JSON_ESCAPE = re.compile(r"\\.", re.S)
+_JSON_STRING = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
 def json_depth_ok(text: str | bytes, limit: int = MAX_SIDECAR_DEPTH) -> bool:
-    """Whether JSON text nests at most `limit` deep, found by a linear scan without parsing (the stdlib
-    parser recurses: 100,000 '[' raise RecursionError, and a depth just under the interpreter's limit
-    can still crash a thread with a small stack). Brackets inside strings are skipped."""
+    """Whether JSON text nests at most `limit` deep, found in linear time without parsing (the stdlib
+    parser recurses: 100,000 '[' raise RecursionError, and a depth just under the interpreter's limit can
+    still crash a thread with a small stack). Strings are cut out first (brackets inside them do not
+    count), then the running depth over the brackets left is computed by C-level iterators."""
     if isinstance(text, bytes):
         text = text.decode("utf-8", "replace")
-    depth = 0
-    in_str = escape = False
-    for ch in text:
-        if in_str:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_str = False
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            if depth > limit:
-                return False
-        elif ch in "]}":
-            depth -= 1
-    return True
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", _JSON_ESCAPE.sub("", text)))
+    if not brackets:
+        return True
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets))) <= limit
 
 
 def _no_constant(name: str) -> Any:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import time
 
 import pytest
@@ -84,6 +85,13 @@ def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     assert "not valid JSON" in json.loads(ingest._sidecar(nan))["_sidecar_error"]
     assert "larger than" in json.loads(ingest._sidecar(big))["_sidecar_error"]
     assert json.loads(ingest._sidecar(tricky))["s"].startswith("[[[[")  # brackets inside strings do not count
+    # the depth scan is linear: an unterminated string of escaped quotes (quadratic for a naive regex)
+    hostile = _write_sidecar(tmp_path, "esc.mp4", '"' + '\\"' * 400_000)
+    t = time.perf_counter()
+    assert "_sidecar_error" in json.loads(ingest._sidecar(hostile))
+    took = time.perf_counter() - t
+    print(f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2 ** 20:.1f} MiB hostile file: {took * 1000:.0f} ms")
+    assert took < 5.0  # a stall guard (a quadratic scan takes minutes here)
 
 
 def test_ingest_of_a_root_with_a_deeply_nested_sidecar_finishes(settings, db):
