@@ -154,7 +154,9 @@ def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
 def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" = None) -> int:
     """Release leases held by runners on this host whose process is gone (after a crash or SIGKILL).
 
-    The attempt stays counted (the request was sent). Returns how many items were released.
+    The attempt is given back: a runner's death is neither the clip's fault nor the fleet's, and counting it
+    let attempts pass the limit (recovered items were claimed again with attempts + 1) or, with the limit
+    enforced, failed clips after enough kills (R3). Returns how many items were released.
     """
     host = socket.gethostname()
 
@@ -178,7 +180,8 @@ def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" 
         n = 0
         for h in dead:
             n += db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
-                            "updated_at = ? WHERE state = 'leased' AND leased_by = ?", [now(), h]).rowcount
+                            "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE state = 'leased' AND leased_by = ?",
+                            [now(), h]).rowcount
         if n:
             events.record(db, "runner", "job.recover", items=n, holders=dead)
     return n

@@ -181,6 +181,7 @@ class Auth:
                 return login_page("Wrong user name or password.", next_url, status=401)
             self.limiter.succeeded(name, ip)
             token = sessions.create(self.ctx.db(), user["name"])
+            sessions.prune(self.ctx.db(), idle=self.idle, absolute=self.absolute)  # expired rows of others
             resp = RedirectResponse(next_url, status_code=303)
             resp.set_cookie(COOKIE, token, max_age=int(self.absolute), httponly=True, samesite="lax", path="/",
                             secure=request.url.scheme == "https")
