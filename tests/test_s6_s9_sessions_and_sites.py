@@ -8,6 +8,7 @@ import os
 import stat
 import statistics
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -230,3 +231,36 @@ def test_s9_data_dir_database_and_wal_are_private(tmp_path):
     for name, mode in modes.items():
         if name != s.data_dir.name:
             assert mode == 0o600, (name, oct(mode))
+
+
+# ---- bad input over HTTP: a clear 4xx, never a 500, nothing left behind ----------------------------------
+def test_malformed_filters_huge_ids_and_nul_get_a_clear_4xx(lib_settings):
+    import glob
+    import tempfile
+    from urllib.parse import quote
+
+    pattern = str(Path(tempfile.gettempdir()) / "cw-export-*")
+    before = set(glob.glob(pattern))
+    with AppServer(lib_settings, fleet_urls=[]) as srv:
+        lead = _login(srv.url, "lead").cookies["cw_session"]
+        with httpx.Client(base_url=srv.url, trust_env=False, timeout=30, cookies={"cw_session": lead}) as c:
+            for bad in ('{"job_id": 100000000000000000000000000}', '{"job_id": "x"}', '{"text": "a\\u0000b"}',
+                        "[" * 5000, '{"has_caption": "maybe"}', "not json"):
+                r = c.get("/export?fmt=csv&filter=" + quote(bad))
+                assert r.status_code == 400 and "filter" in r.json()["detail"], (bad, r.status_code, r.text[:200])
+            assert c.get("/media/99999999999999999999999").status_code == 404
+            assert c.get("/filmstrip/-99999999999999999999999").status_code == 404
+            r = c.get("/thumb/99999999999999999999999")  # no thumbnail: the placeholder image, as for any id
+            assert r.status_code == 200 and r.headers["content-type"].startswith("image/svg")
+        deps = dependencies(srv.url, lead)
+        s = GradioSession(srv.url, lead, deps)
+        try:
+            with pytest.raises(GradioError) as e:  # a NUL in the search box: a message, not a crash
+                s.call("browse_search", ["any", "any", "any", "any", "any", "any", "any", None, "car\x00"])
+            assert "NUL" in str(e.value)
+            with pytest.raises(GradioError) as e:
+                s.call("browse_search", ["any", "any", "any", "any", "any", "any", "any", 1e30, "car"])
+            assert "job id" in str(e.value).lower() or "range" in str(e.value)
+        finally:
+            s.close()
+    assert set(glob.glob(pattern)) == before  # no export temp file left behind
