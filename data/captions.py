@@ -18,7 +18,7 @@ from typing import Any
 
 import sqlite_utils
 
-from data import events, taxonomy
+from data import events, limits, taxonomy
 from data.db import Conflict, DataError, NotFound, immediate, now
 
 PROVENANCE_FIELDS = ("model", "prompt_id", "prompt_name", "prompt_version", "params", "frames", "replica",
@@ -34,6 +34,7 @@ def _when(ts: float | None) -> str:
 
 
 def _clip(db: sqlite_utils.Database, clip_id: int) -> dict:
+    clip_id = limits.sql_int(clip_id, "clip id")
     row = next(db.query("SELECT id, current_caption_id, review_status, reviewed_by, reviewed_at "
                         "FROM clips WHERE id = ?", [clip_id]), None)
     if row is None:
@@ -91,7 +92,7 @@ def _insert_version(db: sqlite_utils.Database, clip_id: int, *, text: str, label
     }
     for key in PROVENANCE_FIELDS:
         if provenance and key in provenance:
-            value = provenance[key]
+            value = limits.clip_text(provenance[key])  # fleet answers are bounded (R10)
             row[key] = json.dumps(value, sort_keys=True) if isinstance(value, (dict, list)) else value
     cols = ", ".join(row)
     marks = ", ".join("?" for _ in row)
@@ -111,9 +112,11 @@ def _make_current(db: sqlite_utils.Database, clip_id: int, caption_id: int, *, t
 def save_human(db: sqlite_utils.Database, clip_id: int, *, text: str, labels: dict, author: str,
                base_caption_id: int | None, note: str | None = None) -> dict:
     """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale."""
-    text = (text or "").strip()
+    text = limits.check_text((text or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
     if not text:
         raise DataError("A caption cannot be empty.")
+    limits.check_text(note, limits.MAX_NOTE_CHARS, "The note")
+    limits.check_labels(labels)
     taxonomy.validate_labels(labels)
     with immediate(db):
         clip = _clip(db, clip_id)
@@ -150,6 +153,8 @@ def add_machine(db: sqlite_utils.Database, clip_id: int, *, job_id: int | None, 
     Idempotent per (job_id, clip_id): a repeated result returns the first one and changes nothing.
     Never replaces a human or approved caption (it becomes a candidate version instead).
     """
+    limits.check_text(text, limits.MAX_CAPTION_CHARS, "The model's caption")
+    limits.check_labels(labels)
     with immediate(db):
         if job_id is not None:
             existing = next(db.query("SELECT id FROM captions WHERE job_id = ? AND clip_id = ?",

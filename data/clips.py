@@ -15,8 +15,8 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import captions
-from data.db import NotFound
+from data import captions, limits
+from data.db import DataError, NotFound
 
 PAGE_SIZE = 60
 
@@ -44,8 +44,27 @@ class Filter:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "Filter":
+        """A Filter from untrusted input (an export URL, a browser's state), each field checked: a wrong
+        type, a huge number or a NUL is a DataError with a message, never a 500 from SQLite."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in (d or {}).items() if k in names and v not in ("", None)})
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if v is None:
+                continue
+            if f.name == "job_id":
+                if isinstance(v, bool) or not isinstance(v, (int, str)):
+                    raise DataError("job_id must be a whole number.")
+                object.__setattr__(self, f.name, limits.sql_int(v, "job_id"))
+            elif f.name in ("has_caption", "failed", "include_missing"):
+                if not isinstance(v, bool):
+                    raise DataError(f"{f.name} must be true or false.")
+            else:
+                if not isinstance(v, str):
+                    raise DataError(f"{f.name} must be text.")
+                limits.check_text(v, limits.MAX_SEARCH_CHARS, f.name.replace("_", " "))
 
 
 _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")
@@ -182,8 +201,16 @@ def neighbours(db: sqlite_utils.Database, f: Filter, clip_id: int) -> tuple[int 
     return (prev[0]["id"] if prev else None, nxt[0]["id"] if nxt else None)
 
 
+def _id(clip_id: Any) -> int:
+    try:
+        return limits.sql_int(clip_id, "clip id")
+    except DataError:
+        raise NotFound(f"clip {str(clip_id)[:24]} does not exist") from None
+
+
 def get(db: sqlite_utils.Database, clip_id: int) -> dict:
     """One clip with its sidecar decoded and its current caption (or None)."""
+    clip_id = _id(clip_id)
     row = next(db.query("SELECT * FROM clips WHERE id = ?", [clip_id]), None)
     if row is None:
         raise NotFound(f"clip {clip_id} does not exist")
@@ -195,6 +222,7 @@ def get(db: sqlite_utils.Database, clip_id: int) -> dict:
 
 def path_of(db: sqlite_utils.Database, clip_id: int) -> str:
     """The clip's path relative to the clip root (the only way a path reaches the media route)."""
+    clip_id = _id(clip_id)
     row = next(db.query("SELECT path FROM clips WHERE id = ?", [clip_id]), None)
     if row is None:
         raise NotFound(f"clip {clip_id} does not exist")

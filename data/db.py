@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -87,16 +88,43 @@ class Forbidden(DataError):
     pass
 
 
-def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
-    """Open the database at `path` for this thread, creating and migrating it if needed."""
+def secure_dir(path: str | Path) -> None:
+    """Make a data folder private to its owner (0700): it holds the database (password hashes, sessions),
+    the clip library's media and logs (S9). Only folders we own are changed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    st = path.stat()
+    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _private_files(path: Path) -> None:
+    # SQLite creates -wal and -shm with the database file's mode, so 0600 here keeps all three private (S9).
+    for p in (path, Path(str(path) + "-wal"), Path(str(path) + "-shm")):
+        try:
+            st = p.stat()
+        except FileNotFoundError:
+            continue
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            os.chmod(p, 0o600)
+
+
+def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
+    """Open the database at `path` for this thread, creating and migrating it if needed. The database and its
+    WAL files are made owner-only (0600)."""
+    path = Path(path)
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if not path.exists():
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+    _private_files(path)
     conn = sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_MS / 1000)
     db = sqlite_utils.Database(conn, execute_plugins=False)
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if mode.lower() != "wal":  # pragma: no cover - only on filesystems without shared memory
         raise DataError(f"could not enable WAL on {path} (got {mode}); use a local disk, not NFS")
+    _private_files(path)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")
     db._cw_write_lock = _write_lock(path)  # type: ignore[attr-defined]

@@ -48,7 +48,8 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
     for values in cursor:  # a cursor, never fetchall: constant memory
         row = dict(zip(names, values))
         row["labels"] = json.loads(row["labels"]) if row["labels"] else {}
-        row["sidecar"] = json.loads(row["sidecar"]) if row["sidecar"] else {}
+        # NaN/Infinity stored before ingest refused them become null: strict JSONL readers reject them
+        row["sidecar"] = json.loads(row["sidecar"], parse_constant=lambda _: None) if row["sidecar"] else {}
         if row.get("params"):
             row["params"] = json.loads(row["params"])
         row["simulated"] = bool(row.get("simulated"))
@@ -58,6 +59,18 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
 def _csv_header() -> list[str]:
     return [*CLIP_COLUMNS, *(c for c in CAPTION_COLUMNS if c != "labels"),
             *(f"label_{name}" for name in taxonomy.ENUMS)]
+
+
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: Any) -> Any:
+    """A text cell a spreadsheet will not run: NUL bytes dropped, and a leading =, +, -, @, tab or CR
+    (formula triggers in Excel, LibreOffice and Sheets) escaped with a leading apostrophe (OWASP's advice)."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\x00", "")
+    return "'" + value if value.startswith(FORMULA_START) else value
 
 
 def _csv_row(row: dict) -> list[Any]:
@@ -70,7 +83,7 @@ def _csv_row(row: dict) -> list[Any]:
             v = row.get(col)
             if isinstance(v, (dict, list)):
                 v = json.dumps(v, sort_keys=True, ensure_ascii=False)
-        out.append("" if v is None else v)
+        out.append("" if v is None else csv_cell(v))
     return out
 
 
@@ -82,7 +95,7 @@ def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -
     rows = iter_rows(db, f or Filter())
     if fmt == "jsonl":
         for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+            out.write(json.dumps(row, ensure_ascii=False, sort_keys=True, allow_nan=False) + "\n")
             n += 1
     else:
         w = csv.writer(out, lineterminator="\n")

@@ -44,7 +44,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import library
+from data import events, library, limits
 from data import settings as settings_mod
 from data.db import DataError, connect, immediate, now
 from data.settings import Settings
@@ -61,6 +61,9 @@ SECONDS_PER_GIGAPIXEL = 20.0
 MAX_EXTRA_SECONDS = 600.0
 TIMED_OUT = "probe timed out"
 START_ALLOWANCE = 60.0  # a worker process that has not even started its task after this is stuck, not slow
+# Address-space cap of one ingest worker. Python + PyAV + NumPy map ~0.6 GiB before decoding anything and a
+# 4K clip's frame threads need ~0.5 GiB more; a decoder that wants more than this is decoding something hostile.
+WORKER_MEMORY_MIB = 2048
 BATCH = 64
 FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
           "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "preview", "sidecar")
@@ -96,17 +99,34 @@ def _kind(mode: int) -> str:
 
 
 def _sidecar(abs_path: str) -> str | None:
+    """The sidecar JSON beside a clip, normalised, or a `_sidecar_error` note; never an exception. Bounded
+    (R10): at most MAX_SIDECAR_BYTES read, nesting checked by a linear scan before parsing (the stdlib parser
+    recurses: a deeply nested file raised RecursionError and stopped the whole ingest), and NaN/Infinity
+    refused (they would reach the JSONL export, which strict parsers then reject)."""
     side = os.path.splitext(abs_path)[0] + ".json"
+    name = os.path.basename(side)
+
+    def refused(why: str) -> str:
+        return json.dumps({"_sidecar_error": f"sidecar {name} {why}"}, ensure_ascii=False)
+
     try:
-        if os.path.islink(side) or not os.path.isfile(side) or os.path.getsize(side) > 1 << 20:
+        if os.path.islink(side) or not os.path.isfile(side):
             return None
-        with open(side, encoding="utf-8") as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        return json.dumps({"_sidecar_error": f"unreadable sidecar {os.path.basename(side)}"})
+        with open(side, "rb") as f:
+            raw = f.read(limits.MAX_SIDECAR_BYTES + 1)
+    except OSError:
+        return refused("is unreadable")
+    if len(raw) > limits.MAX_SIDECAR_BYTES:
+        return refused(f"is larger than {limits.MAX_SIDECAR_BYTES:,} bytes (ignored)")
+    if not limits.json_depth_ok(raw):
+        return refused(f"nests deeper than {limits.MAX_SIDECAR_DEPTH} levels (ignored)")
+    try:
+        data = limits.strict_json_loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:
+        return refused(f"is not valid JSON ({str(e)[:80]})")
     if not isinstance(data, dict):
         data = {"value": data}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False)
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 def walk(root: str | Path) -> Iterator[Entry]:
@@ -178,7 +198,7 @@ def process_clip(task: dict, report=None) -> dict:
     if p.error is None and task.get("media"):
         try:
             m = media.make_media(task["abs"], task["media_dir"], out["sha256"], p.frames, task["frames"],
-                                 task["decoder"])
+                                 task["decoder"], size=(p.width, p.height) if p.width and p.height else None)
         except media.DecodeError as e:
             out["probe_error"] = f"corrupt: {e}"
         else:
@@ -193,13 +213,38 @@ def process_clip(task: dict, report=None) -> dict:
     return out
 
 
-def _worker_main(conn, target=None) -> None:  # pragma: no cover - runs in the child
+def _cap_memory(mib: int) -> None:
+    """Cap this process's address space (RLIMIT_AS): a hostile clip that makes the decoder allocate
+    gigabytes gets a MemoryError (or an allocation failure FFmpeg reports) in this worker, recorded as the
+    clip's reason, instead of pushing the machine into swap or the OOM killer (R10)."""
+    import resource
+
+    if mib > 0:
+        limit = mib << 20
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def _peak_rss_mib() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _worker_main(conn, memory_mib: int = 0, target=None) -> None:  # pragma: no cover - runs in the child
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
+    _cap_memory(memory_mib)
     logging.basicConfig(level=logging.WARNING)
     try:
         import av
 
-        av.logging.set_level(av.logging.PANIC)  # FFmpeg's own chatter about hostile files
+        # FFmpeg's chatter about hostile files off, *without* PyAV's Python log callback: with it installed, a
+        # decoder thread logging while the main thread closes a frame-threaded decoder (an early break, e.g.
+        # at a resolution change) deadlocks on the GIL and the worker hangs until its deadline.
+        av.logging.set_level(None)
+        av.logging.set_libav_level(av.logging.PANIC)
     except Exception:
         pass
     while True:
@@ -212,8 +257,14 @@ def _worker_main(conn, target=None) -> None:  # pragma: no cover - runs in the c
         conn.send({"started": True})  # the clip's deadline runs from here, not from the worker's start-up
         try:
             result = (target or process_clip)(task, lambda info: conn.send({"progress": info}))
+        except MemoryError:
+            result = {"rel": task["rel"], "probe_error": f"needs more than the {memory_mib} MiB an ingest worker "
+                                                         "may use (a hostile or absurdly large stream)"}
         except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
             result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
+        if memory_mib and result.get("probe_error") and "annot allocate memory" in str(result["probe_error"]):
+            result["probe_error"] += f" (ingest workers are capped at {memory_mib} MiB)"
+        result["_peak_rss_mib"] = round(_peak_rss_mib(), 1)  # measured, not stored (R10's figure)
         conn.send(result)
 
 
@@ -225,9 +276,12 @@ class WorkerPool:
     `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
     `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
 
-    def __init__(self, workers: int, timeout: float, *, attempts: int = TIMEOUT_ATTEMPTS, target=None):
+    def __init__(self, workers: int, timeout: float, memory_mib: int = WORKER_MEMORY_MIB, *,
+                 attempts: int = TIMEOUT_ATTEMPTS, target=None):
         self.ctx = mp.get_context("spawn")  # never fork a parent that has threads (tqdm, sqlite)
         self.timeout = timeout
+        self.memory_mib = memory_mib
+        self.peak_rss_mib = 0.0
         self.attempts = max(1, attempts)
         self.target = target
         self.size = max(1, workers)
@@ -239,7 +293,7 @@ class WorkerPool:
 
     def _spawn(self):
         parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child, self.target), daemon=True)
+        proc = self.ctx.Process(target=_worker_main, args=(child, self.memory_mib, self.target), daemon=True)
         proc.start()
         child.close()
         return proc, parent
@@ -276,6 +330,7 @@ class WorkerPool:
                     self.busy[conn] = (proc, task, d + extra_seconds(result["progress"] or {}))
                     continue
                 self.idle.append((proc, conn))
+                self.peak_rss_mib = max(self.peak_rss_mib, result.pop("_peak_rss_mib", 0.0))
                 yield result
             t = time.monotonic()
             for conn, (proc, task, d) in list(self.busy.items()):
@@ -329,7 +384,13 @@ def _load_known(db: sqlite_utils.Database) -> dict[str, dict]:
 
 
 def _write(db: sqlite_utils.Database, rows: list[tuple[str, dict]]) -> None:
-    """Apply ('insert'|'update'|'move', row) changes in one transaction."""
+    """Apply ('insert'|'update'|'move', row) changes in one transaction.
+
+    Safe against a second ingest of the same root running at once: an insert of a path the other one has
+    just inserted becomes an update (upsert), and a move onto a path that now exists is left to the next run.
+    An update whose content hash changed (other footage under the same name) makes the clip's caption stale:
+    its review goes back to 'unreviewed' (an export of approved captions no longer includes it) and a
+    `clip.content_changed` event records both hashes (R13)."""
     if not rows:
         return
     t = now()
@@ -340,20 +401,36 @@ def _write(db: sqlite_utils.Database, rows: list[tuple[str, dict]]) -> None:
             if action == "insert":
                 values.update(path=row["rel"], ingested_at=t)
                 cols = ", ".join(values)
-                db.execute(f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' for _ in values)})",
-                           list(values.values()))
+                updates = ", ".join(f"{k} = excluded.{k}" for k in values if k not in ("path", "ingested_at"))
+                db.execute(f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' for _ in values)}) "
+                           f"ON CONFLICT(path) DO UPDATE SET {updates}", list(values.values()))
             else:
                 if action == "move":
                     values["path"] = row["rel"]
                 sets = ", ".join(f"{k} = ?" for k in values)
-                db.execute(f"UPDATE clips SET {sets} WHERE id = ?", [*values.values(), row["id"]])
+                db.execute(f"UPDATE OR IGNORE clips SET {sets} WHERE id = ?", [*values.values(), row["id"]])
+                if row.get("_old_sha256"):
+                    _content_changed(db, row["id"], row["_old_sha256"], row.get("sha256"))
+
+
+def _content_changed(db: sqlite_utils.Database, clip_id: int, old_sha: str, new_sha: str | None) -> None:
+    clip = next(db.query("SELECT review_status, current_caption_id FROM clips WHERE id = ?", [clip_id]), None)
+    if clip is None:
+        return
+    if clip["review_status"] != "unreviewed":
+        db.execute("UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL "
+                   "WHERE id = ?", [clip_id])
+    events.record(db, "ingest", "clip.content_changed", clip_id=clip_id, caption_id=clip["current_caption_id"],
+                  old_sha256=old_sha, new_sha256=new_sha, previous_review=clip["review_status"],
+                  note="the file now holds other footage: its caption describes the old one and needs review")
 
 
 def ingest(settings: Settings | None = None, *, root: str | Path | None = None, db_path: str | Path | None = None,
            media_dir: str | Path | None = None, workers: int | None = None, frames: int | None = None,
            decoder: str = "auto", media: bool = True, timeout: float = DEFAULT_TIMEOUT,
            progress: bool = False, db: sqlite_utils.Database | None = None,
-           max_seconds: float | None = None, attempts: int = TIMEOUT_ATTEMPTS) -> dict[str, Any]:
+           max_seconds: float | None = None, memory_mib: int = WORKER_MEMORY_MIB,
+           attempts: int = TIMEOUT_ATTEMPTS) -> dict[str, Any]:
     """Bring `clips` in step with the clip root. Returns a summary:
     {ok, failed, skipped, moved, missing, seen, seconds, decoder}.
 
@@ -427,7 +504,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
             from tqdm import tqdm
 
             bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
-        pool = WorkerPool(min(workers, len(tasks)), timeout, attempts=attempts) if tasks else None
+        pool = WorkerPool(min(workers, len(tasks)), timeout, memory_mib, attempts=attempts) if tasks else None
         try:
             for res in (pool.run(iter(tasks)) if pool else ()):
                 e = by_rel[res["rel"]]
@@ -441,7 +518,9 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                     pending.append(("move", {**row, "id": moved_from["id"]}))
                     summary["moved"] += 1
                 elif old is not None:
-                    pending.append(("update", {**row, "id": old["id"]}))
+                    changed = bool(old["sha256"] and row.get("sha256") and old["sha256"] != row["sha256"])
+                    pending.append(("update", {**row, "id": old["id"], "_old_sha256": old["sha256"] if changed
+                                               else None}))
                 else:
                     pending.append(("insert", row))
                 if moved_from is None:
@@ -453,6 +532,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
         finally:
             if pool:
                 summary["retried"] = pool.retried
+                summary["worker_peak_rss_mib"] = pool.peak_rss_mib
                 pool.close()
             if bar:
                 bar.close()

@@ -23,7 +23,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from data import captions, events
+from data import captions, events, limits
 from data.db import DataError, NotFound, immediate, now
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
@@ -39,7 +39,7 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
            prompt_id: int | None, params: dict[str, Any] | None = None,
            selection: dict[str, Any] | None = None) -> int:
     """Create a queued job over `clip_ids` (duplicates ignored). Returns the job id."""
-    name = (name or "").strip() or "captioning job"
+    name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
     t = now()
     with immediate(db):
         job_id = db.execute(
@@ -56,6 +56,37 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
         db.execute("UPDATE jobs SET total = ? WHERE id = ?", [total, job_id])
         events.record(db, created_by, "job.create", job_id=job_id, total=total, name=name)
     return job_id
+
+
+def create_recaption(db: sqlite_utils.Database, clip_id: int, *, user: str, role: str, quota: int,
+                     prompt_id: int | None, params: dict[str, Any] | None = None, window: float = 3600.0) -> int:
+    """A one-clip re-caption job, refused with a reason when it cannot help or would flood the job table:
+    the clip failed ingest or is missing; a re-caption of it is already queued or running; or an annotator
+    already started `quota` jobs in the last `window` seconds (leads and admins have no quota). The checks
+    and the insert are one transaction, so parallel requests cannot slip past the quota."""
+    clip_id = limits.sql_int(clip_id, "clip id")
+    with immediate(db):
+        clip = next(db.query("SELECT probe_error, missing FROM clips WHERE id = ?", [clip_id]), None)
+        if clip is None:
+            raise NotFound(f"clip {clip_id} does not exist")
+        if clip["probe_error"]:
+            raise DataError(f"Clip {clip_id} failed ingest ({clip['probe_error'][:200]}): the model cannot read it "
+                            "either. Replace or fix the file and ingest again.")
+        if clip["missing"]:
+            raise DataError(f"Clip {clip_id}'s file is missing from the clip root: nothing to caption.")
+        queued = next(db.query(
+            "SELECT j.id FROM jobs j JOIN job_items i ON i.job_id = j.id WHERE i.clip_id = ? "
+            "AND j.state IN ('queued', 'running') AND i.state IN ('pending', 'leased') LIMIT 1", [clip_id]), None)
+        if queued:
+            raise DataError(f"Clip {clip_id} is already being captioned (job {queued['id']}): wait for its result.")
+        if role == "annotator":
+            recent = db.execute("SELECT COUNT(*) FROM jobs WHERE created_by = ? AND created_at > ?",
+                                [user, now() - window]).fetchone()[0]
+            if recent >= quota:
+                raise DataError(f"You started {recent} jobs in the last hour; annotators may start {quota}. "
+                                "Ask a lead to start a larger job, or try again later.")
+        return create(db, name=f"re-caption clip {clip_id}", created_by=user, clip_ids=[clip_id],
+                      prompt_id=prompt_id, params=params, selection={"clip_ids": [clip_id], "reason": "re-caption"})
 
 
 def _decode(row: dict) -> dict:
@@ -123,7 +154,9 @@ def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
 def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" = None) -> int:
     """Release leases held by runners on this host whose process is gone (after a crash or SIGKILL).
 
-    The attempt stays counted (the request was sent). Returns how many items were released.
+    The attempt is given back: a runner's death is neither the clip's fault nor the fleet's, and counting it
+    let attempts pass the limit (recovered items were claimed again with attempts + 1) or, with the limit
+    enforced, failed clips after enough kills (R3). Returns how many items were released.
     """
     host = socket.gethostname()
 
@@ -147,7 +180,8 @@ def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" 
         n = 0
         for h in dead:
             n += db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
-                            "updated_at = ? WHERE state = 'leased' AND leased_by = ?", [now(), h]).rowcount
+                            "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE state = 'leased' AND leased_by = ?",
+                            [now(), h]).rowcount
         if n:
             events.record(db, "runner", "job.recover", items=n, holders=dead)
     return n
@@ -175,8 +209,16 @@ def claim(db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, le
             "' attempts', finished_at = ?, updated_at = ? "
             "WHERE job_id = ? AND state = 'leased' AND lease_until < ? AND attempts >= ?",
             [t, t, job_id, t, max_attempts]).rowcount
+        # pending items that already used every attempt (released by `recover` after a runner was killed
+        # mid-request): fail them too, so that attempts never exceed the limit
+        exhausted += db.execute(
+            "UPDATE job_items SET state = 'failed', lease_until = NULL, leased_by = NULL, "
+            "last_error = COALESCE(last_error || '; ', '') || 'gave up after ' || attempts || ' attempts', "
+            "error_kind = COALESCE(error_kind, 'timeout'), finished_at = ?, updated_at = ? "
+            "WHERE job_id = ? AND state = 'pending' AND attempts >= ?", [t, t, job_id, max_attempts]).rowcount
         if exhausted:
             db.execute("UPDATE jobs SET failed = failed + ?, updated_at = ? WHERE id = ?", [exhausted, t, job_id])
+            _finish_if_drained(db, job_id)
         rows = [dict(r) for r in db.query(
             "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, c.sidecar "
             "FROM job_items i JOIN clips c ON c.id = i.clip_id "
@@ -217,9 +259,11 @@ def complete(db: sqlite_utils.Database, job_id: int, clip_id: int, *, text: str,
 
 
 def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, kind: str, retryable: bool,
-         max_attempts: int, backoff_seconds: float = 0.0, raw_answer: str | None = None) -> str:
+         max_attempts: int, backoff_seconds: float = 0.0, refund_attempt: bool = False,
+         raw_answer: str | None = None) -> str:
     """Record a failed attempt. Retryable errors go back to pending after `backoff_seconds` until
     `max_attempts` sends were made; others fail the item at once. Returns the item's new state.
+    `refund_attempt` (retryable only): the attempt does not count, e.g. while the whole fleet is down.
     `raw_answer`: the start of an unusable model answer, kept on the item for the lead (bounded by the caller)."""
     t = now()
     with immediate(db):
@@ -229,11 +273,12 @@ def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, ki
             raise NotFound(f"clip {clip_id} is not part of job {job_id}")
         if item["state"] in ("done", "failed"):
             return item["state"]  # a late duplicate report: the first outcome stands
-        if retryable and item["attempts"] < max_attempts:
+        refund = 1 if retryable and refund_attempt and item["attempts"] > 0 else 0
+        if retryable and item["attempts"] - refund < max_attempts:
             db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
-                       "not_before = ?, last_error = ?, error_kind = ?, updated_at = ? "
+                       "not_before = ?, last_error = ?, error_kind = ?, attempts = attempts - ?, updated_at = ? "
                        "WHERE job_id = ? AND clip_id = ?",
-                       [t + backoff_seconds, error, kind, t, job_id, clip_id])
+                       [t + backoff_seconds, error, kind, refund, t, job_id, clip_id])
             return "pending"
         if retryable:
             error = f"{error} (gave up after {item['attempts']} attempts)"

@@ -71,14 +71,19 @@ def filmstrip_path(sha256: str, num_frames: int) -> str:
 
 # -- decoders ------------------------------------------------------------------------------------------------
 
-def decode_pyav(path: str | Path, indices: Sequence[int], *, threads: bool = True) -> list[np.ndarray]:
-    """RGB frames at `indices` (sorted, unique), decoding sequentially from the start."""
+def decode_pyav(path: str | Path, indices: Sequence[int], *, threads: bool = True,
+                size: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """RGB frames at `indices` (sorted, unique), decoding sequentially from the start. With `size` (the
+    probed width, height) every decoded frame up to the last sampled one (the last frame) must have it: a
+    stream that changes resolution mid-way is refused (R10: the probe sees only the first frame, and a small
+    clip that grows to 16k x 16k later took an ingest worker to gigabytes)."""
     import av
 
     wanted = sorted(set(indices))
     if not wanted:
         return []
     out: dict[int, np.ndarray] = {}
+    changed = None
     last = wanted[-1]
     want = set(wanted)
     try:
@@ -87,12 +92,20 @@ def decode_pyav(path: str | Path, indices: Sequence[int], *, threads: bool = Tru
             if threads:
                 stream.thread_type = "AUTO"
             for i, frame in enumerate(container.decode(stream)):
+                if size is not None and (frame.width, frame.height) != tuple(size):
+                    # break, then raise: raising with a frame-threaded decoder alive hangs the worker (the
+                    # same trap as in make_preview)
+                    changed = (i, frame.width, frame.height)
+                    break
                 if i in want:
                     out[i] = frame.to_ndarray(format="rgb24")
                 if i >= last:
                     break
     except av.error.FFmpegError as e:
         raise DecodeError(getattr(e, "strerror", None) or str(e)) from e
+    if changed is not None:
+        raise DecodeError(f"resolution changes mid-stream: frame {changed[0]} is {changed[1]}x{changed[2]}, "
+                          f"the stream starts at {size[0]}x{size[1]}")
     if len(out) < len(wanted):
         raise DecodeError(f"only {len(out)} of the {len(wanted)} sampled frames decoded "
                           f"(the stream ends early)")
@@ -177,7 +190,8 @@ def _to_host(frame) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.uint8)
 
 
-def decode(path: str | Path, indices: Sequence[int], decoder: str) -> tuple[list[np.ndarray], str]:
+def decode(path: str | Path, indices: Sequence[int], decoder: str,
+           size: tuple[int, int] | None = None) -> tuple[list[np.ndarray], str]:
     """Frames at `indices` with the resolved decoder; NVDEC failures fall back to PyAV (logged).
     Returns (frames, backend actually used)."""
     if decoder == "nvdec":
@@ -185,7 +199,7 @@ def decode(path: str | Path, indices: Sequence[int], decoder: str) -> tuple[list
             return decode_nvdec(path, indices), "nvdec"
         except DecodeError as e:
             log.warning("NVDEC failed on %s (%s); decoding with PyAV", path, e)
-    return decode_pyav(path, indices), "pyav"
+    return decode_pyav(path, indices, size=size), "pyav"
 
 
 # -- images ---------------------------------------------------------------------------------------------------
@@ -266,7 +280,7 @@ def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width:
 
 
 def make_media(path: str | Path, media_dir: str | Path, sha256: str, total_frames: int, num_frames: int,
-               decoder: str = "pyav") -> dict:
+               decoder: str = "pyav", size: tuple[int, int] | None = None) -> dict:
     """Write the thumbnail and filmstrip of one clip (skipped when both exist for this content hash).
 
     Returns {thumbnail, filmstrip, filmstrip_indices, decode_backend} with paths relative to media_dir.
@@ -280,7 +294,9 @@ def make_media(path: str | Path, media_dir: str | Path, sha256: str, total_frame
         return result
     if not indices:
         raise DecodeError("no frames to sample")
-    frames, backend = decode(path, indices, decoder)
+    frames, backend = decode(path, indices, decoder, size=size)
+    if size is not None and any(f.shape[1::-1] != tuple(size) for f in frames):
+        raise DecodeError("resolution changes mid-stream (a sampled frame differs from the stream's size)")
     _save_jpeg(filmstrip_image(frames), media_dir / strip_rel)
     _save_jpeg(_resize(frames[len(frames) // 2], THUMB_WIDTH), media_dir / thumb_rel)
     result["decode_backend"] = backend

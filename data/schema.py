@@ -244,3 +244,18 @@ def m007_clip_roots(db: sqlite_utils.Database) -> None:
         moved_from TEXT
     )""")
     db.execute("ALTER TABLE job_items ADD COLUMN raw_answer TEXT")
+
+
+@MIGRATIONS()
+def m009_hardening(db: sqlite_utils.Database) -> None:
+    """Server-side sessions (data.sessions): a cookie names a row here, so logout, a password or role change
+    and disabling a user end sessions at once, and idle and absolute lifetimes are enforced by the server.
+    Only a hash of the token is stored (a copy of the database opens no session)."""
+    db.execute("""
+    CREATE TABLE sessions (
+        token_hash TEXT PRIMARY KEY,
+        user TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_seen REAL NOT NULL
+    ) WITHOUT ROWID""")
+    db["sessions"].create_index(["user"])

@@ -69,6 +69,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("workers", 0, "ingest worker processes (default: number of cores)", int),
     Spec("auth", "on", "'on': users log in (the first admin is created from the command line); 'off': one local "
          "admin without login, allowed only when HOST is loopback"),
+    Spec("session_idle_minutes", 120.0, "a login session unused this long ends (server side)", float),
+    Spec("session_hours", 12.0, "a login session ends this long after login, used or not", float),
+    Spec("trusted_proxies", "", "comma-separated addresses of reverse proxies whose X-Forwarded-For/-Proto "
+         "headers are believed (default: none, the headers are ignored)"),
+    Spec("allowed_hosts", "", "extra Host names the app answers to, comma-separated (loopback names and HOST "
+         "are always allowed; others are refused against DNS rebinding)"),
+    Spec("job_quota", 20, "re-caption jobs an annotator may start per hour (leads and admins: no quota)", int),
 )
 
 _BY_NAME = {s.name: s for s in SPECS}
@@ -114,6 +121,11 @@ class Settings:
     lease_seconds: float = 600.0
     workers: int = 0
     auth: str = "on"
+    session_idle_minutes: float = 120.0
+    session_hours: float = 12.0
+    trusted_proxies: str = ""
+    allowed_hosts: str = ""
+    job_quota: int = 20
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod

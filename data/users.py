@@ -13,7 +13,7 @@ from typing import Any
 
 import sqlite_utils
 
-from data import events
+from data import events, sessions
 from data.db import DataError, NotFound, immediate, now
 
 ROLES = ("annotator", "lead", "admin")
@@ -84,13 +84,23 @@ def create(db: sqlite_utils.Database, name: str, *, role: str, password: str, ac
     return get(db, name)
 
 
+_DUMMY_HASH: list[str] = []
+
+
+def _dummy_hash() -> str:
+    # Computed once: hashing it on every unknown-user attempt made unknown users take two scrypt runs, known
+    # users one, and user names could be told apart by timing (S7).
+    if not _DUMMY_HASH:
+        _DUMMY_HASH.append(hash_password("not a user", salt=b"\0" * 16))
+    return _DUMMY_HASH[0]
+
+
 def verify(db: sqlite_utils.Database, name: str, password: str) -> dict | None:
-    """The user if `password` is theirs and they are not disabled, else None (same cost either way)."""
+    """The user if `password` is theirs and they are not disabled, else None: one scrypt run either way, so
+    unknown, disabled and known users take the same time."""
     row = next(db.query("SELECT * FROM users WHERE name = ?", [name or ""]), None)
-    if row is None:
-        check_password(password or "", hash_password("not a user", salt=b"\0" * 16))
-        return None
-    if not check_password(password or "", row["password_hash"]) or row["disabled"]:
+    ok = check_password(password or "", row["password_hash"] if row is not None else _dummy_hash())
+    if row is None or not ok or row["disabled"]:
         return None
     return _public(row)
 
@@ -101,12 +111,15 @@ def list_users(db: sqlite_utils.Database) -> list[dict]:
 
 def _update(db: sqlite_utils.Database, name: str, actor: str, action: str, sets: dict[str, Any],
             **detail: Any) -> dict:
+    """Change a user and end all their sessions in the same transaction (S6: a password, role or disabled
+    change must not leave an old cookie working)."""
     with immediate(db):
         if not next(db.query("SELECT 1 FROM users WHERE name = ?", [name]), None):
             raise NotFound(f"no user named {name!r}")
         cols = ", ".join(f"{k} = ?" for k in sets)
         db.execute(f"UPDATE users SET {cols} WHERE name = ?", [*sets.values(), name])
-        events.record(db, actor, action, user=name, **detail)
+        ended = sessions.revoke_user(db, name)
+        events.record(db, actor, action, user=name, sessions_ended=ended, **detail)
     return get(db, name)
 
 

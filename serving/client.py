@@ -40,7 +40,7 @@ from urllib.parse import quote, unquote
 
 import httpx
 
-from data import prompts, taxonomy
+from data import limits, prompts, taxonomy
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
@@ -55,6 +55,7 @@ DECODE_FAILURE_MARKERS = ("CreateFormatContext", "Invalid data found", "Could no
 # vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 POOLS_PER_REPLICA = 4
+MAX_ANSWER_BYTES = limits.MAX_ANSWER_BYTES
 URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -148,6 +149,11 @@ def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None
         rel = target.relative_to(Path(settings.clip_root).resolve())
         return media_base_url.rstrip("/") + "/" + quote(os.fsencode(rel.as_posix()), safe="/")
     return "file://" + quote(os.fsencode(str(target)), safe="/")
+
+
+def _count(value: Any) -> int | None:
+    """A token count from the answer, or None for anything that is not a sane integer."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10 ** 9 else None
 
 
 def _schema_name(prompt: dict) -> str:
@@ -314,8 +320,7 @@ class FleetClient:
         deadline = float(self.settings.request_timeout)
         try:
             async with asyncio.timeout(deadline):
-                resp = await self._client_for(replica_url).post(
-                    self._endpoint(replica_url, "/v1/chat/completions"), json=body)
+                resp = await self._read_bounded(replica_url, body)
         except TimeoutError:
             raise Unreachable(f"no complete answer from {replica_url} within {deadline:.0f} s",
                               replica=replica_url, kind="timeout") from None
@@ -335,6 +340,29 @@ class FleetClient:
             raise classify_status(resp.status_code, _error_message(resp), replica)
         return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
 
+    async def _read_bounded(self, replica_url: str, body: dict) -> httpx.Response:
+        """POST and read the answer, at most MAX_ANSWER_BYTES of it (decoded): an answer is a few KiB at
+        any max_tokens we send, and three 400 MB answers took the runner to 3.8 GB (R10). Larger is a
+        ReplicaError (retried elsewhere), read no further."""
+        url = self._endpoint(replica_url, "/v1/chat/completions")
+        async with self._client_for(replica_url).stream("POST", url, json=body) as resp:
+            declared = resp.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
+                raise ReplicaError(f"answer of {int(declared):,} bytes from {replica_url} refused (the limit is "
+                                   f"{MAX_ANSWER_BYTES:,})", status=resp.status_code, replica=replica_url,
+                                   kind="oversized")
+            chunks, size = [], 0
+            async for chunk in resp.aiter_bytes():
+                size += len(chunk)
+                if size > MAX_ANSWER_BYTES:
+                    raise ReplicaError(f"answer from {replica_url} longer than {MAX_ANSWER_BYTES:,} bytes: refused, "
+                                       "not read further", status=resp.status_code, replica=replica_url,
+                                       kind="oversized")
+                chunks.append(chunk)
+            headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() != "content-encoding"]
+            return httpx.Response(resp.status_code, headers=headers, content=b"".join(chunks),
+                                  request=resp.request)
+
     def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str,
                latency_ms: float) -> CaptionResult:
         try:
@@ -351,8 +379,8 @@ class FleetClient:
                             f"{req.max_tokens}); the answer is incomplete", status=200, replica=replica,
                             kind=kind, raw=content if isinstance(content, str) else None)
         text, labels = parse_answer(content, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA, replica=replica)
-        usage = data.get("usage") or {}
-        model = str(data.get("model") or self.settings.model_name)
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        model = limits.clip_text(str(data.get("model") or self.settings.model_name))
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
         params = {"max_completion_tokens": req.max_tokens, "temperature": req.temperature, "seed": req.seed,
                   "num_frames": req.frames, "camera": req.camera}
@@ -363,12 +391,12 @@ class FleetClient:
             "prompt_version": req.prompt.get("version"),
             "params": params,
             "frames": req.frames,
-            "replica": replica,
-            "decode_backend": resp.headers.get("x-decode-backend") or self.decode_backend,
+            "replica": limits.clip_text(replica),
+            "decode_backend": limits.clip_text(resp.headers.get("x-decode-backend") or self.decode_backend),
             "latency_ms": round(latency_ms, 1),
-            "prompt_tokens": usage.get("prompt_tokens"),
-            "completion_tokens": usage.get("completion_tokens"),
-            "finish_reason": finish,
+            "prompt_tokens": _count(usage.get("prompt_tokens")),
+            "completion_tokens": _count(usage.get("completion_tokens")),
+            "finish_reason": limits.clip_text(finish),
             "simulated": bool(simulated),
         }
         return CaptionResult(text=text, labels=labels, provenance=provenance)

@@ -34,6 +34,7 @@ import json
 import logging
 import random
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -56,6 +57,9 @@ WRITE_BATCH = 500         # results per write transaction at most
 COOL_MIN_S = 0.2          # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
 POOL_SLOTS = 8            # in-flight requests per HTTP connection pool (see Runner.run)
+DB_RETRY_MAX_S = 2.0      # longest pause between retries of a database call that found the database locked
+DB_RETRY_STOPPING_S = 30.0  # once stopping, give up on a locked database after this long
+FLEET_DOWN_BUDGET_S = 600.0  # while every replica fails, retries are free for this long (then they count)
 
 
 def parse_fleet(value: str | Iterable[str], settings: Settings | None = None) -> list[str]:
@@ -143,11 +147,23 @@ class _Outcome:
     replica: str | None = None
 
 
+def transient_db_error(e: BaseException) -> bool:
+    """A database error that waiting cures: another process held the write lock past our busy timeout."""
+    return isinstance(e, sqlite3.OperationalError) and any(
+        w in str(e).lower() for w in ("database is locked", "database is busy", "database table is locked"))
+
+
 class _DB:
-    """A single thread owning one SQLite connection; every database call of the runner goes through it."""
+    """A single thread owning one SQLite connection; every database call of the runner goes through it.
+
+    A call that finds the database locked past the busy timeout (a long foreign write, R12) is retried with
+    a growing pause, without limit while running: each call is one transaction, rolled back when it fails,
+    so a retry repeats nothing. The runner neither exits nor loses a result; it waits."""
 
     def __init__(self, path):
         self._path = path
+        self.stopping = False
+        self.retries = 0
         self._local = threading.local()
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-db",
                                                            initializer=self._open)
@@ -156,7 +172,19 @@ class _DB:
         self._local.db = dbmod.connect(self._path)
 
     def _call(self, fn, args, kwargs):
-        return fn(self._local.db, *args, **kwargs)
+        pause, waited, started = 0.05, 0.0, time.monotonic()
+        while True:
+            try:
+                return fn(self._local.db, *args, **kwargs)
+            except sqlite3.OperationalError as e:
+                waited = time.monotonic() - started
+                if not transient_db_error(e) or (self.stopping and waited > DB_RETRY_STOPPING_S):
+                    raise
+                self.retries += 1
+                log.warning("%s: %s (waited %.0f s so far); retrying", getattr(fn, "__name__", "db call"), e,
+                            waited)
+                time.sleep(pause)
+                pause = min(DB_RETRY_MAX_S, pause * 2)
 
     async def __call__(self, fn: Callable[..., Any], *args, **kwargs) -> Any:
         loop = asyncio.get_running_loop()
@@ -184,9 +212,10 @@ class Runner:
                  client: Any = None, job_ids: Iterable[int] | None = None, name: str = "runner",
                  drain_seconds: float = 30.0, backoff_base: float = 0.5, backoff_cap: float = 30.0,
                  progress_cb: Callable[[dict], None] | None = None, stop_event: threading.Event | None = None,
-                 exit_when_idle: bool = False):
+                 exit_when_idle: bool = False, fleet_down_budget: float = FLEET_DOWN_BUDGET_S):
         # clips are found under the root the library recorded at ingest, never under a default
         self.settings = settings = library.settings_for_path(settings)
+        self.fleet_down_budget = fleet_down_budget
         urls = parse_fleet(fleet_urls, settings)
         per = max(1, settings.per_replica_inflight)
         if len(urls) == 1:
@@ -214,6 +243,7 @@ class Runner:
         self._done_times: collections.deque = collections.deque()
         self.stats = collections.Counter()
         self.started_at = time.monotonic()
+        self._last_ok = self.started_at  # the last answer from any replica (fleet-down budget)
         self.state = "new"
         # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
         self._media_base = media_urls.media_base(settings)
@@ -278,6 +308,7 @@ class Runner:
         if out.error is None:
             rep.ok += 1
             rep.fails = 0
+            self._last_ok = t
         else:
             self._note_error(rep, out.error, t)
         self._results.append(out)
@@ -337,13 +368,24 @@ class Runner:
                             e = o.error
                             delay = (backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
                                      if e.retryable else 0.0)
+                            # the whole fleet down (every replica failing) for less than the budget: the
+                            # clip is not at fault, so the attempt is not counted (a 45 s outage used to
+                            # fail clips for good after max_attempts fast retries)
+                            refund = e.retryable and self.fleet_down()
                             msg = str(e) or type(e).__name__
                             if e.status and str(e.status) not in msg:
                                 msg = f"HTTP {e.status}: {msg}"
                             state = jobs.fail(db, o.job_id, o.clip_id, error=msg[:2000], kind=e.kind,
                                               retryable=e.retryable, max_attempts=self.settings.max_attempts,
-                                              backoff_seconds=delay, raw_answer=getattr(e, "raw", None))
+                                              backoff_seconds=delay, refund_attempt=refund,
+                                              raw_answer=getattr(e, "raw", None))
                             counts[state] += 1
+                            if refund:
+                                counts["refunded"] += 1
+                except sqlite3.OperationalError as exc:
+                    if transient_db_error(exc):
+                        raise  # the whole batch is retried by _DB (rolled back), never failed item by item
+                    raise
                 except Exception as exc:  # a result that cannot be stored (e.g. labels off the taxonomy)
                     log.exception("storing the result of clip %s failed", o.clip_id)
                     with db.atomic():
@@ -351,6 +393,11 @@ class Runner:
                                   kind="store", retryable=False, max_attempts=self.settings.max_attempts)
                     counts["failed"] += 1
         return counts
+
+    def fleet_down(self, t: float | None = None) -> bool:
+        """Every replica is failing, for less than `fleet_down_budget` seconds since the last answer."""
+        t = time.monotonic() if t is None else t
+        return all(r.fails > 0 for r in self.replicas) and t - self._last_ok < self.fleet_down_budget
 
     def _fail_unsendable(self, db, items: list[dict]) -> None:
         with dbmod.immediate(db):
@@ -426,6 +473,7 @@ class Runner:
 
     def stop(self) -> None:
         """Ask the loop to stop claiming and drain (safe from a signal handler in the loop's thread)."""
+        self._db.stopping = True
         self._stop.set()
         self._wake.set()
 
@@ -531,7 +579,7 @@ async def _main_async(runner: Runner) -> dict:
 def run_job(settings: Settings, job_id: int, fleet_urls: Iterable[str] | str, *,
             progress_cb: Callable[[dict], None] | None = None, stop_event: threading.Event | None = None,
             replicas: int | None = None, client: Any = None, drain_seconds: float = 30.0,
-            backoff_base: float = 0.5) -> dict:
+            backoff_base: float = 0.5, fleet_down_budget: float = FLEET_DOWN_BUDGET_S) -> dict:
     """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
 
     The same loop as the runner process, restricted to `job_id`. `progress_cb(progress)` is called about
@@ -539,7 +587,8 @@ def run_job(settings: Settings, job_id: int, fleet_urls: Iterable[str] | str, *,
     """
     runner = Runner(settings, fleet_urls, replicas=replicas, client=client, job_ids=[job_id],
                     name=f"job-{job_id}", drain_seconds=drain_seconds, backoff_base=backoff_base,
-                    progress_cb=progress_cb, stop_event=stop_event, exit_when_idle=True)
+                    progress_cb=progress_cb, stop_event=stop_event, exit_when_idle=True,
+                    fleet_down_budget=fleet_down_budget)
 
     async def go():
         if threading.current_thread() is threading.main_thread() and stop_event is None:

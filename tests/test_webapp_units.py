@@ -57,32 +57,32 @@ def test_users_cli_adds_and_lists(tmp_path):
     assert "python -m webapp.users add" in helptext
 
 
-def test_session_cookie_signature_and_expiry():
-    key = b"k" * 32
-    token = auth.sign(key, "alice", ttl=60, now=1000)
-    assert auth.unsign(key, token, now=1030) == "alice"
-    assert auth.unsign(key, token, now=1061) is None  # expired
-    assert auth.unsign(b"x" * 32, token, now=1030) is None  # other key
-    payload, mac = token.rsplit(".", 1)
-    forged = auth.sign(b"attacker", "admin", now=1000).rsplit(".", 1)[0] + "." + mac
-    assert auth.unsign(key, forged, now=1030) is None
-    assert auth.unsign(key, None) is None and auth.unsign(key, "garbage") is None
+def test_sessions_are_server_side_and_end(db):
+    from data import sessions
+
+    token = sessions.create(db, "alice")
+    assert sessions.lookup(db, token, idle=60, absolute=3600) == "alice"
+    assert sessions.lookup(db, token + "x", idle=60, absolute=3600) is None
+    assert sessions.lookup(db, None, idle=60, absolute=3600) is None
+    assert token not in str(list(db.query("SELECT * FROM sessions")))  # only its hash is stored
+    sessions.revoke(db, token)
+    assert sessions.lookup(db, token, idle=60, absolute=3600) is None
 
 
-def test_session_key_persists_with_private_mode(tmp_path):
-    k1 = auth.session_key(tmp_path)
-    assert auth.session_key(tmp_path) == k1
-    assert (tmp_path / "session.key").stat().st_mode & 0o077 == 0
-
-
-def test_limiter_blocks_after_five_failures_per_user_and_address():
-    lim = auth.LoginLimiter(limit=5, window=60)
+def test_limiter_counts_per_account_and_per_address():
+    lim = auth.LoginLimiter(per_account=5, window=60, per_address=8, address_window=600)
     for i in range(5):
-        assert not lim.blocked("bob", "1.2.3.4", now=i)
-        lim.failed("bob", "1.2.3.4", now=i)
-    assert lim.blocked("bob", "1.2.3.4", now=10)
-    assert not lim.blocked("bob", "5.6.7.8", now=10) and not lim.blocked("eve", "1.2.3.4", now=10)
-    assert not lim.blocked("bob", "1.2.3.4", now=65)
+        assert lim.attempt("bob", f"10.0.0.{i}", now=i)  # five addresses, one account
+    assert not lim.attempt("bob", "10.0.0.99", now=6)  # the account is limited from anywhere
+    assert lim.attempt("bob", "10.0.0.99", now=66)  # ...for the window only
+    for i in range(7):  # spraying one password over many accounts from one address
+        assert lim.attempt(f"user{i}", "1.2.3.4", now=100 + i) is True or i >= 8
+    assert lim.attempt("user7", "1.2.3.4", now=110)
+    assert not lim.attempt("user8", "1.2.3.4", now=111)
+    lim2 = auth.LoginLimiter(per_account=2, window=60)
+    assert lim2.attempt("eve", "a", now=0)
+    lim2.succeeded("eve", "a")  # a right password gives its slot back
+    assert lim2.attempt("eve", "a", now=1) and lim2.attempt("eve", "a", now=2) and not lim2.attempt("eve", "a", now=3)
 
 
 def test_next_url_stays_on_site():

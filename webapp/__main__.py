@@ -42,7 +42,12 @@ def main(argv: list[str] | None = None) -> int:
               "`python -m webapp.users add NAME --role admin`", file=sys.stderr)
     db.close()
     app = build_app(settings)
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+    # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
+    # local proxy passing the header through) pick the address the login limiter counts (S7): only from
+    # --trusted-proxies.
+    trusted = settings.trusted_proxies.strip()
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                proxy_headers=bool(trusted), forwarded_allow_ips=trusted or "")
     return 0
 
 

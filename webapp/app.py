@@ -20,6 +20,7 @@ from webapp.auth import Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext
 from webapp.fleet_tab import FleetTab
+from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
 
@@ -160,6 +161,14 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     demo = bench.build()
     app.state.workbench = bench
     app.state.demo = demo
-    return gr.mount_gradio_app(app, demo, path="/", auth_dependency=auth.user_name, ssr_mode=False,
-                               footer_links=["api"], run_history=False, head=head_html(),
-                               css_paths=[HERE / "static" / "app.css"], show_error=True)
+    app = gr.mount_gradio_app(app, demo, path="/", auth_dependency=auth.user_name, ssr_mode=False,
+                              footer_links=["api"], run_history=False, head=head_html(),
+                              css_paths=[HERE / "static" / "app.css"], show_error=True)
+
+    def is_lead(name: str | None) -> bool:
+        user = ctx.user_by_name(name) if name else None
+        return user is not None and user.can("lead")
+
+    # outermost: Host allow-list, Origin checks, no CORS, security headers, queue sessions bound to users (S8)
+    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead)
+    return app

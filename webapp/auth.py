@@ -1,22 +1,25 @@
-"""Login: a password form, a signed session cookie, and a rate limit on attempts.
+"""Login: a password form, a server-side session, and a rate limit on attempts that cannot be bypassed.
 
 Why our own login and not Gradio's `auth=`: Gradio's login has no rate limiting and keeps its tokens in
-process memory (a restart logs everyone out). Ours is a FastAPI route that checks `data.users`, then sets an
-HMAC-signed cookie (`cw_session`: user name + expiry) with a key kept in DATA_DIR/session.key. Gradio reads
-the user through `auth_dependency`, so `gr.Request.username` is set in every handler and roles are checked
-there (AppContext.require), per event, server-side.
+process memory (a restart logs everyone out). Ours is a FastAPI route that checks `data.users`, then sets a
+cookie (`cw_session`) naming a server-side session (data.sessions): logout, a password/role change and
+disabling a user end it at once, and idle and absolute lifetimes are enforced (S6). Gradio reads the user
+through `auth_dependency`, so `gr.Request.username` is set in every handler and roles are checked there
+(AppContext.require), per event, server-side.
+
+The limiter (S7): failures are counted per account (any address) and per address (any account), so a
+password sprayed over many users is limited too; an attempt takes its slot *before* the password is checked,
+under one lock, so parallel attempts cannot race past the limit; the client address is the socket's
+(uvicorn believes X-Forwarded-For only from --trusted-proxies). Password hashing runs on its own small thread
+pool with a bounded queue: a flood of logins waits there (or gets 429) instead of taking the threads that
+serve pages. Unknown and known users cost one scrypt run each (data.users.verify).
 """
 
 from __future__ import annotations
 
-import base64
 import collections
-import hashlib
-import hmac
+import concurrent.futures
 import html
-import json
-import os
-import secrets
 import threading
 import time
 from pathlib import Path
@@ -25,76 +28,87 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from data import users
+from data import sessions, users
 from webapp.context import LOCAL_ADMIN, AppContext
 
 COOKIE = "cw_session"
-SESSION_SECONDS = 12 * 3600
 STATIC = Path(__file__).parent / "static"
-
-
-def session_key(data_dir: Path) -> bytes:
-    """The cookie-signing key: created once (mode 0600) so that sessions survive a restart."""
-    path = Path(data_dir) / "session.key"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return bytes.fromhex(path.read_text().strip())
-    key = secrets.token_bytes(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(key.hex())
-    return key
-
-
-def sign(key: bytes, name: str, *, ttl: float = SESSION_SECONDS, now: float | None = None) -> str:
-    payload = base64.urlsafe_b64encode(json.dumps({"u": name, "exp": (now or time.time()) + ttl}).encode())
-    mac = hmac.new(key, payload, hashlib.sha256).hexdigest()
-    return payload.decode() + "." + mac
-
-
-def unsign(key: bytes, token: str | None, *, now: float | None = None) -> str | None:
-    """The user name in a valid, unexpired token; None for anything else."""
-    if not token or "." not in token:
-        return None
-    payload, mac = token.rsplit(".", 1)
-    if not hmac.compare_digest(hmac.new(key, payload.encode(), hashlib.sha256).hexdigest(), mac):
-        return None
-    try:
-        data = json.loads(base64.urlsafe_b64decode(payload.encode()))
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(data, dict) or data.get("exp", 0) < (now or time.time()) or not isinstance(data.get("u"), str):
-        return None
-    return data["u"]
+HASH_THREADS = 1  # scrypt at ~50 ms: 20 checks/s, and at most one core of the machine on logins
+HASH_QUEUE = 32  # checks waiting beyond this are answered 429 at once
 
 
 class LoginLimiter:
-    """At most `limit` failed attempts per (user, client address) in `window` seconds, in memory. While the
-    limit is reached every attempt is refused, the right password too."""
+    """At most `per_account` failed attempts per user name in `window` seconds (from any address) and
+    `per_address` per client address in `address_window` seconds (over any user names). While a limit is
+    reached every attempt is refused, the right password too. In memory, bounded."""
 
-    def __init__(self, limit: int = 5, window: float = 60.0):
-        self.limit, self.window = limit, window
-        self._fails: dict[tuple[str, str], collections.deque] = {}
+    def __init__(self, per_account: int = 5, window: float = 60.0, per_address: int = 20,
+                 address_window: float = 600.0):
+        self.per_account, self.window = per_account, window
+        self.per_address, self.address_window = per_address, address_window
+        self._accounts: dict[str, collections.deque] = {}
+        self._addresses: dict[str, collections.deque] = {}
         self._lock = threading.Lock()
 
-    def _recent(self, key: tuple[str, str], t: float) -> collections.deque:
-        q = self._fails.setdefault(key, collections.deque())
-        while q and q[0] <= t - self.window:
+    @staticmethod
+    def _recent(table: dict, key: str, t: float, window: float) -> collections.deque:
+        q = table.setdefault(key, collections.deque())
+        while q and q[0] <= t - window:
             q.popleft()
         return q
+
+    def _prune(self, t: float) -> None:
+        for table, window in ((self._accounts, self.window), (self._addresses, self.address_window)):
+            if len(table) > 100_000:  # bound memory under a spray of names
+                for k in [k for k, v in table.items() if not v or v[-1] <= t - window]:
+                    del table[k]
+
+    def attempt(self, user: str, ip: str, *, now: float | None = None) -> bool:
+        """Take a slot for one attempt, counted as a failure unless `succeeded` is called. False (and
+        nothing taken) when a limit is reached. Check and count are one step under the lock."""
+        t = now if now is not None else time.monotonic()
+        with self._lock:
+            acc = self._recent(self._accounts, user.lower(), t, self.window)
+            addr = self._recent(self._addresses, ip, t, self.address_window)
+            if len(acc) >= self.per_account or len(addr) >= self.per_address:
+                return False
+            acc.append(t)
+            addr.append(t)
+            self._prune(t)
+            return True
+
+    def succeeded(self, user: str, ip: str) -> None:
+        """The attempt was right: give its slot back (a user who logs in often is never locked out)."""
+        with self._lock:
+            for table, key in ((self._accounts, user.lower()), (self._addresses, ip)):
+                q = table.get(key)
+                if q:
+                    q.pop()
 
     def blocked(self, user: str, ip: str, *, now: float | None = None) -> bool:
         t = now if now is not None else time.monotonic()
         with self._lock:
-            return len(self._recent((user, ip), t)) >= self.limit
+            return (len(self._recent(self._accounts, user.lower(), t, self.window)) >= self.per_account
+                    or len(self._recent(self._addresses, ip, t, self.address_window)) >= self.per_address)
 
-    def failed(self, user: str, ip: str, *, now: float | None = None) -> None:
-        t = now if now is not None else time.monotonic()
-        with self._lock:
-            self._recent((user, ip), t).append(t)
-            if len(self._fails) > 100_000:  # bound memory under a spray of names
-                self._fails = {k: v for k, v in self._fails.items() if v and v[-1] > t - self.window}
+
+class HashPool:
+    """Password checks on their own threads, with a bounded queue (see the module docstring)."""
+
+    def __init__(self, threads: int = HASH_THREADS, queue: int = HASH_QUEUE):
+        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="cw-login-hash")
+        self._slots = threading.BoundedSemaphore(threads + queue)
+
+    async def run(self, fn):
+        """fn() on the pool; None if the queue is full (the caller answers 429)."""
+        import asyncio
+
+        if not self._slots.acquire(blocking=False):
+            return None, False
+        try:
+            return await asyncio.wrap_future(self._pool.submit(fn)), True
+        finally:
+            self._slots.release()
 
 
 def _safe_next(target: str | None) -> str:
@@ -116,14 +130,16 @@ class Auth:
     def __init__(self, ctx: AppContext, *, limiter: LoginLimiter | None = None):
         self.ctx = ctx
         self.required = ctx.settings.auth_required
-        self.key = session_key(ctx.settings.data_dir)
         self.limiter = limiter or LoginLimiter()
+        self.hashes = HashPool()
+        self.idle = ctx.settings.session_idle_minutes * 60
+        self.absolute = ctx.settings.session_hours * 3600
 
     def user_name(self, request: Request) -> str | None:
         """Gradio's `auth_dependency`: the logged-in user's name, or None (Gradio then answers 401)."""
         if not self.required:
             return LOCAL_ADMIN
-        name = unsign(self.key, request.cookies.get(COOKIE))
+        name = sessions.lookup(self.ctx.db(), request.cookies.get(COOKIE), idle=self.idle, absolute=self.absolute)
         if name is None:
             return None
         return name if self.ctx.user_by_name(name) is not None else None
@@ -138,27 +154,42 @@ class Auth:
         @app.post("/login", include_in_schema=False)
         async def login_submit(request: Request) -> Response:
             form = await request.form()
-            name = str(form.get("username") or "").strip()
-            password = str(form.get("password") or "")
+            name = str(form.get("username") or "").strip()[:200]
+            password = str(form.get("password") or "")[:1024]  # scrypt cost grows with the input: bounded
             next_url = _safe_next(str(form.get("next") or "/"))
             if not self.required:
                 return RedirectResponse(next_url, status_code=303)
             ip = request.client.host if request.client else "?"
-            if self.limiter.blocked(name, ip):
+            if not self.limiter.attempt(name, ip):
                 return login_page("Too many attempts: wait a minute and try again.", next_url, status=429)
-            import anyio
+            db_path = self.ctx.settings.db
 
-            user = await anyio.to_thread.run_sync(lambda: users.verify(self.ctx.db(), name, password))
+            def check():
+                from data import db as dbmod
+
+                db = dbmod.connect(db_path, migrate=False)  # the hash thread's own connection
+                try:
+                    return users.verify(db, name, password)
+                finally:
+                    db.close()
+
+            user, ran = await self.hashes.run(check)
+            if not ran:
+                return login_page("The server is busy with logins: try again in a few seconds.", next_url,
+                                  status=429)
             if user is None:
-                self.limiter.failed(name, ip)
                 return login_page("Wrong user name or password.", next_url, status=401)
+            self.limiter.succeeded(name, ip)
+            token = sessions.create(self.ctx.db(), user["name"])
+            sessions.prune(self.ctx.db(), idle=self.idle, absolute=self.absolute)  # expired rows of others
             resp = RedirectResponse(next_url, status_code=303)
-            resp.set_cookie(COOKIE, sign(self.key, user["name"]), max_age=SESSION_SECONDS, httponly=True,
-                            samesite="lax", path="/")
+            resp.set_cookie(COOKIE, token, max_age=int(self.absolute), httponly=True, samesite="lax", path="/",
+                            secure=request.url.scheme == "https")
             return resp
 
         @app.get("/logout", include_in_schema=False)
-        def logout() -> Response:
+        def logout(request: Request) -> Response:
+            sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")
             return resp

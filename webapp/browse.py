@@ -15,7 +15,8 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import clips, taxonomy
+from data import clips, limits, taxonomy
+from data.db import DataError
 from webapp import render
 from webapp.context import AppContext
 
@@ -44,13 +45,18 @@ def filter_dict(f: clips.Filter) -> dict:
 
 
 def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text) -> dict:
+    """The filter the inputs describe; a DataError (shown to the user) for an id out of range or a NUL."""
+    try:
+        job_id = int(job) if job not in (None, "") and float(job) > 0 else None
+    except (TypeError, ValueError, OverflowError):
+        raise DataError("The job id must be a whole number.") from None
     f = clips.Filter(review_status=status if status != ANY else None,
                      scenario=scenario if scenario != ANY else None,
                      hazard_level=hazard if hazard != ANY else None,
                      weather=weather if weather != ANY else None,
                      lighting=lighting if lighting != ANY else None,
                      has_caption=_tri(has_caption), failed=_tri(failed),
-                     job_id=int(job) if job not in (None, "") and float(job) > 0 else None,
+                     job_id=job_id,
                      text=(text or "").strip() or None)
     return filter_dict(f)
 
@@ -114,7 +120,11 @@ class BrowseTab:
     def _page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
         user = self.ctx.user(request)
         db = self.ctx.db()
-        f = clips.Filter.from_dict(fdict)
+        try:
+            f = clips.Filter.from_dict(fdict if isinstance(fdict, dict) else {})
+            anchors = [None if a is None else limits.sql_int(a, "page anchor") for a in anchors or [None]]
+        except DataError as e:
+            raise gr.Error(str(e), title="Cannot show that page") from None
         rows = clips.page(db, f, after_id=anchors[-1], descending=(sort == "newest"))
         more = len(rows) == clips.PAGE_SIZE and bool(clips.page(db, f, after_id=rows[-1]["id"], limit=1,
                                                                 descending=(sort == "newest")))
@@ -139,7 +149,11 @@ class BrowseTab:
 
         def apply(status, scenario, hazard, weather, lighting, has_caption, failed, job, text, sort,
                   request: gr.Request):
-            fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text)
+            try:
+                fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job,
+                                           text)
+            except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
+                raise gr.Error(str(e), title="Cannot search for that") from None
             return {**self._page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
 
         def next_page(fdict, anchors, ids, sort, request: gr.Request):

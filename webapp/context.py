@@ -30,6 +30,7 @@ class User:
 class AppContext:
     def __init__(self, settings: Settings, *, fleet_urls: list[str] | None = None):
         self.settings = settings
+        dbmod.secure_dir(settings.data_dir)  # S9: the data dir is owner-only
         self.fleet_urls = list(fleet_urls or [])
         self._local = threading.local()
         self._lock = threading.Lock()

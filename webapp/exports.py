@@ -18,6 +18,7 @@ from starlette.background import BackgroundTask
 
 from data import clips
 from data import db as dbmod
+from data.db import DataError
 from data import export as exporter
 from webapp.context import AppContext
 
@@ -41,15 +42,23 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             raise HTTPException(403, "export needs the lead role")
         if fmt not in FORMATS:
             raise HTTPException(400, f"fmt must be one of {', '.join(FORMATS)}")
+        if len(filter) > 4096:
+            raise HTTPException(400, "filter is too long (4,096 characters at most)")
         try:
             fdict = json.loads(filter)
             if not isinstance(fdict, dict):
                 raise ValueError
             f = clips.Filter.from_dict(fdict)
-        except (ValueError, TypeError):
+        except DataError as e:
+            raise HTTPException(400, f"bad filter: {e}") from None
+        except (ValueError, TypeError, RecursionError):
             raise HTTPException(400, "filter must be a JSON object of clip filter fields") from None
         fd, path = tempfile.mkstemp(prefix="cw-export-", suffix="." + fmt)
         os.close(fd)
-        await anyio.to_thread.run_sync(write_export, ctx.settings.db, f, fmt, path)
+        try:
+            await anyio.to_thread.run_sync(write_export, ctx.settings.db, f, fmt, path)
+        except BaseException:  # the download will not happen: never leave the temp file behind
+            os.unlink(path)
+            raise
         return FileResponse(path, media_type=FORMATS[fmt], filename=f"clips.{fmt}",
                             background=BackgroundTask(os.unlink, path))

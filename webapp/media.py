@@ -14,6 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 
+from data import limits
 from data import clips
 from data.db import NotFound
 from webapp.context import AppContext
@@ -67,6 +68,8 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             raise HTTPException(401, "not logged in")
 
     def lookup(clip_id: int, column: str) -> str | None:
+        if not 0 <= clip_id <= limits.MAX_SQL_INT:  # a huge id is "no such clip", not an OverflowError
+            return None
         row = next(ctx.db().query(f"SELECT {column} FROM clips WHERE id = ?", [clip_id]), None) \
             if column in ("thumbnail", "filmstrip", "preview") else None
         return row[column] if row else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
+import time
 import html
 import json
 from typing import Any, Iterable
@@ -121,17 +122,117 @@ def provenance(cap: dict | None) -> str:
     return f'{sim}<table class="cw-prov">{body}</table>'
 
 
+# The word diff's hard bound (R11). difflib's SequenceMatcher is quadratic in the worst case (two long captions
+# cost tens of seconds of CPU on every view). So, as in git's patience diff: cut the common head and tail
+# (linear), anchor on words that occur once in each side (longest increasing subsequence, n log n), and give
+# difflib only the gaps between anchors, within a total budget of word pairs. What is left over the budget is
+# shown as "replaced" with a note. 250,000 pairs of difflib's worst input (a two-word vocabulary) take ~60 ms.
+DIFF_MAX_PAIRS = 250_000
+DIFF_MAX_DEPTH = 3
+HISTORY_DIFF_BUDGET_S = 0.15  # word diffs of one history view; older versions past it are shown without a diff
+HISTORY_CUT = "(older version: diff not computed, the history is long; the text is shown as saved)"
+DIFF_TOO_LONG = "(too long to diff word by word: part of the change is shown as replaced)"
+
+
+def _unique_anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
+    """(i, j) of words unique in a and in b, in an order increasing on both sides (LIS over j)."""
+    import bisect
+    from collections import Counter
+
+    ca, cb = Counter(a), Counter(b)
+    once_b = {w for w, n in cb.items() if n == 1}
+    once = {w for w, n in ca.items() if n == 1 and w in once_b}
+    where_b = {w: j for j, w in enumerate(b) if w in once}
+    pairs = [(i, where_b[w]) for i, w in enumerate(a) if w in once]
+    tails: list[int] = []  # patience sorting: tails[k] = smallest j ending an increasing run of length k+1
+    tail_idx: list[int] = []
+    prev: list[int] = [-1] * len(pairs)
+    for k, (_, j) in enumerate(pairs):
+        pos = bisect.bisect_left(tails, j)
+        if pos == len(tails):
+            tails.append(j)
+            tail_idx.append(k)
+        else:
+            tails[pos], tail_idx[pos] = j, k
+        prev[k] = tail_idx[pos - 1] if pos else -1
+    out, k = [], tail_idx[-1] if tail_idx else -1
+    while k >= 0:
+        out.append(pairs[k])
+        k = prev[k]
+    return out[::-1]
+
+
+def _diff_ops(a: list[str], b: list[str]) -> tuple[list[tuple[str, int, int, int, int]], bool]:
+    """difflib-style opcodes over word lists, in bounded time; (ops, whether the bound cut the diff short)."""
+    budget = [DIFF_MAX_PAIRS]
+    cut = [False]
+    ops: list[tuple[str, int, int, int, int]] = []
+
+    def equal(i, j, n):  # one op per run of equal words, not one per word
+        if ops and ops[-1][0] == "equal" and ops[-1][2] == i and ops[-1][4] == j:
+            ops[-1] = ("equal", ops[-1][1], i + n, ops[-1][3], j + n)
+        else:
+            ops.append(("equal", i, i + n, j, j + n))
+
+    def coarse(alo, ahi, blo, bhi):
+        if alo < ahi or blo < bhi:
+            ops.append(("replace" if alo < ahi and blo < bhi else "delete" if alo < ahi else "insert",
+                        alo, ahi, blo, bhi))
+
+    def rec(alo, ahi, blo, bhi, depth):
+        head = 0
+        while alo + head < ahi and blo + head < bhi and a[alo + head] == b[blo + head]:
+            head += 1
+        if head:
+            equal(alo, blo, head)
+            alo, blo = alo + head, blo + head
+        tail = 0
+        while alo < ahi - tail and blo < bhi - tail and a[ahi - 1 - tail] == b[bhi - 1 - tail]:
+            tail += 1
+        mid_a, mid_b = ahi - tail, bhi - tail
+        pairs = (mid_a - alo) * (mid_b - blo)
+        if pairs == 0:
+            coarse(alo, mid_a, blo, mid_b)
+        elif pairs <= min(budget[0], DIFF_MAX_PAIRS // 4) or (pairs <= budget[0] and depth >= DIFF_MAX_DEPTH):
+            budget[0] -= pairs
+            sm = difflib.SequenceMatcher(a=a[alo:mid_a], b=b[blo:mid_b], autojunk=False)
+            for op, i1, i2, j1, j2 in sm.get_opcodes():
+                if op == "equal":
+                    equal(i1 + alo, j1 + blo, i2 - i1)
+                else:
+                    ops.append((op, i1 + alo, i2 + alo, j1 + blo, j2 + blo))
+        elif depth < DIFF_MAX_DEPTH and (anchors := _unique_anchors(a[alo:mid_a], b[blo:mid_b])):
+            pa, pb = alo, blo
+            for i, j in anchors:
+                if alo + i != pa or blo + j != pb:  # most gaps between anchors are empty: no call for those
+                    rec(pa, alo + i, pb, blo + j, depth + 1)
+                equal(alo + i, blo + j, 1)
+                pa, pb = alo + i + 1, blo + j + 1
+            rec(pa, mid_a, pb, mid_b, depth + 1)
+        else:
+            cut[0] = True
+            coarse(alo, mid_a, blo, mid_b)
+        if tail:
+            equal(mid_a, mid_b, tail)
+
+    rec(0, len(a), 0, len(b), 0)
+    return ops, cut[0]
+
+
 def word_diff(old: str, new: str) -> str:
-    """Word-level diff, every piece escaped."""
+    """Word-level diff, every piece escaped; linear up to a hard bound (DIFF_MAX_PAIRS), then coarse."""
     a, b = (old or "").split(), (new or "").split()
     out = []
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(a=a, b=b, autojunk=False).get_opcodes():
+    ops, cut = _diff_ops(a, b)
+    for op, i1, i2, j1, j2 in ops:
         if op == "equal":
             out.append(esc(" ".join(a[i1:i2])))
         if op in ("delete", "replace"):
             out.append(f"<del>{esc(' '.join(a[i1:i2]))}</del>")
         if op in ("insert", "replace"):
             out.append(f"<ins>{esc(' '.join(b[j1:j2]))}</ins>")
+    if cut:
+        out.append(f'<span class="cw-muted cw-diff-cut">{esc(DIFF_TOO_LONG)}</span>')
     return " ".join(out)
 
 
@@ -154,6 +255,7 @@ def history(versions: list[dict]) -> str:
         return '<p class="cw-muted">No versions yet.</p>'
     by_id = {v["id"]: v for v in versions}
     items = []
+    started = time.perf_counter()
     for i, v in enumerate(versions):
         base = by_id.get(v.get("parent_id")) or (versions[i + 1] if i + 1 < len(versions) else None)
         marks = []
@@ -168,7 +270,11 @@ def history(versions: list[dict]) -> str:
                 + (f" · job {int(v['job_id'])}" if v.get("job_id") else "")
                 + (f" · {esc(v.get('prompt_name'))} v{esc(v.get('prompt_version'))}" if v.get("prompt_name") else "")
                 + " " + "".join(marks))
-        if base:
+        if base and time.perf_counter() - started > HISTORY_DIFF_BUDGET_S:
+            # R11: diffs of many long versions add up; past the budget older versions show their text only
+            text = (esc(v["text"]) + f' <span class="cw-muted cw-diff-cut">{esc(HISTORY_CUT)}</span>')
+            labels = label_diff(base["labels"], v["labels"])
+        elif base:
             text = word_diff(base["text"], v["text"])
             labels = label_diff(base["labels"], v["labels"])
         else:

@@ -76,7 +76,7 @@ class ReviewTab:
         db = self.ctx.db()
         try:
             clip = clips.get(db, int(clip_id))
-        except (NotFound, ValueError, TypeError):
+        except (NotFound, ValueError, TypeError, OverflowError):
             raise gr.Error(f"There is no clip {clip_id!s:.40}.") from None
         cap = clip["caption"]
         versions = captions.history(db, clip["id"])
@@ -176,11 +176,10 @@ class ReviewTab:
         db = self.ctx.db()
         try:
             prompt = prompts.latest(db)
-            job_id = jobs.create(db, name=f"re-caption clip {int(clip_id)}", created_by=user.name,
-                                 clip_ids=[int(clip_id)], prompt_id=prompt["id"],
-                                 params={"frames": self.ctx.settings.frames,
-                                         "max_tokens": self.ctx.settings.max_tokens},
-                                 selection={"clip_ids": [int(clip_id)], "reason": "re-caption"})
+            job_id = jobs.create_recaption(db, clip_id, user=user.name, role=user.role,
+                                           quota=self.ctx.settings.job_quota, prompt_id=prompt["id"],
+                                           params={"frames": self.ctx.settings.frames,
+                                                   "max_tokens": self.ctx.settings.max_tokens})
         except DataError as e:
             return render.message(str(e), "error")
         return render.message(f"Re-caption requested: job {job_id}. The result arrives as a new version "

@@ -1,0 +1,103 @@
+"""Bounds on every input a user, a file or the fleet can hand us (RELIABILITY.md R10, R11).
+
+One place for the numbers, so that docs/RELIABILITY.md, the tests and the error messages agree. Each check
+raises `TooLarge` (a `DataError`: the web app shows its message) saying what the limit is and what to do.
+
+Why these numbers: a caption is 100-200 tokens (~1,500 characters from the model); a human may paste notes,
+so 100,000 characters (~15,000 words) leaves room while keeping one save far below the busy timeout (a
+multi-megabyte save held the write lock past it) and keeping the word diff of two captions at the limit fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+from typing import Any
+
+from data.db import DataError
+
+MAX_CAPTION_CHARS = 100_000
+MAX_LABELS_BYTES = 8_192  # the taxonomy's longest valid label set is well under 1 KiB
+MAX_JOB_NAME_CHARS = 200
+MAX_NOTE_CHARS = 2_000
+MAX_SEARCH_CHARS = 500  # full-text search box and filter strings
+MAX_SQL_INT = 2 ** 63 - 1  # SQLite INTEGER; a larger id is "no such row", not an OverflowError (500)
+MAX_SIDECAR_BYTES = 1 << 20
+MAX_SIDECAR_DEPTH = 32
+MAX_ANSWER_BYTES = 1 << 20  # one chat completion from the fleet (a 4,096-token answer is ~20 KiB)
+MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason from a fleet answer
+
+
+class TooLarge(DataError):
+    """An input over its bound: refused with a message naming the limit."""
+
+
+def check_text(value: str, limit: int, what: str) -> str:
+    if value is not None and len(value) > limit:
+        raise TooLarge(f"{what} is {len(value):,} characters; the limit is {limit:,}. Shorten it and try again.")
+    if value is not None and "\x00" in value:
+        raise DataError(f"{what} contains a NUL character; remove it and try again.")
+    return value
+
+
+def check_labels(labels: Any) -> Any:
+    size = len(json.dumps(labels, default=str))
+    if size > MAX_LABELS_BYTES:
+        raise TooLarge(f"The labels take {size:,} bytes; the limit is {MAX_LABELS_BYTES:,}.")
+    return labels
+
+
+def sql_int(value: Any, what: str = "id") -> int:
+    """An integer that fits SQLite, or DataError (a huge id from a URL must not become a 500)."""
+    try:
+        n = int(value)
+    except (TypeError, ValueError):
+        raise DataError(f"{what} must be a whole number, not {str(value)[:40]!r}.") from None
+    if isinstance(value, float) and not value.is_integer():
+        raise DataError(f"{what} must be a whole number.")
+    if not -MAX_SQL_INT <= n <= MAX_SQL_INT:
+        raise DataError(f"{what} {str(n)[:24]}... is out of range.")
+    return n
+
+
+# Escapes first (each `\x` pair, left to right), then plain `"..."` strings: both passes are linear. (One
+# pattern for strings with escapes inside is quadratic on an unterminated string of many `\"`.)
+_JSON_ESCAPE = re.compile(r"\\.", re.S)
+_JSON_STRING = re.compile(r'"[^"]*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def json_depth_ok(text: str | bytes, limit: int = MAX_SIDECAR_DEPTH) -> bool:
+    """Whether JSON text nests at most `limit` deep, found in linear time without parsing (the stdlib
+    parser recurses: 100,000 '[' raise RecursionError, and a depth just under the interpreter's limit can
+    still crash a thread with a small stack). Strings are cut out first (brackets inside them do not
+    count), then the running depth over the brackets left is computed by C-level iterators."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", _JSON_ESCAPE.sub("", text)))
+    if not brackets:
+        return True
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets))) <= limit
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON (strict parsers reject it)")
+
+
+def strict_json_loads(text: str | bytes) -> Any:
+    """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
+def finite(value: Any) -> bool:
+    return not (isinstance(value, float) and (math.isnan(value) or math.isinf(value)))
+
+
+def clip_text(value: Any, limit: int = MAX_PROVENANCE_CHARS) -> Any:
+    """A provenance string from the fleet, cut to `limit` characters (a 5 MB model name is garbage)."""
+    if isinstance(value, str) and len(value) > limit:
+        return value[: limit - 1] + "…"
+    return value

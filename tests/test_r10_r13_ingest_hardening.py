@@ -1,0 +1,102 @@
+"""Ingest hardening (issue 11): dimensions over the whole stream, memory-capped workers, footage that changes
+under its caption (R13), and two ingests of one root at once."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+import subprocess
+import sys
+import threading
+
+import av
+import numpy as np
+
+from clip_fixtures import hostile_root, tiny_library  # noqa: F401
+from data import captions, export, ingest
+from data import db as dbmod
+from data.clips import Filter
+from webapp_fixtures import LABELS
+
+
+def _ts(path, w, h, n=10, shade=0):
+    with av.open(str(path), "w", format="mpegts") as out:
+        st = out.add_stream("libx264", rate=10)
+        st.width, st.height, st.pix_fmt = w, h, "yuv420p"
+        for i in range(n):
+            frame = av.VideoFrame.from_ndarray(np.full((h, w, 3), (i * 10 + shade) % 256, np.uint8), format="rgb24")
+            for p in st.encode(frame):
+                out.mux(p)
+        for p in st.encode():
+            out.mux(p)
+
+
+def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_path):
+    root = settings.clip_root
+    root.mkdir(parents=True)
+    _ts(tmp_path / "a.ts", 160, 96)
+    _ts(tmp_path / "b.ts", 1920, 1088)
+    (root / "grows.ts").write_bytes((tmp_path / "a.ts").read_bytes() + (tmp_path / "b.ts").read_bytes())
+    shutil.copy(tmp_path / "a.ts", root / "fine.ts")
+    summary = ingest.ingest(settings, db=db, workers=1, decoder="pyav")
+    rows = {r["path"]: r for r in db.query("SELECT path, probe_error, width FROM clips")}
+    assert rows["fine.ts"]["probe_error"] is None
+    assert "resolution changes mid-stream" in rows["grows.ts"]["probe_error"], rows["grows.ts"]
+    assert summary["failed"] == 1
+
+
+def test_the_worker_memory_cap_holds():
+    code = ("from data.ingest import _cap_memory; _cap_memory(300)\n"
+            "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "refused", out.stderr[-500:]
+
+
+def test_hostile_corpus_stays_under_the_worker_cap(settings, db, hostile_root):  # noqa: F811
+    summary = ingest.ingest(settings, db=db, workers=2, decoder="pyav", memory_mib=ingest.WORKER_MEMORY_MIB)
+    print(f"R10: ingest worker peak RSS over the hostile corpus ({summary['seen']} files): "
+          f"{summary['worker_peak_rss_mib']:.0f} MiB (cap {ingest.WORKER_MEMORY_MIB} MiB address space)")
+    assert 0 < summary["worker_peak_rss_mib"] <= ingest.WORKER_MEMORY_MIB
+
+
+def test_other_footage_under_the_same_name_makes_the_caption_stale(settings, db, tmp_path):
+    root = settings.clip_root
+    root.mkdir(parents=True)
+    _ts(root / "c.ts", 160, 96)
+    ingest.ingest(settings, db=db, workers=1, decoder="pyav")
+    cid = db.execute("SELECT id FROM clips").fetchone()[0]
+    cap = captions.save_human(db, cid, text="a red car turns left", labels=LABELS, author="ann", base_caption_id=None)
+    captions.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
+    _ts(root / "c.ts", 160, 96, n=12, shade=128)  # other footage, same name
+    ingest.ingest(settings, db=db, workers=1, decoder="pyav")
+    clip = next(db.query("SELECT review_status, current_caption_id FROM clips WHERE id = ?", [cid]))
+    assert clip["review_status"] == "unreviewed" and clip["current_caption_id"] == cap["id"]  # kept, not approved
+    ev = [dict(e) for e in db.query("SELECT * FROM events WHERE action = 'clip.content_changed'")]
+    assert len(ev) == 1 and ev[0]["clip_id"] == cid
+    detail = json.loads(ev[0]["detail"])
+    assert detail["previous_review"] == "approved" and detail["old_sha256"] != detail["new_sha256"]
+    out = io.StringIO()
+    assert export.export(db, Filter(review_status="approved"), "jsonl", out) == 0
+
+
+def test_two_ingests_of_one_root_at_once_end_cleanly(settings, tiny_library):  # noqa: F811
+    dbmod.connect(settings.db).close()
+    errors, summaries = [], []
+
+    def run():
+        try:
+            summaries.append(ingest.ingest(settings, workers=1, decoder="pyav", media=False))
+        except Exception as e:  # noqa: BLE001 - the test reports any
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(300)
+    assert errors == [] and len(summaries) == 2
+    db = dbmod.connect(settings.db)
+    paths = [r["path"] for r in db.query("SELECT path FROM clips")]
+    assert len(paths) == len(set(paths)) == summaries[0]["seen"]
+    db.close()
