@@ -59,11 +59,13 @@ class JobsTab:
                 self.source = gr.Radio(["current filter", "everything uncaptioned"], value="everything uncaptioned",
                                        label="Clips", elem_id="job-source")
                 self.prompt = gr.Dropdown([], label="Prompt version", elem_id="job-prompt")
+                # no minimum/maximum on the Numbers: Gradio would refuse out-of-range values with its own
+                # terse message before our handler; data.job_params says why and what to use instead
                 self.frames = gr.Number(self.ctx.settings.frames, label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
-                                        precision=0, minimum=MIN_FRAMES, maximum=MAX_FRAMES, elem_id="job-frames")
+                                        precision=0, elem_id="job-frames")
                 self.max_tokens = gr.Number(self.ctx.settings.max_tokens,
                                             label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})", precision=0,
-                                            minimum=MIN_MAX_TOKENS, maximum=MAX_MAX_TOKENS, elem_id="job-max-tokens")
+                                            elem_id="job-max-tokens")
             self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
         self.msg = gr.HTML("", elem_id="jobs-msg")

@@ -68,9 +68,9 @@ class ReviewTab:
             self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
             self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)
             self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
-        with gr.Accordion("Provenance", open=False):
+        with gr.Accordion("Provenance", open=True):
             self.provenance = gr.HTML("", elem_id="provenance")
-        with gr.Accordion("Version history", open=False):
+        with gr.Accordion("Version history", open=True):
             self.history = gr.HTML("", elem_id="history")
         # navigation asked for by the page script (browser Back/Forward): a clip id, then a click
         self.nav_target = gr.Textbox("", visible="hidden", elem_id="nav-target")
