@@ -53,10 +53,12 @@
     if (ev.target.closest && ev.target.closest(".cw-labels li, .cw-labels .token-remove, .cw-labels .remove-all"))
       dirty = true;
   }, true);
+  window.cwUnsaved = () => dirty;  // for the browser tests and anyone curious
   window.addEventListener("beforeunload", (ev) => {
-    if (!dirty) return;
+    if (!dirty) return undefined;
     ev.preventDefault();
-    ev.returnValue = "";
+    ev.returnValue = "You have an unsaved edit.";  // browsers show their own text; older ones need this
+    return ev.returnValue;
   });
 
   // ---- URL <-> view ---------------------------------------------------------------------------------------
@@ -68,21 +70,25 @@
     const s = q.toString();
     return location.pathname + (s ? "?" + s : "");
   };
+  let seenClip = null;  // the clip the page last showed: a history entry is pushed when it changes
   const sync = () => {
     const header = $("#clip-header");
     const state = $("#browse-state");
     const q = new URLSearchParams(location.search);
-    const clip = header ? header.dataset.clip : q.get("clip");
     const filter = state ? state.dataset.filter : q.get("f");
     const sort = state ? state.dataset.sort : q.get("sort");
     if (header && header.dataset.loaded !== loaded) {
       loaded = header.dataset.loaded;
       dirty = false;  // the form was just (re)filled from, or saved to, the server
     }
-    const want = urlFor(clip, filter, sort);
-    if (want === location.pathname + location.search) return;
-    if (header && clip !== q.get("clip")) history.pushState({clip}, "", want);
-    else history.replaceState(history.state, "", want);
+    const clip = header ? header.dataset.clip : null;
+    if (clip && clip !== seenClip) {
+      seenClip = clip;
+      // a new clip on screen (not one the URL already names, as after Back): a new history entry
+      if (clip !== q.get("clip")) { history.pushState({clip}, "", urlFor(clip, filter, sort)); return; }
+    }
+    const want = urlFor(q.get("clip"), filter, sort);
+    if (want !== location.pathname + location.search) history.replaceState(history.state, "", want);
   };
   let pending = false;
   new MutationObserver(() => {
