@@ -305,12 +305,14 @@ def api_call(client: httpx.Client, name: str, data: list) -> tuple[str, str]:
 
 def test_job_limits_hold_through_the_api(server):
     before = len(jobs.list_jobs(db_of(server)))
-    with server.client("lead") as c:
+    c = server.client("lead")
+    try:
         kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 64])
-    assert "cannot hold a complete answer" in body, body
-    with server.client("lead") as c:
+        assert "cannot hold a complete answer" in body, body
         kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 500, 320])
-    assert "Frames must be 1-128" in body, body
+        assert "Frames must be 1-128" in body, body
+    finally:
+        c.close()
     assert len(jobs.list_jobs(db_of(server))) == before
 
 
@@ -345,7 +347,10 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(br
         # a click on a row shows that job, and the panel stays there when a newer job appears
         older = next(j["id"] for j in jobs.list_jobs(db_of(server)) if j["id"] != job_id) \
             if len(jobs.list_jobs(db_of(server))) > 1 else job_id
-        page.locator("#jobs-table tbody tr").filter(has_text="triple click").first.click()
+        # the table is re-rendered on every tick, so click the cell from the page in one step
+        page.wait_for_function("""() => { const c = [...document.querySelectorAll('#jobs-table .cell-wrap')]
+            .find(e => e.offsetParent !== null && e.textContent.trim() === 'triple click');
+            if (c) c.click(); return !!c; }""")
         page.wait_for_function(f"document.querySelector('#job-progress')?.innerText.includes('Job {job_id} ')")
         d = db_of(server)
         jobs.create(d, name="newer", created_by="lead", clip_ids=[library.clip_ids[0]], prompt_id=None)

@@ -222,12 +222,12 @@ def throughput(series: list[dict], bucket_s: float | None = None) -> str:
     bar, and the y ticks are round numbers with their unit."""
     if not series:
         return '<p class="cw-muted" id="job-plot-empty">No results yet: the plot starts with the first caption.</p>'
-    W, H, L, B, T = 640, 180, 48, 24, 10
+    W, H, L, B, T = 640, 190, 48, 24, 22
     ymax_raw = max(p["clips_per_s"] for p in series) or 1.0
     step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e9) if ymax_raw / s <= 4)
     ymax = step * max(1, -(-ymax_raw // step))
     n = len(series)
-    bw = (W - L - 4) / n
+    bw = min(48.0, (W - L - 4) / n)  # one bucket is one bar, not a wall
     parts = [f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
              f'aria-label="throughput, clips per second">']
     k = 0.0
@@ -243,7 +243,7 @@ def throughput(series: list[dict], bucket_s: float | None = None) -> str:
     for i in sorted({0, n // 2, n - 1}):
         x = L + 2 + (i + 0.5) * bw
         parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
-    parts.append(f'<text x="4" y="{T + 4}" class="cw-axis">clips/s</text></svg>')
+    parts.append(f'<text x="{L - 4}" y="12" text-anchor="end" class="cw-axis">clips/s</text></svg>')
     return '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket)' + "".join(parts) + "</div>"
 
 
