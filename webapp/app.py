@@ -23,8 +23,8 @@ from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
 
 HERE = Path(__file__).parent
-IDLE_POLL_S = 0.02     # Gradio queue's poll period when empty (see Workbench.build)
-PROGRESS_POLL_S = 0.1
+IDLE_POLL_S = 0.05     # Gradio queue's poll period when empty (see Workbench.build)
+PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
 HELP = """
 <div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
@@ -83,8 +83,9 @@ class Workbench:
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
         demo.queue(default_concurrency_limit=CONCURRENCY)
         # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
-        # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 20 ms / 100 ms cost an event
-        # at most 20 ms of extra wait and bring idle use under 1 % (docs/BENCHMARKS.md). Private attributes of
+        # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 50 ms / 250 ms cost an event
+        # at most 50 ms of extra wait (25 ms on average; our handlers take 5-100 ms) and bring idle use under
+        # 1 % (20 ms still used 1.5 %; docs/BENCHMARKS.md). Private attributes of
         # gradio.queueing.Queue (6.x): if they go away this is a no-op, not an error.
         q = getattr(demo, "_queue", None)
         if q is not None and hasattr(q, "sleep_when_free"):
