@@ -376,3 +376,63 @@ def test_fleet_tab_is_readable_at_once(browser, server):  # noqa: F811
         page.screenshot(path=str(SCREENSHOTS / "fleet.png"))
     finally:
         ctx.close()
+
+
+def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, library, simfleet, runner):  # noqa: F811
+    """At the simulated fleet's realistic speed (~1.2 s a caption): Pause shows paused with the true count and
+    nothing lands while paused; Resume ends as done with every clip counted; Cancel stops new captions
+    within 2 s."""
+    for url in simfleet:
+        httpx.post(url + "/sim/knobs", json={"speed": 1.0}, timeout=5).raise_for_status()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    d = db_of(server)
+    try:
+        page, _ = login(ctx, server.url, "lead")
+        page.click("#tab-jobs-button")
+        ok_ids = [c for c in library.clip_ids if not clip_row(server, c)["probe_error"]]
+
+        def make(name):
+            job_id = jobs.create(d, name=name, created_by="lead", clip_ids=ok_ids, prompt_id=None,
+                                 params={"frames": 16, "max_tokens": 320})
+            page.fill("#job-id input", str(job_id))
+            page.press("#job-id input", "Enter")
+            page.wait_for_function(f"document.querySelector('#job-progress')?.innerText.includes('Job {job_id} ')")
+            return job_id
+
+        def n_captions(job_id, after=0.0):
+            return d.execute("SELECT COUNT(*) FROM captions WHERE job_id = ? AND created_at > ?",
+                             [job_id, after]).fetchone()[0]
+
+        job_id = make("pause me")
+        deadline = time.monotonic() + 30
+        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        page.click("#btn-pause")
+        page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'paused'")
+        t_pause = time.time()
+        time.sleep(3)  # longer than a caption takes
+        assert n_captions(job_id, t_pause) == 0
+        shown_done = int(re.search(r"done (\d+)", page.inner_text("#job-progress")).group(1))
+        assert shown_done == jobs.counts(d, job_id)["done"] < len(ok_ids)
+        page.click("#btn-resume")
+        page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=90_000)
+        assert f"done {len(ok_ids)} " in page.inner_text("#job-progress") + " "
+        assert n_captions(job_id) == len(ok_ids)
+
+        job_id = make("cancel me")
+        deadline = time.monotonic() + 30
+        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)
+        page.click("#btn-cancel")
+        page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'cancelled'")
+        t_cancel = jobs.get(d, job_id)["finished_at"]
+        time.sleep(3)
+        assert n_captions(job_id, t_cancel + 2.0) == 0
+        assert jobs.counts(d, job_id)["leased"] == 0
+        page.screenshot(path=str(SCREENSHOTS / "jobs-cancelled.png"))
+    finally:
+        for url in simfleet:
+            httpx.post(url + "/sim/knobs", json={"speed": 0.05}, timeout=5)
+        d.close()
+        ctx.close()
