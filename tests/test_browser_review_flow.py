@@ -436,3 +436,21 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
             httpx.post(url + "/sim/knobs", json={"speed": 0.05}, timeout=5)
         d.close()
         ctx.close()
+
+
+def test_typing_a_chosen_label_again_keeps_it(browser, server, library):  # noqa: F811
+    ctx = browser.new_context()
+    try:
+        page, _ = login(ctx, server.url, "ann")
+        goto_clip(page, server, library.clip_ids[16])
+        tokens = "[...document.querySelectorAll('#label-road_users .token')].map(e => e.textContent.trim())"
+        before = page.evaluate(tokens)
+        assert "car" in before
+        page.locator("body").click(position={"x": 3, "y": 3})
+        page.keyboard.press("3")
+        page.keyboard.type("car")
+        page.keyboard.press("Enter")
+        page.wait_for_timeout(400)
+        assert page.evaluate(tokens) == before
+    finally:
+        ctx.close()

@@ -113,6 +113,21 @@
     requestAnimationFrame(() => requestAnimationFrame(() => click("btn-nav")));
   });
 
+  // Gradio's multiselect removes a value when its name is typed again and Enter pressed (issue 10: a label
+  // silently vanished). Typing a value already chosen keeps it: the typed text is just cleared.
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter" || !ev.target || ev.target.tagName !== "INPUT") return;
+    const field = ev.target.closest(".cw-labels [id^='label-']");
+    const typed = ev.target.value.trim().toLowerCase();
+    if (!field || !typed) return;
+    const chosen = [...field.querySelectorAll(".token")].map((t) => t.textContent.trim().toLowerCase());
+    if (!chosen.includes(typed)) return;
+    ev.preventDefault();
+    ev.stopImmediatePropagation();
+    ev.target.value = "";
+    ev.target.dispatchEvent(new Event("input", {bubbles: true}));
+  }, true);
+
   // ---- keys -------------------------------------------------------------------------------------------------
   const focusLabel = (n) => {
     const box = document.querySelector(`#label-${LABELS[n]} input`);
