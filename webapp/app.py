@@ -145,8 +145,10 @@ class Workbench:
         timers = [self.jobs.timer, self.fleet.timer]
         for tab, active in ((self.tab_browse, None), (self.tab_review, None), (self.tab_jobs, self.jobs.timer),
                             (self.tab_fleet, self.fleet.timer)):
-            tab.select(lambda active=active: [gr.Timer(active=t is active) for t in timers], None, timers,
-                       queue=False, show_progress="hidden", api_visibility="private")
+            def timers_for(active=active):
+                return [gr.Timer(active=t is active) for t in timers]
+            tab.select(timers_for, None, timers, queue=False, show_progress="hidden",
+                       api_name=f"timers_{tab.id}")
         self.tab_browse.select(shows_errors(self.browse.refresh), [self.filter_state, self.browse.anchors,
                                                                    self.sort_state],
                                self.browse.outputs(self.filter_state)[:-1], show_progress="hidden",

@@ -237,14 +237,19 @@ class JobsTab:
         gr.on([self.source.change, filter_state.change], shows_errors(self.preview_html), [self.source, filter_state],
               [self.preview], show_progress="hidden", api_name="job_preview")
         # the button is disabled while a start is under way (the server also makes repeats one job)
-        self.start_btn.click(lambda: gr.Button(interactive=False), None, [self.start_btn], queue=False,
-                             api_visibility="private").then(
+        def start_busy():
+            return gr.Button(interactive=False)
+
+        def start_ready():
+            return gr.Button(interactive=True)
+        self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
             shows_errors(self.start), [self.name, self.source, self.prompt, self.frames, self.max_tokens,
                                        filter_state], [self.msg, self.job_id], api_name="start_job").then(
-            lambda: gr.Button(interactive=True), None, [self.start_btn], queue=False, api_visibility="private")
+            start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
         gr.on([self.team_btn.click, self.team_window.change], shows_errors(self.team_stats), [self.team_window],
               [self.team], api_name="team_stats")
         for verb, btn in (("pause", self.pause_btn), ("resume", self.resume_btn), ("cancel", self.cancel_btn),
                           ("retry", self.retry_btn)):
             btn.click(shows_errors(self.action(verb)), [self.job_id], [self.msg], api_name=f"job_{verb}").then(
-                shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden")
+                shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden",
+                api_name=f"job_{verb}_refresh")  # show the new state at once, not at the next tick
