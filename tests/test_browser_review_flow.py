@@ -67,7 +67,9 @@ def set_weather(page, value: str) -> None:
     # a person reads the filtered list before pressing Enter; the test waits for it the same way
     page.locator("[role=listbox] li", has_text=value).first.wait_for()  # rendered outside #label-weather
     page.keyboard.press("Enter")
-    page.wait_for_function(f"document.querySelector('#label-weather input').value === '{value}'")
+    # picked = the list closed with the value shown (typing alone also shows the text)
+    page.wait_for_function(f"(() => {{ const i = document.querySelector('#label-weather input'); "
+                           f"return i.value === '{value}' && i.getAttribute('aria-expanded') !== 'true'; }})()")
     page.keyboard.press("Escape")
 
 

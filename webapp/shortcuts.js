@@ -128,6 +128,21 @@
     ev.target.dispatchEvent(new Event("input", {bubbles: true}));
   }, true);
 
+  // Enter in a single-choice label picks the highlighted option the way a click does, at once. Gradio's own
+  // Enter commits later, and an Esc pressed right after it (the 5-key "fix a label" sequence) reverted the
+  // pick: the label looked changed but the old value was saved.
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key !== "Enter" || !ev.target || ev.target.tagName !== "INPUT") return;
+    const field = ev.target.closest(".cw-labels [id^='label-']");
+    if (!field || field.id === "label-road_users") return;
+    const id = ev.target.getAttribute("aria-activedescendant");
+    const option = id && document.getElementById(id);
+    if (!option) return;
+    ev.preventDefault();
+    ev.stopImmediatePropagation();
+    option.dispatchEvent(new MouseEvent("mousedown", {bubbles: true, cancelable: true}));
+  }, true);
+
   // ---- keys -------------------------------------------------------------------------------------------------
   const focusLabel = (n) => {
     const box = document.querySelector(`#label-${LABELS[n]} input`);
