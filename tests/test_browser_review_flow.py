@@ -186,7 +186,10 @@ def test_zero_lost_edits(browser, server, library):  # noqa: F811
         page.wait_for_function(f"document.querySelector('#tile-{c} .cw-badge')?.innerText === 'approved'")
         other = next(x for x in ids[:6] if x != d)
         page.locator(f"#tile-{other}").click()
-        wait_clip_change(page, d)
+        try:
+            wait_clip_change(page, d)
+        except Exception:
+            raise AssertionError("the tile did not open; review says: " + page.inner_text("#review-msg")) from None
         assert shown(page) == other
         saved(d, "Kept across tabs.", "clear")
         # browser Back: goes to the previous clip (through the server, which saves first)
@@ -215,7 +218,9 @@ def test_deep_link_carries_the_filter(browser, server, library):  # noqa: F811
     ctx = browser.new_context()
     try:
         page, _ = login(ctx, server.url, "ann")
-        cid = library.clip_ids[1]  # weather "rain" (k % 4 == 1)
+        d = db_of(server)
+        cid = d.execute("SELECT id FROM clips WHERE weather = 'rain' ORDER BY id LIMIT 1").fetchone()[0]
+        d.close()
         goto_clip(page, server, cid, {"weather": "rain"})
         page.locator("#tab-browse-button").click()
         page.wait_for_function("document.querySelector('#browse-state')?.dataset.filter.includes('rain')")
