@@ -395,7 +395,9 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
     nothing lands while paused; Resume ends as done with every clip counted; Cancel stops new captions
     within 2 s."""
     for url in simfleet:
-        httpx.post(url + "/sim/knobs", json={"speed": 1.0}, timeout=5).raise_for_status()
+        # realistic latency, and 2 at a time per replica so that 21 clips take ~13 s, not ~2.5 s: long enough
+        # for a pause or a cancel to land in the middle of the job
+        httpx.post(url + "/sim/knobs", json={"speed": 1.0, "capacity": 2}, timeout=5).raise_for_status()
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     d = db_of(server)
     try:
@@ -445,7 +447,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         page.screenshot(path=str(SCREENSHOTS / "jobs-cancelled.png"))
     finally:
         for url in simfleet:
-            httpx.post(url + "/sim/knobs", json={"speed": 0.05}, timeout=5)
+            httpx.post(url + "/sim/knobs", json={"speed": 0.05, "capacity": 6}, timeout=5)
         d.close()
         ctx.close()
 
