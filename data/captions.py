@@ -175,14 +175,27 @@ def add_machine(db: sqlite_utils.Database, clip_id: int, *, job_id: int | None, 
     return get(db, cid), replace
 
 
+def review_token(clip: dict) -> str:
+    """The review state a reviewer saw ("status@reviewed_at"): `set_review` refuses a decision based on a
+    stale one, so an approve cannot silently overwrite someone else's reject (and vice versa)."""
+    return f"{clip.get('review_status') or 'unreviewed'}@{clip.get('reviewed_at') or 0}"
+
+
 def set_review(db: sqlite_utils.Database, clip_id: int, *, status: str, user: str,
-               base_caption_id: int | None) -> dict:
-    """Approve or reject the caption the reviewer saw (Conflict if it changed meanwhile)."""
+               base_caption_id: int | None, base_review: str | None = None) -> dict:
+    """Approve or reject the caption the reviewer saw (Conflict if it, or its review, changed meanwhile).
+    `base_review` is `review_token` of the clip as the reviewer loaded it (None skips that check)."""
     if status not in REVIEW_STATES:
         raise DataError(f"unknown review status {status!r}; expected one of {', '.join(REVIEW_STATES)}")
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
+        if base_review is not None and review_token(clip) != base_review:
+            raise Conflict(
+                f"This clip was marked {clip['review_status']} by {clip['reviewed_by'] or 'someone'} at "
+                f"{_when(clip['reviewed_at'])} after you opened it; nothing was changed. Reload to see it, "
+                "then decide again.", current={"review_status": clip["review_status"],
+                                                "reviewed_by": clip["reviewed_by"]})
         if status == "approved" and clip["current_caption_id"] is None:
             raise DataError("There is no caption to approve yet: write one or caption the clip first.")
         db.execute("UPDATE clips SET review_status = ?, reviewed_by = ?, reviewed_at = ?, updated_at = ? "

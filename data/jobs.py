@@ -7,7 +7,13 @@ invariant 2):
   `recover` (same host, dead pid) or lease expiry, so at most the in-flight items are re-sent.
 - `complete` is idempotent on (job_id, clip_id): a repeated or late result changes nothing.
 - Counters (`done`, `failed`) change in the same transaction as the item they count.
-- pause / resume / cancel are states; the runner reads them before each claim.
+- pause / resume / cancel are states and they are final and true: pausing or cancelling hands every leased
+  item back to pending at once (the attempt not counted), `claim` starts nothing for an inactive job, and a
+  result that arrives for a paused or cancelled job is discarded (`complete` and `fail` return None), so the
+  counts a lead sees are what was really captioned. The runner also aborts such requests (serving.runner).
+- A job with nothing left to do is `done`, whichever way it got there (a last result, a resume, a claim).
+- `create_once` makes a repeated start (a triple click) one job: the same user, prompt, params and selection
+  within DEDUPE_S of an active job return that job.
 
 Job states: queued -> running -> done; running|queued -> paused -> queued; any but done -> cancelled -> queued.
 Item states: pending -> leased -> done | failed | pending (retry after `not_before`).
@@ -28,6 +34,7 @@ from data.db import DataError, NotFound, immediate, now
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
 ACTIVE = ("queued", "running")
+DEDUPE_S = 30.0  # a second start of the same job within this window is the same job (double clicks)
 
 
 def runner_identity() -> str:
@@ -39,14 +46,31 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
            prompt_id: int | None, params: dict[str, Any] | None = None,
            selection: dict[str, Any] | None = None) -> int:
     """Create a queued job over `clip_ids` (duplicates ignored). Returns the job id."""
+    return create_once(db, name=name, created_by=created_by, clip_ids=clip_ids, prompt_id=prompt_id,
+                       params=params, selection=selection, dedupe_s=0.0)[0]
+
+
+def create_once(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: Iterable[int],
+                prompt_id: int | None, params: dict[str, Any] | None = None,
+                selection: dict[str, Any] | None = None, dedupe_s: float = DEDUPE_S) -> tuple[int, bool]:
+    """(job id, created): like `create`, but an identical start (same user, name, prompt, params and selection)
+    of a job still queued or running, made less than `dedupe_s` ago, returns that job instead of a second one.
+    The check and the insert are one IMMEDIATE transaction, so concurrent clicks cannot both pass it."""
     name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
     t = now()
+    sel_json, params_json = json.dumps(selection or {}, sort_keys=True), json.dumps(params or {}, sort_keys=True)
     with immediate(db):
+        if dedupe_s > 0:
+            same = next(db.query(
+                "SELECT id FROM jobs WHERE created_by = ? AND name = ? AND prompt_id IS ? AND params = ? "
+                "AND selection = ? AND state IN ('queued', 'running') AND created_at >= ? ORDER BY id DESC LIMIT 1",
+                [created_by, name, prompt_id, params_json, sel_json, t - dedupe_s]), None)
+            if same:
+                return same["id"], False
         job_id = db.execute(
             "INSERT INTO jobs (name, created_by, selection, prompt_id, params, state, created_at, updated_at) "
             "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-            [name, created_by, json.dumps(selection or {}, sort_keys=True), prompt_id,
-             json.dumps(params or {}, sort_keys=True), t, t]).lastrowid
+            [name, created_by, sel_json, prompt_id, params_json, t, t]).lastrowid
         db.conn.executemany(
             "INSERT OR IGNORE INTO job_items (job_id, clip_id, updated_at) VALUES (?, ?, ?)",
             ((job_id, int(c), t) for c in clip_ids))
@@ -55,7 +79,7 @@ def create(db: sqlite_utils.Database, *, name: str, created_by: str, clip_ids: I
             raise DataError("No clips match this selection: nothing to caption.")
         db.execute("UPDATE jobs SET total = ? WHERE id = ?", [total, job_id])
         events.record(db, created_by, "job.create", job_id=job_id, total=total, name=name)
-    return job_id
+    return job_id, True
 
 
 def create_recaption(db: sqlite_utils.Database, clip_id: int, *, user: str, role: str, quota: int,
@@ -132,8 +156,27 @@ def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str)
             raise DataError(f"Job {job_id} is {job['state']}: it cannot be {action}d.")
         db.execute("UPDATE jobs SET state = ?, updated_at = ?, finished_at = CASE WHEN ? = 'cancelled' "
                    "THEN ? ELSE NULL END WHERE id = ?", [target, now(), target, now(), job_id])
-        events.record(db, user, f"job.{action}", job_id=job_id, previous=job["state"])
+        released = 0
+        if target in ("paused", "cancelled"):
+            # nothing new starts and nothing in flight is counted: hand the leases back now (the runner
+            # aborts those requests; a late answer is discarded by `complete`)
+            released = db.execute(
+                "UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "
+                "attempts = MAX(attempts - 1, 0), updated_at = ? WHERE job_id = ? AND state = 'leased'",
+                [now(), job_id]).rowcount
+        events.record(db, user, f"job.{action}", job_id=job_id, previous=job["state"], released=released)
+        if target == "queued":
+            _finish_if_drained(db, job_id)  # resuming a job with nothing left makes it done, not running forever
     return get(db, job_id)
+
+
+def states(db: sqlite_utils.Database, job_ids: Iterable[int]) -> dict[int, str]:
+    """{job id: state} for the given jobs (the runner checks its in-flight jobs with this)."""
+    ids = [int(i) for i in job_ids]
+    if not ids:
+        return {}
+    return {r["id"]: r["state"] for r in db.query(
+        f"SELECT id, state FROM jobs WHERE id IN ({', '.join('?' * len(ids))})", ids)}
 
 
 def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
@@ -232,18 +275,23 @@ def claim(db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, le
         for r in rows:
             r["job_id"] = job_id
             r["attempts"] += 1
+        if not rows:
+            _finish_if_drained(db, job_id)
     return rows
 
 
 def complete(db: sqlite_utils.Database, job_id: int, clip_id: int, *, text: str, labels: dict,
-             provenance: dict, author: str = "model") -> dict:
-    """Record a caption result for an item, once. Returns the caption version row."""
+             provenance: dict, author: str = "model") -> dict | None:
+    """Record a caption result for an item, once. Returns the caption version row, or None when the job was
+    paused or cancelled meanwhile (the result is discarded: no caption appears after a cancel)."""
     t = now()
     with immediate(db):
-        item = next(db.query("SELECT state FROM job_items WHERE job_id = ? AND clip_id = ?",
-                             [job_id, clip_id]), None)
+        item = next(db.query("SELECT i.state, j.state AS job_state FROM job_items i JOIN jobs j ON j.id = i.job_id "
+                             "WHERE i.job_id = ? AND i.clip_id = ?", [job_id, clip_id]), None)
         if item is None:
             raise NotFound(f"clip {clip_id} is not part of job {job_id}")
+        if item["job_state"] not in ACTIVE and item["state"] != "done":
+            return None
         row, _ = captions.add_machine(db, clip_id, job_id=job_id, text=text, labels=labels,
                                       provenance=provenance, author=author)
         if item["state"] != "done":
@@ -262,17 +310,21 @@ def fail(db: sqlite_utils.Database, job_id: int, clip_id: int, *, error: str, ki
          max_attempts: int, backoff_seconds: float = 0.0, refund_attempt: bool = False,
          raw_answer: str | None = None) -> str:
     """Record a failed attempt. Retryable errors go back to pending after `backoff_seconds` until
-    `max_attempts` sends were made; others fail the item at once. Returns the item's new state.
+    `max_attempts` sends were made; others fail the item at once. Returns the item's new state
+    (a report for a paused or cancelled job changes nothing: its item was handed back already).
     `refund_attempt` (retryable only): the attempt does not count, e.g. while the whole fleet is down.
     `raw_answer`: the start of an unusable model answer, kept on the item for the lead (bounded by the caller)."""
     t = now()
     with immediate(db):
-        item = next(db.query("SELECT state, attempts FROM job_items WHERE job_id = ? AND clip_id = ?",
+        item = next(db.query("SELECT i.state, i.attempts, j.state AS job_state FROM job_items i "
+                             "JOIN jobs j ON j.id = i.job_id WHERE i.job_id = ? AND i.clip_id = ?",
                              [job_id, clip_id]), None)
         if item is None:
             raise NotFound(f"clip {clip_id} is not part of job {job_id}")
         if item["state"] in ("done", "failed"):
             return item["state"]  # a late duplicate report: the first outcome stands
+        if item["job_state"] not in ACTIVE and item["state"] != "leased":
+            return item["state"]
         refund = 1 if retryable and refund_attempt and item["attempts"] > 0 else 0
         if retryable and item["attempts"] - refund < max_attempts:
             db.execute("UPDATE job_items SET state = 'pending', lease_until = NULL, leased_by = NULL, "

@@ -23,6 +23,7 @@ import sys
 import threading
 
 from data import clips, jobs, prompts
+from data.job_params import JobParams
 from data import db as dbmod
 from data.db import DataError
 from data.settings import add_arguments, from_args
@@ -72,10 +73,8 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
         raise DataError("--job-state needs --job JOB (the job whose items to select)")
     prompt = pick_prompt(db, args.prompt)
     ids = list(itertools.islice(clips.iter_ids(db, f), args.limit)) if args.limit else list(clips.iter_ids(db, f))
-    params = {"frames": args.frames or settings.frames, "max_tokens": args.max_tokens or settings.max_tokens,
-              "temperature": settings.temperature if args.temperature is None else args.temperature}
-    if args.seed is not None:
-        params["seed"] = args.seed
+    params = JobParams.resolve(settings, frames=args.frames, max_tokens=args.max_tokens,
+                               temperature=args.temperature, seed=args.seed).to_dict()
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {len(ids)} clips"
     return jobs.create(db, name=name, created_by=args.user, clip_ids=ids, prompt_id=prompt["id"], params=params,
                        selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})})

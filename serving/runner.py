@@ -18,8 +18,9 @@ How it works (ARCHITECTURE.md invariant 2, RELIABILITY.md R3/R6/R8):
 - Results are written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through
   `data.jobs.complete`, which goes through `data.captions.add_machine`: a machine caption never replaces a
   human or approved one, and a result is written once per (job, clip).
-- pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs); requests already sent
-  finish and are recorded. SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline,
+- pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs), and every
+  ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
+  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`). SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline,
   release what was not answered. SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
 """
 
@@ -44,6 +45,7 @@ import httpx
 
 from data import db as dbmod
 from data import jobs, library, prompts
+from data.job_params import JobParams
 from data.settings import Settings, add_arguments, from_args
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
@@ -60,6 +62,7 @@ POOL_SLOTS = 8            # in-flight requests per HTTP connection pool (see Run
 DB_RETRY_MAX_S = 2.0      # longest pause between retries of a database call that found the database locked
 DB_RETRY_STOPPING_S = 30.0  # once stopping, give up on a locked database after this long
 FLEET_DOWN_BUDGET_S = 600.0  # while every replica fails, retries are free for this long (then they count)
+ABORT_CHECK_S = 0.5       # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
 
 def parse_fleet(value: str | Iterable[str], settings: Settings | None = None) -> list[str]:
@@ -324,12 +327,8 @@ class Runner:
     # ---- the database side ------------------------------------------------------------------------------
     def _job_config(self, db, job: dict) -> dict:
         prompt = prompts.get(db, job["prompt_id"]) if job.get("prompt_id") else prompts.latest(db)
-        p = dict(job.get("params") or {})
-        params = {"frames": p.get("frames", self.settings.frames),
-                  "max_tokens": p.get("max_tokens", self.settings.max_tokens),
-                  "temperature": p.get("temperature", self.settings.temperature),
-                  "seed": p.get("seed")}
-        return {"prompt": prompt, "params": params}
+        p = JobParams.resolve(self.settings, job.get("params"), validate=False)
+        return {"prompt": prompt, "params": {**p.to_dict(), "seed": p.seed}}
 
     def _claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
@@ -361,9 +360,9 @@ class Runner:
                             prov.setdefault("prompt_name", prompt["name"])
                             prov.setdefault("prompt_version", prompt["version"])
                             prov.setdefault("replica", o.replica)
-                            jobs.complete(db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels,
-                                          provenance=prov)
-                            counts["done"] += 1
+                            row = jobs.complete(db, o.job_id, o.clip_id, text=o.result.text,
+                                                labels=o.result.labels, provenance=prov)
+                            counts["done" if row is not None else "discarded"] += 1
                         else:
                             e = o.error
                             delay = (backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
@@ -477,13 +476,28 @@ class Runner:
         self._stop.set()
         self._wake.set()
 
+    async def _abort_inactive(self) -> None:
+        """Cancel the requests of jobs paused or cancelled meanwhile (data.jobs handed their items back)."""
+        inflight = {job_id for job_id, _ in self._tasks.values() if job_id}
+        if not inflight:
+            return
+        state = await self._db(jobs.states, inflight)
+        for task, (job_id, _) in list(self._tasks.items()):
+            if job_id and state.get(job_id) not in jobs.ACTIVE:
+                task.cancel()
+                self.stats["aborted"] += 1
+
     async def _loop(self) -> None:
         next_claim = 0.0
         next_beat = 0.0
+        next_abort_check = 0.0
         while not self._stopping():
             t = time.monotonic()
             if self._results:
                 await self._flush()
+            if t >= next_abort_check:
+                next_abort_check = t + ABORT_CHECK_S
+                await self._abort_inactive()
             claimed_any = False
             free = self.free_slots(t)
             threshold = max(1, min(self.capacity // 16, 64))

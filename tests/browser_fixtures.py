@@ -20,14 +20,35 @@ REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "docs" / "screenshots"
 
 
+class WatchedBrowser:
+    """The Playwright browser, with every page of every context it makes watched for uncaught JavaScript
+    errors (`pageerror`): the suite asserts there are none (issue 10: Gradio's dropdown threw a TypeError)."""
+
+    def __init__(self, browser):
+        self._browser = browser
+        self.page_errors: list[str] = []
+
+    def new_context(self, **kwargs):
+        ctx = self._browser.new_context(**kwargs)
+        ctx.on("page", self._watch)
+        return ctx
+
+    def _watch(self, page) -> None:
+        page.on("pageerror", lambda e: self.page_errors.append(f"{page.url}: {e}"))
+
+    def __getattr__(self, name):
+        return getattr(self._browser, name)
+
+
 @pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
-        b = p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS)
+        b = WatchedBrowser(p.chromium.launch(executable_path="/usr/bin/chromium", args=CHROMIUM_ARGS))
         yield b
         b.close()
+        assert not b.page_errors, "uncaught JavaScript errors:\n" + "\n".join(b.page_errors)
 
 
 class Watch:

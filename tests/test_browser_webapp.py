@@ -164,8 +164,9 @@ def test_keyboard_shortcuts(ann, server, library):
     box.press("Control+s")
     page.wait_for_selector("#review-msg .cw-msg-ok")
     page.locator("body").click(position={"x": 5, "y": 5})
-    page.keyboard.press("a")
-    page.wait_for_function("document.querySelector('#review-status').innerText === 'approved'")
+    page.keyboard.press("a")  # approve and move on to the next unreviewed clip
+    page.wait_for_function(f"document.querySelector('#review-msg').innerText.includes('clip {start} approved')")
+    assert current_clip(page) != start
     page.keyboard.press("?")
     assert page.locator("#shortcut-help").is_visible()
     page.screenshot(path=str(SCREENSHOTS / "review.png"))

@@ -22,7 +22,8 @@ TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
 ROWS = list(csv.DictReader(TABLE.open()))
 FILTER = ["any"] * 7 + [None, "", "newest"]
-REVIEW = {"/save_caption", "/approve", "/reject", "/adopt", "/reload_clip", "/next_clip", "/previous_clip", "/recaption"}
+REVIEW = {"/save_caption", "/approve", "/reject", "/adopt", "/reload_clip", "/next_clip", "/previous_clip", "/recaption",
+          "/next_unreviewed", "/goto_clip"}
 
 
 def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
@@ -31,10 +32,18 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
     if name.startswith("apply") or name == "browse_search":
         return list(FILTER), None
     if name == "save_caption":
-        return [None, None, "S2: a caption written by the role test",
+        return [None, None, None, "S2: a caption written by the role test",
                 "pedestrian_crossing", "high", ["car"], "slowing", "rain", "daylight", "urban"], None
     if name == "start_job":
         return ["S2 job", "everything uncaptioned", None, 16, 320, None], None
+    if name == "job_select":
+        return [], {"index": [0, 0], "value": job_id, "row_value": [job_id]}
+    if name == "job_preview":
+        return ["everything uncaptioned", None], None
+    if name == "jobs_show":
+        return [job_id, "everything uncaptioned", None], None
+    if name == "goto_clip":
+        return ["3"], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
         return [job_id], None
     if name == "team_stats":

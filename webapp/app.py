@@ -18,26 +18,32 @@ from data import library
 from webapp import exports, media, render
 from webapp.auth import Auth
 from webapp.browse import BrowseTab
-from webapp.context import AppContext
-from webapp.fleet_tab import FleetTab
+from webapp.context import AppContext, shows_errors
+from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
 
 HERE = Path(__file__).parent
+IDLE_POLL_S = 0.05     # Gradio queue's poll period when empty (see Workbench.build)
+PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
 HELP = """
 <div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
-<b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s)
+<b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s and Esc)
 <table>
-<tr><td><kbd>j</kbd> / <kbd>→</kbd></td><td>next clip</td></tr>
-<tr><td><kbd>k</kbd> / <kbd>←</kbd></td><td>previous clip</td></tr>
-<tr><td><kbd>a</kbd></td><td>approve</td></tr>
-<tr><td><kbd>r</kbd></td><td>reject</td></tr>
+<tr><td><kbd>a</kbd> / <kbd>r</kbd></td><td>approve / reject, then the next unreviewed clip</td></tr>
+<tr><td><kbd>n</kbd></td><td>next unreviewed clip of the Browse filter</td></tr>
+<tr><td><kbd>j</kbd> / <kbd>k</kbd></td><td>next / previous clip</td></tr>
+<tr><td><kbd>Space</kbd></td><td>play / pause</td></tr>
+<tr><td><kbd>←</kbd> / <kbd>→</kbd></td><td>one frame back / forward</td></tr>
+<tr><td><kbd>shift</kbd>+<kbd>←</kbd> / <kbd>→</kbd></td><td>one second back / forward</td></tr>
+<tr><td><kbd>c</kbd></td><td>edit the caption (<kbd>Esc</kbd> leaves it)</td></tr>
+<tr><td><kbd>1</kbd>…<kbd>7</kbd></td><td>pick a label (type to filter, <kbd>Enter</kbd>, <kbd>Esc</kbd>)</td></tr>
 <tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
 <tr><td><kbd>/</kbd></td><td>search</td></tr>
 <tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
-</table></div>
+</table>Edits are saved when you move to another clip; leaving the page with an unsaved edit asks first.</div>
 """
 
 
@@ -62,13 +68,13 @@ class Workbench:
             self.filter_state = gr.State({})
             self.sort_state = gr.State("newest")
             with gr.Tabs(selected="browse", elem_id="tabs") as self.tabs:
-                with gr.Tab("Browse", id="browse", elem_id="tab-browse"):
+                with gr.Tab("Browse", id="browse", elem_id="tab-browse") as self.tab_browse:
                     self.browse.render()
-                with gr.Tab("Review", id="review", elem_id="tab-review"):
+                with gr.Tab("Review", id="review", elem_id="tab-review") as self.tab_review:
                     self.review.render()
-                with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs"):
+                with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs") as self.tab_jobs:
                     self.jobs.render()
-                with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet"):
+                with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet") as self.tab_fleet:
                     self.fleet.render()
             gr.HTML(HELP, elem_id="help-panel")
             self.browse.wire(self.filter_state, self.sort_state)
@@ -76,8 +82,17 @@ class Workbench:
             self.jobs.wire(self.filter_state)
             self.fleet.wire(self.banner)
             self._wire()
-            demo.load(self.on_load, None, self._load_outputs, api_name="on_load")
+            demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
         demo.queue(default_concurrency_limit=CONCURRENCY)
+        # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
+        # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 50 ms / 250 ms cost an event
+        # at most 50 ms of extra wait (25 ms on average; our handlers take 5-100 ms) and bring idle use under
+        # 1 % (20 ms still used 1.5 %; docs/BENCHMARKS.md). Private attributes of
+        # gradio.queueing.Queue (6.x): if they go away this is a no-op, not an error.
+        q = getattr(demo, "_queue", None)
+        if q is not None and hasattr(q, "sleep_when_free"):
+            q.sleep_when_free = IDLE_POLL_S
+            q.progress_update_sleep_when_free = PROGRESS_POLL_S
         return demo
 
     def userline_html(self, request: gr.Request) -> str:
@@ -88,13 +103,17 @@ class Workbench:
                 f'({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div>')
 
     def on_load(self, request: gr.Request):
-        """First paint: who is here, the first page, prompt choices, and a deep-linked clip (/?clip=123)."""
+        """First paint: who is here, the filter and clip the URL carries (/?f={...}&clip=123, so deep links
+        and the browser's Back work), the first page and prompt choices."""
         out = {self.userline: self.userline_html(request)}
+        params = (request.query_params or {}) if request is not None else {}
         b = self.browse
-        out.update(b.apply(b.status.value, b.scenario.value, b.hazard.value, b.weather.value, b.lighting.value,
-                           b.has_caption.value, b.failed.value, None, "", "newest", request))
+        values = b.inputs_from_filter(b.filter_from_url(params.get("f")))
+        sort = "oldest" if params.get("sort") == "oldest" else "newest"
+        out.update(b.apply(*values, sort, request))
+        out.update(b.set_inputs(values, sort))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
-        clip = (request.query_params or {}).get("clip") if request is not None else None
+        clip = params.get("clip")
         if clip and str(clip).isdigit():
             try:
                 out.update(self.review.view(int(clip), request))
@@ -103,18 +122,44 @@ class Workbench:
                 out[self.review.msg] = render.message(str(e.message), "error")
         return out
 
-    def open_tile(self, evt: gr.EventData, request: gr.Request):
+    def open_tile(self, evt: gr.EventData, clip_id, base, review_base, text, scenario_category, hazard_level,
+                  road_users, ego_maneuver, weather, lighting, road_type, request: gr.Request):
+        """A Browse tile: open it in Review, saving an edit left in the Review form first."""
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
             return gr.skip()
-        out = self.review.view(int(clip), request)
-        out[self.tabs] = gr.Tabs(selected="review")
+        out = self.review.goto(str(int(clip)), clip_id, base, review_base, text, scenario_category, hazard_level,
+                               road_users, ego_maneuver, weather, lighting, road_type, request)
+        if isinstance(out, dict) and self.review.header in out:
+            out[self.tabs] = gr.Tabs(selected="review")
+        elif isinstance(out, dict):
+            out[self.tabs] = gr.Tabs(selected="review")  # stay visible with the reason the edit was not saved
         return out
 
     def _wire(self) -> None:
         review_outs = self.review.view_outputs()
-        load_outs = ([self.userline, self.jobs.prompt, self.tabs] + self.browse.apply_outputs + review_outs)
-        self.browse.grid.click(self.open_tile, None, review_outs + [self.tabs], api_name="open_clip")
+        load_outs = ([self.userline, self.jobs.prompt, self.tabs] + self.browse.apply_outputs
+                     + self.browse.filter_inputs + [self.browse.sort] + review_outs)
+        self.browse.grid.click(shows_errors(self.open_tile), self.review.form_inputs(), review_outs + [self.tabs],
+                               api_name="open_clip", show_progress="hidden")
+        # timers run only while their tab is shown (an idle browser on Browse polls nothing); each tab
+        # paints at once when selected instead of waiting for its first tick
+        timers = [self.jobs.timer, self.fleet.timer]
+        for tab, active in ((self.tab_browse, None), (self.tab_review, None), (self.tab_jobs, self.jobs.timer),
+                            (self.tab_fleet, self.fleet.timer)):
+            def timers_for(active=active):
+                return [gr.Timer(active=t is active) for t in timers]
+            tab.select(timers_for, None, timers, queue=False, show_progress="hidden",
+                       api_name=f"timers_{tab.id}")
+        self.tab_browse.select(shows_errors(self.browse.refresh), [self.filter_state, self.browse.anchors,
+                                                                   self.sort_state],
+                               self.browse.outputs(self.filter_state)[:-1], show_progress="hidden",
+                               api_name="browse_refresh")
+        self.tab_jobs.select(shows_errors(self.jobs.on_show), [self.jobs.job_id, self.jobs.source, self.filter_state],
+                             self.jobs.refresh_outputs + [self.jobs.preview], show_progress="hidden",
+                             api_name="jobs_show")
+        self.tab_fleet.select(shows_errors(self.fleet.refresh), None, self.fleet.outputs, show_progress="hidden",
+                              api_name="fleet_show")
         self._load_outputs = load_outs
 
 
@@ -130,7 +175,11 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     if settings.auth.lower() == "off" and not settings.loopback:
         raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
     settings = library.settings_for_path(settings)  # the media route serves from the recorded clip root
-    ctx = AppContext(settings, fleet_urls=fleet_urls if fleet_urls is not None else fleet_urls_from(settings))
+    urls = fleet_urls if fleet_urls is not None else fleet_urls_from(settings)
+    # simulated or not is decided once, here, so the banner is part of the first paint (it used to appear
+    # only after the Fleet tab's first scrape, ~10 s later); a sim fleet says so in its /metrics
+    simulated = settings.fleet == "sim" or (bool(urls) and any_simulated(snapshot(urls, timeout=1.0)[0]))
+    ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.ctx = ctx

@@ -61,6 +61,14 @@ def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption,
     return filter_dict(f)
 
 
+FILTER_INPUT_KEYS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "has_caption", "failed",
+                     "job_id", "text")
+
+
+def _tri_value(v) -> str:
+    return {True: "yes", False: "no"}.get(v, ANY)
+
+
 def export_links(fdict: dict, can_export: bool) -> str:
     if not can_export:
         return ""
@@ -102,6 +110,37 @@ class BrowseTab:
         self.anchors = gr.State([None])
         self.page_ids = gr.State([])
 
+    def filter_from_url(self, raw: str | None) -> dict:
+        """The filter a URL carries (?f=<json>); anything unreadable is no filter (a link must never fail)."""
+        if not raw:
+            return {}
+        try:
+            d = json.loads(raw)
+            return filter_dict(clips.Filter.from_dict(d)) if isinstance(d, dict) else {}
+        except (ValueError, TypeError):
+            return {}
+
+    def inputs_from_filter(self, fdict: dict) -> list:
+        """Form values (in `filter_inputs` order) showing `fdict`."""
+        choices = {"review_status": [ANY, "unreviewed", "approved", "rejected"],
+                   "scenario": [ANY, *taxonomy.SCENARIO_CATEGORIES], "hazard_level": [ANY, *taxonomy.HAZARD_LEVELS],
+                   "weather": [ANY, *taxonomy.WEATHER], "lighting": [ANY, *taxonomy.LIGHTING]}
+        out = []
+        for key in FILTER_INPUT_KEYS:
+            v = fdict.get(key)
+            if key in choices:
+                out.append(v if v in choices[key] else ANY)
+            elif key in ("has_caption", "failed"):
+                out.append(_tri_value(v))
+            elif key == "job_id":
+                out.append(int(v) if str(v or "").isdigit() else None)
+            else:
+                out.append(str(v or ""))
+        return out
+
+    def set_inputs(self, values: list, sort: str) -> dict:
+        return {**dict(zip(self.filter_inputs, values)), self.sort: sort}
+
     @property
     def filter_inputs(self) -> list:
         return [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
@@ -129,9 +168,12 @@ class BrowseTab:
         more = len(rows) == clips.PAGE_SIZE and bool(clips.page(db, f, after_id=rows[-1]["id"], limit=1,
                                                                 descending=(sort == "newest")))
         n, exact = clips.count_capped(db, f)
+        # data-filter / data-sort: the page script writes them into the URL (?f=...), so Back and links work
+        counts = (f'<div id="browse-state" data-filter="{render.esc(json.dumps(fdict, sort_keys=True))}" '
+                  f'data-sort="{render.esc(sort)}">' + render.counts(self.summary(db), n, exact) + "</div>")
         return {
             self.grid: render.tiles(rows),
-            self.counts: render.counts(self.summary(db), n, exact),
+            self.counts: counts,
             self.export: export_links(fdict, user.can("lead")),
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
             self.prev_btn: gr.update(interactive=len(anchors) > 1),
@@ -172,6 +214,13 @@ class BrowseTab:
             comp.change(apply, inputs, outs, show_progress="hidden")
         self.text.submit(apply, inputs, outs, api_name="browse_search")
         self.job.submit(apply, inputs, outs)
+        def refresh(fdict, anchors, sort, request: gr.Request):
+            """Re-read the page shown (when the tab is shown again: reviews change tiles and counts)."""
+            with self._lock:
+                self._summary = (0.0, None)
+            return self._page(fdict or {}, anchors or [None], sort or "newest", request)
+
+        self.refresh = refresh
         self.apply = apply
         self.apply_inputs = inputs
         self.apply_outputs = outs

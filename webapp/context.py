@@ -5,6 +5,7 @@ Built by `build_app`; never a module global (two apps in one process, as in test
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
@@ -18,6 +19,19 @@ from data.settings import Settings
 LOCAL_ADMIN = "local"
 
 
+def shows_errors(fn):
+    """Wrap a handler so that any data.db.DataError it lets through (a limit, a refusal, a conflict nobody
+    caught) reaches the user as a visible message (gr.Error, a toast) instead of a generic "Error". The
+    signature is kept (functools.wraps), so Gradio still passes gr.Request / gr.EventData."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except dbmod.DataError as e:
+            raise gr.Error(str(e), title="Not done") from None
+    return wrapper
+
+
 @dataclass(frozen=True)
 class User:
     name: str
@@ -28,9 +42,11 @@ class User:
 
 
 class AppContext:
-    def __init__(self, settings: Settings, *, fleet_urls: list[str] | None = None):
+    def __init__(self, settings: Settings, *, fleet_urls: list[str] | None = None, simulated: bool | None = None):
         self.settings = settings
         dbmod.secure_dir(settings.data_dir)  # S9: the data dir is owner-only
+        # decided once where the app is built (build_app), so the banner is in the first paint
+        self._simulated = simulated
         self.fleet_urls = list(fleet_urls or [])
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -57,7 +73,7 @@ class AppContext:
 
     @property
     def simulated_fleet(self) -> bool:
-        return self.settings.fleet == "sim"
+        return self.settings.fleet == "sim" or bool(self._simulated)
 
     def user_by_name(self, name: str | None) -> User | None:
         if not self.settings.auth_required:

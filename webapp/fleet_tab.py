@@ -11,12 +11,45 @@ import pandas as pd
 
 from serving import fleet
 from webapp import render
-from webapp.context import AppContext
+from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
-# fields of serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
-COLUMNS = ["url", "state", "simulated", "model", "running", "waiting", "kv_cache_usage", "success_total",
-           "generation_tokens", "e2e_latency_mean", "ttft_mean", "error"]
+# what the table shows, from serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
+COLUMNS = ["replica", "state", "model", "running", "waiting", "KV cache", "requests done", "tokens generated",
+           "mean latency", "mean TTFT", "error"]
+
+
+def _ms(seconds) -> str:
+    return "" if seconds in (None, "") else f"{float(seconds) * 1000:,.0f} ms"
+
+
+def _num(v) -> str:
+    if v in (None, ""):
+        return ""
+    f = float(v)
+    return f"{f:,.0f}" if f == int(f) else f"{f:,.1f}"
+
+
+def row(r: dict) -> list:
+    """One readable table row: rounded numbers with units, no raw structures."""
+    kv = r.get("kv_cache_usage")
+    model = str(r.get("model") or "")
+    return [r.get("url") or "", r.get("state") or ("healthy" if r.get("healthy") else "down"),
+            model + (" (simulated)" if r.get("simulated") and "simulated" not in model else ""),
+            _num(r.get("running")), _num(r.get("waiting")), "" if kv in (None, "") else f"{float(kv):.0%}",
+            _num(r.get("success_total")), _num(r.get("generation_tokens")), _ms(r.get("e2e_latency_mean")),
+            _ms(r.get("ttft_mean")), str(r.get("error") or "")[:200]]
+
+
+def _plain(v) -> str:
+    """A router status value as text: lists and dicts as short 'key: value' lines, numbers rounded."""
+    if isinstance(v, dict):
+        return "; ".join(f"{k}: {_plain(x)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_plain(x) for x in v) or "none"
+    if isinstance(v, float):
+        return f"{v:,.2f}"
+    return str(v)
 
 
 def snapshot(urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
@@ -49,24 +82,29 @@ class FleetTab:
         self.router = gr.HTML("", elem_id="fleet-router")
         self.refresh_btn = gr.Button("Refresh", elem_id="btn-fleet-refresh", size="sm")
         # live without a click; each scrape has a short timeout, so a dead replica costs one tick, not a hang
-        self.timer = gr.Timer(10.0)
+        self.timer = gr.Timer(10.0, active=False)  # on only while this tab is shown (app.py)
 
     def refresh(self, request: gr.Request):
         self.ctx.user(request)
         rows, router = snapshot(self.ctx.fleet_urls)
-        df = pd.DataFrame([[r.get(c) for c in COLUMNS] for r in rows], columns=COLUMNS)
+        df = pd.DataFrame([row(r) for r in rows], columns=COLUMNS)
         healthy = sum(1 for r in rows if r.get("healthy"))
         summary = (f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
                    + (" · <b>simulated</b>" if any_simulated(rows) else "") + "</div>")
         router_html = ""
         if router:
             router_html = ('<table class="cw-prov">' + "".join(
-                f"<tr><th>{render.esc(k)}</th><td>{render.esc(v)}</td></tr>" for k, v in dict(router).items())
+                f"<tr><th>{render.esc(str(k).replace('_', ' '))}</th><td>{render.esc(_plain(v))}</td></tr>"
+                for k, v in dict(router).items())
                 + "</table>")
         return {self.table: df, self.summary: summary, self.router: router_html,
                 self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows))}
 
+    @property
+    def outputs(self) -> list:
+        return [self.table, self.summary, self.router, self.banner]
+
     def wire(self, banner: gr.HTML) -> None:
         self.banner = banner
-        gr.on([self.refresh_btn.click, self.timer.tick], self.refresh, None,
-              [self.table, self.summary, self.router, banner], api_name="fleet_refresh", show_progress="hidden")
+        gr.on([self.refresh_btn.click, self.timer.tick], shows_errors(self.refresh), None, self.outputs,
+              api_name="fleet_refresh", show_progress="hidden")

@@ -1,8 +1,10 @@
 """Jobs tab (leads): start a captioning job, watch it, pause/resume/cancel it, retry its failures.
 
 The app never captions anything itself: starting a job writes rows (data.jobs.create) and the runner
-process (serving.runner) does the work. A gr.Timer polls SQLite every 2 s for progress. Every handler that
-changes something checks the lead role itself: each Gradio event is an HTTP endpoint anyone can call.
+process (serving.runner) does the work. A gr.Timer polls SQLite every 2 s for progress, only while the Jobs
+tab is shown (app.py turns it on and off). Every handler that changes something checks the lead role itself:
+each Gradio event is an HTTP endpoint anyone can call, so parameters are checked here too (data.job_params),
+not only by the form. A click on a job row shows that job; the detail stays on it until another is chosen.
 """
 
 from __future__ import annotations
@@ -14,9 +16,10 @@ import time
 
 from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound
+from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
 from webapp import render
 from webapp.browse import filter_dict
-from webapp.context import AppContext
+from webapp.context import AppContext, shows_errors
 
 RUNNER_STALE_S = 15.0
 JOB_COLUMNS = ["id", "name", "state", "by", "total", "done", "failed", "pending", "clips/s", "ETA"]
@@ -56,22 +59,26 @@ class JobsTab:
                 self.source = gr.Radio(["current filter", "everything uncaptioned"], value="everything uncaptioned",
                                        label="Clips", elem_id="job-source")
                 self.prompt = gr.Dropdown([], label="Prompt version", elem_id="job-prompt")
-                self.frames = gr.Number(self.ctx.settings.frames, label="Frames", precision=0, minimum=1,
-                                        maximum=128, elem_id="job-frames")
-                self.max_tokens = gr.Number(self.ctx.settings.max_tokens, label="Max tokens", precision=0,
-                                            minimum=16, maximum=4096, elem_id="job-max-tokens")
+                # no minimum/maximum on the Numbers: Gradio would refuse out-of-range values with its own
+                # terse message before our handler; data.job_params says why and what to use instead
+                self.frames = gr.Number(self.ctx.settings.frames, label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
+                                        precision=0, elem_id="job-frames")
+                self.max_tokens = gr.Number(self.ctx.settings.max_tokens,
+                                            label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})", precision=0,
+                                            elem_id="job-max-tokens")
+            self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
         self.msg = gr.HTML("", elem_id="jobs-msg")
-        self.table = gr.Dataframe(headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table", label="Jobs")
+        self.table = gr.Dataframe(headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table",
+                                  label="Jobs (click a row to see it below)")
         with gr.Row():
-            self.job_id = gr.Number(label="Job id", precision=0, elem_id="job-id", minimum=0)
+            self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
             self.resume_btn = gr.Button("Resume", elem_id="btn-resume", size="sm")
             self.cancel_btn = gr.Button("Cancel", elem_id="btn-cancel", size="sm", variant="stop")
             self.retry_btn = gr.Button("Retry failed", elem_id="btn-retry", size="sm")
         self.detail = gr.HTML("", elem_id="job-detail")
-        self.plot = gr.LinePlot(x="t", y="clips_per_s", title="Throughput (clips/s, 10 s buckets)",
-                                elem_id="job-plot", height=220)
+        self.plot = gr.HTML("", elem_id="job-plot")
         with gr.Row():
             self.failures = gr.Dataframe(headers=["clip", "path", "attempts", "kind", "error"], interactive=False,
                                          label="Failures", elem_id="job-failures")
@@ -84,7 +91,7 @@ class JobsTab:
                 self.team_btn = gr.Button("Refresh", elem_id="btn-team-refresh", size="sm")
             self.team = gr.Dataframe(headers=TEAM_COLUMNS, interactive=False, elem_id="team-table",
                                      label="Edits saved, clips approved and rejected, approval rate")
-        self.timer = gr.Timer(2.0)
+        self.timer = gr.Timer(2.0, active=False)  # on only while this tab is shown (app.py)
 
     def team_stats(self, window: str, request: gr.Request):
         """Per annotator counts and approval rate from the audit trail (leads only)."""
@@ -97,6 +104,11 @@ class JobsTab:
 
     def _lead(self, request: gr.Request):
         return self.ctx.require(request, "lead")
+
+    @property
+    def refresh_outputs(self) -> list:
+        return [self.runner, self.msg, self.table, self.detail, self.plot, self.failures, self.replicas,
+                self.job_id]
 
     def refresh(self, job_id, request: gr.Request):
         user = self.ctx.user(request)
@@ -114,48 +126,79 @@ class JobsTab:
                 focus = p
         out[self.table] = pd.DataFrame(rows, columns=JOB_COLUMNS)
         if focus is None and rows and not job_id:
+            # nothing chosen yet: show the newest, and keep showing it (job_id is set), so the panel does not
+            # jump when a newer job appears
             focus = jobs.progress(db, rows[0][0])
+            out[self.job_id] = rows[0][0]
         if focus is not None:
             c = focus["counts"]
             pct = 100.0 * (c["done"] + c["failed"]) / max(1, focus["total"])
-            out[self.detail] = (f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}">'
-                                f'Job {int(focus["id"])} “{render.esc(focus["name"])}”: {render.esc(focus["state"])}'
+            out[self.detail] = (f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
+                                f'data-state="{render.esc(focus["state"])}">'
+                                f'Job {int(focus["id"])} “{render.esc(focus["name"])}”: <b>{render.esc(focus["state"])}</b>'
                                 f' · {pct:.0f}% · done {c["done"]} · failed {c["failed"]} · pending {c["pending"]}'
-                                f' · leased {c["leased"]} · {focus["rate"]:.2f} clips/s'
+                                f' · in flight {c["leased"]} · {focus["rate"]:.2f} clips/s'
                                 + (f' · ETA {_eta(focus["eta_seconds"])}' if focus["eta_seconds"] else "")
                                 + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>')
-            series = pd.DataFrame(focus["series"] or [], columns=["t", "n", "clips_per_s"])
-            series["t"] = pd.to_datetime(series["t"], unit="s")
-            out[self.plot] = series
+            out[self.plot] = render.throughput(focus["series"] or [])
             out[self.failures] = pd.DataFrame(
                 [[f["clip_id"], f["path"], f["attempts"], f["error_kind"], f["last_error"]]
                  for f in jobs.failures(db, focus["id"], limit=50)],
                 columns=["clip", "path", "attempts", "kind", "error"])
             out[self.replicas] = pd.DataFrame(
-                [[r["replica"], r["done"], round(r["mean_latency_ms"] or 0, 1)] for r in jobs.replica_load(db, focus["id"])],
+                [[r["replica"], r["done"], round(r["mean_latency_ms"] or 0)] for r in jobs.replica_load(db, focus["id"])],
                 columns=["replica", "done", "mean latency ms"])
         return out
+
+    def _selection(self, source, fdict) -> tuple[clips.Filter, str]:
+        if source == "current filter":
+            f = clips.Filter.from_dict(fdict)
+            shown = filter_dict(f)
+            desc = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in shown.items()) or "no filter: every clip"
+            return f, f"the Browse filter ({desc})"
+        return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
+
+    def preview_html(self, source, fdict, request: gr.Request) -> str:
+        """How many clips a start would caption, before any GPU is committed."""
+        self.ctx.user(request)
+        f, desc = self._selection(source, fdict)
+        n = clips.count(self.ctx.db(), f)
+        return (f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
+                f'clips: {render.esc(desc)}.</div>')
+
+    def on_show(self, job_id, source, fdict, request: gr.Request):
+        out = self.refresh(job_id, request)
+        out[self.preview] = self.preview_html(source, fdict, request)
+        return out
+
+    def select_row(self, evt: gr.SelectData, request: gr.Request):
+        """A click anywhere on a job row shows that job."""
+        self._lead(request)
+        row = getattr(evt, "row_value", None)
+        if not row:
+            return gr.skip()
+        try:
+            return int(row[0])
+        except (TypeError, ValueError):
+            return gr.skip()
 
     def start(self, name, source, prompt_id, frames, max_tokens, fdict, request: gr.Request):
         user = self._lead(request)
         db = self.ctx.db()
-        if source == "current filter":
-            f = clips.Filter.from_dict(fdict)
-        else:
-            f = clips.Filter(has_caption=False, failed=False)
+        f, _ = self._selection(source, fdict)
         try:
-            frames, max_tokens = int(frames or self.ctx.settings.frames), int(max_tokens or self.ctx.settings.max_tokens)
-            if not (1 <= frames <= 128 and 16 <= max_tokens <= 4096):
-                raise DataError("Frames must be 1-128 and max tokens 16-4096.")
+            params = JobParams.resolve(self.ctx.settings, frames=frames, max_tokens=max_tokens)
             pid = int(prompt_id) if prompt_id not in (None, "") else prompts.latest(db)["id"]
             prompts.get(db, pid)
-            job_id = jobs.create(db, name=name or f"{source} by {user.name}", created_by=user.name,
-                                 clip_ids=clips.iter_ids(db, f), prompt_id=pid,
-                                 params={"frames": frames, "max_tokens": max_tokens},
-                                 selection={"source": source, "filter": filter_dict(f)})
+            job_id, created = jobs.create_once(
+                db, name=name or f"{source} by {user.name}", created_by=user.name, clip_ids=clips.iter_ids(db, f),
+                prompt_id=pid, params=params.to_dict(), selection={"source": source, "filter": filter_dict(f)})
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}
         total = jobs.get(db, job_id)["total"]
+        if not created:
+            return {self.msg: render.message(f"Job {job_id} over {total:,} clips was just started with the same "
+                                              "settings: not started twice.", "info"), self.job_id: job_id}
         return {self.msg: render.message(f"Started job {job_id} over {total:,} clips.", "ok"), self.job_id: job_id}
 
     def action(self, verb: str):
@@ -185,14 +228,28 @@ class JobsTab:
                          value=rows[0]["id"] if rows else None)
 
     def wire(self, filter_state: gr.State) -> None:
-        detail = [self.runner, self.msg, self.table, self.detail, self.plot, self.failures, self.replicas]
-        self.timer.tick(self.refresh, [self.job_id], detail, api_name="jobs_refresh", show_progress="hidden",
-                        queue=False)
-        self.job_id.change(self.refresh, [self.job_id], detail, show_progress="hidden")
-        self.start_btn.click(self.start, [self.name, self.source, self.prompt, self.frames, self.max_tokens,
-                                          filter_state], [self.msg, self.job_id], api_name="start_job")
-        gr.on([self.team_btn.click, self.team_window.change], self.team_stats, [self.team_window], [self.team],
-              api_name="team_stats")
+        detail = self.refresh_outputs
+        self.timer.tick(shows_errors(self.refresh), [self.job_id], detail, api_name="jobs_refresh",
+                        show_progress="hidden", queue=False)
+        self.job_id.change(shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden")
+        self.table.select(shows_errors(self.select_row), None, [self.job_id], show_progress="hidden",
+                          api_name="job_select")
+        gr.on([self.source.change, filter_state.change], shows_errors(self.preview_html), [self.source, filter_state],
+              [self.preview], show_progress="hidden", api_name="job_preview")
+        # the button is disabled while a start is under way (the server also makes repeats one job)
+        def start_busy():
+            return gr.Button(interactive=False)
+
+        def start_ready():
+            return gr.Button(interactive=True)
+        self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
+            shows_errors(self.start), [self.name, self.source, self.prompt, self.frames, self.max_tokens,
+                                       filter_state], [self.msg, self.job_id], api_name="start_job").then(
+            start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
+        gr.on([self.team_btn.click, self.team_window.change], shows_errors(self.team_stats), [self.team_window],
+              [self.team], api_name="team_stats")
         for verb, btn in (("pause", self.pause_btn), ("resume", self.resume_btn), ("cancel", self.cancel_btn),
                           ("retry", self.retry_btn)):
-            btn.click(self.action(verb), [self.job_id], [self.msg], api_name=f"job_{verb}")
+            btn.click(shows_errors(self.action(verb)), [self.job_id], [self.msg], api_name=f"job_{verb}").then(
+                shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden",
+                api_name=f"job_{verb}_refresh")  # show the new state at once, not at the next tick

@@ -54,29 +54,64 @@ def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>"
 
 
+def _fps(clip: dict) -> float:
+    return float(clip.get("fps") or 0) or 25.0
+
+
 def player(clip: dict) -> str:
+    """The clip's video (data-fps lets the page script step one frame with the arrow keys)."""
     cid = int(clip["id"])
+    fps = f'data-fps="{_fps(clip):.3f}"'
     if clip.get("probe_error"):
         return (f'<div class="cw-notice cw-error">This clip failed at ingest: {esc(clip["probe_error"])}. '
                 "It cannot be played or captioned.</div>")
     if (clip.get("codec") or "").lower() in ("hevc", "h265"):
         if clip.get("preview"):
-            return (f'<video id="cw-video" class="cw-video" src="/preview/{cid}" controls preload="metadata" '
+            return (f'<video id="cw-video" class="cw-video" src="/preview/{cid}" {fps} controls preload="metadata" '
                     'playsinline muted></video><div class="cw-notice" id="hevc-notice">HEVC (H.265) clip: '
                     "browsers cannot play it, so this is a 640-px H.264 preview made at ingest. The model sees "
                     f'the original. <a href="/media/{cid}" download>Download the original</a>.</div>')
         return ('<div class="cw-notice" id="hevc-notice">This clip is HEVC (H.265): browsers cannot play it. '
                 "The filmstrip below shows the frames the model saw. "
                 f'<a href="/media/{cid}" download>Download the clip</a>.</div>')
-    return (f'<video id="cw-video" class="cw-video" src="/media/{cid}" controls preload="metadata" '
+    return (f'<video id="cw-video" class="cw-video" src="/media/{cid}" {fps} controls preload="metadata" '
             'playsinline muted></video>')
 
 
+def _strip_indices(clip: dict, n_default: int = 16) -> list[int]:
+    raw = clip.get("filmstrip_indices")
+    if raw:
+        try:
+            got = [int(i) for i in (json.loads(raw) if isinstance(raw, str) else raw)]
+            if got:
+                return got
+        except (TypeError, ValueError):
+            pass
+    # older rows: the strip holds `n_default` frames spread evenly over the clip
+    total = int(clip.get("frames") or 0) or int(round(float(clip.get("duration") or 0) * _fps(clip))) or n_default
+    n = max(1, min(n_default, total))
+    return [round(i * (total - 1) / max(1, n - 1)) for i in range(n)]
+
+
 def filmstrip(clip: dict) -> str:
+    """The model's frames as a grid of buttons cut from the one strip image (CSS background offsets): each is
+    big enough to click and seeks the player to that frame's time."""
     if not clip.get("filmstrip"):
         return '<p class="cw-muted">No filmstrip for this clip.</p>'
-    return (f'<img class="cw-filmstrip" id="cw-filmstrip" src="/filmstrip/{int(clip["id"])}" '
-            'alt="frames the model saw">')
+    idx = _strip_indices(clip)
+    n, fps, cid = len(idx), _fps(clip), int(clip["id"])
+    w, h = int(clip.get("width") or 16), int(clip.get("height") or 9)
+    cols = min(n, 8)
+    tiles = []
+    for k, frame in enumerate(idx):
+        x = 0 if n == 1 else 100.0 * k / (n - 1)
+        t = frame / fps
+        tiles.append(f'<button type="button" class="cw-frame" data-t="{t:.3f}" data-k="{k}" '
+                     f'title="frame {frame} ({t:.2f} s): click to seek" aria-label="seek to {t:.2f} s" '
+                     f'style="background-image:url(/filmstrip/{cid});background-size:{n * 100}% 100%;'
+                     f'background-position:{x:.4f}% 0;aspect-ratio:{w}/{h}"></button>')
+    return (f'<div class="cw-strip" id="cw-filmstrip" role="group" aria-label="frames the model saw" '
+            f'style="grid-template-columns:repeat({cols},1fr)">' + "".join(tiles) + "</div>")
 
 
 def header(clip: dict, user: str, role: str) -> str:
@@ -91,7 +126,10 @@ def header(clip: dict, user: str, role: str) -> str:
     status = clip.get("review_status") or "unreviewed"
     reviewed = f" by {esc(clip.get('reviewed_by'))} {when(clip.get('reviewed_at'))}" if clip.get("reviewed_by") else ""
     bits.append(f'<span class="cw-badge cw-{esc(status)}" id="review-status">{esc(status)}</span>{reviewed}')
-    return '<div class="cw-clip-header">' + " · ".join(bits) + "</div>"
+    # data-* for the page script: the URL follows data-clip; the form counts as unsaved until data-loaded changes
+    loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
+    return (f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
+            + " · ".join(bits) + "</div>")
 
 
 PROVENANCE_LABELS = (("model", "model"), ("prompt", None), ("replica", "replica"),
@@ -283,6 +321,42 @@ def history(versions: list[dict]) -> str:
                      f'<div class="cw-diff">{text}</div>'
                      + (f'<div class="cw-label-diff">{labels}</div>' if labels else "") + "</li>")
     return '<ol class="cw-history">' + "".join(items) + "</ol>"
+
+
+def throughput(series: list[dict], bucket_s: float | None = None) -> str:
+    """The throughput of a job as SVG bars (clips/s per bucket) with readable axes: one bucket still shows a
+    bar, and the y ticks are round numbers with their unit."""
+    if not series:
+        return '<p class="cw-muted" id="job-plot-empty">No results yet: the plot starts with the first caption.</p>'
+    W, H, L, B, T = 640, 190, 48, 24, 22
+    ymax_raw = max(p["clips_per_s"] for p in series) or 1.0
+    step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e9) if ymax_raw / s <= 4)
+    ymax = step * max(1, -(-ymax_raw // step))
+    n = len(series)
+    bw = min(48.0, (W - L - 4) / n)  # one bucket is one bar, not a wall
+    parts = [f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
+             f'aria-label="throughput, clips per second">']
+    k = 0.0
+    while k <= ymax + 1e-9:
+        y = T + (H - T - B) * (1 - k / ymax)
+        parts.append(f'<line x1="{L}" x2="{W}" y1="{y:.1f}" y2="{y:.1f}" class="cw-grid-line"/>'
+                     f'<text x="{L - 4}" y="{y + 4:.1f}" text-anchor="end">{k:g}</text>')
+        k += step
+    for i, p in enumerate(series):
+        h = (H - T - B) * p["clips_per_s"] / ymax
+        parts.append(f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
+                     f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>')
+    for i in sorted({0, n // 2, n - 1}):
+        x = L + 2 + (i + 0.5) * bw
+        parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
+    parts.append(f'<text x="{L - 4}" y="12" text-anchor="end" class="cw-axis">clips/s</text></svg>')
+    return '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket)' + "".join(parts) + "</div>"
+
+
+def when_s(ts: float | None) -> str:
+    if not ts:
+        return ""
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%H:%M:%S")
 
 
 def message(text: str, kind: str = "info") -> str:

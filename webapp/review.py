@@ -1,8 +1,16 @@
 """Review tab: watch one clip, edit its caption and labels, approve or reject, walk the filter.
 
-Saves are optimistic: the caption version the form was loaded from stays in gr.State (`base`), and
-data.captions refuses a save based on a stale version with `Conflict`, which we show with who and when plus
-a Reload button. Nothing is overwritten silently.
+Nothing typed is ever dropped (issue 10). Every way of leaving a clip -- j/k, approve/reject (which move on to
+the next unreviewed clip of the filter), "next unreviewed", a Browse tile, the browser's Back (the URL carries
+the clip, webapp/shortcuts.js turns Back into a navigation here) -- goes through a handler that receives the
+form and saves it first when it differs from the stored version (`_autosave`). A save that cannot happen (a
+conflict, a label missing) stops the navigation with a message, and the edit stays in the form. Switching tabs
+keeps the form as it is; leaving the page with an unsaved edit asks first (beforeunload, shortcuts.js).
+
+Saves and review decisions are optimistic: the caption version the form was loaded from (`base`) and the
+review state it showed (`review_base`, data.captions.review_token) stay in gr.State; data.captions refuses a
+save or decision based on a stale one with `Conflict`, which we show with who and when plus a Reload button.
+Nothing is overwritten silently.
 
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate
@@ -15,8 +23,9 @@ import gradio as gr
 
 from data import captions, clips, jobs, prompts, taxonomy
 from data.db import Conflict, DataError, NotFound
+from data.job_params import JobParams
 from webapp import render
-from webapp.context import AppContext
+from webapp.context import AppContext, shows_errors
 
 LABELS = list(taxonomy.ENUMS)
 
@@ -26,47 +35,59 @@ class ReviewTab:
         self.ctx = ctx
 
     def render(self) -> None:
-        self.header = gr.HTML('<p class="cw-muted">Open a clip from Browse (or /?clip=ID).</p>',
-                              elem_id="review-header")
-        with gr.Row():
-            with gr.Column(scale=3):
+        self.header = gr.HTML('<p class="cw-muted" id="review-empty">No clip open. Press <kbd>n</kbd> (or the '
+                              'button) for the next unreviewed clip of the Browse filter, or open one from '
+                              'Browse.</p>', elem_id="review-header")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=420):
                 self.player = gr.HTML("", elem_id="player")
                 self.filmstrip = gr.HTML("", elem_id="filmstrip")
-                with gr.Row():
+                with gr.Row(elem_classes="cw-navrow"):
                     self.prev_btn = gr.Button("◀ Previous (k)", elem_id="btn-prev", size="sm")
                     self.next_btn = gr.Button("Next (j) ▶", elem_id="btn-next", size="sm")
-            with gr.Column(scale=2):
+                    self.queue_btn = gr.Button("Next unreviewed (n)", elem_id="btn-next-unreviewed", size="sm")
+            with gr.Column(scale=2, min_width=380):
                 self.msg = gr.HTML("", elem_id="review-msg")
                 self.reload_btn = gr.Button("Reload the current version", elem_id="btn-reload", visible=False,
-                                            variant="secondary")
-                self.text = gr.Textbox(label="Caption", lines=7, max_lines=20, elem_id="caption-text")
+                                            variant="secondary", size="sm")
+                self.text = gr.Textbox(label="Caption (c to edit, Esc to leave)", lines=5, max_lines=12,
+                                       elem_id="caption-text")
+                with gr.Row(elem_classes="cw-actions"):
+                    self.save_btn = gr.Button("Save (ctrl+s)", elem_id="btn-save", variant="primary", size="sm")
+                    self.approve_btn = gr.Button("Approve + next (a)", elem_id="btn-approve", size="sm")
+                    self.reject_btn = gr.Button("Reject + next (r)", elem_id="btn-reject", variant="stop",
+                                                size="sm")
                 self.labels = {}
-                with gr.Row():
-                    for name in LABELS:
+                with gr.Row(elem_classes="cw-labels"):
+                    for i, name in enumerate(LABELS, 1):
                         multi = name in taxonomy.MULTI
                         self.labels[name] = gr.Dropdown(list(taxonomy.ENUMS[name]), value=[] if multi else None,
-                                                        multiselect=multi, label=name.replace("_", " "),
-                                                        elem_id=f"label-{name}", min_width=150)
-                with gr.Row():
-                    self.save_btn = gr.Button("Save (ctrl+s)", elem_id="btn-save", variant="primary")
-                    self.approve_btn = gr.Button("Approve (a)", elem_id="btn-approve")
-                    self.reject_btn = gr.Button("Reject (r)", elem_id="btn-reject", variant="stop")
-                with gr.Row():
-                    self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
-                    self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice",
-                                                    min_width=160)
-                    self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
+                                                        multiselect=multi, label=f"{i} {name.replace('_', ' ')}",
+                                                        elem_id=f"label-{name}", min_width=120)
+        with gr.Row():
+            self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
+            self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)
+            self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
         with gr.Accordion("Provenance", open=True):
             self.provenance = gr.HTML("", elem_id="provenance")
         with gr.Accordion("Version history", open=True):
             self.history = gr.HTML("", elem_id="history")
+        # navigation asked for by the page script (browser Back/Forward): a clip id, then a click
+        self.nav_target = gr.Textbox("", visible="hidden", elem_id="nav-target")
+        self.nav_btn = gr.Button("go", visible="hidden", elem_id="btn-nav")
         self.clip_id = gr.State(None)
         self.base = gr.State(None)
+        self.review_base = gr.State(None)
 
     # -- what every action returns -------------------------------------------------------------------
     def view_outputs(self) -> list:
         return [self.header, self.player, self.filmstrip, self.text, *self.labels.values(), self.provenance,
-                self.history, self.adopt_choice, self.msg, self.reload_btn, self.clip_id, self.base]
+                self.history, self.adopt_choice, self.msg, self.reload_btn, self.clip_id, self.base,
+                self.review_base]
+
+    def form_inputs(self) -> list:
+        """What every handler that may leave the clip receives: enough to save the form first."""
+        return [self.clip_id, self.base, self.review_base, self.text, *self.labels.values()]
 
     def view(self, clip_id: int, request: gr.Request, *, message: str = "", kind: str = "info",
              keep_form: bool = False, keep_media: bool = False) -> dict:
@@ -90,6 +111,7 @@ class ReviewTab:
             self.reload_btn: gr.update(visible=False),
             self.clip_id: clip["id"],
             self.base: clip["current_caption_id"],
+            self.review_base: captions.review_token(clip),
         }
         if not keep_media:
             out[self.player] = render.player(clip)
@@ -113,15 +135,73 @@ class ReviewTab:
         return labels
 
     def _conflict(self, clip_id: int, e: Conflict, request: gr.Request) -> dict:
-        out = self.view(clip_id, request, keep_form=True)
-        out[self.base] = gr.skip()  # keep the stale base: the user must reload to adopt the new version
+        out = self.view(clip_id, request, keep_form=True, keep_media=True)
+        out[self.base] = gr.skip()  # keep the stale bases: the user must reload to adopt the new version
+        out[self.review_base] = gr.skip()
+        out[self.header] = gr.skip()  # the page script reads "unsaved" from the header: it still is
         out[self.msg] = render.message(str(e), "conflict")
         out[self.reload_btn] = gr.update(visible=True)
         return out
 
+    def _dirty(self, clip_id, base, text, label_values) -> bool:
+        """Does the form differ from the version it was loaded from?"""
+        cap = captions.get(self.ctx.db(), base) if base is not None else None
+        if cap is None:
+            return bool((text or "").strip()) or any(v for v in label_values)
+        if (text or "").strip() != (cap["text"] or "").strip():
+            return True
+        stored = cap.get("labels") or {}
+        for name, value in zip(LABELS, label_values):
+            if name in taxonomy.MULTI:
+                if sorted(value or []) != sorted(stored.get(name) or []):
+                    return True
+            elif (value or None) != (stored.get(name) or None):
+                return True
+        return False
+
+    def _autosave(self, clip_id, base, text, label_values, user) -> tuple[int | None, dict | None]:
+        """Save the form if it differs from `base`; returns (the new base, the saved version or None).
+        Raises Conflict / DataError / InvalidLabels: the caller stays on the clip and shows why."""
+        if clip_id is None or not self._dirty(clip_id, base, text, label_values):
+            return base, None
+        labels = self._labels(list(label_values))
+        cap = captions.save_human(self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name,
+                                  base_caption_id=base)
+        return cap["id"], cap
+
+    def _leave(self, form: tuple, request: gr.Request, go) -> dict:
+        """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
+        clip_id, base, review_base, text, *label_values = form
+        user = self.ctx.user(request)
+        try:
+            _, saved = self._autosave(clip_id, base, text, label_values, user)
+        except Conflict as e:
+            return self._conflict(clip_id, e, request)
+        except (DataError, taxonomy.InvalidLabels) as e:
+            return {self.msg: render.message(f"Your edit is not saved yet, so you stay on this clip: {e}",
+                                             "error")}
+        note = f"Your edit was saved as version {saved['version']} of clip {int(clip_id)}. " if saved else ""
+        return go(note)
+
+    def _queue_filter(self, fdict: dict) -> clips.Filter:
+        return clips.Filter.from_dict({**(fdict or {}), "review_status": "unreviewed"})
+
+    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None) -> int | None:
+        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order),
+        wrapping around to the start."""
+        db = self.ctx.db()
+        f = self._queue_filter(fdict)
+        desc = sort == "newest"
+        for anchor in ((after, None) if after is not None else (None,)):
+            rows = clips.page(db, f, after_id=anchor, limit=2, descending=desc)
+            rows = [r for r in rows if r["id"] != after]
+            if rows:
+                return rows[0]["id"]
+        return None
+
     # -- handlers -------------------------------------------------------------------------------------
-    def save(self, clip_id, base, text, scenario_category, hazard_level, road_users, ego_maneuver, weather,
-             lighting, road_type, request: gr.Request):
+    def save(self, clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+             weather, lighting, road_type, request: gr.Request):
         # one parameter per label (in taxonomy.ENUMS order): Gradio passes gr.Request only to a named parameter
         label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
         user = self.ctx.user(request)
@@ -138,20 +218,32 @@ class ReviewTab:
         return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok",
                          keep_media=True)
 
-    def review(self, status: str):
-        def handler(clip_id, base, request: gr.Request):
+    def decide(self, status: str):
+        """Approve / reject what the form shows (saving an edit first), then move to the next unreviewed
+        clip of the filter (approve-and-next: one key per clip)."""
+        def handler(clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+                    weather, lighting, road_type, fdict, sort, request: gr.Request):
+            label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting,
+                            road_type]
             user = self.ctx.user(request)
             if clip_id is None:
                 raise gr.Error("Open a clip first.")
             try:
+                new_base, saved = self._autosave(clip_id, base, text, label_values, user)
                 captions.set_review(self.ctx.db(), int(clip_id), status=status, user=user.name,
-                                    base_caption_id=base)
+                                    base_caption_id=new_base,
+                                    base_review=None if saved else review_base)
             except Conflict as e:
                 return self._conflict(clip_id, e, request)
-            except DataError as e:
+            except (DataError, taxonomy.InvalidLabels) as e:
                 return {self.msg: render.message(str(e), "error")}
-            return self.view(clip_id, request, message=f"Marked {status}.", kind="ok", keep_form=True,
-                             keep_media=True)
+            done = (f"Saved your edit as version {saved['version']} and marked" if saved else "Marked") + \
+                f" clip {int(clip_id)} {status}."
+            target = self.next_unreviewed_id(fdict, sort, int(clip_id))
+            if target is None:
+                return self.view(clip_id, request, message=done + " No unreviewed clips left in this filter.",
+                                 kind="ok", keep_media=True)
+            return self.view(target, request, message=done, kind="ok")
         handler.__name__ = f"review_{status}"
         return handler
 
@@ -178,8 +270,7 @@ class ReviewTab:
             prompt = prompts.latest(db)
             job_id = jobs.create_recaption(db, clip_id, user=user.name, role=user.role,
                                            quota=self.ctx.settings.job_quota, prompt_id=prompt["id"],
-                                           params={"frames": self.ctx.settings.frames,
-                                                   "max_tokens": self.ctx.settings.max_tokens})
+                                           params=JobParams.resolve(self.ctx.settings).to_dict())
         except DataError as e:
             return render.message(str(e), "error")
         return render.message(f"Re-caption requested: job {job_id}. The result arrives as a new version "
@@ -191,30 +282,73 @@ class ReviewTab:
         return self.view(clip_id, request, message="Reloaded the current version.")
 
     def step(self, direction: int):
-        def handler(clip_id, fdict, sort, request: gr.Request):
+        def handler(clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+                    weather, lighting, road_type, fdict, sort, request: gr.Request):
+            form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+                    weather, lighting, road_type)
             self.ctx.user(request)
             if clip_id is None:
                 return gr.skip()
-            prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), int(clip_id))
-            if sort == "newest":  # the grid runs newest first: "next" is the lower id
-                prev_id, next_id = next_id, prev_id
-            target = next_id if direction > 0 else prev_id
-            if target is None:
-                return {self.msg: render.message("No more clips in this filter in that direction.", "info")}
-            return self.view(target, request)
+
+            def go(note):
+                prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), int(clip_id))
+                if sort == "newest":  # the grid runs newest first: "next" is the lower id
+                    prev_id, next_id = next_id, prev_id
+                target = next_id if direction > 0 else prev_id
+                if target is None:
+                    return {**(self.view(clip_id, request, keep_media=True) if note else {}),
+                            self.msg: render.message(note + "No more clips in this filter in that direction.",
+                                                     "info")}
+                return self.view(target, request, message=note, kind="ok" if note else "info")
+            return self._leave(form, request, go)
         handler.__name__ = "next_clip" if direction > 0 else "previous_clip"
         return handler
 
+    def queue_next(self, clip_id, base, review_base, text, scenario_category, hazard_level, road_users,
+                   ego_maneuver, weather, lighting, road_type, fdict, sort, request: gr.Request):
+        """The review queue: the next unreviewed clip of the Browse filter (saving the form first)."""
+        form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+                weather, lighting, road_type)
+        self.ctx.user(request)
+
+        def go(note):
+            target = self.next_unreviewed_id(fdict, sort, int(clip_id) if clip_id is not None else None)
+            if target is None:
+                return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
+            return self.view(target, request, message=note, kind="ok" if note else "info")
+        return self._leave(form, request, go)
+
+    def goto(self, target, clip_id, base, review_base, text, scenario_category, hazard_level, road_users,
+             ego_maneuver, weather, lighting, road_type, request: gr.Request):
+        """Open clip `target` (browser Back/Forward, a Browse tile), saving the form first."""
+        form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
+                weather, lighting, road_type)
+        self.ctx.user(request)
+        target = str(target or "").strip()
+        if not target.isdigit() or (clip_id is not None and int(target) == int(clip_id)):
+            return gr.skip()
+        return self._leave(form, request, lambda note: self.view(int(target), request, message=note,
+                                                                   kind="ok" if note else "info"))
+
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.view_outputs()
+        form = self.form_inputs()
         label_inputs = list(self.labels.values())
-        self.save_btn.click(self.save, [self.clip_id, self.base, self.text, *label_inputs], outs,
-                            api_name="save_caption")
-        self.approve_btn.click(self.review("approved"), [self.clip_id, self.base], outs, api_name="approve")
-        self.reject_btn.click(self.review("rejected"), [self.clip_id, self.base], outs, api_name="reject")
-        self.adopt_btn.click(self.adopt, [self.clip_id, self.base, self.adopt_choice], outs, api_name="adopt")
-        self.recaption_btn.click(self.recaption, [self.clip_id], [self.msg], api_name="recaption")
-        self.reload_btn.click(self.reload, [self.clip_id], outs, api_name="reload_clip")
-        self.next_btn.click(self.step(+1), [self.clip_id, filter_state, sort_state], outs, api_name="next_clip")
-        self.prev_btn.click(self.step(-1), [self.clip_id, filter_state, sort_state], outs,
-                            api_name="previous_clip")
+        nav = dict(show_progress="hidden")
+        self.save_btn.click(shows_errors(self.save), [self.clip_id, self.base, self.review_base, self.text,
+                                                      *label_inputs], outs, api_name="save_caption")
+        self.approve_btn.click(shows_errors(self.decide("approved")), form + [filter_state, sort_state], outs,
+                               api_name="approve", **nav)
+        self.reject_btn.click(shows_errors(self.decide("rejected")), form + [filter_state, sort_state], outs,
+                              api_name="reject", **nav)
+        self.adopt_btn.click(shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs,
+                             api_name="adopt")
+        self.recaption_btn.click(shows_errors(self.recaption), [self.clip_id], [self.msg], api_name="recaption")
+        self.reload_btn.click(shows_errors(self.reload), [self.clip_id], outs, api_name="reload_clip")
+        self.next_btn.click(shows_errors(self.step(+1)), form + [filter_state, sort_state], outs,
+                            api_name="next_clip", **nav)
+        self.prev_btn.click(shows_errors(self.step(-1)), form + [filter_state, sort_state], outs,
+                            api_name="previous_clip", **nav)
+        self.queue_btn.click(shows_errors(self.queue_next), form + [filter_state, sort_state], outs,
+                             api_name="next_unreviewed", **nav)
+        self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)
