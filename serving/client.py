@@ -66,7 +66,7 @@ class CaptionRequest:
     clip_path: str
     prompt: dict
     frames: int = 16
-    max_tokens: int = 320
+    max_tokens: int = 640
     temperature: float = 0.0
     # a signed http(s) URL of this clip for replicas on other nodes (serving.media_urls); None: file://
     media_url: str | None = None

@@ -55,12 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("add", help="add a user, e.g. `add alice --role admin`")
     a.add_argument("name")
-    a.add_argument("--role", choices=users.ROLES, default="annotator")
+    # dest is not "role": that name is a setting (what a machine runs: all/node/head), and from_args reads it
+    a.add_argument("--role", dest="user_role", choices=users.ROLES, default="annotator")
     a.add_argument("--password-file", help="read the password from this file instead of prompting")
     sub.add_parser("list", help="list users and roles, e.g. `list`")
     r = sub.add_parser("set-role", help="change a role, e.g. `set-role bob lead`")
     r.add_argument("name")
-    r.add_argument("role", choices=users.ROLES)
+    r.add_argument("user_role", metavar="role", choices=users.ROLES)
     pw = sub.add_parser("passwd", help="set a new password, e.g. `passwd bob`")
     pw.add_argument("name")
     pw.add_argument("--password-file")
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     db = dbmod.connect(settings.db)
     try:
         if args.command == "add":
-            u = users.create(db, args.name, role=args.role, password=_password(args))
+            u = users.create(db, args.name, role=args.user_role, password=_password(args))
             print(f"added {u['name']} ({u['role']})")
         elif args.command == "ensure-admin":
             ensure_admin(db, settings.data_dir)
@@ -86,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             for u in users.list_users(db):
                 print("\t".join([u["name"], u["role"]] + (["disabled"] if u["disabled"] else [])))
         elif args.command == "set-role":
-            u = users.set_role(db, args.name, args.role)
+            u = users.set_role(db, args.name, args.user_role)
             print(f"{u['name']} is now {u['role']}")
         elif args.command == "passwd":
             users.set_password(db, args.name, _password(args))
