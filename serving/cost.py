@@ -49,6 +49,7 @@ class Measurement:
     config: str = ""
     date: str = ""
     source: str = ""
+    via: str = "vllm"  # "runner": measured through our runner and router (what a job sees); "vllm": vLLM alone
 
     @property
     def per_gpu(self) -> float:
@@ -92,7 +93,7 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
     return Measurement(clips_per_s=float(rate), gpus=int(rec.get("gpus") or 1), frames=int(rec.get("frames") or 16),
                        precision=normalise_precision(rec.get("precision") or rec.get("dtype")),
                        backend=str(rec.get("backend") or DEFAULT_BACKEND), config=str(rec.get("config") or ""),
-                       date=str(rec.get("date") or ""), source=source)
+                       date=str(rec.get("date") or ""), source=source, via=str(rec.get("via") or "vllm"))
 
 
 def load_measurements(*paths: str | Path) -> list[Measurement]:
@@ -142,6 +143,8 @@ def estimate(replicas: int, frames: int, precision: str = "bf16", measurements: 
                         f"the running job's rate, {live_rate:.2f} clips/s on {live_replicas} replica(s), per "
                         "replica", per)
     same = [m for m in measurements if m.precision == precision and m.backend == backend]
+    if any(m.via == "runner" for m in same):  # what a job sees beats vLLM alone on another workload
+        same = [m for m in same if m.via == "runner"]
     exact = [m for m in same if m.frames == frames]
     if exact:
         best = max((m for m in exact if m.gpus == 1), key=lambda m: m.per_gpu, default=None) \

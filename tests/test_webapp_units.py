@@ -132,3 +132,17 @@ def test_main_refuses_auth_off_on_a_network(tmp_path):
     assert r.returncode == 2 and "loopback" in r.stderr
     assert "python -m webapp" in subprocess.run([sys.executable, "-m", "webapp", "--help"], env=env,
                                                 capture_output=True, text=True).stdout
+
+
+def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
+    """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
+    (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs)."""
+    from webapp.context import AppContext
+    from webapp.jobs_tab import JobsTab
+
+    urls = [f"http://10.9.9.{i}:8000" for i in range(8)]  # a list of replicas: counted, not asked
+    tab = JobsTab(AppContext(settings.replace(fleet=",".join(urls)), fleet_urls=urls, simulated=False))
+    html = tab._cost_html(100_000)
+    assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and "h " in html
+    sim = JobsTab(AppContext(settings.replace(fleet="sim"), fleet_urls=[], simulated=True))
+    assert sim._cost_html(100_000) == ""

@@ -12,11 +12,15 @@ from __future__ import annotations
 import pandas as pd
 import gradio as gr
 
+import functools
 import time
+from pathlib import Path
 
 from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
+from serving import cost
+from serving.runner import router_workers
 from webapp import render
 from webapp.browse import filter_dict
 from webapp.context import AppContext, shows_errors
@@ -164,7 +168,30 @@ class JobsTab:
         f, desc = self._selection(source, fdict)
         n = clips.count(self.ctx.db(), f)
         return (f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
-                f'clips: {render.esc(desc)}.</div>')
+                f'clips: {render.esc(desc)}.{self._cost_html(n)}</div>')
+
+    def _replicas(self) -> int:
+        """Replicas behind the configured fleet (a router is asked for its workers), cached for a minute."""
+        hit = getattr(self, "_replica_cache", None)
+        if hit and time.monotonic() - hit[1] < 60:
+            return hit[0]
+        urls = self.ctx.fleet_urls
+        n = (router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
+        self._replica_cache = (n, time.monotonic())
+        return n
+
+    def _cost_html(self, n: int) -> str:
+        """What the job will cost on this fleet, from the recorded GPU runs (serving.cost), for the default
+        frames; simulated fleets get no estimate (their speed says nothing about GPUs)."""
+        if not n or self.ctx.simulated_fleet:
+            return ""
+        replicas = self._replicas()
+        e = cost.estimate(replicas, JobParams.resolve(self.ctx.settings).frames, "bf16", _measurements())
+        if not e.clips_per_s:
+            return ""
+        return (f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
+                f'{replicas} GPU(s) ({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; '
+                f'{render.esc(e.basis)}: {render.esc(e.note[:160])}).</span>')
 
     def on_show(self, job_id, source, fdict, request: gr.Request):
         out = self.refresh(job_id, request)
@@ -253,3 +280,19 @@ class JobsTab:
             btn.click(shows_errors(self.action(verb)), [self.job_id], [self.msg], api_name=f"job_{verb}").then(
                 shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden",
                 api_name=f"job_{verb}_refresh")  # show the new state at once, not at the next tick
+
+
+@functools.lru_cache(maxsize=1)
+def _measurements() -> tuple:
+    """The GPU runs recorded in the repository (docs/gpu-runs), read once per process."""
+    return tuple(cost.load_measurements(Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"))
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
