@@ -3,9 +3,10 @@
 One place for the numbers, so that docs/RELIABILITY.md, the tests and the error messages agree. Each check
 raises `TooLarge` (a `DataError`: the web app shows its message) saying what the limit is and what to do.
 
-Why these numbers: a caption is 100-200 tokens (~1,500 characters from the model); a human may paste notes,
-so 100,000 characters (~15,000 words) leaves room while keeping one save far below the busy timeout (a
-multi-megabyte save held the write lock past it) and keeping the word diff of two captions at the limit fast.
+Why these numbers: a caption is 100-200 words (the model's schema bounds it at 1,500 characters); a human may
+write more or paste notes, so 20,000 characters (~3,000 words, 13x the model's bound) leaves room, while a
+100,000-character paste (seen saved, approved and exported) is refused, one save stays far below the busy
+timeout (a multi-megabyte save held the write lock past it) and the word diff of two captions at the limit fast.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from data.db import DataError
 
-MAX_CAPTION_CHARS = 100_000
+MAX_CAPTION_CHARS = 20_000
 MAX_LABELS_BYTES = 8_192  # the taxonomy's longest valid label set is well under 1 KiB
 MAX_JOB_NAME_CHARS = 200
 MAX_NOTE_CHARS = 2_000

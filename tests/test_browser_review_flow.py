@@ -328,6 +328,31 @@ def test_job_limits_hold_through_the_api(server):
     assert len(jobs.list_jobs(db_of(server))) == before
 
 
+def test_an_over_long_caption_is_refused_through_the_api(server):
+    """The caption bound (data.limits) holds for a script calling Gradio's endpoint, not just the form."""
+    from data import limits
+
+    d = db_of(server)
+    try:
+        clip = next(d.query("SELECT id, current_caption_id FROM clips WHERE probe_error IS NULL ORDER BY id LIMIT 1"))
+        versions = d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip["id"]]).fetchone()[0]
+    finally:
+        d.close()
+    labels = ["other", "none", ["car"], "stopped", "clear", "daylight", "urban"]
+    c = server.client("ann")
+    try:
+        kind, body = api_call(c, "save_caption", [clip["id"], clip["current_caption_id"], None,
+                                                  "w" * (limits.MAX_CAPTION_CHARS + 1), *labels])
+    finally:
+        c.close()
+    assert f"the limit is {limits.MAX_CAPTION_CHARS:,}" in body, body[-500:]
+    d = db_of(server)
+    try:
+        assert d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip["id"]]).fetchone()[0] == versions
+    finally:
+        d.close()
+
+
 def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(browser, server, library,  # noqa: F811
                                                                               runner):  # noqa: F811
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})

@@ -27,7 +27,7 @@ def test_caption_over_the_limit_is_refused_with_the_limit_in_the_message(db):
     cid = _clip(db)
     at_limit = "w" * limits.MAX_CAPTION_CHARS
     cap = captions.save_human(db, cid, text=at_limit, labels=LABELS, author="ann", base_caption_id=None)
-    with pytest.raises(limits.TooLarge, match="limit is 100,000"):
+    with pytest.raises(limits.TooLarge, match="limit is 20,000"):
         captions.save_human(db, cid, text=at_limit + "w", labels=LABELS, author="ann", base_caption_id=cap["id"])
     assert isinstance(limits.TooLarge("x"), DataError)  # the web app shows DataError messages
     assert db.execute("SELECT COUNT(*) FROM captions").fetchone()[0] == 1
