@@ -140,7 +140,7 @@ CONFIGS: dict[str, dict] = {
 
 
 def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
-    """The replica command line: the SERVING.md recipe that serving.launcher.vllm_command also builds, written
+    """The replica command line: the recipe that serving.launcher.vllm_command also builds, written
     out here because the sweep varies flags the launcher does not take as parameters, plus benchmark-only flags
     (dummy weights, caches off). Keep the two in step when the recipe changes."""
     frames = cfg.get("frames", 16)

@@ -1,4 +1,4 @@
-"""Bounds on every input a user, a file or the fleet can hand us (RELIABILITY.md R10, R11).
+"""Bounds on every input a user, a file or the fleet can hand us (docs/RELIABILITY.md, R10 and R11).
 
 One place for the numbers, so that docs/RELIABILITY.md, the tests and the error messages agree. Each check
 raises `TooLarge` (a `DataError`: the web app shows its message) saying what the limit is and what to do.

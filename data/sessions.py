@@ -1,4 +1,4 @@
-"""Server-side login sessions (RELIABILITY.md S6).
+"""Server-side login sessions (docs/RELIABILITY.md, S6).
 
 A session is a random token in the `cw_session` cookie and a row in `sessions` keyed by the token's SHA-256.
 The server decides whether it is valid, so it can end it: logout deletes the row; a password change, a role

@@ -1,6 +1,6 @@
 """Fleet health and load: each replica's `/health` and Prometheus `/metrics`, and the router's status.
 
-What the web app and the runner show per replica (SERVING.md, "Health and metrics"):
+What the web app and the runner show per replica (vLLM's `/health` and `/metrics`):
 healthy (`GET /health` is 200), running / waiting requests, KV-cache usage, successful requests by finish
 reason, prompt and generation tokens, mean end-to-end latency and time to first token, and whether the
 replica is simulated (a served model id containing "simulated" or an `x-simulated: 1` header), so the UI

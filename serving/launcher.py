@@ -7,7 +7,7 @@
     python -m serving.launcher url            # what the runner and the app should talk to
     python -m serving.launcher down
 
-The replica command is the NVIDIA recipe of design/SERVING.md: GPU video decoding selected through the
+The replica command is NVIDIA's recipe for vLLM with NVDEC decoding (docs/GPU.md, "Running the fleet"): GPU video decoding selected through the
 `backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL ignores), a decode budget
 from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica per GPU through
 `CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the bare

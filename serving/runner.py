@@ -3,7 +3,7 @@
     python -m serving.runner --db var/workbench.db --fleet http://127.0.0.1:8000,http://127.0.0.1:8001
     python -m serving.runner --db var/workbench.db --fleet http://127.0.0.1:30000 --replicas 8 --until-idle
 
-How it works (ARCHITECTURE.md invariant 2, RELIABILITY.md R3/R6/R8):
+How it works (a job survives a runner kill, a dying or hung replica and a silent one: docs/RELIABILITY.md R3/R6/R8):
 - One asyncio loop does the HTTP; one thread with its own SQLite connection does every database call,
   in order (claims, results, heartbeats). No HTTP call ever happens inside a transaction.
 - Each replica URL gets a bound of `per_replica_inflight` requests. With a single router URL the bound is

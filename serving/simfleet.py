@@ -69,7 +69,8 @@ PREFILL_S_PER_TOKEN = 4e-6
 GEN_S_PER_TOKEN = 4e-3
 DEFAULT_CAPACITY = 6
 DEFAULT_FRAMES = 16
-# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (SERVING.md): 512 MiB per decode
+# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (serving.launcher.vllm_command): vLLM gives each API server
+# G / api_server_count, so 512 MiB per decode; a clip needs frames x H x W x 3 bytes of it, or it gets HTTP 400
 DECODE_BUDGET_BYTES = 2 * 1024**3 // 4
 E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
                480.0, 960.0, 1920.0, 7680.0]

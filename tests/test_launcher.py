@@ -1,4 +1,4 @@
-"""The fleet launcher: the dry-run commands follow SERVING.md's recipe; up/down/status manage process groups."""
+"""The fleet launcher: the dry-run commands follow NVIDIA's vLLM recipe; up/down/status manage process groups."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import json
 import shlex
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from serving import launcher, procs
 
-# The NVIDIA recipe of design/SERVING.md, flag by flag (value None: a switch).
+# NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
+# design notes give it (they live outside this repo; docs/GPU.md, "Running the fleet", describes the command).
+# A test used to compare these constants with those notes by an absolute path outside the checkout; it was
+# dropped (issue 13): this dict is now the reference, and the tests below hold the launcher to it.
 RECIPE = {
     "--dtype": "bfloat16", "--max-model-len": "32768", "--max-num-seqs": "1024",
     "--max-num-batched-tokens": "32768", "--api-server-count": "4", "--renderer-num-workers": "4",
@@ -24,7 +24,6 @@ RECIPE = {
 ROUTER = {"--policy": "round_robin", "--worker-startup-timeout-secs": "1800", "--health-check-interval-secs": "10",
           "--request-timeout-secs": "1800", "--retry-max-retries": "2", "--prometheus-port": "29000",
           "--host": "127.0.0.1", "--port": "30000"}
-SERVING_MD = Path("/work/shared/design/SERVING.md")
 
 
 def dry_run(tmp_path, *extra: str) -> list[str]:
@@ -102,23 +101,6 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
         assert f[k] == v, k
     workers = router[router.index("--worker-urls") + 1:router.index("--policy")]
     assert workers == [f"http://127.0.0.1:{8000 + i}" for i in range(8)]
-
-
-def test_recipe_constants_are_those_of_serving_md():
-    if not SERVING_MD.exists():
-        pytest.fail(f"{SERVING_MD} not found: the design notes belong next to the checkout")
-    text = SERVING_MD.read_text()
-    block = text.split("```")[1]
-    for k, v in RECIPE.items():
-        if isinstance(v, dict):
-            assert json.dumps(v, separators=(",", ":")) in block, k
-        elif v is None:
-            assert k in block
-        else:
-            assert f"{k} {v}" in block, k
-    router_block = text.split("## The router")[1].split("```")[1]
-    for k, v in ROUTER.items():
-        assert f"{k} {v}" in router_block, k
 
 
 def test_hw_decoders_only_after_0_25_1(tmp_path):

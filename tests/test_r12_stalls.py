@@ -12,6 +12,7 @@ from data import jobs
 from runner_fixtures import FakeClient, add_clips, default_prompt
 from serving import runner as runmod
 from serving.errors import ReplicaError
+from waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
 
@@ -27,8 +28,8 @@ def test_runner_survives_a_foreign_write_lock_longer_than_the_busy_timeout(setti
     def foreign_writer():
         # another process's long write (a multi-megabyte save did this): a raw connection holding the lock
         conn = sqlite3.connect(str(settings.db), timeout=30, isolation_level=None)
-        while conn.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] < 20:
-            time.sleep(0.02)
+        wait_until(lambda: conn.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] >= 20,
+                   timeout=60, what="20 clips done before the foreign write")
         conn.execute("BEGIN IMMEDIATE")
         held.set()
         time.sleep(hold_s)

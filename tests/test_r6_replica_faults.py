@@ -12,6 +12,7 @@ from data import jobs, prompts
 from serving import runner as runmod
 from serving import simfleet
 from tests.runner_fixtures import tiny_library
+from tests.waiting import wait_until
 
 SPEED = 0.1        # ~0.1 s per tiny clip
 CAPACITY = 2       # requests a replica runs at once
@@ -44,8 +45,8 @@ def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db
     fleet = simfleet.start_fleet(8, 0, settings.clip_root, speed=SPEED, capacity=CAPACITY)
 
     def faults(job_id):
-        while db.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] < n // 5:
-            time.sleep(0.02)
+        wait_until(lambda: db.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] >= n // 5,
+                   timeout=240, what=f"{n // 5} clips done before the faults")
         fleet.kill_replica(0)
         fleet.set_knobs(1, hang=True)
         fleet.set_knobs(2, unavailable_for=2.0)

@@ -12,6 +12,7 @@ from data import captions, jobs
 from serving import runner as runmod
 from serving.errors import ClipRejected, Overloaded, Unreachable
 from tests.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
+from tests.waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 
@@ -104,8 +105,8 @@ def test_pause_stops_claiming_and_hands_inflight_items_back(settings, db):
 
     t = threading.Thread(target=run)
     t.start()
-    while db.execute("SELECT done FROM jobs WHERE id=?", [job_id]).fetchone()[0] < 20:
-        time.sleep(0.01)
+    wait_until(lambda: db.execute("SELECT done FROM jobs WHERE id=?", [job_id]).fetchone()[0] >= 20,
+               timeout=60, what="20 items done", step=0.01)
     jobs.change_state(db, job_id, "pause", "lead")
     t.join(timeout=20)
     assert not t.is_alive()
@@ -145,8 +146,7 @@ def test_stop_releases_requests_that_outlive_the_drain_deadline(settings, db):
     th = threading.Thread(target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop,
                                                         drain_seconds=0.3))
     th.start()
-    while len(client.calls) < 6:
-        time.sleep(0.01)
+    wait_until(lambda: len(client.calls) >= 6, timeout=60, what="6 requests in flight", step=0.01)
     stop.set()
     th.join(timeout=20)
     assert not th.is_alive()

@@ -1,4 +1,4 @@
-"""What other sites, and other users, cannot make the app do (RELIABILITY.md S8, issue 11).
+"""What other sites, and other users, cannot make the app do (docs/RELIABILITY.md, S8; issue 11).
 
 One pure ASGI middleware, outside everything else (Gradio's mounted app included):
 - **Host allow-list, always** (login on or off): loopback names, IP literals (a DNS-rebinding attack needs a
