@@ -18,8 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import captions, clips, limits  # noqa: E402
-from data import db as dbmod  # noqa: E402
+from data import (  # noqa: E402
+    captions,
+    clips,
+    db as dbmod,  # noqa: E402
+    limits,
+)
 from webapp import render  # noqa: E402
 
 LABELS = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
@@ -49,7 +53,7 @@ def main(argv=None) -> int:
     cases = {"small edit": "start " + a.replace("car", "truck", 3) + " end", "unrelated": prose(12_000, 2),
              "two-word vocabulary": " ".join(["x", "y"][i % 2] for i in range(12_000))}
     for name, b in cases.items():
-        print(f"word diff, two 12,000-word captions ({name}): {best(lambda: render.word_diff(a, b), args.repeat):.1f} ms")
+        print(f"word diff, two 12,000-word captions ({name}): {best(lambda b=b: render.word_diff(a, b), args.repeat):.1f} ms")
     big = "w " * (limits.MAX_CAPTION_CHARS // 2)
     with tempfile.TemporaryDirectory() as d:
         db = dbmod.connect(Path(d) / "b.db")

@@ -77,7 +77,7 @@ def build(db_path: Path, n: int, seed: int = 0) -> float:
     sql = f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' * 25)})"
     for i in range(1, n + 1):
         captioned = rng.random() < 0.7
-        h, w, l, r, s = (_pick(rng, HAZARD), _pick(rng, WEATHER), _pick(rng, LIGHTING), _pick(rng, ROAD),
+        h, w, lt, r, s = (_pick(rng, HAZARD), _pick(rng, WEATHER), _pick(rng, LIGHTING), _pick(rng, ROAD),
                          _pick(rng, SCENARIO))
         subject = rng.choice(RARE) if rng.random() < 0.001 else rng.choice(SUBJECTS)
         text = (f"The ego vehicle drives {rng.choice(SCENES)} while {subject} {rng.choice(ACTIONS)}. "
@@ -87,8 +87,8 @@ def build(db_path: Path, n: int, seed: int = 0) -> float:
         sha = f"{rng.getrandbits(256):064x}"
         batch.append((i, f"route{i % 997:03d}/cam_{i:07d}.mp4", sha, 8_000_000, now, 12.0, 30.0, 360, 1920,
                       1080, "h264", review, i if captioned else None, "model" if captioned else None, text,
-                      f"{s} {h} {w} {l} {r}" if captioned else None, s if captioned else None,
-                      h if captioned else None, w if captioned else None, l if captioned else None,
+                      f"{s} {h} {w} {lt} {r}" if captioned else None, s if captioned else None,
+                      h if captioned else None, w if captioned else None, lt if captioned else None,
                       r if captioned else None, now, now, f"thumbs/{sha[:2]}/{sha}.jpg",
                       f"filmstrips/{sha[:2]}/{sha}-16.jpg"))
         if len(batch) == 50_000:

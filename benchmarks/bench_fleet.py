@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import signal
@@ -163,7 +162,6 @@ def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
 
 def cmd_hostile(a) -> None:
     """A few hostile clips, to compare how real vLLM and the simulated fleet answer them."""
-    import shutil
 
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -475,7 +473,7 @@ def cmd_sweep(a) -> None:
 
 
 def cmd_report(a) -> None:
-    rows = [json.loads(l) for l in Path(a.results).read_text().splitlines() if l.strip()]
+    rows = [json.loads(line) for line in Path(a.results).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "config" in r]
     print("| config | backend | conc. | clips/s | vLLM core-s/clip | vLLM cores busy | machine cores busy | "
           "GPU util % | NVDEC util % | prompt tok/clip | p50 s | errors |")

@@ -23,12 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import db as dbmod  # noqa: E402
-from data import jobs, prompts  # noqa: E402
+from data import (  # noqa: E402
+    db as dbmod,  # noqa: E402
+    jobs,
+    prompts,
+)
 from data.settings import Settings  # noqa: E402
-from serving import runner as runmod  # noqa: E402
-from serving import simfleet  # noqa: E402
-from serving.client import FleetClient, CaptionRequest  # noqa: E402
+from serving import (
+    runner as runmod,  # noqa: E402
+    simfleet,  # noqa: E402
+)
+from serving.client import CaptionRequest, FleetClient  # noqa: E402
 from tests.runner_fixtures import tiny_library  # noqa: E402
 
 

@@ -38,11 +38,17 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from data import db as dbmod  # noqa: E402
-from data import jobs, prompts  # noqa: E402
+from data import (  # noqa: E402
+    db as dbmod,  # noqa: E402
+    jobs,
+    prompts,
+)
 from data.settings import Settings  # noqa: E402
-from serving import fleet as fleetmod  # noqa: E402
-from serving import procs, simfleet  # noqa: E402
+from serving import (  # noqa: E402
+    fleet as fleetmod,  # noqa: E402
+    procs,
+    simfleet,
+)
 
 
 def tiny_clip_bytes(w: int = 64, h: int = 48, n: int = 10) -> bytes:
@@ -116,8 +122,9 @@ def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float 
     # calibrate the simulated latency: one request at speed 1 on this clip, then scale to `latency_s`
     probe = simfleet.start_fleet(1, 0, settings.clip_root, mode="thread", speed=1.0)
     try:
-        from serving.client import CaptionRequest, FleetClient
         import asyncio
+
+        from serving.client import CaptionRequest, FleetClient
 
         async def one() -> float:
             c = FleetClient(settings)

@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
-from data import clips, jobs, taxonomy  # noqa: E402
+
+from data import jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
 

@@ -50,8 +50,11 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from serving import fleet as fleet_mod  # noqa: E402
-from serving import launcher, procs  # noqa: E402
+from serving import (  # noqa: E402
+    fleet as fleet_mod,  # noqa: E402
+    launcher,
+    procs,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STAGES = ("clips", "launch", "gputest", "scaling", "kill", "report")
@@ -396,8 +399,7 @@ def stage_launch(ctx: Ctx) -> dict:
 
 def runner_heartbeat(data_dir: Path, t0: float, deadline: float) -> float | None:
     """Seconds from t0 to the job runner's first heartbeat in the database (its sign of life), or None."""
-    from data import db as dbmod
-    from data import jobs
+    from data import db as dbmod, jobs
 
     while time.time() < deadline:
         try:
@@ -562,8 +564,7 @@ def good_clip_ids(settings) -> list[int]:
 
 
 def new_job(settings, name: str, clip_ids: list[int]) -> int:
-    from data import db as dbmod
-    from data import jobs, prompts
+    from data import db as dbmod, jobs, prompts
 
     db = dbmod.connect(settings.db)
     try:
@@ -586,8 +587,7 @@ def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[
 
 def job_check(settings, job_id: int) -> dict:
     """What the job left: items per state, clips without a caption, clips with more than one."""
-    from data import db as dbmod
-    from data import jobs
+    from data import db as dbmod, jobs
 
     db = dbmod.connect(settings.db)
     try:
@@ -770,8 +770,7 @@ def stage_kill(ctx: Ctx) -> dict:
                 done_flag = threading.Event()
 
                 def killer() -> None:
-                    from data import db as dbmod
-                    from data import jobs
+                    from data import db as dbmod, jobs
 
                     db = dbmod.connect(settings.db)
                     try:

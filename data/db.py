@@ -1,9 +1,9 @@
 """Opening the database, and the one way to write to it safely.
 
 - `connect(path)` opens a sqlite-utils `Database` for the calling thread (connections are thread-bound),
-  with WAL and `synchronous=NORMAL` (a commit survives a process crash; FULL would also survive power loss
-  at ~80x the cost on these disks, as measured when the project was designed; 25 SIGKILLs lost nothing), a 10 s busy timeout and foreign keys on, and brings the
-  schema up to date.
+  with WAL and `synchronous=NORMAL` (a commit survives a process crash: 25 SIGKILLs lost nothing; FULL would
+  also survive power loss, at ~80x the cost on these disks, measured when the project was designed), a 10 s
+  busy timeout and foreign keys on, and brings the schema up to date.
 - `immediate(db)` is the transaction every read-modify-write uses: `BEGIN IMMEDIATE` takes the write lock
   up front, so a concurrent writer makes us wait (busy timeout) instead of failing at once with
   "database is locked" as a deferred `BEGIN` that upgrades from read to write would.

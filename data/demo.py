@@ -40,7 +40,7 @@ import os
 import random
 import struct
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import av

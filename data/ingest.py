@@ -44,8 +44,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import events, library, limits
-from data import settings as settings_mod
+from data import events, library, limits, settings as settings_mod
 from data.db import DataError, connect, immediate, now
 from data.settings import Settings
 
@@ -270,10 +269,10 @@ def _worker_main(conn, memory_mib: int = 0, target=None) -> None:  # pragma: no 
 
 class WorkerPool:
     """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
-    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a
-    fresh worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an overrun is retried with a
-    TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A worker may send
-    `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
+    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a fresh
+    worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an
+    overrun is retried with a TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A
+    worker may send `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
     `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
 
     def __init__(self, workers: int, timeout: float, memory_mib: int = WORKER_MEMORY_MIB, *,
@@ -350,12 +349,12 @@ class WorkerPool:
                         "the machine may have been overloaded: the next ingest tries this clip again)")}
 
     def close(self) -> None:
-        for proc, conn in self.idle:
+        for _proc, conn in self.idle:
             try:
                 conn.send(None)
             except OSError:
                 pass
-        for proc, conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
+        for proc, _conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
             proc.kill()
         for proc, conn in self.idle:
             proc.join(5)
@@ -436,8 +435,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
 
     Arguments override `settings` (clip_root, db, media_dir, workers, frames); `db` may be an open
     connection of this thread."""
-    from data import media as media_mod
-    from data import probe as probe_mod
+    from data import media as media_mod, probe as probe_mod
 
     s = settings or Settings.load(environ={})
     root = Path(root or s.clip_root).resolve()

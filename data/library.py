@@ -23,8 +23,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from data import events
-from data import settings as settings_mod
+from data import events, settings as settings_mod
 from data.db import DataError, connect, immediate, now
 
 

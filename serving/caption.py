@@ -22,10 +22,9 @@ import signal
 import sys
 import threading
 
-from data import clips, jobs, prompts
-from data.job_params import JobParams
-from data import db as dbmod
+from data import clips, db as dbmod, jobs, prompts
 from data.db import DataError
+from data.job_params import JobParams
 from data.settings import add_arguments, from_args
 
 YES = {"yes", "y", "true", "1"}

@@ -26,7 +26,6 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 from __future__ import annotations
 
 import asyncio
-
 import json
 import os
 import random

@@ -7,13 +7,13 @@
     python -m serving.launcher url            # what the runner and the app should talk to
     python -m serving.launcher down
 
-The replica command is NVIDIA's recipe for vLLM with NVDEC decoding (docs/GPU.md, "Running the fleet"): GPU video decoding selected through the
-`backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL ignores), a decode budget
-from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica per GPU through
-`CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the bare
-api_server module ignores `--api-server-count`). Every process gets its own process group and log file under
-DATA_DIR/logs; its pid/pgid go to DATA_DIR/run/fleet.json as soon as it starts, so `down` and `status` work
-from another shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
+The replica command is NVIDIA's recipe for vLLM with NVDEC decoding (docs/GPU.md, "Running the fleet"): GPU video
+decoding selected through the `backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL
+ignores), a decode budget from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica
+per GPU through `CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the
+bare api_server module ignores `--api-server-count`). Every process gets its own process group and log file under
+DATA_DIR/logs; its pid/pgid go to DATA_DIR/run/fleet.json as soon as it starts, so `down` and `status` work from another
+shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
 """
 
 from __future__ import annotations

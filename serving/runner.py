@@ -20,8 +20,9 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   human or approved one, and a result is written once per (job, clip).
 - pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs), and every
   ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
-  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`). SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline,
-  release what was not answered. SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
+  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
+- SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.
+  SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
 """
 
 from __future__ import annotations
@@ -43,13 +44,12 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
-from data import db as dbmod
-from data import jobs, library, prompts
+from data import db as dbmod, jobs, library, prompts
 from data.job_params import JobParams
 from data.settings import Settings, add_arguments, from_args
+from serving import media_urls
 from serving.client import CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
-from serving import media_urls  # noqa: I001 - kept apart from the lines others edit
 
 log = logging.getLogger("serving.runner")
 

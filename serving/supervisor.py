@@ -45,8 +45,7 @@ class Supervisor:
         if self.db_path is None:
             return
         try:
-            from data import db as dbmod
-            from data import jobs
+            from data import db as dbmod, jobs
 
             d = dbmod.connect(self.db_path)
             try:

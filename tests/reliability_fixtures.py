@@ -26,8 +26,7 @@ from pathlib import Path
 
 import httpx
 
-from data import db as dbmod
-from data import taxonomy, users
+from data import db as dbmod, taxonomy, users
 from serving import procs
 
 REPO = Path(__file__).resolve().parent.parent
@@ -407,8 +406,8 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
     on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
     from data import prompts
-    from tests.runner_fixtures import tiny_library
     from serving import simfleet
+    from tests.runner_fixtures import tiny_library
 
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, clips)

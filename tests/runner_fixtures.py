@@ -76,10 +76,7 @@ import contextlib  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-import httpx  # noqa: E402
 
 from serving import procs  # noqa: E402
 

@@ -14,9 +14,7 @@ import httpx
 import pytest
 
 from browser_fixtures import SCREENSHOTS, browser, login, runner, simfleet  # noqa: F401
-from data import clips as clipsmod
-from data import db as dbmod
-from data import jobs
+from data import clips as clipsmod, db as dbmod, jobs
 from webapp_fixtures import AppServer, library, web_settings  # noqa: F401
 
 pytestmark = pytest.mark.browser

@@ -3,7 +3,6 @@ process caption a small library; broken clips fail with a reason; Ctrl-C pauses 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -77,7 +76,7 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
 
 def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
     settings.clip_root.mkdir(parents=True, exist_ok=True)
-    good = tiny_library(settings, db, 120)
+    tiny_library(settings, db, 120)
     f = simfleet.start_fleet(2, 0, settings.clip_root, speed=1.0, capacity=2)  # slow: ~1 s per request
     try:
         fleet = ",".join(f.urls)

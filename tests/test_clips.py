@@ -1,4 +1,3 @@
-import json
 
 from data import captions, clips
 from data.clips import Filter

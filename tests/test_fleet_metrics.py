@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from serving import fleet, procs, simfleet
+from serving import fleet, procs
 from tests.fleet_fixtures import caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
 
 # Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.

@@ -112,7 +112,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
         body["max_completion_tokens"] = 16 if name != "truncated_library_half" else 2048
         cases[name] = (url, body)
     out: dict = {}
-    for name, (url, body) in cases.items():
+    for name, (_url, body) in cases.items():
         t = time.time()
         ans = _post(replica, body)
         ans["seconds"] = round(time.time() - t, 2)

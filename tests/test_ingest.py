@@ -7,7 +7,7 @@ import sys
 from PIL import Image
 
 from clip_fixtures import TINY_COUNT, hostile_root, tiny_library  # noqa: F401
-from data import captions, clips, ingest, media, taxonomy
+from data import captions, clips, ingest, media
 from data.demo import BROKEN_FILES
 
 LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["pedestrian"],

@@ -15,8 +15,7 @@ import pytest
 from data import jobs, prompts
 from data.db import DataError
 from data.job_params import MIN_MAX_TOKENS, InvalidJobParams, JobParams
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.fleet_fixtures import write_clip
 
 N_CLIPS = 36

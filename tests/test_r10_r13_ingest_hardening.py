@@ -14,8 +14,7 @@ import av
 import numpy as np
 
 from clip_fixtures import hostile_root, tiny_library  # noqa: F401
-from data import captions, export, ingest
-from data import db as dbmod
+from data import captions, db as dbmod, export, ingest
 from data.clips import Filter
 from webapp_fixtures import LABELS
 

@@ -7,8 +7,7 @@ import sqlite3
 import threading
 import time
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from runner_fixtures import FakeClient, add_clips, default_prompt
 from serving import runner as runmod
 from serving.errors import ReplicaError

@@ -16,8 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from data.settings import Settings
 from serving import launcher, procs
 

@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, jobs, prompts
-from data import db as dbmod
+from data import captions, db as dbmod, jobs, prompts
 from data.db import Conflict, DataError
 from tests.runner_fixtures import LABELS
 

@@ -6,11 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from data import jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_library
 from tests.waiting import wait_until
 

@@ -8,8 +8,7 @@ import os
 import time
 
 from data import demo, ingest, jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_clip_bytes
 
 

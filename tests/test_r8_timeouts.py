@@ -16,8 +16,7 @@ import threading
 import time
 
 from data import jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_library
 
 TIMEOUT = 1.5
@@ -107,7 +106,7 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         clip = paths[video.split(str(settings.clip_root.resolve()) + "/", 1)[1]]
         assert body.get("max_completion_tokens") == 321 or body.get("max_tokens") == 321, body.keys()
         last[clip] = (at, body)
-    for clip, (at, body) in last.items():
+    for clip, (at, _body) in last.items():
         delay = finished[clip] - at  # from the last time a bad replica got it to its result
         delays.append(delay)
         assert delay <= bound(attempts[clip]), (clip, delay, attempts[clip])

@@ -16,8 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import ingest, jobs, library, probe, prompts, taxonomy
+from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient, parse_answer
 from serving.errors import BadAnswer

@@ -6,8 +6,6 @@ import asyncio
 import threading
 import time
 
-import pytest
-
 from data import captions, jobs
 from serving import runner as runmod
 from serving.errors import ClipRejected, Overloaded, Unreachable

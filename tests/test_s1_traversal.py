@@ -8,7 +8,6 @@ resolution.
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
 

@@ -13,8 +13,7 @@ import httpx
 import pytest
 from starlette.routing import Mount
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from tests.reliability_fixtures import GradioError, GradioSession, dependencies
 from webapp_fixtures import PASSWORD, library, server, web_settings  # noqa: F401
 

@@ -10,10 +10,8 @@ import json
 import pytest
 
 from browser_fixtures import browser, login  # noqa: F401
-from data import captions, jobs, users
-from data import db as dbmod
-from webapp_fixtures import LABELS, PASSWORD, machine_provenance, server, web_settings  # noqa: F401
-from webapp_fixtures import library  # noqa: F401
+from data import captions, db as dbmod, jobs, users
+from webapp_fixtures import LABELS, PASSWORD, library, machine_provenance, server, web_settings  # noqa: F401
 
 pytestmark = pytest.mark.browser
 

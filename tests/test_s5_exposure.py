@@ -13,8 +13,7 @@ import sys
 
 import httpx
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from tests.reliability_fixtures import PASSWORD, REPO, AppProcess, add_annotators
 
 

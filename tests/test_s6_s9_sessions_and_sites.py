@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from tests.reliability_fixtures import PASSWORD, AppProcess, GradioError, GradioSession, dependencies
 from webapp_fixtures import AppServer, add_users, build_library
 

@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs, prompts
+from data import db as dbmod, jobs, prompts
 from serving import launcher, procs
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -11,10 +11,8 @@ import time
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs, prompts
-from serving import media_urls, simfleet
-from serving import runner as runmod
+from data import db as dbmod, jobs, prompts
+from serving import media_urls, runner as runmod, simfleet
 from tests.runner_fixtures import real_router, tiny_clip_bytes, tiny_library
 from tests.webapp_fixtures import AppServer
 

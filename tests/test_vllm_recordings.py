@@ -18,10 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from data import demo, taxonomy
+from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import FleetError
-from data.settings import Settings
 from tests.fleet_fixtures import clip_root, fleet_settings, write_clip  # noqa: F401
 
 RECORDINGS = sorted((Path(__file__).parent / "data").glob("vllm-*-answers.json"))

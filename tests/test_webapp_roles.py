@@ -10,8 +10,7 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from webapp_fixtures import library, server, web_settings  # noqa: F401
 
 

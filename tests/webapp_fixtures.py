@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data import captions, users
-from data import db as dbmod
-from data import taxonomy
+from data import captions, db as dbmod, taxonomy, users
 from data.settings import Settings
 from serving.procs import free_port
 

@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    from data import db as dbmod
-    from data import users
+    from data import db as dbmod, users
     from webapp.app import build_app
 
     db = dbmod.connect(settings.db)

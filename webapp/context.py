@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import gradio as gr
 import sqlite_utils
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from data.settings import Settings
 
 LOCAL_ADMIN = "local"

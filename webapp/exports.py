@@ -16,10 +16,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from data import clips
-from data import db as dbmod
+from data import clips, db as dbmod, export as exporter
 from data.db import DataError
-from data import export as exporter
 from webapp.context import AppContext
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}

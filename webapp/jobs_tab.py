@@ -9,12 +9,12 @@ not only by the form. A click on a job row shows that job; the detail stays on i
 
 from __future__ import annotations
 
-import pandas as pd
-import gradio as gr
-
 import functools
 import time
 from pathlib import Path
+
+import gradio as gr
+import pandas as pd
 
 from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound

@@ -14,8 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 
-from data import limits
-from data import clips
+from data import clips, limits
 from data.db import NotFound
 from webapp.context import AppContext
 

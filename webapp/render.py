@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import time
 import html
 import json
+import time
 from typing import Any, Iterable
 
 from data import taxonomy

@@ -19,9 +19,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from data import db as dbmod
-from data import settings as settings_mod
-from data import users
+from data import db as dbmod, settings as settings_mod, users
 from data.db import DataError
 
 
