@@ -30,6 +30,7 @@ import sqlite_utils
 BUSY_TIMEOUT_MS = 10_000
 log = logging.getLogger(__name__)
 
+
 # One lock per database file for the writers of this process (see the module docstring). Process-wide on
 # purpose: it stands for a resource that is process-wide too (the file's write lock).
 class _WriteLock:
@@ -47,8 +48,11 @@ class _WriteLock:
         if held_s > self.max_s:
             self.max_s = held_s
         if held_s > SLOW_HOLD_S:
-            log.warning("write lock held %.0f ms (a transaction longer than %.0f ms delays every writer)",
-                        held_s * 1000, SLOW_HOLD_S * 1000)
+            log.warning(
+                "write lock held %.0f ms (a transaction longer than %.0f ms delays every writer)",
+                held_s * 1000,
+                SLOW_HOLD_S * 1000,
+            )
 
 
 SLOW_HOLD_S = 0.5

@@ -77,15 +77,26 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
     n = 120
     settings = settings.replace(request_timeout=TIMEOUT, per_replica_inflight=3, max_tokens=321)
     ids = tiny_library(settings, db, n)
-    job_id = jobs.create(db, name="r8", created_by="test", clip_ids=ids, prompt_id=prompts.latest(db)["id"],
-                         params={"max_tokens": 321, "frames": 16})
+    job_id = jobs.create(
+        db,
+        name="r8",
+        created_by="test",
+        clip_ids=ids,
+        prompt_id=prompts.latest(db)["id"],
+        params={"max_tokens": 321, "frames": 16},
+    )
     paths = dict(db.execute("SELECT path, id FROM clips"))
     silent, trickle = BadReplica("silent"), BadReplica("trickle")
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=0.2, capacity=4)
     t0 = time.monotonic()
     try:
-        runmod.run_job(settings, job_id, [silent.url, trickle.url, *fleet.urls], backoff_base=BACKOFF_BASE,
-                       stop_event=threading.Event())
+        runmod.run_job(
+            settings,
+            job_id,
+            [silent.url, trickle.url, *fleet.urls],
+            backoff_base=BACKOFF_BASE,
+            stop_event=threading.Event(),
+        )
     finally:
         fleet.stop()
         silent.stop()
@@ -110,6 +121,8 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         delay = finished[clip] - at  # from the last time a bad replica got it to its result
         delays.append(delay)
         assert delay <= bound(attempts[clip]), (clip, delay, attempts[clip])
-    print(f"R8: {n} clips in {wall:.1f} s; {len(silent.requests)} requests to the silent replica, "
-          f"{len(trickle.requests)} to the trickling one; worst clip delay after reaching a bad replica "
-          f"{max(delays):.2f} s (deadline {TIMEOUT:.1f} s + backoff); all carried max_completion_tokens=321")
+    print(
+        f"R8: {n} clips in {wall:.1f} s; {len(silent.requests)} requests to the silent replica, "
+        f"{len(trickle.requests)} to the trickling one; worst clip delay after reaching a bad replica "
+        f"{max(delays):.2f} s (deadline {TIMEOUT:.1f} s + backoff); all carried max_completion_tokens=321"
+    )

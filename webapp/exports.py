@@ -21,6 +21,8 @@ from data.db import DataError
 from webapp.context import AppContext
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
+
+
 def write_export(db_path, f: clips.Filter, fmt: str, path: str) -> None:
     db = dbmod.connect(db_path)
     try:
@@ -58,5 +60,6 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         except BaseException:  # the download will not happen: never leave the temp file behind
             os.unlink(path)
             raise
-        return FileResponse(path, media_type=FORMATS[fmt], filename=f"clips.{fmt}",
-                            background=BackgroundTask(os.unlink, path))
+        return FileResponse(
+            path, media_type=FORMATS[fmt], filename=f"clips.{fmt}", background=BackgroundTask(os.unlink, path)
+        )
