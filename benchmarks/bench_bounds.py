@@ -64,7 +64,8 @@ def main(argv=None) -> int:
     }
     for name, b in cases.items():
         print(
-            f"word diff, two 12,000-word captions ({name}): {best(lambda b=b: render.word_diff(a, b), args.repeat):.1f} ms"
+            f"word diff, two 12,000-word captions ({name}): "
+            f"{best(lambda b=b: render.word_diff(a, b), args.repeat):.1f} ms"
         )
     big = "w " * (limits.MAX_CAPTION_CHARS // 2)
     with tempfile.TemporaryDirectory() as d:
@@ -97,7 +98,8 @@ def main(argv=None) -> int:
         : limits.MAX_SIDECAR_BYTES
     ]
     print(
-        f"sidecar depth scan, {len(side) / 1024:.0f} KiB: {best(lambda: limits.json_depth_ok(side), args.repeat):.1f} ms"
+        f"sidecar depth scan, {len(side) / 1024:.0f} KiB: "
+        f"{best(lambda: limits.json_depth_ok(side), args.repeat):.1f} ms"
     )
     return 0
 

@@ -277,7 +277,8 @@ _WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from data import db as dbmod, jobs
-db_path, job_id, seconds, batch, rate = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+db_path, job_id = sys.argv[2], int(sys.argv[3])
+seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
 labels = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
           "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}

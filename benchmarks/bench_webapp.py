@@ -201,8 +201,9 @@ def main(argv=None) -> int:
         t.join()
     wall = time.perf_counter() - t0
     print(
-        f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), {machine[0]} machine captions "
-        f"written meanwhile (job rate {a.job_rate or 'flat out'}); conflicts {conflicts[0]}, other errors {len(errors)}"
+        f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), "
+        f"{machine[0]} machine captions written meanwhile (job rate {a.job_rate or 'flat out'}); "
+        f"conflicts {conflicts[0]}, other errors {len(errors)}"
     )
     print(
         f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  max {max(lat):.1f}"

@@ -343,7 +343,8 @@ def claim(
         rows = [
             dict(r)
             for r in db.query(
-                "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, c.sidecar "
+                "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, "
+                "c.sidecar "
                 "FROM job_items i JOIN clips c ON c.id = i.clip_id "
                 "WHERE i.job_id = ? AND ((i.state = 'pending' AND (i.not_before IS NULL OR i.not_before <= ?)) "
                 "OR (i.state = 'leased' AND i.lease_until < ?)) LIMIT ?",

@@ -186,7 +186,8 @@ def _error_message(resp: httpx.Response) -> str:
 def classify_status(status: int, message: str, replica: str | None = None) -> FleetError:
     """The FleetError for a non-200 answer, as vLLM and vllm-router use the codes: 400/413/422 are the clip's
     fault (never retried), 429/503 mean overloaded or engine dead (retry with backoff), other 5xx are retried a
-    few times elsewhere, except a 500 whose message shows a decode failure or a missing file: that is the clip's fault."""
+    few times elsewhere, except a 500 whose message shows a decode failure or a missing file: that is the
+    clip's fault."""
     text = f"HTTP {status}: {message}"
     if status in (400, 413, 422):
         return ClipRejected(text, status=status, replica=replica, kind="bad_request")

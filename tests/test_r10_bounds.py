@@ -112,7 +112,8 @@ def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     assert "_sidecar_error" in json.loads(ingest._sidecar(hostile))
     took = time.perf_counter() - t
     print(
-        f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2**20:.1f} MiB hostile file: {took * 1000:.0f} ms"
+        f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2**20:.1f} MiB hostile file: "
+        f"{took * 1000:.0f} ms"
     )
     assert took < 5.0  # a stall guard (a quadratic scan takes minutes here)
 

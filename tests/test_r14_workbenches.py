@@ -222,24 +222,27 @@ def test_owns_says_who_answers_the_apps_port(tmp_path):
     try:
         procs.wait_healthy([other], timeout=20)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        run = lambda pgid: subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "serving.launcher",
-                "owns",
-                "--data-dir",  # noqa: E731
-                str(tmp_path),
-                "--pgid",
-                str(pgid),
-                "--listen-port",
-                str(port),
-            ],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=60,
-        )
+
+        def run(pgid):
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "serving.launcher",
+                    "owns",
+                    "--data-dir",
+                    str(tmp_path),
+                    "--pgid",
+                    str(pgid),
+                    "--listen-port",
+                    str(port),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
+
         r = run(ours.pgid)
         assert r.returncode == 1 and f"not by the process group {ours.pgid}" in r.stderr
         assert str(other.pid) in r.stderr

