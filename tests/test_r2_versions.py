@@ -88,7 +88,12 @@ class Versions(RuleBasedStateMachine):
         return row
 
     # -- rules
-    @rule(i=st.integers(0, CLIPS_PER_RUN - 1), stale=st.booleans(), text=st.text(min_size=1, max_size=20))
+    # any text a human can save: NUL is refused with a message (data.limits.check_text, tested in test_r10_bounds)
+    @rule(
+        i=st.integers(0, CLIPS_PER_RUN - 1),
+        stale=st.booleans(),
+        text=st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20),
+    )
     def human_edit(self, i, stale, text):
         clip = self.clips[i]
         if not text.strip():
