@@ -34,7 +34,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import httpx
@@ -488,7 +488,15 @@ class FleetClient:
         await self.aclose()
 
 
+class CaptionClient(Protocol):
+    """What the runner needs of a client: one attempt per call, a CaptionResult or a FleetError. FleetClient is
+    one; tests pass fakes. Whoever makes a client closes it (the runner closes only the ones it makes)."""
+
+    async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult: ...
+
+
 __all__ = [
+    "CaptionClient",
     "CaptionRequest",
     "CaptionResult",
     "FleetClient",

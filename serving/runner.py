@@ -48,7 +48,7 @@ from data import db as dbmod, jobs, library, prompts
 from data.job_params import JobParams
 from data.settings import Settings, add_arguments, from_args
 from serving import media_urls
-from serving.client import CaptionRequest, FleetClient, backoff
+from serving.client import CaptionClient, CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
 
 log = logging.getLogger("serving.runner")
@@ -217,8 +217,8 @@ class _DB:
 class Runner:
     """Executes captioning jobs from the database against a fleet. Build one per process (or per `run_job`).
 
-    `client` is anything with `async caption(replica_url, CaptionRequest) -> CaptionResult` and
-    `async aclose()`; by default `serving.client.FleetClient(settings)`.
+    `client` is a `serving.client.CaptionClient` (`async caption(replica_url, CaptionRequest) -> CaptionResult`),
+    closed by whoever made it; by default the runner makes and closes its own `FleetClient`s.
     """
 
     def __init__(
@@ -227,7 +227,7 @@ class Runner:
         fleet_urls: Iterable[str] | str,
         *,
         replicas: int | None = None,
-        client: Any = None,
+        client: CaptionClient | None = None,
         job_ids: Iterable[int] | None = None,
         name: str = "runner",
         drain_seconds: float = 30.0,
@@ -672,7 +672,7 @@ def run_job(
     progress_cb: Callable[[dict], None] | None = None,
     stop_event: threading.Event | None = None,
     replicas: int | None = None,
-    client: Any = None,
+    client: CaptionClient | None = None,
     drain_seconds: float = 30.0,
     backoff_base: float = 0.5,
     fleet_down_budget: float = FLEET_DOWN_BUDGET_S,
