@@ -18,18 +18,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import captions, clips, limits  # noqa: E402
-from data import db as dbmod  # noqa: E402
+from data import (  # noqa: E402
+    captions,
+    clips,
+    db as dbmod,  # noqa: E402
+    limits,
+)
 from webapp import render  # noqa: E402
 
-LABELS = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
-          "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "normal_driving",
+    "hazard_level": "none",
+    "road_users": ["car"],
+    "ego_maneuver": "going_straight",
+    "weather": "clear",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def prose(n: int, seed: int) -> str:
     rng = random.Random(seed)
     common = ["the", "a", "car", "pedestrian", "slows", "left", "lane", "and"]
-    return " ".join(rng.choice(common) if rng.random() < 0.5 else f"w{rng.randrange(10 ** 6)}" for _ in range(n))
+    return " ".join(rng.choice(common) if rng.random() < 0.5 else f"w{rng.randrange(10**6)}" for _ in range(n))
 
 
 def best(fn, repeat: int) -> float:
@@ -46,10 +57,16 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=5)
     args = ap.parse_args(argv)
     a = prose(12_000, 1)
-    cases = {"small edit": "start " + a.replace("car", "truck", 3) + " end", "unrelated": prose(12_000, 2),
-             "two-word vocabulary": " ".join(["x", "y"][i % 2] for i in range(12_000))}
+    cases = {
+        "small edit": "start " + a.replace("car", "truck", 3) + " end",
+        "unrelated": prose(12_000, 2),
+        "two-word vocabulary": " ".join(["x", "y"][i % 2] for i in range(12_000)),
+    }
     for name, b in cases.items():
-        print(f"word diff, two 12,000-word captions ({name}): {best(lambda: render.word_diff(a, b), args.repeat):.1f} ms")
+        print(
+            f"word diff, two 12,000-word captions ({name}): "
+            f"{best(lambda b=b: render.word_diff(a, b), args.repeat):.1f} ms"
+        )
     big = "w " * (limits.MAX_CAPTION_CHARS // 2)
     with tempfile.TemporaryDirectory() as d:
         db = dbmod.connect(Path(d) / "b.db")
@@ -57,21 +74,33 @@ def main(argv=None) -> int:
         base = None
         for v in range(10):
             text = (prose(limits.MAX_CAPTION_CHARS // 6, v))[: limits.MAX_CAPTION_CHARS]
-            base = captions.save_human(db, cid, text=text, labels=LABELS, author="b", base_caption_id=base and base["id"])
+            base = captions.save_human(
+                db, cid, text=text, labels=LABELS, author="b", base_caption_id=base and base["id"]
+            )
         hist = captions.history(db, cid)
-        print(f"review history, 10 versions at {limits.MAX_CAPTION_CHARS:,} chars: "
-              f"{best(lambda: render.history(hist), args.repeat):.1f} ms")
+        print(
+            f"review history, 10 versions at {limits.MAX_CAPTION_CHARS:,} chars: "
+            f"{best(lambda: render.history(hist), args.repeat):.1f} ms"
+        )
         t = time.perf_counter()
-        captions.save_human(db, cid, text=big[: limits.MAX_CAPTION_CHARS].strip(), labels=LABELS, author="b",
-                            base_caption_id=base["id"])
-        print(f"save of a caption at the limit: {(time.perf_counter() - t) * 1000:.1f} ms "
-              f"(longest write-lock hold {dbmod.write_lock_stats(Path(d) / 'b.db')['max_ms']:.1f} ms)")
+        captions.save_human(
+            db, cid, text=big[: limits.MAX_CAPTION_CHARS].strip(), labels=LABELS, author="b", base_caption_id=base["id"]
+        )
+        print(
+            f"save of a caption at the limit: {(time.perf_counter() - t) * 1000:.1f} ms "
+            f"(longest write-lock hold {dbmod.write_lock_stats(Path(d) / 'b.db')['max_ms']:.1f} ms)"
+        )
         q = ("pedestrian " * 60)[: limits.MAX_SEARCH_CHARS]
         f = clips.Filter(text=q)
         print(f"full-text search, {len(q)}-char query: {best(lambda: clips.page(db, f), args.repeat):.1f} ms")
         db.close()
-    side = ('{"a": "' + "[" * 1000 + '", "b": [' + ",".join(["1"] * 200_000) + "]}").encode()[: limits.MAX_SIDECAR_BYTES]
-    print(f"sidecar depth scan, {len(side) / 1024:.0f} KiB: {best(lambda: limits.json_depth_ok(side), args.repeat):.1f} ms")
+    side = ('{"a": "' + "[" * 1000 + '", "b": [' + ",".join(["1"] * 200_000) + "]}").encode()[
+        : limits.MAX_SIDECAR_BYTES
+    ]
+    print(
+        f"sidecar depth scan, {len(side) / 1024:.0f} KiB: "
+        f"{best(lambda: limits.json_depth_ok(side), args.repeat):.1f} ms"
+    )
     return 0
 
 

@@ -32,17 +32,52 @@ from data.db import connect  # noqa: E402
 HAZARD = (("none", 40), ("low", 30), ("medium", 18), ("high", 9), ("critical", 3))
 WEATHER = (("clear", 50), ("cloudy", 20), ("rain", 15), ("fog", 5), ("snow", 5), ("unknown", 5))
 LIGHTING = (("daylight", 60), ("dawn_dusk", 15), ("night_lit", 15), ("night_dark", 7), ("tunnel", 3))
-ROAD = (("urban", 35), ("highway", 25), ("residential", 15), ("rural", 10), ("intersection", 10),
-        ("parking_lot", 5))
-SCENARIO = (("normal_driving", 55), ("lane_change", 10), ("pedestrian_crossing", 8), ("vehicle_cut_in", 6),
-            ("hard_braking", 6), ("intersection_conflict", 5), ("merge", 4), ("construction_zone", 3),
-            ("near_collision", 1.5), ("emergency_vehicle", 1), ("animal_on_road", 0.5))
-SUBJECTS = ["a white sedan", "a delivery truck", "a city bus", "a motorcyclist", "a cyclist", "a pedestrian",
-            "two pedestrians", "a pickup truck", "a taxi", "a van"]
-ACTIONS = ["merges into the ego lane", "brakes hard ahead", "crosses at the crosswalk", "changes lanes",
-           "waits at the light", "turns left across traffic", "overtakes on the left", "stops abruptly"]
-SCENES = ["on a wet urban street", "on a sunny highway", "at a busy intersection", "in light fog",
-          "on a residential road", "near a construction zone", "at dusk", "in heavy rain"]
+ROAD = (("urban", 35), ("highway", 25), ("residential", 15), ("rural", 10), ("intersection", 10), ("parking_lot", 5))
+SCENARIO = (
+    ("normal_driving", 55),
+    ("lane_change", 10),
+    ("pedestrian_crossing", 8),
+    ("vehicle_cut_in", 6),
+    ("hard_braking", 6),
+    ("intersection_conflict", 5),
+    ("merge", 4),
+    ("construction_zone", 3),
+    ("near_collision", 1.5),
+    ("emergency_vehicle", 1),
+    ("animal_on_road", 0.5),
+)
+SUBJECTS = [
+    "a white sedan",
+    "a delivery truck",
+    "a city bus",
+    "a motorcyclist",
+    "a cyclist",
+    "a pedestrian",
+    "two pedestrians",
+    "a pickup truck",
+    "a taxi",
+    "a van",
+]
+ACTIONS = [
+    "merges into the ego lane",
+    "brakes hard ahead",
+    "crosses at the crosswalk",
+    "changes lanes",
+    "waits at the light",
+    "turns left across traffic",
+    "overtakes on the left",
+    "stops abruptly",
+]
+SCENES = [
+    "on a wet urban street",
+    "on a sunny highway",
+    "at a busy intersection",
+    "in light fog",
+    "on a residential road",
+    "near a construction zone",
+    "at dusk",
+    "in heavy rain",
+]
 RARE = ["a deer", "a fallen ladder", "an ambulance with sirens", "a horse rider", "a wrong-way driver"]
 
 
@@ -71,26 +106,58 @@ def build(db_path: Path, n: int, seed: int = 0) -> float:
     rng = random.Random(seed)
     now = time.time()
     batch = []
-    cols = ("id, path, sha256, size, mtime, duration, fps, frames, width, height, codec, review_status, "
-            "current_caption_id, caption_source, caption_text, labels_text, scenario, hazard_level, weather, "
-            "lighting, road_type, ingested_at, updated_at, thumbnail, filmstrip")
+    cols = (
+        "id, path, sha256, size, mtime, duration, fps, frames, width, height, codec, review_status, "
+        "current_caption_id, caption_source, caption_text, labels_text, scenario, hazard_level, weather, "
+        "lighting, road_type, ingested_at, updated_at, thumbnail, filmstrip"
+    )
     sql = f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' * 25)})"
     for i in range(1, n + 1):
         captioned = rng.random() < 0.7
-        h, w, l, r, s = (_pick(rng, HAZARD), _pick(rng, WEATHER), _pick(rng, LIGHTING), _pick(rng, ROAD),
-                         _pick(rng, SCENARIO))
+        h, w, lt, r, s = (
+            _pick(rng, HAZARD),
+            _pick(rng, WEATHER),
+            _pick(rng, LIGHTING),
+            _pick(rng, ROAD),
+            _pick(rng, SCENARIO),
+        )
         subject = rng.choice(RARE) if rng.random() < 0.001 else rng.choice(SUBJECTS)
-        text = (f"The ego vehicle drives {rng.choice(SCENES)} while {subject} {rng.choice(ACTIONS)}. "
-                f"Hazard is {h}.") if captioned else None
-        review = "unreviewed" if not captioned else rng.choices(("unreviewed", "approved", "rejected"),
-                                                                (60, 35, 5))[0]
+        text = (
+            (f"The ego vehicle drives {rng.choice(SCENES)} while {subject} {rng.choice(ACTIONS)}. Hazard is {h}.")
+            if captioned
+            else None
+        )
+        review = "unreviewed" if not captioned else rng.choices(("unreviewed", "approved", "rejected"), (60, 35, 5))[0]
         sha = f"{rng.getrandbits(256):064x}"
-        batch.append((i, f"route{i % 997:03d}/cam_{i:07d}.mp4", sha, 8_000_000, now, 12.0, 30.0, 360, 1920,
-                      1080, "h264", review, i if captioned else None, "model" if captioned else None, text,
-                      f"{s} {h} {w} {l} {r}" if captioned else None, s if captioned else None,
-                      h if captioned else None, w if captioned else None, l if captioned else None,
-                      r if captioned else None, now, now, f"thumbs/{sha[:2]}/{sha}.jpg",
-                      f"filmstrips/{sha[:2]}/{sha}-16.jpg"))
+        batch.append(
+            (
+                i,
+                f"route{i % 997:03d}/cam_{i:07d}.mp4",
+                sha,
+                8_000_000,
+                now,
+                12.0,
+                30.0,
+                360,
+                1920,
+                1080,
+                "h264",
+                review,
+                i if captioned else None,
+                "model" if captioned else None,
+                text,
+                f"{s} {h} {w} {lt} {r}" if captioned else None,
+                s if captioned else None,
+                h if captioned else None,
+                w if captioned else None,
+                lt if captioned else None,
+                r if captioned else None,
+                now,
+                now,
+                f"thumbs/{sha[:2]}/{sha}.jpg",
+                f"filmstrips/{sha[:2]}/{sha}-16.jpg",
+            )
+        )
         if len(batch) == 50_000:
             with db.conn:
                 conn.executemany(sql, batch)
@@ -124,8 +191,10 @@ def main(argv=None) -> int:
     ap.add_argument("--explain", action="store_true", help="print EXPLAIN QUERY PLAN of each query")
     args = ap.parse_args(argv)
     built = build(Path(args.db), args.clips)
-    print(f"database {args.db}: {args.clips:,} clips ({'built in %.1f s' % built if built else 'reused'}, "
-          f"{os.path.getsize(args.db) / 1e6:.0f} MB)")
+    print(
+        f"database {args.db}: {args.clips:,} clips ({'built in %.1f s' % built if built else 'reused'}, "
+        f"{os.path.getsize(args.db) / 1e6:.0f} MB)"
+    )
     db = connect(args.db)
     deep = int(args.clips * 0.9)
     f2 = Filter(hazard_level="high", weather="rain")
@@ -139,8 +208,7 @@ def main(argv=None) -> int:
         "text page: common word 'vehicle'": lambda: clips.page(db, Filter(text="vehicle")),
         "text page: common word deep": lambda: clips.page(db, Filter(text="vehicle"), after_id=deep),
         "text page: rare word 'deer'": lambda: clips.page(db, Filter(text="deer")),
-        "text page: 'ambulance' + hazard=high": lambda: clips.page(db, Filter(text="ambulance",
-                                                                               hazard_level="high")),
+        "text page: 'ambulance' + hazard=high": lambda: clips.page(db, Filter(text="ambulance", hazard_level="high")),
         "count capped: high+rain": lambda: clips.count_capped(db, f2),
         "count capped: text 'vehicle'": lambda: clips.count_capped(db, Filter(text="vehicle")),
         "count capped: text 'deer'": lambda: clips.count_capped(db, Filter(text="deer")),

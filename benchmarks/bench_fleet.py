@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import os
 import random
 import signal
@@ -49,31 +48,42 @@ def _frame_maker(width: int, height: int, seed: int):
     base[:horizon] = np.stack([sky * 0.8, sky * 0.9, sky], -1).astype(np.uint8)
     base[horizon:] = (60, 60, 65)
     texture = rng.integers(0, 40, (height * 2, width, 3), dtype=np.uint8)
-    cars = [(rng.uniform(0.2, 0.8), rng.uniform(0.55, 0.9), rng.uniform(-0.004, 0.004), rng.integers(40, 255, 3))
-            for _ in range(int(rng.integers(2, 6)))]
+    cars = [
+        (rng.uniform(0.2, 0.8), rng.uniform(0.55, 0.9), rng.uniform(-0.004, 0.004), rng.integers(40, 255, 3))
+        for _ in range(int(rng.integers(2, 6)))
+    ]
 
     def frame(i: int):
         img = base.copy()
         off = (i * 7) % height
-        img[horizon:] = img[horizon:] + texture[off:off + height - horizon]
+        img[horizon:] = img[horizon:] + texture[off : off + height - horizon]
         for k in range(8):  # lane markings moving towards the camera
             y = horizon + ((k * (height // 16) + i * 9) % (height - horizon))
             w = max(2, (y - horizon) // 12)
             for lane in (0.35, 0.65):
                 x = int(width * (0.5 + (lane - 0.5) * (y - horizon) / (height - horizon) * 2))
-                img[y:y + w * 2, max(0, x - w):x + w] = 230
+                img[y : y + w * 2, max(0, x - w) : x + w] = 230
         for cx, cy, vx, color in cars:
             x = int((cx + vx * i) % 1.0 * width)
             y = int(cy * height)
             s = int((cy - 0.45) * height * 0.5)
-            img[max(0, y - s):y, max(0, x - s):min(width, x + s)] = color
+            img[max(0, y - s) : y, max(0, x - s) : min(width, x + s)] = color
         return img
 
     return frame
 
 
-def make_clip(path: str, seconds: float, height: int, codec: str, bitrate: float, gop: int, fps: int, seed: int,
-              prefer_nvenc: bool = True) -> str:
+def make_clip(
+    path: str,
+    seconds: float,
+    height: int,
+    codec: str,
+    bitrate: float,
+    gop: int,
+    fps: int,
+    seed: int,
+    prefer_nvenc: bool = True,
+) -> str:
     import av
 
     width = int(round(height * 16 / 9 / 2)) * 2
@@ -89,8 +99,11 @@ def make_clip(path: str, seconds: float, height: int, codec: str, bitrate: float
                 st.bit_rate = int(bitrate)
                 st.gop_size = gop
                 if name.startswith("lib"):
-                    st.options = {"preset": "ultrafast"} if name == "libx264" else {"preset": "ultrafast",
-                                                                                    "x265-params": "log-level=error"}
+                    st.options = (
+                        {"preset": "ultrafast"}
+                        if name == "libx264"
+                        else {"preset": "ultrafast", "x265-params": "log-level=error"}
+                    )
                 make = _frame_maker(width, height, seed)
                 for i in range(int(seconds * fps)):
                     frame = av.VideoFrame.from_ndarray(make(i), format="rgb24")
@@ -119,8 +132,17 @@ def cmd_clips(a) -> None:
         for name in ex.map(make_clip, *zip(*jobs)):
             encoders[name] = encoders.get(name, 0) + 1
     size = sum(Path(j[0]).stat().st_size for j in jobs)
-    print(json.dumps({"clips": a.count, "seconds": round(time.time() - t0, 1), "encoders": encoders,
-                      "mean_mb": round(size / a.count / 1e6, 2)}))
+    print(
+        json.dumps(
+            {
+                "clips": a.count,
+                "seconds": round(time.time() - t0, 1),
+                "encoders": encoders,
+                "mean_mb": round(size / a.count / 1e6, 2),
+            }
+        )
+    )
+
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -140,30 +162,58 @@ CONFIGS: dict[str, dict] = {
 
 
 def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
-    """The replica command line: the SERVING.md recipe that serving.launcher.vllm_command also builds, written
+    """The replica command line: the recipe that serving.launcher.vllm_command also builds, written
     out here because the sweep varies flags the launcher does not take as parameters, plus benchmark-only flags
     (dummy weights, caches off). Keep the two in step when the recipe changes."""
     frames = cfg.get("frames", 16)
     media = {"video": {"backend": cfg["backend"], "min_frames": frames, "max_frames": frames}}
-    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", model, "--port", str(port),
-            "--host", "127.0.0.1", "--served-model-name", "bench",
-            "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",
-            "--max-num-batched-tokens", str(cfg.get("max_num_batched_tokens", 32768)),
-            "--api-server-count", str(cfg.get("api_server_count", 4)),
-            "--renderer-num-workers", str(cfg.get("renderer_num_workers", 4)),
-            "--async-scheduling", "--mm-ipc-gpu-memory-gb", str(cfg.get("mm_ipc_gpu_memory_gb", 2)),
-            "--media-io-kwargs", json.dumps(media),
-            "--mm-processor-kwargs", json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}),
-            "--allowed-local-media-path", clip_root,
-            "--load-format", "dummy", "--no-enable-prefix-caching", "--mm-processor-cache-gb", "0",
-            # random weights fill allowed whitespace until max_tokens; compact JSON comes back complete
-            "--structured-outputs-config", json.dumps({"backend": "xgrammar", "disable_any_whitespace": True})]
+    argv = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.cli.main",
+        "serve",
+        model,
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--served-model-name",
+        "bench",
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        str(cfg.get("max_num_batched_tokens", 32768)),
+        "--api-server-count",
+        str(cfg.get("api_server_count", 4)),
+        "--renderer-num-workers",
+        str(cfg.get("renderer_num_workers", 4)),
+        "--async-scheduling",
+        "--mm-ipc-gpu-memory-gb",
+        str(cfg.get("mm_ipc_gpu_memory_gb", 2)),
+        "--media-io-kwargs",
+        json.dumps(media),
+        "--mm-processor-kwargs",
+        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}),
+        "--allowed-local-media-path",
+        clip_root,
+        "--load-format",
+        "dummy",
+        "--no-enable-prefix-caching",
+        "--mm-processor-cache-gb",
+        "0",
+        # random weights fill allowed whitespace until max_tokens; compact JSON comes back complete
+        "--structured-outputs-config",
+        json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
+    ]
     return argv
 
 
 def cmd_hostile(a) -> None:
     """A few hostile clips, to compare how real vLLM and the simulated fleet answer them."""
-    import shutil
 
     d = Path(a.dir)
     d.mkdir(parents=True, exist_ok=True)
@@ -184,13 +234,23 @@ async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
     from data import taxonomy
 
     def body(uri: str, schema: bool = False) -> dict:
-        b = {"model": "bench", "max_tokens": 64, "temperature": 0.0,
-             "messages": [{"role": "user", "content": [{"type": "video_url", "video_url": {"url": uri}},
-                                                       {"type": "text", "text": PROMPT}]}]}
+        b = {
+            "model": "bench",
+            "max_tokens": 64,
+            "temperature": 0.0,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "video_url", "video_url": {"url": uri}}, {"type": "text", "text": PROMPT}],
+                }
+            ],
+        }
         if schema:
             b["max_tokens"] = 1500
-            b["response_format"] = {"type": "json_schema", "json_schema": {
-                "name": "caption", "schema": taxonomy.CAPTION_SCHEMA, "strict": True}}
+            b["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": "caption", "schema": taxonomy.CAPTION_SCHEMA, "strict": True},
+            }
         return b
 
     cases = {p.name: p.resolve().as_uri() for p in sorted(hostile.iterdir())}
@@ -210,8 +270,9 @@ async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
         r = await c.post(url + "/v1/chat/completions", json=body(good, schema=True))
         out["schema_answer"] = {"status": r.status_code, "headers": dict(r.headers), "body": r.json()}
         m = await c.get(url + "/metrics")
-        out["metric_names"] = sorted({line.split("{")[0].split(" ")[0] for line in m.text.splitlines()
-                                      if line.startswith("vllm:")})
+        out["metric_names"] = sorted(
+            {line.split("{")[0].split(" ")[0] for line in m.text.splitlines() if line.startswith("vllm:")}
+        )
         out["models"] = (await c.get(url + "/v1/models")).json()
         out["health"] = (await c.get(url + "/health")).status_code
     return out
@@ -284,8 +345,10 @@ def metric_total(text: str, name: str) -> float:
     return total
 
 
-PROMPT = ("Describe this driving clip for a safety team in 100 to 200 words: the ego vehicle's manoeuvre, the other "
-          "road users and what they do, the road, weather and lighting, and any hazard.")
+PROMPT = (
+    "Describe this driving clip for a safety team in 100 to 200 words: the ego vehicle's manoeuvre, the other "
+    "road users and what they do, the road, weather and lighting, and any hazard."
+)
 
 
 async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
@@ -296,15 +359,28 @@ async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, 
     errors: dict[str, int] = {}
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
-    async with httpx.AsyncClient(timeout=httpx.Timeout(connect=5, read=900, write=60, pool=None),
-                                 limits=limits) as client:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(connect=5, read=900, write=60, pool=None), limits=limits
+    ) as client:
+
         async def one(clip: Path):
-            body = {"model": "bench", "max_tokens": max_tokens, "min_tokens": max_tokens, "ignore_eos": True,
-                    "temperature": 0.0,
-                    "media_io_kwargs": {"video": {"min_frames": frames, "max_frames": frames}},
-                    "messages": [{"role": "user", "content": [
-                        {"type": "video_url", "video_url": {"url": clip.resolve().as_uri()}},
-                        {"type": "text", "text": PROMPT}]}]}
+            body = {
+                "model": "bench",
+                "max_tokens": max_tokens,
+                "min_tokens": max_tokens,
+                "ignore_eos": True,
+                "temperature": 0.0,
+                "media_io_kwargs": {"video": {"min_frames": frames, "max_frames": frames}},
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "video_url", "video_url": {"url": clip.resolve().as_uri()}},
+                            {"type": "text", "text": PROMPT},
+                        ],
+                    }
+                ],
+            }
             async with sem:
                 t = time.time()
                 try:
@@ -323,9 +399,13 @@ async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, 
 
         await asyncio.gather(*(one(c) for c in clips))
     lat.sort()
-    return {"ok": len(lat), "errors": errors, "usage": usage,
-            "p50_s": lat[len(lat) // 2] if lat else None,
-            "p95_s": lat[int(len(lat) * 0.95)] if lat else None}
+    return {
+        "ok": len(lat),
+        "errors": errors,
+        "usage": usage,
+        "p50_s": lat[len(lat) // 2] if lat else None,
+        "p95_s": lat[int(len(lat) * 0.95)] if lat else None,
+    }
 
 
 def nvidia_tool(name: str) -> str | None:
@@ -342,9 +422,18 @@ class GpuSampler:
         self.p = None
         if not nvidia_tool("nvidia-smi"):
             return
-        self.p = subprocess.Popen([nvidia_tool("nvidia-smi"), "--query-gpu=utilization.gpu,utilization.decoder",
-                                   "--format=csv,noheader,nounits", "-lms", "500"],
-                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
+        self.p = subprocess.Popen(
+            [
+                nvidia_tool("nvidia-smi"),
+                "--query-gpu=utilization.gpu,utilization.decoder",
+                "--format=csv,noheader,nounits",
+                "-lms",
+                "500",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
 
     def stop(self) -> dict:
         if self.p is None:
@@ -359,8 +448,10 @@ class GpuSampler:
                 pass
         if not rows:
             return {}
-        return {"gpu_util_mean": round(sum(r[0] for r in rows) / len(rows), 1),
-                "nvdec_util_mean": round(sum(r[1] for r in rows) / len(rows), 1)}
+        return {
+            "gpu_util_mean": round(sum(r[0] for r in rows) / len(rows), 1),
+            "nvdec_util_mean": round(sum(r[1] for r in rows) / len(rows), 1),
+        }
 
 
 def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
@@ -380,13 +471,19 @@ def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens
     m1 = _get(url + "/metrics")[1]
     prompt_tok = metric_total(m1, "vllm:prompt_tokens_total") - metric_total(m0, "vllm:prompt_tokens_total")
     n = res["ok"]
-    return {**res, "concurrency": concurrency, "requests": len(clips), "wall_s": round(wall, 2),
-            "clips_per_s": round(n / wall, 3) if wall else None,
-            "vllm_cpu_core_s_per_clip": round(cpu / n, 3) if n else None,
-            "vllm_cores_busy": round(cpu / wall, 2),
-            "machine_cores_busy": round(busy / wall, 2),
-            "prompt_tokens_per_s": round(prompt_tok / wall, 1),
-            "prompt_tokens_per_clip": round(prompt_tok / n, 1) if n else None, **gpu}
+    return {
+        **res,
+        "concurrency": concurrency,
+        "requests": len(clips),
+        "wall_s": round(wall, 2),
+        "clips_per_s": round(n / wall, 3) if wall else None,
+        "vllm_cpu_core_s_per_clip": round(cpu / n, 3) if n else None,
+        "vllm_cores_busy": round(cpu / wall, 2),
+        "machine_cores_busy": round(busy / wall, 2),
+        "prompt_tokens_per_s": round(prompt_tok / wall, 1),
+        "prompt_tokens_per_clip": round(prompt_tok / n, 1) if n else None,
+        **gpu,
+    }
 
 
 def bf16_tflops() -> float | None:
@@ -403,7 +500,7 @@ def bf16_tflops() -> float | None:
         for _ in range(20):
             a @ b
         torch.cuda.synchronize()
-        rate = 20 * 2 * 8192 ** 3 / (time.time() - t) / 1e12
+        rate = 20 * 2 * 8192**3 / (time.time() - t) / 1e12
         del a, b
         torch.cuda.empty_cache()
         return round(rate, 1)
@@ -426,10 +523,13 @@ def cmd_sweep(a) -> None:
     clips = sorted(Path(a.clips).glob("*.mp4"))
     if len(clips) < a.warmup + a.requests:
         raise SystemExit(f"need {a.warmup + a.requests} clips in {a.clips}, found {len(clips)}")
-    warm, measured = clips[:a.warmup], clips[a.warmup:a.warmup + a.requests]
+    warm, measured = clips[: a.warmup], clips[a.warmup : a.warmup + a.requests]
     out = Path(a.out)
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
-           "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+    env = {
+        **os.environ,
+        "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
+        "VLLM_USE_FLASHINFER_SAMPLER": "0",
+    }
     log_dir = Path(a.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     concurrencies = [int(c) for c in str(a.concurrency).split(",")]
@@ -471,23 +571,28 @@ def cmd_sweep(a) -> None:
             if cfg.get("mps", True):
                 mps(False, env)
 
+
 # --------------------------------------------------------------------------------------------- report
 
 
 def cmd_report(a) -> None:
-    rows = [json.loads(l) for l in Path(a.results).read_text().splitlines() if l.strip()]
+    rows = [json.loads(line) for line in Path(a.results).read_text().splitlines() if line.strip()]
     rows = [r for r in rows if "config" in r]
-    print("| config | backend | conc. | clips/s | vLLM core-s/clip | vLLM cores busy | machine cores busy | "
-          "GPU util % | NVDEC util % | prompt tok/clip | p50 s | errors |")
+    print(
+        "| config | backend | conc. | clips/s | vLLM core-s/clip | vLLM cores busy | machine cores busy | "
+        "GPU util % | NVDEC util % | prompt tok/clip | p50 s | errors |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['config']} | {r.get('backend')} | | failed: {r['error'][:80]} | | | | | | | | |")
             continue
-        print(f"| {r['config']} | {r['backend']} | {r['concurrency']} | {r['clips_per_s']} | "
-              f"{r['vllm_cpu_core_s_per_clip']} | {r['vllm_cores_busy']} | {r['machine_cores_busy']} | "
-              f"{r.get('gpu_util_mean', '')} | {r.get('nvdec_util_mean', '')} | {r['prompt_tokens_per_clip']} | "
-              f"{r['p50_s'] and round(r['p50_s'], 1)} | {sum(r['errors'].values()) if r['errors'] else 0} |")
+        print(
+            f"| {r['config']} | {r['backend']} | {r['concurrency']} | {r['clips_per_s']} | "
+            f"{r['vllm_cpu_core_s_per_clip']} | {r['vllm_cores_busy']} | {r['machine_cores_busy']} | "
+            f"{r.get('gpu_util_mean', '')} | {r.get('nvdec_util_mean', '')} | {r['prompt_tokens_per_clip']} | "
+            f"{r['p50_s'] and round(r['p50_s'], 1)} | {sum(r['errors'].values()) if r['errors'] else 0} |"
+        )
     if a.png:
         import matplotlib
 

@@ -45,9 +45,14 @@ def main() -> int:
     port = free_port()
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False"}
-        proc = subprocess.Popen([sys.executable, "-m", "webapp", "--data-dir", d, "--port", str(port),
-                                 "--fleet", "sim"], cwd=REPO, env=env, start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "webapp", "--data-dir", d, "--port", str(port), "--fleet", "sim"],
+            cwd=REPO,
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             deadline = time.monotonic() + 60
             while True:

@@ -30,17 +30,28 @@ def main(argv=None) -> int:
     ap.add_argument("--decoder", default="auto", choices=("auto", "pyav", "nvdec"))
     args = ap.parse_args(argv)
     t = time.perf_counter()
-    demo.make_library(args.dir, args.clips, seed=42, realistic=True, height=1080, min_seconds=10,
-                      max_seconds=10, hevc_share=0.0, broken=False)
+    demo.make_library(
+        args.dir,
+        args.clips,
+        seed=42,
+        realistic=True,
+        height=1080,
+        min_seconds=10,
+        max_seconds=10,
+        hevc_share=0.0,
+        broken=False,
+    )
     print(f"clips ready in {time.perf_counter() - t:.1f} s: {args.clips} x 1080p30 10 s H.264 in {args.dir}")
     for label, media in (("probe only (hash + probe)", False), ("probe + thumbnail + filmstrip", True)):
         work = Path(tempfile.mkdtemp(prefix="bench-ingest-"))
         s = Settings.load({"data_dir": str(work), "clip_root": args.dir}, environ={})
         summary = ingest.ingest(s, workers=args.workers, media=media, decoder=args.decoder)
         rate = summary["ok"] / summary["seconds"]
-        print(f"{label:32s} {summary['ok']} ok in {summary['seconds']:.2f} s: {rate:.2f} clips/s, "
-              f"{rate / args.workers:.2f} clips/s per worker ({args.workers} workers, decoder "
-              f"{summary['decoder']})")
+        print(
+            f"{label:32s} {summary['ok']} ok in {summary['seconds']:.2f} s: {rate:.2f} clips/s, "
+            f"{rate / args.workers:.2f} clips/s per worker ({args.workers} workers, decoder "
+            f"{summary['decoder']})"
+        )
         shutil.rmtree(work)
     return 0
 

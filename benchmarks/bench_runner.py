@@ -23,12 +23,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import db as dbmod  # noqa: E402
-from data import jobs, prompts  # noqa: E402
+from data import (  # noqa: E402
+    db as dbmod,  # noqa: E402
+    jobs,
+    prompts,
+)
 from data.settings import Settings  # noqa: E402
-from serving import runner as runmod  # noqa: E402
-from serving import simfleet  # noqa: E402
-from serving.client import FleetClient, CaptionRequest  # noqa: E402
+from serving import (
+    runner as runmod,  # noqa: E402
+    simfleet,  # noqa: E402
+)
+from serving.client import CaptionRequest, FleetClient  # noqa: E402
 from tests.runner_fixtures import tiny_library  # noqa: E402
 
 
@@ -52,6 +57,7 @@ def latency_at_speed_1(settings) -> float:
 
     f = simfleet.start_fleet(1, 0, settings.clip_root, speed=1.0)
     try:
+
         async def go():
             c = FleetClient(settings)
             d = dbmod.connect(settings.db)
@@ -62,6 +68,7 @@ def latency_at_speed_1(settings) -> float:
                 await c.caption(f.urls[0], CaptionRequest(clip_path="bench/00000.mp4", prompt=p))
             await c.aclose()
             return (time.perf_counter() - t) / 3
+
         return asyncio.run(go())
     finally:
         f.stop()
@@ -78,17 +85,21 @@ def main() -> int:
     settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": args.inflight}, environ={})
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, max(args.clips, args.busy_clips), prefix="bench")
-    print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {args.replicas} replicas, "
-          f"inflight {args.inflight}/replica")
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {args.replicas} replicas, "
+        f"inflight {args.inflight}/replica"
+    )
 
     fleet = simfleet.start_fleet(args.replicas, 0, settings.clip_root, speed=0)
     try:
-        wall, cpu_s, _ = one_job(settings, db, fleet.urls, ids[:args.clips])
+        wall, cpu_s, _ = one_job(settings, db, fleet.urls, ids[: args.clips])
     finally:
         fleet.stop()
     n = args.clips
-    print(f"ceiling: {n} requests in {wall:.2f} s = {n / wall:.0f} requests/s; runner CPU {cpu_s:.2f} s "
-          f"= {cpu_s / n * 1000:.2f} ms per request ({cpu_s / wall:.2f} cores)")
+    print(
+        f"ceiling: {n} requests in {wall:.2f} s = {n / wall:.0f} requests/s; runner CPU {cpu_s:.2f} s "
+        f"= {cpu_s / n * 1000:.2f} ms per request ({cpu_s / wall:.2f} cores)"
+    )
 
     lat = latency_at_speed_1(settings)
     speed = 1 / (7 * lat)
@@ -98,12 +109,16 @@ def main() -> int:
 
     def sample() -> None:  # how many of the 8 replicas run a request, every 50 ms, while work is queued
         import httpx
+
         with httpx.Client(timeout=2, trust_env=False) as http:
             while not sampling.is_set():
                 st = [http.get(u + "/sim/stats").json() for u in fleet.urls]
                 if sum(s["chat_requests"] for s in st) >= 8:  # started
-                    if any(s["waiting"] == 0 and s["running"] == 0 for s in st) and samples and \
-                            sum(s["running"] + s["waiting"] for s in st) < 8:
+                    if (
+                        any(s["waiting"] == 0 and s["running"] == 0 for s in st)
+                        and samples
+                        and sum(s["running"] + s["waiting"] for s in st) < 8
+                    ):
                         break  # the tail: fewer clips left than replicas
                     samples.append(sum(1 for s in st if s["running"] > 0))
                 time.sleep(0.05)
@@ -120,10 +135,12 @@ def main() -> int:
         fleet.stop()
     rate = m / wall
     busy = sum(samples) / (8 * len(samples)) if samples else 0.0
-    print(f"busy share: 8 replicas x 7 clips/s (latency {lat * speed * 1000:.0f} ms, capacity 1): {busy:.1%} of "
-          f"replica-time busy while work was queued ({len(samples)} samples); end to end {m} clips in {wall:.2f} s "
-          f"= {rate:.1f} clips/s = {rate / 56:.1%} of 56 clips/s (includes start-up and the tail); requests per "
-          f"replica {[s['chat_requests'] for s in stats]}")
+    print(
+        f"busy share: 8 replicas x 7 clips/s (latency {lat * speed * 1000:.0f} ms, capacity 1): {busy:.1%} of "
+        f"replica-time busy while work was queued ({len(samples)} samples); end to end {m} clips in {wall:.2f} s "
+        f"= {rate:.1f} clips/s = {rate / 56:.1%} of 56 clips/s (includes start-up and the tail); requests per "
+        f"replica {[s['chat_requests'] for s in stats]}"
+    )
     db.close()
     return 0
 

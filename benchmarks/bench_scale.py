@@ -38,11 +38,17 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from data import db as dbmod  # noqa: E402
-from data import jobs, prompts  # noqa: E402
+from data import (  # noqa: E402
+    db as dbmod,  # noqa: E402
+    jobs,
+    prompts,
+)
 from data.settings import Settings  # noqa: E402
-from serving import fleet as fleetmod  # noqa: E402
-from serving import procs, simfleet  # noqa: E402
+from serving import (  # noqa: E402
+    fleet as fleetmod,  # noqa: E402
+    procs,
+    simfleet,
+)
 
 
 def tiny_clip_bytes(w: int = 64, h: int = 48, n: int = 10) -> bytes:
@@ -72,8 +78,18 @@ def library(settings: Settings, n: int) -> list[int]:
     d = dbmod.connect(settings.db)
     try:
         with d.conn:
-            d["clips"].insert_all({"path": f"scale/{i:05d}.mp4", "size": first.stat().st_size, "duration": 1.0,
-                                   "width": 64, "height": 48, "frames": 10, "codec": "h264"} for i in range(n))
+            d["clips"].insert_all(
+                {
+                    "path": f"scale/{i:05d}.mp4",
+                    "size": first.stat().st_size,
+                    "duration": 1.0,
+                    "width": 64,
+                    "height": 48,
+                    "frames": 10,
+                    "codec": "h264",
+                }
+                for i in range(n)
+            )
         return [r["id"] for r in d.query("SELECT id FROM clips WHERE path LIKE 'scale/%' ORDER BY id")]
     finally:
         d.close()
@@ -103,8 +119,17 @@ def _series(urls: list[str], http: httpx.Client) -> list[dict]:
     return out
 
 
-def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float = 1.0, inflight: int = 4,
-                 capacity: int = 1, warmup_s: float = 4.0, clips: int | None = None, log=print) -> dict:
+def measure_busy(
+    replicas: int = 64,
+    seconds: float = 20.0,
+    *,
+    latency_s: float = 1.0,
+    inflight: int = 4,
+    capacity: int = 1,
+    warmup_s: float = 4.0,
+    clips: int | None = None,
+    log=print,
+) -> dict:
     """Run the busy-share experiment; returns the figures (see the module docstring)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     rate = replicas * capacity / latency_s
@@ -116,8 +141,9 @@ def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float 
     # calibrate the simulated latency: one request at speed 1 on this clip, then scale to `latency_s`
     probe = simfleet.start_fleet(1, 0, settings.clip_root, mode="thread", speed=1.0)
     try:
-        from serving.client import CaptionRequest, FleetClient
         import asyncio
+
+        from serving.client import CaptionRequest, FleetClient
 
         async def one() -> float:
             c = FleetClient(settings)
@@ -133,27 +159,66 @@ def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float 
                 return min(took)
             finally:
                 await c.aclose()
+
         lat1 = asyncio.run(one())
     finally:
         probe.stop()
     speed = latency_s / lat1
     fleet = simfleet.start_fleet(replicas, 0, settings.clip_root, speed=speed, capacity=capacity, timeout=60)
     router_port = procs.free_port()
-    router = procs.start("router", ["vllm-router", "--host", "127.0.0.1", "--port", str(router_port), "--worker-urls",
-                                    *fleet.urls, "--policy", "round_robin", "--worker-startup-timeout-secs", "60",
-                                    "--health-check-interval-secs", "5", "--request-timeout-secs", "120",
-                                    "--retry-max-retries", "2", "--prometheus-port", str(procs.free_port())],
-                         log=tmp / "router.log", health=f"http://127.0.0.1:{router_port}/readiness")
+    router = procs.start(
+        "router",
+        [
+            "vllm-router",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(router_port),
+            "--worker-urls",
+            *fleet.urls,
+            "--policy",
+            "round_robin",
+            "--worker-startup-timeout-secs",
+            "60",
+            "--health-check-interval-secs",
+            "5",
+            "--request-timeout-secs",
+            "120",
+            "--retry-max-retries",
+            "2",
+            "--prometheus-port",
+            str(procs.free_port()),
+        ],
+        log=tmp / "router.log",
+        health=f"http://127.0.0.1:{router_port}/readiness",
+    )
     runner = None
     try:
         procs.wait_healthy([router], timeout=60)
         router_url = f"http://127.0.0.1:{router_port}"
         d = dbmod.connect(settings.db)
         job_id = jobs.create(d, name="busy", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
-        runner = procs.start("runner", [sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir),
-                                        "--fleet", router_url, "--until-idle", "--log-level", "WARNING",
-                                        "--per-replica-inflight", str(inflight), "--replicas", str(replicas)],
-                             log=tmp / "runner.log", env={"PYTHONPATH": str(ROOT)})
+        runner = procs.start(
+            "runner",
+            [
+                sys.executable,
+                "-m",
+                "serving.runner",
+                "--data-dir",
+                str(settings.data_dir),
+                "--fleet",
+                router_url,
+                "--until-idle",
+                "--log-level",
+                "WARNING",
+                "--per-replica-inflight",
+                str(inflight),
+                "--replicas",
+                str(replicas),
+            ],
+            log=tmp / "runner.log",
+            env={"PYTHONPATH": str(ROOT)},
+        )
         t_start = time.monotonic()
         with httpx.Client(timeout=30, trust_env=False) as http:
             while True:  # warm-up: until every replica has finished something, and warmup_s has passed
@@ -180,12 +245,24 @@ def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float 
         done = sum(a["success"] - b["success"] for a, b in zip(after, before))
         e2e = sum(a.get("e2e_sum", 0) - b.get("e2e_sum", 0) for a, b in zip(after, before))
         window = statistics.mean(a["t"] - b["t"] for a, b in zip(after, before))
-        res = {"replicas": replicas, "capacity": capacity, "latency_s": latency_s, "inflight_per_replica": inflight,
-               "window_s": round(window, 1), "items_left_at_end": left, "counts_at_end": queued,
-               "busy_mean": statistics.mean(busy), "busy_min": min(busy),
-               "slot_use_mean": statistics.mean(slot), "slot_use_min": min(slot),
-               "sampled_busy_mean": statistics.mean(samples) if samples else None,
-               "requests_per_s": done / window, "mean_latency_s": e2e / done if done else None, "ideal_requests_per_s": rate, "cores": os.cpu_count()}
+        res = {
+            "replicas": replicas,
+            "capacity": capacity,
+            "latency_s": latency_s,
+            "inflight_per_replica": inflight,
+            "window_s": round(window, 1),
+            "items_left_at_end": left,
+            "counts_at_end": queued,
+            "busy_mean": statistics.mean(busy),
+            "busy_min": min(busy),
+            "slot_use_mean": statistics.mean(slot),
+            "slot_use_min": min(slot),
+            "sampled_busy_mean": statistics.mean(samples) if samples else None,
+            "requests_per_s": done / window,
+            "mean_latency_s": e2e / done if done else None,
+            "ideal_requests_per_s": rate,
+            "cores": os.cpu_count(),
+        }
         d.close()
         return res
     finally:
@@ -196,11 +273,12 @@ def measure_busy(replicas: int = 64, seconds: float = 20.0, *, latency_s: float 
 
 
 # ---- SQLite write load ---------------------------------------------------------------------------------------
-_WRITER = r'''
+_WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from data import db as dbmod, jobs
-db_path, job_id, seconds, batch, rate = sys.argv[2], int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
+db_path, job_id = sys.argv[2], int(sys.argv[3])
+seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
 labels = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
           "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
@@ -228,9 +306,9 @@ while time.perf_counter() - t0 < seconds:
             time.sleep(ahead)
 wall = time.perf_counter() - t0
 print(json.dumps({"results": n, "wall_s": wall, "holds": holds, "stats": dbmod.write_lock_stats(db_path)}))
-'''
+"""
 
-_ANNOTATOR = r'''
+_ANNOTATOR = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
 from data import db as dbmod
@@ -245,7 +323,7 @@ while time.perf_counter() - t0 < seconds:
     waits.append(time.perf_counter() - t)
     time.sleep(0.1)
 print(json.dumps({"saves": len(waits), "waits": waits}))
-'''
+"""
 
 
 def _pct(xs: list[float], q: float) -> float:
@@ -253,8 +331,9 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else 0.0
 
 
-def measure_sqlite(gpus: int = 100, seconds: float = 10.0, *, batch: int = 64, per_gpu: float = 4.35,
-                   rate: float = 0.0, log=print) -> dict:
+def measure_sqlite(
+    gpus: int = 100, seconds: float = 10.0, *, batch: int = 64, per_gpu: float = 4.35, rate: float = 0.0, log=print
+) -> dict:
     """Drive `data.jobs.complete` flat out in batches (the runner's write path) for `seconds`, with an annotator
     saving alongside; report results/s and write-lock holds. `gpus` x `per_gpu` is the rate to compare with."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-sqlite-"))
@@ -262,29 +341,47 @@ def measure_sqlite(gpus: int = 100, seconds: float = 10.0, *, batch: int = 64, p
     n = int(seconds * 4000) + 1000
     d = dbmod.connect(settings.db)
     with d.conn:
-        d["clips"].insert_all({"path": f"scale/{i:06d}.mp4", "size": 1, "width": 1920, "height": 1080, "frames": 300}
-                              for i in range(n))
+        d["clips"].insert_all(
+            {"path": f"scale/{i:06d}.mp4", "size": 1, "width": 1920, "height": 1080, "frames": 300} for i in range(n)
+        )
     ids = [r[0] for r in d.execute("SELECT id FROM clips")]
     job_id = jobs.create(d, name="sqlite load", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
     d.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    ann = subprocess.Popen([sys.executable, "-c", _ANNOTATOR, str(ROOT), str(settings.db), str(seconds + 1)],
-                           stdout=subprocess.PIPE, env=env)
-    w = subprocess.run([sys.executable, "-c", _WRITER, str(ROOT), str(settings.db), str(job_id), str(seconds),
-                        str(batch), str(rate)], capture_output=True, text=True, env=env, timeout=seconds * 10 + 120)
+    ann = subprocess.Popen(
+        [sys.executable, "-c", _ANNOTATOR, str(ROOT), str(settings.db), str(seconds + 1)],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    w = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(ROOT), str(settings.db), str(job_id), str(seconds), str(batch), str(rate)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=seconds * 10 + 120,
+    )
     if w.returncode != 0:
         raise RuntimeError(w.stderr[-3000:])
     a = json.loads(ann.communicate(timeout=seconds * 10 + 60)[0])
     r = json.loads(w.stdout)
     holds = r["holds"]
     per_result = [h / batch for h in holds]
-    return {"results": r["results"], "results_per_s": r["results"] / r["wall_s"], "batch": batch,
-            "hold_p50_ms": _pct(holds, 0.5) * 1000, "hold_p99_ms": _pct(holds, 0.99) * 1000,
-            "hold_max_ms": max(holds) * 1000, "write_lock_stats": r["stats"],
-            "ms_per_result": statistics.mean(per_result) * 1000,
-            "annotator_save_p50_ms": _pct(a["waits"], 0.5) * 1000, "annotator_save_p99_ms": _pct(a["waits"], 0.99) * 1000,
-            "annotator_saves": a["saves"], "needed_per_s_bf16": gpus * per_gpu, "needed_per_s_fp8": gpus * 8.0,
-            "db_bytes": os.path.getsize(settings.db)}
+    return {
+        "results": r["results"],
+        "results_per_s": r["results"] / r["wall_s"],
+        "batch": batch,
+        "hold_p50_ms": _pct(holds, 0.5) * 1000,
+        "hold_p99_ms": _pct(holds, 0.99) * 1000,
+        "hold_max_ms": max(holds) * 1000,
+        "write_lock_stats": r["stats"],
+        "ms_per_result": statistics.mean(per_result) * 1000,
+        "annotator_save_p50_ms": _pct(a["waits"], 0.5) * 1000,
+        "annotator_save_p99_ms": _pct(a["waits"], 0.99) * 1000,
+        "annotator_saves": a["saves"],
+        "needed_per_s_bf16": gpus * per_gpu,
+        "needed_per_s_fp8": gpus * 8.0,
+        "db_bytes": os.path.getsize(settings.db),
+    }
 
 
 def main() -> int:
@@ -299,33 +396,51 @@ def main() -> int:
     s.add_argument("--gpus", type=int, default=100)
     s.add_argument("--seconds", type=float, default=10.0)
     s.add_argument("--batch", type=int, default=64, help="results per write transaction")
-    s.add_argument("--rate", type=float, default=0.0,
-                   help="results/s to write (the fleet's rate, e.g. 435 for 100 GPUs in bf16); 0 = flat out")
+    s.add_argument(
+        "--rate",
+        type=float,
+        default=0.0,
+        help="results/s to write (the fleet's rate, e.g. 435 for 100 GPUs in bf16); 0 = flat out",
+    )
     args = ap.parse_args()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
     if args.cmd == "busy":
         r = measure_busy(args.replicas, args.seconds, latency_s=args.latency, inflight=args.inflight)
-        print(f"{r['replicas']} replicas x capacity {r['capacity']}, ~{r['latency_s']:.1f} s per request, runner "
-              f"in flight {r['inflight_per_replica']}/replica, window {r['window_s']} s, items left at the end "
-              f"{r['items_left_at_end']}")
+        print(
+            f"{r['replicas']} replicas x capacity {r['capacity']}, ~{r['latency_s']:.1f} s per request, runner "
+            f"in flight {r['inflight_per_replica']}/replica, window {r['window_s']} s, items left at the end "
+            f"{r['items_left_at_end']}"
+        )
         print(f"busy share (sim:busy_seconds): mean {r['busy_mean']:.3f}, min {r['busy_min']:.3f}")
-        print(f"slot use (sim:running_request_seconds / capacity): mean {r['slot_use_mean']:.3f}, "
-              f"min {r['slot_use_min']:.3f}")
+        print(
+            f"slot use (sim:running_request_seconds / capacity): mean {r['slot_use_mean']:.3f}, "
+            f"min {r['slot_use_min']:.3f}"
+        )
         print(f"sampled num_requests_running > 0: mean {r['sampled_busy_mean']:.3f}")
-        print(f"throughput {r['requests_per_s']:.1f} requests/s; replicas' mean e2e latency {r['mean_latency_s']:.2f} s "
-              f"(queueing at the replica included)")
+        print(
+            f"throughput {r['requests_per_s']:.1f} requests/s; replicas' mean e2e latency {r['mean_latency_s']:.2f} s "
+            f"(queueing at the replica included)"
+        )
     else:
         r = measure_sqlite(args.gpus, args.seconds, batch=args.batch, rate=args.rate)
         print(f"writer {'paced at %.0f results/s' % args.rate if args.rate else 'flat out'}")
-        print(f"{r['results']} results in batches of {r['batch']}: {r['results_per_s']:.0f} results/s sustained "
-              f"({r['ms_per_result']:.2f} ms of write lock per result)")
-        print(f"write-lock hold per batch: p50 {r['hold_p50_ms']:.1f} ms, p99 {r['hold_p99_ms']:.1f} ms, max "
-              f"{r['hold_max_ms']:.1f} ms; write_lock_stats {r['write_lock_stats']}")
-        print(f"an annotator's save meanwhile: p50 {r['annotator_save_p50_ms']:.1f} ms, p99 "
-              f"{r['annotator_save_p99_ms']:.1f} ms ({r['annotator_saves']} saves)")
-        print(f"needed at {args.gpus} GPUs: {r['needed_per_s_bf16']:.0f}/s (4.35 clips/s/GPU, bf16), "
-              f"{r['needed_per_s_fp8']:.0f}/s (8/GPU, FP8); headroom x{r['results_per_s'] / r['needed_per_s_fp8']:.1f} "
-              f"over FP8; database {r['db_bytes'] / 1e6:.0f} MB")
+        print(
+            f"{r['results']} results in batches of {r['batch']}: {r['results_per_s']:.0f} results/s sustained "
+            f"({r['ms_per_result']:.2f} ms of write lock per result)"
+        )
+        print(
+            f"write-lock hold per batch: p50 {r['hold_p50_ms']:.1f} ms, p99 {r['hold_p99_ms']:.1f} ms, max "
+            f"{r['hold_max_ms']:.1f} ms; write_lock_stats {r['write_lock_stats']}"
+        )
+        print(
+            f"an annotator's save meanwhile: p50 {r['annotator_save_p50_ms']:.1f} ms, p99 "
+            f"{r['annotator_save_p99_ms']:.1f} ms ({r['annotator_saves']} saves)"
+        )
+        print(
+            f"needed at {args.gpus} GPUs: {r['needed_per_s_bf16']:.0f}/s (4.35 clips/s/GPU, bf16), "
+            f"{r['needed_per_s_fp8']:.0f}/s (8/GPU, FP8); headroom x{r['results_per_s'] / r['needed_per_s_fp8']:.1f} "
+            f"over FP8; database {r['db_bytes'] / 1e6:.0f} MB"
+        )
     print(json.dumps(r, default=str))
     return 0
 

@@ -28,12 +28,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
-from data import clips, jobs, taxonomy  # noqa: E402
+
+from data import jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
 
-LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["car", "pedestrian"],
-          "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "pedestrian_crossing",
+    "hazard_level": "high",
+    "road_users": ["car", "pedestrian"],
+    "ego_maneuver": "slowing",
+    "weather": "rain",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -58,10 +66,18 @@ def main(argv=None) -> int:
     ap.add_argument("--repeat", type=int, default=40)
     ap.add_argument("--annotators", type=int, default=20)
     ap.add_argument("--seconds", type=float, default=20.0)
-    ap.add_argument("--think", type=float, default=0.0,
-                    help="mean seconds an annotator spends on a clip between saves (0: save back to back, saturated)")
-    ap.add_argument("--job-rate", type=float, default=0.0,
-                    help="machine captions per second the job writes (e.g. 56: 8 replicas at 7 clips/s; 0: flat out)")
+    ap.add_argument(
+        "--think",
+        type=float,
+        default=0.0,
+        help="mean seconds an annotator spends on a clip between saves (0: save back to back, saturated)",
+    )
+    ap.add_argument(
+        "--job-rate",
+        type=float,
+        default=0.0,
+        help="machine captions per second the job writes (e.g. 56: 8 replicas at 7 clips/s; 0: flat out)",
+    )
     a = ap.parse_args(argv)
     db_path = Path(a.db)
     shared = Path("/tmp/browse-1m.db")
@@ -82,8 +98,18 @@ def main(argv=None) -> int:
     rng = random.Random(0)
 
     def browse(**kw):
-        args = dict(status="any", scenario="any", hazard="any", weather="any", lighting="any", has_caption="any",
-                    failed="any", job=None, text="", sort="newest")
+        args = dict(
+            status="any",
+            scenario="any",
+            hazard="any",
+            weather="any",
+            lighting="any",
+            has_caption="any",
+            failed="any",
+            job=None,
+            text="",
+            sort="newest",
+        )
         args.update(kw)
         return lambda: b.apply(*args.values(), None)
 
@@ -93,11 +119,13 @@ def main(argv=None) -> int:
         "filter approved & night_dark": timed(browse(status="approved", lighting="night_dark"), a.repeat),
         "search 'pedestrian'": timed(browse(text="pedestrian"), a.repeat),
         "search rare word": timed(browse(text="kangaroo"), a.repeat),
-        "next page (deep, after id 500000)": timed(lambda: b._page({"hazard_level": "high"}, [None, 500_000],
-                                                                   "newest", None), a.repeat),
+        "next page (deep, after id 500000)": timed(
+            lambda: b._page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
+        ),
         "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
-        "next clip within filter": timed(lambda: r.step(+1)(rng.randint(1, a.clips), {"weather": "rain"},
-                                                            "newest", None), a.repeat),
+        "next clip within filter": timed(
+            lambda: r.step(+1)(rng.randint(1, a.clips), {"weather": "rain"}, "newest", None), a.repeat
+        ),
     }
     print(f"\nhandler server time at {a.clips:,} clips ({a.repeat} runs each), ms")
     print(f"{'handler':40s} {'p50':>8s} {'p95':>8s}")
@@ -127,8 +155,9 @@ def main(argv=None) -> int:
             view = r.view(cid, None)
             base = view[r.base]
             t = time.perf_counter()
-            out = r.save(cid, base, f"annotator {i} edit {rnd.random():.6f}", *[LABELS[k] for k in taxonomy.ENUMS],
-                         None)
+            out = r.save(
+                cid, base, f"annotator {i} edit {rnd.random():.6f}", *[LABELS[k] for k in taxonomy.ENUMS], None
+            )
             ms = (time.perf_counter() - t) * 1000
             msg = out.get(r.msg, "")
             with lock:
@@ -148,8 +177,14 @@ def main(argv=None) -> int:
             if not items:
                 break
             for it in items:
-                jobs.complete(d, job_id, it["clip_id"], text="machine caption", labels=LABELS,
-                              provenance={"model": "bench", "simulated": True, "latency_ms": 1.0})
+                jobs.complete(
+                    d,
+                    job_id,
+                    it["clip_id"],
+                    text="machine caption",
+                    labels=LABELS,
+                    provenance={"model": "bench", "simulated": True, "latency_ms": 1.0},
+                )
                 machine[0] += 1
             # a fleet delivers results at its own pace: 16 results every 16/rate s (as fast as possible if 0)
             time.sleep(16 / a.job_rate if a.job_rate else 0.01)
@@ -165,15 +200,21 @@ def main(argv=None) -> int:
     for t in threads:
         t.join()
     wall = time.perf_counter() - t0
-    print(f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), {machine[0]} machine captions "
-          f"written meanwhile (job rate {a.job_rate or 'flat out'}); conflicts {conflicts[0]}, other errors {len(errors)}")
-    print(f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  "
-          f"max {max(lat):.1f}")
+    print(
+        f"\nsaves: {len(lat)} in {wall:.1f} s by {a.annotators} annotators (think {a.think} s), "
+        f"{machine[0]} machine captions written meanwhile (job rate {a.job_rate or 'flat out'}); "
+        f"conflicts {conflicts[0]}, other errors {len(errors)}"
+    )
+    print(
+        f"save ms: p50 {statistics.median(lat):.1f}  p95 {pct(lat, 95):.1f}  p99 {pct(lat, 99):.1f}  max {max(lat):.1f}"
+    )
     from data.db import write_lock_stats
 
     ws = write_lock_stats(db_path)
-    print(f"write lock (this process: annotators + job): {ws['holds']} transactions, longest hold "
-          f"{ws['max_ms']} ms, mean {ws['total_ms'] / max(1, ws['holds']):.2f} ms")
+    print(
+        f"write lock (this process: annotators + job): {ws['holds']} transactions, longest hold "
+        f"{ws['max_ms']} ms, mean {ws['total_ms'] / max(1, ws['holds']):.2f} ms"
+    )
     if errors:
         print("first error:", errors[0][:200])
     app.state.ctx.close()

@@ -22,7 +22,7 @@ Stages (`all` runs them in this order; a failed stage is reported and the next o
   report   table.md (for docs/BENCHMARKS.md) and scaling.png (clips/s vs GPUs, both decoders) from the JSON
 
 Everything lands in --out: <stage>.json, logs/<stage>-*.log, table.md, scaling.png. Replica command lines come
-from serving.launcher.vllm_command (the recipe of design/SERVING.md); processes are started in their own
+from serving.launcher.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
 process groups and stopped by group, never by name. With --fleet sim the replicas are `python -m
 serving.simfleet --replicas 1` processes (one process group each, so one can be killed like a GPU replica);
 the simulator has no video decoder, so the two decoder columns run the same simulator and every report says
@@ -50,15 +50,20 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from serving import fleet as fleet_mod  # noqa: E402
-from serving import launcher, procs  # noqa: E402
+from serving import (  # noqa: E402
+    fleet as fleet_mod,  # noqa: E402
+    launcher,
+    procs,
+)
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 STAGES = ("clips", "launch", "gputest", "scaling", "kill", "report")
 DECODERS = {"nvdec": "pynvvideocodec", "opencv": "opencv"}
-SIM_NOTE = ("SIMULATED REHEARSAL: replicas are serving.simfleet processes on a CPU machine; the simulator has no "
-            "video decoder (no decoder knob), so 'nvdec' and 'opencv' run the same simulator. These figures "
-            "rehearse the script; they are not GPU figures.")
+SIM_NOTE = (
+    "SIMULATED REHEARSAL: replicas are serving.simfleet processes on a CPU machine; the simulator has no "
+    "video decoder (no decoder knob), so 'nvdec' and 'opencv' run the same simulator. These figures "
+    "rehearse the script; they are not GPU figures."
+)
 SERVED = "qwen3-vl-8b"
 _CHILDREN: list[procs.Child] = []  # every process group this script started and has not stopped yet
 
@@ -86,20 +91,28 @@ class Ctx:
         else:
             self.gpus = list(range(a.sim_replicas))
         self.size = len(self.gpus)
-        self.counts = ([int(x) for x in a.replicas.split(",") if x.strip()] if a.replicas
-                       else default_counts(self.size))
+        self.counts = [int(x) for x in a.replicas.split(",") if x.strip()] if a.replicas else default_counts(self.size)
         if max(self.counts) > self.size or min(self.counts) < 1:
-            raise SystemExit(f"node_run: --replicas {a.replicas} needs 1..{self.size} replicas "
-                             f"({'GPUs' if self.fleet == 'gpu' else '--sim-replicas'}: {self.size})")
+            raise SystemExit(
+                f"node_run: --replicas {a.replicas} needs 1..{self.size} replicas "
+                f"({'GPUs' if self.fleet == 'gpu' else '--sim-replicas'}: {self.size})"
+            )
         self.decoders = [d.strip() for d in a.decoders.split(",") if d.strip()]
         for d in self.decoders:
             if d not in DECODERS:
                 raise SystemExit(f"node_run: unknown decoder {d!r} (choose from {', '.join(DECODERS)})")
         self.clip_cache = Path(a.clip_cache or self.work / "clip-cache").resolve()
         self.env = dict(os.environ)
-        self.env.update({"PYTHONUNBUFFERED": "1", "GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1",
-                         "NO_PROXY": "localhost,127.0.0.1", "no_proxy": "localhost,127.0.0.1",
-                         "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p)})
+        self.env.update(
+            {
+                "PYTHONUNBUFFERED": "1",
+                "GRADIO_ANALYTICS_ENABLED": "False",
+                "HF_HUB_OFFLINE": "1",
+                "NO_PROXY": "localhost,127.0.0.1",
+                "no_proxy": "localhost,127.0.0.1",
+                "PYTHONPATH": os.pathsep.join(p for p in (os.environ.get("PYTHONPATH"), str(ROOT)) if p),
+            }
+        )
         self.env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         if Path("/usr/local/nvidia/bin").is_dir():  # the lent GPU machines keep nvidia-smi and MPS there
             self.env["PATH"] = self.env.get("PATH", "") + ":/usr/local/nvidia/bin"
@@ -113,10 +126,19 @@ class Ctx:
     def settings(self, data_dir: Path, clip_root: Path):
         from data.settings import Settings
 
-        return Settings.load({"data_dir": str(data_dir), "clip_root": str(clip_root), "model": self.a.model,
-                              "served_model_name": SERVED, "fleet_port": self.a.base_port,
-                              "router_port": self.a.router_port, "max_tokens": self.a.max_tokens,
-                              "request_timeout": 900.0}, environ={})
+        return Settings.load(
+            {
+                "data_dir": str(data_dir),
+                "clip_root": str(clip_root),
+                "model": self.a.model,
+                "served_model_name": SERVED,
+                "fleet_port": self.a.base_port,
+                "router_port": self.a.router_port,
+                "max_tokens": self.a.max_tokens,
+                "request_timeout": 900.0,
+            },
+            environ={},
+        )
 
     def vllm_extra(self, *, benchmark: bool) -> list[str]:
         extra = [t for arg in self.a.vllm_arg for t in shlex.split(arg)]
@@ -130,11 +152,15 @@ class Ctx:
         """(command, environment) of the replica for GPU `slot` (or simulated replica `slot`)."""
         port = settings.fleet_port + slot
         if self.sim:
-            cmd = launcher.simfleet_command(settings.replace(fleet_port=port), 1,
-                                            ["--speed", str(self.a.sim_speed)])
+            cmd = launcher.simfleet_command(settings.replace(fleet_port=port), 1, ["--speed", str(self.a.sim_speed)])
             return cmd, {}
-        cmd = launcher.vllm_command(settings, port, version=self.vllm_version, backend=DECODERS[decoder],
-                                    extra=self.vllm_extra(benchmark=benchmark))
+        cmd = launcher.vllm_command(
+            settings,
+            port,
+            version=self.vllm_version,
+            backend=DECODERS[decoder],
+            extra=self.vllm_extra(benchmark=benchmark),
+        )
         env = {"CUDA_VISIBLE_DEVICES": str(slot)}
         if not self.a.no_mps:
             env.update(launcher.mps_env(settings))
@@ -152,9 +178,17 @@ def default_counts(size: int) -> list[int]:
 
 def write(ctx: Ctx, stage: str, report: dict) -> Path:
     path = ctx.out / f"{stage}.json"
-    report = {"stage": stage, "fleet": ctx.fleet, "simulated": ctx.sim, **({"note": SIM_NOTE} if ctx.sim else {}),
-              "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "size": ctx.size,
-              "argv": ["python3", "benchmarks/node_run.py", *sys.argv[1:]], "host": host_info(), **report}
+    report = {
+        "stage": stage,
+        "fleet": ctx.fleet,
+        "simulated": ctx.sim,
+        **({"note": SIM_NOTE} if ctx.sim else {}),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "size": ctx.size,
+        "argv": ["python3", "benchmarks/node_run.py", *sys.argv[1:]],
+        "host": host_info(),
+        **report,
+    }
     path.write_text(json.dumps(report, indent=1, default=str) + "\n")
     say(f"{stage}: report written to {path}")
     return path
@@ -165,13 +199,25 @@ def host_info() -> dict:
 
     import psutil
 
-    info = {"cpus": os.cpu_count(), "memory_gb": round(psutil.virtual_memory().total / 2**30),
-            "python": platform.python_version(), "vllm": launcher.installed_vllm_version()}
+    info = {
+        "cpus": os.cpu_count(),
+        "memory_gb": round(psutil.virtual_memory().total / 2**30),
+        "python": platform.python_version(),
+        "vllm": launcher.installed_vllm_version(),
+    }
     smi = shutil.which("nvidia-smi")
     if smi:
         try:
-            info["gpus"] = subprocess.run([smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-                                          capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
+            info["gpus"] = (
+                subprocess.run(
+                    [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
+                    capture_output=True,
+                    text=True,
+                    timeout=30,
+                )
+                .stdout.strip()
+                .splitlines()
+            )
         except (OSError, subprocess.SubprocessError):
             pass
     return info
@@ -225,8 +271,9 @@ def mps_daemon(ctx: Ctx, settings):
         yield state
     finally:
         if r.returncode == 0:
-            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", env={**ctx.env, **env},
-                           capture_output=True, text=True)
+            subprocess.run(
+                ["nvidia-cuda-mps-control"], input="quit\n", env={**ctx.env, **env}, capture_output=True, text=True
+            )
 
 
 # ---- clips -------------------------------------------------------------------------------------------------
@@ -248,20 +295,37 @@ def clip_library(ctx: Ctx, count: int | None = None) -> Path:
         have = 0
     if have >= count:
         return d
-    say(f"generating {count} distinct clips into {d} on {ctx.a.workers or os.cpu_count()} processes "
-        f"({have} there already; cached for later runs)")
+    say(
+        f"generating {count} distinct clips into {d} on {ctx.a.workers or os.cpu_count()} processes "
+        f"({have} there already; cached for later runs)"
+    )
     log = ctx.logs / "clips.log"
     t = time.time()
-    rc = run_logged([sys.executable, "-m", "data.demo", str(d / "library"), "--count", str(count),
-                     "--realistic", "--no-broken", "--workers", str(ctx.a.workers or os.cpu_count() or 1),
-                     *clip_args(ctx)], log, ctx.env)
+    rc = run_logged(
+        [
+            sys.executable,
+            "-m",
+            "data.demo",
+            str(d / "library"),
+            "--count",
+            str(count),
+            "--realistic",
+            "--no-broken",
+            "--workers",
+            str(ctx.a.workers or os.cpu_count() or 1),
+            *clip_args(ctx),
+        ],
+        log,
+        ctx.env,
+    )
     if rc != 0:
         raise RuntimeError(f"clip generation failed (exit {rc}); see {log}")
     rc = run_logged([sys.executable, "-m", "data.demo", str(d / "hostile"), "--hostile"], log, ctx.env)
     if rc != 0:
         raise RuntimeError(f"hostile corpus failed (exit {rc}); see {log}")
-    (d / ".complete").write_text(json.dumps({"clips": count, "seconds": round(time.time() - t, 1),
-                                             "generated_now": count - have}))
+    (d / ".complete").write_text(
+        json.dumps({"clips": count, "seconds": round(time.time() - t, 1), "generated_now": count - have})
+    )
     return d
 
 
@@ -270,8 +334,11 @@ def link_tree(src: Path, dst: Path, limit: int | None = None) -> int:
     `dst`, or every file when there is no limit: real files inside the clip root (a symlink leaving the root is
     refused, as vLLM's --allowed-local-media-path does), nothing copied on one file system."""
     if limit is None:
-        files = [f for f in sorted(src.rglob("*")) if f.is_file() and not f.name.startswith(".")
-                 and not f.name.endswith(".part")]
+        files = [
+            f
+            for f in sorted(src.rglob("*"))
+            if f.is_file() and not f.name.startswith(".") and not f.name.endswith(".part")
+        ]
     else:
         files = []
         for f in sorted(src.rglob("*.mp4"))[:limit]:
@@ -291,17 +358,37 @@ def stage_clips(ctx: Ctx) -> dict:
     d = clip_library(ctx, ctx.a.clips)
     info = json.loads((d / ".complete").read_text())
     files = sorted((d / "library").rglob("*.mp4"))
-    return {"ok": len(files) >= ctx.a.clips, "cache": str(d), "clips": len(files), "asked": ctx.a.clips,
-            "hostile": len([f for f in (d / "hostile").iterdir() if f.is_file()]),
-            "generation_s": info.get("seconds"), "this_run_s": round(time.time() - t, 1),
-            "bytes": sum(f.stat().st_size for f in files)}
+    return {
+        "ok": len(files) >= ctx.a.clips,
+        "cache": str(d),
+        "clips": len(files),
+        "asked": ctx.a.clips,
+        "hostile": len([f for f in (d / "hostile").iterdir() if f.is_file()]),
+        "generation_s": info.get("seconds"),
+        "this_run_s": round(time.time() - t, 1),
+        "bytes": sum(f.stat().st_size for f in files),
+    }
 
 
 def ingest(ctx: Ctx, data_dir: Path, clip_root: Path, log: Path) -> None:
     # PyAV on the CPU: the NVDEC path is slower for thumbnails (docs/GPU.md) and the GPUs are not up yet
-    rc = run_logged([sys.executable, "-m", "data.ingest", str(clip_root), "--data-dir", str(data_dir),
-                     "--decoder", "pyav", "--quiet", "--workers", str(ctx.a.workers or os.cpu_count() or 1)],
-                    log, ctx.env)
+    rc = run_logged(
+        [
+            sys.executable,
+            "-m",
+            "data.ingest",
+            str(clip_root),
+            "--data-dir",
+            str(data_dir),
+            "--decoder",
+            "pyav",
+            "--quiet",
+            "--workers",
+            str(ctx.a.workers or os.cpu_count() or 1),
+        ],
+        log,
+        ctx.env,
+    )
     if rc != 0:
         raise RuntimeError(f"ingest failed (exit {rc}); see {log}")
 
@@ -315,16 +402,33 @@ def stage_launch(ctx: Ctx) -> dict:
     clip_root = data_dir / "clips"
     n = link_tree(lib / "library", clip_root, limit=ctx.a.launch_clips)
     app_port = ctx.a.app_port
-    env = {**ctx.env, "CW_FLEET_PORT": str(ctx.a.base_port), "CW_ROUTER_PORT": str(ctx.a.router_port),
-           "CW_MODEL": ctx.a.model}
-    cmd = ["./launch.sh", "--data-dir", str(data_dir), "--clip-root", str(clip_root), "--port", str(app_port),
-           "--fleet", ctx.fleet, "--detach", "--no-install"]
+    env = {
+        **ctx.env,
+        "CW_FLEET_PORT": str(ctx.a.base_port),
+        "CW_ROUTER_PORT": str(ctx.a.router_port),
+        "CW_MODEL": ctx.a.model,
+    }
+    cmd = [
+        "./launch.sh",
+        "--data-dir",
+        str(data_dir),
+        "--clip-root",
+        str(clip_root),
+        "--port",
+        str(app_port),
+        "--fleet",
+        ctx.fleet,
+        "--detach",
+        "--no-install",
+    ]
     cmd += ["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]
-    for token in ([] if ctx.sim else ctx.vllm_extra(benchmark=False)):
+    for token in [] if ctx.sim else ctx.vllm_extra(benchmark=False):
         cmd += ["--vllm-arg", shlex.quote(token)]  # the launcher shlex-splits each: keep JSON quotes
     s = ctx.settings(data_dir, clip_root)
-    probes = {f"replica-{g}": f"http://127.0.0.1:{s.fleet_port + (g if not ctx.sim else k)}/health"
-              for k, g in enumerate(ctx.gpus)}
+    probes = {
+        f"replica-{g}": f"http://127.0.0.1:{s.fleet_port + (g if not ctx.sim else k)}/health"
+        for k, g in enumerate(ctx.gpus)
+    }
     probes["router"] = f"http://127.0.0.1:{s.router_port}/liveness"
     probes["app"] = f"http://127.0.0.1:{app_port}/healthz"
     ready: dict[str, float] = {}
@@ -351,8 +455,9 @@ def stage_launch(ctx: Ctx) -> dict:
     lines: list[dict] = []
     rc = None
     with log.open("w") as f:
-        p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True,
-                             start_new_session=True)
+        p = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT, text=True, start_new_session=True
+        )
         try:
             for line in p.stdout:
                 if "password" in line:  # the first admin's password of this throwaway data dir: not for docs/
@@ -365,8 +470,14 @@ def stage_launch(ctx: Ctx) -> dict:
             rc = 124
         except BaseException:  # interrupted: whatever launch.sh started must not outlive this script
             interrupt_group(p, grace=10)
-            subprocess.run(["./launch.sh", "stop", "--data-dir", str(data_dir)], env=env, cwd=ROOT, stdout=f,
-                           stderr=subprocess.STDOUT, timeout=300)
+            subprocess.run(
+                ["./launch.sh", "stop", "--data-dir", str(data_dir)],
+                env=env,
+                cwd=ROOT,
+                stdout=f,
+                stderr=subprocess.STDOUT,
+                timeout=300,
+            )
             raise
         total = round(time.time() - t0, 1)
         stop.wait(2.0) if len(ready) < len(probes) else None
@@ -374,8 +485,14 @@ def stage_launch(ctx: Ctx) -> dict:
         poller.join(timeout=5)
         runner_s = runner_heartbeat(data_dir, t0, deadline=time.time() + 15) if rc == 0 else None
         say(f"launch: exit {rc} after {total} s; stopping it")
-        stop_rc = subprocess.run(["./launch.sh", "stop", "--data-dir", str(data_dir)], env=env, cwd=ROOT,
-                                 stdout=f, stderr=subprocess.STDOUT, timeout=300).returncode
+        stop_rc = subprocess.run(
+            ["./launch.sh", "stop", "--data-dir", str(data_dir)],
+            env=env,
+            cwd=ROOT,
+            stdout=f,
+            stderr=subprocess.STDOUT,
+            timeout=300,
+        ).returncode
         if p.poll() is None:
             procs.stop_group(p.pid, p.pid, grace=10, popen=p)
 
@@ -384,11 +501,22 @@ def stage_launch(ctx: Ctx) -> dict:
 
     for src in sorted((data_dir / "logs").glob("*.log")):
         shutil.copy(src, ctx.logs / f"launch-{src.name}")
-    report = {"ok": rc == 0, "command": shlex.join(cmd), "exit": rc, "clips_ingested": n,
-              "startup_s": total, "ingest_s": _between(when("ingesting"), when("starting the")),
-              "fleet_up_s": when("fleet up"), "fleet_start_to_up_s": _between(when("starting the"), when("fleet up")),
-              "app_up_s": when("the workbench is up"), "first_healthy_s": ready, "runner_heartbeat_s": runner_s,
-              "not_healthy": sorted(set(probes) - set(ready)), "stop_exit": stop_rc, "launch_output": lines[-60:]}
+    report = {
+        "ok": rc == 0,
+        "command": shlex.join(cmd),
+        "exit": rc,
+        "clips_ingested": n,
+        "startup_s": total,
+        "ingest_s": _between(when("ingesting"), when("starting the")),
+        "fleet_up_s": when("fleet up"),
+        "fleet_start_to_up_s": _between(when("starting the"), when("fleet up")),
+        "app_up_s": when("the workbench is up"),
+        "first_healthy_s": ready,
+        "runner_heartbeat_s": runner_s,
+        "not_healthy": sorted(set(probes) - set(ready)),
+        "stop_exit": stop_rc,
+        "launch_output": lines[-60:],
+    }
     if ctx.sim and "router" not in ready:
         report["router_note"] = "no vllm-router here: the simulated fleet ran without a router"
     return report
@@ -396,8 +524,7 @@ def stage_launch(ctx: Ctx) -> dict:
 
 def runner_heartbeat(data_dir: Path, t0: float, deadline: float) -> float | None:
     """Seconds from t0 to the job runner's first heartbeat in the database (its sign of life), or None."""
-    from data import db as dbmod
-    from data import jobs
+    from data import db as dbmod, jobs
 
     while time.time() < deadline:
         try:
@@ -428,25 +555,59 @@ def stage_gputest(ctx: Ctx) -> dict:
     link_tree(lib / "library", clip_root / "library", limit=ctx.a.clips)
     out = ctx.out / "gputest"
     out.mkdir(exist_ok=True)
-    env = {**ctx.env, "CW_GPU_GPUS": ",".join(map(str, ctx.gpus)), "CW_GPU_CLIPS": str(ctx.a.clips),
-           "CW_GPU_OUT": str(out), "CW_GPU_MODEL": ctx.a.model, "CW_GPU_CLIP_ROOT": str(clip_root),
-           "TMPDIR": str(ctx.work)}
+    env = {
+        **ctx.env,
+        "CW_GPU_GPUS": ",".join(map(str, ctx.gpus)),
+        "CW_GPU_CLIPS": str(ctx.a.clips),
+        "CW_GPU_OUT": str(out),
+        "CW_GPU_MODEL": ctx.a.model,
+        "CW_GPU_CLIP_ROOT": str(clip_root),
+        "TMPDIR": str(ctx.work),
+    }
     if ctx.a.dummy:
         env["CW_GPU_DUMMY"] = "1"
     if ctx.sim:
         env["CW_GPU_REHEARSE"] = "sim"
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_gpu_fleet.py", "-x", "-q", "-p",
-           "no:cacheprovider", f"--basetemp={ctx.work / 'gputest-tmp'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "tests/test_gpu_fleet.py",
+        "-x",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        f"--basetemp={ctx.work / 'gputest-tmp'}",
+    ]
     say(f"gputest: {shlex.join(cmd)} (CW_GPU_GPUS={env['CW_GPU_GPUS']} CW_GPU_CLIPS={ctx.a.clips})")
     t = time.time()
     rc = run_logged(cmd, ctx.logs / "gputest-pytest.log", env, timeout=ctx.a.stage_timeout)
-    report: dict = {"ok": rc == 0, "exit": rc, "seconds": round(time.time() - t, 1), "command": shlex.join(cmd),
-                    "gpus": ctx.gpus, "clips_asked": ctx.a.clips}
+    report: dict = {
+        "ok": rc == 0,
+        "exit": rc,
+        "seconds": round(time.time() - t, 1),
+        "command": shlex.join(cmd),
+        "gpus": ctx.gpus,
+        "clips_asked": ctx.a.clips,
+    }
     try:
         test = json.loads((out / "report.json").read_text())
-        report["test_report"] = {k: test.get(k) for k in ("gpus", "fleet_up_s", "ingest_s", "clips", "caption_s",
-                                                          "job", "failure_kinds", "provenance_example",
-                                                          "router_workers")}
+        report["test_report"] = {
+            k: test.get(k)
+            for k in (
+                "gpus",
+                "fleet_up_s",
+                "ingest_s",
+                "clips",
+                "caption_s",
+                "job",
+                "failure_kinds",
+                "provenance_example",
+                "router_workers",
+            )
+        }
         report["hostile_with_reason"] = len(test.get("failures") or {})
     except (OSError, ValueError) as e:
         report["test_report"] = f"no report from the test: {e}"
@@ -474,13 +635,16 @@ class Fleet:
             cmd, env = self.ctx.replica(self.settings, slot, self.decoder, benchmark=self.benchmark)
             url = f"http://127.0.0.1:{self.settings.fleet_port + slot}"
             log = self.ctx.logs / f"{self.tag}-replica-{slot}.log"
-            c = procs.start(f"replica-{slot}", cmd, log=log, env={**self.ctx.env, **env}, url=url,
-                            health=url + "/health", cwd=ROOT)
+            c = procs.start(
+                f"replica-{slot}", cmd, log=log, env={**self.ctx.env, **env}, url=url, health=url + "/health", cwd=ROOT
+            )
             self.children.append(c)
             _CHILDREN.append(c)
         if self.slots:
-            say(f"{self.tag}: started {len(self.slots)} replica(s) ({self.decoder}); first command: "
-                f"{shlex.join(self.children[0].cmd)}")
+            say(
+                f"{self.tag}: started {len(self.slots)} replica(s) ({self.decoder}); first command: "
+                f"{shlex.join(self.children[0].cmd)}"
+            )
         deadline = t0 + self.ctx.a.startup_timeout
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while len(self.ready_s) < len(self.children):
@@ -488,8 +652,9 @@ class Fleet:
                     if c.name in self.ready_s:
                         continue
                     if not c.alive():
-                        raise procs.StartupError(f"{c.name} exited during start-up; last lines of {c.log}:\n"
-                                                 f"{procs.tail(c.log)}")
+                        raise procs.StartupError(
+                            f"{c.name} exited during start-up; last lines of {c.log}:\n{procs.tail(c.log)}"
+                        )
                     try:
                         if http.get(c.health).status_code == 200:
                             self.ready_s[c.name] = round(time.time() - t0, 1)
@@ -518,17 +683,25 @@ class Fleet:
 def router(ctx: Ctx, settings, worker_urls: list[str], tag: str):
     """vllm-router (round robin, as the launcher starts it) over `worker_urls`; yields (fleet URLs, note).
     Without vllm-router on the simulated fleet the runner talks to the replicas itself (and says so)."""
-    cmd = launcher.router_command(settings, worker_urls, prometheus_port=ctx.a.router_prometheus_port,
-                                  health_interval=10 if not ctx.sim else 1, startup_timeout=600)
+    cmd = launcher.router_command(
+        settings,
+        worker_urls,
+        prometheus_port=ctx.a.router_prometheus_port,
+        health_interval=10 if not ctx.sim else 1,
+        startup_timeout=600,
+    )
     if ctx.a.no_router or (cmd[0] == "vllm-router" and not shutil.which("vllm-router")):
         if not ctx.sim and not ctx.a.no_router:
-            raise RuntimeError("vllm-router is not installed (pip install vllm-router, or put the offline "
-                               "bundle with vllm_router on PYTHONPATH); --no-router to measure without it")
+            raise RuntimeError(
+                "vllm-router is not installed (pip install vllm-router, or put the offline "
+                "bundle with vllm_router on PYTHONPATH); --no-router to measure without it"
+            )
         yield worker_urls, "no router: the runner spread requests over the replicas itself"
         return
     url = f"http://127.0.0.1:{settings.router_port}"
-    c = procs.start("router", cmd, log=ctx.logs / f"{tag}-router.log", env=ctx.env, url=url,
-                    health=url + "/readiness", cwd=ROOT)
+    c = procs.start(
+        "router", cmd, log=ctx.logs / f"{tag}-router.log", env=ctx.env, url=url, health=url + "/readiness", cwd=ROOT
+    )
     _CHILDREN.append(c)
     try:
         procs.wait_healthy([c], timeout=120)
@@ -562,15 +735,19 @@ def good_clip_ids(settings) -> list[int]:
 
 
 def new_job(settings, name: str, clip_ids: list[int]) -> int:
-    from data import db as dbmod
-    from data import jobs, prompts
+    from data import db as dbmod, jobs, prompts
 
     db = dbmod.connect(settings.db)
     try:
         prompt = prompts.latest(db)
-        return jobs.create(db, name=name, created_by="node_run", clip_ids=clip_ids, prompt_id=prompt["id"],
-                           params={"frames": settings.frames, "max_tokens": settings.max_tokens,
-                                   "temperature": settings.temperature})
+        return jobs.create(
+            db,
+            name=name,
+            created_by="node_run",
+            clip_ids=clip_ids,
+            prompt_id=prompt["id"],
+            params={"frames": settings.frames, "max_tokens": settings.max_tokens, "temperature": settings.temperature},
+        )
     finally:
         db.close()
 
@@ -586,34 +763,58 @@ def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[
 
 def job_check(settings, job_id: int) -> dict:
     """What the job left: items per state, clips without a caption, clips with more than one."""
-    from data import db as dbmod
-    from data import jobs
+    from data import db as dbmod, jobs
 
     db = dbmod.connect(settings.db)
     try:
         c = jobs.counts(db, job_id)
         state = jobs.get(db, job_id)["state"]
-        missing = [r["clip_id"] for r in db.query(
-            "SELECT i.clip_id FROM job_items i JOIN clips k ON k.id = i.clip_id WHERE i.job_id = ? AND "
-            "k.probe_error IS NULL AND NOT EXISTS (SELECT 1 FROM captions c WHERE c.job_id = i.job_id AND "
-            "c.clip_id = i.clip_id)", [job_id])]
-        dup = [r["clip_id"] for r in db.query(
-            "SELECT clip_id FROM captions WHERE job_id = ? GROUP BY clip_id HAVING COUNT(*) > 1", [job_id])]
-        failed = {r["clip_id"]: r["last_error"] for r in db.query(
-            "SELECT clip_id, last_error FROM job_items WHERE job_id = ? AND state = 'failed'", [job_id])}
-        attempts = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_items WHERE job_id = ?",
-                              [job_id]).fetchone()[0]
+        missing = [
+            r["clip_id"]
+            for r in db.query(
+                "SELECT i.clip_id FROM job_items i JOIN clips k ON k.id = i.clip_id WHERE i.job_id = ? AND "
+                "k.probe_error IS NULL AND NOT EXISTS (SELECT 1 FROM captions c WHERE c.job_id = i.job_id AND "
+                "c.clip_id = i.clip_id)",
+                [job_id],
+            )
+        ]
+        dup = [
+            r["clip_id"]
+            for r in db.query(
+                "SELECT clip_id FROM captions WHERE job_id = ? GROUP BY clip_id HAVING COUNT(*) > 1", [job_id]
+            )
+        ]
+        failed = {
+            r["clip_id"]: r["last_error"]
+            for r in db.query(
+                "SELECT clip_id, last_error FROM job_items WHERE job_id = ? AND state = 'failed'", [job_id]
+            )
+        }
+        attempts = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[
+            0
+        ]
         job = jobs.get(db, job_id)
         last = db.execute("SELECT MAX(finished_at) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
         span = (last - job["started_at"]) if last and job.get("started_at") else None
-        replicas = {r["replica"]: r["n"] for r in db.query(
-            "SELECT replica, COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY replica", [job_id])}
+        replicas = {
+            r["replica"]: r["n"]
+            for r in db.query("SELECT replica, COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY replica", [job_id])
+        }
     finally:
         db.close()
-    return {"state": state, "counts": c, "missing": len(missing), "missing_ids": missing[:20],
-            "duplicated": len(dup), "duplicated_ids": dup[:20], "failed": len(failed),
-            "failed_errors": dict(list(failed.items())[:10]), "attempts": attempts, "captions_by_replica": replicas,
-            "span_s": round(span, 3) if span else None}
+    return {
+        "state": state,
+        "counts": c,
+        "missing": len(missing),
+        "missing_ids": missing[:20],
+        "duplicated": len(dup),
+        "duplicated_ids": dup[:20],
+        "failed": len(failed),
+        "failed_errors": dict(list(failed.items())[:10]),
+        "attempts": attempts,
+        "captions_by_replica": replicas,
+        "span_s": round(span, 3) if span else None,
+    }
 
 
 class CpuMeter:
@@ -645,13 +846,21 @@ def stage_scaling(ctx: Ctx) -> dict:
     settings, _ = prepare_db(ctx, "scaling", need)
     ids = good_clip_ids(settings)
     rows: list[dict] = []
-    report: dict = {"counts": ctx.counts, "decoders": ctx.decoders, "gpus": ctx.gpus, "clips_available": len(ids),
-                    "per_replica_clips": per, "rows": rows,
-                    "method": ("one fleet of max(counts) replicas per decoder, started in parallel; for each count "
-                               "n a vllm-router over the first n replicas and one caption job over "
-                               "min(per_replica_clips x n, clips) distinct clips through serving.runner.run_job; "
-                               "whole-machine CPU from psutil over the job; prefix caching off")}
-    slots = ctx.gpus[:max(ctx.counts)]
+    report: dict = {
+        "counts": ctx.counts,
+        "decoders": ctx.decoders,
+        "gpus": ctx.gpus,
+        "clips_available": len(ids),
+        "per_replica_clips": per,
+        "rows": rows,
+        "method": (
+            "one fleet of max(counts) replicas per decoder, started in parallel; for each count "
+            "n a vllm-router over the first n replicas and one caption job over "
+            "min(per_replica_clips x n, clips) distinct clips through serving.runner.run_job; "
+            "whole-machine CPU from psutil over the job; prefix caching off"
+        ),
+    }
+    slots = ctx.gpus[: max(ctx.counts)]
     with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
         for decoder in ctx.decoders:
@@ -659,30 +868,40 @@ def stage_scaling(ctx: Ctx) -> dict:
             try:
                 startup = fleet.start()
                 say(f"scaling: {decoder} fleet of {len(slots)} up in {startup} s")
-                warm = ids[:ctx.a.warmup * len(slots)]
+                warm = ids[: ctx.a.warmup * len(slots)]
                 if warm:  # first requests pay compilation and caches on every replica
-                    caption_job(settings, new_job(settings, f"warm-up {decoder}", warm), fleet.urls(),
-                                len(slots))
+                    caption_job(settings, new_job(settings, f"warm-up {decoder}", warm), fleet.urls(), len(slots))
                 for n in ctx.counts:
-                    sel = ids[:min(len(ids), per * n)]
+                    sel = ids[: min(len(ids), per * n)]
                     with router(ctx, settings, fleet.urls(n), f"scaling-{decoder}-{n}") as (urls, via):
                         job = new_job(settings, f"scaling {decoder} x{n}", sel)
                         with CpuMeter() as cpu:
                             prog, wall = caption_job(settings, job, urls, n)
                     check = job_check(settings, job)
                     done = check["counts"]["done"]
-                    row = {"decoder": decoder, "backend": DECODERS[decoder], "replicas": n, "clips": len(sel),
-                           "done": done, "failed": check["failed"], "seconds": round(wall, 2),
-                           "clips_per_s": round(done / wall, 3) if wall else None,
-                           # the same from the job's own clock (first claim to last result): without the
-                           # runner's start-up and idle detection
-                           "clips_per_s_in_job": round(done / check["span_s"], 3) if check["span_s"] else None,
-                           "cores_busy": round(cpu.busy / cpu.wall, 2),
-                           "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
-                           "via": via, "fleet_startup_s": startup, "job_state": check["state"]}
+                    row = {
+                        "decoder": decoder,
+                        "backend": DECODERS[decoder],
+                        "replicas": n,
+                        "clips": len(sel),
+                        "done": done,
+                        "failed": check["failed"],
+                        "seconds": round(wall, 2),
+                        "clips_per_s": round(done / wall, 3) if wall else None,
+                        # the same from the job's own clock (first claim to last result): without the
+                        # runner's start-up and idle detection
+                        "clips_per_s_in_job": round(done / check["span_s"], 3) if check["span_s"] else None,
+                        "cores_busy": round(cpu.busy / cpu.wall, 2),
+                        "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
+                        "via": via,
+                        "fleet_startup_s": startup,
+                        "job_state": check["state"],
+                    }
                     rows.append(row)
-                    say(f"scaling: {decoder} x{n}: {row['clips_per_s']} clips/s, {row['cores_busy']} cores busy, "
-                        f"{row['core_s_per_clip']} core-s/clip ({done}/{len(sel)} done, {check['failed']} failed)")
+                    say(
+                        f"scaling: {decoder} x{n}: {row['clips_per_s']} clips/s, {row['cores_busy']} cores busy, "
+                        f"{row['core_s_per_clip']} core-s/clip ({done}/{len(sel)} done, {check['failed']} failed)"
+                    )
             except Exception as e:  # noqa: BLE001 - record, stop this decoder's fleet, go on with the next
                 rows.append({"decoder": decoder, "error": f"{type(e).__name__}: {e}"})
                 say(f"scaling: {decoder} FAILED: {e}")
@@ -711,20 +930,29 @@ def merge_earlier(ctx: Ctx, rows: list[dict], report: dict) -> None:
     if kept:
         rows[:0] = kept
         report["merged_from_earlier_call"] = {"date": old.get("date"), "decoders": sorted({r["decoder"] for r in kept})}
-        say(f"scaling: kept {len(kept)} row(s) of {report['merged_from_earlier_call']['decoders']} from the "
-            f"earlier call of {old.get('date')}")
+        say(
+            f"scaling: kept {len(kept)} row(s) of {report['merged_from_earlier_call']['decoders']} from the "
+            f"earlier call of {old.get('date')}"
+        )
 
 
 def add_ratios(rows: list[dict]) -> None:
     for r in rows:
-        base = next((b for b in rows if b.get("decoder") == r.get("decoder") and b.get("replicas") == 1
-                     and b.get("clips_per_s")), None)
+        base = next(
+            (
+                b
+                for b in rows
+                if b.get("decoder") == r.get("decoder") and b.get("replicas") == 1 and b.get("clips_per_s")
+            ),
+            None,
+        )
         if base and r.get("clips_per_s") is not None:
             r["vs_1_replica"] = round(r["clips_per_s"] / base["clips_per_s"], 2)
 
 
 def goals(ctx: Ctx, rows: list[dict]) -> list[dict]:
     """NVDEC at N >= 7.5/8 x N x NVDEC at 1 (7.5x at 8), and NVDEC >= 2x opencv at N (N = largest count)."""
+
     def rate(dec: str, n: int) -> float | None:
         return next((r["clips_per_s"] for r in rows if r.get("decoder") == dec and r.get("replicas") == n), None)
 
@@ -735,18 +963,42 @@ def goals(ctx: Ctx, rows: list[dict]) -> list[dict]:
     tag = " (simulated: says nothing about GPUs)" if ctx.sim else ""
     if one and top is not None and n > 1:
         ratio = top / one
-        out.append({"goal": f"NVDEC@{n} >= {want}x NVDEC@1", "measured": round(ratio, 2), "met": ratio >= want,
-                    "verdict": f"{'MET' if ratio >= want else 'NOT MET'}: {ratio:.2f}x{tag}"})
+        out.append(
+            {
+                "goal": f"NVDEC@{n} >= {want}x NVDEC@1",
+                "measured": round(ratio, 2),
+                "met": ratio >= want,
+                "verdict": f"{'MET' if ratio >= want else 'NOT MET'}: {ratio:.2f}x{tag}",
+            }
+        )
     else:
-        out.append({"goal": f"NVDEC@{n} >= {want}x NVDEC@1", "measured": None, "met": None,
-                    "verdict": "not measured (needs nvdec at 1 and at a larger count)"})
+        out.append(
+            {
+                "goal": f"NVDEC@{n} >= {want}x NVDEC@1",
+                "measured": None,
+                "met": None,
+                "verdict": "not measured (needs nvdec at 1 and at a larger count)",
+            }
+        )
     if top and cpu:
         ratio = top / cpu
-        out.append({"goal": f"NVDEC@{n} >= 2x opencv@{n}", "measured": round(ratio, 2), "met": ratio >= 2,
-                    "verdict": f"{'MET' if ratio >= 2 else 'NOT MET'}: {ratio:.2f}x{tag}"})
+        out.append(
+            {
+                "goal": f"NVDEC@{n} >= 2x opencv@{n}",
+                "measured": round(ratio, 2),
+                "met": ratio >= 2,
+                "verdict": f"{'MET' if ratio >= 2 else 'NOT MET'}: {ratio:.2f}x{tag}",
+            }
+        )
     else:
-        out.append({"goal": f"NVDEC@{n} >= 2x opencv@{n}", "measured": None, "met": None,
-                    "verdict": "not measured (needs both decoders at the largest count)"})
+        out.append(
+            {
+                "goal": f"NVDEC@{n} >= 2x opencv@{n}",
+                "measured": None,
+                "met": None,
+                "verdict": "not measured (needs both decoders at the largest count)",
+            }
+        )
     return out
 
 
@@ -756,8 +1008,7 @@ def stage_kill(ctx: Ctx) -> dict:
     settings, _ = prepare_db(ctx, "kill", clips)
     ids = good_clip_ids(settings)
     victim = min(ctx.a.kill_replica, ctx.size - 1)
-    report: dict = {"replicas": ctx.size, "clips": len(ids), "decoder": ctx.decoders[0],
-                    "kill_at_share": ctx.a.kill_at}
+    report: dict = {"replicas": ctx.size, "clips": len(ids), "decoder": ctx.decoders[0], "kill_at_share": ctx.a.kill_at}
     with mps_daemon(ctx, settings):
         fleet = Fleet(ctx, settings, ctx.decoders[0], ctx.gpus, "kill", benchmark=False)
         try:
@@ -770,8 +1021,7 @@ def stage_kill(ctx: Ctx) -> dict:
                 done_flag = threading.Event()
 
                 def killer() -> None:
-                    from data import db as dbmod
-                    from data import jobs
+                    from data import db as dbmod, jobs
 
                     db = dbmod.connect(settings.db)
                     try:
@@ -782,17 +1032,29 @@ def stage_kill(ctx: Ctx) -> dict:
                                 # kill while the victim has requests in flight (they die with it), or give up
                                 # waiting for that after 15 s and kill anyway
                                 st = fleet_mod.scrape(fleet.children[victim].url, timeout=2.0)
-                                if st.running + st.waiting == 0 and time.time() - t0 < 15 + waited.setdefault(
-                                        "since", time.time() - t0) and c["pending"] + c["leased"] > 0:
+                                if (
+                                    st.running + st.waiting == 0
+                                    and time.time() - t0 < 15 + waited.setdefault("since", time.time() - t0)
+                                    and c["pending"] + c["leased"] > 0
+                                ):
                                     continue
                                 child = fleet.kill(victim)
                                 killed["victim_running"] = st.running
                                 killed["victim_waiting"] = st.waiting
-                                killed.update({"replica": child.name, "pgid": child.pgid, "url": child.url,
-                                               "at_s": round(time.time() - t0, 2), "finished_before": c,
-                                               "inflight_at_kill": c["leased"]})
-                                say(f"kill: SIGKILL to process group {child.pgid} ({child.name}, {st.running:.0f} "
-                                    f"requests running on it) with {c['done']} done, {c['leased']} in flight")
+                                killed.update(
+                                    {
+                                        "replica": child.name,
+                                        "pgid": child.pgid,
+                                        "url": child.url,
+                                        "at_s": round(time.time() - t0, 2),
+                                        "finished_before": c,
+                                        "inflight_at_kill": c["leased"],
+                                    }
+                                )
+                                say(
+                                    f"kill: SIGKILL to process group {child.pgid} ({child.name}, {st.running:.0f} "
+                                    f"requests running on it) with {c['done']} done, {c['leased']} in flight"
+                                )
                                 return
                     finally:
                         db.close()
@@ -803,14 +1065,28 @@ def stage_kill(ctx: Ctx) -> dict:
                 done_flag.set()
                 th.join(timeout=5)
                 check = job_check(settings, job)
-            report.update({"killed": killed or None, "seconds": round(wall, 1), "job": check,
-                           "victim_alive_after": fleet.children[victim].alive()})
-            report["ok"] = bool(killed) and check["state"] == "done" and check["missing"] == 0 \
-                and check["duplicated"] == 0 and check["counts"]["pending"] == 0 and check["counts"]["leased"] == 0
+            report.update(
+                {
+                    "killed": killed or None,
+                    "seconds": round(wall, 1),
+                    "job": check,
+                    "victim_alive_after": fleet.children[victim].alive(),
+                }
+            )
+            report["ok"] = (
+                bool(killed)
+                and check["state"] == "done"
+                and check["missing"] == 0
+                and check["duplicated"] == 0
+                and check["counts"]["pending"] == 0
+                and check["counts"]["leased"] == 0
+            )
             report["nothing_lost"] = check["missing"] == 0 and check["duplicated"] == 0
-            say(f"kill: job {check['state']} in {wall:.1f} s; {check['counts']['done']} captioned, "
+            say(
+                f"kill: job {check['state']} in {wall:.1f} s; {check['counts']['done']} captioned, "
                 f"{check['missing']} missing, {check['duplicated']} duplicated, {check['failed']} failed"
-                + ("" if killed else "; the job ended before the kill point (use more --kill-clips)"))
+                + ("" if killed else "; the job ended before the kill point (use more --kill-clips)")
+            )
         finally:
             fleet.stop()
     return report
@@ -828,29 +1104,38 @@ def stage_report(ctx: Ctx) -> dict:
     found = [r for r in (launch, gputest, scaling, kill) if r]
     sim = any(r.get("simulated") for r in found) if found else ctx.sim  # what ran, not what this call says
     size = next((r.get("size") for r in found if r.get("size")), ctx.size)
-    md = [f"### {'SIMULATED REHEARSAL (not GPU figures): ' if sim else ''}node run, "
-          f"{found[0]['date'][:10] if found else time.strftime('%Y-%m-%d', time.gmtime())}, "
-          f"{size} {'simulated replicas' if sim else 'GPUs'}", ""]
+    md = [
+        f"### {'SIMULATED REHEARSAL (not GPU figures): ' if sim else ''}node run, "
+        f"{found[0]['date'][:10] if found else time.strftime('%Y-%m-%d', time.gmtime())}, "
+        f"{size} {'simulated replicas' if sim else 'GPUs'}",
+        "",
+    ]
     if sim:
         md += [f"> {SIM_NOTE}", ""]
     argv = next((r.get("argv") for r in found if r.get("argv")), None)
     if argv:
         md += [f"Command: `{shlex.join(argv)}`", ""]
     if launch:
-        md += [f"- start-up (`./launch.sh`, {launch.get('clips_ingested')} clips): fleet up after "
-               f"{launch.get('fleet_up_s')} s (fleet start to up {launch.get('fleet_start_to_up_s')} s), app after "
-               f"{launch.get('app_up_s')} s; first healthy: {launch.get('first_healthy_s')}"]
+        md += [
+            f"- start-up (`./launch.sh`, {launch.get('clips_ingested')} clips): fleet up after "
+            f"{launch.get('fleet_up_s')} s (fleet start to up {launch.get('fleet_start_to_up_s')} s), app after "
+            f"{launch.get('app_up_s')} s; first healthy: {launch.get('first_healthy_s')}"
+        ]
     if gputest:
         tr = gputest.get("test_report") if isinstance(gputest.get("test_report"), dict) else {}
-        md += [f"- GPU test (`tests/test_gpu_fleet.py`, {gputest.get('clips_asked')} clips, GPUs "
-               f"{gputest.get('gpus')}): {'passed' if gputest.get('ok') else 'FAILED'}; job {tr.get('job')}"]
+        md += [
+            f"- GPU test (`tests/test_gpu_fleet.py`, {gputest.get('clips_asked')} clips, GPUs "
+            f"{gputest.get('gpus')}): {'passed' if gputest.get('ok') else 'FAILED'}; job {tr.get('job')}"
+        ]
     if kill:
         j = kill.get("job") or {}
         k = kill.get("killed") or {}
-        md += [f"- replica killed mid-job ({k.get('replica')} by process group, with {k.get('victim_running')} "
-               f"requests running on it, {(k.get('finished_before') or {}).get('done')} clips done; "
-               f"{kill.get('replicas')} replicas, {kill.get('clips')} clips): job {j.get('state')}, "
-               f"{j.get('missing')} missing, {j.get('duplicated')} duplicated, {j.get('failed')} failed"]
+        md += [
+            f"- replica killed mid-job ({k.get('replica')} by process group, with {k.get('victim_running')} "
+            f"requests running on it, {(k.get('finished_before') or {}).get('done')} clips done; "
+            f"{kill.get('replicas')} replicas, {kill.get('clips')} clips): job {j.get('state')}, "
+            f"{j.get('missing')} missing, {j.get('duplicated')} duplicated, {j.get('failed')} failed"
+        ]
     md.append("")
     if scaling:
         vias = sorted({r.get("via") for r in scaling["rows"] if r.get("via")})
@@ -863,18 +1148,25 @@ def stage_report(ctx: Ctx) -> dict:
     text = "\n".join(md) + "\n"
     (ctx.out / "table.md").write_text(text)
     print(text)
-    return {"ok": scaling is not None, "table": str(ctx.out / "table.md"),
-            "plot": str(ctx.out / "scaling.png") if (ctx.out / "scaling.png").exists() else None,
-            "stages_found": [s for s, v in (("launch", launch), ("gputest", gputest), ("scaling", scaling),
-                                            ("kill", kill)) if v]}
+    return {
+        "ok": scaling is not None,
+        "table": str(ctx.out / "table.md"),
+        "plot": str(ctx.out / "scaling.png") if (ctx.out / "scaling.png").exists() else None,
+        "stages_found": [
+            s for s, v in (("launch", launch), ("gputest", gputest), ("scaling", scaling), ("kill", kill)) if v
+        ],
+    }
 
 
 def table(scaling: dict) -> list[str]:
     """One row per replica count, the decoders side by side: clips/s (x vs 1 replica), cores busy, core-s/clip."""
     rows = [r for r in scaling["rows"] if "error" not in r]
     decs = [d for d in DECODERS if any(r["decoder"] == d for r in rows)]
-    head = "| GPUs (replicas) | " + " | ".join(f"{d} clips/s (x 1 GPU) | {d} cores busy | {d} core-s/clip"
-                                              for d in decs) + " | clips per run | failed |"
+    head = (
+        "| GPUs (replicas) | "
+        + " | ".join(f"{d} clips/s (x 1 GPU) | {d} cores busy | {d} core-s/clip" for d in decs)
+        + " | clips per run | failed |"
+    )
     out = [head, "|" + "---|" * (3 + 3 * len(decs))]
     for n in sorted({r["replicas"] for r in rows}):
         cells, clips, failed = [], set(), 0
@@ -885,8 +1177,11 @@ def table(scaling: dict) -> list[str]:
                 continue
             clips.add(r["clips"])
             failed += r["failed"]
-            cells += [f"{r['clips_per_s']} ({r.get('vs_1_replica', '?')}x)", str(r["cores_busy"]),
-                      str(r["core_s_per_clip"])]
+            cells += [
+                f"{r['clips_per_s']} ({r.get('vs_1_replica', '?')}x)",
+                str(r["cores_busy"]),
+                str(r["core_s_per_clip"]),
+            ]
         out.append(f"| {n} | " + " | ".join(cells) + f" | {'/'.join(map(str, sorted(clips)))} | {failed} |")
     out += [f"| failed: {r['decoder']} | {r['error'][:100]} |" for r in scaling["rows"] if "error" in r]
     return out
@@ -944,53 +1239,86 @@ def preflight(ctx: Ctx, stages: list[str]) -> None:
         missing += [m for m in ("vllm",) if importlib.util.find_spec(m) is None]
         if "nvdec" in ctx.decoders and importlib.util.find_spec("PyNvVideoCodec") is None:
             say("warning: PyNvVideoCodec not importable here; vLLM's NVDEC backend will fail to decode")
-        if launcher._entry("vllm-router", "vllm_router.launch_router") == ["vllm-router"] \
-                and not shutil.which("vllm-router") and not ctx.a.no_router:
+        if (
+            launcher._entry("vllm-router", "vllm_router.launch_router") == ["vllm-router"]
+            and not shutil.which("vllm-router")
+            and not ctx.a.no_router
+        ):
             missing.append("vllm_router (or --no-router)")
     if "launch" in stages and importlib.util.find_spec("gradio") is None:
         missing.append("gradio (the app that ./launch.sh starts)")
     if missing:
-        raise SystemExit("node_run: missing Python packages: " + ", ".join(missing)
-                         + " (pip install -e '.[gpu,test]', or the offline bundle + wheels on PYTHONPATH: "
-                           "docs/GPU.md)")
+        raise SystemExit(
+            "node_run: missing Python packages: "
+            + ", ".join(missing)
+            + " (pip install -e '.[gpu,test]', or the offline bundle + wheels on PYTHONPATH: "
+            "docs/GPU.md)"
+        )
 
 
 def dry_run(ctx: Ctx, stages: list[str]) -> int:
     """Print the commands the stages would start (replica, router, launch.sh, the test); start nothing."""
     s = ctx.settings(ctx.work / "scaling", ctx.work / "scaling" / "clips")
-    print(f"# fleet {ctx.fleet}: {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
-          f"scaling counts {ctx.counts}; decoders {ctx.decoders}; stages {', '.join(stages)}")
+    print(
+        f"# fleet {ctx.fleet}: {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
+        f"scaling counts {ctx.counts}; decoders {ctx.decoders}; stages {', '.join(stages)}"
+    )
     for dec in ctx.decoders:
         for slot in ctx.gpus[:2]:
             cmd, env = ctx.replica(s, slot, dec, benchmark=True)
             print(f"# scaling replica ({dec}, slot {slot}):\n" + launcher._shell(cmd, env))
-    print("# router:\n" + shlex.join(launcher.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}"
-                                                                  for g in ctx.gpus])))
+    print(
+        "# router:\n"
+        + shlex.join(launcher.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}" for g in ctx.gpus]))
+    )
     cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False)
     print("# kill-stage replica:\n" + launcher._shell(cmd, env))
     extra = [] if ctx.sim else [t for tok in ctx.vllm_extra(benchmark=False) for t in ("--vllm-arg", shlex.quote(tok))]
-    print("# launch:\n" + shlex.join(["./launch.sh", "--fleet", ctx.fleet, "--detach", "--no-install",
-                                      *(["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim
-                                        else ["--replicas", str(ctx.size)]), *extra]))
-    print(f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
-          f"{' CW_GPU_DUMMY=1' if ctx.a.dummy else ''}{' CW_GPU_REHEARSE=sim' if ctx.sim else ''} "
-          f"python3 -m pytest -m gpu tests/test_gpu_fleet.py")
+    print(
+        "# launch:\n"
+        + shlex.join(
+            [
+                "./launch.sh",
+                "--fleet",
+                ctx.fleet,
+                "--detach",
+                "--no-install",
+                *(["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]),
+                *extra,
+            ]
+        )
+    )
+    print(
+        f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
+        f"{' CW_GPU_DUMMY=1' if ctx.a.dummy else ''}{' CW_GPU_REHEARSE=sim' if ctx.sim else ''} "
+        f"python3 -m pytest -m gpu tests/test_gpu_fleet.py"
+    )
     return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="benchmarks/node_run.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("stage", help=f"what to run: all (every stage in order), one of {', '.join(STAGES)}, or several "
-                                 "comma-separated (e.g. scaling,report)")
+    p = argparse.ArgumentParser(
+        prog="benchmarks/node_run.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "stage",
+        help=f"what to run: all (every stage in order), one of {', '.join(STAGES)}, or several "
+        "comma-separated (e.g. scaling,report)",
+    )
     p.add_argument("--out", required=True, help="folder for the reports, logs, table and plot")
-    p.add_argument("--fleet", choices=("auto", "gpu", "sim"), default="auto",
-                   help="gpu: vLLM replicas; sim: simulated replicas (rehearsal); auto: gpu where nvidia-smi lists "
-                        "GPUs")
+    p.add_argument(
+        "--fleet",
+        choices=("auto", "gpu", "sim"),
+        default="auto",
+        help="gpu: vLLM replicas; sim: simulated replicas (rehearsal); auto: gpu where nvidia-smi lists GPUs",
+    )
     p.add_argument("--gpus", default="", help="GPUs to use (default: every GPU nvidia-smi lists)")
     p.add_argument("--sim-replicas", type=int, default=8, help="simulated replicas with --fleet sim (default 8)")
-    p.add_argument("--replicas", default="",
-                   help="replica counts of the scaling stage, e.g. 1,2 (default: 1,2,4,... up to the fleet size)")
+    p.add_argument(
+        "--replicas",
+        default="",
+        help="replica counts of the scaling stage, e.g. 1,2 (default: 1,2,4,... up to the fleet size)",
+    )
     p.add_argument("--decoders", default="nvdec,opencv", help="decoders of the scaling stage (default nvdec,opencv)")
     p.add_argument("--model", default="Qwen/Qwen3-VL-8B-Instruct", help="model folder or id the replicas serve")
     p.add_argument("--dummy", action="store_true", help="random weights (--load-format dummy + compact JSON)")
@@ -1001,16 +1329,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--clip-cache", default=None, help="where generated clips are kept (default WORK/clip-cache)")
     p.add_argument("--work", default="/tmp/cw-node-run", help="data dirs of the stages (default /tmp/cw-node-run)")
     p.add_argument("--workers", type=int, default=0, help="processes for clip generation and ingest (default: cores)")
-    p.add_argument("--per-replica-clips", type=int, default=120,
-                   help="clips per replica in each scaling job (default 120: ~30 s at 4 clips/s per GPU)")
+    p.add_argument(
+        "--per-replica-clips",
+        type=int,
+        default=120,
+        help="clips per replica in each scaling job (default 120: ~30 s at 4 clips/s per GPU)",
+    )
     p.add_argument("--warmup", type=int, default=8, help="warm-up clips per replica before each decoder's runs")
     p.add_argument("--kill-clips", type=int, default=600, help="clips in the kill job (default 600)")
-    p.add_argument("--kill-at", type=float, default=0.3,
-                   help="kill when this share of the job is finished and the victim has requests running (0: as "
-                        "soon as it has; small rehearsals finish too fast for more)")
+    p.add_argument(
+        "--kill-at",
+        type=float,
+        default=0.3,
+        help="kill when this share of the job is finished and the victim has requests running (0: as "
+        "soon as it has; small rehearsals finish too fast for more)",
+    )
     p.add_argument("--kill-replica", type=int, default=1, help="index of the replica to kill (default 1)")
-    p.add_argument("--launch-clips", type=int, default=24,
-                   help="clips launch.sh ingests before starting the fleet (default 24: the start-up is the figure)")
+    p.add_argument(
+        "--launch-clips",
+        type=int,
+        default=24,
+        help="clips launch.sh ingests before starting the fleet (default 24: the start-up is the figure)",
+    )
     p.add_argument("--max-tokens", type=int, default=320, help="output token limit per caption (default 320)")
     p.add_argument("--base-port", type=int, default=8000, help="replica i listens on BASE+i (default 8000)")
     p.add_argument("--router-port", type=int, default=30000, help="router port (default 30000)")
@@ -1030,15 +1370,18 @@ def main(argv: list[str] | None = None) -> int:
     stages = list(STAGES) if a.stage == "all" else [x.strip() for x in a.stage.split(",") if x.strip()]
     unknown = [x for x in stages if x not in STAGES]
     if unknown or not stages:
-        raise SystemExit(f"node_run: unknown stage {', '.join(unknown) or a.stage!r}; choose all or from "
-                         f"{', '.join(STAGES)}")
+        raise SystemExit(
+            f"node_run: unknown stage {', '.join(unknown) or a.stage!r}; choose all or from {', '.join(STAGES)}"
+        )
     ctx = Ctx(a)
     if a.dry_run:
         return dry_run(ctx, stages)
     if stages != ["report"]:
         preflight(ctx, stages)
-    say(f"fleet {ctx.fleet}, {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
-        f"stages {', '.join(stages)}; out {ctx.out}")
+    say(
+        f"fleet {ctx.fleet}, {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
+        f"stages {', '.join(stages)}; out {ctx.out}"
+    )
     if ctx.sim:
         say(SIM_NOTE)
 
@@ -1047,8 +1390,14 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     results = {}
-    runners = {"clips": stage_clips, "launch": stage_launch, "gputest": stage_gputest, "scaling": stage_scaling,
-               "kill": stage_kill, "report": stage_report}
+    runners = {
+        "clips": stage_clips,
+        "launch": stage_launch,
+        "gputest": stage_gputest,
+        "scaling": stage_scaling,
+        "kill": stage_kill,
+        "report": stage_report,
+    }
     t_all = time.time()
     try:
         for stage in stages:
@@ -1070,8 +1419,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for c in list(_CHILDREN):
             procs.stop_group(c.pgid, c.pid, grace=10, popen=c.popen)
-    say(f"done in {time.time() - t_all:.0f} s: " + ", ".join(f"{s} {'ok' if ok else 'FAILED'}"
-                                                              for s, ok in results.items()))
+    say(
+        f"done in {time.time() - t_all:.0f} s: "
+        + ", ".join(f"{s} {'ok' if ok else 'FAILED'}" for s, ok in results.items())
+    )
     return 0 if all(results.values()) else 1
 
 

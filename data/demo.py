@@ -40,7 +40,7 @@ import os
 import random
 import struct
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import av
@@ -49,8 +49,11 @@ import numpy as np
 CAMERAS = ("front_center", "front_wide", "rear", "left_repeater", "right_repeater")
 WEATHER_HINTS = ("clear", "cloudy", "rain", "fog", "snow")
 LIGHTING_HINTS = ("daylight", "dawn_dusk", "night_lit")
-BROKEN_FILES = {"broken/zero_length.mp4": "zero-length", "broken/truncated.mp4": "truncated",
-                "broken/html_page.mp4": "not a video"}
+BROKEN_FILES = {
+    "broken/zero_length.mp4": "zero-length",
+    "broken/truncated.mp4": "truncated",
+    "broken/html_page.mp4": "not a video",
+}
 
 
 @dataclass(frozen=True)
@@ -71,9 +74,17 @@ class ClipSpec:
     sidecar: dict
 
 
-def plan(count: int, seed: int = 0, *, realistic: bool = False, height: int | None = None,
-         min_seconds: float | None = None, max_seconds: float | None = None, fps: int | None = None,
-         hevc_share: float = 0.2) -> list[ClipSpec]:
+def plan(
+    count: int,
+    seed: int = 0,
+    *,
+    realistic: bool = False,
+    height: int | None = None,
+    min_seconds: float | None = None,
+    max_seconds: float | None = None,
+    fps: int | None = None,
+    hevc_share: float = 0.2,
+) -> list[ClipSpec]:
     """The clips a library of `count` would hold, deterministically for `seed`."""
     lo = min_seconds if min_seconds is not None else (10.0 if realistic else 4.0)
     hi = max_seconds if max_seconds is not None else (20.0 if realistic else 8.0)
@@ -93,26 +104,46 @@ def plan(count: int, seed: int = 0, *, realistic: bool = False, height: int | No
         lighting = rng.choice(LIGHTING_HINTS)
         when = base + dt.timedelta(days=rng.randrange(0, 200), seconds=rng.randrange(0, 14 * 3600))
         sidecar = {
-            "camera": camera, "route": route, "timestamp": when.isoformat().replace("+00:00", "Z"),
-            "vehicle": f"demo-{rng.randrange(1, 6):02d}", "weather_hint": weather, "lighting_hint": lighting,
-            "synthetic": True, "generator": "data.demo", "seed": seed,
+            "camera": camera,
+            "route": route,
+            "timestamp": when.isoformat().replace("+00:00", "Z"),
+            "vehicle": f"demo-{rng.randrange(1, 6):02d}",
+            "weather_hint": weather,
+            "lighting_hint": lighting,
+            "synthetic": True,
+            "generator": "data.demo",
+            "seed": seed,
         }
-        specs.append(ClipSpec(
-            rel_path=f"{route}/{camera}_{i:04d}.mp4",
-            seconds=round(rng.uniform(lo, hi), 2),
-            fps=fps or (30 if realistic else 15), width=w, height=h, codec=codec,
-            bitrate=rng.randrange(4_000_000, 8_000_001, 500_000),
-            preset=("fast" if codec == "libx264" else "ultrafast") if realistic else (
-                "veryfast" if codec == "libx264" else "ultrafast"),
-            seed=rng.randrange(2**31), weather=weather, lighting=lighting, sidecar=sidecar))
+        specs.append(
+            ClipSpec(
+                rel_path=f"{route}/{camera}_{i:04d}.mp4",
+                seconds=round(rng.uniform(lo, hi), 2),
+                fps=fps or (30 if realistic else 15),
+                width=w,
+                height=h,
+                codec=codec,
+                bitrate=rng.randrange(4_000_000, 8_000_001, 500_000),
+                preset=("fast" if codec == "libx264" else "ultrafast")
+                if realistic
+                else ("veryfast" if codec == "libx264" else "ultrafast"),
+                seed=rng.randrange(2**31),
+                weather=weather,
+                lighting=lighting,
+                sidecar=sidecar,
+            )
+        )
     return specs
 
 
 # -- rendering ---------------------------------------------------------------------------------------------
 
-_SKY = {"clear": ((90, 150, 230), (170, 205, 245)), "cloudy": ((140, 150, 160), (190, 195, 200)),
-        "rain": ((95, 100, 110), (140, 145, 150)), "fog": ((190, 190, 195), (215, 215, 215)),
-        "snow": ((200, 205, 215), (230, 232, 236))}
+_SKY = {
+    "clear": ((90, 150, 230), (170, 205, 245)),
+    "cloudy": ((140, 150, 160), (190, 195, 200)),
+    "rain": ((95, 100, 110), (140, 145, 150)),
+    "fog": ((190, 190, 195), (215, 215, 215)),
+    "snow": ((200, 205, 215), (230, 232, 236)),
+}
 _DIM = {"daylight": 1.0, "dawn_dusk": 0.7, "night_lit": 0.35}
 
 
@@ -127,7 +158,7 @@ class _Scene:
         top, bottom = (np.array(c, np.float32) for c in _SKY[weather])
         t = np.linspace(0, 1, self.horizon, dtype=np.float32)[:, None]
         bg[: self.horizon] = (top * (1 - t) + bottom * t)[:, None, :]
-        bg[self.horizon:] = (70, 110, 60) if weather != "snow" else (225, 228, 232)
+        bg[self.horizon :] = (70, 110, 60) if weather != "snow" else (225, 228, 232)
         ys = np.arange(self.horizon, h)
         z = (ys - self.horizon + 1) / (h - self.horizon)  # 0 at the horizon, 1 at the bottom
         self.z = z
@@ -135,7 +166,7 @@ class _Scene:
         center = w / 2 + (rng.random() - 0.5) * w * 0.2 * (1 - z)[:, None] ** 2
         half = (w * (0.03 + 0.55 * z))[:, None]
         road = np.abs(xs - center) < half
-        region = bg[self.horizon:]
+        region = bg[self.horizon :]
         region[road] = (85, 85, 90)
         edge = np.abs(np.abs(xs - center) - half * 0.97) < np.maximum(1, half * 0.015)
         region[edge & road] = (230, 230, 230)
@@ -147,10 +178,18 @@ class _Scene:
         self.mark_depth = (1.0 / z[yy]).astype(np.float32)
         self.mark_color = np.array([235 * dim] * 3, np.uint8)
         self.center, self.half = center[:, 0], half[:, 0]
-        self.users = [(rng.choice((-2 / 3, 0.0, 2 / 3)), rng.uniform(2, 30), rng.uniform(-0.4, 0.4),
-                       tuple(int(c) for c in rng.choice(((180, 30, 30), (30, 60, 160), (220, 220, 220),
-                                                         (30, 30, 30), (200, 160, 20)))))
-                      for _ in range(rng.randrange(1, 5))]
+        self.users = [
+            (
+                rng.choice((-2 / 3, 0.0, 2 / 3)),
+                rng.uniform(2, 30),
+                rng.uniform(-0.4, 0.4),
+                tuple(
+                    int(c)
+                    for c in rng.choice(((180, 30, 30), (30, 60, 160), (220, 220, 220), (30, 30, 30), (200, 160, 20)))
+                ),
+            )
+            for _ in range(rng.randrange(1, 5))
+        ]
         self.peds = [(rng.choice((-1.3, 1.3)), rng.uniform(4, 25)) for _ in range(rng.randrange(0, 3))]
 
     def frame(self, t: float) -> np.ndarray:
@@ -214,8 +253,16 @@ def _write_one(root: str, spec: ClipSpec) -> str:
     return spec.rel_path
 
 
-def make_library(root: str | Path, count: int, seed: int = 0, *, workers: int | None = None,
-                 broken: bool = True, progress: bool = False, **plan_kwargs) -> list[str]:
+def make_library(
+    root: str | Path,
+    count: int,
+    seed: int = 0,
+    *,
+    workers: int | None = None,
+    broken: bool = True,
+    progress: bool = False,
+    **plan_kwargs,
+) -> list[str]:
     """Write a demo library of `count` clips (+ sidecars, + broken files) under `root`.
 
     Clips that already exist are kept (a second run with the same seed is a no-op). Returns the clip paths
@@ -228,6 +275,7 @@ def make_library(root: str | Path, count: int, seed: int = 0, *, workers: int | 
     bar = None
     if progress:
         from tqdm import tqdm
+
         bar = tqdm(total=len(todo), unit="clip", desc="demo clips", file=sys.stderr)
     if todo:
         if workers == 1:
@@ -251,7 +299,8 @@ def _write_broken(root: Path, specs: list[ClipSpec]) -> list[str]:
     (root / "broken").mkdir(exist_ok=True)
     (root / "broken/zero_length.mp4").write_bytes(b"")
     (root / "broken/html_page.mp4").write_text(
-        "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>Not Found</body></html>\n")
+        "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>Not Found</body></html>\n"
+    )
     source = root / specs[0].rel_path if specs else None
     if source is not None and source.exists():
         data = source.read_bytes()
@@ -263,18 +312,30 @@ def _write_broken(root: Path, specs: list[ClipSpec]) -> list[str]:
 
 # -- the hostile corpus ------------------------------------------------------------------------------------
 
-def _encode(codec: str = "libx264", *, w: int = 64, h: int = 48, n: int = 30, rate: int = 10,
-            pix_fmt: str = "yuv420p", fmt: str = "mp4", faststart: bool = False,
-            pts_step: int | None = None, time_base: fractions.Fraction | None = None,
-            options: dict | None = None) -> bytes:
+
+def _encode(
+    codec: str = "libx264",
+    *,
+    w: int = 64,
+    h: int = 48,
+    n: int = 30,
+    rate: int = 10,
+    pix_fmt: str = "yuv420p",
+    fmt: str = "mp4",
+    faststart: bool = False,
+    pts_step: int | None = None,
+    time_base: fractions.Fraction | None = None,
+    options: dict | None = None,
+) -> bytes:
     """A tiny clip in memory: a gradient that changes every frame."""
     if faststart:  # the muxer rewrites the file to move the index first: it needs a real file
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
             target = os.path.join(tmp, "clip." + fmt)
-            _encode_into(target, codec, w, h, n, rate, pix_fmt, fmt, {"movflags": "+faststart"}, pts_step,
-                         time_base, options)
+            _encode_into(
+                target, codec, w, h, n, rate, pix_fmt, fmt, {"movflags": "+faststart"}, pts_step, time_base, options
+            )
             return Path(target).read_bytes()
     buf = io.BytesIO()
     _encode_into(buf, codec, w, h, n, rate, pix_fmt, fmt, {}, pts_step, time_base, options)
@@ -374,12 +435,17 @@ def write_hostile_corpus(root: str | Path) -> dict[str, str]:
     mdat = faststart.find(b"mdat") - 4
     put("moov_without_media_data.mp4", faststart[:mdat], "truncated")
     put("ftyp_only.mp4", moov_end[:32], "truncated")
-    put("html_named.mp4", b"<!DOCTYPE html>\n<html><head><title>Video</title></head>"
-        b"<body><video src='x.mp4'></video></body></html>\n", "not a video")
-    put("html_error_page.mov", b"\n  <html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body>"
-        b"</html>\n", "not a video")
-    put("plain_text.mp4", b"This is not a video, just a note someone saved with the wrong name.\n" * 20,
-        "not a video")
+    put(
+        "html_named.mp4",
+        b"<!DOCTYPE html>\n<html><head><title>Video</title></head><body><video src='x.mp4'></video></body></html>\n",
+        "not a video",
+    )
+    put(
+        "html_error_page.mov",
+        b"\n  <html>\n<head><title>502 Bad Gateway</title></head>\n<body>nginx</body></html>\n",
+        "not a video",
+    )
+    put("plain_text.mp4", b"This is not a video, just a note someone saved with the wrong name.\n" * 20, "not a video")
     put("json_named.mkv", json.dumps({"error": "expired", "code": 403}).encode(), "not a video")
     put("random_bytes.mp4", random.Random(7).randbytes(4096), "not a video")
     put("random_bytes_large.webm", random.Random(8).randbytes(200_000), "not a video")
@@ -392,8 +458,11 @@ def write_hostile_corpus(root: str | Path) -> dict[str, str]:
     put("empty_movie_no_tracks.mp4", _header_only("mp4"), "no video stream")
     put("one_by_one_pixel.mp4", _encode(w=1, h=1, n=5, pix_fmt="yuv444p"), "absurd size")
     put("sixteen_k_square_claimed.mov", _claimed_16k(), "absurd size")
-    put("ten_hours_long.mp4", _encode(w=32, h=32, n=11, rate=1, time_base=fractions.Fraction(1, 1000),
-                                      pts_step=3_600_000), "absurdly long")
+    put(
+        "ten_hours_long.mp4",
+        _encode(w=32, h=32, n=11, rate=1, time_base=fractions.Fraction(1, 1000), pts_step=3_600_000),
+        "absurdly long",
+    )
     put("ffv1_lossless.mkv", _encode("ffv1", n=5, fmt="matroska"), "unsupported codec")
     put("mpeg4_part2.mp4", _encode("mpeg4", n=5), "unsupported codec")
     put("motion_jpeg.mov", _encode("mjpeg", n=5, pix_fmt="yuvj420p", fmt="mov"), "unsupported codec")
@@ -401,8 +470,10 @@ def write_hostile_corpus(root: str | Path) -> dict[str, str]:
     bad_name = os.fsdecode(b"bad_name_\xff\xfe.mp4")
     (root / bad_name).write_bytes(_tiny_clip(faststart=True))
     expected[bad_name] = "not valid utf-8"
-    for name, target in (("symlink_to_etc_passwd.mp4", "/etc/passwd"),
-                         ("symlink_up_and_out.mp4", "../" * 12 + "outside_the_root.mp4")):
+    for name, target in (
+        ("symlink_to_etc_passwd.mp4", "/etc/passwd"),
+        ("symlink_up_and_out.mp4", "../" * 12 + "outside_the_root.mp4"),
+    ):
         link = root / name
         if link.is_symlink() or link.exists():
             link.unlink()
@@ -426,18 +497,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m data.demo",
         description="Write a synthetic library of driving-like clips (with sidecar JSON and a few broken "
-                    "files), or a corpus of hostile files.",
+        "files), or a corpus of hostile files.",
         epilog="examples:\n"
-               "  python -m data.demo var/clips --count 24\n"
-               "  python -m data.demo /tmp/tiny --count 4 --height 90 --min-seconds 1 --max-seconds 2\n"
-               "  python -m data.demo /data/bench --count 8 --realistic --min-seconds 10 --max-seconds 10\n"
-               "  python -m data.demo /tmp/hostile --hostile",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  python -m data.demo var/clips --count 24\n"
+        "  python -m data.demo /tmp/tiny --count 4 --height 90 --min-seconds 1 --max-seconds 2\n"
+        "  python -m data.demo /data/bench --count 8 --realistic --min-seconds 10 --max-seconds 10\n"
+        "  python -m data.demo /tmp/hostile --hostile",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("dir", help="folder to write into (created if missing)")
     parser.add_argument("--count", type=int, default=24, help="number of clips (default 24)")
     parser.add_argument("--seed", type=int, default=0, help="same seed, same library (default 0)")
-    parser.add_argument("--realistic", action="store_true",
-                        help="720p/1080p, 30 fps, 10-20 s, 4-8 Mb/s, some HEVC (for GPU benchmarks)")
+    parser.add_argument(
+        "--realistic", action="store_true", help="720p/1080p, 30 fps, 10-20 s, 4-8 Mb/s, some HEVC (for GPU benchmarks)"
+    )
     parser.add_argument("--height", type=int, help="force every clip to this height (16:9)")
     parser.add_argument("--fps", type=int, help="frames per second (default 15, or 30 with --realistic)")
     parser.add_argument("--min-seconds", type=float, help="shortest clip (default 4, or 10 with --realistic)")
@@ -451,10 +524,20 @@ def main(argv: list[str] | None = None) -> int:
         expected = write_hostile_corpus(args.dir)
         print(f"wrote {len(expected)} hostile files to {args.dir}", file=sys.stderr)
         return 0
-    paths = make_library(args.dir, args.count, args.seed, workers=args.workers, broken=not args.no_broken,
-                         progress=True, realistic=args.realistic, height=args.height, fps=args.fps,
-                         min_seconds=args.min_seconds, max_seconds=args.max_seconds,
-                         hevc_share=args.hevc_share)
+    paths = make_library(
+        args.dir,
+        args.count,
+        args.seed,
+        workers=args.workers,
+        broken=not args.no_broken,
+        progress=True,
+        realistic=args.realistic,
+        height=args.height,
+        fps=args.fps,
+        min_seconds=args.min_seconds,
+        max_seconds=args.max_seconds,
+        hevc_share=args.hevc_share,
+    )
     print(f"{len(paths)} files in {args.dir}", file=sys.stderr)
     return 0
 

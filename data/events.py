@@ -10,13 +10,29 @@ import sqlite_utils
 from data.db import now
 
 
-def record(db: sqlite_utils.Database, actor: str, action: str, *, clip_id: int | None = None,
-           caption_id: int | None = None, job_id: int | None = None, **detail: Any) -> int:
+def record(
+    db: sqlite_utils.Database,
+    actor: str,
+    action: str,
+    *,
+    clip_id: int | None = None,
+    caption_id: int | None = None,
+    job_id: int | None = None,
+    **detail: Any,
+) -> int:
     """Append one event. Call inside the transaction of the change it describes."""
     cur = db.execute(
         "INSERT INTO events (at, actor, action, clip_id, caption_id, job_id, detail) VALUES (?,?,?,?,?,?,?)",
-        [now(), actor, action, clip_id, caption_id, job_id,
-         json.dumps(detail, ensure_ascii=False, default=str) if detail else None])
+        [
+            now(),
+            actor,
+            action,
+            clip_id,
+            caption_id,
+            job_id,
+            json.dumps(detail, ensure_ascii=False, default=str) if detail else None,
+        ],
+    )
     return cur.lastrowid
 
 
@@ -32,7 +48,9 @@ def team_stats(db: sqlite_utils.Database, *, since: float) -> list[dict]:
         "COUNT(DISTINCT clip_id) AS clips, MAX(at) AS last_at "
         "FROM events WHERE at >= ? AND action IN "
         "('caption.save', 'caption.adopt', 'review.approved', 'review.rejected') "
-        "GROUP BY actor ORDER BY edits + approved + rejected DESC", [since])
+        "GROUP BY actor ORDER BY edits + approved + rejected DESC",
+        [since],
+    )
     out = []
     for r in rows:
         r = dict(r)
@@ -43,8 +61,9 @@ def team_stats(db: sqlite_utils.Database, *, since: float) -> list[dict]:
 
 
 def for_clip(db: sqlite_utils.Database, clip_id: int, limit: int = 200) -> list[dict]:
-    return [dict(r) for r in db.query(
-        "SELECT * FROM events WHERE clip_id = ? ORDER BY id DESC LIMIT ?", [clip_id, limit])]
+    return [
+        dict(r) for r in db.query("SELECT * FROM events WHERE clip_id = ? ORDER BY id DESC LIMIT ?", [clip_id, limit])
+    ]
 
 
 def iter_all(db: sqlite_utils.Database, action: str | None = None) -> Iterator[dict]:

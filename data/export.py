@@ -28,21 +28,42 @@ from data.captions import PROVENANCE_FIELDS
 from data.clips import Filter
 
 FORMATS = ("jsonl", "csv")
-CLIP_COLUMNS = ("clip_id", "path", "sha256", "duration", "width", "height", "review_status", "reviewed_by",
-                "reviewed_at", "sidecar")
-CAPTION_COLUMNS = ("caption_id", "version", "text", "labels", "source", "author", "created_at", "job_id",
-                   *PROVENANCE_FIELDS)
+CLIP_COLUMNS = (
+    "clip_id",
+    "path",
+    "sha256",
+    "duration",
+    "width",
+    "height",
+    "review_status",
+    "reviewed_by",
+    "reviewed_at",
+    "sidecar",
+)
+CAPTION_COLUMNS = (
+    "caption_id",
+    "version",
+    "text",
+    "labels",
+    "source",
+    "author",
+    "created_at",
+    "job_id",
+    *PROVENANCE_FIELDS,
+)
 
 
 def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[str, Any]]:
     """Matching clips with a current caption, joined with it, in id order, decoded."""
     where, args = clips._where(dataclasses.replace(f, has_caption=True))
     prov = ", ".join(f"k.{p}" for p in PROVENANCE_FIELDS)
-    sql = (f"SELECT c.id AS clip_id, c.path, c.sha256, c.duration, c.width, c.height, c.review_status, "
-           f"c.reviewed_by, c.reviewed_at, c.sidecar, k.id AS caption_id, k.version, k.text, k.labels, "
-           f"k.source, k.author, k.created_at, k.job_id, {prov} "
-           f"FROM clips c JOIN captions k ON k.id = c.current_caption_id "
-           f"WHERE {' AND '.join(where)} ORDER BY c.id")
+    sql = (
+        f"SELECT c.id AS clip_id, c.path, c.sha256, c.duration, c.width, c.height, c.review_status, "
+        f"c.reviewed_by, c.reviewed_at, c.sidecar, k.id AS caption_id, k.version, k.text, k.labels, "
+        f"k.source, k.author, k.created_at, k.job_id, {prov} "
+        f"FROM clips c JOIN captions k ON k.id = c.current_caption_id "
+        f"WHERE {' AND '.join(where)} ORDER BY c.id"
+    )
     cursor = db.execute(sql, args)
     names = [d[0] for d in cursor.description]
     for values in cursor:  # a cursor, never fetchall: constant memory
@@ -57,8 +78,11 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
 
 
 def _csv_header() -> list[str]:
-    return [*CLIP_COLUMNS, *(c for c in CAPTION_COLUMNS if c != "labels"),
-            *(f"label_{name}" for name in taxonomy.ENUMS)]
+    return [
+        *CLIP_COLUMNS,
+        *(c for c in CAPTION_COLUMNS if c != "labels"),
+        *(f"label_{name}" for name in taxonomy.ENUMS),
+    ]
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -114,17 +138,23 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m data.export",
         description="Export current captions with labels and provenance (streamed, constant memory).",
         epilog="examples:\n"
-               "  python -m data.export --db var/workbench.db --format jsonl --status approved > approved.jsonl\n"
-               "  python -m data.export --data-dir var --format csv --hazard-level high --weather rain > rainy.csv\n"
-               "  python -m data.export --db var/workbench.db --text pedestrian --source human > ped.jsonl",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  python -m data.export --db var/workbench.db --format jsonl --status approved > approved.jsonl\n"
+        "  python -m data.export --data-dir var --format csv --hazard-level high --weather rain > rainy.csv\n"
+        "  python -m data.export --db var/workbench.db --text pedestrian --source human > ped.jsonl",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
-    parser.add_argument("--status", dest="review_status", choices=("unreviewed", "approved", "rejected"),
-                        help="review status to export")
+    parser.add_argument(
+        "--status", dest="review_status", choices=("unreviewed", "approved", "rejected"), help="review status to export"
+    )
     for name in ("scenario", "hazard_level", "weather", "lighting", "road_type"):
         parser.add_argument("--" + name.replace("_", "-"), dest=name, help=f"only clips whose {name} is this")
-    parser.add_argument("--source", dest="caption_source", choices=("model", "human"),
-                        help="only captions written by the model or by a human")
+    parser.add_argument(
+        "--source",
+        dest="caption_source",
+        choices=("model", "human"),
+        help="only captions written by the model or by a human",
+    )
     parser.add_argument("--job-id", dest="job_id", type=int, help="only clips of this captioning job")
     parser.add_argument("--text", help="full-text query over path, caption and labels")
     parser.add_argument("--include-missing", action="store_true", help="also clips whose file is gone")
@@ -132,9 +162,23 @@ def main(argv: list[str] | None = None) -> int:
     settings_mod.add_arguments(parser, ["data_dir", "db"])
     args = parser.parse_args(argv)
     s = settings_mod.from_args(args)
-    f = Filter(**{k: getattr(args, k) for k in ("review_status", "scenario", "hazard_level", "weather",
-                                                  "lighting", "road_type", "caption_source", "job_id", "text")},
-               include_missing=args.include_missing)
+    f = Filter(
+        **{
+            k: getattr(args, k)
+            for k in (
+                "review_status",
+                "scenario",
+                "hazard_level",
+                "weather",
+                "lighting",
+                "road_type",
+                "caption_source",
+                "job_id",
+                "text",
+            )
+        },
+        include_missing=args.include_missing,
+    )
     if not s.db.exists():
         print(f"error: no database at {s.db}", file=sys.stderr)
         return 2

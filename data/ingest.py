@@ -44,8 +44,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import events, library, limits
-from data import settings as settings_mod
+from data import events, library, limits, settings as settings_mod
 from data.db import DataError, connect, immediate, now
 from data.settings import Settings
 
@@ -65,8 +64,24 @@ START_ALLOWANCE = 60.0  # a worker process that has not even started its task af
 # 4K clip's frame threads need ~0.5 GiB more; a decoder that wants more than this is decoding something hostile.
 WORKER_MEMORY_MIB = 2048
 BATCH = 64
-FIELDS = ("sha256", "size", "mtime", "duration", "fps", "frames", "width", "height", "codec", "probe_error",
-          "thumbnail", "filmstrip", "filmstrip_indices", "media_decoder", "preview", "sidecar")
+FIELDS = (
+    "sha256",
+    "size",
+    "mtime",
+    "duration",
+    "fps",
+    "frames",
+    "width",
+    "height",
+    "codec",
+    "probe_error",
+    "thumbnail",
+    "filmstrip",
+    "filmstrip_indices",
+    "media_decoder",
+    "preview",
+    "sidecar",
+)
 
 
 @dataclass
@@ -91,8 +106,13 @@ def storable_name(name: str) -> tuple[str, bool]:
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO"), (stat.S_ISSOCK, "socket"),
-                       (stat.S_ISCHR, "character device"), (stat.S_ISBLK, "block device")):
+    for test, name in (
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+    ):
         if test(mode):
             return name
     return "special file"
@@ -175,6 +195,7 @@ def _entry_lstat(rel: str, full: str, error: str) -> Entry:
 
 # -- worker side ---------------------------------------------------------------------------------------------
 
+
 def extra_seconds(row: dict) -> float:
     """Deadline allowance for a probed clip's media work: SECONDS_PER_GIGAPIXEL x frames x width x height."""
     try:
@@ -197,8 +218,15 @@ def process_clip(task: dict, report=None) -> dict:
         report({k: out.get(k) for k in ("frames", "width", "height", "duration")})
     if p.error is None and task.get("media"):
         try:
-            m = media.make_media(task["abs"], task["media_dir"], out["sha256"], p.frames, task["frames"],
-                                 task["decoder"], size=(p.width, p.height) if p.width and p.height else None)
+            m = media.make_media(
+                task["abs"],
+                task["media_dir"],
+                out["sha256"],
+                p.frames,
+                task["frames"],
+                task["decoder"],
+                size=(p.width, p.height) if p.width and p.height else None,
+            )
         except media.DecodeError as e:
             out["probe_error"] = f"corrupt: {e}"
         else:
@@ -258,8 +286,11 @@ def _worker_main(conn, memory_mib: int = 0, target=None) -> None:  # pragma: no 
         try:
             result = (target or process_clip)(task, lambda info: conn.send({"progress": info}))
         except MemoryError:
-            result = {"rel": task["rel"], "probe_error": f"needs more than the {memory_mib} MiB an ingest worker "
-                                                         "may use (a hostile or absurdly large stream)"}
+            result = {
+                "rel": task["rel"],
+                "probe_error": f"needs more than the {memory_mib} MiB an ingest worker "
+                "may use (a hostile or absurdly large stream)",
+            }
         except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
             result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
         if memory_mib and result.get("probe_error") and "annot allocate memory" in str(result["probe_error"]):
@@ -270,14 +301,21 @@ def _worker_main(conn, memory_mib: int = 0, target=None) -> None:  # pragma: no 
 
 class WorkerPool:
     """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
-    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a
-    fresh worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an overrun is retried with a
-    TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A worker may send
-    `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
+    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a fresh
+    worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an
+    overrun is retried with a TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A
+    worker may send `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
     `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
 
-    def __init__(self, workers: int, timeout: float, memory_mib: int = WORKER_MEMORY_MIB, *,
-                 attempts: int = TIMEOUT_ATTEMPTS, target=None):
+    def __init__(
+        self,
+        workers: int,
+        timeout: float,
+        memory_mib: int = WORKER_MEMORY_MIB,
+        *,
+        attempts: int = TIMEOUT_ATTEMPTS,
+        target=None,
+    ):
         self.ctx = mp.get_context("spawn")  # never fork a parent that has threads (tqdm, sqlite)
         self.timeout = timeout
         self.memory_mib = memory_mib
@@ -345,17 +383,21 @@ class WorkerPool:
                         self.retried += 1
                         queue.append({**task, "_attempt": len(waited) + 1, "_waited": waited})
                         continue
-                    yield {"rel": task["rel"], "probe_error": (
-                        f"{TIMED_OUT} after {', '.join(f'{w:g} s' for w in waited)} ({len(waited)} attempts; "
-                        "the machine may have been overloaded: the next ingest tries this clip again)")}
+                    yield {
+                        "rel": task["rel"],
+                        "probe_error": (
+                            f"{TIMED_OUT} after {', '.join(f'{w:g} s' for w in waited)} ({len(waited)} attempts; "
+                            "the machine may have been overloaded: the next ingest tries this clip again)"
+                        ),
+                    }
 
     def close(self) -> None:
-        for proc, conn in self.idle:
+        for _proc, conn in self.idle:
             try:
                 conn.send(None)
             except OSError:
                 pass
-        for proc, conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
+        for proc, _conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
             proc.kill()
         for proc, conn in self.idle:
             proc.join(5)
@@ -378,9 +420,11 @@ def _exit_reason(code: int | None) -> str:
 
 # -- parent side ---------------------------------------------------------------------------------------------
 
+
 def _load_known(db: sqlite_utils.Database) -> dict[str, dict]:
-    return {r["path"]: r for r in db.query(
-        "SELECT id, path, sha256, size, mtime, missing, probe_error, sidecar FROM clips")}
+    return {
+        r["path"]: r for r in db.query("SELECT id, path, sha256, size, mtime, missing, probe_error, sidecar FROM clips")
+    }
 
 
 def _write(db: sqlite_utils.Database, rows: list[tuple[str, dict]]) -> None:
@@ -402,8 +446,11 @@ def _write(db: sqlite_utils.Database, rows: list[tuple[str, dict]]) -> None:
                 values.update(path=row["rel"], ingested_at=t)
                 cols = ", ".join(values)
                 updates = ", ".join(f"{k} = excluded.{k}" for k in values if k not in ("path", "ingested_at"))
-                db.execute(f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' for _ in values)}) "
-                           f"ON CONFLICT(path) DO UPDATE SET {updates}", list(values.values()))
+                db.execute(
+                    f"INSERT INTO clips ({cols}) VALUES ({', '.join('?' for _ in values)}) "
+                    f"ON CONFLICT(path) DO UPDATE SET {updates}",
+                    list(values.values()),
+                )
             else:
                 if action == "move":
                     values["path"] = row["rel"]
@@ -418,26 +465,46 @@ def _content_changed(db: sqlite_utils.Database, clip_id: int, old_sha: str, new_
     if clip is None:
         return
     if clip["review_status"] != "unreviewed":
-        db.execute("UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL "
-                   "WHERE id = ?", [clip_id])
-    events.record(db, "ingest", "clip.content_changed", clip_id=clip_id, caption_id=clip["current_caption_id"],
-                  old_sha256=old_sha, new_sha256=new_sha, previous_review=clip["review_status"],
-                  note="the file now holds other footage: its caption describes the old one and needs review")
+        db.execute(
+            "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL WHERE id = ?",
+            [clip_id],
+        )
+    events.record(
+        db,
+        "ingest",
+        "clip.content_changed",
+        clip_id=clip_id,
+        caption_id=clip["current_caption_id"],
+        old_sha256=old_sha,
+        new_sha256=new_sha,
+        previous_review=clip["review_status"],
+        note="the file now holds other footage: its caption describes the old one and needs review",
+    )
 
 
-def ingest(settings: Settings | None = None, *, root: str | Path | None = None, db_path: str | Path | None = None,
-           media_dir: str | Path | None = None, workers: int | None = None, frames: int | None = None,
-           decoder: str = "auto", media: bool = True, timeout: float = DEFAULT_TIMEOUT,
-           progress: bool = False, db: sqlite_utils.Database | None = None,
-           max_seconds: float | None = None, memory_mib: int = WORKER_MEMORY_MIB,
-           attempts: int = TIMEOUT_ATTEMPTS) -> dict[str, Any]:
+def ingest(
+    settings: Settings | None = None,
+    *,
+    root: str | Path | None = None,
+    db_path: str | Path | None = None,
+    media_dir: str | Path | None = None,
+    workers: int | None = None,
+    frames: int | None = None,
+    decoder: str = "auto",
+    media: bool = True,
+    timeout: float = DEFAULT_TIMEOUT,
+    progress: bool = False,
+    db: sqlite_utils.Database | None = None,
+    max_seconds: float | None = None,
+    memory_mib: int = WORKER_MEMORY_MIB,
+    attempts: int = TIMEOUT_ATTEMPTS,
+) -> dict[str, Any]:
     """Bring `clips` in step with the clip root. Returns a summary:
     {ok, failed, skipped, moved, missing, seen, seconds, decoder}.
 
     Arguments override `settings` (clip_root, db, media_dir, workers, frames); `db` may be an open
     connection of this thread."""
-    from data import media as media_mod
-    from data import probe as probe_mod
+    from data import media as media_mod, probe as probe_mod
 
     s = settings or Settings.load(environ={})
     root = Path(root or s.clip_root).resolve()
@@ -467,8 +534,15 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
         by_rel = {e.rel: e for e in entries}
 
         def task(e: Entry) -> dict:
-            return {"rel": e.rel, "abs": e.abs, "media": media, "media_dir": str(media_dir), "frames": frames,
-                    "decoder": resolved, "max_seconds": max_seconds or probe_mod.MAX_SECONDS}
+            return {
+                "rel": e.rel,
+                "abs": e.abs,
+                "media": media,
+                "media_dir": str(media_dir),
+                "frames": frames,
+                "decoder": resolved,
+                "max_seconds": max_seconds or probe_mod.MAX_SECONDS,
+            }
 
         def flush(force: bool = False) -> None:
             if pending and (force or len(pending) >= BATCH):
@@ -506,7 +580,7 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
             bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
         pool = WorkerPool(min(workers, len(tasks)), timeout, memory_mib, attempts=attempts) if tasks else None
         try:
-            for res in (pool.run(iter(tasks)) if pool else ()):
+            for res in pool.run(iter(tasks)) if pool else ():
                 e = by_rel[res["rel"]]
                 row = {**res, "size": e.size, "mtime": e.mtime, "sidecar": e.sidecar}
                 old = known.get(e.rel)
@@ -519,8 +593,9 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
                     summary["moved"] += 1
                 elif old is not None:
                     changed = bool(old["sha256"] and row.get("sha256") and old["sha256"] != row["sha256"])
-                    pending.append(("update", {**row, "id": old["id"], "_old_sha256": old["sha256"] if changed
-                                               else None}))
+                    pending.append(
+                        ("update", {**row, "id": old["id"], "_old_sha256": old["sha256"] if changed else None})
+                    )
                 else:
                     pending.append(("insert", row))
                 if moved_from is None:
@@ -540,8 +615,9 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
         vanished = [r["id"] for r in gone.values() if not r["missing"]]
         if vanished:
             with immediate(db):
-                db.conn.executemany("UPDATE clips SET missing = 1, updated_at = ? WHERE id = ?",
-                                    [(now(), i) for i in vanished])
+                db.conn.executemany(
+                    "UPDATE clips SET missing = 1, updated_at = ? WHERE id = ?", [(now(), i) for i in vanished]
+                )
         summary["missing"] = len(vanished)
     finally:
         if own_db:
@@ -552,30 +628,41 @@ def ingest(settings: Settings | None = None, *, root: str | Path | None = None, 
 
 
 def summary_line(summary: dict) -> str:
-    return (f"ingest: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped, "
-            f"{summary['moved']} moved, {summary['missing']} missing, {summary.get('retried', 0)} timeouts "
-            f"retried ({summary['seen']} files seen, "
-            f"{summary['seconds']:.1f} s, media decoder {summary['decoder']})")
+    return (
+        f"ingest: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped, "
+        f"{summary['moved']} moved, {summary['missing']} missing, {summary.get('retried', 0)} timeouts "
+        f"retried ({summary['seen']} files seen, "
+        f"{summary['seconds']:.1f} s, media decoder {summary['decoder']})"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m data.ingest",
         description="Scan a clip root: hash, probe, thumbnail and filmstrip every clip in parallel worker "
-                    "processes, and record each in the database (bad files with a reason).",
+        "processes, and record each in the database (bad files with a reason).",
         epilog="examples:\n"
-               "  python -m data.ingest var/clips --db var/workbench.db\n"
-               "  python -m data.ingest /data/clips --data-dir /srv/wb --workers 8 --decoder nvdec\n"
-               "  CW_DATA_DIR=var python -m data.ingest   # the settings' clip root",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  python -m data.ingest var/clips --db var/workbench.db\n"
+        "  python -m data.ingest /data/clips --data-dir /srv/wb --workers 8 --decoder nvdec\n"
+        "  CW_DATA_DIR=var python -m data.ingest   # the settings' clip root",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("root", nargs="?", help="clip root to scan (default: the CLIP_ROOT setting)")
-    parser.add_argument("--decoder", choices=("auto", "pyav", "nvdec"), default="auto",
-                        help="decoder for thumbnails and filmstrips (auto: PyAV, measured faster than NVDEC "
-                             "for 16-frame filmstrips on a GPU node; nvdec to force the GPU)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"seconds one clip may take on its first attempt (default {DEFAULT_TIMEOUT:g}); a "
-                             f"clip that overruns is retried with x{TIMEOUT_GROWTH:g} the deadline, "
-                             f"{TIMEOUT_ATTEMPTS} attempts in all, and the deadline grows with the clip's size")
+    parser.add_argument(
+        "--decoder",
+        choices=("auto", "pyav", "nvdec"),
+        default="auto",
+        help="decoder for thumbnails and filmstrips (auto: PyAV, measured faster than NVDEC "
+        "for 16-frame filmstrips on a GPU node; nvdec to force the GPU)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds one clip may take on its first attempt (default {DEFAULT_TIMEOUT:g}); a "
+        f"clip that overruns is retried with x{TIMEOUT_GROWTH:g} the deadline, "
+        f"{TIMEOUT_ATTEMPTS} attempts in all, and the deadline grows with the clip's size",
+    )
     parser.add_argument("--no-media", action="store_true", help="probe only: no thumbnails or filmstrips")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     settings_mod.add_arguments(parser, ["data_dir", "db", "clip_root", "media_dir", "workers", "frames"])
@@ -583,8 +670,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     s = settings_mod.from_args(args)
     try:
-        summary = ingest(s, root=args.root, decoder=args.decoder, media=not args.no_media,
-                         timeout=args.timeout, progress=not args.quiet)
+        summary = ingest(
+            s,
+            root=args.root,
+            decoder=args.decoder,
+            media=not args.no_media,
+            timeout=args.timeout,
+            progress=not args.quiet,
+        )
     except (FileNotFoundError, RuntimeError, DataError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

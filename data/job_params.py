@@ -20,7 +20,7 @@ from typing import Any
 from data.db import DataError
 
 MIN_FRAMES, MAX_FRAMES = 1, 128
-MIN_MAX_TOKENS = 256          # the shortest complete answer measured (~190) plus a margin
+MIN_MAX_TOKENS = 256  # the shortest complete answer measured (~190) plus a margin
 RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
@@ -50,23 +50,31 @@ class JobParams:
     seed: int | None = None
 
     @classmethod
-    def resolve(cls, settings, given: dict[str, Any] | None = None, *, validate: bool = True,
-                **overrides: Any) -> "JobParams":
+    def resolve(
+        cls, settings, given: dict[str, Any] | None = None, *, validate: bool = True, **overrides: Any
+    ) -> "JobParams":
         """Settings' defaults, then `given` (a job's stored params), then non-None `overrides`; validated
         (the runner passes validate=False for jobs stored before these checks: it runs what was asked).
 
         Empty values ("" or None, as an untouched form field or an omitted CLI flag sends) take the default.
         """
-        values: dict[str, Any] = {"frames": settings.frames, "max_tokens": settings.max_tokens,
-                                  "temperature": settings.temperature, "seed": None}
+        values: dict[str, Any] = {
+            "frames": settings.frames,
+            "max_tokens": settings.max_tokens,
+            "temperature": settings.temperature,
+            "seed": None,
+        }
         for source in (given or {}, overrides):
             for k, v in source.items():
                 if k in values and v not in (None, ""):
                     values[k] = v
         if not validate:
-            return cls(frames=int(values["frames"]), max_tokens=int(values["max_tokens"]),
-                       temperature=float(values["temperature"]),
-                       seed=None if values["seed"] in (None, "") else int(values["seed"]))
+            return cls(
+                frames=int(values["frames"]),
+                max_tokens=int(values["max_tokens"]),
+                temperature=float(values["temperature"]),
+                seed=None if values["seed"] in (None, "") else int(values["seed"]),
+            )
         return cls.checked(**values)
 
     @classmethod
@@ -79,7 +87,8 @@ class JobParams:
             raise InvalidJobParams(
                 f"Max tokens {max_tokens} cannot hold a complete answer: answers to this schema take about "
                 f"190-530 tokens, so every caption would be cut off and fail as truncated. Use at least "
-                f"{MIN_MAX_TOKENS} ({RECOMMENDED_MAX_TOKENS} or more to be safe with long answers).")
+                f"{MIN_MAX_TOKENS} ({RECOMMENDED_MAX_TOKENS} or more to be safe with long answers)."
+            )
         if max_tokens > MAX_MAX_TOKENS:
             raise InvalidJobParams(f"Max tokens must be at most {MAX_MAX_TOKENS} (got {max_tokens}).")
         try:

@@ -23,8 +23,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from data import events
-from data import settings as settings_mod
+from data import events, settings as settings_mod
 from data.db import DataError, connect, immediate, now
 
 
@@ -56,7 +55,8 @@ def record_root(db: sqlite_utils.Database, root: str | Path, *, actor: str = "in
         raise RootMismatch(
             f"this library's clips live under {have}, and {root} is another folder. Put the new clips under "
             f"{have} and ingest that folder, give the other folder its own library (another --data-dir), or, if "
-            f"the clips moved, run: python -m data.library move-root {root} --db <this database>")
+            f"the clips moved, run: python -m data.library move-root {root} --db <this database>"
+        )
     return root
 
 
@@ -69,7 +69,8 @@ def settings_for(db: sqlite_utils.Database, settings: settings_mod.Settings) -> 
     if not root.is_dir():
         raise RootMissing(
             f"the clip root {root} recorded at ingest is not a folder any more. If the clips moved, run: "
-            f"python -m data.library move-root NEW_FOLDER --db {settings.db}")
+            f"python -m data.library move-root NEW_FOLDER --db {settings.db}"
+        )
     return dataclasses.replace(settings, clip_root=root)
 
 
@@ -85,29 +86,45 @@ def settings_for_path(settings: settings_mod.Settings) -> settings_mod.Settings:
         db.close()
 
 
-def move_root(db: sqlite_utils.Database, new_root: str | Path, *, actor: str = "admin", sample: int = 50,
-              force: bool = False) -> dict:
+def move_root(
+    db: sqlite_utils.Database, new_root: str | Path, *, actor: str = "admin", sample: int = 50, force: bool = False
+) -> dict:
     """Re-point the library at `new_root` after checking that it holds the library's files: of up to `sample`
     present clips, at least one must exist there and none may have another size (unless `force`)."""
     new = Path(new_root).resolve()
     if not new.is_dir():
         raise DataError(f"{new} is not a folder")
     old = recorded_root(db)
-    rows = list(db.query("SELECT path, size FROM clips WHERE missing = 0 AND size IS NOT NULL "
-                         "ORDER BY id LIMIT ?", [sample]))
+    rows = list(
+        db.query("SELECT path, size FROM clips WHERE missing = 0 AND size IS NOT NULL ORDER BY id LIMIT ?", [sample])
+    )
     found = [r for r in rows if (new / r["path"]).is_file()]
     wrong = [r["path"] for r in found if os.path.getsize(new / r["path"]) != r["size"]]
     if rows and not force and (not found or wrong):
-        why = (f"none of {len(rows)} sampled clips is there" if not found
-               else f"{len(wrong)} sampled clips have another size there (e.g. {wrong[0]})")
-        raise DataError(f"{new} does not look like this library's clip root: {why}. Check the folder, or pass "
-                        "--force to move anyway.")
+        why = (
+            f"none of {len(rows)} sampled clips is there"
+            if not found
+            else f"{len(wrong)} sampled clips have another size there (e.g. {wrong[0]})"
+        )
+        raise DataError(
+            f"{new} does not look like this library's clip root: {why}. Check the folder, or pass "
+            "--force to move anyway."
+        )
     with immediate(db):
         db.execute("DELETE FROM clip_roots")
-        db.execute("INSERT INTO clip_roots (path, added_at, moved_from) VALUES (?, ?, ?)",
-                   [str(new), now(), str(old) if old else None])
-        events.record(db, actor, "library.move_root", root=str(new), moved_from=str(old) if old else None,
-                      checked=len(rows), found=len(found))
+        db.execute(
+            "INSERT INTO clip_roots (path, added_at, moved_from) VALUES (?, ?, ?)",
+            [str(new), now(), str(old) if old else None],
+        )
+        events.record(
+            db,
+            actor,
+            "library.move_root",
+            root=str(new),
+            moved_from=str(old) if old else None,
+            checked=len(rows),
+            found=len(found),
+        )
     return {"root": str(new), "moved_from": str(old) if old else None, "checked": len(rows), "found": len(found)}
 
 
@@ -116,9 +133,10 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m data.library",
         description="Show or move the clip root the library recorded at ingest.",
         epilog="examples:\n"
-               "  python -m data.library show --data-dir var\n"
-               "  python -m data.library move-root /mnt/new/clips --data-dir var",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  python -m data.library show --data-dir var\n"
+        "  python -m data.library move-root /mnt/new/clips --data-dir var",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = parser.add_subparsers(dest="cmd", required=True)
     show = sub.add_parser("show", help="print the recorded clip root")
     move = sub.add_parser("move-root", help="re-point the library at the folder its clips moved to")
@@ -135,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
             print(root if root else "no clip root recorded yet (ingest a folder first)")
             return 0
         out = move_root(db, args.new_root, force=args.force)
-        print(f"clip root is now {out['root']} (was {out['moved_from']}; {out['found']} of {out['checked']} "
-              "sampled clips found there)")
+        print(
+            f"clip root is now {out['root']} (was {out['moved_from']}; {out['found']} of {out['checked']} "
+            "sampled clips found there)"
+        )
         return 0
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)

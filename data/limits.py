@@ -1,4 +1,4 @@
-"""Bounds on every input a user, a file or the fleet can hand us (RELIABILITY.md R10, R11).
+"""Bounds on every input a user, a file or the fleet can hand us (docs/RELIABILITY.md, R10 and R11).
 
 One place for the numbers, so that docs/RELIABILITY.md, the tests and the error messages agree. Each check
 raises `TooLarge` (a `DataError`: the web app shows its message) saying what the limit is and what to do.
@@ -24,7 +24,7 @@ MAX_LABELS_BYTES = 8_192  # the taxonomy's longest valid label set is well under
 MAX_JOB_NAME_CHARS = 200
 MAX_NOTE_CHARS = 2_000
 MAX_SEARCH_CHARS = 500  # full-text search box and filter strings
-MAX_SQL_INT = 2 ** 63 - 1  # SQLite INTEGER; a larger id is "no such row", not an OverflowError (500)
+MAX_SQL_INT = 2**63 - 1  # SQLite INTEGER; a larger id is "no such row", not an OverflowError (500)
 MAX_SIDECAR_BYTES = 1 << 20
 MAX_SIDECAR_DEPTH = 32
 MAX_ANSWER_BYTES = 1 << 20  # one chat completion from the fleet (a 4,096-token answer is ~20 KiB)

@@ -8,11 +8,11 @@ compute_frames_index_to_sample`, read in the vLLM 0.25.0 wheel; it ports transfo
     n = min(max(n, min_frames), max_frames, total_frames)
     frame_idx = np.linspace(0, total_frames - 1, n).round().astype(int)
 
-The fleet is started with min_frames = max_frames = settings.frames (SERVING.md), so n = settings.frames for any
-clip with at least that many frames, and the indices are spread uniformly from the first to the last frame,
-**rounded** to the nearest frame (the generic OpenCV/PyAV loaders truncate instead: `dtype=int`).
-`sample_indices(total, settings.frames)` reproduces the Qwen3-VL choice. `total` is the exact frame count found by
-demuxing (data.probe), not the header's guess.
+The fleet is started with min_frames = max_frames = settings.frames (serving.launcher.vllm_command puts them in
+`--media-io-kwargs`), so n = settings.frames for any clip with at least that many frames, and the indices are spread
+uniformly from the first to the last frame, **rounded** to the nearest frame (the generic OpenCV/PyAV loaders truncate
+instead: `dtype=int`). `sample_indices(total, settings.frames)` reproduces the Qwen3-VL choice. `total` is the exact
+frame count found by demuxing (data.probe), not the header's guess.
 
 Two decoders, chosen by `--decoder auto|pyav|nvdec`:
 - `pyav` (CPU): decodes sequentially and keeps the wanted indices -- exact for any GOP structure, like
@@ -71,8 +71,10 @@ def filmstrip_path(sha256: str, num_frames: int) -> str:
 
 # -- decoders ------------------------------------------------------------------------------------------------
 
-def decode_pyav(path: str | Path, indices: Sequence[int], *, threads: bool = True,
-                size: tuple[int, int] | None = None) -> list[np.ndarray]:
+
+def decode_pyav(
+    path: str | Path, indices: Sequence[int], *, threads: bool = True, size: tuple[int, int] | None = None
+) -> list[np.ndarray]:
     """RGB frames at `indices` (sorted, unique), decoding sequentially from the start. With `size` (the
     probed width, height) every decoded frame up to the last sampled one (the last frame) must have it: a
     stream that changes resolution mid-way is refused (R10: the probe sees only the first frame, and a small
@@ -104,11 +106,12 @@ def decode_pyav(path: str | Path, indices: Sequence[int], *, threads: bool = Tru
     except av.error.FFmpegError as e:
         raise DecodeError(getattr(e, "strerror", None) or str(e)) from e
     if changed is not None:
-        raise DecodeError(f"resolution changes mid-stream: frame {changed[0]} is {changed[1]}x{changed[2]}, "
-                          f"the stream starts at {size[0]}x{size[1]}")
+        raise DecodeError(
+            f"resolution changes mid-stream: frame {changed[0]} is {changed[1]}x{changed[2]}, "
+            f"the stream starts at {size[0]}x{size[1]}"
+        )
     if len(out) < len(wanted):
-        raise DecodeError(f"only {len(out)} of the {len(wanted)} sampled frames decoded "
-                          f"(the stream ends early)")
+        raise DecodeError(f"only {len(out)} of the {len(wanted)} sampled frames decoded (the stream ends early)")
     return [out[i] for i in indices]
 
 
@@ -160,8 +163,9 @@ def decode_nvdec(path: str | Path, indices: Sequence[int], *, gpu_id: int = 0) -
     if not wanted:
         return []
     try:
-        decoder = nvc.SimpleDecoder(str(path), gpu_id=gpu_id, use_device_memory=True,
-                                    output_color_type=nvc.OutputColorType.RGB)
+        decoder = nvc.SimpleDecoder(
+            str(path), gpu_id=gpu_id, use_device_memory=True, output_color_type=nvc.OutputColorType.RGB
+        )
         total = len(decoder)
         if wanted[-1] >= total:
             raise DecodeError(f"NVDEC sees {total} frames, frame {wanted[-1]} was asked for")
@@ -190,8 +194,9 @@ def _to_host(frame) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.uint8)
 
 
-def decode(path: str | Path, indices: Sequence[int], decoder: str,
-           size: tuple[int, int] | None = None) -> tuple[list[np.ndarray], str]:
+def decode(
+    path: str | Path, indices: Sequence[int], decoder: str, size: tuple[int, int] | None = None
+) -> tuple[list[np.ndarray], str]:
     """Frames at `indices` with the resolved decoder; NVDEC failures fall back to PyAV (logged).
     Returns (frames, backend actually used)."""
     if decoder == "nvdec":
@@ -203,6 +208,7 @@ def decode(path: str | Path, indices: Sequence[int], decoder: str,
 
 
 # -- images ---------------------------------------------------------------------------------------------------
+
 
 def _resize(frame: np.ndarray, width: int):
     from PIL import Image
@@ -252,8 +258,7 @@ def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.mp4")
     try:
-        with open_input(path) as src, \
-                av.open(str(tmp), "w", options={"movflags": "+faststart"}) as dst:
+        with open_input(path) as src, av.open(str(tmp), "w", options={"movflags": "+faststart"}) as dst:
             vin = src.streams.video[0]
             w = min(width, vin.codec_context.width or width)
             w -= w % 2
@@ -279,8 +284,15 @@ def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width:
     return rel
 
 
-def make_media(path: str | Path, media_dir: str | Path, sha256: str, total_frames: int, num_frames: int,
-               decoder: str = "pyav", size: tuple[int, int] | None = None) -> dict:
+def make_media(
+    path: str | Path,
+    media_dir: str | Path,
+    sha256: str,
+    total_frames: int,
+    num_frames: int,
+    decoder: str = "pyav",
+    size: tuple[int, int] | None = None,
+) -> dict:
     """Write the thumbnail and filmstrip of one clip (skipped when both exist for this content hash).
 
     Returns {thumbnail, filmstrip, filmstrip_indices, decode_backend} with paths relative to media_dir.
@@ -288,8 +300,7 @@ def make_media(path: str | Path, media_dir: str | Path, sha256: str, total_frame
     media_dir = Path(media_dir)
     indices = sample_indices(total_frames, num_frames)
     thumb_rel, strip_rel = thumbnail_path(sha256), filmstrip_path(sha256, num_frames)
-    result = {"thumbnail": thumb_rel, "filmstrip": strip_rel, "filmstrip_indices": indices,
-              "decode_backend": "cached"}
+    result = {"thumbnail": thumb_rel, "filmstrip": strip_rel, "filmstrip_indices": indices, "decode_backend": "cached"}
     if (media_dir / thumb_rel).exists() and (media_dir / strip_rel).exists():
         return result
     if not indices:

@@ -90,12 +90,18 @@ def sniff(head: bytes) -> str | None:
     """A reason if the first bytes show the file is clearly not a video container."""
     stripped = head.lstrip(b"\xef\xbb\xbf \t\r\n").lower()
     if stripped.startswith((b"<!doctype html", b"<html", b"<head", b"<body")) or (
-            stripped.startswith(b"<") and b"<html" in stripped[:1024]):
+        stripped.startswith(b"<") and b"<html" in stripped[:1024]
+    ):
         return "not a video: an HTML document"
     if stripped.startswith(b"<?xml") or stripped.startswith(b"<svg"):
         return "not a video: an XML document"
-    for magic, kind in ((b"\x89png", "png"), (b"\xff\xd8\xff", "jpeg"), (b"gif87a", "gif"), (b"gif89a", "gif"),
-                        (b"bm", None)):
+    for magic, kind in (
+        (b"\x89png", "png"),
+        (b"\xff\xd8\xff", "jpeg"),
+        (b"gif87a", "gif"),
+        (b"gif89a", "gif"),
+        (b"bm", None),
+    ):
         if kind and head.lower().startswith(magic):
             return f"not a video: a still image ({kind})"
     if head and b"\x00" not in head:
@@ -134,8 +140,7 @@ def mp4_structure(path: str | Path, size: int) -> str | None:
                 return f"corrupt: invalid MP4 box size {box_size} at byte {pos:,}"
             boxes.append(name)
             if pos + box_size > size:
-                return (f"truncated: file ends inside the '{name}' box "
-                        f"({size - pos:,} of {box_size:,} bytes present)")
+                return f"truncated: file ends inside the '{name}' box ({size - pos:,} of {box_size:,} bytes present)"
             pos += box_size
     if "moov" not in boxes:
         return "truncated: no 'moov' index (the recording was never finalised)"
@@ -171,8 +176,7 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
             return Probe(error="not a video: no video stream")
         stream = videos[0]
         cc = stream.codec_context
-        p = Probe(width=cc.width or stream.width or None, height=cc.height or stream.height or None,
-                  codec=cc.name)
+        p = Probe(width=cc.width or stream.width or None, height=cc.height or stream.height or None, codec=cc.name)
         if container.format and container.format.name in ("image2", "png_pipe", "jpeg_pipe", "gif"):
             p.error = f"not a video: a still image ({cc.name})"
             return p
@@ -180,12 +184,15 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
             p.error = "corrupt: the video stream has no picture size"
             return p
         if min(p.width, p.height) < MIN_SIDE or max(p.width, p.height) > MAX_SIDE:
-            p.error = (f"absurd size: {p.width}x{p.height} pixels "
-                       f"(allowed {MIN_SIDE}x{MIN_SIDE} to {MAX_SIDE}x{MAX_SIDE})")
+            p.error = (
+                f"absurd size: {p.width}x{p.height} pixels (allowed {MIN_SIDE}x{MIN_SIDE} to {MAX_SIDE}x{MAX_SIDE})"
+            )
             return p
         if p.codec not in PLAYABLE_CODECS:
-            p.error = (f"unsupported codec: {p.codec} (the fleet's NVDEC decoder and browsers play "
-                       f"{', '.join(PLAYABLE_CODECS)})")
+            p.error = (
+                f"unsupported codec: {p.codec} (the fleet's NVDEC decoder and browsers play "
+                f"{', '.join(PLAYABLE_CODECS)})"
+            )
             return p
         duration = _duration(container, stream)
         if duration is not None and duration > max_seconds:
@@ -219,8 +226,7 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
         fps = float(rate) if rate else (frames / duration if duration else None)
         if duration is None and fps:
             duration = frames / fps
-        p.duration, p.fps = (round(duration, 3) if duration is not None else None), (
-            round(fps, 3) if fps else None)
+        p.duration, p.fps = (round(duration, 3) if duration is not None else None), (round(fps, 3) if fps else None)
         if duration is not None and duration > max_seconds:
             p.error = f"absurdly long: {duration / 3600:.1f} h (limit {max_seconds / 3600:.1f} h)"
             return p

@@ -33,11 +33,22 @@ HAZARD_USER_V2 = HAZARD_USER.replace("the ego vehicle's forward camera", "the eg
 CAMERA_PLACEHOLDER = "{camera}"
 
 PRESETS: tuple[dict[str, Any], ...] = (
-    {"name": "av-hazard", "version": 1, "description": "AV hazard taxonomy + 100-200 word caption",
-     "system": HAZARD_SYSTEM, "user": HAZARD_USER, "schema": taxonomy.CAPTION_SCHEMA},
-    {"name": "av-hazard", "version": 2,
-     "description": "AV hazard taxonomy + 100-200 word caption; names the clip's camera; backend-safe schema",
-     "system": HAZARD_SYSTEM, "user": HAZARD_USER_V2, "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)},
+    {
+        "name": "av-hazard",
+        "version": 1,
+        "description": "AV hazard taxonomy + 100-200 word caption",
+        "system": HAZARD_SYSTEM,
+        "user": HAZARD_USER,
+        "schema": taxonomy.CAPTION_SCHEMA,
+    },
+    {
+        "name": "av-hazard",
+        "version": 2,
+        "description": "AV hazard taxonomy + 100-200 word caption; names the clip's camera; backend-safe schema",
+        "system": HAZARD_SYSTEM,
+        "user": HAZARD_USER_V2,
+        "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA),
+    },
 )
 DEFAULT_PROMPT = "av-hazard"
 
@@ -72,7 +83,7 @@ def camera_of(path: str, sidecar: dict | str | None) -> str | None:
     words = [w for w in re.split(r"[^a-z0-9]+", path.lower()) if w]
     for size in (2, 1):  # "left_repeater" before "left"
         for i in range(len(words) - size + 1):
-            cand = "_".join(words[i:i + size])
+            cand = "_".join(words[i : i + size])
             if cand in CAMERA_PHRASES:
                 return cand
     return None
@@ -93,18 +104,26 @@ def _decode(row: dict) -> dict:
     return row
 
 
-def create_version(db: sqlite_utils.Database, *, name: str, system: str, user: str, schema: dict,
-                   description: str = "", actor: str = "system") -> dict:
+def create_version(
+    db: sqlite_utils.Database,
+    *,
+    name: str,
+    system: str,
+    user: str,
+    schema: dict,
+    description: str = "",
+    actor: str = "system",
+) -> dict:
     """Add the next version of prompt `name` (version 1 if new)."""
     from data import events
 
     with immediate(db):
-        version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM prompts WHERE name = ?",
-                             [name]).fetchone()[0]
-        pid = db.execute("INSERT INTO prompts (name, version, description, system, user, schema, created_at) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                         [name, version, description, system, user, json.dumps(schema, sort_keys=True),
-                          now()]).lastrowid
+        version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM prompts WHERE name = ?", [name]).fetchone()[0]
+        pid = db.execute(
+            "INSERT INTO prompts (name, version, description, system, user, schema, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [name, version, description, system, user, json.dumps(schema, sort_keys=True), now()],
+        ).lastrowid
         events.record(db, actor, "prompt.create", name=name, version=version, prompt_id=pid)
     return get(db, pid)
 
@@ -113,10 +132,19 @@ def ensure_presets(db: sqlite_utils.Database) -> None:
     """Insert the shipped presets that are missing (by name and version)."""
     with immediate(db):
         for p in PRESETS:
-            db.execute("INSERT OR IGNORE INTO prompts (name, version, description, system, user, schema, "
-                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       [p["name"], p["version"], p["description"], p["system"], p["user"],
-                        json.dumps(p["schema"], sort_keys=True), now()])
+            db.execute(
+                "INSERT OR IGNORE INTO prompts (name, version, description, system, user, schema, "
+                "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    p["name"],
+                    p["version"],
+                    p["description"],
+                    p["system"],
+                    p["user"],
+                    json.dumps(p["schema"], sort_keys=True),
+                    now(),
+                ],
+            )
 
 
 def get(db: sqlite_utils.Database, prompt_id: int) -> dict:

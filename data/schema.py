@@ -21,8 +21,9 @@ MIGRATIONS = sqlite_utils.Migrations("workbench")
 
 
 def _fts_clips(db: sqlite_utils.Database) -> None:
-    db["clips"].enable_fts(["path", "caption_text", "labels_text"], create_triggers=True,
-                           tokenize="porter unicode61", replace=True)
+    db["clips"].enable_fts(
+        ["path", "caption_text", "labels_text"], create_triggers=True, tokenize="porter unicode61", replace=True
+    )
 
 
 @MIGRATIONS()
@@ -61,8 +62,16 @@ def m001_initial(db: sqlite_utils.Database) -> None:
         ingested_at REAL,
         updated_at REAL
     )""")
-    for cols in (["review_status", "id"], ["scenario", "id"], ["hazard_level", "id"], ["weather", "id"],
-                 ["lighting", "id"], ["road_type", "id"], ["caption_source", "id"], ["sha256"]):
+    for cols in (
+        ["review_status", "id"],
+        ["scenario", "id"],
+        ["hazard_level", "id"],
+        ["weather", "id"],
+        ["lighting", "id"],
+        ["road_type", "id"],
+        ["caption_source", "id"],
+        ["sha256"],
+    ):
         db["clips"].create_index(cols)
     db.execute("CREATE INDEX idx_clips_failed ON clips(id) WHERE probe_error IS NOT NULL")
     db.execute("CREATE INDEX idx_clips_uncaptioned ON clips(id) WHERE current_caption_id IS NULL")

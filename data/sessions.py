@@ -1,4 +1,4 @@
-"""Server-side login sessions (RELIABILITY.md S6).
+"""Server-side login sessions (docs/RELIABILITY.md, S6).
 
 A session is a random token in the `cw_session` cookie and a row in `sessions` keyed by the token's SHA-256.
 The server decides whether it is valid, so it can end it: logout deletes the row; a password change, a role
@@ -31,8 +31,10 @@ def create(db: sqlite_utils.Database, user: str) -> str:
     token = secrets.token_urlsafe(32)
     t = now()
     with immediate(db):
-        db.execute("INSERT INTO sessions (token_hash, user, created_at, last_seen) VALUES (?, ?, ?, ?)",
-                   [_hash(token), user, t, t])
+        db.execute(
+            "INSERT INTO sessions (token_hash, user, created_at, last_seen) VALUES (?, ?, ?, ?)",
+            [_hash(token), user, t, t],
+        )
     return token
 
 
@@ -70,5 +72,6 @@ def revoke_user(db: sqlite_utils.Database, user: str) -> int:
 def prune(db: sqlite_utils.Database, *, idle: float, absolute: float) -> int:
     t = now()
     with immediate(db):
-        return db.execute("DELETE FROM sessions WHERE last_seen < ? OR created_at < ?",
-                          [t - idle, t - absolute]).rowcount
+        return db.execute(
+            "DELETE FROM sessions WHERE last_seen < ? OR created_at < ?", [t - idle, t - absolute]
+        ).rowcount

@@ -12,19 +12,52 @@ from typing import Any
 import jsonschema
 
 SCENARIO_CATEGORIES = (
-    "normal_driving", "pedestrian_crossing", "cyclist_interaction", "vehicle_cut_in", "hard_braking",
-    "intersection_conflict", "lane_change", "merge", "road_obstruction", "construction_zone",
-    "emergency_vehicle", "animal_on_road", "near_collision", "collision", "traffic_violation", "other",
+    "normal_driving",
+    "pedestrian_crossing",
+    "cyclist_interaction",
+    "vehicle_cut_in",
+    "hard_braking",
+    "intersection_conflict",
+    "lane_change",
+    "merge",
+    "road_obstruction",
+    "construction_zone",
+    "emergency_vehicle",
+    "animal_on_road",
+    "near_collision",
+    "collision",
+    "traffic_violation",
+    "other",
 )
 HAZARD_LEVELS = ("none", "low", "medium", "high", "critical")
-ROAD_USERS = ("car", "truck", "bus", "motorcycle", "bicycle", "pedestrian", "animal", "emergency_vehicle",
-              "construction_equipment", "other")
-EGO_MANEUVERS = ("going_straight", "turning_left", "turning_right", "lane_change_left", "lane_change_right",
-                 "merging", "slowing", "stopped", "reversing", "parking", "accelerating")
+ROAD_USERS = (
+    "car",
+    "truck",
+    "bus",
+    "motorcycle",
+    "bicycle",
+    "pedestrian",
+    "animal",
+    "emergency_vehicle",
+    "construction_equipment",
+    "other",
+)
+EGO_MANEUVERS = (
+    "going_straight",
+    "turning_left",
+    "turning_right",
+    "lane_change_left",
+    "lane_change_right",
+    "merging",
+    "slowing",
+    "stopped",
+    "reversing",
+    "parking",
+    "accelerating",
+)
 WEATHER = ("clear", "cloudy", "rain", "snow", "fog", "unknown")
 LIGHTING = ("daylight", "dawn_dusk", "night_lit", "night_dark", "tunnel", "unknown")
-ROAD_TYPES = ("highway", "urban", "residential", "rural", "intersection", "parking_lot", "tunnel", "bridge",
-              "unknown")
+ROAD_TYPES = ("highway", "urban", "residential", "rural", "intersection", "parking_lot", "tunnel", "bridge", "unknown")
 
 # label name -> allowed values; road_users is a list, the others single values
 ENUMS: dict[str, tuple[str, ...]] = {
@@ -50,8 +83,11 @@ FACETS = {
 LABELS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        name: ({"type": "array", "items": {"type": "string", "enum": list(values)}, "uniqueItems": True}
-               if name in MULTI else {"type": "string", "enum": list(values)})
+        name: (
+            {"type": "array", "items": {"type": "string", "enum": list(values)}, "uniqueItems": True}
+            if name in MULTI
+            else {"type": "string", "enum": list(values)}
+        )
         for name, values in ENUMS.items()
     },
     "required": list(ENUMS),
@@ -74,12 +110,32 @@ CAPTION_SCHEMA: dict[str, Any] = {
 # What vLLM 0.25's xgrammar backend refuses with HTTP 400 "The provided JSON schema contains features not
 # supported by xgrammar." (measured on an H200; docs/GPU.md). Other backends accept less or more; the model is
 # only ever sent a schema without these, and the stricter checks (uniqueItems, ...) run in our validation.
-GRAMMAR_UNSUPPORTED = frozenset({"uniqueItems", "contains", "minContains", "maxContains", "patternProperties",
-                                 "propertyNames", "minProperties", "maxProperties", "multipleOf"})
+GRAMMAR_UNSUPPORTED = frozenset(
+    {
+        "uniqueItems",
+        "contains",
+        "minContains",
+        "maxContains",
+        "patternProperties",
+        "propertyNames",
+        "minProperties",
+        "maxProperties",
+        "multipleOf",
+    }
+)
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_ONE = ("items", "additionalProperties", "not", "if", "then", "else", "additionalItems",
-               "unevaluatedProperties", "unevaluatedItems")
+_SCHEMA_ONE = (
+    "items",
+    "additionalProperties",
+    "not",
+    "if",
+    "then",
+    "else",
+    "additionalItems",
+    "unevaluatedProperties",
+    "unevaluatedItems",
+)
 
 
 def _walk_schema(schema: Any, visit) -> Any:

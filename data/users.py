@@ -19,7 +19,7 @@ from data.db import DataError, NotFound, immediate, now
 ROLES = ("annotator", "lead", "admin")
 RANK = {r: i for i, r in enumerate(ROLES)}
 MIN_PASSWORD = 8
-_N, _R, _P = 2 ** 14, 8, 1  # scrypt cost: ~50 ms per check, 16 MiB of memory
+_N, _R, _P = 2**14, 8, 1  # scrypt cost: ~50 ms per check, 16 MiB of memory
 
 
 def hash_password(password: str, *, salt: bytes | None = None) -> str:
@@ -34,8 +34,9 @@ def check_password(password: str, stored: str) -> bool:
         algo, n, r, p, salt, digest = stored.split("$")
         if algo != "scrypt":
             return False
-        got = hashlib.scrypt(password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p),
-                             dklen=len(digest) // 2)
+        got = hashlib.scrypt(
+            password.encode(), salt=bytes.fromhex(salt), n=int(n), r=int(r), p=int(p), dklen=len(digest) // 2
+        )
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(got.hex(), digest)
@@ -78,8 +79,10 @@ def create(db: sqlite_utils.Database, name: str, *, role: str, password: str, ac
     with immediate(db):
         if next(db.query("SELECT 1 FROM users WHERE name = ?", [name]), None):
             raise DataError(f"user {name!r} already exists")
-        db.execute("INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
-                   [name, role, pw_hash, now()])
+        db.execute(
+            "INSERT INTO users (name, role, password_hash, created_at) VALUES (?, ?, ?, ?)",
+            [name, role, pw_hash, now()],
+        )
         events.record(db, actor, "user.create", user=name, role=role)
     return get(db, name)
 
@@ -109,8 +112,7 @@ def list_users(db: sqlite_utils.Database) -> list[dict]:
     return [_public(r) for r in db.query("SELECT * FROM users ORDER BY name")]
 
 
-def _update(db: sqlite_utils.Database, name: str, actor: str, action: str, sets: dict[str, Any],
-            **detail: Any) -> dict:
+def _update(db: sqlite_utils.Database, name: str, actor: str, action: str, sets: dict[str, Any], **detail: Any) -> dict:
     """Change a user and end all their sessions in the same transaction (S6: a password, role or disabled
     change must not leave an old cookie working)."""
     with immediate(db):

@@ -22,10 +22,9 @@ import signal
 import sys
 import threading
 
-from data import clips, jobs, prompts
-from data.job_params import JobParams
-from data import db as dbmod
+from data import clips, db as dbmod, jobs, prompts
 from data.db import DataError
+from data.job_params import JobParams
 from data.settings import add_arguments, from_args
 
 YES = {"yes", "y", "true", "1"}
@@ -45,11 +44,20 @@ def _yes_no(value: str | None) -> bool | None:
 
 def build_filter(args: argparse.Namespace) -> clips.Filter:
     """The clip filter the flags describe (same fields as the app's browser)."""
-    return clips.Filter(review_status=args.status, scenario=args.scenario, hazard_level=args.hazard_level,
-                        weather=args.weather, lighting=args.lighting, road_type=args.road_type,
-                        caption_source=args.source, has_caption=_yes_no(args.has_caption),
-                        failed=_yes_no(args.ingest_failed), job_id=args.job,
-                        job_item_state=args.job_state, text=args.text)
+    return clips.Filter(
+        review_status=args.status,
+        scenario=args.scenario,
+        hazard_level=args.hazard_level,
+        weather=args.weather,
+        lighting=args.lighting,
+        road_type=args.road_type,
+        caption_source=args.source,
+        has_caption=_yes_no(args.has_caption),
+        failed=_yes_no(args.ingest_failed),
+        job_id=args.job,
+        job_item_state=args.job_state,
+        text=args.text,
+    )
 
 
 def pick_prompt(db, spec: str | None) -> dict:
@@ -73,11 +81,19 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
         raise DataError("--job-state needs --job JOB (the job whose items to select)")
     prompt = pick_prompt(db, args.prompt)
     ids = list(itertools.islice(clips.iter_ids(db, f), args.limit)) if args.limit else list(clips.iter_ids(db, f))
-    params = JobParams.resolve(settings, frames=args.frames, max_tokens=args.max_tokens,
-                               temperature=args.temperature, seed=args.seed).to_dict()
+    params = JobParams.resolve(
+        settings, frames=args.frames, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+    ).to_dict()
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {len(ids)} clips"
-    return jobs.create(db, name=name, created_by=args.user, clip_ids=ids, prompt_id=prompt["id"], params=params,
-                       selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})})
+    return jobs.create(
+        db,
+        name=name,
+        created_by=args.user,
+        clip_ids=ids,
+        prompt_id=prompt["id"],
+        params=params,
+        selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})},
+    )
 
 
 class Bar:
@@ -86,8 +102,9 @@ class Bar:
     def __init__(self, total: int, initial: int, desc: str, disable: bool):
         from tqdm import tqdm
 
-        self.bar = tqdm(total=total, initial=initial, desc=desc, unit="clip", dynamic_ncols=True, disable=disable,
-                        smoothing=0.1)
+        self.bar = tqdm(
+            total=total, initial=initial, desc=desc, unit="clip", dynamic_ncols=True, disable=disable, smoothing=0.1
+        )
 
     def __call__(self, prog: dict) -> None:
         c = prog["counts"]
@@ -103,18 +120,34 @@ class Bar:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m serving.caption", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m serving.caption",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Create a captioning job over the clips a filter matches and run it in the foreground "
-                    "(Ctrl-C pauses it; --resume JOB continues it).",
+        "(Ctrl-C pauses it; --resume JOB continues it).",
         epilog="examples:\n"
-               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no\n"
-               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --text rain "
-               "--prompt av-hazard@1 --limit 100\n"
-               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --job 3 "
-               "--job-state failed   # a new job over job 3's failures\n"
-               "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12")
-    add_arguments(p, ("data_dir", "db", "clip_root", "fleet", "router_port", "model", "served_model_name",
-                      "per_replica_inflight", "request_timeout", "max_attempts", "lease_seconds"))
+        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no\n"
+        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --text rain "
+        "--prompt av-hazard@1 --limit 100\n"
+        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --job 3 "
+        "--job-state failed   # a new job over job 3's failures\n"
+        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12",
+    )
+    add_arguments(
+        p,
+        (
+            "data_dir",
+            "db",
+            "clip_root",
+            "fleet",
+            "router_port",
+            "model",
+            "served_model_name",
+            "per_replica_inflight",
+            "request_timeout",
+            "max_attempts",
+            "lease_seconds",
+        ),
+    )
     sel = p.add_argument_group("which clips")
     sel.add_argument("--status", choices=("unreviewed", "approved", "rejected"), help="review status")
     sel.add_argument("--has-caption", metavar="yes|no", help="only clips with (yes) or without (no) a caption")
@@ -137,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--seed", type=int, default=None)
     how.add_argument("--name", help="job name")
     how.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who the job is created by")
-    how.add_argument("--replicas", type=int, default=None,
-                     help="replicas behind a single router URL (default: ask the router's /workers)")
+    how.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="replicas behind a single router URL (default: ask the router's /workers)",
+    )
     how.add_argument("--resume", type=int, metavar="JOB", help="continue job JOB instead of creating one")
     how.add_argument("--retry-failed", action="store_true", help="with --resume: send the failed items again")
     how.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -156,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                 n = jobs.retry_failed(db, job["id"], args.user)
                 print(f"job {job['id']}: {n} failed item(s) back to pending", file=sys.stderr)
                 job = jobs.get(db, job["id"])
-            if job["state"] in ("paused", "cancelled") or (job["state"] == "done" and
-                                                          jobs.counts(db, job["id"])["pending"]):
+            if job["state"] in ("paused", "cancelled") or (
+                job["state"] == "done" and jobs.counts(db, job["id"])["pending"]
+            ):
                 job = jobs.change_state(db, job["id"], "resume", args.user)
             job_id = job["id"]
         else:
@@ -169,7 +207,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     finally:
         db.close()
-    print(f"job {job_id} ({job['name']}): {job['total']} clips, {c['done']} done, {c['failed']} failed", file=sys.stderr)
+    print(
+        f"job {job_id} ({job['name']}): {job['total']} clips, {c['done']} done, {c['failed']} failed", file=sys.stderr
+    )
     if job["state"] not in jobs.ACTIVE:
         print(f"job {job_id} is {job['state']}: nothing to run", file=sys.stderr)
         return 0
@@ -198,10 +238,20 @@ def main(argv: list[str] | None = None) -> int:
             prog = jobs.change_state(db, job_id, "pause", args.user)
         finally:
             db.close()
-        again = ["python", "-m", "serving.caption", "--db", str(settings.db), "--fleet", settings.fleet,
-                 "--resume", str(job_id)]
-        print(f"\npaused job {job_id}; nothing in flight was lost. Resume with:\n  {shlex.join(again)}",
-              file=sys.stderr)
+        again = [
+            "python",
+            "-m",
+            "serving.caption",
+            "--db",
+            str(settings.db),
+            "--fleet",
+            settings.fleet,
+            "--resume",
+            str(job_id),
+        ]
+        print(
+            f"\npaused job {job_id}; nothing in flight was lost. Resume with:\n  {shlex.join(again)}", file=sys.stderr
+        )
         return 130
     cnt = prog["counts"]
     print(f"job {job_id} {prog['state']}: {cnt['done']} captioned, {cnt['failed']} failed", file=sys.stderr)
@@ -212,8 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  failed: {f['path']}: {f['last_error']}", file=sys.stderr)
         finally:
             db.close()
-        print(f"  retry them with: python -m serving.caption --db {shlex.quote(str(settings.db))} "
-              f"--fleet {shlex.quote(settings.fleet)} --resume {job_id} --retry-failed", file=sys.stderr)
+        print(
+            f"  retry them with: python -m serving.caption --db {shlex.quote(str(settings.db))} "
+            f"--fleet {shlex.quote(settings.fleet)} --resume {job_id} --retry-failed",
+            file=sys.stderr,
+        )
     return 0 if prog["state"] == "done" else 1
 
 

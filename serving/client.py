@@ -26,7 +26,6 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 from __future__ import annotations
 
 import asyncio
-
 import json
 import os
 import random
@@ -35,7 +34,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import quote, unquote
 
 import httpx
@@ -49,9 +48,17 @@ DEFAULT_DECODE_BACKEND = "pynvvideocodec"
 # is what real vLLM 0.25 + NVDEC answered (tests/data/vllm-0.25.0-answers.json): CreateFormatContext for data that
 # is not a video, SimpleDecoder for a container without a video stream, "list index out of range" for an MP4
 # whose media data is cut short (the frame sampler indexes frames that are not there).
-DECODE_FAILURE_MARKERS = ("CreateFormatContext", "Invalid data found", "Could not open video",
-                          "moov atom not found", "Error opening video", "Failed to decode video",
-                          "SimpleDecoder", "Could not find stream", "list index out of range")
+DECODE_FAILURE_MARKERS = (
+    "CreateFormatContext",
+    "Invalid data found",
+    "Could not open video",
+    "moov atom not found",
+    "Error opening video",
+    "Failed to decode video",
+    "SimpleDecoder",
+    "Could not find stream",
+    "list index out of range",
+)
 # vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 POOLS_PER_REPLICA = 4
@@ -153,7 +160,7 @@ def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None
 
 def _count(value: Any) -> int | None:
     """A token count from the answer, or None for anything that is not a sane integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10 ** 9 else None
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9 else None
 
 
 def _schema_name(prompt: dict) -> str:
@@ -177,7 +184,10 @@ def _error_message(resp: httpx.Response) -> str:
 
 
 def classify_status(status: int, message: str, replica: str | None = None) -> FleetError:
-    """The FleetError for a non-200 answer (SERVING.md's error table)."""
+    """The FleetError for a non-200 answer, as vLLM and vllm-router use the codes: 400/413/422 are the clip's
+    fault (never retried), 429/503 mean overloaded or engine dead (retry with backoff), other 5xx are retried a
+    few times elsewhere, except a 500 whose message shows a decode failure or a missing file: that is the
+    clip's fault."""
     text = f"HTTP {status}: {message}"
     if status in (400, 413, 422):
         return ClipRejected(text, status=status, replica=replica, kind="bad_request")
@@ -216,11 +226,21 @@ def parse_answer(content: Any, schema: dict, *, replica: str | None = None) -> t
     try:
         answer = json.loads(content or "", strict=False)
     except (ValueError, TypeError) as e:
-        raise BadAnswer(f"the answer is not JSON ({e}): {str(content)[:200]!r}", status=200,
-                        replica=replica, kind="invalid_json", raw=raw) from None
+        raise BadAnswer(
+            f"the answer is not JSON ({e}): {str(content)[:200]!r}",
+            status=200,
+            replica=replica,
+            kind="invalid_json",
+            raw=raw,
+        ) from None
     if not isinstance(answer, dict):
-        raise BadAnswer(f"the answer is JSON but not an object: {str(content)[:200]!r}", status=200,
-                        replica=replica, kind="schema", raw=raw)
+        raise BadAnswer(
+            f"the answer is JSON but not an object: {str(content)[:200]!r}",
+            status=200,
+            replica=replica,
+            kind="schema",
+            raw=raw,
+        )
     if isinstance(answer.get("caption"), str):
         answer["caption"] = _clean_text(answer["caption"])
         if not answer["caption"]:
@@ -235,14 +255,21 @@ class FleetClient:
     """Async client for the fleet (one per event loop). Timeouts are explicit and the pool is large:
     the runner, not httpx, bounds how many requests are in flight."""
 
-    def __init__(self, settings: Any, *, transport: httpx.AsyncBaseTransport | None = None,
-                 media_base_url: str | None = None, decode_backend: str = DEFAULT_DECODE_BACKEND,
-                 timeout: httpx.Timeout | None = None):
+    def __init__(
+        self,
+        settings: Any,
+        *,
+        transport: httpx.AsyncBaseTransport | None = None,
+        media_base_url: str | None = None,
+        decode_backend: str = DEFAULT_DECODE_BACKEND,
+        timeout: httpx.Timeout | None = None,
+    ):
         self.settings = settings
         self.media_base_url = media_base_url
         self.decode_backend = decode_backend
-        self.timeout = timeout or httpx.Timeout(connect=5.0, read=float(settings.request_timeout), write=30.0,
-                                                pool=None)
+        self.timeout = timeout or httpx.Timeout(
+            connect=5.0, read=float(settings.request_timeout), write=30.0, pool=None
+        )
         self._limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0)
         self._transport = transport
         # One pool per replica when we own the transport: httpcore's pool work per request grows with the
@@ -251,7 +278,6 @@ class FleetClient:
         # replica, used in turn.
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._turn = 0
-
 
     def _client_for(self, replica_url: str) -> httpx.AsyncClient:
         if self._transport is not None:
@@ -266,9 +292,15 @@ class FleetClient:
                 # TCP_NODELAY: httpx writes headers and body separately; without it the body can wait for
                 # the server's delayed ACK (measured: 5.0 -> 2.4 ms per request on loopback).
                 transport = httpx.AsyncHTTPTransport(
-                    limits=self._limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
-            client = httpx.AsyncClient(transport=transport, timeout=self.timeout, limits=self._limits,
-                                       headers={"user-agent": "clip-workbench"}, trust_env=False)
+                    limits=self._limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+                )
+            client = httpx.AsyncClient(
+                transport=transport,
+                timeout=self.timeout,
+                limits=self._limits,
+                headers={"user-agent": "clip-workbench"},
+                trust_env=False,
+            )
             self._clients[key] = client
         return client
 
@@ -282,19 +314,27 @@ class FleetClient:
             "model": self.settings.model_name,
             "messages": [
                 {"role": "system", "content": prompt.get("system") or ""},
-                {"role": "user", "content": [
-                    {"type": "video_url", "video_url": {"url": url}},
-                    {"type": "text", "text": prompts.render_user(prompt, req.camera)},
-                ]},
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "video_url", "video_url": {"url": url}},
+                        {"type": "text", "text": prompts.render_user(prompt, req.camera)},
+                    ],
+                },
             ],
             # the backend-safe form of whatever schema the prompt stores (v1 of the preset carries
             # `uniqueItems`, which xgrammar refuses); the answer is checked against the full schema
-            "response_format": {"type": "json_schema", "json_schema": {
-                "name": _schema_name(prompt),
-                "schema": taxonomy.model_schema(prompt.get("schema") or taxonomy.CAPTION_SCHEMA),
-                "strict": True}},
-            "media_io_kwargs": {"video": {"num_frames": int(req.frames), "min_frames": int(req.frames),
-                                          "max_frames": int(req.frames)}},
+            "response_format": {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": _schema_name(prompt),
+                    "schema": taxonomy.model_schema(prompt.get("schema") or taxonomy.CAPTION_SCHEMA),
+                    "strict": True,
+                },
+            },
+            "media_io_kwargs": {
+                "video": {"num_frames": int(req.frames), "min_frames": int(req.frames), "max_frames": int(req.frames)}
+            },
             "max_completion_tokens": int(req.max_tokens),
             "temperature": float(req.temperature),
         }
@@ -322,20 +362,28 @@ class FleetClient:
             async with asyncio.timeout(deadline):
                 resp = await self._read_bounded(replica_url, body)
         except TimeoutError:
-            raise Unreachable(f"no complete answer from {replica_url} within {deadline:.0f} s",
-                              replica=replica_url, kind="timeout") from None
+            raise Unreachable(
+                f"no complete answer from {replica_url} within {deadline:.0f} s", replica=replica_url, kind="timeout"
+            ) from None
         except httpx.TimeoutException as e:
-            raise Unreachable(f"{type(e).__name__}: no answer from {replica_url} within the timeout",
-                              replica=replica_url, kind="timeout") from None
+            raise Unreachable(
+                f"{type(e).__name__}: no answer from {replica_url} within the timeout",
+                replica=replica_url,
+                kind="timeout",
+            ) from None
         except httpx.ConnectError as e:
-            raise Unreachable(f"cannot connect to {replica_url}: {e}", replica=replica_url,
-                              kind="connect") from None
+            raise Unreachable(f"cannot connect to {replica_url}: {e}", replica=replica_url, kind="connect") from None
         except httpx.TransportError as e:
-            raise Unreachable(f"{type(e).__name__} talking to {replica_url}: {e}", replica=replica_url,
-                              kind="closed") from None
+            raise Unreachable(
+                f"{type(e).__name__} talking to {replica_url}: {e}", replica=replica_url, kind="closed"
+            ) from None
         latency_ms = (time.monotonic() - started) * 1000.0
-        replica = (resp.headers.get("x-replica") or resp.headers.get("x-worker-url")
-                   or resp.headers.get("x-worker") or replica_url)
+        replica = (
+            resp.headers.get("x-replica")
+            or resp.headers.get("x-worker-url")
+            or resp.headers.get("x-worker")
+            or replica_url
+        )
         if resp.status_code != 200:
             raise classify_status(resp.status_code, _error_message(resp), replica)
         return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
@@ -348,42 +396,57 @@ class FleetClient:
         async with self._client_for(replica_url).stream("POST", url, json=body) as resp:
             declared = resp.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
-                raise ReplicaError(f"answer of {int(declared):,} bytes from {replica_url} refused (the limit is "
-                                   f"{MAX_ANSWER_BYTES:,})", status=resp.status_code, replica=replica_url,
-                                   kind="oversized")
+                raise ReplicaError(
+                    f"answer of {int(declared):,} bytes from {replica_url} refused (the limit is {MAX_ANSWER_BYTES:,})",
+                    status=resp.status_code,
+                    replica=replica_url,
+                    kind="oversized",
+                )
             chunks, size = [], 0
             async for chunk in resp.aiter_bytes():
                 size += len(chunk)
                 if size > MAX_ANSWER_BYTES:
-                    raise ReplicaError(f"answer from {replica_url} longer than {MAX_ANSWER_BYTES:,} bytes: refused, "
-                                       "not read further", status=resp.status_code, replica=replica_url,
-                                       kind="oversized")
+                    raise ReplicaError(
+                        f"answer from {replica_url} longer than {MAX_ANSWER_BYTES:,} bytes: refused, not read further",
+                        status=resp.status_code,
+                        replica=replica_url,
+                        kind="oversized",
+                    )
                 chunks.append(chunk)
             headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() != "content-encoding"]
-            return httpx.Response(resp.status_code, headers=headers, content=b"".join(chunks),
-                                  request=resp.request)
+            return httpx.Response(resp.status_code, headers=headers, content=b"".join(chunks), request=resp.request)
 
-    def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str,
-               latency_ms: float) -> CaptionResult:
+    def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str, latency_ms: float) -> CaptionResult:
         try:
             data = resp.json()
             choice = data["choices"][0]
             finish = choice.get("finish_reason")
             content = (choice.get("message") or {}).get("content")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ReplicaError(f"HTTP 200 without a chat completion body: {resp.text[:200]!r}",
-                               status=200, replica=replica) from None
+            raise ReplicaError(
+                f"HTTP 200 without a chat completion body: {resp.text[:200]!r}", status=200, replica=replica
+            ) from None
         if finish != "stop":
             kind = "truncated" if finish == "length" else "unfinished"
-            raise BadAnswer(f"the model stopped with finish_reason={finish!r} (max_completion_tokens="
-                            f"{req.max_tokens}); the answer is incomplete", status=200, replica=replica,
-                            kind=kind, raw=content if isinstance(content, str) else None)
+            raise BadAnswer(
+                f"the model stopped with finish_reason={finish!r} (max_completion_tokens="
+                f"{req.max_tokens}); the answer is incomplete",
+                status=200,
+                replica=replica,
+                kind=kind,
+                raw=content if isinstance(content, str) else None,
+            )
         text, labels = parse_answer(content, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA, replica=replica)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         model = limits.clip_text(str(data.get("model") or self.settings.model_name))
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
-        params = {"max_completion_tokens": req.max_tokens, "temperature": req.temperature, "seed": req.seed,
-                  "num_frames": req.frames, "camera": req.camera}
+        params = {
+            "max_completion_tokens": req.max_tokens,
+            "temperature": req.temperature,
+            "seed": req.seed,
+            "num_frames": req.frames,
+            "camera": req.camera,
+        }
         provenance = {
             "model": model,
             "prompt_id": req.prompt.get("id"),
@@ -425,5 +488,21 @@ class FleetClient:
         await self.aclose()
 
 
-__all__ = ["CaptionRequest", "CaptionResult", "FleetClient", "backoff", "clip_url", "resolve_clip",
-           "classify_status", "DEFAULT_DECODE_BACKEND"]
+class CaptionClient(Protocol):
+    """What the runner needs of a client: one attempt per call, a CaptionResult or a FleetError. FleetClient is
+    one; tests pass fakes. Whoever makes a client closes it (the runner closes only the ones it makes)."""
+
+    async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult: ...
+
+
+__all__ = [
+    "CaptionClient",
+    "CaptionRequest",
+    "CaptionResult",
+    "FleetClient",
+    "backoff",
+    "clip_url",
+    "resolve_clip",
+    "classify_status",
+    "DEFAULT_DECODE_BACKEND",
+]

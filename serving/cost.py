@@ -90,10 +90,17 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
     rate = rec.get("clips_per_s")
     if rec.get("error") or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
         return None
-    return Measurement(clips_per_s=float(rate), gpus=int(rec.get("gpus") or 1), frames=int(rec.get("frames") or 16),
-                       precision=normalise_precision(rec.get("precision") or rec.get("dtype")),
-                       backend=str(rec.get("backend") or DEFAULT_BACKEND), config=str(rec.get("config") or ""),
-                       date=str(rec.get("date") or ""), source=source, via=str(rec.get("via") or "vllm"))
+    return Measurement(
+        clips_per_s=float(rate),
+        gpus=int(rec.get("gpus") or 1),
+        frames=int(rec.get("frames") or 16),
+        precision=normalise_precision(rec.get("precision") or rec.get("dtype")),
+        backend=str(rec.get("backend") or DEFAULT_BACKEND),
+        config=str(rec.get("config") or ""),
+        date=str(rec.get("date") or ""),
+        source=source,
+        via=str(rec.get("via") or "vllm"),
+    )
 
 
 def load_measurements(*paths: str | Path) -> list[Measurement]:
@@ -130,52 +137,87 @@ def _efficiency(ms: list[Measurement], replicas: int) -> tuple[float, str]:
     return eff, f"x{eff:.2f} per-GPU efficiency measured at {n} GPUs"
 
 
-def estimate(replicas: int, frames: int, precision: str = "bf16", measurements: Iterable[Measurement] = (), *,
-             live_rate: float | None = None, live_replicas: int | None = None,
-             backend: str = DEFAULT_BACKEND) -> Estimate:
+def estimate(
+    replicas: int,
+    frames: int,
+    precision: str = "bf16",
+    measurements: Iterable[Measurement] = (),
+    *,
+    live_rate: float | None = None,
+    live_replicas: int | None = None,
+    backend: str = DEFAULT_BACKEND,
+) -> Estimate:
     """Clips/s of `replicas` replicas (one per GPU) at `frames` frames and `precision` (see the module doc)."""
     if replicas < 1 or frames < 1:
         raise ValueError("replicas and frames must be at least 1")
     precision = normalise_precision(precision)
     if live_rate is not None and live_rate > 0 and live_replicas:
         per = live_rate / live_replicas
-        return Estimate(per * replicas, replicas, frames, precision, "live",
-                        f"the running job's rate, {live_rate:.2f} clips/s on {live_replicas} replica(s), per "
-                        "replica", per)
+        return Estimate(
+            per * replicas,
+            replicas,
+            frames,
+            precision,
+            "live",
+            f"the running job's rate, {live_rate:.2f} clips/s on {live_replicas} replica(s), per replica",
+            per,
+        )
     same = [m for m in measurements if m.precision == precision and m.backend == backend]
     if any(m.via == "runner" for m in same):  # what a job sees beats vLLM alone on another workload
         same = [m for m in same if m.via == "runner"]
     exact = [m for m in same if m.frames == frames]
     if exact:
-        best = max((m for m in exact if m.gpus == 1), key=lambda m: m.per_gpu, default=None) \
-            or max(exact, key=lambda m: m.per_gpu)
+        best = max((m for m in exact if m.gpus == 1), key=lambda m: m.per_gpu, default=None) or max(
+            exact, key=lambda m: m.per_gpu
+        )
         eff, how = _efficiency(exact, replicas)
         per = best.per_gpu * eff
-        return Estimate(per * replicas, replicas, frames, precision, "measured",
-                        f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'} {best.date}, "
-                        f"{best.source}); {how}", per)
+        return Estimate(
+            per * replicas,
+            replicas,
+            frames,
+            precision,
+            "measured",
+            f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'} {best.date}, {best.source}); {how}",
+            per,
+        )
     if same:
         near = min(same, key=lambda m: (abs(m.frames - frames), -m.per_gpu))
         at_frames = [m for m in same if m.frames == near.frames]
         best = max(at_frames, key=lambda m: (m.gpus == 1, m.per_gpu))
         eff, how = _efficiency(at_frames, replicas)
         per = best.per_gpu * best.frames / frames * eff
-        return Estimate(per * replicas, replicas, frames, precision, "scaled",
-                        f"scaled from {best.per_gpu:.2f} clips/s per GPU measured at {best.frames} frames "
-                        f"({best.source}) by {best.frames}/{frames} frames; {how}; not measured at {frames} "
-                        "frames", per)
-    return Estimate(None, replicas, frames, precision, "none",
-                    f"no {precision} measurement recorded: run `benchmarks/bench_fleet.py sweep` with {precision} "
-                    "on a GPU node (docs/GPU.md), or start the job and use its live rate")
+        return Estimate(
+            per * replicas,
+            replicas,
+            frames,
+            precision,
+            "scaled",
+            f"scaled from {best.per_gpu:.2f} clips/s per GPU measured at {best.frames} frames "
+            f"({best.source}) by {best.frames}/{frames} frames; {how}; not measured at {frames} "
+            "frames",
+            per,
+        )
+    return Estimate(
+        None,
+        replicas,
+        frames,
+        precision,
+        "none",
+        f"no {precision} measurement recorded: run `benchmarks/bench_fleet.py sweep` with {precision} "
+        "on a GPU node (docs/GPU.md), or start the job and use its live rate",
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
     root = Path(__file__).resolve().parents[1]
-    p = argparse.ArgumentParser(prog="python -m serving.cost",
-                                description="Clips/s, wall time and GPU-hours for a fleet, from recorded GPU runs.",
-                                epilog="example: python -m serving.cost --replicas 8 --frames 16 --clips 100000")
+    p = argparse.ArgumentParser(
+        prog="python -m serving.cost",
+        description="Clips/s, wall time and GPU-hours for a fleet, from recorded GPU runs.",
+        epilog="example: python -m serving.cost --replicas 8 --frames 16 --clips 100000",
+    )
     p.add_argument("--replicas", type=int, required=True, help="replicas (one per GPU)")
     p.add_argument("--frames", type=int, default=16, help="frames per clip (default 16)")
     p.add_argument("--precision", default="bf16", help="bf16 or fp8 (default bf16)")
@@ -184,13 +226,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
     p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
     a = p.parse_args(argv)
-    e = estimate(a.replicas, a.frames, a.precision, load_measurements(a.runs), live_rate=a.live_rate,
-                 live_replicas=a.live_replicas)
+    e = estimate(
+        a.replicas,
+        a.frames,
+        a.precision,
+        load_measurements(a.runs),
+        live_rate=a.live_rate,
+        live_replicas=a.live_replicas,
+    )
     if e.clips_per_s is None:
         print(f"no estimate: {e.note}")
         return 1
-    print(f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.precision} ({e.basis}: "
-          f"{e.note})")
+    print(
+        f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.precision} ({e.basis}: "
+        f"{e.note})"
+    )
     if a.clips:
         print(f"{a.clips} clips: {e.seconds_for(a.clips) / 3600:.2f} h wall, {e.gpu_hours(a.clips):.1f} GPU-hours")
     return 0

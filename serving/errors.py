@@ -24,8 +24,7 @@ class FleetError(Exception):
     kind: str = "fleet"
     retryable: bool = False
 
-    def __init__(self, message: str, *, status: int | None = None, replica: str | None = None,
-                 kind: str | None = None):
+    def __init__(self, message: str, *, status: int | None = None, replica: str | None = None, kind: str | None = None):
         super().__init__(message)
         self.message = message
         self.status = status
@@ -34,8 +33,10 @@ class FleetError(Exception):
             self.kind = kind
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}({self.message!r}, kind={self.kind!r}, status={self.status!r}, "
-                f"replica={self.replica!r})")
+        return (
+            f"{type(self).__name__}({self.message!r}, kind={self.kind!r}, status={self.status!r}, "
+            f"replica={self.replica!r})"
+        )
 
 
 class ClipRejected(FleetError):

@@ -1,6 +1,6 @@
 """Fleet health and load: each replica's `/health` and Prometheus `/metrics`, and the router's status.
 
-What the web app and the runner show per replica (SERVING.md, "Health and metrics"):
+What the web app and the runner show per replica (vLLM's `/health` and `/metrics`):
 healthy (`GET /health` is 200), running / waiting requests, KV-cache usage, successful requests by finish
 reason, prompt and generation tokens, mean end-to-end latency and time to first token, and whether the
 replica is simulated (a served model id containing "simulated" or an `x-simulated: 1` header), so the UI
@@ -78,9 +78,20 @@ def parse_metrics(text: str) -> dict[str, Any]:
 
     Returns running, waiting, kv_cache_usage, success (by finished_reason), success_total, prompt_tokens,
     generation_tokens, e2e_sum/e2e_count/e2e_latency_mean, ttft_mean, model (the model_name label)."""
-    out: dict[str, Any] = {"running": 0.0, "waiting": 0.0, "kv_cache_usage": 0.0, "success": {},
-                           "success_total": 0.0, "prompt_tokens": 0.0, "generation_tokens": 0.0,
-                           "e2e_sum": 0.0, "e2e_count": 0.0, "ttft_sum": 0.0, "ttft_count": 0.0, "model": None}
+    out: dict[str, Any] = {
+        "running": 0.0,
+        "waiting": 0.0,
+        "kv_cache_usage": 0.0,
+        "success": {},
+        "success_total": 0.0,
+        "prompt_tokens": 0.0,
+        "generation_tokens": 0.0,
+        "e2e_sum": 0.0,
+        "e2e_count": 0.0,
+        "ttft_sum": 0.0,
+        "ttft_count": 0.0,
+        "model": None,
+    }
     kv_values: list[float] = []
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -121,8 +132,9 @@ def _base(url: str) -> str:
     return base[:-3] if base.endswith("/v1") else base
 
 
-def _apply(status: ReplicaStatus, health: httpx.Response | BaseException,
-           metrics: httpx.Response | BaseException) -> ReplicaStatus:
+def _apply(
+    status: ReplicaStatus, health: httpx.Response | BaseException, metrics: httpx.Response | BaseException
+) -> ReplicaStatus:
     errors = []
     if isinstance(health, httpx.Response):
         status.reachable = True
@@ -141,8 +153,19 @@ def _apply(status: ReplicaStatus, health: httpx.Response | BaseException,
             except ValueError as e:
                 errors.append(f"/metrics unparseable: {e}")
             else:
-                for key in ("running", "waiting", "kv_cache_usage", "success", "success_total", "prompt_tokens",
-                            "generation_tokens", "e2e_latency_mean", "e2e_count", "ttft_mean", "model"):
+                for key in (
+                    "running",
+                    "waiting",
+                    "kv_cache_usage",
+                    "success",
+                    "success_total",
+                    "prompt_tokens",
+                    "generation_tokens",
+                    "e2e_latency_mean",
+                    "e2e_count",
+                    "ttft_mean",
+                    "model",
+                ):
                     setattr(status, key, m[key])
         else:
             errors.append(f"/metrics answered {metrics.status_code}")
@@ -169,8 +192,12 @@ async def scrape_async(client: httpx.AsyncClient, url: str, *, timeout: float = 
     return _apply(ReplicaStatus(url=url), health, metrics)
 
 
-async def replica_status(client_or_urls: httpx.AsyncClient | Iterable[str], urls: Iterable[str] | None = None,
-                         *, timeout: float = DEFAULT_TIMEOUT) -> list[ReplicaStatus]:
+async def replica_status(
+    client_or_urls: httpx.AsyncClient | Iterable[str],
+    urls: Iterable[str] | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> list[ReplicaStatus]:
     """Status of every replica, scraped concurrently: `replica_status(urls)` or
     `replica_status(async_client, urls)` to reuse a client."""
     if isinstance(client_or_urls, httpx.AsyncClient):
@@ -186,16 +213,19 @@ async def replica_status(client_or_urls: httpx.AsyncClient | Iterable[str], urls
             await client.aclose()
 
 
-def scrape(url: str, *, timeout: float = DEFAULT_TIMEOUT,
-           transport: httpx.BaseTransport | None = None) -> ReplicaStatus:
+def scrape(
+    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+) -> ReplicaStatus:
     """Sync status of one replica (for the web app: short timeout, never raises for a dead replica)."""
     base = _base(url)
     with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
+
         def get(path: str) -> httpx.Response | BaseException:
             try:
                 return c.get(base + path)
             except httpx.HTTPError as e:
                 return e
+
         return _apply(ReplicaStatus(url=url), get("/health"), get("/metrics"))
 
 
@@ -212,8 +242,9 @@ def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> li
     return [scrape(u, timeout=timeout) for u in url_list]
 
 
-def router_status(url: str, *, timeout: float = DEFAULT_TIMEOUT,
-                  transport: httpx.BaseTransport | None = None) -> RouterStatus:
+def router_status(
+    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+) -> RouterStatus:
     """vllm-router liveness, readiness and worker list (each part best effort)."""
     base = url.rstrip("/")
     st = RouterStatus(url=url)
@@ -260,8 +291,10 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
     dt = after.scraped_at - before.scraped_at
     if dt <= 0:
         return {"requests_per_s": None, "tokens_per_s": None}
-    return {"requests_per_s": max(0.0, after.success_total - before.success_total) / dt,
-            "tokens_per_s": max(0.0, after.generation_tokens - before.generation_tokens) / dt}
+    return {
+        "requests_per_s": max(0.0, after.success_total - before.success_total) / dt,
+        "tokens_per_s": max(0.0, after.generation_tokens - before.generation_tokens) / dt,
+    }
 
 
 def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
@@ -279,8 +312,9 @@ def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[
     return list(dict.fromkeys(replicas)), router
 
 
-def snapshot(replica_urls: Iterable[str], router_url: str | None = None, *,
-             timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+def snapshot(
+    replica_urls: Iterable[str], router_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
     """One dict for the UI: replicas (list of dicts), router (dict or None), and fleet totals."""
     reps = fleet_status(replica_urls, timeout=timeout)
     router = router_status(router_url, timeout=timeout).to_dict() if router_url else None
@@ -296,5 +330,16 @@ def snapshot(replica_urls: Iterable[str], router_url: str | None = None, *,
     }
 
 
-__all__ = ["ReplicaStatus", "RouterStatus", "parse_metrics", "scrape", "scrape_async", "replica_status",
-           "fleet_status", "router_status", "rates", "snapshot", "discover"]
+__all__ = [
+    "ReplicaStatus",
+    "RouterStatus",
+    "parse_metrics",
+    "scrape",
+    "scrape_async",
+    "replica_status",
+    "fleet_status",
+    "router_status",
+    "rates",
+    "snapshot",
+    "discover",
+]

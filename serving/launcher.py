@@ -7,13 +7,13 @@
     python -m serving.launcher url            # what the runner and the app should talk to
     python -m serving.launcher down
 
-The replica command is the NVIDIA recipe of design/SERVING.md: GPU video decoding selected through the
-`backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL ignores), a decode budget
-from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica per GPU through
-`CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the bare
-api_server module ignores `--api-server-count`). Every process gets its own process group and log file under
-DATA_DIR/logs; its pid/pgid go to DATA_DIR/run/fleet.json as soon as it starts, so `down` and `status` work
-from another shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
+The replica command is NVIDIA's recipe for vLLM with NVDEC decoding (docs/GPU.md, "Running the fleet"): GPU video
+decoding selected through the `backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL
+ignores), a decode budget from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica
+per GPU through `CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the
+bare api_server module ignores `--api-server-count`). Every process gets its own process group and log file under
+DATA_DIR/logs; its pid/pgid go to DATA_DIR/run/fleet.json as soon as it starts, so `down` and `status` work from another
+shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
 """
 
 from __future__ import annotations
@@ -37,12 +37,25 @@ from data import library
 from data.settings import Settings, add_arguments, from_args
 from serving import procs
 
-HW_DECODERS_SINCE = (0, 25, 1)   # hw_decoders exists in releases after this one
-SETTING_NAMES = ("data_dir", "clip_root", "fleet", "fleet_port", "router_port", "gpus", "model",
-                 "served_model_name", "frames",
-                 # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
-                 "router_prometheus_port", "role", "replica_host", "worker_urls", "media_url_base",
-                 "allowed_media_domains")
+HW_DECODERS_SINCE = (0, 25, 1)  # hw_decoders exists in releases after this one
+SETTING_NAMES = (
+    "data_dir",
+    "clip_root",
+    "fleet",
+    "fleet_port",
+    "router_port",
+    "gpus",
+    "model",
+    "served_model_name",
+    "frames",
+    # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
+    "router_prometheus_port",
+    "role",
+    "replica_host",
+    "worker_urls",
+    "media_url_base",
+    "allowed_media_domains",
+)
 
 
 # ---- versions and GPUs --------------------------------------------------------------------------------------
@@ -99,9 +112,16 @@ STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace"
 
 
 # ---- command lines --------------------------------------------------------------------------------------------
-def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | None, host: str = "127.0.0.1",
-                 extra: Sequence[str] = (), frames: int | None = None,
-                 backend: str = "pynvvideocodec") -> list[str]:
+def vllm_command(
+    settings: Settings,
+    port: int,
+    *,
+    version: tuple[int, ...] | None,
+    host: str = "127.0.0.1",
+    extra: Sequence[str] = (),
+    frames: int | None = None,
+    backend: str = "pynvvideocodec",
+) -> list[str]:
     """`vllm serve` for one replica, the NVIDIA recipe adapted to the vLLM `version`. `backend` is the video
     decoder (`pynvvideocodec` = NVDEC; `opencv` = CPU decoding, for side-by-side benchmarks)."""
     frames = frames or settings.frames
@@ -109,43 +129,104 @@ def vllm_command(settings: Settings, port: int, *, version: tuple[int, ...] | No
     # hw_decoders is a knob of the NVDEC backend only
     if backend == "pynvvideocodec" and (version is None or version > HW_DECODERS_SINCE):
         video["hw_decoders"] = 2
-    cmd = [*_entry("vllm", "vllm.entrypoints.cli.main"), "serve", settings.model, "--host", host, "--port", str(port),
-           "--dtype", "bfloat16", "--max-model-len", "32768", "--max-num-seqs", "1024",
-           "--max-num-batched-tokens", "32768", "--api-server-count", "4", "--renderer-num-workers", "4",
-           "--async-scheduling", "--mm-ipc-gpu-memory-gb", "2",
-           "--media-io-kwargs", json.dumps({"video": video}, separators=(",", ":")),
-           "--mm-processor-kwargs", json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}},
-                                               separators=(",", ":")),
-           "--allowed-local-media-path", str(settings.clip_root),
-           # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on
-           "--mm-processor-cache-gb", "0",
-           # structured output chosen on purpose: xgrammar (the schema we send is what it compiles, see
-           # data.taxonomy.model_schema) and compact JSON (no whitespace tokens; 0.25 refuses this option
-           # with backend "auto")
-           "--structured-outputs-config", STRUCTURED_OUTPUTS]
+    cmd = [
+        *_entry("vllm", "vllm.entrypoints.cli.main"),
+        "serve",
+        settings.model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "32768",
+        "--api-server-count",
+        "4",
+        "--renderer-num-workers",
+        "4",
+        "--async-scheduling",
+        "--mm-ipc-gpu-memory-gb",
+        "2",
+        "--media-io-kwargs",
+        json.dumps({"video": video}, separators=(",", ":")),
+        "--mm-processor-kwargs",
+        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}, separators=(",", ":")),
+        "--allowed-local-media-path",
+        str(settings.clip_root),
+        # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on
+        "--mm-processor-cache-gb",
+        "0",
+        # structured output chosen on purpose: xgrammar (the schema we send is what it compiles, see
+        # data.taxonomy.model_schema) and compact JSON (no whitespace tokens; 0.25 refuses this option
+        # with backend "auto")
+        "--structured-outputs-config",
+        STRUCTURED_OUTPUTS,
+    ]
     if settings.served_model_name:
         cmd += ["--served-model-name", settings.served_model_name]
     return cmd + list(extra)
 
 
-def router_command(settings: Settings, worker_urls: Sequence[str], *, prometheus_port: int = 29000,
-                   health_interval: int = 10, startup_timeout: int = 1800) -> list[str]:
-    return [*_entry("vllm-router", "vllm_router.launch_router"), "--host", "127.0.0.1", "--port", str(settings.router_port),
-            "--worker-urls", *worker_urls, "--policy", "round_robin",
-            "--worker-startup-timeout-secs", str(startup_timeout),
-            "--health-check-interval-secs", str(health_interval), "--request-timeout-secs", "1800",
-            "--retry-max-retries", "2", "--prometheus-port", str(prometheus_port)]
+def router_command(
+    settings: Settings,
+    worker_urls: Sequence[str],
+    *,
+    prometheus_port: int = 29000,
+    health_interval: int = 10,
+    startup_timeout: int = 1800,
+) -> list[str]:
+    return [
+        *_entry("vllm-router", "vllm_router.launch_router"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(settings.router_port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        "round_robin",
+        "--worker-startup-timeout-secs",
+        str(startup_timeout),
+        "--health-check-interval-secs",
+        str(health_interval),
+        "--request-timeout-secs",
+        "1800",
+        "--retry-max-retries",
+        "2",
+        "--prometheus-port",
+        str(prometheus_port),
+    ]
 
 
 def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
-    return [sys.executable, "-m", "serving.simfleet", "--replicas", str(replicas), "--port", str(settings.fleet_port),
-            "--host", settings.replica_host,
-            "--allowed-local-media-path", str(settings.clip_root), "--model", settings.model_name, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "serving.simfleet",
+        "--replicas",
+        str(replicas),
+        "--port",
+        str(settings.fleet_port),
+        "--host",
+        settings.replica_host,
+        "--allowed-local-media-path",
+        str(settings.clip_root),
+        "--model",
+        settings.model_name,
+        *extra,
+    ]
 
 
 def mps_env(settings: Settings) -> dict[str, str]:
-    return {"CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),
-            "CUDA_MPS_LOG_DIRECTORY": str(settings.data_dir / "logs" / "mps")}
+    return {
+        "CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),
+        "CUDA_MPS_LOG_DIRECTORY": str(settings.data_dir / "logs" / "mps"),
+    }
 
 
 def plan(settings: Settings, args: argparse.Namespace) -> dict:
@@ -175,33 +256,70 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
             port = settings.fleet_port + i
             url = f"http://{advertised_host(settings.replica_host)}:{port}"
             replica_urls.append(url)
-            steps.append({"name": f"replica-{i}", "cmd": vllm_command(settings, port, version=version, extra=extra,
-                                                                      host=settings.replica_host),
-                          "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common}, "log": str(logs / f"replica-{i}.log"),
-                          "url": url, "health": f"http://{local_host(settings.replica_host)}:{port}/health"})
+            steps.append(
+                {
+                    "name": f"replica-{i}",
+                    "cmd": vllm_command(settings, port, version=version, extra=extra, host=settings.replica_host),
+                    "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common},
+                    "log": str(logs / f"replica-{i}.log"),
+                    "url": url,
+                    "health": f"http://{local_host(settings.replica_host)}:{port}/health",
+                }
+            )
         timeout = args.startup_timeout or 1800
     else:
         n = args.replicas
         replica_urls = [f"http://{advertised_host(settings.replica_host)}:{settings.fleet_port + i}" for i in range(n)]
-        steps.append({"name": "simfleet", "cmd": simfleet_command(settings, n, remote_media_args(settings, sim=True) + [
-                          t for a in args.sim_arg for t in shlex.split(a)]),
-                      "env": {}, "log": str(logs / "simfleet.log"), "url": ",".join(replica_urls),
-                      "health": [f"http://{local_host(settings.replica_host)}:{settings.fleet_port + i}/health"
-                                 for i in range(n)]})
+        steps.append(
+            {
+                "name": "simfleet",
+                "cmd": simfleet_command(
+                    settings,
+                    n,
+                    remote_media_args(settings, sim=True) + [t for a in args.sim_arg for t in shlex.split(a)],
+                ),
+                "env": {},
+                "log": str(logs / "simfleet.log"),
+                "url": ",".join(replica_urls),
+                "health": [
+                    f"http://{local_host(settings.replica_host)}:{settings.fleet_port + i}/health" for i in range(n)
+                ],
+            }
+        )
         timeout = args.startup_timeout or 60
     router_url = None
     router_cmd = _entry("vllm-router", "vllm_router.launch_router")
     # the router runs when its script is on PATH or its module is importable (an offline bundle on PYTHONPATH)
-    if not args.no_router and settings.role != "node" and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run):
+    if (
+        not args.no_router
+        and settings.role != "node"
+        and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run)
+    ):
         router_url = f"http://127.0.0.1:{settings.router_port}"
-        steps.append({"name": "router",
-                      "cmd": router_command(settings, replica_urls, prometheus_port=settings.router_prometheus_port,
-                                            health_interval=10 if fleet == "gpu" else 1,
-                                            startup_timeout=int(timeout)),
-                      "env": {}, "log": str(logs / "router.log"), "url": router_url,
-                      "health": router_url + "/liveness"})
-    return {"fleet": fleet, "mps": mps, "steps": steps, "replica_urls": replica_urls, "router_url": router_url,
-            "timeout": timeout}
+        steps.append(
+            {
+                "name": "router",
+                "cmd": router_command(
+                    settings,
+                    replica_urls,
+                    prometheus_port=settings.router_prometheus_port,
+                    health_interval=10 if fleet == "gpu" else 1,
+                    startup_timeout=int(timeout),
+                ),
+                "env": {},
+                "log": str(logs / "router.log"),
+                "url": router_url,
+                "health": router_url + "/liveness",
+            }
+        )
+    return {
+        "fleet": fleet,
+        "mps": mps,
+        "steps": steps,
+        "replica_urls": replica_urls,
+        "router_url": router_url,
+        "timeout": timeout,
+    }
 
 
 # ---- beyond one node: roles, addresses, ports of our own (issue 12; R14) -------------------------------------
@@ -246,8 +364,9 @@ def worker_list(settings: Settings) -> list[str]:
     urls = [u.strip().rstrip("/") for u in settings.worker_urls.split(",") if u.strip()]
     bad = [u for u in urls if not re.match(r"^https?://[^/\s]+$", u)]
     if bad:
-        raise SystemExit(f"launcher: not a replica URL: {', '.join(bad)} (expected http://HOST:PORT, e.g. "
-                         "http://node1:8000)")
+        raise SystemExit(
+            f"launcher: not a replica URL: {', '.join(bad)} (expected http://HOST:PORT, e.g. http://node1:8000)"
+        )
     return list(dict.fromkeys(urls))
 
 
@@ -255,8 +374,10 @@ def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
     """The head: no replicas here, vllm-router over the GPU nodes' replicas (WORKER_URLS)."""
     workers = worker_list(settings)
     if not workers:
-        raise SystemExit("launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
-                         "`./launch.sh --role node` printed on each GPU node)")
+        raise SystemExit(
+            "launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
+            "`./launch.sh --role node` printed on each GPU node)"
+        )
     from serving import media_urls
 
     try:
@@ -265,12 +386,28 @@ def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
         raise SystemExit(f"launcher: {e}") from None
     timeout = args.startup_timeout or 1800
     router_url = f"http://127.0.0.1:{settings.router_port}"
-    step = {"name": "router", "cmd": router_command(settings, workers, prometheus_port=settings.router_prometheus_port,
-                                                    health_interval=10, startup_timeout=int(timeout)),
-            "env": {}, "log": str(settings.data_dir / "logs" / "router.log"), "url": router_url,
-            "health": router_url + "/liveness"}
-    return {"fleet": "remote", "mps": None, "steps": [step], "replica_urls": workers, "router_url": router_url,
-            "timeout": timeout}
+    step = {
+        "name": "router",
+        "cmd": router_command(
+            settings,
+            workers,
+            prometheus_port=settings.router_prometheus_port,
+            health_interval=10,
+            startup_timeout=int(timeout),
+        ),
+        "env": {},
+        "log": str(settings.data_dir / "logs" / "router.log"),
+        "url": router_url,
+        "health": router_url + "/liveness",
+    }
+    return {
+        "fleet": "remote",
+        "mps": None,
+        "steps": [step],
+        "replica_urls": workers,
+        "router_url": router_url,
+        "timeout": timeout,
+    }
 
 
 def port_free(host: str, port: int) -> bool:
@@ -292,6 +429,7 @@ def port_free(host: str, port: int) -> bool:
 
 def free_block(host: str, n: int, preferred: int, avoid: set[int] = frozenset()) -> int:
     """The first port of `n` consecutive free ports: `preferred` if they are all free, else another block."""
+
     def ok(base: int) -> bool:
         return all(p not in avoid and port_free(host, p) for p in range(base, base + n))
 
@@ -311,24 +449,33 @@ def resolve_ports(settings: Settings, args: argparse.Namespace, *, say=print) ->
     said), since the runner and the app learn the URLs from this launch's record, not from the defaults.
     A GPU node keeps its ports (the head's worker list names them) and refuses to start instead."""
     # replica i of a GPU node listens on FLEET_PORT + its GPU index: the block runs up to the highest index
-    n = 0 if settings.role == "head" else (args.replicas if _fleet_kind(settings) == "sim"
-                                             else max(choose_gpus(settings.gpus) or [0]) + 1)
+    n = (
+        0
+        if settings.role == "head"
+        else (args.replicas if _fleet_kind(settings) == "sim" else max(choose_gpus(settings.gpus) or [0]) + 1)
+    )
     if settings.role == "node":
         if getattr(args, "dry_run", False):
             return settings  # printing commands for another machine: its ports are checked when it starts
-        busy = [p for p in range(settings.fleet_port, settings.fleet_port + n) if not port_free(settings.replica_host, p)]
+        busy = [
+            p for p in range(settings.fleet_port, settings.fleet_port + n) if not port_free(settings.replica_host, p)
+        ]
         if busy and not getattr(args, "dry_run", False):
-            raise SystemExit(f"launcher: port(s) {', '.join(map(str, busy))} on {settings.replica_host} are in use; "
-                             "a GPU node keeps the ports the head's worker list names: stop what holds them or "
-                             "pass --fleet-port (and give the head the new URLs)")
+            raise SystemExit(
+                f"launcher: port(s) {', '.join(map(str, busy))} on {settings.replica_host} are in use; "
+                "a GPU node keeps the ports the head's worker list names: stop what holds them or "
+                "pass --fleet-port (and give the head the new URLs)"
+            )
         return settings
     changes: dict = {}
     used: set[int] = set()
     if n:
         base = free_block(settings.replica_host, n, settings.fleet_port)
         if base != settings.fleet_port:
-            say(f"[launcher] replica ports {settings.fleet_port}..{settings.fleet_port + n - 1} are in use (another "
-                f"workbench?): using {base}..{base + n - 1}")
+            say(
+                f"[launcher] replica ports {settings.fleet_port}..{settings.fleet_port + n - 1} are in use (another "
+                f"workbench?): using {base}..{base + n - 1}"
+            )
             changes["fleet_port"] = base
         used |= set(range(base, base + n))
     for name, label in (("router_port", "router"), ("router_prometheus_port", "router metrics")):
@@ -353,8 +500,11 @@ def owns(pgid: int | None, port: int | None) -> int:
     if procs.group_listens(pgid, port):
         return 0
     who = sorted(procs.listener_pids(port))
-    print(f"launcher: port {port} is answered by process(es) {who or 'unknown'}, not by the process group {pgid} "
-          "this launch started: another workbench? Pick another --port (or stop the other one)", file=sys.stderr)
+    print(
+        f"launcher: port {port} is answered by process(es) {who or 'unknown'}, not by the process group {pgid} "
+        "this launch started: another workbench? Pick another --port (or stop the other one)",
+        file=sys.stderr,
+    )
     return 1
 
 
@@ -372,8 +522,8 @@ def verify_owners(children: Sequence[procs.Child]) -> None:
                 raise procs.StartupError(
                     f"{c.name}: port {port} is answered by process(es) {sorted(owners) or 'unknown'}, not by the "
                     f"{c.name} this launcher started (pgid {c.pgid}): another workbench? Stop it, or start this one "
-                    f"with other ports (see {c.log})")
-
+                    f"with other ports (see {c.log})"
+                )
 
 
 # ---- records --------------------------------------------------------------------------------------------------
@@ -433,23 +583,32 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
         if settings.role == "node":
             print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
         for msg in notes:  # last, so that the command lines keep their places
-            print("# note: " + msg.replace("[launcher] ", "").replace(": using ", ": `up` here now would pick "
-                                                                     "free ones, e.g. "))
+            print(
+                "# note: "
+                + msg.replace("[launcher] ", "").replace(": using ", ": `up` here now would pick free ones, e.g. ")
+            )
         return 0
     old = load_record(settings)
     if old and any(procs.pid_alive(c["pid"]) for c in old.get("procs", [])):
         print("launcher: a fleet is already running (python -m serving.launcher status / down)", file=sys.stderr)
         return 1
-    rec = {"fleet": p["fleet"], "mps": None, "procs": [], "replica_urls": p["replica_urls"],
-           "router_url": p["router_url"], "started_at": time.time()}
+    rec = {
+        "fleet": p["fleet"],
+        "mps": None,
+        "procs": [],
+        "replica_urls": p["replica_urls"],
+        "router_url": p["router_url"],
+        "started_at": time.time(),
+    }
     save_record(settings, rec)
     children: list[procs.Child] = []
     try:
         if p["mps"]:
             for d in p["mps"]["env"].values():
                 Path(d).mkdir(parents=True, exist_ok=True)
-            r = subprocess.run(p["mps"]["cmd"], env={**os.environ, **p["mps"]["env"]}, capture_output=True,
-                               text=True, timeout=30)
+            r = subprocess.run(
+                p["mps"]["cmd"], env={**os.environ, **p["mps"]["env"]}, capture_output=True, text=True, timeout=30
+            )
             if r.returncode != 0:
                 raise procs.StartupError(f"nvidia-cuda-mps-control -d failed: {r.stderr.strip() or r.stdout.strip()}")
             rec["mps"] = p["mps"]["env"]
@@ -459,16 +618,25 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
             if s["name"] == "router":  # the router needs its workers up first
                 procs.wait_healthy(children, timeout=p["timeout"])
             health = s["health"]
-            c = procs.start(s["name"], s["cmd"], log=s["log"], env=s["env"], url=s["url"],
-                            health=health if isinstance(health, str) else None)
+            c = procs.start(
+                s["name"],
+                s["cmd"],
+                log=s["log"],
+                env=s["env"],
+                url=s["url"],
+                health=health if isinstance(health, str) else None,
+            )
             children.append(c)
             rec["procs"].append(c.record())
             save_record(settings, rec)
             print(f"[launcher] started {c.name} (pgid {c.pgid}, log {c.log})")
             if isinstance(health, list):  # one process serving several replicas
                 for i, h in enumerate(health):
-                    children.append(procs.Child(name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd,
-                                                log=c.log, health=h, popen=c.popen))
+                    children.append(
+                        procs.Child(
+                            name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd, log=c.log, health=h, popen=c.popen
+                        )
+                    )
         procs.wait_healthy(children, timeout=p["timeout"])
         verify_owners([c for c in children if "[" not in c.name])
     except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
@@ -495,8 +663,14 @@ def down(settings: Settings, args: argparse.Namespace | None = None, *, quiet: b
             print(f"[launcher] {'stopped' if was else 'already gone:'} {c['name']} (pgid {c['pgid']})")
     if rec.get("mps"):
         try:
-            subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, env={**os.environ, **rec["mps"]},
-                           capture_output=True, timeout=30)
+            subprocess.run(
+                ["nvidia-cuda-mps-control"],
+                input="quit\n",
+                text=True,
+                env={**os.environ, **rec["mps"]},
+                capture_output=True,
+                timeout=30,
+            )
             if not quiet:
                 print("[launcher] CUDA MPS daemon told to quit")
         except (OSError, subprocess.SubprocessError) as e:
@@ -534,28 +708,47 @@ def status(settings: Settings, args: argparse.Namespace | None = None) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m serving.launcher", formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog="python -m serving.launcher",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Start, stop and inspect the captioning fleet (CUDA MPS, vLLM replicas or the simulated "
-                    "fleet, vllm-router).",
+        "fleet, vllm-router).",
         epilog="examples:\n  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3 --clip-root /data/clips\n"
-               "  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --dry-run --vllm-version 0.33.0\n"
-               "  python -m serving.launcher up --fleet sim --replicas 4\n"
-               "  python -m serving.launcher status\n  python -m serving.launcher down")
-    p.add_argument("command", choices=("up", "down", "status", "url", "owns"),
-                   help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
-                        "checks the app it started with it)")
+        "  python -m serving.launcher up --fleet gpu --gpus 0,1,2,3,4,5,6,7 --dry-run --vllm-version 0.33.0\n"
+        "  python -m serving.launcher up --fleet sim --replicas 4\n"
+        "  python -m serving.launcher status\n  python -m serving.launcher down",
+    )
+    p.add_argument(
+        "command",
+        choices=("up", "down", "status", "url", "owns"),
+        help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
+        "checks the app it started with it)",
+    )
     add_arguments(p, SETTING_NAMES)
     p.add_argument("--dry-run", action="store_true", help="print every command (with its environment); start nothing")
     p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: the installed one)")
-    p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for every vLLM replica, e.g. --vllm-arg=--load-format=dummy (repeatable)")
-    p.add_argument("--sim-arg", action="append", default=[], metavar="ARG",
-                   help="extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)")
+    p.add_argument(
+        "--vllm-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for every vLLM replica, e.g. --vllm-arg=--load-format=dummy (repeatable)",
+    )
+    p.add_argument(
+        "--sim-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)",
+    )
     p.add_argument("--replicas", type=int, default=4, help="replicas of the simulated fleet (default 4)")
     p.add_argument("--no-router", action="store_true", help="do not start vllm-router; the runner talks to replicas")
     p.add_argument("--no-mps", action="store_true", help="do not start the CUDA MPS daemon")
-    p.add_argument("--startup-timeout", type=float, default=None,
-                   help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)")
+    p.add_argument(
+        "--startup-timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)",
+    )
     p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on down")
     p.add_argument("--pgid", type=int, default=None, help="owns: the process group to check")
     p.add_argument("--listen-port", type=int, default=None, help="owns: the TCP port it should listen on")

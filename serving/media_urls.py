@@ -61,8 +61,10 @@ def load_key(data_dir: str | Path) -> bytes:
         os.chmod(path, 0o600)
     key = path.read_bytes()
     if len(key) < KEY_BYTES:
-        raise MediaKeyError(f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: delete it and start "
-                            "again, app and runner (a new key is made; URLs already sent are then refused)")
+        raise MediaKeyError(
+            f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: delete it and start "
+            "again, app and runner (a new key is made; URLs already sent are then refused)"
+        )
     return key
 
 
@@ -103,8 +105,10 @@ def media_base(settings: Any) -> str:
     if getattr(settings, "role", "all") == "head":
         host = settings.host
         if host in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError("the head's app binds 127.0.0.1, which GPU nodes cannot reach: pass --host with an "
-                             "address they reach (login is then required) or --media-url-base")
+            raise ValueError(
+                "the head's app binds 127.0.0.1, which GPU nodes cannot reach: pass --host with an "
+                "address they reach (login is then required) or --media-url-base"
+            )
         if host in ("0.0.0.0", "::"):
             import socket
 
@@ -123,5 +127,14 @@ def media_domains(settings: Any) -> str:
     return (urlsplit(base).hostname or "").lower() if base else ""
 
 
-__all__ = ["load_key", "signature", "signed_url", "check", "media_base", "media_domains", "MediaKeyError",
-           "KEY_FILE", "ROUTE"]
+__all__ = [
+    "load_key",
+    "signature",
+    "signed_url",
+    "check",
+    "media_base",
+    "media_domains",
+    "MediaKeyError",
+    "KEY_FILE",
+    "ROUTE",
+]

@@ -64,16 +64,31 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-def start(name: str, cmd: Sequence[str], *, log: str | Path, env: Mapping[str, str] | None = None,
-          url: str | None = None, health: str | None = None, cwd: str | Path | None = None) -> Child:
+def start(
+    name: str,
+    cmd: Sequence[str],
+    *,
+    log: str | Path,
+    env: Mapping[str, str] | None = None,
+    url: str | None = None,
+    health: str | None = None,
+    cwd: str | Path | None = None,
+) -> Child:
     """Start `cmd` in a new session (own process group), stdout+stderr appended to `log`."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = dict(os.environ)
     full_env.update(env or {})
     with open(log, "ab") as out:
-        p = subprocess.Popen(list(cmd), stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                             env=full_env, cwd=cwd, start_new_session=True)
+        p = subprocess.Popen(
+            list(cmd),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
     return Child(name=name, pid=p.pid, pgid=p.pid, cmd=list(cmd), log=str(log), url=url, health=health, popen=p)
 
 
@@ -87,8 +102,13 @@ def tail(path: str | Path, lines: int = 20) -> str:
         return ""
 
 
-def wait_healthy(children: Sequence[Child], *, timeout: float, interval: float = 0.25,
-                 ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200) -> None:
+def wait_healthy(
+    children: Sequence[Child],
+    *,
+    timeout: float,
+    interval: float = 0.25,
+    ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
+) -> None:
     """Poll each child's `health` URL until it answers; raise StartupError at the deadline or as soon as a
     child has exited (with the end of its log)."""
     deadline = time.monotonic() + timeout
@@ -107,12 +127,15 @@ def wait_healthy(children: Sequence[Child], *, timeout: float, interval: float =
                 return
             if time.monotonic() > deadline:
                 names = ", ".join(c.name for c in pending)
-                raise StartupError(f"{names} not healthy within {timeout:.0f} s (logs: "
-                                   f"{', '.join(c.log for c in pending)})")
+                raise StartupError(
+                    f"{names} not healthy within {timeout:.0f} s (logs: {', '.join(c.log for c in pending)})"
+                )
             time.sleep(interval)
 
 
-def stop_group(pgid: int, pid: int | None = None, *, grace: float = 10.0, popen: subprocess.Popen | None = None) -> bool:
+def stop_group(
+    pgid: int, pid: int | None = None, *, grace: float = 10.0, popen: subprocess.Popen | None = None
+) -> bool:
     """SIGTERM the process group, SIGKILL it after `grace` seconds. Returns True if it was running."""
     if pid is not None and pid_alive(pid):
         try:

@@ -3,7 +3,7 @@
     python -m serving.runner --db var/workbench.db --fleet http://127.0.0.1:8000,http://127.0.0.1:8001
     python -m serving.runner --db var/workbench.db --fleet http://127.0.0.1:30000 --replicas 8 --until-idle
 
-How it works (ARCHITECTURE.md invariant 2, RELIABILITY.md R3/R6/R8):
+How it works (a job survives a runner kill, a dying or hung replica and a silent one: docs/RELIABILITY.md R3/R6/R8):
 - One asyncio loop does the HTTP; one thread with its own SQLite connection does every database call,
   in order (claims, results, heartbeats). No HTTP call ever happens inside a transaction.
 - Each replica URL gets a bound of `per_replica_inflight` requests. With a single router URL the bound is
@@ -20,8 +20,9 @@ How it works (ARCHITECTURE.md invariant 2, RELIABILITY.md R3/R6/R8):
   human or approved one, and a result is written once per (job, clip).
 - pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs), and every
   ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
-  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`). SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline,
-  release what was not answered. SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
+  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
+- SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.
+  SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
 """
 
 from __future__ import annotations
@@ -43,26 +44,25 @@ from typing import Any, Awaitable, Callable, Iterable
 
 import httpx
 
-from data import db as dbmod
-from data import jobs, library, prompts
+from data import db as dbmod, jobs, library, prompts
 from data.job_params import JobParams
 from data.settings import Settings, add_arguments, from_args
-from serving.client import CaptionRequest, FleetClient, backoff
+from serving import media_urls
+from serving.client import CaptionClient, CaptionRequest, FleetClient, backoff
 from serving.errors import FleetError
-from serving import media_urls  # noqa: I001 - kept apart from the lines others edit
 
 log = logging.getLogger("serving.runner")
 
-IDLE_POLL_S = 0.25        # how often to look for new work when there was none
-HEARTBEAT_S = 2.0         # how often the runner reports itself in `heartbeats`
-WRITE_BATCH = 500         # results per write transaction at most
-COOL_MIN_S = 0.2          # shortest cool-down of a replica after a retryable error
+IDLE_POLL_S = 0.25  # how often to look for new work when there was none
+HEARTBEAT_S = 2.0  # how often the runner reports itself in `heartbeats`
+WRITE_BATCH = 500  # results per write transaction at most
+COOL_MIN_S = 0.2  # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
-POOL_SLOTS = 8            # in-flight requests per HTTP connection pool (see Runner.run)
-DB_RETRY_MAX_S = 2.0      # longest pause between retries of a database call that found the database locked
+POOL_SLOTS = 8  # in-flight requests per HTTP connection pool (see Runner.run)
+DB_RETRY_MAX_S = 2.0  # longest pause between retries of a database call that found the database locked
 DB_RETRY_STOPPING_S = 30.0  # once stopping, give up on a locked database after this long
 FLEET_DOWN_BUDGET_S = 600.0  # while every replica fails, retries are free for this long (then they count)
-ABORT_CHECK_S = 0.5       # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
+ABORT_CHECK_S = 0.5  # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
 
 def parse_fleet(value: str | Iterable[str], settings: Settings | None = None) -> list[str]:
@@ -109,13 +109,13 @@ class Replica:
     url: str
     limit: int
     inflight: int = 0
-    fails: int = 0               # consecutive retryable failures
+    fails: int = 0  # consecutive retryable failures
     cool_until: float = 0.0
     sent: int = 0
     ok: int = 0
     errors: int = 0
     busy_since: float | None = None
-    busy_s: float = 0.0          # time with at least one request in flight
+    busy_s: float = 0.0  # time with at least one request in flight
 
     def capacity(self, t: float) -> int:
         if t < self.cool_until:
@@ -136,8 +136,16 @@ class Replica:
             self.busy_since = None
 
     def info(self, t: float) -> dict:
-        return {"url": self.url, "limit": self.limit, "inflight": self.inflight, "sent": self.sent, "ok": self.ok,
-                "errors": self.errors, "cooling": t < self.cool_until, "fails": self.fails}
+        return {
+            "url": self.url,
+            "limit": self.limit,
+            "inflight": self.inflight,
+            "sent": self.sent,
+            "ok": self.ok,
+            "errors": self.errors,
+            "cooling": t < self.cool_until,
+            "fails": self.fails,
+        }
 
 
 @dataclasses.dataclass
@@ -145,7 +153,7 @@ class _Outcome:
     job_id: int
     clip_id: int
     attempt: int
-    result: Any = None           # CaptionResult
+    result: Any = None  # CaptionResult
     error: FleetError | None = None
     replica: str | None = None
 
@@ -153,7 +161,8 @@ class _Outcome:
 def transient_db_error(e: BaseException) -> bool:
     """A database error that waiting cures: another process held the write lock past our busy timeout."""
     return isinstance(e, sqlite3.OperationalError) and any(
-        w in str(e).lower() for w in ("database is locked", "database is busy", "database table is locked"))
+        w in str(e).lower() for w in ("database is locked", "database is busy", "database table is locked")
+    )
 
 
 class _DB:
@@ -168,8 +177,9 @@ class _DB:
         self.stopping = False
         self.retries = 0
         self._local = threading.local()
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="runner-db",
-                                                           initializer=self._open)
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="runner-db", initializer=self._open
+        )
 
     def _open(self) -> None:
         self._local.db = dbmod.connect(self._path)
@@ -184,8 +194,7 @@ class _DB:
                 if not transient_db_error(e) or (self.stopping and waited > DB_RETRY_STOPPING_S):
                     raise
                 self.retries += 1
-                log.warning("%s: %s (waited %.0f s so far); retrying", getattr(fn, "__name__", "db call"), e,
-                            waited)
+                log.warning("%s: %s (waited %.0f s so far); retrying", getattr(fn, "__name__", "db call"), e, waited)
                 time.sleep(pause)
                 pause = min(DB_RETRY_MAX_S, pause * 2)
 
@@ -198,6 +207,7 @@ class _DB:
             d = getattr(self._local, "db", None)
             if d is not None:
                 d.close()
+
         try:
             self._pool.submit(_close).result(timeout=10)
         finally:
@@ -207,15 +217,27 @@ class _DB:
 class Runner:
     """Executes captioning jobs from the database against a fleet. Build one per process (or per `run_job`).
 
-    `client` is anything with `async caption(replica_url, CaptionRequest) -> CaptionResult` and
-    `async aclose()`; by default `serving.client.FleetClient(settings)`.
+    `client` is a `serving.client.CaptionClient` (`async caption(replica_url, CaptionRequest) -> CaptionResult`),
+    closed by whoever made it; by default the runner makes and closes its own `FleetClient`s.
     """
 
-    def __init__(self, settings: Settings, fleet_urls: Iterable[str] | str, *, replicas: int | None = None,
-                 client: Any = None, job_ids: Iterable[int] | None = None, name: str = "runner",
-                 drain_seconds: float = 30.0, backoff_base: float = 0.5, backoff_cap: float = 30.0,
-                 progress_cb: Callable[[dict], None] | None = None, stop_event: threading.Event | None = None,
-                 exit_when_idle: bool = False, fleet_down_budget: float = FLEET_DOWN_BUDGET_S):
+    def __init__(
+        self,
+        settings: Settings,
+        fleet_urls: Iterable[str] | str,
+        *,
+        replicas: int | None = None,
+        client: CaptionClient | None = None,
+        job_ids: Iterable[int] | None = None,
+        name: str = "runner",
+        drain_seconds: float = 30.0,
+        backoff_base: float = 0.5,
+        backoff_cap: float = 30.0,
+        progress_cb: Callable[[dict], None] | None = None,
+        stop_event: threading.Event | None = None,
+        exit_when_idle: bool = False,
+        fleet_down_budget: float = FLEET_DOWN_BUDGET_S,
+    ):
         # clips are found under the root the library recorded at ingest, never under a default
         self.settings = settings = library.settings_for_path(settings)
         self.fleet_down_budget = fleet_down_budget
@@ -268,17 +290,27 @@ class Runner:
 
     def _request(self, cfg: dict, item: dict):
         p = cfg["params"]
-        return CaptionRequest(clip_path=item["path"], prompt=cfg["prompt"], frames=int(p["frames"]),
-                              max_tokens=int(p["max_tokens"]), temperature=float(p["temperature"]),
-                              seed=p.get("seed"), job_id=item["job_id"],
-                              camera=prompts.camera_of(item["path"], item.get("sidecar")))
+        return CaptionRequest(
+            clip_path=item["path"],
+            prompt=cfg["prompt"],
+            frames=int(p["frames"]),
+            max_tokens=int(p["max_tokens"]),
+            temperature=float(p["temperature"]),
+            seed=p.get("seed"),
+            job_id=item["job_id"],
+            camera=prompts.camera_of(item["path"], item.get("sidecar")),
+        )
 
     def _with_media_url(self, req, item: dict):
         """`req` with a fresh signed URL of the clip when replicas fetch over HTTP (each attempt a new one)."""
         if not self._media_base:
             return req
-        return dataclasses.replace(req, media_url=media_urls.signed_url(
-            self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl))
+        return dataclasses.replace(
+            req,
+            media_url=media_urls.signed_url(
+                self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl
+            ),
+        )
 
     async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
         out = _Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
@@ -304,6 +336,7 @@ class Runner:
         except Exception as e:  # a bug or an unexpected library error: record it, retry elsewhere
             log.exception("caption of clip %s failed unexpectedly", item["clip_id"])
             from serving.errors import ReplicaError
+
             out.error = ReplicaError(f"{type(e).__name__}: {e}", replica=rep.url, kind="internal")
         finally:
             t = time.monotonic()
@@ -340,8 +373,14 @@ class Runner:
                 break
             if job["id"] not in self._jobcfg:
                 self._jobcfg[job["id"]] = self._job_config(db, job)
-            items = jobs.claim(db, job["id"], self.identity, want, lease_seconds=self.settings.lease_seconds,
-                               max_attempts=self.settings.max_attempts)
+            items = jobs.claim(
+                db,
+                job["id"],
+                self.identity,
+                want,
+                lease_seconds=self.settings.lease_seconds,
+                max_attempts=self.settings.max_attempts,
+            )
             want -= len(items)
             out.append((job, items))
         return out
@@ -360,13 +399,17 @@ class Runner:
                             prov.setdefault("prompt_name", prompt["name"])
                             prov.setdefault("prompt_version", prompt["version"])
                             prov.setdefault("replica", o.replica)
-                            row = jobs.complete(db, o.job_id, o.clip_id, text=o.result.text,
-                                                labels=o.result.labels, provenance=prov)
+                            row = jobs.complete(
+                                db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels, provenance=prov
+                            )
                             counts["done" if row is not None else "discarded"] += 1
                         else:
                             e = o.error
-                            delay = (backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
-                                     if e.retryable else 0.0)
+                            delay = (
+                                backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng)
+                                if e.retryable
+                                else 0.0
+                            )
                             # the whole fleet down (every replica failing) for less than the budget: the
                             # clip is not at fault, so the attempt is not counted (a 45 s outage used to
                             # fail clips for good after max_attempts fast retries)
@@ -374,10 +417,18 @@ class Runner:
                             msg = str(e) or type(e).__name__
                             if e.status and str(e.status) not in msg:
                                 msg = f"HTTP {e.status}: {msg}"
-                            state = jobs.fail(db, o.job_id, o.clip_id, error=msg[:2000], kind=e.kind,
-                                              retryable=e.retryable, max_attempts=self.settings.max_attempts,
-                                              backoff_seconds=delay, refund_attempt=refund,
-                                              raw_answer=getattr(e, "raw", None))
+                            state = jobs.fail(
+                                db,
+                                o.job_id,
+                                o.clip_id,
+                                error=msg[:2000],
+                                kind=e.kind,
+                                retryable=e.retryable,
+                                max_attempts=self.settings.max_attempts,
+                                backoff_seconds=delay,
+                                refund_attempt=refund,
+                                raw_answer=getattr(e, "raw", None),
+                            )
                             counts[state] += 1
                             if refund:
                                 counts["refunded"] += 1
@@ -388,8 +439,15 @@ class Runner:
                 except Exception as exc:  # a result that cannot be stored (e.g. labels off the taxonomy)
                     log.exception("storing the result of clip %s failed", o.clip_id)
                     with db.atomic():
-                        jobs.fail(db, o.job_id, o.clip_id, error=f"could not store the result: {exc}"[:2000],
-                                  kind="store", retryable=False, max_attempts=self.settings.max_attempts)
+                        jobs.fail(
+                            db,
+                            o.job_id,
+                            o.clip_id,
+                            error=f"could not store the result: {exc}"[:2000],
+                            kind="store",
+                            retryable=False,
+                            max_attempts=self.settings.max_attempts,
+                        )
                     counts["failed"] += 1
         return counts
 
@@ -401,8 +459,15 @@ class Runner:
     def _fail_unsendable(self, db, items: list[dict]) -> None:
         with dbmod.immediate(db):
             for it in items:
-                jobs.fail(db, it["job_id"], it["clip_id"], error=f"ingest: {it['probe_error']}", kind="ingest",
-                          retryable=False, max_attempts=self.settings.max_attempts)
+                jobs.fail(
+                    db,
+                    it["job_id"],
+                    it["clip_id"],
+                    error=f"ingest: {it['probe_error']}",
+                    kind="ingest",
+                    retryable=False,
+                    max_attempts=self.settings.max_attempts,
+                )
 
     def _heartbeat(self, db, info: dict) -> dict | None:
         jobs.heartbeat(db, self.name, "runner", info=info)
@@ -415,9 +480,15 @@ class Runner:
         while self._done_times and self._done_times[0] < t - 30:
             self._done_times.popleft()
         span = min(30.0, max(1e-3, t - self.started_at))
-        return {"identity": self.identity, "inflight": sum(r.inflight for r in self.replicas),
-                "capacity": self.capacity, "rate": len(self._done_times) / span,
-                "replicas": [r.info(t) for r in self.replicas], "state": self.state, **dict(self.stats)}
+        return {
+            "identity": self.identity,
+            "inflight": sum(r.inflight for r in self.replicas),
+            "capacity": self.capacity,
+            "rate": len(self._done_times) / span,
+            "replicas": [r.info(t) for r in self.replicas],
+            "state": self.state,
+            **dict(self.stats),
+        }
 
     # ---- the loop ----------------------------------------------------------------------------------------
     async def _flush(self) -> None:
@@ -448,8 +519,12 @@ class Runner:
             # (and sharded again: it also checks every connection of the pool on each request)
             self._clients = {r.url: [] for r in self.replicas}  # shards [client, in flight], made on demand
             ssl_ctx = httpx.create_ssl_context()  # built once: each default transport spends ~25 ms on its own
-            self._make_client = lambda: FleetClient(self.settings, transport=httpx.AsyncHTTPTransport(
-                verify=ssl_ctx, limits=httpx.Limits(max_connections=4 * POOL_SLOTS, keepalive_expiry=30.0)))
+            self._make_client = lambda: FleetClient(
+                self.settings,
+                transport=httpx.AsyncHTTPTransport(
+                    verify=ssl_ctx, limits=httpx.Limits(max_connections=4 * POOL_SLOTS, keepalive_expiry=30.0)
+                ),
+            )
         try:
             recovered = await self._db(jobs.recover)
             if recovered:
@@ -523,8 +598,7 @@ class Runner:
             if self._results:
                 continue
             cooling = [r.cool_until for r in self.replicas if r.cool_until > t]
-            wait = min([IDLE_POLL_S, max(0.0, next_claim - time.monotonic()) or IDLE_POLL_S,
-                        *[c - t for c in cooling]])
+            wait = min([IDLE_POLL_S, max(0.0, next_claim - time.monotonic()) or IDLE_POLL_S, *[c - t for c in cooling]])
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.005, wait))
             except asyncio.TimeoutError:
@@ -590,19 +664,38 @@ async def _main_async(runner: Runner) -> dict:
     return await runner.run()
 
 
-def run_job(settings: Settings, job_id: int, fleet_urls: Iterable[str] | str, *,
-            progress_cb: Callable[[dict], None] | None = None, stop_event: threading.Event | None = None,
-            replicas: int | None = None, client: Any = None, drain_seconds: float = 30.0,
-            backoff_base: float = 0.5, fleet_down_budget: float = FLEET_DOWN_BUDGET_S) -> dict:
+def run_job(
+    settings: Settings,
+    job_id: int,
+    fleet_urls: Iterable[str] | str,
+    *,
+    progress_cb: Callable[[dict], None] | None = None,
+    stop_event: threading.Event | None = None,
+    replicas: int | None = None,
+    client: CaptionClient | None = None,
+    drain_seconds: float = 30.0,
+    backoff_base: float = 0.5,
+    fleet_down_budget: float = FLEET_DOWN_BUDGET_S,
+) -> dict:
     """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
 
     The same loop as the runner process, restricted to `job_id`. `progress_cb(progress)` is called about
     every `HEARTBEAT_S` and at the end with `data.jobs.progress`. Returns the final progress.
     """
-    runner = Runner(settings, fleet_urls, replicas=replicas, client=client, job_ids=[job_id],
-                    name=f"job-{job_id}", drain_seconds=drain_seconds, backoff_base=backoff_base,
-                    progress_cb=progress_cb, stop_event=stop_event, exit_when_idle=True,
-                    fleet_down_budget=fleet_down_budget)
+    runner = Runner(
+        settings,
+        fleet_urls,
+        replicas=replicas,
+        client=client,
+        job_ids=[job_id],
+        name=f"job-{job_id}",
+        drain_seconds=drain_seconds,
+        backoff_base=backoff_base,
+        progress_cb=progress_cb,
+        stop_event=stop_event,
+        exit_when_idle=True,
+        fleet_down_budget=fleet_down_budget,
+    )
 
     async def go():
         if threading.current_thread() is threading.main_thread() and stop_event is None:
@@ -625,13 +718,22 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m serving.runner",
         description="Run captioning jobs from the database against a vLLM fleet (or the simulated one).",
         epilog="example: python -m serving.runner --db var/workbench.db --fleet http://127.0.0.1:30000 --replicas 8",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
-    p.add_argument("--replicas", type=int, default=None,
-                   help="replicas behind a single router URL (default: ask the router's /workers)")
+    p.add_argument(
+        "--replicas",
+        type=int,
+        default=None,
+        help="replicas behind a single router URL (default: ask the router's /workers)",
+    )
     p.add_argument("--until-idle", action="store_true", help="exit when no runnable job is left")
-    p.add_argument("--drain-seconds", type=float, default=30.0,
-                   help="on SIGTERM, how long to wait for requests in flight before releasing them")
+    p.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, how long to wait for requests in flight before releasing them",
+    )
     p.add_argument("--backoff-base", type=float, default=0.5, help="first retry backoff in seconds (jittered)")
     p.add_argument("--name", default="runner", help="heartbeat name of this runner")
     p.add_argument("--log-level", default="INFO")
@@ -643,14 +745,24 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = from_args(args)
     try:
-        runner = Runner(settings, settings.fleet, replicas=args.replicas, name=args.name,
-                        drain_seconds=args.drain_seconds, backoff_base=args.backoff_base,
-                        exit_when_idle=args.until_idle)
+        runner = Runner(
+            settings,
+            settings.fleet,
+            replicas=args.replicas,
+            name=args.name,
+            drain_seconds=args.drain_seconds,
+            backoff_base=args.backoff_base,
+            exit_when_idle=args.until_idle,
+        )
     except dbmod.DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    log.info("runner %s: %d replica slot(s) over %s", runner.identity, runner.capacity,
-             ", ".join(r.url for r in runner.replicas))
+    log.info(
+        "runner %s: %d replica slot(s) over %s",
+        runner.identity,
+        runner.capacity,
+        ", ".join(r.url for r in runner.replicas),
+    )
     info = asyncio.run(_main_async(runner))
     print(json.dumps({k: v for k, v in info.items() if k != "replicas"}, default=str), file=sys.stderr)
     return 0

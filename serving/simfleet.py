@@ -49,7 +49,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import urlsplit
@@ -69,12 +69,56 @@ PREFILL_S_PER_TOKEN = 4e-6
 GEN_S_PER_TOKEN = 4e-3
 DEFAULT_CAPACITY = 6
 DEFAULT_FRAMES = 16
-# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (SERVING.md): 512 MiB per decode
+# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (serving.launcher.vllm_command): vLLM gives each API server
+# G / api_server_count, so 512 MiB per decode; a clip needs frames x H x W x 3 bytes of it, or it gets HTTP 400
 DECODE_BUDGET_BYTES = 2 * 1024**3 // 4
-E2E_BUCKETS = [0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
-               480.0, 960.0, 1920.0, 7680.0]
-TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                20.0, 40.0, 80.0, 160.0, 640.0, 2560.0]
+E2E_BUCKETS = [
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+]
+TTFT_BUCKETS = [
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+]
 CHARS_PER_TOKEN = 4.5  # English prose and JSON through a Qwen tokenizer, roughly
 XGRAMMAR_REFUSAL = "The provided JSON schema contains features not supported by xgrammar."
 FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")
@@ -88,8 +132,7 @@ class SimError(Exception):
         self.status, self.message, self.err_type, self.param = status, message, err_type, param
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": self.err_type, "param": self.param,
-                          "code": self.status}}
+        return {"error": {"message": self.message, "type": self.err_type, "param": self.param, "code": self.status}}
 
 
 @dataclass
@@ -120,7 +163,10 @@ class Knobs:
                 self.capacity = max(1, int(value))
             elif key == "allowed_media_domains":
                 self.allowed_media_domains = ",".join(
-                    v.strip().lower() for v in (value.split(",") if isinstance(value, str) else value or []) if v.strip())
+                    v.strip().lower()
+                    for v in (value.split(",") if isinstance(value, str) else value or [])
+                    if v.strip()
+                )
             elif key != "die":
                 raise SimError(400, f"unknown knob {key!r}")
 
@@ -132,6 +178,7 @@ class Knobs:
 
 
 # ---------------------------------------------------------------- the clip -> answer part (pure, testable)
+
 
 @dataclass(frozen=True)
 class ClipInfo:
@@ -180,18 +227,25 @@ class ProbeCache:
 def _decode_failure(path: Path | str) -> SimError:
     # What vLLM 0.25's NVDEC (PyNvVideoCodec) backend raised for an HTML file named .mp4 on a real H200
     # (docs/gpu-runs/2026-11-30-h200/bench-1-vllm-tails.log): the path is not part of the message.
-    return SimError(500, 'CreateFormatContext : \nError code : -1094995529\nError Type : '
-                         'avformat_open_input(&ctx, szFilePath, NULL, NULL) returned error " Invalid data found when '
-                         'processing input"\nat /project/src/VideoCodecSDKUtils/helper_classes/Utils/'
-                         'FFmpegDemuxer.h:792\n', "InternalServerError")
+    return SimError(
+        500,
+        "CreateFormatContext : \nError code : -1094995529\nError Type : "
+        'avformat_open_input(&ctx, szFilePath, NULL, NULL) returned error " Invalid data found when '
+        'processing input"\nat /project/src/VideoCodecSDKUtils/helper_classes/Utils/'
+        "FFmpegDemuxer.h:792\n",
+        "InternalServerError",
+    )
 
 
 def _no_video_stream() -> SimError:
     # vLLM 0.25 + NVDEC for a container without a video stream (audio only), recorded on an H200
     # (tests/data/vllm-0.25.0-answers.json, "audio_only")
-    return SimError(500, "SimpleDecoder : \nError code : 999\nError Type : SimpleDecoder constructor failed: Could not "
-                         "find stream in input file\nat /project/src/PyNvVideoCodec/src/SimpleDecoder.cpp:58\n",
-                    "InternalServerError")
+    return SimError(
+        500,
+        "SimpleDecoder : \nError code : 999\nError Type : SimpleDecoder constructor failed: Could not "
+        "find stream in input file\nat /project/src/PyNvVideoCodec/src/SimpleDecoder.cpp:58\n",
+        "InternalServerError",
+    )
 
 
 def _frames_missing() -> SimError:
@@ -214,8 +268,11 @@ def _probe_file(path: Path | None, size: int, data: bytes | None = None) -> Clip
             width, height = int(vs.codec_context.width or 0), int(vs.codec_context.height or 0)
             if width <= 0 or height <= 0:
                 return _decode_failure(path)
-            duration = float(vs.duration * vs.time_base) if vs.duration and vs.time_base else (
-                container.duration / 1e6 if container.duration else 0.0)
+            duration = (
+                float(vs.duration * vs.time_base)
+                if vs.duration and vs.time_base
+                else (container.duration / 1e6 if container.duration else 0.0)
+            )
             rate = float(vs.average_rate) if vs.average_rate else 0.0
             frames = int(vs.frames or round(duration * rate))
             if frames <= 0 and duration <= 0:
@@ -279,7 +336,7 @@ def _value_for(h: bytes, i: int, spec: Any) -> Any:
         items = spec.get("items") or {}
         if isinstance(items, dict) and "enum" in items:
             pool = list(items["enum"])
-            n = 1 + int.from_bytes(h[i % 32:i % 32 + 1], "big") % min(3, len(pool))
+            n = 1 + int.from_bytes(h[i % 32 : i % 32 + 1], "big") % min(3, len(pool))
             start = int.from_bytes(hashlib.sha256(h + b"a" + bytes([i % 256])).digest()[:2], "big")
             picked = [pool[(start + k * 3) % len(pool)] for k in range(n)]
             return list(dict.fromkeys(picked))
@@ -300,8 +357,7 @@ def _caption(h: bytes, labels: dict, info: ClipInfo | None) -> str:
     users = labels.get("road_users") or ["car"]
     size = f"{info.width}x{info.height}, {info.duration:.1f} s" if info else "unknown size"
     sentences = [
-        f"{SIM_MARK} This caption was produced by the simulated fleet, not by a model, for a synthetic clip "
-        f"({size}).",
+        f"{SIM_MARK} This caption was produced by the simulated fleet, not by a model, for a synthetic clip ({size}).",
         f"The ego vehicle is {str(labels.get('ego_maneuver', 'going_straight')).replace('_', ' ')} on a "
         f"{str(labels.get('road_type', 'urban')).replace('_', ' ')} road in "
         f"{str(labels.get('weather', 'clear')).replace('_', ' ')} weather with "
@@ -344,11 +400,11 @@ def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> in
 
 # ---------------------------------------------------------------- one replica
 
+
 class Replica:
     """State, knobs, metrics and request handling of one simulated vLLM server."""
 
-    def __init__(self, index: int, *, root: Path, model: str, knobs: Knobs, probe: ProbeCache,
-                 seed: int = 0):
+    def __init__(self, index: int, *, root: Path, model: str, knobs: Knobs, probe: ProbeCache, seed: int = 0):
         self.index = index
         self.root = Path(root).resolve()
         self.model = model
@@ -371,31 +427,62 @@ class Replica:
         self.registry = CollectorRegistry()
         labels = ["model_name", "engine"]
         lv = (self.served, "0")
-        self.g_running = Gauge("vllm:num_requests_running", "Number of requests in model execution batches.",
-                               labels, registry=self.registry).labels(*lv)
-        self.g_waiting = Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.",
-                               labels, registry=self.registry).labels(*lv)
-        self.g_kv = Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
-                          labels, registry=self.registry).labels(*lv)
-        self.c_prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels,
-                                registry=self.registry).labels(*lv)
-        self.c_gen = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
-                             registry=self.registry).labels(*lv)
-        success = Counter("vllm:request_success", "Count of successfully processed requests.",
-                          labels + ["finished_reason"], registry=self.registry)
+        self.g_running = Gauge(
+            "vllm:num_requests_running",
+            "Number of requests in model execution batches.",
+            labels,
+            registry=self.registry,
+        ).labels(*lv)
+        self.g_waiting = Gauge(
+            "vllm:num_requests_waiting", "Number of requests waiting to be processed.", labels, registry=self.registry
+        ).labels(*lv)
+        self.g_kv = Gauge(
+            "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", labels, registry=self.registry
+        ).labels(*lv)
+        self.c_prompt = Counter(
+            "vllm:prompt_tokens", "Number of prefill tokens processed.", labels, registry=self.registry
+        ).labels(*lv)
+        self.c_gen = Counter(
+            "vllm:generation_tokens", "Number of generation tokens processed.", labels, registry=self.registry
+        ).labels(*lv)
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            labels + ["finished_reason"],
+            registry=self.registry,
+        )
         self.c_success = {r: success.labels(*lv, r) for r in FINISH_REASONS}
-        self.h_e2e = Histogram("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.",
-                               labels, buckets=E2E_BUCKETS, registry=self.registry).labels(*lv)
-        self.h_ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
-                                labels, buckets=TTFT_BUCKETS, registry=self.registry).labels(*lv)
+        self.h_e2e = Histogram(
+            "vllm:e2e_request_latency_seconds",
+            "Histogram of e2e request latency in seconds.",
+            labels,
+            buckets=E2E_BUCKETS,
+            registry=self.registry,
+        ).labels(*lv)
+        self.h_ttft = Histogram(
+            "vllm:time_to_first_token_seconds",
+            "Histogram of time to first token in seconds.",
+            labels,
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        ).labels(*lv)
         # Not vLLM series: exact time integrals, so that a benchmark can say how busy a replica was between two
         # scrapes without sampling num_requests_running (busy = at least one request running).
-        self.c_busy = Counter("sim:busy_seconds", "Seconds with at least one request running (simulated fleet).",
-                              labels, registry=self.registry).labels(*lv)
-        self.c_slot = Counter("sim:running_request_seconds", "Integral of running requests over time, in "
-                              "request-seconds (simulated fleet).", labels, registry=self.registry).labels(*lv)
-        self.g_capacity = Gauge("sim:capacity", "Requests a replica runs at once (simulated fleet).", labels,
-                                registry=self.registry).labels(*lv)
+        self.c_busy = Counter(
+            "sim:busy_seconds",
+            "Seconds with at least one request running (simulated fleet).",
+            labels,
+            registry=self.registry,
+        ).labels(*lv)
+        self.c_slot = Counter(
+            "sim:running_request_seconds",
+            "Integral of running requests over time, in request-seconds (simulated fleet).",
+            labels,
+            registry=self.registry,
+        ).labels(*lv)
+        self.g_capacity = Gauge(
+            "sim:capacity", "Requests a replica runs at once (simulated fleet).", labels, registry=self.registry
+        ).labels(*lv)
 
     @property
     def running(self) -> int:
@@ -442,8 +529,9 @@ class Replica:
             except (OSError, RuntimeError) as e:
                 raise SimError(400, str(e)) from None
             if self.root not in resolved.parents:
-                raise SimError(400, f"The file path {filepath} must be a subpath of `--allowed-local-media-path "
-                                    f"{self.root}`.")
+                raise SimError(
+                    400, f"The file path {filepath} must be a subpath of `--allowed-local-media-path {self.root}`."
+                )
             info = await asyncio.to_thread(self.probe.probe, filepath)
             self.media_fetches["file"] += 1
             return str(resolved.relative_to(self.root)), info
@@ -451,15 +539,19 @@ class Replica:
             allowed = [d for d in self.knobs.allowed_media_domains.split(",") if d]
             if (parts.hostname or "").lower() not in allowed:
                 # never fetch a URL the operator did not allow (cloud metadata, the host's own services)
-                raise SimError(400, f"The URL's domain {parts.hostname!r} is not in --allowed-media-domains "
-                                    f"({', '.join(allowed) or 'none allowed'}).")
+                raise SimError(
+                    400,
+                    f"The URL's domain {parts.hostname!r} is not in --allowed-media-domains "
+                    f"({', '.join(allowed) or 'none allowed'}).",
+                )
             try:
                 async with httpx.AsyncClient(timeout=10, trust_env=False) as c:
                     r = await c.get(url)
                     r.raise_for_status()
             except httpx.HTTPError as e:
-                raise SimError(422, f"Failed to fetch media from URL: {e}", "UnprocessableEntityError",
-                               "video_url") from None
+                raise SimError(
+                    422, f"Failed to fetch media from URL: {e}", "UnprocessableEntityError", "video_url"
+                ) from None
             info = await asyncio.to_thread(_probe_file, Path(parts.path), len(r.content), r.content)
             if isinstance(info, SimError):
                 raise info
@@ -521,9 +613,12 @@ class Replica:
             clip_key, info = await self.load_clip(str(video_url))
             need = frames * info.width * info.height * 3
             if need > DECODE_BUDGET_BYTES:
-                raise SimError(400, f"Video of {info.width}x{info.height} needs {need} bytes to decode {frames} "
-                                    f"frames, more than the decode budget of {DECODE_BUDGET_BYTES} bytes per API "
-                                    "server (--mm-ipc-gpu-memory-gb)")
+                raise SimError(
+                    400,
+                    f"Video of {info.width}x{info.height} needs {need} bytes to decode {frames} "
+                    f"frames, more than the decode budget of {DECODE_BUDGET_BYTES} bytes per API "
+                    "server (--mm-ipc-gpu-memory-gb)",
+                )
         max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
         answer = synthetic_answer(clip_key, info, schema)
         content = json.dumps(answer, ensure_ascii=False)
@@ -572,30 +667,76 @@ class Replica:
         rid = "chatcmpl-" + uuid.uuid4().hex
         # the body real vLLM 0.25 answers, key for key (tests/data/vllm-0.25.0-answers.json), plus "simulated"
         return 200, {
-            "id": rid, "object": "chat.completion", "created": int(time.time()), "model": self.served,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content, "refusal": None,
-                                                 "annotations": None, "audio": None, "function_call": None,
-                                                 "reasoning": None},
-                         "logprobs": None, "finish_reason": finish, "stop_reason": None, "token_ids": None,
-                         "routed_experts": None}],
-            "service_tier": None, "system_fingerprint": f"vllm-simulated-{self.index}",
-            "usage": {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
-                      "completion_tokens": completion_tokens, "prompt_tokens_details": None},
-            "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.served,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {
+                        "role": "assistant",
+                        "content": content,
+                        "refusal": None,
+                        "annotations": None,
+                        "audio": None,
+                        "function_call": None,
+                        "reasoning": None,
+                    },
+                    "logprobs": None,
+                    "finish_reason": finish,
+                    "stop_reason": None,
+                    "token_ids": None,
+                    "routed_experts": None,
+                }
+            ],
+            "service_tier": None,
+            "system_fingerprint": f"vllm-simulated-{self.index}",
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "total_tokens": prompt_tokens + completion_tokens,
+                "completion_tokens": completion_tokens,
+                "prompt_tokens_details": None,
+            },
+            "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "prompt_text": None,
+            "kv_transfer_params": None,
             "metrics": None,
             "simulated": True,
         }
 
     def models(self) -> dict:
-        return {"object": "list", "data": [{
-            "id": self.served, "object": "model", "created": int(time.time()), "owned_by": "vllm",
-            "root": self.model, "parent": None, "max_model_len": 32768, "simulated": True}]}
+        return {
+            "object": "list",
+            "data": [
+                {
+                    "id": self.served,
+                    "object": "model",
+                    "created": int(time.time()),
+                    "owned_by": "vllm",
+                    "root": self.model,
+                    "parent": None,
+                    "max_model_len": 32768,
+                    "simulated": True,
+                }
+            ],
+        }
 
     def stats(self) -> dict:
-        return {"index": self.index, "url": self.url, "model": self.served, "knobs": self.knobs.public(),
-                "chat_requests": self.chat_requests, "statuses": dict(self.statuses), "running": self.running,
-                "media_fetches": dict(self.media_fetches),
-                "waiting": self.waiting, "dead": bool(self.dead and self.dead.is_set()), "simulated": True}
+        return {
+            "index": self.index,
+            "url": self.url,
+            "model": self.served,
+            "knobs": self.knobs.public(),
+            "chat_requests": self.chat_requests,
+            "statuses": dict(self.statuses),
+            "running": self.running,
+            "media_fetches": dict(self.media_fetches),
+            "waiting": self.waiting,
+            "dead": bool(self.dead and self.dead.is_set()),
+            "simulated": True,
+        }
 
 
 def prefill_s(prompt_tokens: int) -> float:
@@ -603,6 +744,7 @@ def prefill_s(prompt_tokens: int) -> float:
 
 
 # ---------------------------------------------------------------- ASGI app around a replica
+
 
 class ReplicaApp:
     """A small ASGI app (no framework: fewer layers per request, and full control of hang/die)."""
@@ -650,10 +792,19 @@ class ReplicaApp:
             watcher.cancel()
         r.statuses[status] = r.statuses.get(status, 0) + 1
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        await send({"type": "http.response.start", "status": status, "headers": [
-            (b"content-type", ctype.encode()), (b"content-length", str(len(data)).encode()),
-            (b"x-simulated", b"1"), (b"x-decode-backend", DECODE_BACKEND.encode()),
-            (b"x-replica", r.url.encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", ctype.encode()),
+                    (b"content-length", str(len(data)).encode()),
+                    (b"x-simulated", b"1"),
+                    (b"x-decode-backend", DECODE_BACKEND.encode()),
+                    (b"x-replica", r.url.encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": data})
 
     async def _route(self, method: str, path: str, body: bytes, disconnected: asyncio.Event):
@@ -696,11 +847,11 @@ class ReplicaApp:
 
 # ---------------------------------------------------------------- running N replicas in one loop
 
+
 def _bind(host: str, port: int) -> socket.socket:
     # proto=IPPROTO_TCP matters: asyncio only sets TCP_NODELAY on accepted sockets whose proto says TCP, and
     # without it every response (headers, then body) waits ~40 ms for the client's delayed ACK.
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
-                         socket.IPPROTO_TCP)
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
@@ -709,10 +860,18 @@ def _bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_fleet(replicas: int, port: int, root: str | Path, *, host: str = "127.0.0.1",
-                      model: str = "Qwen/Qwen3-VL-8B-Instruct", knobs: dict | None = None, seed: int = 0,
-                      on_ready: Callable[[list[str]], None] | None = None,
-                      stop: asyncio.Event | None = None) -> None:
+async def serve_fleet(
+    replicas: int,
+    port: int,
+    root: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    model: str = "Qwen/Qwen3-VL-8B-Instruct",
+    knobs: dict | None = None,
+    seed: int = 0,
+    on_ready: Callable[[list[str]], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
     """Serve `replicas` simulated replicas (ports port..port+N-1, or ephemeral ports if port is 0) until
     `stop` is set or every replica has died."""
     import uvicorn
@@ -730,8 +889,15 @@ async def serve_fleet(replicas: int, port: int, root: str | Path, *, host: str =
         sock = _bind(host, port + i if port else 0)
         bound = sock.getsockname()[1]
         rep.url = f"http://{host if ':' not in host else '[' + host + ']'}:{bound}"
-        config = uvicorn.Config(ReplicaApp(rep), lifespan="off", log_level="warning", access_log=False,
-                                timeout_keep_alive=75, timeout_graceful_shutdown=1, http="h11")
+        config = uvicorn.Config(
+            ReplicaApp(rep),
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=75,
+            timeout_graceful_shutdown=1,
+            http="h11",
+        )
         server = uvicorn.Server(config)
         server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # we handle signals
         rep.on_die = _killer(server)
@@ -748,8 +914,7 @@ async def serve_fleet(replicas: int, port: int, root: str | Path, *, host: str =
     if on_ready:
         on_ready([r.url for r in reps])
     stopper = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([stopper, asyncio.gather(*tasks, return_exceptions=True)],
-                       return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait([stopper, asyncio.gather(*tasks, return_exceptions=True)], return_when=asyncio.FIRST_COMPLETED)
     for r in reps:
         r.die()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -758,6 +923,7 @@ async def serve_fleet(replicas: int, port: int, root: str | Path, *, host: str =
 
 def _killer(server: Any) -> Callable[[], None]:
     """Stop listening at once and drop every open connection, like a process that died."""
+
     def kill() -> None:
         server.should_exit = True
         server.force_exit = True
@@ -767,10 +933,12 @@ def _killer(server: Any) -> Callable[[], None]:
             transport = getattr(conn, "transport", None)
             if transport is not None:
                 transport.abort()
+
     return kill
 
 
 # ---------------------------------------------------------------- in-process API for tests
+
 
 class FleetHandle:
     """A running simulated fleet (in a thread or a child process) and its controls."""
@@ -814,32 +982,57 @@ class FleetHandle:
         self.stop()
 
 
-def start_fleet(replicas: int, port: int, root: str | Path, *, host: str = "127.0.0.1",
-                model: str = "Qwen/Qwen3-VL-8B-Instruct", mode: str = "process", timeout: float = 30.0,
-                seed: int = 0, **knobs: Any) -> FleetHandle:
+def start_fleet(
+    replicas: int,
+    port: int,
+    root: str | Path,
+    *,
+    host: str = "127.0.0.1",
+    model: str = "Qwen/Qwen3-VL-8B-Instruct",
+    mode: str = "process",
+    timeout: float = 30.0,
+    seed: int = 0,
+    **knobs: Any,
+) -> FleetHandle:
     """Start a simulated fleet and wait until every replica answers /health.
 
     `port=0` picks free ephemeral ports (what tests want). `mode="process"` runs it in a child process in
     its own process group (real parallelism, killable); `mode="thread"` runs it on an event loop in a
     daemon thread of this process (cheaper to start)."""
     if mode == "thread":
-        return _start_thread(replicas, port, root, host=host, model=model, timeout=timeout, seed=seed,
-                             knobs=knobs)
+        return _start_thread(replicas, port, root, host=host, model=model, timeout=timeout, seed=seed, knobs=knobs)
     ready = Path(tempfile.mkstemp(prefix="simfleet-", suffix=".json")[1])
     ready.unlink()
-    cmd = [sys.executable, "-m", "serving.simfleet", "--replicas", str(replicas), "--port", str(port),
-           "--allowed-local-media-path", str(root), "--host", host, "--model", model,
-           "--ready-file", str(ready), "--seed", str(seed)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "serving.simfleet",
+        "--replicas",
+        str(replicas),
+        "--port",
+        str(port),
+        "--allowed-local-media-path",
+        str(root),
+        "--host",
+        host,
+        "--model",
+        model,
+        "--ready-file",
+        str(ready),
+        "--seed",
+        str(seed),
+    ]
     for key, value in knobs.items():
         flag = "--" + key.replace("_", "-")
         if isinstance(value, bool):
             cmd += [flag] if value else []
         elif value is not None:
             cmd += [flag, str(value)]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent) + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parent.parent) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
+    proc = subprocess.Popen(cmd, start_new_session=True, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
 
     def stop() -> None:
         if proc.poll() is None:
@@ -876,8 +1069,9 @@ def start_fleet(replicas: int, port: int, root: str | Path, *, host: str = "127.
     raise TimeoutError(f"simulated fleet not ready within {timeout} s")
 
 
-def _start_thread(replicas: int, port: int, root: str | Path, *, host: str, model: str, timeout: float,
-                  seed: int, knobs: dict) -> FleetHandle:
+def _start_thread(
+    replicas: int, port: int, root: str | Path, *, host: str, model: str, timeout: float, seed: int, knobs: dict
+) -> FleetHandle:
     loop = asyncio.new_event_loop()
     ready = threading.Event()
     box: dict[str, Any] = {}
@@ -896,8 +1090,17 @@ def _start_thread(replicas: int, port: int, root: str | Path, *, host: str, mode
                 ready.set()
 
             try:
-                await serve_fleet(replicas, port, root, host=host, model=model, knobs=knobs, seed=seed,
-                                  on_ready=on_ready, stop=stop_event)
+                await serve_fleet(
+                    replicas,
+                    port,
+                    root,
+                    host=host,
+                    model=model,
+                    knobs=knobs,
+                    seed=seed,
+                    on_ready=on_ready,
+                    stop=stop_event,
+                )
             except BaseException as e:  # noqa: BLE001 - reported to the starting thread
                 box["error"] = e
                 ready.set()
@@ -924,6 +1127,7 @@ def _start_thread(replicas: int, port: int, root: str | Path, *, host: str, mode
 
 # ---------------------------------------------------------------- CLI
 
+
 def build_parser() -> argparse.ArgumentParser:
     from data.settings import Settings
 
@@ -932,13 +1136,21 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m serving.simfleet",
         description="Run a simulated vLLM fleet (OpenAI-compatible; output always marked simulated).",
         epilog="example: python -m serving.simfleet --replicas 8 --port 8000 --allowed-local-media-path "
-               "var/clips --speed 0.5")
+        "var/clips --speed 0.5",
+    )
     p.add_argument("--replicas", type=int, default=8, help="number of replicas (ports PORT..PORT+N-1)")
-    p.add_argument("--port", type=int, default=defaults.fleet_port,
-                   help="first replica port; 0 = free ephemeral ports (see --ready-file)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=defaults.fleet_port,
+        help="first replica port; 0 = free ephemeral ports (see --ready-file)",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    p.add_argument("--allowed-local-media-path", required=True,
-                   help="clip root: file:// URLs outside it are refused with vLLM's 400")
+    p.add_argument(
+        "--allowed-local-media-path",
+        required=True,
+        help="clip root: file:// URLs outside it are refused with vLLM's 400",
+    )
     p.add_argument("--model", default=defaults.model_name, help="model name to imitate")
     p.add_argument("--speed", type=float, default=1.0, help="latency multiplier; 0 = answer at once")
     p.add_argument("--slow", type=float, default=1.0, help="extra latency factor (a slow replica)")
@@ -949,21 +1161,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--die-after", type=int, default=None, help="stop listening after N chat requests")
     p.add_argument("--unhealthy", action="store_true", help="GET /health answers 503")
     p.add_argument("--seed", type=int, default=0, help="seed of the error-rate dice")
-    p.add_argument("--allowed-media-domains", default="",
-                   help="comma-separated hosts http(s) video URLs may come from (default: none; file:// only)")
-    p.add_argument("--ready-file", default=None, help="write {\"urls\": [...]} here once every replica listens")
+    p.add_argument(
+        "--allowed-media-domains",
+        default="",
+        help="comma-separated hosts http(s) video URLs may come from (default: none; file:// only)",
+    )
+    p.add_argument("--ready-file", default=None, help='write {"urls": [...]} here once every replica listens')
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    knobs = {"speed": args.speed, "slow": args.slow, "capacity": args.capacity, "error_rate": args.error_rate,
-             "unavailable_for": args.unavailable_for, "hang": args.hang, "die_after": args.die_after,
-             "unhealthy": args.unhealthy, "allowed_media_domains": args.allowed_media_domains}
+    knobs = {
+        "speed": args.speed,
+        "slow": args.slow,
+        "capacity": args.capacity,
+        "error_rate": args.error_rate,
+        "unavailable_for": args.unavailable_for,
+        "hang": args.hang,
+        "die_after": args.die_after,
+        "unhealthy": args.unhealthy,
+        "allowed_media_domains": args.allowed_media_domains,
+    }
 
     def on_ready(urls: list[str]) -> None:
-        print(f"simulated fleet ready ({len(urls)} replicas, model {args.model}{SIM_SUFFIX}): "
-              + " ".join(urls), flush=True)
+        print(
+            f"simulated fleet ready ({len(urls)} replicas, model {args.model}{SIM_SUFFIX}): " + " ".join(urls),
+            flush=True,
+        )
         if args.ready_file:
             tmp = args.ready_file + ".tmp"
             Path(tmp).write_text(json.dumps({"urls": urls, "pid": os.getpid()}))
@@ -974,8 +1199,17 @@ def main(argv: list[str] | None = None) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        await serve_fleet(args.replicas, args.port, args.allowed_local_media_path, host=args.host,
-                          model=args.model, knobs=knobs, seed=args.seed, on_ready=on_ready, stop=stop)
+        await serve_fleet(
+            args.replicas,
+            args.port,
+            args.allowed_local_media_path,
+            host=args.host,
+            model=args.model,
+            knobs=knobs,
+            seed=args.seed,
+            on_ready=on_ready,
+            stop=stop,
+        )
 
     try:
         asyncio.run(run())

@@ -26,8 +26,16 @@ from data.settings import add_arguments, from_args
 
 
 class Supervisor:
-    def __init__(self, cmd: list[str], *, name: str = "runner", db_path: str | Path | None = None,
-                 backoff_cap: float = 30.0, healthy_after: float = 60.0, first_backoff: float = 1.0):
+    def __init__(
+        self,
+        cmd: list[str],
+        *,
+        name: str = "runner",
+        db_path: str | Path | None = None,
+        backoff_cap: float = 30.0,
+        healthy_after: float = 60.0,
+        first_backoff: float = 1.0,
+    ):
         self.cmd = cmd
         self.name = name
         self.db_path = db_path
@@ -45,14 +53,20 @@ class Supervisor:
         if self.db_path is None:
             return
         try:
-            from data import db as dbmod
-            from data import jobs
+            from data import db as dbmod, jobs
 
             d = dbmod.connect(self.db_path)
             try:
-                jobs.heartbeat(d, f"{self.name}-supervisor", "supervisor",
-                               info={"restarts": self.restarts, "last_exit": code, "child_pid": self.child.pid
-                                     if self.child else None})
+                jobs.heartbeat(
+                    d,
+                    f"{self.name}-supervisor",
+                    "supervisor",
+                    info={
+                        "restarts": self.restarts,
+                        "last_exit": code,
+                        "child_pid": self.child.pid if self.child else None,
+                    },
+                )
             finally:
                 d.close()
         except Exception as e:  # noqa: BLE001 - a locked or missing database must not stop the restarts
@@ -79,8 +93,10 @@ class Supervisor:
             if lived >= self.healthy_after:
                 delay = self.first_backoff
             self.restarts += 1
-            self._say(f"pid {self.child.pid} exited with {code} after {lived:.0f} s; restart #{self.restarts} in "
-                      f"{delay:.0f} s")
+            self._say(
+                f"pid {self.child.pid} exited with {code} after {lived:.0f} s; restart #{self.restarts} in "
+                f"{delay:.0f} s"
+            )
             self._record(code)
             deadline = time.monotonic() + delay
             while not self.stopping and time.monotonic() < deadline:
@@ -94,12 +110,14 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m serving.supervisor",
         description="Run a command and restart it whenever it exits, until SIGTERM/SIGINT.",
         epilog="example: python -m serving.supervisor --name runner --data-dir var -- python -m serving.runner "
-               "--data-dir var")
+        "--data-dir var",
+    )
     add_arguments(p, ("data_dir", "db"))
     p.add_argument("--name", default="runner", help="name in logs and in the supervisor heartbeat")
     p.add_argument("--backoff-cap", type=float, default=30.0, help="longest wait between restarts (s)")
-    p.add_argument("--healthy-after", type=float, default=60.0,
-                   help="a child that lived this long resets the backoff (s)")
+    p.add_argument(
+        "--healthy-after", type=float, default=60.0, help="a child that lived this long resets the backoff (s)"
+    )
     p.add_argument("--first-backoff", type=float, default=1.0, help="first wait before a restart (s)")
     p.add_argument("cmd", nargs=argparse.REMAINDER, help="-- then the command to keep running")
     return p
@@ -112,8 +130,14 @@ def main(argv: list[str] | None = None) -> int:
         print("supervisor: no command given (put it after --)", file=sys.stderr)
         return 2
     settings = from_args(args)
-    sup = Supervisor(cmd, name=args.name, db_path=settings.db, backoff_cap=args.backoff_cap,
-                     healthy_after=args.healthy_after, first_backoff=args.first_backoff)
+    sup = Supervisor(
+        cmd,
+        name=args.name,
+        db_path=settings.db,
+        backoff_cap=args.backoff_cap,
+        healthy_after=args.healthy_after,
+        first_backoff=args.first_backoff,
+    )
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
     return sup.run()

@@ -14,8 +14,12 @@ import pytest
 from serving import procs
 from webapp_fixtures import PASSWORD
 
-CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--no-sandbox", "--disable-background-networking",
-                 "--disable-component-update"]
+CHROMIUM_ARGS = [
+    "--disable-dev-shm-usage",
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-component-update",
+]
 REPO = Path(__file__).resolve().parent.parent
 SCREENSHOTS = REPO / "docs" / "screenshots"
 
@@ -74,8 +78,9 @@ def login(context, url: str, user: str):
 
 def _child(cmd: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.Popen(cmd, cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env,
-                            start_new_session=True)
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
+    )
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -87,8 +92,24 @@ def simfleet(web_settings, library):
     """Two simulated replicas on free ports; yields their URLs."""
     ready = web_settings.data_dir / "simfleet.ready.json"
     log = web_settings.data_dir / "simfleet.log"
-    proc = _child([sys.executable, "-m", "serving.simfleet", "--replicas", "2", "--port", "0", "--speed", "0.05",
-                   "--allowed-local-media-path", str(web_settings.clip_root), "--ready-file", str(ready)], log)
+    proc = _child(
+        [
+            sys.executable,
+            "-m",
+            "serving.simfleet",
+            "--replicas",
+            "2",
+            "--port",
+            "0",
+            "--speed",
+            "0.05",
+            "--allowed-local-media-path",
+            str(web_settings.clip_root),
+            "--ready-file",
+            str(ready),
+        ],
+        log,
+    )
     deadline = time.monotonic() + 30
     while not ready.exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -102,7 +123,17 @@ def simfleet(web_settings, library):
 @pytest.fixture
 def runner(web_settings, simfleet):
     log = web_settings.data_dir / "runner.log"
-    proc = _child([sys.executable, "-m", "serving.runner", "--data-dir", str(web_settings.data_dir),
-                   "--fleet", ",".join(simfleet)], log)
+    proc = _child(
+        [
+            sys.executable,
+            "-m",
+            "serving.runner",
+            "--data-dir",
+            str(web_settings.data_dir),
+            "--fleet",
+            ",".join(simfleet),
+        ],
+        log,
+    )
     yield proc
     _stop(proc)

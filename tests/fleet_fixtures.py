@@ -15,8 +15,14 @@ from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
-PROMPT = {"id": 1, "name": "av-hazard", "version": 1, "system": prompts.HAZARD_SYSTEM, "user": prompts.HAZARD_USER,
-          "schema": taxonomy.CAPTION_SCHEMA}
+PROMPT = {
+    "id": 1,
+    "name": "av-hazard",
+    "version": 1,
+    "system": prompts.HAZARD_SYSTEM,
+    "user": prompts.HAZARD_USER,
+    "schema": taxonomy.CAPTION_SCHEMA,
+}
 
 
 def write_clip(path: Path, w: int = 160, h: int = 90, seconds: float = 1.0, fps: int = 10) -> Path:

@@ -26,14 +26,20 @@ from pathlib import Path
 
 import httpx
 
-from data import db as dbmod
-from data import taxonomy, users
+from data import db as dbmod, taxonomy, users
 from serving import procs
 
 REPO = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery"
-LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["car", "pedestrian"],
-          "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "pedestrian_crossing",
+    "hazard_level": "high",
+    "road_users": ["car", "pedestrian"],
+    "ego_maneuver": "slowing",
+    "weather": "rain",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 VERSION_RE = re.compile(r"<th>version</th><td>(\d+)</td>")
 
 
@@ -63,18 +69,34 @@ class AppProcess:
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        self.cmd = [sys.executable, "-m", "webapp", "--data-dir", str(settings.data_dir), "--db", str(settings.db),
-                    "--clip-root", str(settings.clip_root), "--port", str(self.port), "--fleet", "sim",
-                    *(extra or [])]
+        self.cmd = [
+            sys.executable,
+            "-m",
+            "webapp",
+            "--data-dir",
+            str(settings.data_dir),
+            "--db",
+            str(settings.db),
+            "--clip-root",
+            str(settings.clip_root),
+            "--port",
+            str(self.port),
+            "--fleet",
+            "sim",
+            *(extra or []),
+        ]
         self.child: procs.Child | None = None
 
     def start(self, timeout: float = 60.0) -> float:
         """Start and wait until it serves (GET /login 200). Returns seconds from spawn to serving."""
         t0 = time.monotonic()
-        env = {"GRADIO_ANALYTICS_ENABLED": "False", "HF_HUB_OFFLINE": "1", "NO_PROXY": "localhost,127.0.0.1",
-               "GRADIO_TEMP_DIR": str(Path(self.settings.data_dir) / "gradio-tmp")}
-        self.child = procs.start("webapp", self.cmd, log=self.log, env=env, cwd=REPO,
-                                 health=self.url + "/login")
+        env = {
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "HF_HUB_OFFLINE": "1",
+            "NO_PROXY": "localhost,127.0.0.1",
+            "GRADIO_TEMP_DIR": str(Path(self.settings.data_dir) / "gradio-tmp"),
+        }
+        self.child = procs.start("webapp", self.cmd, log=self.log, env=env, cwd=REPO, health=self.url + "/login")
         procs.wait_healthy([self.child], timeout=timeout, interval=0.05)
         return time.monotonic() - t0
 
@@ -88,8 +110,9 @@ class AppProcess:
 
 
 def login_cookie(url: str, user: str, password: str = PASSWORD) -> str:
-    r = httpx.post(url + "/login", data={"username": user, "password": password, "next": "/"}, timeout=30,
-                   trust_env=False)
+    r = httpx.post(
+        url + "/login", data={"username": user, "password": password, "next": "/"}, timeout=30, trust_env=False
+    )
     assert r.status_code == 303, (user, r.status_code, r.text[:200])
     return r.cookies["cw_session"]
 
@@ -118,8 +141,9 @@ class GradioSession:
         self.url = url
         self.deps = deps
         self.hash = uuid.uuid4().hex[:11]
-        self.http = httpx.Client(base_url=url, cookies={"cw_session": cookie} if cookie else None,
-                                 timeout=timeout, trust_env=False)
+        self.http = httpx.Client(
+            base_url=url, cookies={"cw_session": cookie} if cookie else None, timeout=timeout, trust_env=False
+        )
 
     def close(self) -> None:
         self.http.close()
@@ -129,9 +153,16 @@ class GradioSession:
         dep = self.deps[api_name]
         data = list(data or [])
         data += [None] * (len(dep["inputs"]) - len(data))
-        r = self.http.post("/gradio_api/queue/join", json={
-            "data": data, "fn_index": dep["id"], "session_hash": self.hash, "event_data": event_data,
-            "trigger_id": (dep.get("targets") or [[None]])[0][0]})
+        r = self.http.post(
+            "/gradio_api/queue/join",
+            json={
+                "data": data,
+                "fn_index": dep["id"],
+                "session_hash": self.hash,
+                "event_data": event_data,
+                "trigger_id": (dep.get("targets") or [[None]])[0][0],
+            },
+        )
         if r.status_code != 200:
             raise GradioError(f"HTTP {r.status_code}: {r.text[:200]}", r.status_code)
         event_id = r.json()["event_id"]
@@ -165,8 +196,8 @@ class Answer:
     user: str
     clip_id: int
     text: str
-    seen_version: int | None   # the current version shown when the form was loaded (None: no caption)
-    kind: str                  # saved | conflict | error | dropped (no answer: the connection dropped)
+    seen_version: int | None  # the current version shown when the form was loaded (None: no caption)
+    kind: str  # saved | conflict | error | dropped (no answer: the connection dropped)
     ms: float
     message: str = ""
 
@@ -228,8 +259,9 @@ class AnnotatorLoad:
                 ans = Answer(name, cid, text, seen, "error", (time.perf_counter() - t) * 1000, str(e)[:300])
             else:
                 ms = (time.perf_counter() - t) * 1000
-                msg = " ".join(v for v in out if isinstance(v, str) and "cw-msg" in v) or \
-                    " ".join(v for v in out if isinstance(v, str) and ("Saved as version" in v or "changed by" in v))
+                msg = " ".join(v for v in out if isinstance(v, str) and "cw-msg" in v) or " ".join(
+                    v for v in out if isinstance(v, str) and ("Saved as version" in v or "changed by" in v)
+                )
                 if "Saved as version" in msg:
                     ans = Answer(name, cid, text, seen, "saved", ms, msg[:200])
                 elif "changed by" in msg and "after you opened it" in msg:
@@ -258,9 +290,14 @@ class AnnotatorLoad:
         for a in self.answers:
             kinds[a.kind] = kinds.get(a.kind, 0) + 1
         saved_ms = [a.ms for a in self.answers if a.kind in ("saved", "conflict")]
-        return {"answers": len(self.answers), **kinds, "save_p50_ms": round(pct(saved_ms, 50), 1),
-                "save_p95_ms": round(pct(saved_ms, 95), 1), "save_p99_ms": round(pct(saved_ms, 99), 1),
-                "save_max_ms": round(max(saved_ms, default=float("nan")), 1)}
+        return {
+            "answers": len(self.answers),
+            **kinds,
+            "save_p50_ms": round(pct(saved_ms, 50), 1),
+            "save_p95_ms": round(pct(saved_ms, 95), 1),
+            "save_p99_ms": round(pct(saved_ms, 99), 1),
+            "save_max_ms": round(max(saved_ms, default=float("nan")), 1),
+        }
 
 
 def check_oracle(db, answers: list[Answer]) -> dict:
@@ -295,8 +332,12 @@ def check_oracle(db, answers: list[Answer]) -> dict:
     assert not wrong_parent, f"{len(wrong_parent)} saves with another parent than the version seen: {wrong_parent[:3]}"
     assert not applied_conflicts, f"{len(applied_conflicts)} refused saves were applied: {applied_conflicts[:3]}"
     assert not chain_breaks, f"{len(chain_breaks)} silent overwrites in the current-version chain: {chain_breaks[:3]}"
-    return {"acknowledged": sum(a.kind == "saved" for a in answers), "lost": 0, "silent_overwrites": 0,
-            "conflicts": sum(a.kind == "conflict" for a in answers)}
+    return {
+        "acknowledged": sum(a.kind == "saved" for a in answers),
+        "lost": 0,
+        "silent_overwrites": 0,
+        "conflicts": sum(a.kind == "conflict" for a in answers),
+    }
 
 
 CURRENT_ACTIONS = ("caption.save", "caption.machine", "caption.adopt")
@@ -307,8 +348,10 @@ def check_current_chain(db) -> list[tuple]:
     version the event before it made current, and the last must be the clip's current caption."""
     last: dict[int, int | None] = {}
     breaks = []
-    for e in db.query("SELECT id, clip_id, caption_id, action, detail FROM events WHERE action IN (?, ?, ?) "
-                      "ORDER BY id", list(CURRENT_ACTIONS)):
+    for e in db.query(
+        "SELECT id, clip_id, caption_id, action, detail FROM events WHERE action IN (?, ?, ?) ORDER BY id",
+        list(CURRENT_ACTIONS),
+    ):
         prev = json.loads(e["detail"] or "{}").get("previous")
         expect = last.get(e["clip_id"])
         if e["clip_id"] in last and prev != expect:
@@ -329,11 +372,17 @@ def assert_audit_complete(db) -> dict:
     (created_at) and the previous version (parent_id, which must be an earlier version of the same clip),
     plus exactly one audit event naming the same actor, caption and previous version, written with it.
     Review changes are checked against the clips' review columns. Returns counts."""
-    caps = {r["id"]: dict(r) for r in db.query(
-        "SELECT id, clip_id, version, parent_id, text, labels, source, author, created_at FROM captions")}
+    caps = {
+        r["id"]: dict(r)
+        for r in db.query(
+            "SELECT id, clip_id, version, parent_id, text, labels, source, author, created_at FROM captions"
+        )
+    }
     evs: dict[int, list[dict]] = {}
-    for e in db.query("SELECT id, at, actor, action, clip_id, caption_id, detail FROM events WHERE action IN "
-                      "(?, ?, ?, ?)", list(CAPTION_ACTIONS)):
+    for e in db.query(
+        "SELECT id, at, actor, action, clip_id, caption_id, detail FROM events WHERE action IN (?, ?, ?, ?)",
+        list(CAPTION_ACTIONS),
+    ):
         evs.setdefault(e["caption_id"], []).append(dict(e))
     problems = []
     for cid, c in caps.items():
@@ -349,8 +398,12 @@ def assert_audit_complete(db) -> dict:
             continue
         e = got[0]
         detail = json.loads(e["detail"] or "{}")
-        if e["actor"] != c["author"] or e["clip_id"] != c["clip_id"] or detail.get("previous") != c["parent_id"] \
-                or abs(e["at"] - c["created_at"]) > 5:
+        if (
+            e["actor"] != c["author"]
+            or e["clip_id"] != c["clip_id"]
+            or detail.get("previous") != c["parent_id"]
+            or abs(e["at"] - c["created_at"]) > 5
+        ):
             problems.append((cid, "event does not match the version", e, c))
         if c["source"] == "human" and e["action"] not in ("caption.save", "caption.adopt"):
             problems.append((cid, "human version logged as " + e["action"]))
@@ -376,8 +429,15 @@ def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id
         try:
             while not stop.is_set():
                 if not created or jobs.get(d, created[-1])["state"] in ("done", "cancelled"):
-                    created.append(jobs.create(d, name=f"r1 machine pass {len(created) + 1}", created_by="lead",
-                                               clip_ids=clip_ids, prompt_id=prompt_id))
+                    created.append(
+                        jobs.create(
+                            d,
+                            name=f"r1 machine pass {len(created) + 1}",
+                            created_by="lead",
+                            clip_ids=clip_ids,
+                            prompt_id=prompt_id,
+                        )
+                    )
                 stop.wait(period)
         finally:
             d.close()
@@ -407,8 +467,8 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
     on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
     from data import prompts
-    from tests.runner_fixtures import tiny_library
     from serving import simfleet
+    from tests.runner_fixtures import tiny_library
 
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, clips)
@@ -416,9 +476,23 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     db.close()
     names = add_annotators(settings.db, annotators)
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=fleet_speed)
-    runner_cmd = [sys.executable, "-m", "serving.runner", "--db", str(settings.db), "--clip-root",
-                  str(settings.clip_root), "--fleet", ",".join(fleet.urls), "--per-replica-inflight", "3",
-                  "--backoff-base", "0.05", "--log-level", "WARNING"]
+    runner_cmd = [
+        sys.executable,
+        "-m",
+        "serving.runner",
+        "--db",
+        str(settings.db),
+        "--clip-root",
+        str(settings.clip_root),
+        "--fleet",
+        ",".join(fleet.urls),
+        "--per-replica-inflight",
+        "3",
+        "--backoff-base",
+        "0.05",
+        "--log-level",
+        "WARNING",
+    ]
     runner = procs.start("runner", runner_cmd, log=tmp_path / "runner.log", cwd=REPO)
     stop = threading.Event()
     app = AppProcess(settings, tmp_path / "webapp.log")

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Run the test suite on a fresh machine: installs what is missing (Debian chromium for the browser tests,
-# the project with its test extra), then runs pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
+# the project with its test extra), then the lint and format checks (ruff, configured in pyproject.toml), then
+# pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
 # GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,9 +11,14 @@ if [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
 fi
-if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, hypothesis, playwright, data.settings" 2>/dev/null; then
+if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, hypothesis, playwright, data.settings" 2>/dev/null \
+   || ! "$PY" -m ruff --version >/dev/null 2>&1; then
   echo "[tests] installing the project and its test extra"
   "$PY" -m pip install -q -e ".[test]"
 fi
+# ruff through $PY (python -m ruff): the one installed with the test extra in that environment, venv or not
+echo "[tests] ruff check, ruff format --check"
+"$PY" -m ruff check .
+"$PY" -m ruff format --check .
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
 exec "$PY" -m pytest -m "not slow" -q "$@"

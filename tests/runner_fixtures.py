@@ -11,15 +11,32 @@ from data import prompts
 from serving.client import CaptionResult
 from serving.errors import ClipRejected, FleetError
 
-LABELS = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
-          "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "normal_driving",
+    "hazard_level": "none",
+    "road_users": ["car"],
+    "ego_maneuver": "going_straight",
+    "weather": "clear",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def add_clips(db, n: int, *, prefix: str = "clip", probe_errors: dict[int, str] | None = None) -> list[int]:
     """Insert `n` clip rows (paths only; the fake client never opens them). Returns their ids."""
     probe_errors = probe_errors or {}
-    rows = [{"path": f"{prefix}/{i:05d}.mp4", "size": 1000, "duration": 5.0, "width": 1280, "height": 720,
-             "frames": 150, "probe_error": probe_errors.get(i)} for i in range(n)]
+    rows = [
+        {
+            "path": f"{prefix}/{i:05d}.mp4",
+            "size": 1000,
+            "duration": 5.0,
+            "width": 1280,
+            "height": 720,
+            "frames": 150,
+            "probe_error": probe_errors.get(i),
+        }
+        for i in range(n)
+    ]
     with db.conn:
         db["clips"].insert_all(rows)
     return [r["id"] for r in db.query("SELECT id FROM clips WHERE path LIKE ? ORDER BY id", [prefix + "/%"])]
@@ -55,12 +72,24 @@ class FakeClient:
             if self.script is not None:
                 self.script(url, req, self.per_clip[req.clip_path])
             return CaptionResult(
-                text=f"caption of {req.clip_path}", labels=dict(LABELS),
-                provenance={"model": "fake-simulated", "prompt_id": req.prompt["id"],
-                            "prompt_name": req.prompt["name"], "prompt_version": req.prompt["version"],
-                            "params": {"max_completion_tokens": req.max_tokens}, "frames": req.frames,
-                            "replica": url, "decode_backend": "none", "latency_ms": 1.0, "prompt_tokens": 10,
-                            "completion_tokens": 20, "finish_reason": "stop", "simulated": True})
+                text=f"caption of {req.clip_path}",
+                labels=dict(LABELS),
+                provenance={
+                    "model": "fake-simulated",
+                    "prompt_id": req.prompt["id"],
+                    "prompt_name": req.prompt["name"],
+                    "prompt_version": req.prompt["version"],
+                    "params": {"max_completion_tokens": req.max_tokens},
+                    "frames": req.frames,
+                    "replica": url,
+                    "decode_backend": "none",
+                    "latency_ms": 1.0,
+                    "prompt_tokens": 10,
+                    "completion_tokens": 20,
+                    "finish_reason": "stop",
+                    "simulated": True,
+                },
+            )
         finally:
             self.inflight[url] -= 1
 
@@ -76,10 +105,7 @@ import contextlib  # noqa: E402
 import io  # noqa: E402
 import os  # noqa: E402
 import shutil  # noqa: E402
-import time  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-import httpx  # noqa: E402
 
 from serving import procs  # noqa: E402
 
@@ -110,15 +136,27 @@ def tiny_library(settings, db, n: int, *, prefix: str = "lib", broken: dict[str,
     first.write_bytes(tiny_clip_bytes())
     for i in range(1, n):
         os.link(first, root / f"{i:05d}.mp4")
-    rows = [{"path": f"{prefix}/{i:05d}.mp4", "size": first.stat().st_size, "duration": 1.0, "width": 64,
-             "height": 48, "frames": 10, "codec": "h264"} for i in range(n)]
+    rows = [
+        {
+            "path": f"{prefix}/{i:05d}.mp4",
+            "size": first.stat().st_size,
+            "duration": 1.0,
+            "width": 64,
+            "height": 48,
+            "frames": 10,
+            "codec": "h264",
+        }
+        for i in range(n)
+    ]
     for name, err in (broken or {}).items():
         (root / name).write_bytes(b"<html>not a video</html>")
         rows.append({"path": f"{prefix}/{name}", "size": 24, "probe_error": err})
     with db.conn:
         db["clips"].insert_all(rows)
-    return [r["id"] for r in db.query("SELECT id FROM clips WHERE path LIKE ? AND probe_error IS NULL ORDER BY id",
-                                      [prefix + "/%"])]
+    return [
+        r["id"]
+        for r in db.query("SELECT id FROM clips WHERE path LIKE ? AND probe_error IS NULL ORDER BY id", [prefix + "/%"])
+    ]
 
 
 @contextlib.contextmanager
@@ -127,9 +165,27 @@ def real_router(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
     exe = shutil.which("vllm-router")
     assert exe, "vllm-router is not installed (pip install vllm-router): the end-to-end tests need it"
     port = procs.free_port()
-    cmd = [exe, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *worker_urls, "--policy", "round_robin",
-           "--worker-startup-timeout-secs", "30", "--health-check-interval-secs", "1", "--request-timeout-secs", "60",
-           "--retry-max-retries", "2", "--prometheus-port", str(procs.free_port())]
+    cmd = [
+        exe,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        "round_robin",
+        "--worker-startup-timeout-secs",
+        "30",
+        "--health-check-interval-secs",
+        "1",
+        "--request-timeout-secs",
+        "60",
+        "--retry-max-retries",
+        "2",
+        "--prometheus-port",
+        str(procs.free_port()),
+    ]
     child = procs.start("router", cmd, log=Path(tmp_path) / "router.log", health=f"http://127.0.0.1:{port}/readiness")
     try:
         procs.wait_healthy([child], timeout=timeout)

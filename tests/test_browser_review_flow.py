@@ -14,9 +14,7 @@ import httpx
 import pytest
 
 from browser_fixtures import SCREENSHOTS, browser, login, runner, simfleet  # noqa: F401
-from data import clips as clipsmod
-from data import db as dbmod
-from data import jobs
+from data import clips as clipsmod, db as dbmod, jobs
 from webapp_fixtures import AppServer, library, web_settings  # noqa: F401
 
 pytestmark = pytest.mark.browser
@@ -48,8 +46,9 @@ def shown(page) -> int | None:
 
 
 def wait_clip_change(page, old: int | None, timeout=15_000) -> int:
-    page.wait_for_function(f"(document.querySelector('#clip-header')?.dataset.clip || '') !== '{old or ''}'",
-                           timeout=timeout)
+    page.wait_for_function(
+        f"(document.querySelector('#clip-header')?.dataset.clip || '') !== '{old or ''}'", timeout=timeout
+    )
     return shown(page)
 
 
@@ -68,8 +67,10 @@ def set_weather(page, value: str) -> None:
     page.locator("[role=listbox] li", has_text=value).first.wait_for()  # rendered outside #label-weather
     page.keyboard.press("Enter")
     # picked = the list closed with the value shown (typing alone also shows the text)
-    page.wait_for_function(f"(() => {{ const i = document.querySelector('#label-weather input'); "
-                           f"return i.value === '{value}' && i.getAttribute('aria-expanded') !== 'true'; }})()")
+    page.wait_for_function(
+        f"(() => {{ const i = document.querySelector('#label-weather input'); "
+        f"return i.value === '{value}' && i.getAttribute('aria-expanded') !== 'true'; }})()"
+    )
     page.keyboard.press("Escape")
 
 
@@ -100,8 +101,11 @@ def test_twenty_clip_review_keys_per_clip(browser, server, library):  # noqa: F8
         page, _ = login(ctx, server.url, "ann")
         page.goto(f"{server.url}/?f={quote(json.dumps({'has_caption': True}))}")
         page.wait_for_selector(".cw-tile")
-        assert page.input_value("#f-has-caption input:checked") == "yes" if page.locator(
-            "#f-has-caption input:checked").count() else True
+        assert (
+            page.input_value("#f-has-caption input:checked") == "yes"
+            if page.locator("#f-has-caption input:checked").count()
+            else True
+        )
         page.locator("#tab-review-button").click()
         keys = 0
         page.locator("body").click(position={"x": 3, "y": 3})
@@ -122,8 +126,9 @@ def test_twenty_clip_review_keys_per_clip(browser, server, library):  # noqa: F8
             if i < 19:
                 cur = wait_clip_change(page, before)
             else:
-                page.wait_for_function(f"document.querySelector('#review-msg').innerText.includes('clip {before} "
-                                       "approved')")
+                page.wait_for_function(
+                    f"document.querySelector('#review-msg').innerText.includes('clip {before} approved')"
+                )
         seconds = time.monotonic() - t0
         assert len(set(reviewed)) == 20
         for cid in reviewed:
@@ -134,9 +139,11 @@ def test_twenty_clip_review_keys_per_clip(browser, server, library):  # noqa: F8
         # every clip was done with the keys counted above: 1 for approve-and-next (<= 2), 5 for fix one label +
         # approve-and-next (<= 5); the page never needed a mouse or Tab
         assert keys == 1 + 15 * 1 + 5 * 5
-        KEYS_REPORT.write_text(f"20-clip review at 1366x768: {keys} keys = {per_clip:.2f} keys per clip "
-                               f"(15 approved as they were: 1 key each; 5 with one label fixed: 5 keys each; "
-                               f"+1 'n' to start), {seconds:.1f} s = {seconds / 20:.2f} s per clip\n")
+        KEYS_REPORT.write_text(
+            f"20-clip review at 1366x768: {keys} keys = {per_clip:.2f} keys per clip "
+            f"(15 approved as they were: 1 key each; 5 with one label fixed: 5 keys each; "
+            f"+1 'n' to start), {seconds:.1f} s = {seconds / 20:.2f} s per clip\n"
+        )
         print(KEYS_REPORT.read_text())
     finally:
         ctx.close()
@@ -209,8 +216,10 @@ def test_zero_lost_edits(browser, server, library):  # noqa: F811
         # leaving the page with an unsaved edit asks first: the page's beforeunload handler cancels the unload
         # (headless Chromium under Playwright did not surface the native prompt on close, so the handler is
         # driven directly with the event the browser would send)
-        guard = "() => { const e = new Event('beforeunload', {cancelable: true}); window.dispatchEvent(e); " \
-                "return e.defaultPrevented; }"
+        guard = (
+            "() => { const e = new Event('beforeunload', {cancelable: true}); window.dispatchEvent(e); "
+            "return e.defaultPrevented; }"
+        )
         assert page.evaluate(guard) is False  # nothing unsaved after Forward
         edit(page, "Unsaved when leaving.", "snow")
         assert page.evaluate("window.cwUnsaved()") is True
@@ -281,8 +290,10 @@ def test_review_fits_1366x768(browser, server, library):  # noqa: F811
         assert page.evaluate("window.scrollY") == 0
         for sel in ("#cw-video", "#caption-text textarea", "#btn-save", "#btn-approve", "#btn-reject"):
             box = page.locator(sel).bounding_box()
-            assert box and box["y"] >= 0 and box["y"] + box["height"] <= 768 and box["x"] + box["width"] <= 1366, \
-                (sel, box)
+            assert box and box["y"] >= 0 and box["y"] + box["height"] <= 768 and box["x"] + box["width"] <= 1366, (
+                sel,
+                box,
+            )
         # the filmstrip is big enough to click, and a click seeks the player to that frame
         frame = page.locator(".cw-frame").nth(8)
         fb = frame.bounding_box()
@@ -341,8 +352,11 @@ def test_an_over_long_caption_is_refused_through_the_api(server):
     labels = ["other", "none", ["car"], "stopped", "clear", "daylight", "urban"]
     c = server.client("ann")
     try:
-        kind, body = api_call(c, "save_caption", [clip["id"], clip["current_caption_id"], None,
-                                                  "w" * (limits.MAX_CAPTION_CHARS + 1), *labels])
+        kind, body = api_call(
+            c,
+            "save_caption",
+            [clip["id"], clip["current_caption_id"], None, "w" * (limits.MAX_CAPTION_CHARS + 1), *labels],
+        )
     finally:
         c.close()
     assert f"the limit is {limits.MAX_CAPTION_CHARS:,}" in body, body[-500:]
@@ -353,8 +367,12 @@ def test_an_over_long_caption_is_refused_through_the_api(server):
         d.close()
 
 
-def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(browser, server, library,  # noqa: F811
-                                                                              runner):  # noqa: F811
+def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
+    browser,
+    server,
+    library,  # noqa: F811
+    runner,
+):  # noqa: F811
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         page, _ = login(ctx, server.url, "lead")
@@ -373,8 +391,9 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(br
         before = len(jobs.list_jobs(db_of(server)))
         btn = page.locator("#btn-start-job")
         btn.click(click_count=1, no_wait_after=True)
-        page.evaluate("document.querySelector('#btn-start-job').click(); "
-                      "document.querySelector('#btn-start-job').click()")
+        page.evaluate(
+            "document.querySelector('#btn-start-job').click(); document.querySelector('#btn-start-job').click()"
+        )
         page.wait_for_selector("#jobs-msg .cw-msg-ok, #jobs-msg .cw-msg-info", timeout=10_000)
         time.sleep(1.5)
         assert len(jobs.list_jobs(db_of(server))) == before + 1
@@ -382,8 +401,11 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(br
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=60_000)
         assert page.locator("#job-plot-svg rect").count() >= 1
         # a click on a row shows that job, and the panel stays there when a newer job appears
-        older = next(j["id"] for j in jobs.list_jobs(db_of(server)) if j["id"] != job_id) \
-            if len(jobs.list_jobs(db_of(server))) > 1 else job_id
+        older = (
+            next(j["id"] for j in jobs.list_jobs(db_of(server)) if j["id"] != job_id)
+            if len(jobs.list_jobs(db_of(server))) > 1
+            else job_id
+        )
         # the table is re-rendered on every tick, so click the cell from the page in one step
         page.wait_for_function("""() => { const c = [...document.querySelectorAll('#jobs-table .cell-wrap')]
             .find(e => e.offsetParent !== null && e.textContent.trim() === 'triple click');
@@ -405,8 +427,7 @@ def test_fleet_tab_is_readable_at_once(browser, server):  # noqa: F811
     try:
         page, _ = login(ctx, server.url, "lead")
         page.click("#tab-fleet-button")
-        page.wait_for_function("document.querySelector('#fleet-summary')?.innerText.includes('healthy')",
-                               timeout=5_000)
+        page.wait_for_function("document.querySelector('#fleet-summary')?.innerText.includes('healthy')", timeout=5_000)
         text = page.inner_text("#fleet-table")
         assert "{" not in text and "'" not in text
         assert not re.search(r"\d\.\d{4,}", text)  # no long decimals
@@ -431,16 +452,23 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         ok_ids = [c for c in library.clip_ids if not clip_row(server, c)["probe_error"]]
 
         def make(name):
-            job_id = jobs.create(d, name=name, created_by="lead", clip_ids=ok_ids, prompt_id=None,
-                                 params={"frames": 16, "max_tokens": 320})
+            job_id = jobs.create(
+                d,
+                name=name,
+                created_by="lead",
+                clip_ids=ok_ids,
+                prompt_id=None,
+                params={"frames": 16, "max_tokens": 320},
+            )
             page.fill("#job-id input", str(job_id))
             page.press("#job-id input", "Enter")
             page.wait_for_function(f"document.querySelector('#job-progress')?.innerText.includes('Job {job_id} ')")
             return job_id
 
         def n_captions(job_id, after=0.0):
-            return d.execute("SELECT COUNT(*) FROM captions WHERE job_id = ? AND created_at > ?",
-                             [job_id, after]).fetchone()[0]
+            return d.execute(
+                "SELECT COUNT(*) FROM captions WHERE job_id = ? AND created_at > ?", [job_id, after]
+            ).fetchone()[0]
 
         job_id = make("pause me")
         deadline = time.monotonic() + 30

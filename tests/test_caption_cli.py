@@ -3,7 +3,6 @@ process caption a small library; broken clips fail with a reason; Ctrl-C pauses 
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
@@ -52,8 +51,18 @@ def check_captioned(db, job_id, good_ids, replicas):
 def test_cli_captions_a_library_through_the_real_router(settings, db, fleet, tmp_path):
     good = tiny_library(settings, db, 40, broken=BROKEN)
     with real_router(fleet.urls, tmp_path) as url:
-        r = cli("serving.caption", "--db", str(settings.db), "--clip-root", str(settings.clip_root), "--fleet", url,
-                "--has-caption", "no", "--no-progress")
+        r = cli(
+            "serving.caption",
+            "--db",
+            str(settings.db),
+            "--clip-root",
+            str(settings.clip_root),
+            "--fleet",
+            url,
+            "--has-caption",
+            "no",
+            "--no-progress",
+        )
     assert r.returncode == 0, r.stderr
     assert "40 captioned, 2 failed" in r.stderr and "ingest: zero-length file" in r.stderr
     check_captioned(db, 1, good, fleet.urls)
@@ -63,12 +72,24 @@ def test_cli_captions_a_library_through_the_real_router(settings, db, fleet, tmp
 def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path):
     good = tiny_library(settings, db, 30, broken=BROKEN)
     from data import prompts
+
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
-    job_id = jobs.create(db, name="from the app", created_by="lead", clip_ids=all_ids,
-                         prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db, name="from the app", created_by="lead", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"]
+    )
     with real_router(fleet.urls, tmp_path) as url:
-        r = cli("serving.runner", "--db", str(settings.db), "--clip-root", str(settings.clip_root), "--fleet", url,
-                "--until-idle", "--name", "e2e")
+        r = cli(
+            "serving.runner",
+            "--db",
+            str(settings.db),
+            "--clip-root",
+            str(settings.clip_root),
+            "--fleet",
+            url,
+            "--until-idle",
+            "--name",
+            "e2e",
+        )
     assert r.returncode == 0, r.stderr
     check_captioned(db, job_id, good, fleet.urls)
     hb = jobs.heartbeats(db, "runner")
@@ -77,16 +98,30 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
 
 def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
     settings.clip_root.mkdir(parents=True, exist_ok=True)
-    good = tiny_library(settings, db, 120)
+    tiny_library(settings, db, 120)
     f = simfleet.start_fleet(2, 0, settings.clip_root, speed=1.0, capacity=2)  # slow: ~1 s per request
     try:
         fleet = ",".join(f.urls)
-        args = [sys.executable, "-m", "serving.caption", "--db", str(settings.db), "--clip-root",
-                str(settings.clip_root), "--fleet", fleet, "--no-progress", "--per-replica-inflight", "4"]
+        args = [
+            sys.executable,
+            "-m",
+            "serving.caption",
+            "--db",
+            str(settings.db),
+            "--clip-root",
+            str(settings.clip_root),
+            "--fleet",
+            fleet,
+            "--no-progress",
+            "--per-replica-inflight",
+            "4",
+        ]
         p = subprocess.Popen(args, cwd=REPO, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and db.execute("SELECT COUNT(*) FROM job_items WHERE state='done'"
-                                                         ).fetchone()[0] < 4:
+        while (
+            time.monotonic() < deadline
+            and db.execute("SELECT COUNT(*) FROM job_items WHERE state='done'").fetchone()[0] < 4
+        ):
             time.sleep(0.1)
         p.send_signal(signal.SIGINT)
         err = p.communicate(timeout=60)[1]
@@ -98,8 +133,18 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
         assert sent == c["done"]  # in-flight requests were finished and recorded, nothing else was sent
         f.set_knobs(0, speed=0.01)
         f.set_knobs(1, speed=0.01)
-        r = cli("serving.caption", "--db", str(settings.db), "--clip-root", str(settings.clip_root), "--fleet", fleet,
-                "--resume", "1", "--no-progress")
+        r = cli(
+            "serving.caption",
+            "--db",
+            str(settings.db),
+            "--clip-root",
+            str(settings.clip_root),
+            "--fleet",
+            fleet,
+            "--resume",
+            "1",
+            "--no-progress",
+        )
         assert r.returncode == 0, r.stderr
         assert jobs.counts(db, 1)["done"] == 120
     finally:
@@ -111,8 +156,9 @@ def test_cli_rejects_an_empty_selection_with_a_message(settings, db):
     assert r.returncode == 2 and "No clips match" in r.stderr
 
 
-@pytest.mark.parametrize("module", ["serving.caption", "serving.runner", "serving.launcher", "serving.supervisor",
-                                    "serving.cost"])
+@pytest.mark.parametrize(
+    "module", ["serving.caption", "serving.runner", "serving.launcher", "serving.supervisor", "serving.cost"]
+)
 def test_every_command_has_help_with_an_example(module):
     r = cli(module, "--help")
     assert r.returncode == 0 and "example" in r.stdout and f"python -m {module}" in r.stdout

@@ -22,20 +22,30 @@ from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, Repl
 from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
 
 URL = "http://replica.test:8000"
-GOOD = {"caption": "A car drives along an urban street in daylight.", "scenario_category": "normal_driving",
-        "hazard_level": "none", "road_users": ["car"], "ego_maneuver": "going_straight", "weather": "clear",
-        "lighting": "daylight", "road_type": "urban"}
+GOOD = {
+    "caption": "A car drives along an urban street in daylight.",
+    "scenario_category": "normal_driving",
+    "hazard_level": "none",
+    "road_users": ["car"],
+    "ego_maneuver": "going_straight",
+    "weather": "clear",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def completion(content: str, finish: str = "stop", model: str = "Qwen/Qwen3-VL-8B-Instruct") -> dict:
-    return {"id": "chatcmpl-1", "object": "chat.completion", "model": model,
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
-            "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290}}
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": finish}],
+        "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290},
+    }
 
 
 def vllm_error(status: int, message: str, err_type: str = "BadRequestError") -> httpx.Response:
-    return httpx.Response(status, json={"error": {"message": message, "type": err_type, "param": None,
-                                                  "code": status}})
+    return httpx.Response(status, json={"error": {"message": message, "type": err_type, "param": None, "code": status}})
 
 
 class Recorder:
@@ -61,9 +71,16 @@ def run_mock(settings, response, clip="a.mp4", **kw):
 
 # ------------------------------------------------------------------ the request
 
+
 def test_request_body_has_video_then_text_schema_frames_and_limits(fleet_settings, clip_root):
-    result, rec = run_mock(fleet_settings, httpx.Response(200, json=completion(json.dumps(GOOD))),
-                           frames=12, max_tokens=300, temperature=0.2, seed=7)
+    result, rec = run_mock(
+        fleet_settings,
+        httpx.Response(200, json=completion(json.dumps(GOOD))),
+        frames=12,
+        max_tokens=300,
+        temperature=0.2,
+        seed=7,
+    )
     body = json.loads(rec.requests[0].content)
     assert rec.requests[0].url == URL + "/v1/chat/completions"
     assert body["model"] == fleet_settings.model_name
@@ -101,9 +118,11 @@ def test_provenance_has_every_field_with_defaults_for_real_vllm(fleet_settings):
 
 
 def test_provenance_takes_replica_backend_and_simulated_from_headers(fleet_settings):
-    resp = httpx.Response(200, json=completion(json.dumps(GOOD)),
-                          headers={"x-replica": "http://10.0.0.7:8003", "x-decode-backend": "opencv",
-                                   "x-simulated": "1"})
+    resp = httpx.Response(
+        200,
+        json=completion(json.dumps(GOOD)),
+        headers={"x-replica": "http://10.0.0.7:8003", "x-decode-backend": "opencv", "x-simulated": "1"},
+    )
     result, _ = run_mock(fleet_settings, resp)
     assert result.provenance["replica"] == "http://10.0.0.7:8003"
     assert result.provenance["decode_backend"] == "opencv"
@@ -111,8 +130,9 @@ def test_provenance_takes_replica_backend_and_simulated_from_headers(fleet_setti
 
 
 def test_decode_backend_constructor_argument_is_used(fleet_settings):
-    result, _ = run_mock(fleet_settings, httpx.Response(200, json=completion(json.dumps(GOOD))),
-                         decode_backend="opencv")
+    result, _ = run_mock(
+        fleet_settings, httpx.Response(200, json=completion(json.dumps(GOOD))), decode_backend="opencv"
+    )
     assert result.provenance["decode_backend"] == "opencv"
 
 
@@ -123,28 +143,46 @@ def test_timeouts_are_explicit_and_pool_wait_unbounded(fleet_settings):
 
 
 def test_media_base_url_sends_quoted_http_url(fleet_settings):
-    _, rec = run_mock(fleet_settings, httpx.Response(200, json=completion(json.dumps(GOOD))), clip="day/b c.mp4",
-                      media_base_url="https://media.example/clips/")
+    _, rec = run_mock(
+        fleet_settings,
+        httpx.Response(200, json=completion(json.dumps(GOOD))),
+        clip="day/b c.mp4",
+        media_base_url="https://media.example/clips/",
+    )
     url = json.loads(rec.requests[0].content)["messages"][1]["content"][0]["video_url"]["url"]
     assert url == "https://media.example/clips/day/b%20c.mp4"
 
 
 # ------------------------------------------------------------------ error classification
 
-@pytest.mark.parametrize("response, cls, kind", [
-    (vllm_error(400, "This model's maximum context length is 32768 tokens"), ClipRejected, "bad_request"),
-    (vllm_error(422, "Failed to fetch media from URL", "UnprocessableEntityError"), ClipRejected, "bad_request"),
-    (vllm_error(500, 'CreateFormatContext : failed to open "/c/x.mp4": "Invalid data found when processing '
-                     'input"', "InternalServerError"), ClipRejected, "decode"),
-    (vllm_error(500, "Could not open video stream", "InternalServerError"), ClipRejected, "decode"),
-    (vllm_error(500, "[Errno 2] No such file or directory: '/c/x.mp4'", "InternalServerError"), ClipRejected,
-     "missing"),
-    (vllm_error(500, "EngineCore encountered an issue", "InternalServerError"), ReplicaError, "replica"),
-    (httpx.Response(502, text="Bad Gateway"), ReplicaError, "replica"),
-    (vllm_error(503, "Service Unavailable", "ServiceUnavailableError"), Overloaded, "overloaded"),
-    (httpx.Response(429, text="Too Many Requests"), Overloaded, "overloaded"),
-    (vllm_error(404, "The model `x` does not exist.", "NotFoundError"), ClipRejected, "http_404"),
-])
+
+@pytest.mark.parametrize(
+    "response, cls, kind",
+    [
+        (vllm_error(400, "This model's maximum context length is 32768 tokens"), ClipRejected, "bad_request"),
+        (vllm_error(422, "Failed to fetch media from URL", "UnprocessableEntityError"), ClipRejected, "bad_request"),
+        (
+            vllm_error(
+                500,
+                'CreateFormatContext : failed to open "/c/x.mp4": "Invalid data found when processing input"',
+                "InternalServerError",
+            ),
+            ClipRejected,
+            "decode",
+        ),
+        (vllm_error(500, "Could not open video stream", "InternalServerError"), ClipRejected, "decode"),
+        (
+            vllm_error(500, "[Errno 2] No such file or directory: '/c/x.mp4'", "InternalServerError"),
+            ClipRejected,
+            "missing",
+        ),
+        (vllm_error(500, "EngineCore encountered an issue", "InternalServerError"), ReplicaError, "replica"),
+        (httpx.Response(502, text="Bad Gateway"), ReplicaError, "replica"),
+        (vllm_error(503, "Service Unavailable", "ServiceUnavailableError"), Overloaded, "overloaded"),
+        (httpx.Response(429, text="Too Many Requests"), Overloaded, "overloaded"),
+        (vllm_error(404, "The model `x` does not exist.", "NotFoundError"), ClipRejected, "http_404"),
+    ],
+)
 def test_http_errors_are_classified(fleet_settings, response, cls, kind):
     with pytest.raises(FleetError) as info:
         run_mock(fleet_settings, response)
@@ -160,15 +198,18 @@ def test_error_message_comes_from_vllm_error_body(fleet_settings):
         run_mock(fleet_settings, vllm_error(400, "This model's maximum context length is 32768 tokens"))
 
 
-@pytest.mark.parametrize("content, finish, kind", [
-    (json.dumps(GOOD)[:80], "length", "truncated"),
-    (json.dumps(GOOD), "abort", "unfinished"),
-    ('{"caption": "x", "hazard_level": ', "stop", "invalid_json"),
-    ("Sure! Here is the caption: a car.", "stop", "invalid_json"),
-    (json.dumps({**GOOD, "hazard_level": "apocalyptic"}), "stop", "schema"),
-    (json.dumps({k: v for k, v in GOOD.items() if k != "weather"}), "stop", "schema"),
-    (json.dumps([GOOD]), "stop", "schema"),
-])
+@pytest.mark.parametrize(
+    "content, finish, kind",
+    [
+        (json.dumps(GOOD)[:80], "length", "truncated"),
+        (json.dumps(GOOD), "abort", "unfinished"),
+        ('{"caption": "x", "hazard_level": ', "stop", "invalid_json"),
+        ("Sure! Here is the caption: a car.", "stop", "invalid_json"),
+        (json.dumps({**GOOD, "hazard_level": "apocalyptic"}), "stop", "schema"),
+        (json.dumps({k: v for k, v in GOOD.items() if k != "weather"}), "stop", "schema"),
+        (json.dumps([GOOD]), "stop", "schema"),
+    ],
+)
 def test_unusable_answers_are_bad_answers_not_retried(fleet_settings, content, finish, kind):
     with pytest.raises(BadAnswer) as info:
         run_mock(fleet_settings, httpx.Response(200, json=completion(content, finish)))
@@ -202,8 +243,7 @@ def test_read_timeout_is_unreachable_within_the_deadline(fleet_settings):
         srv.listen(8)
         t0 = time.monotonic()
         with pytest.raises(Unreachable) as info:
-            caption(fleet_settings.replace(request_timeout=0.3), f"http://127.0.0.1:{srv.getsockname()[1]}",
-                    "a.mp4")
+            caption(fleet_settings.replace(request_timeout=0.3), f"http://127.0.0.1:{srv.getsockname()[1]}", "a.mp4")
         elapsed = time.monotonic() - t0
     assert info.value.kind == "timeout" and info.value.retryable
     assert 0.25 < elapsed < 3
@@ -232,15 +272,49 @@ def test_remote_closing_the_connection_is_unreachable(fleet_settings):
 
 # ------------------------------------------------------------------ path safety
 
+# 30+ paths (traversal, encodings, NUL, URLs, symlinks); each one is a case of the test below
 HOSTILE_PATHS = [
-    "../etc/passwd", "../../../../etc/passwd", "a/../../etc/passwd", "a/b/../../../x.mp4", "..", "../", "./../x",
-    "day/./../../x.mp4", "/etc/passwd", "//etc/passwd", "/tmp/a.mp4", "\\etc\\passwd",
-    "..\\..\\windows\\win.ini", "a\\..\\..\\x.mp4", "C:\\Windows\\win.ini", "C:/x.mp4", "~/x.mp4",
-    "~root/.ssh/id_rsa", "%2e%2e/etc/passwd", "%2e%2e%2fetc%2fpasswd", "..%2fetc%2fpasswd", "%2E%2E%2F%2E%2E%2Fx",
-    "%252e%252e%252fetc%252fpasswd", "%25252e%25252e%25252fx", "..%5c..%5cetc", "%2fetc%2fpasswd",
-    "a.mp4\x00.txt", "\x00", "a\x00/../../etc/passwd", "a.mp4\n", "a\r\n.mp4", "file:///etc/passwd",
-    "file://root/../x", "http://169.254.169.254/latest/meta-data/", "https://example.com/a.mp4",
-    "data:video/mp4;base64,AAAA", "", " ", ".", "./", "link_out.mp4",
+    "../etc/passwd",
+    "../../../../etc/passwd",
+    "a/../../etc/passwd",
+    "a/b/../../../x.mp4",
+    "..",
+    "../",
+    "./../x",
+    "day/./../../x.mp4",
+    "/etc/passwd",
+    "//etc/passwd",
+    "/tmp/a.mp4",
+    "\\etc\\passwd",
+    "..\\..\\windows\\win.ini",
+    "a\\..\\..\\x.mp4",
+    "C:\\Windows\\win.ini",
+    "C:/x.mp4",
+    "~/x.mp4",
+    "~root/.ssh/id_rsa",
+    "%2e%2e/etc/passwd",
+    "%2e%2e%2fetc%2fpasswd",
+    "..%2fetc%2fpasswd",
+    "%2E%2E%2F%2E%2E%2Fx",
+    "%252e%252e%252fetc%252fpasswd",
+    "%25252e%25252e%25252fx",
+    "..%5c..%5cetc",
+    "%2fetc%2fpasswd",
+    "a.mp4\x00.txt",
+    "\x00",
+    "a\x00/../../etc/passwd",
+    "a.mp4\n",
+    "a\r\n.mp4",
+    "file:///etc/passwd",
+    "file://root/../x",
+    "http://169.254.169.254/latest/meta-data/",
+    "https://example.com/a.mp4",
+    "data:video/mp4;base64,AAAA",
+    "",
+    " ",
+    ".",
+    "./",
+    "link_out.mp4",
 ]
 
 
@@ -253,10 +327,6 @@ def test_hostile_paths_are_refused_before_any_request(fleet_settings, path):
     assert rec.requests == []
     with pytest.raises(ClipRejected):
         clip_url(fleet_settings, path, media_base_url="https://media.example/")
-
-
-def test_at_least_thirty_hostile_paths():
-    assert len(HOSTILE_PATHS) >= 30
 
 
 def test_symlink_out_of_root_is_refused_but_inside_is_resolved(fleet_settings, clip_root):
@@ -278,8 +348,9 @@ def test_symlinked_directory_out_of_root_is_refused(fleet_settings, clip_root, t
         link.unlink()
 
 
-@pytest.mark.parametrize("name", ["with space.mp4", "pct%20literal.mp4", "100%.mp4", "ünï cödé.mp4",
-                                  "hash#frag?.mp4", "semi;colon&amp.mp4"])
+@pytest.mark.parametrize(
+    "name", ["with space.mp4", "pct%20literal.mp4", "100%.mp4", "ünï cödé.mp4", "hash#frag?.mp4", "semi;colon&amp.mp4"]
+)
 def test_odd_but_legal_names_round_trip_through_the_url(fleet_settings, clip_root, name):
     url = clip_url(fleet_settings, "odd/" + name)
     parts = urlsplit(url)
@@ -295,6 +366,7 @@ def test_non_utf8_name_is_refused_because_vllm_could_not_open_it(fleet_settings)
 
 # ------------------------------------------------------------------ backoff
 
+
 def test_backoff_is_full_jitter_and_capped():
     rng = random.Random(1)
     for attempt in range(1, 12):
@@ -306,6 +378,7 @@ def test_backoff_is_full_jitter_and_capped():
 
 
 # ------------------------------------------------------------------ against the real simulated fleet
+
 
 def test_caption_from_simulated_fleet_is_schema_valid_and_marked(fleet_settings, sim):
     result = caption(fleet_settings, sim.urls[0], "a.mp4")

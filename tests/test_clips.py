@@ -1,11 +1,16 @@
-import json
-
 from data import captions, clips
 from data.clips import Filter
 from data.db import immediate
 
-HIGH_RAIN = {"scenario_category": "vehicle_cut_in", "hazard_level": "high", "road_users": ["car"],
-             "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "highway"}
+HIGH_RAIN = {
+    "scenario_category": "vehicle_cut_in",
+    "hazard_level": "high",
+    "road_users": ["car"],
+    "ego_maneuver": "slowing",
+    "weather": "rain",
+    "lighting": "daylight",
+    "road_type": "highway",
+}
 CALM = {**HIGH_RAIN, "hazard_level": "none", "weather": "clear", "scenario_category": "normal_driving"}
 
 
@@ -16,11 +21,18 @@ def library(db, n=30):
     ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
     for i, cid in enumerate(ids):
         if i % 3 == 0:
-            captions.add_machine(db, cid, job_id=None, text=f"A car cuts in, clip {i}.", labels=HIGH_RAIN,
-                                 provenance={})
+            captions.add_machine(
+                db, cid, job_id=None, text=f"A car cuts in, clip {i}.", labels=HIGH_RAIN, provenance={}
+            )
         elif i % 3 == 1:
-            captions.add_machine(db, cid, job_id=None, text=f"Quiet road, a deer at the side {i}." if i == 4
-                                 else f"Quiet road {i}.", labels=CALM, provenance={})
+            captions.add_machine(
+                db,
+                cid,
+                job_id=None,
+                text=f"Quiet road, a deer at the side {i}." if i == 4 else f"Quiet road {i}.",
+                labels=CALM,
+                provenance={},
+            )
     return ids
 
 

@@ -62,10 +62,25 @@ def test_live_rate_wins_and_scales_per_replica():
 
 def test_records_from_a_sweep_file(tmp_path):
     f = tmp_path / "sweep.jsonl"
-    f.write_text("\n".join([json.dumps({"config": "fp8-f8", "precision": "fp8", "frames": 8, "gpus": 1,
-                                        "clips_per_s": 12.5, "date": "2026-12-01"}),
-                            "not json", json.dumps({"config": "x", "error": "oom"}),
-                            json.dumps({"config": "nan", "clips_per_s": float("nan")})]))
+    f.write_text(
+        "\n".join(
+            [
+                json.dumps(
+                    {
+                        "config": "fp8-f8",
+                        "precision": "fp8",
+                        "frames": 8,
+                        "gpus": 1,
+                        "clips_per_s": 12.5,
+                        "date": "2026-12-01",
+                    }
+                ),
+                "not json",
+                json.dumps({"config": "x", "error": "oom"}),
+                json.dumps({"config": "nan", "clips_per_s": float("nan")}),
+            ]
+        )
+    )
     ms = cost.load_measurements(f)
     assert len(ms) == 1 and ms[0].precision == "fp8" and ms[0].frames == 8
     assert cost.estimate(4, 8, "fp8", ms).clips_per_s == pytest.approx(50.0)

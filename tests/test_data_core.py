@@ -6,8 +6,15 @@ import pytest
 from data import captions, clips, db as dbmod, jobs, schema
 from data.db import Conflict, immediate
 
-LABELS = {"scenario_category": "hard_braking", "hazard_level": "medium", "road_users": ["car"],
-          "ego_maneuver": "slowing", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "hard_braking",
+    "hazard_level": "medium",
+    "road_users": ["car"],
+    "ego_maneuver": "slowing",
+    "weather": "clear",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def add_clip(db, path="a.mp4"):
@@ -18,8 +25,18 @@ def add_clip(db, path="a.mp4"):
 def test_migrations_from_empty_create_every_table(tmp_path):
     d = dbmod.connect(tmp_path / "fresh.db")
     tables = set(d.table_names())
-    assert {"clips", "captions", "prompts", "jobs", "job_items", "users", "events", "heartbeats",
-            "clips_fts", "_counts"} <= tables
+    assert {
+        "clips",
+        "captions",
+        "prompts",
+        "jobs",
+        "job_items",
+        "users",
+        "events",
+        "heartbeats",
+        "clips_fts",
+        "_counts",
+    } <= tables
     assert not schema.MIGRATIONS.pending(d)
     cols = d["clips"].columns_dict
     assert "filmstrip_indices" in cols and "media_decoder" in cols
@@ -42,8 +59,9 @@ def test_stale_save_is_refused_with_who_and_when(db):
     first = captions.save_human(db, cid, text="v1", labels=LABELS, author="alice", base_caption_id=None)
     captions.save_human(db, cid, text="v2 by bob", labels=LABELS, author="bob", base_caption_id=first["id"])
     with pytest.raises(Conflict) as e:
-        captions.save_human(db, cid, text="alice's stale edit", labels=LABELS, author="alice",
-                            base_caption_id=first["id"])
+        captions.save_human(
+            db, cid, text="alice's stale edit", labels=LABELS, author="alice", base_caption_id=first["id"]
+        )
     assert "bob" in str(e.value) and "UTC" in str(e.value)
     assert clips.get(db, cid)["caption"]["text"] == "v2 by bob"
 
@@ -61,8 +79,9 @@ def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
                 cid = ids[(n + k) % len(ids)]
                 base = clips.get(d, cid)["current_caption_id"]
                 try:
-                    row = captions.save_human(d, cid, text=f"t{n}-{k}", labels=LABELS, author=f"u{n}",
-                                              base_caption_id=base)
+                    row = captions.save_human(
+                        d, cid, text=f"t{n}-{k}", labels=LABELS, author=f"u{n}", base_caption_id=base
+                    )
                     acked.append(row["id"])
                 except Conflict:
                     conflicts.append(cid)
@@ -91,8 +110,10 @@ def test_job_basics_claim_complete_fail(db):
     assert len(got) == 2 and jobs.get(db, job)["state"] == "running"
     jobs.complete(db, job, got[0]["clip_id"], text="done", labels=LABELS, provenance={"model": "m"})
     jobs.complete(db, job, got[0]["clip_id"], text="dup", labels=LABELS, provenance={"model": "m"})
-    assert jobs.fail(db, job, got[1]["clip_id"], error="HTTP 400", kind="bad_request", retryable=False,
-                     max_attempts=3) == "failed"
+    assert (
+        jobs.fail(db, job, got[1]["clip_id"], error="HTTP 400", kind="bad_request", retryable=False, max_attempts=3)
+        == "failed"
+    )
     j = jobs.get(db, job)
     assert (j["done"], j["failed"]) == (1, 1)
     assert db.execute("SELECT COUNT(*) FROM captions WHERE job_id = ?", [job]).fetchone()[0] == 1

@@ -24,8 +24,7 @@ def test_same_seed_gives_same_files_and_sidecars(tmp_path):
 
 
 def test_clips_are_real_video_with_requested_shape_and_gop(tmp_path):
-    paths = demo.make_library(tmp_path, 2, seed=1, height=90, min_seconds=2, max_seconds=2, workers=1,
-                              broken=False)
+    paths = demo.make_library(tmp_path, 2, seed=1, height=90, min_seconds=2, max_seconds=2, workers=1, broken=False)
     for rel in paths:
         with av.open(str(tmp_path / rel)) as c:
             v = c.streams.video[0]

@@ -9,28 +9,42 @@ from data import captions, clips, export, taxonomy
 from data.clips import Filter
 from data.db import immediate
 
-LABELS = {"scenario_category": "vehicle_cut_in", "hazard_level": "high", "road_users": ["car", "truck"],
-          "ego_maneuver": "slowing", "weather": "rain", "lighting": "night_lit", "road_type": "highway"}
-CALM = {**LABELS, "scenario_category": "normal_driving", "hazard_level": "none", "road_users": [],
-        "weather": "clear"}
+LABELS = {
+    "scenario_category": "vehicle_cut_in",
+    "hazard_level": "high",
+    "road_users": ["car", "truck"],
+    "ego_maneuver": "slowing",
+    "weather": "rain",
+    "lighting": "night_lit",
+    "road_type": "highway",
+}
+CALM = {**LABELS, "scenario_category": "normal_driving", "hazard_level": "none", "road_users": [], "weather": "clear"}
 
 
 def make_clips(db, n):
     with immediate(db):
         for i in range(n):
-            db.execute("INSERT INTO clips (path, sha256, duration, width, height, sidecar) VALUES (?, ?, ?, ?, ?, ?)",
-                       [f"r/clip_{i}.mp4", f"{i:064x}", 2.0, 160, 90, json.dumps({"camera": "front", "i": i})])
+            db.execute(
+                "INSERT INTO clips (path, sha256, duration, width, height, sidecar) VALUES (?, ?, ?, ?, ?, ?)",
+                [f"r/clip_{i}.mp4", f"{i:064x}", 2.0, 160, 90, json.dumps({"camera": "front", "i": i})],
+            )
     return [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
 
 
 def populate(db):
     ids = make_clips(db, 5)
-    captions.add_machine(db, ids[0], job_id=None, text='A truck cuts in, "close" call, commas, and\nnewline.',
-                         labels=LABELS, provenance={"model": "m", "replica": "r0", "params": {"t": 0},
-                                                    "simulated": True, "frames": 16})
+    captions.add_machine(
+        db,
+        ids[0],
+        job_id=None,
+        text='A truck cuts in, "close" call, commas, and\nnewline.',
+        labels=LABELS,
+        provenance={"model": "m", "replica": "r0", "params": {"t": 0}, "simulated": True, "frames": 16},
+    )
     captions.save_human(db, ids[1], text="Calm drive.", labels=CALM, author="ann", base_caption_id=None)
-    cur = captions.add_machine(db, ids[2], job_id=None, text="Rainy cut-in.", labels=LABELS,
-                               provenance={"model": "m"})[0]
+    cur = captions.add_machine(db, ids[2], job_id=None, text="Rainy cut-in.", labels=LABELS, provenance={"model": "m"})[
+        0
+    ]
     captions.set_review(db, ids[2], status="approved", user="lead", base_caption_id=cur["id"])
     return ids  # ids[3], ids[4] have no caption
 
@@ -92,16 +106,20 @@ def test_export_streams_from_a_cursor(db):
 
 
 def test_cli_help_mentions_an_example():
-    out = subprocess.run([sys.executable, "-m", "data.export", "--help"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-m", "data.export", "--help"], capture_output=True, text=True, check=True)
     assert "example" in out.stdout and "--status" in out.stdout and "--hazard-level" in out.stdout
 
 
 def test_cli_writes_jsonl_to_stdout(settings, db):
     populate(db)
     env = {**os.environ, "CW_DATA_DIR": str(settings.data_dir)}
-    out = subprocess.run([sys.executable, "-m", "data.export", "--format", "jsonl", "--status", "approved"],
-                         capture_output=True, text=True, env=env, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "data.export", "--format", "jsonl", "--status", "approved"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert [json.loads(x)["review_status"] for x in out.stdout.splitlines()] == ["approved"]
 
@@ -114,14 +132,26 @@ def test_cli_stops_quietly_when_the_reader_does(tmp_path, db_path):
     from data import captions, db as dbmod
 
     d = dbmod.connect(db_path)
-    labels = {"scenario_category": "other", "hazard_level": "low", "road_users": ["car"], "ego_maneuver":
-              "stopped", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+    labels = {
+        "scenario_category": "other",
+        "hazard_level": "low",
+        "road_users": ["car"],
+        "ego_maneuver": "stopped",
+        "weather": "clear",
+        "lighting": "daylight",
+        "road_type": "urban",
+    }
     for i in range(3000):
         cid = d.execute("INSERT INTO clips (path) VALUES (?)", [f"p{i}.mp4"]).lastrowid
         d.conn.commit()
         captions.add_machine(d, cid, job_id=None, text="x" * 200, labels=labels, provenance={"model": "m"})
     d.close()
-    p = subprocess.run(f"{sys.executable} -m data.export --db {db_path} --format jsonl | head -n 1",
-                       shell=True, capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        f"{sys.executable} -m data.export --db {db_path} --format jsonl | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.stdout.count("\n") == 1
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr

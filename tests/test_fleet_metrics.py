@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from serving import fleet, procs, simfleet
+from serving import fleet, procs
 from tests.fleet_fixtures import caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
 
 # Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.
@@ -130,11 +130,30 @@ def router(sim):
     exe = shutil.which("vllm-router")
     assert exe, "vllm-router must be installed (pip install vllm-router): it is part of the test extra"
     port, prom = free_port(), free_port()
-    proc = subprocess.Popen([exe, "--host", "127.0.0.1", "--port", str(port), "--worker-urls", *sim.urls,
-                             "--policy", "round_robin", "--worker-startup-timeout-secs", "20",
-                             "--health-check-interval-secs", "1", "--prometheus-port", str(prom),
-                             "--retry-max-retries", "1"],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            exe,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--worker-urls",
+            *sim.urls,
+            "--policy",
+            "round_robin",
+            "--worker-startup-timeout-secs",
+            "20",
+            "--health-check-interval-secs",
+            "1",
+            "--prometheus-port",
+            str(prom),
+            "--retry-max-retries",
+            "1",
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30

@@ -91,8 +91,16 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
     trunc = sorted(hostile.glob("truncated_faststart_*pct.mp4"))
     cases: dict[str, tuple[str, dict]] = {
         "good": ("file", good),
-        "unsupported_schema": ("file", {**good, "response_format": {"type": "json_schema", "json_schema": {
-            "name": "av-hazard_v1", "schema": taxonomy.CAPTION_SCHEMA, "strict": True}}}),
+        "unsupported_schema": (
+            "file",
+            {
+                **good,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "av-hazard_v1", "schema": taxonomy.CAPTION_SCHEMA, "strict": True},
+                },
+            },
+        ),
     }
     root = clip_root.resolve()
     urls = {
@@ -112,14 +120,15 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
         body["max_completion_tokens"] = 16 if name != "truncated_library_half" else 2048
         cases[name] = (url, body)
     out: dict = {}
-    for name, (url, body) in cases.items():
+    for name, (_url, body) in cases.items():
         t = time.time()
         ans = _post(replica, body)
         ans["seconds"] = round(time.time() - t, 2)
         ans["video_url"] = body["messages"][1]["content"][0]["video_url"]["url"].replace(root.as_uri(), "file://<root>")
         if name == "good" and isinstance(ans["body"], dict):
-            ans["request_schema_features"] = sorted(taxonomy.unsupported_features(
-                body["response_format"]["json_schema"]["schema"]))
+            ans["request_schema_features"] = sorted(
+                taxonomy.unsupported_features(body["response_format"]["json_schema"]["schema"])
+            )
         out[name] = json.loads(json.dumps(ans).replace(str(root), "<root>"))
     return out
 
@@ -141,8 +150,20 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     py = sys.executable
 
     # 1. the fleet, started by our launcher, comes up while the clips are written
-    up = [py, "-m", "serving.launcher", "up", "--data-dir", str(data_dir), "--clip-root", str(clip_root),
-          "--model", model, "--served-model-name", served]
+    up = [
+        py,
+        "-m",
+        "serving.launcher",
+        "up",
+        "--data-dir",
+        str(data_dir),
+        "--clip-root",
+        str(clip_root),
+        "--model",
+        model,
+        "--served-model-name",
+        served,
+    ]
     if REHEARSE:
         # one simulated replica per GPU named in CW_GPU_GPUS (benchmarks/node_run.py rehearses 8), else 2
         sim_replicas = len([g for g in os.environ.get("CW_GPU_GPUS", "0,1").split(",") if g.strip()])
@@ -155,14 +176,29 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     report["gpus"] = os.environ.get("CW_GPU_GPUS", "0") if not REHEARSE else f"sim x{sim_replicas}"
     report["vllm_args"] = os.environ.get("CW_GPU_VLLM_ARGS", "")
     t_up = time.time()
-    launcher = subprocess.Popen(up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env,
-                                cwd=ROOT)
+    launcher = subprocess.Popen(
+        up, stdout=(out / "launcher.log").open("w"), stderr=subprocess.STDOUT, env=env, cwd=ROOT
+    )
     try:
         t = time.time()
         if not (clip_root / "library").is_dir():  # a kept CW_GPU_CLIP_ROOT already has them: reused as they are
             small = ["--height", "360", "--max-seconds", "11"] if REHEARSE else ["--max-seconds", "12"]
-            p = _run([py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic",
-                      "--no-broken", *small], log, env=env, cwd=ROOT)
+            p = _run(
+                [
+                    py,
+                    "-m",
+                    "data.demo",
+                    str(clip_root / "library"),
+                    "--count",
+                    str(count),
+                    "--realistic",
+                    "--no-broken",
+                    *small,
+                ],
+                log,
+                env=env,
+                cwd=ROOT,
+            )
             assert p.returncode == 0
         if not (clip_root / "hostile").is_dir():
             _run([py, "-m", "data.demo", str(clip_root / "hostile"), "--hostile"], log, env=env, cwd=ROOT)
@@ -174,15 +210,21 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         rc = launcher.wait(timeout=1800)
         report["fleet_up_s"] = round(time.time() - t_up, 1)
         assert rc == 0, (out / "launcher.log").read_text()[-3000:]
-        router = subprocess.run([py, "-m", "serving.launcher", "url", "--data-dir", str(data_dir)], env=env,
-                                cwd=ROOT, capture_output=True, text=True).stdout.strip()
+        router = subprocess.run(
+            [py, "-m", "serving.launcher", "url", "--data-dir", str(data_dir)],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
         report["fleet_url"] = router
         assert router.endswith(":30000"), f"the launcher started no router: {router}"
 
         # 3. ingest, after vLLM took its GPU memory; thumbnails + filmstrips with the default decoder (PyAV)
         t = time.time()
-        p = _run([py, "-m", "data.ingest", str(clip_root), "--data-dir", str(data_dir), "--quiet"], log, env=env,
-                 cwd=ROOT)
+        p = _run(
+            [py, "-m", "data.ingest", str(clip_root), "--data-dir", str(data_dir), "--quiet"], log, env=env, cwd=ROOT
+        )
         assert p.returncode == 0
         report["ingest_s"] = round(time.time() - t, 1)
         if os.environ.get("CW_GPU_COMPARE_DECODERS"):
@@ -193,10 +235,15 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
                 for i, c in enumerate(sample):
                     shutil.copy(c, d / "clips" / f"{i:02d}.mp4")  # a symlink would leave that clip root
                 t = time.time()
-                p = _run([py, "-m", "data.ingest", str(d / "clips"), "--data-dir", str(d), "--decoder", decoder,
-                          "--quiet"], log, env=env, cwd=ROOT)
-                report[f"ingest_24_{decoder}_s"] = (round(time.time() - t, 1) if p.returncode == 0
-                                                    else f"exit {p.returncode}")
+                p = _run(
+                    [py, "-m", "data.ingest", str(d / "clips"), "--data-dir", str(d), "--decoder", decoder, "--quiet"],
+                    log,
+                    env=env,
+                    cwd=ROOT,
+                )
+                report[f"ingest_24_{decoder}_s"] = (
+                    round(time.time() - t, 1) if p.returncode == 0 else f"exit {p.returncode}"
+                )
 
         from data import db as dbmod
 
@@ -204,8 +251,11 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         rows = list(db.query("SELECT id, path, probe_error, filmstrip, media_decoder FROM clips"))
         good = [r for r in rows if r["probe_error"] is None]
         bad = [r for r in rows if r["probe_error"] is not None]
-        report["clips"] = {"good": len(good), "bad_at_ingest": len(bad),
-                           "media_decoders": sorted({str(r["media_decoder"]) for r in good})}
+        report["clips"] = {
+            "good": len(good),
+            "bad_at_ingest": len(bad),
+            "media_decoders": sorted({str(r["media_decoder"]) for r in good}),
+        }
         assert len(good) >= 200 or REHEARSE
         assert all(r["filmstrip"] for r in good)
 
@@ -214,9 +264,24 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         cpu0 = psutil.cpu_times()
         t = time.time()
-        cap = [py, "-m", "serving.caption", "--data-dir", str(data_dir), "--fleet", router,
-               "--served-model-name", served, "--max-tokens", "2048", "--no-progress", "--name", "gpu test",
-               "--request-timeout", "600"]
+        cap = [
+            py,
+            "-m",
+            "serving.caption",
+            "--data-dir",
+            str(data_dir),
+            "--fleet",
+            router,
+            "--served-model-name",
+            served,
+            "--max-tokens",
+            "2048",
+            "--no-progress",
+            "--name",
+            "gpu test",
+            "--request-timeout",
+            "600",
+        ]
         p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
         report["caption_s"] = round(time.time() - t, 1)
         cpu1 = psutil.cpu_times()
@@ -224,17 +289,30 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         assert p.returncode == 0, (out / "caption.log").read_text()[-3000:]
 
         job = next(db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT 1"))
-        items = list(db.query("SELECT i.*, c.path, c.probe_error FROM job_items i JOIN clips c ON c.id = i.clip_id "
-                              "WHERE job_id = ?", [job["id"]]))
+        items = list(
+            db.query(
+                "SELECT i.*, c.path, c.probe_error FROM job_items i JOIN clips c ON c.id = i.clip_id WHERE job_id = ?",
+                [job["id"]],
+            )
+        )
         done = [i for i in items if i["state"] == "done"]
         failed = [i for i in items if i["state"] == "failed"]
-        report["job"] = {"total": job["total"], "done": len(done), "failed": len(failed), "state": job["state"],
-                         "clips_per_s": round(len(done) / report["caption_s"], 2)}
+        report["job"] = {
+            "total": job["total"],
+            "done": len(done),
+            "failed": len(failed),
+            "state": job["state"],
+            "clips_per_s": round(len(done) / report["caption_s"], 2),
+        }
         # through our runner: the whole job (start-up and tail included), the steady middle 80 % of results,
         # and the machine's CPU (vLLM + router + runner) per captioned clip
-        ends = sorted(r["created_at"] for r in db.query(
-            "SELECT c.created_at FROM captions c JOIN job_items i ON i.caption_id = c.id WHERE i.job_id = ?",
-            [job["id"]]))
+        ends = sorted(
+            r["created_at"]
+            for r in db.query(
+                "SELECT c.created_at FROM captions c JOIN job_items i ON i.caption_id = c.id WHERE i.job_id = ?",
+                [job["id"]],
+            )
+        )
         if len(ends) >= 20:
             lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
             report["job"]["steady_clips_per_s"] = round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 2)
@@ -247,47 +325,91 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         # every clip that passed ingest is captioned; every failure names its reason
         assert {i["clip_id"] for i in done} == {r["id"] for r in good}, report["failures"]
         assert all(i["last_error"] for i in failed)
-        caps = list(db.query("SELECT c.* FROM captions c JOIN job_items i ON i.caption_id = c.id "
-                             "WHERE i.job_id = ?", [job["id"]]))
+        caps = list(
+            db.query(
+                "SELECT c.* FROM captions c JOIN job_items i ON i.caption_id = c.id WHERE i.job_id = ?", [job["id"]]
+            )
+        )
         assert len(caps) == len(done)
         for c in caps:
-            for key in ("model", "prompt_id", "prompt_version", "replica", "decode_backend", "latency_ms",
-                        "prompt_tokens", "completion_tokens", "finish_reason", "frames"):
+            for key in (
+                "model",
+                "prompt_id",
+                "prompt_version",
+                "replica",
+                "decode_backend",
+                "latency_ms",
+                "prompt_tokens",
+                "completion_tokens",
+                "finish_reason",
+                "frames",
+            ):
                 assert c[key] not in (None, ""), (key, dict(c))
             assert c["finish_reason"] == "stop"
             assert c["simulated"] == (1 if REHEARSE else 0)
         sample_cap = dict(caps[0])
-        report["provenance_example"] = {k: sample_cap[k] for k in (
-            "model", "prompt_name", "prompt_version", "replica", "decode_backend", "latency_ms", "prompt_tokens",
-            "completion_tokens", "finish_reason", "frames")}
+        report["provenance_example"] = {
+            k: sample_cap[k]
+            for k in (
+                "model",
+                "prompt_name",
+                "prompt_version",
+                "replica",
+                "decode_backend",
+                "latency_ms",
+                "prompt_tokens",
+                "completion_tokens",
+                "finish_reason",
+                "frames",
+            )
+        }
         report["prompt_tokens_mean"] = round(sum(c["prompt_tokens"] for c in caps) / len(caps), 1)
 
         # 5. how the fleet answers: a good request, the v1 schema, bad input; its metric names and model list
         replica = "http://127.0.0.1:8000"
-        answers = record_answers(replica, served, clip_root, next(r["path"] for r in good
-                                                                   if r["path"].startswith("library/")))
+        answers = record_answers(
+            replica, served, clip_root, next(r["path"] for r in good if r["path"].startswith("library/"))
+        )
         report["answers"] = {k: {"status": v["status"], "body": str(v["body"])[:300]} for k, v in answers.items()}
         metrics = httpx.get(replica + "/metrics", timeout=10).text
-        metric_names = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines()
-                               if ln.startswith("vllm:")})
+        metric_names = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines() if ln.startswith("vllm:")})
         models = httpx.get(replica + "/v1/models", timeout=10).json()
-        version = "simulated" if REHEARSE else subprocess.run(
-            [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True).stdout.strip()
-        (out / "vllm-answers.json").write_text(json.dumps({
-            "vllm_version": version, "recorded": report["date"], "gpus": report["gpus"],
-            "served_model_name": served, "answers": answers, "metric_names": metric_names, "models": models},
-            indent=1, default=str))
+        version = (
+            "simulated"
+            if REHEARSE
+            else subprocess.run(
+                [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
+            ).stdout.strip()
+        )
+        (out / "vllm-answers.json").write_text(
+            json.dumps(
+                {
+                    "vllm_version": version,
+                    "recorded": report["date"],
+                    "gpus": report["gpus"],
+                    "served_model_name": served,
+                    "answers": answers,
+                    "metric_names": metric_names,
+                    "models": models,
+                },
+                indent=1,
+                default=str,
+            )
+        )
         report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
         assert answers["good"]["status"] == 200, answers["good"]
         assert answers["unsupported_schema"]["status"] == 400
     finally:
         if launcher.poll() is None:
             launcher.kill()
-        _run([py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env,
-             cwd=ROOT)
+        _run(
+            [py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env, cwd=ROOT
+        )
         for f in sorted((data_dir / "logs").glob("*.log")):
             lines = f.read_text(errors="replace").splitlines(keepends=True)
             with (out / "fleet-logs.txt").open("a") as o:  # the start (flags, quantization, memory) and the end
                 o.write(f"===== {f.name} (first 150 and last 80 of {len(lines)} lines)\n")
-                o.writelines(lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80):])
+                o.writelines(
+                    lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :]
+                )
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str))

@@ -7,11 +7,18 @@ import sys
 from PIL import Image
 
 from clip_fixtures import TINY_COUNT, hostile_root, tiny_library  # noqa: F401
-from data import captions, clips, ingest, media, taxonomy
+from data import captions, clips, ingest, media
 from data.demo import BROKEN_FILES
 
-LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "high", "road_users": ["pedestrian"],
-          "ego_maneuver": "slowing", "weather": "rain", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "pedestrian_crossing",
+    "hazard_level": "high",
+    "road_users": ["pedestrian"],
+    "ego_maneuver": "slowing",
+    "weather": "rain",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def run(settings, **kw):
@@ -61,8 +68,9 @@ def test_reingest_writes_nothing_new(settings, db, tiny_library):
 def test_moved_file_keeps_its_row_and_captions(settings, db, tiny_library):
     run(settings, db=db)
     row = next(db.query("SELECT id, path FROM clips WHERE probe_error IS NULL ORDER BY id LIMIT 1"))
-    captions.save_human(db, row["id"], text="A pedestrian crosses in the rain.", labels=LABELS, author="ann",
-                        base_caption_id=None)
+    captions.save_human(
+        db, row["id"], text="A pedestrian crosses in the rain.", labels=LABELS, author="ann", base_caption_id=None
+    )
     src = tiny_library / row["path"]
     (tiny_library / "moved").mkdir()
     shutil.move(src, tiny_library / "moved" / "renamed.mp4")
@@ -118,16 +126,19 @@ def test_a_clip_over_its_deadline_is_recorded_as_timed_out(settings, db, tiny_li
 
 
 def test_cli_help_mentions_an_example():
-    out = subprocess.run([sys.executable, "-m", "data.ingest", "--help"], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-m", "data.ingest", "--help"], capture_output=True, text=True, check=True)
     assert "example" in out.stdout and "--decoder" in out.stdout and "--data-dir" in out.stdout
 
 
 def test_cli_ingests_and_prints_a_summary(settings, tiny_library):
     env = {**os.environ, "CW_DATA_DIR": str(settings.data_dir)}
-    out = subprocess.run([sys.executable, "-m", "data.ingest", str(tiny_library), "--workers", "2",
-                          "--decoder", "pyav", "--no-media"], capture_output=True, text=True, env=env,
-                         timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "data.ingest", str(tiny_library), "--workers", "2", "--decoder", "pyav", "--no-media"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert f"{TINY_COUNT} ok, {len(BROKEN_FILES)} failed" in out.stderr
 
@@ -138,8 +149,7 @@ def test_hevc_clip_gets_a_browser_playable_preview(settings, db, tmp_path):
     from data import demo
 
     root = tmp_path / "hevc"
-    demo.make_library(root, 2, seed=5, workers=1, broken=False, height=90, min_seconds=1, max_seconds=2,
-                      hevc_share=1.0)
+    demo.make_library(root, 2, seed=5, workers=1, broken=False, height=90, min_seconds=1, max_seconds=2, hevc_share=1.0)
     run(settings, root=root)
     rows = list(db.query("SELECT codec, frames, preview FROM clips"))
     assert rows and all(r["codec"] == "hevc" and r["preview"] for r in rows)

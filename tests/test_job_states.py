@@ -15,8 +15,7 @@ import pytest
 from data import jobs, prompts
 from data.db import DataError
 from data.job_params import MIN_MAX_TOKENS, InvalidJobParams, JobParams
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.fleet_fixtures import write_clip
 
 N_CLIPS = 36
@@ -39,12 +38,17 @@ def fleet(real_root):
 
 def make_job(db, root, settings, n=N_CLIPS):
     with db.conn:
-        db["clips"].insert_all([{"path": p.name, "size": p.stat().st_size, "duration": 0.5, "width": 160,
-                                 "height": 90, "frames": 5} for p in sorted(root.glob("*.mp4"))[:n]])
+        db["clips"].insert_all(
+            [
+                {"path": p.name, "size": p.stat().st_size, "duration": 0.5, "width": 160, "height": 90, "frames": 5}
+                for p in sorted(root.glob("*.mp4"))[:n]
+            ]
+        )
     ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
     p = prompts.latest(db)
-    return jobs.create(db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"],
-                       params=JobParams.resolve(settings).to_dict())
+    return jobs.create(
+        db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], params=JobParams.resolve(settings).to_dict()
+    )
 
 
 class RunnerThread:
@@ -52,8 +56,7 @@ class RunnerThread:
 
     def __init__(self, settings, urls):
         self.stop_event = threading.Event()
-        self.runner = runmod.Runner(settings, urls, stop_event=self.stop_event, name="test-runner",
-                                    drain_seconds=2.0)
+        self.runner = runmod.Runner(settings, urls, stop_event=self.stop_event, name="test-runner", drain_seconds=2.0)
         self.thread = threading.Thread(target=lambda: __import__("asyncio").run(self.runner.run()), daemon=True)
 
     def __enter__(self):
@@ -137,6 +140,7 @@ def test_resume_of_a_drained_job_is_done_not_running_forever(settings, db):
 
 def _labels():
     from tests.runner_fixtures import LABELS
+
     return LABELS
 
 
@@ -149,10 +153,20 @@ def test_three_rapid_starts_make_one_job(settings, db):
 
     def start():
         from data import db as dbmod
+
         conn = dbmod.connect(settings.db)
         try:
-            out.append(jobs.create_once(conn, name="n", created_by="lead", clip_ids=range(1, 6), prompt_id=pid,
-                                        params={"frames": 16, "max_tokens": 320}, selection={"s": 1}))
+            out.append(
+                jobs.create_once(
+                    conn,
+                    name="n",
+                    created_by="lead",
+                    clip_ids=range(1, 6),
+                    prompt_id=pid,
+                    params={"frames": 16, "max_tokens": 320},
+                    selection={"s": 1},
+                )
+            )
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
         finally:
@@ -188,10 +202,12 @@ def test_job_params_defaults_and_refusals(settings):
 
 def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):
     from serving import caption
+
     with db.conn:
         db["clips"].insert_all([{"path": "a.mp4", "size": 1}])
-    rc = caption.main(["--db", str(settings.db), "--fleet", "http://127.0.0.1:9", "--max-tokens", "64",
-                       "--no-progress"])
+    rc = caption.main(
+        ["--db", str(settings.db), "--fleet", "http://127.0.0.1:9", "--max-tokens", "64", "--no-progress"]
+    )
     assert rc != 0
     assert "cannot hold a complete answer" in capsys.readouterr().err
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0

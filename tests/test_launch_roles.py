@@ -14,8 +14,14 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def launch(tmp_path, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
-    return subprocess.run([str(ROOT / "launch.sh"), *args, "--dry-run", "--no-install", "--data-dir",
-                           str(tmp_path / "var")], capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    return subprocess.run(
+        [str(ROOT / "launch.sh"), *args, "--dry-run", "--no-install", "--data-dir", str(tmp_path / "var")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
 
 
 def commands(out: str) -> list[list[str]]:
@@ -23,8 +29,17 @@ def commands(out: str) -> list[list[str]]:
 
 
 def test_node_role_runs_only_replicas_fetching_over_http(tmp_path):
-    r = launch(tmp_path, "--role", "node", "--fleet", "sim", "--replica-host", "127.0.0.2",
-               "--media-url-base", "http://10.9.8.7:7860")
+    r = launch(
+        tmp_path,
+        "--role",
+        "node",
+        "--fleet",
+        "sim",
+        "--replica-host",
+        "127.0.0.2",
+        "--media-url-base",
+        "http://10.9.8.7:7860",
+    )
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     assert len(cmds) == 1 and cmds[0][cmds[0].index("-m") + 1] == "serving.simfleet", r.stdout
@@ -44,7 +59,7 @@ def test_head_role_runs_router_over_workers_supervised_runner_and_app(tmp_path):
     assert r.returncode == 0, r.stderr
     cmds = commands(r.stdout)
     router = [c for c in cmds if "--worker-urls" in c][0]
-    assert router[router.index("--worker-urls") + 1:router.index("--policy")] == workers.split(",")
+    assert router[router.index("--worker-urls") + 1 : router.index("--policy")] == workers.split(",")
     runner = [c for c in cmds if "serving.runner" in c][0]
     assert runner[runner.index("-m") + 1] == "serving.supervisor"  # restarted if it dies
     assert "serving.simfleet" not in r.stdout and " serve " not in r.stdout  # no replicas on the head

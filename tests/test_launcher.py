@@ -1,4 +1,4 @@
-"""The fleet launcher: the dry-run commands follow SERVING.md's recipe; up/down/status manage process groups."""
+"""The fleet launcher: the dry-run commands follow NVIDIA's vLLM recipe; up/down/status manage process groups."""
 
 from __future__ import annotations
 
@@ -6,30 +6,45 @@ import json
 import shlex
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from serving import launcher, procs
 
-# The NVIDIA recipe of design/SERVING.md, flag by flag (value None: a switch).
+# NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
+# design notes give it (they live outside this repo; docs/GPU.md, "Running the fleet", describes the command).
+# A test used to compare these constants with those notes by an absolute path outside the checkout; it was
+# dropped (issue 13): this dict is now the reference, and the tests below hold the launcher to it.
 RECIPE = {
-    "--dtype": "bfloat16", "--max-model-len": "32768", "--max-num-seqs": "1024",
-    "--max-num-batched-tokens": "32768", "--api-server-count": "4", "--renderer-num-workers": "4",
-    "--async-scheduling": None, "--mm-ipc-gpu-memory-gb": "2",
-    "--media-io-kwargs": {"video": {"backend": "pynvvideocodec", "min_frames": 16, "max_frames": 16,
-                                    "hw_decoders": 2}},
+    "--dtype": "bfloat16",
+    "--max-model-len": "32768",
+    "--max-num-seqs": "1024",
+    "--max-num-batched-tokens": "32768",
+    "--api-server-count": "4",
+    "--renderer-num-workers": "4",
+    "--async-scheduling": None,
+    "--mm-ipc-gpu-memory-gb": "2",
+    "--media-io-kwargs": {"video": {"backend": "pynvvideocodec", "min_frames": 16, "max_frames": 16, "hw_decoders": 2}},
     "--mm-processor-kwargs": {"size": {"shortest_edge": 65536, "longest_edge": 9437184}},
 }
-ROUTER = {"--policy": "round_robin", "--worker-startup-timeout-secs": "1800", "--health-check-interval-secs": "10",
-          "--request-timeout-secs": "1800", "--retry-max-retries": "2", "--prometheus-port": "29000",
-          "--host": "127.0.0.1", "--port": "30000"}
-SERVING_MD = Path("/work/shared/design/SERVING.md")
+ROUTER = {
+    "--policy": "round_robin",
+    "--worker-startup-timeout-secs": "1800",
+    "--health-check-interval-secs": "10",
+    "--request-timeout-secs": "1800",
+    "--retry-max-retries": "2",
+    "--prometheus-port": "29000",
+    "--host": "127.0.0.1",
+    "--port": "30000",
+}
 
 
 def dry_run(tmp_path, *extra: str) -> list[str]:
-    out = subprocess.run([sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path),
-                          *extra], capture_output=True, text=True, timeout=60, env={"PATH": "/usr/bin:/bin"})
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), *extra],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
     assert out.returncode == 0, out.stderr
     return [line[2:] for line in out.stdout.splitlines() if line.startswith("+ ")]
 
@@ -44,7 +59,7 @@ def split(line: str) -> tuple[dict[str, str], list[str]]:
     if toks and toks[0] == "setsid":
         toks.pop(0)
     if ">" in toks:
-        toks = toks[:toks.index(">")]
+        toks = toks[: toks.index(">")]
     return env, toks
 
 
@@ -67,8 +82,18 @@ def flags(argv: list[str]) -> dict[str, str | None]:
 
 
 def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
-    lines = dry_run(tmp_path, "--fleet", "gpu", "--gpus", "0,1,2,3,4,5,6,7", "--vllm-version", "0.33.0",
-                    "--clip-root", str(tmp_path / "clips"), "--vllm-arg=--load-format=dummy")
+    lines = dry_run(
+        tmp_path,
+        "--fleet",
+        "gpu",
+        "--gpus",
+        "0,1,2,3,4,5,6,7",
+        "--vllm-version",
+        "0.33.0",
+        "--clip-root",
+        str(tmp_path / "clips"),
+        "--vllm-arg=--load-format=dummy",
+    )
     assert lines[0].startswith("mkdir -p")
     env, mps = split(lines[1])
     assert mps == ["nvidia-cuda-mps-control", "-d"]
@@ -100,25 +125,8 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
     f = flags(router[1:])
     for k, v in ROUTER.items():
         assert f[k] == v, k
-    workers = router[router.index("--worker-urls") + 1:router.index("--policy")]
+    workers = router[router.index("--worker-urls") + 1 : router.index("--policy")]
     assert workers == [f"http://127.0.0.1:{8000 + i}" for i in range(8)]
-
-
-def test_recipe_constants_are_those_of_serving_md():
-    if not SERVING_MD.exists():
-        pytest.fail(f"{SERVING_MD} not found: the design notes belong next to the checkout")
-    text = SERVING_MD.read_text()
-    block = text.split("```")[1]
-    for k, v in RECIPE.items():
-        if isinstance(v, dict):
-            assert json.dumps(v, separators=(",", ":")) in block, k
-        elif v is None:
-            assert k in block
-        else:
-            assert f"{k} {v}" in block, k
-    router_block = text.split("## The router")[1].split("```")[1]
-    for k, v in ROUTER.items():
-        assert f"{k} {v}" in router_block, k
 
 
 def test_hw_decoders_only_after_0_25_1(tmp_path):
@@ -132,8 +140,20 @@ def test_hw_decoders_only_after_0_25_1(tmp_path):
 
 
 def test_served_model_name_and_gpu_subset(tmp_path):
-    lines = dry_run(tmp_path, "--fleet", "gpu", "--gpus", "2,5", "--vllm-version", "0.33.0", "--no-mps",
-                    "--served-model-name", "qwen-vl", "--model", "org/other")
+    lines = dry_run(
+        tmp_path,
+        "--fleet",
+        "gpu",
+        "--gpus",
+        "2,5",
+        "--vllm-version",
+        "0.33.0",
+        "--no-mps",
+        "--served-model-name",
+        "qwen-vl",
+        "--model",
+        "org/other",
+    )
     assert len(lines) == 3
     envs = [split(line)[0]["CUDA_VISIBLE_DEVICES"] for line in lines[:2]]
     assert envs == ["2", "5"]
@@ -148,15 +168,17 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
     f = flags(sim[3:])
     assert f["--replicas"] == "3" and f["--port"] == "9100"
     workers = split(lines[1])[1]
-    assert workers[workers.index("--worker-urls") + 1:][:3] == [f"http://127.0.0.1:{9100 + i}" for i in range(3)]
+    assert workers[workers.index("--worker-urls") + 1 :][:3] == [f"http://127.0.0.1:{9100 + i}" for i in range(3)]
 
 
 def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_path, settings):
     # a "replica" that exits at once: the launcher must notice fast, clean up and fail
-    args = launcher.build_parser().parse_args(["up", "--fleet", "sim", "--no-router", "--startup-timeout", "30",
-                                               "--sim-arg=--no-such-flag-for-simfleet"])
+    args = launcher.build_parser().parse_args(
+        ["up", "--fleet", "sim", "--no-router", "--startup-timeout", "30", "--sim-arg=--no-such-flag-for-simfleet"]
+    )
     s = settings.replace(fleet="sim", fleet_port=procs.free_port())
     import time
+
     t = time.monotonic()
     assert launcher.up(s, args) == 1
     assert time.monotonic() - t < 20
@@ -164,10 +186,15 @@ def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_pa
 
 
 def test_down_stops_recorded_process_groups(tmp_path, settings):
-    child = procs.start("sleeper", [sys.executable, "-c", "import time; time.sleep(60)"], log=tmp_path / "s.log",
-                         url=f"http://127.0.0.1:{procs.free_port()}")
-    launcher.save_record(settings, {"fleet": "sim", "mps": None, "procs": [child.record()], "replica_urls": [],
-                                    "router_url": None})
+    child = procs.start(
+        "sleeper",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        log=tmp_path / "s.log",
+        url=f"http://127.0.0.1:{procs.free_port()}",
+    )
+    launcher.save_record(
+        settings, {"fleet": "sim", "mps": None, "procs": [child.record()], "replica_urls": [], "router_url": None}
+    )
     assert launcher.main(["status", "--data-dir", str(settings.data_dir)]) == 1  # no health URL answers
     assert launcher.main(["down", "--data-dir", str(settings.data_dir), "--grace", "5"]) == 0
     child.popen.wait(timeout=5)
@@ -177,8 +204,16 @@ def test_down_stops_recorded_process_groups(tmp_path, settings):
 
 def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     settings.clip_root.mkdir(parents=True, exist_ok=True)
-    base = ["--data-dir", str(settings.data_dir), "--fleet-port", str(procs.free_port()),
-            "--router-port", str(procs.free_port()), "--router-prometheus-port", str(procs.free_port())]
+    base = [
+        "--data-dir",
+        str(settings.data_dir),
+        "--fleet-port",
+        str(procs.free_port()),
+        "--router-port",
+        str(procs.free_port()),
+        "--router-prometheus-port",
+        str(procs.free_port()),
+    ]
     # two free ports in a row for two replicas are likely but not certain: use one replica
     assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", *base]) == 0
     try:

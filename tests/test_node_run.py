@@ -39,11 +39,42 @@ def _free_block(n: int) -> int:
 def test_rehearsal_scaling_kill_and_report(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     replicas = 3
-    cmd = [sys.executable, "benchmarks/node_run.py", "clips,scaling,kill,report", "--fleet", "sim",
-           "--sim-replicas", str(replicas), "--replicas", "1,2", "--clips", "6", "--small-clips", "--workers", "2",
-           "--per-replica-clips", "3", "--warmup", "0", "--kill-clips", "6", "--kill-at", "0", "--sim-speed", "0.5",
-           "--base-port", str(_free_block(replicas)), "--router-port", str(free_port()),
-           "--router-prometheus-port", str(free_port()), "--out", str(out), "--work", str(work)]
+    cmd = [
+        sys.executable,
+        "benchmarks/node_run.py",
+        "clips,scaling,kill,report",
+        "--fleet",
+        "sim",
+        "--sim-replicas",
+        str(replicas),
+        "--replicas",
+        "1,2",
+        "--clips",
+        "6",
+        "--small-clips",
+        "--workers",
+        "2",
+        "--per-replica-clips",
+        "3",
+        "--warmup",
+        "0",
+        "--kill-clips",
+        "6",
+        "--kill-at",
+        "0",
+        "--sim-speed",
+        "0.5",
+        "--base-port",
+        str(_free_block(replicas)),
+        "--router-port",
+        str(free_port()),
+        "--router-prometheus-port",
+        str(free_port()),
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
     assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
@@ -55,8 +86,12 @@ def test_rehearsal_scaling_kill_and_report(tmp_path):
 
     scaling = json.loads((out / "scaling.json").read_text())
     rows = scaling["rows"]
-    assert sorted((r["decoder"], r["replicas"]) for r in rows) == [("nvdec", 1), ("nvdec", 2), ("opencv", 1),
-                                                                   ("opencv", 2)]
+    assert sorted((r["decoder"], r["replicas"]) for r in rows) == [
+        ("nvdec", 1),
+        ("nvdec", 2),
+        ("opencv", 1),
+        ("opencv", 2),
+    ]
     for r in rows:
         assert r["done"] == r["clips"] == min(6, 3 * r["replicas"]) and r["failed"] == 0
         assert r["clips_per_s"] > 0 and r["cores_busy"] > 0 and r["core_s_per_clip"] > 0

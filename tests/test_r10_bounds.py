@@ -38,32 +38,51 @@ def test_note_and_nul_refused(db):
     with pytest.raises(DataError, match="NUL"):
         captions.save_human(db, cid, text="a\x00b", labels=LABELS, author="ann", base_caption_id=None)
     with pytest.raises(limits.TooLarge):
-        captions.save_human(db, cid, text="ok", labels=LABELS, author="ann", base_caption_id=None,
-                            note="n" * (limits.MAX_NOTE_CHARS + 1))
+        captions.save_human(
+            db,
+            cid,
+            text="ok",
+            labels=LABELS,
+            author="ann",
+            base_caption_id=None,
+            note="n" * (limits.MAX_NOTE_CHARS + 1),
+        )
 
 
 def test_job_name_over_the_limit_is_refused(db):
     cid = _clip(db)
     with pytest.raises(limits.TooLarge, match="job name"):
-        jobs.create(db, name="j" * (limits.MAX_JOB_NAME_CHARS + 1), created_by="lead", clip_ids=[cid],
-                    prompt_id=None)
+        jobs.create(db, name="j" * (limits.MAX_JOB_NAME_CHARS + 1), created_by="lead", clip_ids=[cid], prompt_id=None)
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
 
 
 def test_machine_provenance_strings_are_cut(db):
     cid = _clip(db)
-    cap, _ = captions.add_machine(db, cid, job_id=None, text="a caption", labels=LABELS,
-                                  provenance=machine_provenance(model="m" * 5_000_000, replica="r" * 10_000))
+    cap, _ = captions.add_machine(
+        db,
+        cid,
+        job_id=None,
+        text="a caption",
+        labels=LABELS,
+        provenance=machine_provenance(model="m" * 5_000_000, replica="r" * 10_000),
+    )
     assert len(cap["model"]) == limits.MAX_PROVENANCE_CHARS and len(cap["replica"]) == limits.MAX_PROVENANCE_CHARS
 
 
 def test_huge_ids_and_bad_filters_are_data_errors_not_overflow(db):
     with pytest.raises(NotFound):
-        clips.get(db, 10 ** 30)
+        clips.get(db, 10**30)
     with pytest.raises(NotFound):
-        clips.path_of(db, -(10 ** 30))
-    for bad in ({"job_id": 10 ** 30}, {"job_id": "abc"}, {"job_id": [1]}, {"text": "a\x00b"},
-                {"text": "x" * (limits.MAX_SEARCH_CHARS + 1)}, {"has_caption": "yes"}, {"weather": {"a": 1}}):
+        clips.path_of(db, -(10**30))
+    for bad in (
+        {"job_id": 10**30},
+        {"job_id": "abc"},
+        {"job_id": [1]},
+        {"text": "a\x00b"},
+        {"text": "x" * (limits.MAX_SEARCH_CHARS + 1)},
+        {"has_caption": "yes"},
+        {"weather": {"a": 1}},
+    ):
         with pytest.raises(DataError):
             clips.Filter.from_dict(bad)
 
@@ -76,10 +95,12 @@ def _write_sidecar(root, name, text):
 
 def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     deep = _write_sidecar(tmp_path, "deep.mp4", "[" * 200_000 + "]" * 200_000)
-    just = _write_sidecar(tmp_path, "just.mp4", "{\"a\":" * limits.MAX_SIDECAR_DEPTH + "1" + "}" * limits.MAX_SIDECAR_DEPTH)
+    just = _write_sidecar(
+        tmp_path, "just.mp4", '{"a":' * limits.MAX_SIDECAR_DEPTH + "1" + "}" * limits.MAX_SIDECAR_DEPTH
+    )
     nan = _write_sidecar(tmp_path, "nan.mp4", '{"speed": NaN, "x": Infinity}')
     big = _write_sidecar(tmp_path, "big.mp4", json.dumps({"k": "v" * limits.MAX_SIDECAR_BYTES}))
-    tricky = _write_sidecar(tmp_path, "str.mp4", json.dumps({"s": "[[[[" * 100 + "\\\"" + "{{{{" * 100}))
+    tricky = _write_sidecar(tmp_path, "str.mp4", json.dumps({"s": "[[[[" * 100 + '\\"' + "{{{{" * 100}))
     assert "deeper than 32" in json.loads(ingest._sidecar(deep))["_sidecar_error"]
     assert json.loads(ingest._sidecar(just))["a"]
     assert "not valid JSON" in json.loads(ingest._sidecar(nan))["_sidecar_error"]
@@ -90,7 +111,10 @@ def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     t = time.perf_counter()
     assert "_sidecar_error" in json.loads(ingest._sidecar(hostile))
     took = time.perf_counter() - t
-    print(f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2 ** 20:.1f} MiB hostile file: {took * 1000:.0f} ms")
+    print(
+        f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2**20:.1f} MiB hostile file: "
+        f"{took * 1000:.0f} ms"
+    )
     assert took < 5.0  # a stall guard (a quadratic scan takes minutes here)
 
 
@@ -106,12 +130,25 @@ def test_ingest_of_a_root_with_a_deeply_nested_sidecar_finishes(settings, db):
 
 
 def test_export_has_no_nan_and_csv_cells_cannot_run(db):
-    cid = db["clips"].insert({"path": "=cmd|' /C calc'!A0.mp4", "size": 1, "ingested_at": 0,
-                              "sidecar": '{"v": NaN}'}).last_pk
-    captions.save_human(db, cid, text="+SUM(1,1)\x00 and @HYPERLINK(\"http://x\")", labels=LABELS, author="-ann",
-                        base_caption_id=None) if False else None
-    db["captions"].insert({"clip_id": cid, "version": 1, "text": "@SUM(1)\x00x", "labels": json.dumps(LABELS),
-                           "source": "human", "author": "-2+3", "created_at": 1.0})
+    cid = (
+        db["clips"]
+        .insert({"path": "=cmd|' /C calc'!A0.mp4", "size": 1, "ingested_at": 0, "sidecar": '{"v": NaN}'})
+        .last_pk
+    )
+    captions.save_human(
+        db, cid, text='+SUM(1,1)\x00 and @HYPERLINK("http://x")', labels=LABELS, author="-ann", base_caption_id=None
+    ) if False else None
+    db["captions"].insert(
+        {
+            "clip_id": cid,
+            "version": 1,
+            "text": "@SUM(1)\x00x",
+            "labels": json.dumps(LABELS),
+            "source": "human",
+            "author": "-2+3",
+            "created_at": 1.0,
+        }
+    )
     db.execute("UPDATE clips SET current_caption_id = (SELECT id FROM captions) WHERE id = ?", [cid])
     db.conn.commit()
     out = io.StringIO()
@@ -133,15 +170,18 @@ def _words(n, seed):
     # prose-like: a few very common words and a long tail (real captions have many words that occur once)
     rng = random.Random(seed)
     common = ["the", "a", "car", "pedestrian", "slows", "left", "lane", "and"]
-    tail = [f"w{rng.randrange(10 ** 6)}" for _ in range(n)]
+    tail = [f"w{rng.randrange(10**6)}" for _ in range(n)]
     return " ".join(rng.choice(common) if rng.random() < 0.5 else tail[i] for i in range(n))
 
 
 @pytest.mark.parametrize("case", ["unrelated", "small edit", "two-word vocabulary"])
 def test_word_diff_of_two_12000_word_captions_is_bounded(case):
     a = _words(12_000, 1)
-    b = {"unrelated": _words(12_000, 2), "small edit": "start " + a.replace("car", "truck", 3) + " end",
-         "two-word vocabulary": " ".join(["x", "y"][i % 2] for i in range(12_000))}[case]
+    b = {
+        "unrelated": _words(12_000, 2),
+        "small edit": "start " + a.replace("car", "truck", 3) + " end",
+        "two-word vocabulary": " ".join(["x", "y"][i % 2] for i in range(12_000)),
+    }[case]
     t = time.perf_counter()
     html = render.word_diff(a, b)
     took = time.perf_counter() - t
@@ -171,16 +211,24 @@ def test_fleet_answers_are_bounded_in_bytes_and_provenance(settings, tmp_path):
     def handler(request):
         mode = request.url.host
         if mode == "huge":  # 400 MB, streamed without a length: counted as it is read
+
             async def body():
                 for _ in range(400):
                     sent["bytes"] += 1 << 20
                     yield b" " * (1 << 20)
+
             return httpx.Response(200, content=body())
         if mode == "declared":
             return httpx.Response(200, headers={"content-length": str(400 << 20)}, content=b"")
-        return httpx.Response(200, headers={"x-decode-backend": "d" * 10_000}, json={
-            "model": "m" * 500_000, "choices": [{"finish_reason": "stop", "message": {"content": answer}}],
-            "usage": {"prompt_tokens": "lots", "completion_tokens": 12}})
+        return httpx.Response(
+            200,
+            headers={"x-decode-backend": "d" * 10_000},
+            json={
+                "model": "m" * 500_000,
+                "choices": [{"finish_reason": "stop", "message": {"content": answer}}],
+                "usage": {"prompt_tokens": "lots", "completion_tokens": 12},
+            },
+        )
 
     client = FleetClient(settings, transport=httpx.MockTransport(handler))
     from data import db as dbmod
@@ -227,7 +275,7 @@ def test_annotator_recaption_quota_and_failed_clips(db, settings):
                 results.append(str(e))
         d.close()
 
-    threads = [threading.Thread(target=spam, args=(good[1 + k * 10: 11 + k * 10],)) for k in range(4)]
+    threads = [threading.Thread(target=spam, args=(good[1 + k * 10 : 11 + k * 10],)) for k in range(4)]
     for t in threads:
         t.start()
     for t in threads:

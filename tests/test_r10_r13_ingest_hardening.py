@@ -14,8 +14,7 @@ import av
 import numpy as np
 
 from clip_fixtures import hostile_root, tiny_library  # noqa: F401
-from data import captions, export, ingest
-from data import db as dbmod
+from data import captions, db as dbmod, export, ingest
 from data.clips import Filter
 from webapp_fixtures import LABELS
 
@@ -47,16 +46,20 @@ def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_p
 
 
 def test_the_worker_memory_cap_holds():
-    code = ("from data.ingest import _cap_memory; _cap_memory(300)\n"
-            "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n")
+    code = (
+        "from data.ingest import _cap_memory; _cap_memory(300)\n"
+        "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "refused", out.stderr[-500:]
 
 
 def test_hostile_corpus_stays_under_the_worker_cap(settings, db, hostile_root):  # noqa: F811
     summary = ingest.ingest(settings, db=db, workers=2, decoder="pyav", memory_mib=ingest.WORKER_MEMORY_MIB)
-    print(f"R10: ingest worker peak RSS over the hostile corpus ({summary['seen']} files): "
-          f"{summary['worker_peak_rss_mib']:.0f} MiB (cap {ingest.WORKER_MEMORY_MIB} MiB address space)")
+    print(
+        f"R10: ingest worker peak RSS over the hostile corpus ({summary['seen']} files): "
+        f"{summary['worker_peak_rss_mib']:.0f} MiB (cap {ingest.WORKER_MEMORY_MIB} MiB address space)"
+    )
     assert 0 < summary["worker_peak_rss_mib"] <= ingest.WORKER_MEMORY_MIB
 
 

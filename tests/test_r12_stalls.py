@@ -7,11 +7,11 @@ import sqlite3
 import threading
 import time
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from runner_fixtures import FakeClient, add_clips, default_prompt
 from serving import runner as runmod
 from serving.errors import ReplicaError
+from waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
 
@@ -27,8 +27,11 @@ def test_runner_survives_a_foreign_write_lock_longer_than_the_busy_timeout(setti
     def foreign_writer():
         # another process's long write (a multi-megabyte save did this): a raw connection holding the lock
         conn = sqlite3.connect(str(settings.db), timeout=30, isolation_level=None)
-        while conn.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] < 20:
-            time.sleep(0.02)
+        wait_until(
+            lambda: conn.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] >= 20,
+            timeout=60,
+            what="20 clips done before the foreign write",
+        )
         conn.execute("BEGIN IMMEDIATE")
         held.set()
         time.sleep(hold_s)
@@ -43,8 +46,10 @@ def test_runner_survives_a_foreign_write_lock_longer_than_the_busy_timeout(setti
     t.join()
     assert held.is_set()
     counts = prog["counts"]
-    print(f"R12: runner waited out a {hold_s:.0f} s foreign write lock; job {prog['state']}, "
-          f"{counts['done']} of {n} done in {took:.1f} s")
+    print(
+        f"R12: runner waited out a {hold_s:.0f} s foreign write lock; job {prog['state']}, "
+        f"{counts['done']} of {n} done in {took:.1f} s"
+    )
     assert prog["state"] == "done" and counts["done"] == n and counts.get("failed", 0) == 0
     assert took >= hold_s - 1  # it really was blocked, and waited instead of exiting
     assert db.execute("SELECT COUNT(*) FROM captions").fetchone()[0] == n  # nothing lost, nothing twice
@@ -66,9 +71,11 @@ def test_a_45_second_fleet_outage_fails_no_clip(settings, db):
     client = FakeClient(script=script)
     prog = runmod.run_job(settings, job_id, URLS, client=client, backoff_base=0.01)
     attempts = [r[0] for r in db.execute("SELECT attempts FROM job_items WHERE job_id = ?", [job_id])]
-    print(f"R12: {outage_s:.0f} s whole-fleet outage: {prog['counts']['done']} of {n} done, "
-          f"{prog['counts'].get('failed', 0)} failed; {len(client.calls)} requests, max counted attempts "
-          f"{max(attempts)}")
+    print(
+        f"R12: {outage_s:.0f} s whole-fleet outage: {prog['counts']['done']} of {n} done, "
+        f"{prog['counts'].get('failed', 0)} failed; {len(client.calls)} requests, max counted attempts "
+        f"{max(attempts)}"
+    )
     assert prog["counts"]["done"] == n and prog["counts"].get("failed", 0) == 0
     assert max(attempts) <= settings.max_attempts
 

@@ -16,17 +16,34 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from data.settings import Settings
 from serving import launcher, procs
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
-    return launcher.main(["up", "--fleet", "sim", "--replicas", "2", "--sim-arg=--speed 0", "--data-dir", str(data_dir),
-                          "--clip-root", str(data_dir.parent / "clips"), "--fleet-port", str(fleet_port),
-                          "--router-port", str(router_port), "--router-prometheus-port", str(prom_port),
-                          "--startup-timeout", "60"])
+    return launcher.main(
+        [
+            "up",
+            "--fleet",
+            "sim",
+            "--replicas",
+            "2",
+            "--sim-arg=--speed 0",
+            "--data-dir",
+            str(data_dir),
+            "--clip-root",
+            str(data_dir.parent / "clips"),
+            "--fleet-port",
+            str(fleet_port),
+            "--router-port",
+            str(router_port),
+            "--router-prometheus-port",
+            str(prom_port),
+            "--startup-timeout",
+            "60",
+        ]
+    )
 
 
 def _block(n: int) -> int:
@@ -61,8 +78,11 @@ def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_
         assert launcher.fleet_url(s_b) == rb["router_url"]
         before_a = [httpx.get(u + "/sim/stats", timeout=5).json()["chat_requests"] for u in ra["replica_urls"]]
         for _ in range(4):
-            r = httpx.post(rb["router_url"] + "/v1/chat/completions", timeout=10,
-                           json={"messages": [{"role": "user", "content": "hello"}]})
+            r = httpx.post(
+                rb["router_url"] + "/v1/chat/completions",
+                timeout=10,
+                json={"messages": [{"role": "user", "content": "hello"}]},
+            )
             assert r.status_code == 200, r.text
         after_a = [httpx.get(u + "/sim/stats", timeout=5).json()["chat_requests"] for u in ra["replica_urls"]]
         after_b = [httpx.get(u + "/sim/stats", timeout=5).json()["chat_requests"] for u in rb["replica_urls"]]
@@ -76,16 +96,26 @@ def test_launcher_refuses_a_port_answered_by_someone_else(tmp_path):
     """The start-up race of issue 11: our process did not get the port, another workbench's server answers
     there. Health says 200; the ownership check says no."""
     port = procs.free_port()
-    foreign = procs.start("foreign", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                          log=tmp_path / "foreign.log", health=f"http://127.0.0.1:{port}/")
-    ours = procs.start("router", [sys.executable, "-c", "import time; time.sleep(60)"], log=tmp_path / "ours.log",
-                       url=f"http://127.0.0.1:{port}", health=f"http://127.0.0.1:{port}/")
+    foreign = procs.start(
+        "foreign",
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        log=tmp_path / "foreign.log",
+        health=f"http://127.0.0.1:{port}/",
+    )
+    ours = procs.start(
+        "router",
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        log=tmp_path / "ours.log",
+        url=f"http://127.0.0.1:{port}",
+        health=f"http://127.0.0.1:{port}/",
+    )
     try:
         procs.wait_healthy([foreign, ours], timeout=20)  # health alone is fooled
         with pytest.raises(procs.StartupError, match="not by the router this launcher started"):
             launcher.verify_owners([ours])
-        launcher.verify_owners([procs.Child("foreign", foreign.pid, foreign.pgid, [], foreign.log,
-                                            url=f"http://127.0.0.1:{port}")])  # the owner passes
+        launcher.verify_owners(
+            [procs.Child("foreign", foreign.pid, foreign.pgid, [], foreign.log, url=f"http://127.0.0.1:{port}")]
+        )  # the owner passes
     finally:
         for c in (ours, foreign):
             procs.stop_group(c.pgid, c.pid, grace=2, popen=c.popen)
@@ -96,8 +126,9 @@ def test_a_gpu_node_keeps_its_ports_and_says_so(tmp_path):
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        settings = Settings.load({"data_dir": str(tmp_path), "role": "node", "fleet": "sim", "fleet_port": port},
-                                 environ={})
+        settings = Settings.load(
+            {"data_dir": str(tmp_path), "role": "node", "fleet": "sim", "fleet_port": port}, environ={}
+        )
         args = launcher.build_parser().parse_args(["up", "--replicas", "1"])
         with pytest.raises(SystemExit, match="GPU node keeps the ports"):
             launcher.resolve_ports(settings, args)
@@ -114,17 +145,38 @@ def _runner_beats(db_path) -> list[dict]:
 def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
     dbmod.connect(settings.db).close()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-    cmd = [sys.executable, "-m", "serving.supervisor", "--name", "runner", "--data-dir", str(settings.data_dir),
-           "--first-backoff", "0.2", "--", sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir),
-           "--fleet", "http://127.0.0.1:9"]
-    sup = subprocess.Popen(cmd, start_new_session=True, env=env, stdout=subprocess.DEVNULL,
-                           stderr=open(tmp_path / "sup.log", "wb"))
+    cmd = [
+        sys.executable,
+        "-m",
+        "serving.supervisor",
+        "--name",
+        "runner",
+        "--data-dir",
+        str(settings.data_dir),
+        "--first-backoff",
+        "0.2",
+        "--",
+        sys.executable,
+        "-m",
+        "serving.runner",
+        "--data-dir",
+        str(settings.data_dir),
+        "--fleet",
+        "http://127.0.0.1:9",
+    ]
+    sup = subprocess.Popen(
+        cmd, start_new_session=True, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sup.log", "wb")
+    )
     try:
+
         def runner_pid(not_pid=None, timeout=40.0):
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
-                beats = [b for b in _runner_beats(settings.db) if b["kind"] == "runner" and b["pid"] != not_pid
-                         and procs.pid_alive(b["pid"])]
+                beats = [
+                    b
+                    for b in _runner_beats(settings.db)
+                    if b["kind"] == "runner" and b["pid"] != not_pid and procs.pid_alive(b["pid"])
+                ]
                 if beats:
                     return beats[0]["pid"]
                 time.sleep(0.2)
@@ -160,15 +212,37 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
 def test_owns_says_who_answers_the_apps_port(tmp_path):
     """What launch.sh runs after the app's /healthz answers: exit 0 only if the app it started holds the port."""
     port = procs.free_port()
-    other = procs.start("other-app", [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                        log=tmp_path / "other.log", health=f"http://127.0.0.1:{port}/")
+    other = procs.start(
+        "other-app",
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        log=tmp_path / "other.log",
+        health=f"http://127.0.0.1:{port}/",
+    )
     ours = procs.start("app", [sys.executable, "-c", "import time; time.sleep(60)"], log=tmp_path / "app.log")
     try:
         procs.wait_healthy([other], timeout=20)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        run = lambda pgid: subprocess.run([sys.executable, "-m", "serving.launcher", "owns", "--data-dir",  # noqa: E731
-                                           str(tmp_path), "--pgid", str(pgid), "--listen-port", str(port)],
-                                          capture_output=True, text=True, env=env, timeout=60)
+
+        def run(pgid):
+            return subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "serving.launcher",
+                    "owns",
+                    "--data-dir",
+                    str(tmp_path),
+                    "--pgid",
+                    str(pgid),
+                    "--listen-port",
+                    str(port),
+                ],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=60,
+            )
+
         r = run(ours.pgid)
         assert r.returncode == 1 and f"not by the process group {ours.pgid}" in r.stderr
         assert str(other.pid) in r.stderr
@@ -183,8 +257,25 @@ def test_dry_run_prints_the_configured_ports_and_says_which_would_move(tmp_path,
         s.bind(("127.0.0.1", 0))
         s.listen()
         busy = s.getsockname()[1]
-        assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", "--dry-run", "--data-dir", str(tmp_path),
-                              "--fleet-port", str(busy), "--router-port", str(procs.free_port())]) == 0
+        assert (
+            launcher.main(
+                [
+                    "up",
+                    "--fleet",
+                    "sim",
+                    "--replicas",
+                    "1",
+                    "--dry-run",
+                    "--data-dir",
+                    str(tmp_path),
+                    "--fleet-port",
+                    str(busy),
+                    "--router-port",
+                    str(procs.free_port()),
+                ]
+            )
+            == 0
+        )
     lines = capsys.readouterr().out.splitlines()
     assert f"--port {busy}" in lines[0]  # the commands as configured (maybe meant for another machine)
     assert lines[-1].startswith(f"# note: replica ports {busy}..{busy} are in use") and "would pick free" in lines[-1]

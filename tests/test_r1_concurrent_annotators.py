@@ -14,8 +14,13 @@ import time
 import pytest
 
 from data import db as dbmod
-from tests.reliability_fixtures import AnnotatorLoad, annotation_rig, assert_audit_complete, check_oracle, \
-    machine_captions
+from tests.reliability_fixtures import (
+    AnnotatorLoad,
+    annotation_rig,
+    assert_audit_complete,
+    check_oracle,
+    machine_captions,
+)
 
 
 def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40) -> dict:

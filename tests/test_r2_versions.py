@@ -14,8 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, jobs, prompts
-from data import db as dbmod
+from data import captions, db as dbmod, jobs, prompts
 from data.db import Conflict, DataError
 from tests.runner_fixtures import LABELS
 
@@ -34,10 +33,10 @@ class Versions(RuleBasedStateMachine):
             db["clips"].insert_all([{"path": f"r2/{n}/{i}.mp4"} for i in range(CLIPS_PER_RUN)])
         self.clips = [r["id"] for r in db.query("SELECT id FROM clips WHERE path LIKE ?", [f"r2/{n}/%"])]
         self.prompt = prompts.latest(db)["id"]
-        self.seen: dict[int, tuple] = {}             # caption id -> its immutable fields when first seen
+        self.seen: dict[int, tuple] = {}  # caption id -> its immutable fields when first seen
         self.current = {c: None for c in self.clips}  # oracle: the current caption id
         self.protected = {c: False for c in self.clips}  # current is human-written or approved
-        self.open_job: dict[int, int] = {}            # clip -> a job with a result already written
+        self.open_job: dict[int, int] = {}  # clip -> a job with a result already written
 
     # -- helpers
     def _cur(self, clip):
@@ -52,8 +51,12 @@ class Versions(RuleBasedStateMachine):
     def _stale_base(self, clip):
         """A base the clip is no longer at: an older version, or None once a caption exists."""
         cur = self._cur(clip)
-        older = [r[0] for r in self.db.execute("SELECT id FROM captions WHERE clip_id=? AND id != ? ORDER BY id",
-                                               [clip, cur or -1])]
+        older = [
+            r[0]
+            for r in self.db.execute(
+                "SELECT id FROM captions WHERE clip_id=? AND id != ? ORDER BY id", [clip, cur or -1]
+            )
+        ]
         if older:
             return older[0]
         return None if cur is not None else "none"
@@ -68,8 +71,14 @@ class Versions(RuleBasedStateMachine):
         was_current, was_protected = self._cur(clip), self.protected[clip]
         items = jobs.claim(self.db, job_id, "r2", 10, lease_seconds=60, max_attempts=4)
         assert [i["clip_id"] for i in items] == [clip]
-        row = jobs.complete(self.db, job_id, clip, text=f"machine {job_id}", labels=LABELS,
-                            provenance={"model": "m", "prompt_id": self.prompt, "replica": "r"})
+        row = jobs.complete(
+            self.db,
+            job_id,
+            clip,
+            text=f"machine {job_id}",
+            labels=LABELS,
+            provenance={"model": "m", "prompt_id": self.prompt, "replica": "r"},
+        )
         if was_protected or (was_current is not None and self._status(clip) == "approved"):
             assert self._cur(clip) == was_current, "a machine caption replaced a human or approved one"
         else:
@@ -79,18 +88,28 @@ class Versions(RuleBasedStateMachine):
         return row
 
     # -- rules
-    @rule(i=st.integers(0, CLIPS_PER_RUN - 1), stale=st.booleans(), text=st.text(min_size=1, max_size=20))
+    # any text a human can save: NUL is refused with a message (data.limits.check_text, tested in test_r10_bounds)
+    @rule(
+        i=st.integers(0, CLIPS_PER_RUN - 1),
+        stale=st.booleans(),
+        text=st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20),
+    )
     def human_edit(self, i, stale, text):
         clip = self.clips[i]
         if not text.strip():
             text = "x"
         if stale and self._stale_base(clip) != "none":
             base = self._stale_base(clip)
-            return self._expect_conflict(clip, lambda: captions.save_human(
-                self.db, clip, text=text, labels=LABELS, author="ann", base_caption_id=base))
+            return self._expect_conflict(
+                clip,
+                lambda: captions.save_human(
+                    self.db, clip, text=text, labels=LABELS, author="ann", base_caption_id=base
+                ),
+            )
         n = self._versions(clip)
-        row = captions.save_human(self.db, clip, text=text, labels=LABELS, author="ann",
-                                  base_caption_id=self._cur(clip))
+        row = captions.save_human(
+            self.db, clip, text=text, labels=LABELS, author="ann", base_caption_id=self._cur(clip)
+        )
         assert self._versions(clip) == n + 1 and row["version"] == n + 1 and row["source"] == "human"
         self.current[clip] = row["id"]
         self.protected[clip] = True
@@ -100,8 +119,9 @@ class Versions(RuleBasedStateMachine):
         clip = self.clips[i]
         if stale and self._stale_base(clip) != "none":
             base = self._stale_base(clip)
-            return self._expect_conflict(clip, lambda: captions.set_review(
-                self.db, clip, status=status, user="rev", base_caption_id=base))
+            return self._expect_conflict(
+                clip, lambda: captions.set_review(self.db, clip, status=status, user="rev", base_caption_id=base)
+            )
         if status == "approved" and self._cur(clip) is None:
             with pytest.raises(DataError):
                 captions.set_review(self.db, clip, status=status, user="rev", base_caption_id=None)
@@ -141,8 +161,9 @@ class Versions(RuleBasedStateMachine):
         src = data.draw(st.sampled_from(ids))
         if stale and self._stale_base(clip) != "none":
             base = self._stale_base(clip)
-            return self._expect_conflict(clip, lambda: captions.adopt(
-                self.db, clip, caption_id=src, author="ann", base_caption_id=base))
+            return self._expect_conflict(
+                clip, lambda: captions.adopt(self.db, clip, caption_id=src, author="ann", base_caption_id=base)
+            )
         row = captions.adopt(self.db, clip, caption_id=src, author="ann", base_caption_id=self._cur(clip))
         assert row["source"] == "human" and row["text"] == captions.get(self.db, src)["text"]
         self.current[clip] = row["id"]
@@ -160,8 +181,13 @@ class Versions(RuleBasedStateMachine):
     @invariant()
     def versions_are_append_only(self):
         for clip in getattr(self, "clips", []):
-            rows = list(self.db.query("SELECT id, version, text, source, author, parent_id, created_at FROM captions "
-                                      "WHERE clip_id=? ORDER BY version", [clip]))
+            rows = list(
+                self.db.query(
+                    "SELECT id, version, text, source, author, parent_id, created_at FROM captions "
+                    "WHERE clip_id=? ORDER BY version",
+                    [clip],
+                )
+            )
             assert [r["version"] for r in rows] == list(range(1, len(rows) + 1))
             for r in rows:
                 key = tuple(r.values())
@@ -174,8 +200,9 @@ def test_r2_machine_never_replaces_human_or_approved(settings):
     Versions.db = db
     try:
         run = Versions.TestCase
-        run.settings = hsettings(max_examples=1000, stateful_step_count=20, deadline=None,
-                                 suppress_health_check=list(HealthCheck))
+        run.settings = hsettings(
+            max_examples=1000, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
+        )
         run().runTest()
         # the machine ran this many cases on this file; each made its own clips
         assert next(_counter) >= 1000

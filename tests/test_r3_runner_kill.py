@@ -27,8 +27,22 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     job_ids = [jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid)]
     inflight_at_kills = 0
     done_kills = 0
-    cmd = [sys.executable, "-m", "serving.runner", "--db", str(settings.db), "--clip-root", str(settings.clip_root),
-           "--fleet", ",".join(fleet.urls), "--per-replica-inflight", "3", "--until-idle", "--backoff-base", "0.05"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "serving.runner",
+        "--db",
+        str(settings.db),
+        "--clip-root",
+        str(settings.clip_root),
+        "--fleet",
+        ",".join(fleet.urls),
+        "--per-replica-inflight",
+        "3",
+        "--until-idle",
+        "--backoff-base",
+        "0.05",
+    ]
     try:
         while done_kills < kills:
             if jobs.get(db, job_ids[-1])["state"] == "done":  # re-caption the same clips: a new job
@@ -55,8 +69,9 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     attempts = db.execute("SELECT SUM(attempts) FROM job_items").fetchone()[0]
     # every request sent was counted as an attempt, or given back when its runner was found dead (data.jobs.recover:
     # a kill is not the clip's fault, so kills never use up a clip's attempts)
-    recovered = sum(json.loads(r[0])["items"] for r in db.execute(
-        "SELECT detail FROM events WHERE action = 'job.recover'"))
+    recovered = sum(
+        json.loads(r[0])["items"] for r in db.execute("SELECT detail FROM events WHERE action = 'job.recover'")
+    )
     assert received <= attempts + recovered
     assert db.execute("SELECT MAX(attempts) FROM job_items").fetchone()[0] <= settings.max_attempts
     resent = received - n_items
@@ -64,8 +79,14 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     # every clip shows exactly one version per job, and the events log has one per caption
     assert db.execute("SELECT COUNT(*) FROM captions").fetchone()[0] == n_items
-    return {"kills": done_kills, "jobs": len(job_ids), "items": n_items, "received": received, "resent": resent,
-            "inflight_at_kills": inflight_at_kills}
+    return {
+        "kills": done_kills,
+        "jobs": len(job_ids),
+        "items": n_items,
+        "received": received,
+        "resent": resent,
+        "inflight_at_kills": inflight_at_kills,
+    }
 
 
 def test_r3_sigkill_the_runner_50_times(settings, db, tmp_path):

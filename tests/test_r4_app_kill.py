@@ -39,9 +39,15 @@ def run_r4(settings, tmp_path, *, kills: int, seed: int = 4, up: tuple[float, fl
         assert not errors, f"{len(errors)} saves answered with an error (not a dropped connection): {errors[:3]}"
     finally:
         db.close()
-    return {"kills": kills, **load.summary(), **oracle, "audit": audit,
-            "restart_to_serving_p50_s": round(pct(restart_s, 50), 2),
-            "restart_to_serving_max_s": round(max(restart_s), 2), "saved": len(saved_after_last)}
+    return {
+        "kills": kills,
+        **load.summary(),
+        **oracle,
+        "audit": audit,
+        "restart_to_serving_p50_s": round(pct(restart_s, 50), 2),
+        "restart_to_serving_max_s": round(max(restart_s), 2),
+        "saved": len(saved_after_last),
+    }
 
 
 def test_r4_sigkill_the_app_under_load(settings, tmp_path):

@@ -6,23 +6,24 @@ from __future__ import annotations
 import threading
 import time
 
-import pytest
-
 from data import jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_library
+from tests.waiting import wait_until
 
-SPEED = 0.1        # ~0.1 s per tiny clip
-CAPACITY = 2       # requests a replica runs at once
+SPEED = 0.1  # ~0.1 s per tiny clip
+CAPACITY = 2  # requests a replica runs at once
 
 
 def run(settings, db, urls, clip_ids, *, during=None):
     job_id = jobs.create(db, name="r6", created_by="test", clip_ids=clip_ids, prompt_id=prompts.latest(db)["id"])
     out = {}
     t0 = time.monotonic()
-    th = threading.Thread(target=lambda: out.update(runmod.run_job(settings, job_id, urls, backoff_base=0.1,
-                                                                   stop_event=threading.Event())))
+    th = threading.Thread(
+        target=lambda: out.update(
+            runmod.run_job(settings, job_id, urls, backoff_base=0.1, stop_event=threading.Event())
+        )
+    )
     th.start()
     if during:
         during(job_id)
@@ -44,8 +45,11 @@ def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db
     fleet = simfleet.start_fleet(8, 0, settings.clip_root, speed=SPEED, capacity=CAPACITY)
 
     def faults(job_id):
-        while db.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] < n // 5:
-            time.sleep(0.02)
+        wait_until(
+            lambda: db.execute("SELECT done FROM jobs WHERE id = ?", [job_id]).fetchone()[0] >= n // 5,
+            timeout=240,
+            what=f"{n // 5} clips done before the faults",
+        )
         fleet.kill_replica(0)
         fleet.set_knobs(1, hang=True)
         fleet.set_knobs(2, unavailable_for=2.0)
@@ -61,8 +65,10 @@ def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db
     per_clip = dict(db.execute("SELECT clip_id, COUNT(*) FROM captions WHERE job_id = ? GROUP BY clip_id", [job_id]))
     assert len(per_clip) == n and set(per_clip.values()) == {1}
     ratio = rate / baseline
-    print(f"R6: {n} clips, attempts/clip {attempts / n:.3f}, throughput {rate:.1f} clips/s vs 7-replica baseline "
-          f"{baseline:.1f} clips/s = {ratio:.0%}; 503s answered by replica 2: {stats[1]['statuses'].get('503', 0)}")
+    print(
+        f"R6: {n} clips, attempts/clip {attempts / n:.3f}, throughput {rate:.1f} clips/s vs 7-replica baseline "
+        f"{baseline:.1f} clips/s = {ratio:.0%}; 503s answered by replica 2: {stats[1]['statuses'].get('503', 0)}"
+    )
     assert attempts <= 1.1 * n
     assert stats[1]["statuses"].get("503", stats[1]["statuses"].get(503, 0)) > 0  # the 503 window was hit
     # The goal (>= 80 % of the baseline, measured 87 %) is a figure to report, not a timed assertion that a busy

@@ -8,8 +8,7 @@ import os
 import time
 
 from data import demo, ingest, jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_clip_bytes
 
 
@@ -24,11 +23,13 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
     (root / "late").mkdir()
     (root / "late" / "swapped.mp4").write_bytes(b"\x00\x00\x00\x18ftypisom" + os.urandom(500))
     with db.conn:
-        db["clips"].insert_all([
-            {"path": "late/swapped.mp4", "width": 64, "height": 48, "frames": 10},
-            {"path": "../outside.mp4", "width": 64, "height": 48, "frames": 10},
-            {"path": "good/0.mp4/../../../etc/passwd", "width": 64, "height": 48, "frames": 10},
-        ])
+        db["clips"].insert_all(
+            [
+                {"path": "late/swapped.mp4", "width": 64, "height": 48, "frames": 10},
+                {"path": "../outside.mp4", "width": 64, "height": 48, "frames": 10},
+                {"path": "good/0.mp4/../../../etc/passwd", "width": 64, "height": 48, "frames": 10},
+            ]
+        )
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
     job_id = jobs.create(db, name="r7", created_by="test", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"])
     fleet = simfleet.start_fleet(2, 0, root, speed=0.01)
@@ -40,9 +41,15 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
     finally:
         fleet.stop()
     assert prog["state"] == "done" and took < 60
-    rows = {r["path"]: r for r in db.query(
-        "SELECT c.path, i.state, i.attempts, i.last_error, i.error_kind FROM job_items i JOIN clips c ON c.id = i.clip_id "
-        "WHERE i.job_id = ?", [job_id])}
+    rows = {
+        r["path"]: r
+        for r in db.query(
+            "SELECT c.path, i.state, i.attempts, i.last_error, i.error_kind "
+            "FROM job_items i JOIN clips c ON c.id = i.clip_id "
+            "WHERE i.job_id = ?",
+            [job_id],
+        )
+    }
     good = [p for p in rows if p.startswith("good/") and "passwd" not in p]
     assert len(good) == 3 and all(rows[p]["state"] == "done" for p in good)
     bad = {p: r for p, r in rows.items() if p not in good}
@@ -59,7 +66,10 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
         assert r["last_error"].startswith("ingest: ") and r["error_kind"] == "ingest", (path, r)
         assert any(k in r["last_error"].lower() for k in keywords), (path, r)  # a specific reason
     assert rows["late/swapped.mp4"]["error_kind"] in ("decode", "rejected")
-    assert "HTTP 500" in rows["late/swapped.mp4"]["last_error"] or "decode" in rows["late/swapped.mp4"]["last_error"].lower()
+    assert (
+        "HTTP 500" in rows["late/swapped.mp4"]["last_error"]
+        or "decode" in rows["late/swapped.mp4"]["last_error"].lower()
+    )
     assert "outside" in rows["../outside.mp4"]["last_error"] or "root" in rows["../outside.mp4"]["last_error"]
     # only the good clips and the swapped file reached the fleet; paths outside the root never left the client
     assert sent == 4

@@ -16,8 +16,7 @@ import threading
 import time
 
 from data import jobs, prompts
-from serving import runner as runmod
-from serving import simfleet
+from serving import runner as runmod, simfleet
 from tests.runner_fixtures import tiny_library
 
 TIMEOUT = 1.5
@@ -78,15 +77,26 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
     n = 120
     settings = settings.replace(request_timeout=TIMEOUT, per_replica_inflight=3, max_tokens=321)
     ids = tiny_library(settings, db, n)
-    job_id = jobs.create(db, name="r8", created_by="test", clip_ids=ids, prompt_id=prompts.latest(db)["id"],
-                         params={"max_tokens": 321, "frames": 16})
+    job_id = jobs.create(
+        db,
+        name="r8",
+        created_by="test",
+        clip_ids=ids,
+        prompt_id=prompts.latest(db)["id"],
+        params={"max_tokens": 321, "frames": 16},
+    )
     paths = dict(db.execute("SELECT path, id FROM clips"))
     silent, trickle = BadReplica("silent"), BadReplica("trickle")
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=0.2, capacity=4)
     t0 = time.monotonic()
     try:
-        runmod.run_job(settings, job_id, [silent.url, trickle.url, *fleet.urls], backoff_base=BACKOFF_BASE,
-                       stop_event=threading.Event())
+        runmod.run_job(
+            settings,
+            job_id,
+            [silent.url, trickle.url, *fleet.urls],
+            backoff_base=BACKOFF_BASE,
+            stop_event=threading.Event(),
+        )
     finally:
         fleet.stop()
         silent.stop()
@@ -107,10 +117,12 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         clip = paths[video.split(str(settings.clip_root.resolve()) + "/", 1)[1]]
         assert body.get("max_completion_tokens") == 321 or body.get("max_tokens") == 321, body.keys()
         last[clip] = (at, body)
-    for clip, (at, body) in last.items():
+    for clip, (at, _body) in last.items():
         delay = finished[clip] - at  # from the last time a bad replica got it to its result
         delays.append(delay)
         assert delay <= bound(attempts[clip]), (clip, delay, attempts[clip])
-    print(f"R8: {n} clips in {wall:.1f} s; {len(silent.requests)} requests to the silent replica, "
-          f"{len(trickle.requests)} to the trickling one; worst clip delay after reaching a bad replica "
-          f"{max(delays):.2f} s (deadline {TIMEOUT:.1f} s + backoff); all carried max_completion_tokens=321")
+    print(
+        f"R8: {n} clips in {wall:.1f} s; {len(silent.requests)} requests to the silent replica, "
+        f"{len(trickle.requests)} to the trickling one; worst clip delay after reaching a bad replica "
+        f"{max(delays):.2f} s (deadline {TIMEOUT:.1f} s + backoff); all carried max_completion_tokens=321"
+    )

@@ -37,7 +37,10 @@ def test_the_check_catches_a_change_without_history(db):
     (a,) = add_clips(db, 1, prefix="r9x")
     captions.save_human(db, a, text="logged", labels=LABELS, author="ann", base_caption_id=None)
     assert_audit_complete(db)
-    db.execute("INSERT INTO captions (clip_id, version, text, labels, source, author, created_at) "
-               "VALUES (?, 2, 'sneaked in', '{}', 'human', 'ghost', 0)", [a])
+    db.execute(
+        "INSERT INTO captions (clip_id, version, text, labels, source, author, created_at) "
+        "VALUES (?, 2, 'sneaked in', '{}', 'human', 'ghost', 0)",
+        [a],
+    )
     with pytest.raises(AssertionError, match="audit gaps"):
         assert_audit_complete(db)

@@ -6,12 +6,11 @@ import asyncio
 import threading
 import time
 
-import pytest
-
 from data import captions, jobs
 from serving import runner as runmod
 from serving.errors import ClipRejected, Overloaded, Unreachable
 from tests.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
+from tests.waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 
@@ -32,7 +31,11 @@ def test_runner_captions_every_clip_within_per_replica_bound(settings, db):
     assert {u for u, _ in client.calls} == set(URLS)  # spread over every replica
     assert len(client.calls) == 60
     cap = captions.get(db, db.execute("SELECT current_caption_id FROM clips WHERE id=?", [ids[0]]).fetchone()[0])
-    assert (cap["prompt_id"], cap["prompt_name"], cap["prompt_version"]) == (p["id"], "av-hazard", 2)  # the newest preset version
+    assert (cap["prompt_id"], cap["prompt_name"], cap["prompt_version"]) == (
+        p["id"],
+        "av-hazard",
+        2,
+    )  # the newest preset version
     assert cap["job_id"] == job_id and cap["source"] == "model" and cap["simulated"] == 1
 
 
@@ -76,8 +79,9 @@ def test_retryable_errors_give_up_after_max_attempts(settings, db):
         raise Overloaded("HTTP 503: busy", status=503, replica=url)
 
     # fleet_down_budget=0: every replica failing counts as attempts at once (test_r12 covers the outage budget)
-    prog = runmod.run_job(settings, job_id, URLS, client=FakeClient(script=script), backoff_base=0.01,
-                          fleet_down_budget=0)
+    prog = runmod.run_job(
+        settings, job_id, URLS, client=FakeClient(script=script), backoff_base=0.01, fleet_down_budget=0
+    )
     assert prog["counts"]["failed"] == 3
     for f in jobs.failures(db, job_id):
         assert f["attempts"] == 3 and "gave up after 3 attempts" in f["last_error"]
@@ -85,8 +89,9 @@ def test_retryable_errors_give_up_after_max_attempts(settings, db):
 
 def test_machine_result_never_replaces_a_human_caption(settings, db):
     job_id, ids, _ = make_job(db, 2)
-    human = captions.save_human(db, ids[0], text="a human wrote this", labels=LABELS, author="ann",
-                                base_caption_id=None)
+    human = captions.save_human(
+        db, ids[0], text="a human wrote this", labels=LABELS, author="ann", base_caption_id=None
+    )
     runmod.run_job(settings, job_id, URLS, client=FakeClient())
     clip = db.execute("SELECT current_caption_id FROM clips WHERE id=?", [ids[0]]).fetchone()[0]
     assert clip == human["id"]
@@ -104,8 +109,12 @@ def test_pause_stops_claiming_and_hands_inflight_items_back(settings, db):
 
     t = threading.Thread(target=run)
     t.start()
-    while db.execute("SELECT done FROM jobs WHERE id=?", [job_id]).fetchone()[0] < 20:
-        time.sleep(0.01)
+    wait_until(
+        lambda: db.execute("SELECT done FROM jobs WHERE id=?", [job_id]).fetchone()[0] >= 20,
+        timeout=60,
+        what="20 items done",
+        step=0.01,
+    )
     jobs.change_state(db, job_id, "pause", "lead")
     t.join(timeout=20)
     assert not t.is_alive()
@@ -122,8 +131,9 @@ def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
     job_id, ids, _ = make_job(db, 300)
     client = FakeClient(latency=0.05)
     stop = threading.Event()
-    th = threading.Thread(target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop,
-                                                        drain_seconds=5))
+    th = threading.Thread(
+        target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop, drain_seconds=5)
+    )
     th.start()
     time.sleep(0.5)
     stop.set()
@@ -142,11 +152,11 @@ def test_stop_releases_requests_that_outlive_the_drain_deadline(settings, db):
 
     stop = threading.Event()
     client = Hang()
-    th = threading.Thread(target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop,
-                                                        drain_seconds=0.3))
+    th = threading.Thread(
+        target=lambda: runmod.run_job(settings, job_id, URLS, client=client, stop_event=stop, drain_seconds=0.3)
+    )
     th.start()
-    while len(client.calls) < 6:
-        time.sleep(0.01)
+    wait_until(lambda: len(client.calls) >= 6, timeout=60, what="6 requests in flight", step=0.01)
     stop.set()
     th.join(timeout=20)
     assert not th.is_alive()
@@ -160,7 +170,6 @@ def test_parse_fleet_maps_names_to_the_router(settings):
 
 
 def test_single_router_url_gets_bound_times_replicas(settings):
-    r = runmod.Runner(settings.replace(per_replica_inflight=7), "http://127.0.0.1:9", replicas=8,
-                      client=FakeClient())
+    r = runmod.Runner(settings.replace(per_replica_inflight=7), "http://127.0.0.1:9", replicas=8, client=FakeClient())
     assert r.capacity == 56
     r._db.close()

@@ -8,7 +8,6 @@ resolution.
 
 from __future__ import annotations
 
-import os
 import socket
 import uuid
 
@@ -29,15 +28,34 @@ def planted(web_settings, library):  # noqa: F811
     (web_settings.media_dir / "thumbs" / "escape.jpg").symlink_to(canary)
     (web_settings.clip_root / "linkdir").symlink_to(web_settings.data_dir)
     db = dbmod.connect(web_settings.db)
-    hostile = ["drive/escape.mp4", "../canary-secret.txt", str(canary), "linkdir/canary-secret.txt",
-               "drive/../../canary-secret.txt", "drive/clip_000.mp4\x00../../canary-secret.txt", "/etc/passwd",
-               "..\\canary-secret.txt"]
-    rows = [{"path": p, "thumbnail": t, "filmstrip": t, "preview": t} for p, t in
-            zip(hostile, ["thumbs/escape.jpg", "../canary-secret.txt", str(canary), "../../etc/passwd",
-                          "thumbs/../../canary-secret.txt", "/etc/passwd", "thumbs/escape.jpg", "..\\x"])]
+    hostile = [
+        "drive/escape.mp4",
+        "../canary-secret.txt",
+        str(canary),
+        "linkdir/canary-secret.txt",
+        "drive/../../canary-secret.txt",
+        "drive/clip_000.mp4\x00../../canary-secret.txt",
+        "/etc/passwd",
+        "..\\canary-secret.txt",
+    ]
+    rows = [
+        {"path": p, "thumbnail": t, "filmstrip": t, "preview": t}
+        for p, t in zip(
+            hostile,
+            [
+                "thumbs/escape.jpg",
+                "../canary-secret.txt",
+                str(canary),
+                "../../etc/passwd",
+                "thumbs/../../canary-secret.txt",
+                "/etc/passwd",
+                "thumbs/escape.jpg",
+                "..\\x",
+            ],
+        )
+    ]
     db["clips"].insert_all(rows)
-    ids = [r["id"] for r in db.query("SELECT id FROM clips WHERE path IN (%s)" % ",".join("?" * len(hostile)),
-                                     hostile)]
+    ids = [r["id"] for r in db.query("SELECT id FROM clips WHERE path IN (%s)" % ",".join("?" * len(hostile)), hostile)]
     db.close()
     return canary, ids
 
@@ -56,18 +74,51 @@ def raw_get(port: int, target: str, cookie: str | None = None) -> tuple[int, byt
 
 
 def payloads(canary: str, clip_root: str) -> list[str]:
-    rel_up = ["../", "..%2f", "%2e%2e/", "%2e%2e%2f", "%252e%252e%252f", "..%5c", "..\\", "%c0%ae%c0%ae/",
-              "..%c0%af", "....//", "..;/", "%2e%2e%5c", "..%252f", ".%2e/", "%u002e%u002e/"]
+    rel_up = [
+        "../",
+        "..%2f",
+        "%2e%2e/",
+        "%2e%2e%2f",
+        "%252e%252e%252f",
+        "..%5c",
+        "..\\",
+        "%c0%ae%c0%ae/",
+        "..%c0%af",
+        "....//",
+        "..;/",
+        "%2e%2e%5c",
+        "..%252f",
+        ".%2e/",
+        "%u002e%u002e/",
+    ]
     names = ["canary-secret.txt", "etc/passwd"]
-    prefixes = ["/media/", "/media/1/", "/thumb/", "/filmstrip/", "/preview/", "/gradio_api/file=", "/file=",
-                "/cw-static/", "/gradio_api/file/", "/static/", "/assets/"]
+    prefixes = [
+        "/media/",
+        "/media/1/",
+        "/thumb/",
+        "/filmstrip/",
+        "/preview/",
+        "/gradio_api/file=",
+        "/file=",
+        "/cw-static/",
+        "/gradio_api/file/",
+        "/static/",
+        "/assets/",
+    ]
     out = []
     for prefix in prefixes:
         for up in rel_up[:8] if prefix not in ("/media/", "/cw-static/") else rel_up:
             for depth in (1, 3):
                 out.append(prefix + up * depth + names[0 if depth == 1 else 1])
-        for absolute in (canary, "/etc/passwd", canary.replace("/", "%2f"), "%2fetc%2fpasswd",
-                         f"{clip_root}/../canary-secret.txt", canary + "%00.mp4", "file://" + canary):
+        for absolute in (
+            canary,
+            "/etc/passwd",
+            canary.replace("/", "%2f"),
+            "%2fetc%2fpasswd",
+            f"{clip_root}/../canary-secret.txt",
+            canary + "%00.mp4",
+            "file://" + canary,
+        ):
             out.append(prefix + absolute)
     return out
 

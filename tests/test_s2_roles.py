@@ -13,8 +13,7 @@ import httpx
 import pytest
 from starlette.routing import Mount
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from tests.reliability_fixtures import GradioError, GradioSession, dependencies
 from webapp_fixtures import PASSWORD, library, server, web_settings  # noqa: F401
 
@@ -22,8 +21,18 @@ TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
 ROWS = list(csv.DictReader(TABLE.open()))
 FILTER = ["any"] * 7 + [None, "", "newest"]
-REVIEW = {"/save_caption", "/approve", "/reject", "/adopt", "/reload_clip", "/next_clip", "/previous_clip", "/recaption",
-          "/next_unreviewed", "/goto_clip"}
+REVIEW = {
+    "/save_caption",
+    "/approve",
+    "/reject",
+    "/adopt",
+    "/reload_clip",
+    "/next_clip",
+    "/previous_clip",
+    "/recaption",
+    "/next_unreviewed",
+    "/goto_clip",
+}
 
 
 def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
@@ -32,8 +41,19 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
     if name.startswith("apply") or name == "browse_search":
         return list(FILTER), None
     if name == "save_caption":
-        return [None, None, None, "S2: a caption written by the role test",
-                "pedestrian_crossing", "high", ["car"], "slowing", "rain", "daylight", "urban"], None
+        return [
+            None,
+            None,
+            None,
+            "S2: a caption written by the role test",
+            "pedestrian_crossing",
+            "high",
+            ["car"],
+            "slowing",
+            "rain",
+            "daylight",
+            "urban",
+        ], None
     if name == "start_job":
         return ["S2 job", "everything uncaptioned", None, 16, 320, None], None
     if name == "job_select":
@@ -110,8 +130,13 @@ def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa:
         kwargs["data"] = {"username": "ann", "password": PASSWORD}
     if endpoint == "POST /gradio_api/upload":
         kwargs["files"] = {"files": ("s2.txt", b"role test")}
-    with httpx.Client(base_url=server.url, cookies={"cw_session": cookie} if cookie else None,
-                      follow_redirects=False, timeout=30, trust_env=False) as c:
+    with httpx.Client(
+        base_url=server.url,
+        cookies={"cw_session": cookie} if cookie else None,
+        follow_redirects=False,
+        timeout=30,
+        trust_env=False,
+    ) as c:
         r = c.request(method, path, **kwargs)
     if r.status_code in (401, 403):
         return "deny"
@@ -125,8 +150,17 @@ CASES = [(row["endpoint"], row["kind"], role, row[role]) for row in ROWS for rol
 
 
 @pytest.mark.parametrize("endpoint,kind,role,expected", CASES, ids=[f"{e}-{r}" for e, _, r, _ in CASES])
-def test_endpoint_role_matches_the_table(server, cookies, deps, job_id, web_settings, endpoint, kind, role,  # noqa: F811
-                                        expected):
+def test_endpoint_role_matches_the_table(
+    server,
+    cookies,
+    deps,
+    job_id,
+    web_settings,
+    endpoint,
+    kind,
+    role,  # noqa: F811
+    expected,
+):
     if kind == "gradio":
         got = call_event(server, deps, cookies[role], endpoint, job_id)
     else:

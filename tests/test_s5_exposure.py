@@ -13,8 +13,7 @@ import sys
 
 import httpx
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from tests.reliability_fixtures import PASSWORD, REPO, AppProcess, add_annotators
 
 
@@ -36,15 +35,32 @@ def listening_addresses(port: int) -> set[str]:
             if fam == socket.AF_INET:
                 found.add(socket.inet_ntop(fam, raw[::-1]))
             else:
-                found.add(socket.inet_ntop(fam, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4))))
+                found.add(socket.inet_ntop(fam, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4))))
     return found
 
 
 def test_no_login_off_loopback(settings, tmp_path):
     port = str(AppProcess(settings, tmp_path / "x.log").port)
     for host in ("0.0.0.0", "::", "192.0.2.10"):
-        out = subprocess.run([sys.executable, "-m", "webapp", "--data-dir", str(settings.data_dir), "--host", host,
-                              "--port", port, "--auth", "off"], capture_output=True, text=True, timeout=60, cwd=REPO)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webapp",
+                "--data-dir",
+                str(settings.data_dir),
+                "--host",
+                host,
+                "--port",
+                port,
+                "--auth",
+                "off",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=REPO,
+        )
         assert out.returncode == 2 and "loopback" in out.stderr, (host, out.returncode, out.stderr[-300:])
     assert listening_addresses(int(port)) == set()
 
@@ -62,8 +78,9 @@ def test_default_bind_is_loopback_login_is_rate_limited_and_no_default_password(
                 assert c.post("/login", data={"username": user, "password": pw}).status_code == 401
         add_annotators(settings.db, 1, prefix="s5-")
         with httpx.Client(base_url=app.url, trust_env=False, timeout=30) as c:
-            codes = [c.post("/login", data={"username": "s5-00", "password": f"guess {i}"}).status_code
-                     for i in range(6)]
+            codes = [
+                c.post("/login", data={"username": "s5-00", "password": f"guess {i}"}).status_code for i in range(6)
+            ]
             assert codes == [401] * 5 + [429], codes
             r = c.post("/login", data={"username": "s5-00", "password": PASSWORD})
             assert r.status_code == 429 and "cw_session" not in r.cookies

@@ -13,8 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from tests.reliability_fixtures import PASSWORD, AppProcess, GradioError, GradioSession, dependencies
 from webapp_fixtures import AppServer, add_users, build_library
 
@@ -31,8 +30,13 @@ def lib_settings(tmp_path_factory):
 
 
 def _login(url, user, password=PASSWORD, headers=None):
-    return httpx.post(url + "/login", data={"username": user, "password": password, "next": "/"}, timeout=30,
-                      trust_env=False, headers=headers or {})
+    return httpx.post(
+        url + "/login",
+        data={"username": user, "password": password, "next": "/"},
+        timeout=30,
+        trust_env=False,
+        headers=headers or {},
+    )
 
 
 def _alive(url, cookie) -> bool:
@@ -53,9 +57,11 @@ def test_s6_old_cookies_are_refused_after_logout_password_role_and_disable(lib_s
         checks += 1
         assert _alive(srv.url, c2)
         # password change, role change, disable + enable: every old cookie of that user dies
-        for change in (lambda: users.set_password(db, "ann", "another password 1"),
-                       lambda: users.set_role(db, "ann", "lead"),
-                       lambda: (users.set_disabled(db, "ann", True), users.set_disabled(db, "ann", False))):
+        for change in (
+            lambda: users.set_password(db, "ann", "another password 1"),
+            lambda: users.set_role(db, "ann", "lead"),
+            lambda: (users.set_disabled(db, "ann", True), users.set_disabled(db, "ann", False)),
+        ):
             users.set_password(db, "ann", PASSWORD)
             users.set_role(db, "ann", "annotator")
             old = [_login(srv.url, "ann").cookies["cw_session"] for _ in range(3)]
@@ -91,14 +97,20 @@ def test_s7_forwarded_for_is_ignored_parallel_attempts_and_spraying_are_limited(
     try:
         # 30 attempts on one account, each claiming another address, 10 at a time in parallel
         def guess(i):
-            return _login(app.url, "lead", f"guess {i}", headers={"X-Forwarded-For": f"203.0.113.{i}",
-                                                                  "X-Real-IP": f"203.0.113.{i}"}).status_code
+            return _login(
+                app.url,
+                "lead",
+                f"guess {i}",
+                headers={"X-Forwarded-For": f"203.0.113.{i}", "X-Real-IP": f"203.0.113.{i}"},
+            ).status_code
 
         with concurrent.futures.ThreadPoolExecutor(10) as pool:
             codes = list(pool.map(guess, range(30)))
         checked = codes.count(401)
-        print(f"S7: {checked} of 30 parallel attempts with forged X-Forwarded-For checked, {codes.count(429)} "
-              "refused (limit 5 per account per minute)")
+        print(
+            f"S7: {checked} of 30 parallel attempts with forged X-Forwarded-For checked, {codes.count(429)} "
+            "refused (limit 5 per account per minute)"
+        )
         assert checked == 5 and codes.count(429) == 25
         # spraying one password over many accounts from one address: limited per address
         sprayed = [_login(app.url, f"nobody{i}", "Summer2026!").status_code for i in range(25)]
@@ -148,8 +160,10 @@ def test_s7_a_login_flood_does_not_take_the_page_threads(lib_settings):
                     assert c.get(srv.url + "/config").status_code == 200
                     waits.append(time.perf_counter() - t)
             sent = sum(f.result() for f in futs)
-        print(f"S7: {sent} flood logins in 4 s; page load p50 {statistics.median(waits) * 1000:.0f} ms, "
-              f"max {max(waits) * 1000:.0f} ms")
+        print(
+            f"S7: {sent} flood logins in 4 s; page load p50 {statistics.median(waits) * 1000:.0f} ms, "
+            f"max {max(waits) * 1000:.0f} ms"
+        )
         assert statistics.median(waits) < 1.0  # a stall guard: before the fix pages took seconds
 
 
@@ -167,16 +181,26 @@ def test_s8_host_allow_list_origin_check_cors_and_headers(lib_settings):
             evil = {"Origin": "https://evil.example"}
             assert c.post("/gradio_api/queue/join", json={}, headers=evil).status_code == 403
             assert c.post("/login", data={"username": "a", "password": "b"}, headers=evil).status_code == 403
-            assert c.post("/login", data={"username": "a", "password": "b"},
-                          headers={"Referer": "http://evil.example/x"}).status_code == 403
-            assert c.post("/login", data={"username": "a", "password": "b"}, headers={"Origin": "null"}).status_code == 403
+            assert (
+                c.post(
+                    "/login", data={"username": "a", "password": "b"}, headers={"Referer": "http://evil.example/x"}
+                ).status_code
+                == 403
+            )
+            assert (
+                c.post("/login", data={"username": "a", "password": "b"}, headers={"Origin": "null"}).status_code == 403
+            )
             same = {"Origin": srv.url}
             assert c.post("/login", data={"username": "a"}, headers=same).status_code == 303  # login off: redirect
             # no cross-origin reads, even for a non-loopback Host name the app serves
             r = c.get("/config", headers={"Origin": "https://evil.example"})
             assert "access-control-allow-origin" not in r.headers
-            assert c.options("/config", headers={"Origin": "https://evil.example",
-                                                 "Access-Control-Request-Method": "POST"}).status_code == 403
+            assert (
+                c.options(
+                    "/config", headers={"Origin": "https://evil.example", "Access-Control-Request-Method": "POST"}
+                ).status_code
+                == 403
+            )
             r = c.get("/login")
             assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
             assert r.headers["x-frame-options"] == "DENY"
@@ -244,8 +268,14 @@ def test_malformed_filters_huge_ids_and_nul_get_a_clear_4xx(lib_settings):
     with AppServer(lib_settings, fleet_urls=[]) as srv:
         lead = _login(srv.url, "lead").cookies["cw_session"]
         with httpx.Client(base_url=srv.url, trust_env=False, timeout=30, cookies={"cw_session": lead}) as c:
-            for bad in ('{"job_id": 100000000000000000000000000}', '{"job_id": "x"}', '{"text": "a\\u0000b"}',
-                        "[" * 5000, '{"has_caption": "maybe"}', "not json"):
+            for bad in (
+                '{"job_id": 100000000000000000000000000}',
+                '{"job_id": "x"}',
+                '{"text": "a\\u0000b"}',
+                "[" * 5000,
+                '{"has_caption": "maybe"}',
+                "not json",
+            ):
                 r = c.get("/export?fmt=csv&filter=" + quote(bad))
                 assert r.status_code == 400 and "filter" in r.json()["detail"], (bad, r.status_code, r.text[:200])
             assert c.get("/media/99999999999999999999999").status_code == 404

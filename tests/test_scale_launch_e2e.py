@@ -14,16 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs, prompts
+from data import db as dbmod, jobs, prompts
 from serving import launcher, procs
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def sh(*args: str, env: dict, timeout: float = 240) -> subprocess.CompletedProcess:
-    r = subprocess.run([str(ROOT / "launch.sh"), *args], capture_output=True, text=True, env=env, cwd=ROOT,
-                       timeout=timeout)
+    r = subprocess.run(
+        [str(ROOT / "launch.sh"), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     return r
 
@@ -36,15 +36,41 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
     fleet_port = launcher.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
     node, head = tmp_path / "node", tmp_path / "head"
     try:
-        r = sh("--role", "node", "--fleet", "sim", "--replica-host", "127.0.0.2", "--media-url-base",
-               f"http://127.0.0.1:{app_port}", "--detach", "--no-install", "--data-dir", str(node),
-               env={**base, "CW_FLEET_PORT": str(fleet_port)})
+        r = sh(
+            "--role",
+            "node",
+            "--fleet",
+            "sim",
+            "--replica-host",
+            "127.0.0.2",
+            "--media-url-base",
+            f"http://127.0.0.1:{app_port}",
+            "--detach",
+            "--no-install",
+            "--data-dir",
+            str(node),
+            env={**base, "CW_FLEET_PORT": str(fleet_port)},
+        )
         line = [ln for ln in r.stdout.splitlines() if "worker URLs for the head" in ln][0]
         workers = line.split(": ", 1)[1].strip()
         assert all(u.startswith("http://127.0.0.2:") for u in workers.split(","))
-        sh("--role", "head", "--port", str(app_port), "--media-url-base", f"http://127.0.0.1:{app_port}",
-           "--worker-urls", workers, "--detach", "--no-install", "--demo-count", "6", "--data-dir", str(head),
-           env={**base, "CW_ROUTER_PORT": str(procs.free_port()), "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port())})
+        sh(
+            "--role",
+            "head",
+            "--port",
+            str(app_port),
+            "--media-url-base",
+            f"http://127.0.0.1:{app_port}",
+            "--worker-urls",
+            workers,
+            "--detach",
+            "--no-install",
+            "--demo-count",
+            "6",
+            "--data-dir",
+            str(head),
+            env={**base, "CW_ROUTER_PORT": str(procs.free_port()), "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port())},
+        )
         d = dbmod.connect(head / "workbench.db")
         try:
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
@@ -69,8 +95,13 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
             d.close()
     finally:
         for dd in (head, node):
-            subprocess.run([str(ROOT / "launch.sh"), "stop", "--data-dir", str(dd)], capture_output=True,
-                           env=base, cwd=ROOT, timeout=120)
+            subprocess.run(
+                [str(ROOT / "launch.sh"), "stop", "--data-dir", str(dd)],
+                capture_output=True,
+                env=base,
+                cwd=ROOT,
+                timeout=120,
+            )
     for dd in (head, node):
         for pidfile in (dd / "run").glob("*.pid"):
             pytest.fail(f"left behind: {pidfile}")

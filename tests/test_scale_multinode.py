@@ -11,10 +11,8 @@ import time
 import httpx
 import pytest
 
-from data import db as dbmod
-from data import jobs, prompts
-from serving import media_urls, simfleet
-from serving import runner as runmod
+from data import db as dbmod, jobs, prompts
+from serving import media_urls, runner as runmod, simfleet
 from tests.runner_fixtures import real_router, tiny_clip_bytes, tiny_library
 from tests.webapp_fixtures import AppServer
 
@@ -78,8 +76,13 @@ def head(tmp_path_factory):
     escapes = [r["id"] for r in db.query("SELECT id FROM clips WHERE path IN ('../outside.mp4', 'lib/link_out.mp4')")]
     db.close()
     with AppServer(settings, fleet_urls=[]) as app:
-        yield {"app": app, "settings": app.settings, "ids": ids, "escapes": escapes,
-               "key": media_urls.load_key(settings.data_dir)}
+        yield {
+            "app": app,
+            "settings": app.settings,
+            "ids": ids,
+            "escapes": escapes,
+            "key": media_urls.load_key(settings.data_dir),
+        }
 
 
 def test_signed_route_serves_the_clip_and_refuses_expired_forged_and_escaping(head):
@@ -111,24 +114,51 @@ def test_two_nodes_on_loopback_caption_a_job_over_signed_urls_only(head, tmp_pat
     app, settings = head["app"], head["settings"]
     empty = tmp_path / "no-local-media"  # what a GPU node gets: file:// reaches nothing
     empty.mkdir()
-    nodes = [simfleet.start_fleet(2, 0, empty, host=h, speed=0.02, allowed_media_domains="127.0.0.1")
-             for h in ("127.0.0.2", "127.0.0.3")]
+    nodes = [
+        simfleet.start_fleet(2, 0, empty, host=h, speed=0.02, allowed_media_domains="127.0.0.1")
+        for h in ("127.0.0.2", "127.0.0.3")
+    ]
     try:
         workers = [u for n in nodes for u in n.urls]
         assert {httpx.URL(u).host for u in workers} == {"127.0.0.2", "127.0.0.3"}
         # a replica cannot read the head's clip root through file://
-        r = httpx.post(workers[0] + "/v1/chat/completions", timeout=10, json={"messages": [{"role": "user", "content": [
-            {"type": "video_url", "video_url": {"url": f"file://{settings.clip_root}/lib/00000.mp4"}}]}]})
+        r = httpx.post(
+            workers[0] + "/v1/chat/completions",
+            timeout=10,
+            json={
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "video_url", "video_url": {"url": f"file://{settings.clip_root}/lib/00000.mp4"}}
+                        ],
+                    }
+                ]
+            },
+        )
         assert r.status_code == 400 and "allowed-local-media-path" in r.text
         # nor fetch from a host it was not allowed (the SSRF refusal stays)
-        r = httpx.post(workers[0] + "/v1/chat/completions", timeout=10, json={"messages": [{"role": "user", "content": [
-            {"type": "video_url", "video_url": {"url": "http://169.254.169.254/latest/meta-data"}}]}]})
+        r = httpx.post(
+            workers[0] + "/v1/chat/completions",
+            timeout=10,
+            json={
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "video_url", "video_url": {"url": "http://169.254.169.254/latest/meta-data"}}
+                        ],
+                    }
+                ]
+            },
+        )
         assert r.status_code == 400 and "allowed-media-domains" in r.text
         head_settings = settings.replace(media_url_base=app.url, media_url_ttl=120.0)
         db = dbmod.connect(settings.db)
         try:
-            job_id = jobs.create(db, name="two nodes", created_by="test", clip_ids=head["ids"],
-                                 prompt_id=prompts.latest(db)["id"])
+            job_id = jobs.create(
+                db, name="two nodes", created_by="test", clip_ids=head["ids"], prompt_id=prompts.latest(db)["id"]
+            )
         finally:
             db.close()
         with real_router(workers, tmp_path) as router:
@@ -145,8 +175,13 @@ def test_two_nodes_on_loopback_caption_a_job_over_signed_urls_only(head, tmp_pat
     assert all(n > 0 for n in per_node), per_node  # the router spread the job over both nodes
     db = dbmod.connect(settings.db)
     try:
-        rows = list(db.query("SELECT c.text FROM captions c JOIN job_items i ON i.clip_id = c.clip_id "
-                             "WHERE i.job_id = ? AND c.source = 'model'", [job_id]))
+        rows = list(
+            db.query(
+                "SELECT c.text FROM captions c JOIN job_items i ON i.clip_id = c.clip_id "
+                "WHERE i.job_id = ? AND c.source = 'model'",
+                [job_id],
+            )
+        )
     finally:
         db.close()
     assert len(rows) >= N_CLIPS and all("[SIMULATED]" in r["text"] for r in rows)

@@ -21,19 +21,36 @@ from serving.client import CaptionRequest, FleetClient
 from serving.errors import Overloaded, ReplicaError, Unreachable
 from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, sim  # noqa: F401
 
-METRICS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-           "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
-           "vllm:e2e_request_latency_seconds_bucket", "vllm:e2e_request_latency_seconds_sum",
-           "vllm:time_to_first_token_seconds_bucket", "vllm:time_to_first_token_seconds_count")
+METRICS = (
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:request_success_total",
+    "vllm:e2e_request_latency_seconds_bucket",
+    "vllm:e2e_request_latency_seconds_sum",
+    "vllm:time_to_first_token_seconds_bucket",
+    "vllm:time_to_first_token_seconds_count",
+)
 
 
 def chat_body(url: str, **kw) -> dict:
-    body = {"model": "Qwen/Qwen3-VL-8B-Instruct", "messages": [
-        {"role": "system", "content": "s"},
-        {"role": "user", "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "u"}]}],
-        "response_format": {"type": "json_schema", "json_schema": {"name": "c", "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA),
-                                                                   "strict": True}},
-        "max_completion_tokens": 320}
+    body = {
+        "model": "Qwen/Qwen3-VL-8B-Instruct",
+        "messages": [
+            {"role": "system", "content": "s"},
+            {
+                "role": "user",
+                "content": [{"type": "video_url", "video_url": {"url": url}}, {"type": "text", "text": "u"}],
+            },
+        ],
+        "response_format": {
+            "type": "json_schema",
+            "json_schema": {"name": "c", "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA), "strict": True},
+        },
+        "max_completion_tokens": 320,
+    }
     body.update(kw)
     return body
 
@@ -58,10 +75,16 @@ def test_metrics_have_vllm_names_labels_and_parse(fleet_settings, sim):
     samples = {s.name: s for f in text_string_to_metric_families(text) for s in f.samples}
     for name in METRICS:
         assert name in samples, name
-    assert samples["vllm:num_requests_running"].labels == {"model_name": "Qwen/Qwen3-VL-8B-Instruct (simulated)",
-                                                           "engine": "0"}
-    stops = [s for f in text_string_to_metric_families(text) for s in f.samples
-             if s.name == "vllm:request_success_total" and s.labels["finished_reason"] == "stop"]
+    assert samples["vllm:num_requests_running"].labels == {
+        "model_name": "Qwen/Qwen3-VL-8B-Instruct (simulated)",
+        "engine": "0",
+    }
+    stops = [
+        s
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "vllm:request_success_total" and s.labels["finished_reason"] == "stop"
+    ]
     assert stops[0].value == 1
     assert samples["vllm:generation_tokens_total"].value > 0
 
@@ -70,8 +93,9 @@ def test_answer_is_deterministic_per_clip_and_schema_valid(fleet_settings, sim, 
     first = caption(fleet_settings, sim.urls[0], "a.mp4")
     again = caption(fleet_settings, sim.urls[1], "a.mp4")
     assert (first.text, first.labels) == (again.text, again.labels)
-    label_sets = {json.dumps(caption(fleet_settings, sim.urls[0], f"many/{i:02d}.mp4").labels, sort_keys=True)
-                  for i in range(6)}
+    label_sets = {
+        json.dumps(caption(fleet_settings, sim.urls[0], f"many/{i:02d}.mp4").labels, sort_keys=True) for i in range(6)
+    }
     assert len(label_sets) > 1  # derived from the clip, not constant
     taxonomy.split_answer({"caption": first.text, **first.labels})
     assert first.text.startswith("[SIMULATED]")
@@ -133,19 +157,23 @@ def test_latency_model_is_calibrated():
     assert decode == pytest.approx(0.25)
     answer = json.dumps(simfleet.synthetic_answer("x.mp4", info, None))
     tokens = len(answer) / simfleet.CHARS_PER_TOKEN
-    service = decode + simfleet.prefill_s(simfleet.estimate_prompt_tokens({}, info, 16)) + \
-        tokens * simfleet.GEN_S_PER_TOKEN
+    service = (
+        decode + simfleet.prefill_s(simfleet.estimate_prompt_tokens({}, info, 16)) + tokens * simfleet.GEN_S_PER_TOKEN
+    )
     assert 4.0 <= simfleet.DEFAULT_CAPACITY / service <= 7.0
 
 
 def test_capacity_queues_requests_and_shows_waiting(fleet_settings, clip_root):
     handle = simfleet.start_fleet(1, 0, clip_root, mode="thread", speed=0.5, capacity=1)
     try:
+
         async def go():
             client = FleetClient(fleet_settings)
             try:
-                tasks = [asyncio.ensure_future(client.caption(handle.urls[0], CaptionRequest("a.mp4", PROMPT)))
-                         for _ in range(4)]
+                tasks = [
+                    asyncio.ensure_future(client.caption(handle.urls[0], CaptionRequest("a.mp4", PROMPT)))
+                    for _ in range(4)
+                ]
                 await asyncio.sleep(0.3)
                 async with httpx.AsyncClient(trust_env=False) as c:
                     metrics = (await c.get(handle.urls[0] + "/metrics")).text
@@ -251,23 +279,52 @@ def test_cli_process_mode_binds_consecutive_ports_and_stops_its_group(clip_root,
 
 
 def test_cli_help_has_an_example():
-    out = subprocess.run([sys.executable, "-m", "serving.simfleet", "--help"], capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.simfleet", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "example:" in out.stdout and "--allowed-local-media-path" in out.stdout
 
 
 def test_cli_refuses_a_missing_media_root(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "serving.simfleet", "--replicas", "1", "--port", "0",
-                           "--allowed-local-media-path", str(tmp_path / "nope")], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "serving.simfleet",
+            "--replicas",
+            "1",
+            "--port",
+            "0",
+            "--allowed-local-media-path",
+            str(tmp_path / "nope"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode != 0 and "not a directory" in proc.stderr
 
 
 def test_sigterm_stops_the_cli(clip_root, tmp_path):
     ready = tmp_path / "ready.json"
-    proc = subprocess.Popen([sys.executable, "-m", "serving.simfleet", "--replicas", "1", "--port", "0",
-                             "--allowed-local-media-path", str(clip_root), "--ready-file", str(ready)],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "serving.simfleet",
+            "--replicas",
+            "1",
+            "--port",
+            "0",
+            "--allowed-local-media-path",
+            str(clip_root),
+            "--ready-file",
+            str(ready),
+        ],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 30
         while not ready.exists() and time.monotonic() < deadline:

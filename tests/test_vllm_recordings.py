@@ -18,10 +18,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from data import demo, taxonomy
+from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import FleetError
-from data.settings import Settings
 from tests.fleet_fixtures import clip_root, fleet_settings, write_clip  # noqa: F401
 
 RECORDINGS = sorted((Path(__file__).parent / "data").glob("vllm-*-answers.json"))
@@ -29,25 +29,41 @@ REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}
 ANSWERS = REC.get("answers", {})
 BAD = sorted(k for k in ANSWERS if k != "good")
 # metric samples the fleet view reads (serving.fleet); vLLM names the KV-cache gauge one of two ways
-USED_METRICS = {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:prompt_tokens_total",
-                "vllm:generation_tokens_total", "vllm:e2e_request_latency_seconds_sum",
-                "vllm:e2e_request_latency_seconds_count", "vllm:time_to_first_token_seconds_sum",
-                "vllm:time_to_first_token_seconds_count"}
+USED_METRICS = {
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:prompt_tokens_total",
+    "vllm:generation_tokens_total",
+    "vllm:e2e_request_latency_seconds_sum",
+    "vllm:e2e_request_latency_seconds_count",
+    "vllm:time_to_first_token_seconds_sum",
+    "vllm:time_to_first_token_seconds_count",
+}
 
 
 def test_a_recording_of_real_vllm_is_committed():
     assert RECORDINGS, "tests/data/vllm-<version>-answers.json is missing: run tests/test_gpu_fleet.py on a GPU"
     assert REC["vllm_version"][0].isdigit(), "the recording must come from real vLLM, not the simulated fleet"
-    assert {"good", "unsupported_schema", "missing_file", "outside_root", "html_named", "zero_length",
-            "truncated"} <= set(ANSWERS)
+    assert {
+        "good",
+        "unsupported_schema",
+        "missing_file",
+        "outside_root",
+        "html_named",
+        "zero_length",
+        "truncated",
+    } <= set(ANSWERS)
     assert ANSWERS["good"]["status"] == 200 and ANSWERS["unsupported_schema"]["status"] == 400
 
 
 def replay(settings, answer: dict, *, max_tokens: int):
     """Our client's outcome for one recorded answer: a CaptionResult or the FleetError it raised."""
     body = answer["body"]
-    transport = httpx.MockTransport(lambda req: httpx.Response(
-        answer["status"], **({"json": body} if isinstance(body, (dict, list)) else {"text": str(body)})))
+    transport = httpx.MockTransport(
+        lambda req: httpx.Response(
+            answer["status"], **({"json": body} if isinstance(body, (dict, list)) else {"text": str(body)})
+        )
+    )
 
     async def go():
         client = FleetClient(settings, transport=transport)
@@ -61,8 +77,14 @@ def replay(settings, answer: dict, *, max_tokens: int):
     return asyncio.run(go())
 
 
-PROMPT_V2 = {"id": 2, "name": "av-hazard", "version": 2, "system": "s", "user": "u {camera}",
-             "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)}
+PROMPT_V2 = {
+    "id": 2,
+    "name": "av-hazard",
+    "version": 2,
+    "system": "s",
+    "user": "u {camera}",
+    "schema": taxonomy.model_schema(taxonomy.CAPTION_SCHEMA),
+}
 
 
 def test_the_client_captions_the_recorded_good_answer(fleet_settings):
@@ -108,8 +130,9 @@ def sim_fleet(sim_root):
 def request_for(case: str, root: Path) -> dict:
     """The recorded request of `case`, re-pointed at `root`."""
     settings = Settings.load(environ={}).replace(clip_root=root, served_model_name=REC.get("served_model_name", "m"))
-    good = FleetClient(settings).build_body(CaptionRequest(
-        "library/R001/front_center_0000.mp4", PROMPT_V2, max_tokens=2048, camera="front_center"))
+    good = FleetClient(settings).build_body(
+        CaptionRequest("library/R001/front_center_0000.mp4", PROMPT_V2, max_tokens=2048, camera="front_center")
+    )
     if case == "unsupported_schema":
         good["response_format"]["json_schema"]["schema"] = taxonomy.CAPTION_SCHEMA
     elif case != "good":
@@ -129,8 +152,9 @@ def normalised(message: str, root: Path) -> str:
 @pytest.mark.parametrize("case", ["good", *BAD])
 def test_the_simulated_fleet_answers_as_real_vllm_did(sim_fleet, sim_root, case):
     real = ANSWERS[case]
-    r = httpx.post(sim_fleet.urls[0] + "/v1/chat/completions", json=request_for(case, sim_root), timeout=30,
-                   trust_env=False)
+    r = httpx.post(
+        sim_fleet.urls[0] + "/v1/chat/completions", json=request_for(case, sim_root), timeout=30, trust_env=False
+    )
     assert r.status_code == real["status"], (case, r.text[:300], str(real["body"])[:300])
     body = r.json()
     if real["status"] == 200:
@@ -147,8 +171,11 @@ def test_the_simulated_fleet_answers_as_real_vllm_did(sim_fleet, sim_root, case)
 
 
 def test_the_simulated_fleet_exposes_the_metrics_we_read_under_real_names(sim_fleet):
-    names = {s.name for f in text_string_to_metric_families(httpx.get(sim_fleet.urls[0] + "/metrics").text)
-             for s in f.samples}
+    names = {
+        s.name
+        for f in text_string_to_metric_families(httpx.get(sim_fleet.urls[0] + "/metrics").text)
+        for s in f.samples
+    }
     real = set(REC["metric_names"])
     assert USED_METRICS <= real, USED_METRICS - real  # what we read exists on real vLLM
     assert USED_METRICS <= names, USED_METRICS - names

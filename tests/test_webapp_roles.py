@@ -10,8 +10,7 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from data import db as dbmod
-from data import jobs
+from data import db as dbmod, jobs
 from webapp_fixtures import library, server, web_settings  # noqa: F401
 
 
@@ -92,8 +91,7 @@ def test_anonymous_event_call_is_refused(server, web_settings):  # noqa: F811
 
 def test_login_rate_limit(server):  # noqa: F811
     c = httpx.Client(base_url=server.url)
-    codes = [c.post("/login", data={"username": "admin", "password": "guess-" + str(i)}).status_code
-             for i in range(7)]
+    codes = [c.post("/login", data={"username": "admin", "password": "guess-" + str(i)}).status_code for i in range(7)]
     assert codes[:5] == [401] * 5 and codes[5:] == [429, 429]
     # even the right password is refused while limited
     r = c.post("/login", data={"username": "admin", "password": "correct horse battery"})

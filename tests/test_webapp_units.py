@@ -47,8 +47,13 @@ def test_users_cli_adds_and_lists(tmp_path):
     pw.write_text("a fine password\n")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
     base = [sys.executable, "-m", "webapp.users", "--data-dir", str(tmp_path / "var")]
-    out = subprocess.run(base + ["add", "root", "--role", "admin", "--password-file", str(pw)], env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        base + ["add", "root", "--role", "admin", "--password-file", str(pw)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "added root (admin)" in out.stdout
     assert "root\tadmin" in subprocess.run(base + ["list"], env=env, capture_output=True, text=True).stdout
     again = subprocess.run(base + ["add", "root", "--password-file", str(pw)], env=env, capture_output=True, text=True)
@@ -98,17 +103,42 @@ def test_resolve_inside_refuses_escapes(tmp_path):
     (tmp_path / "secret").write_text("s")
     (root / "a" / "out.mp4").symlink_to(tmp_path / "secret")
     assert resolve_inside(root, "a/ok.mp4") == (root / "a" / "ok.mp4").resolve()
-    for bad in ("../secret", "a/../../secret", str(tmp_path / "secret"), "a/out.mp4", "a/ok.mp4\x00",
-                "/etc/passwd", "", None, "a", ".", "a/missing.mp4"):
+    for bad in (
+        "../secret",
+        "a/../../secret",
+        str(tmp_path / "secret"),
+        "a/out.mp4",
+        "a/ok.mp4\x00",
+        "/etc/passwd",
+        "",
+        None,
+        "a",
+        ".",
+        "a/missing.mp4",
+    ):
         assert resolve_inside(root, bad) is None, bad
 
 
 def test_render_escapes_everything():
     evil = "<script>alert(1)</script>\"'"
     row = {"id": 1, "path": evil, "review_status": "unreviewed", "caption_preview": evil, "hazard_level": None}
-    for html_out in (render.tiles([row]), render.word_diff(evil, evil + " x"), render.message(evil),
-                     render.header({"id": 1, "path": evil, "codec": evil, "reviewed_by": evil,
-                                    "review_status": "approved", "reviewed_at": 1.0}, "u", "annotator")):
+    for html_out in (
+        render.tiles([row]),
+        render.word_diff(evil, evil + " x"),
+        render.message(evil),
+        render.header(
+            {
+                "id": 1,
+                "path": evil,
+                "codec": evil,
+                "reviewed_by": evil,
+                "review_status": "approved",
+                "reviewed_at": 1.0,
+            },
+            "u",
+            "annotator",
+        ),
+    ):
         assert "<script>" not in html_out and "&lt;script&gt;" in html_out
 
 
@@ -127,11 +157,18 @@ def test_build_app_refuses_auth_off_on_a_network(settings):
 
 def test_main_refuses_auth_off_on_a_network(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    r = subprocess.run([sys.executable, "-m", "webapp", "--data-dir", str(tmp_path), "--host", "0.0.0.0",
-                        "--auth", "off"], env=env, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "webapp", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--auth", "off"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "loopback" in r.stderr
-    assert "python -m webapp" in subprocess.run([sys.executable, "-m", "webapp", "--help"], env=env,
-                                                capture_output=True, text=True).stdout
+    assert (
+        "python -m webapp"
+        in subprocess.run([sys.executable, "-m", "webapp", "--help"], env=env, capture_output=True, text=True).stdout
+    )
 
 
 def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):

@@ -15,9 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data import captions, users
-from data import db as dbmod
-from data import taxonomy
+from data import captions, db as dbmod, taxonomy, users
 from data.settings import Settings
 from serving.procs import free_port
 
@@ -37,9 +35,9 @@ def write_clip(path: Path, *, seconds: float = 2.0, fps: int = 10, w: int = 320,
         for i in range(int(seconds * fps)):
             img = np.zeros((h, w, 3), np.uint8)
             img[:] = base
-            img[h // 2:, :] = (60, 60, 60)
+            img[h // 2 :, :] = (60, 60, 60)
             x = (i * 7) % (w - 40)
-            img[h // 2 - 20:h // 2 + 10, x:x + 40] = (200, 30, 30)
+            img[h // 2 - 20 : h // 2 + 10, x : x + 40] = (200, 30, 30)
             frame = av.VideoFrame.from_ndarray(img, format="rgb24")
             for pkt in st.encode(frame):
                 out.mux(pkt)
@@ -52,15 +50,34 @@ def write_image(path: Path, *, w: int = 320, h: int = 180, color=(90, 120, 160))
     Image.new("RGB", (w, h), color).save(path, "JPEG", quality=70)
 
 
-LABELS = {"scenario_category": "pedestrian_crossing", "hazard_level": "medium", "road_users": ["car", "pedestrian"],
-          "ego_maneuver": "slowing", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
+LABELS = {
+    "scenario_category": "pedestrian_crossing",
+    "hazard_level": "medium",
+    "road_users": ["car", "pedestrian"],
+    "ego_maneuver": "slowing",
+    "weather": "clear",
+    "lighting": "daylight",
+    "road_type": "urban",
+}
 
 
 def machine_provenance(**extra) -> dict:
-    return {"model": "sim/Qwen3-VL-8B-simulated", "prompt_id": None, "prompt_name": "av-hazard", "prompt_version": 1,
-            "params": {"frames": 16, "max_tokens": 320}, "frames": 16, "replica": "http://127.0.0.1:8000",
-            "decode_backend": "pynvvideocodec", "latency_ms": 812.0, "prompt_tokens": 3100,
-            "completion_tokens": 150, "finish_reason": "stop", "simulated": True, **extra}
+    return {
+        "model": "sim/Qwen3-VL-8B-simulated",
+        "prompt_id": None,
+        "prompt_name": "av-hazard",
+        "prompt_version": 1,
+        "params": {"frames": 16, "max_tokens": 320},
+        "frames": 16,
+        "replica": "http://127.0.0.1:8000",
+        "decode_backend": "pynvvideocodec",
+        "latency_ms": 812.0,
+        "prompt_tokens": 3100,
+        "completion_tokens": 150,
+        "finish_reason": "stop",
+        "simulated": True,
+        **extra,
+    }
 
 
 @dataclass
@@ -87,24 +104,45 @@ def build_library(settings: Settings, n: int = 24) -> Library:
         if i:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_bytes(video.read_bytes())
-        rows.append({"path": rel, "size": video.stat().st_size, "duration": 2.0, "fps": 10.0, "frames": 20,
-                     "width": 320, "height": 180, "codec": "hevc" if i in (5, 6) else "h264",
-                     # clip 6: an HEVC clip with its H.264 preview (data.media.make_preview writes those)
-                     "preview": "previews/p6.mp4" if i == 6 else None,
-                     "probe_error": "truncated: moov box missing" if i == 7 else None,
-                     "thumbnail": "thumbs/t0.jpg", "filmstrip": "filmstrips/f0.jpg",
-                     "sidecar": '{"camera": "front_center"}', "ingested_at": time.time()})
+        rows.append(
+            {
+                "path": rel,
+                "size": video.stat().st_size,
+                "duration": 2.0,
+                "fps": 10.0,
+                "frames": 20,
+                "width": 320,
+                "height": 180,
+                "codec": "hevc" if i in (5, 6) else "h264",
+                # clip 6: an HEVC clip with its H.264 preview (data.media.make_preview writes those)
+                "preview": "previews/p6.mp4" if i == 6 else None,
+                "probe_error": "truncated: moov box missing" if i == 7 else None,
+                "thumbnail": "thumbs/t0.jpg",
+                "filmstrip": "filmstrips/f0.jpg",
+                "sidecar": '{"camera": "front_center"}',
+                "ingested_at": time.time(),
+            }
+        )
     db["clips"].insert_all(rows)
     ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
     weathers = ["clear", "rain", "fog", "snow"]
     for k, cid in enumerate(ids):
         if k in (7, 8, 9):
             continue  # failed and two uncaptioned
-        labels = {**LABELS, "weather": weathers[k % 4],
-                  "hazard_level": taxonomy.HAZARD_LEVELS[k % len(taxonomy.HAZARD_LEVELS)]}
-        captions.add_machine(db, cid, job_id=None, text=f"The ego vehicle drives through clip {k}: a pedestrian "
-                             f"waits at the kerb while a {'bus' if k % 3 else 'cyclist'} passes.",
-                             labels=labels, provenance=machine_provenance())
+        labels = {
+            **LABELS,
+            "weather": weathers[k % 4],
+            "hazard_level": taxonomy.HAZARD_LEVELS[k % len(taxonomy.HAZARD_LEVELS)],
+        }
+        captions.add_machine(
+            db,
+            cid,
+            job_id=None,
+            text=f"The ego vehicle drives through clip {k}: a pedestrian "
+            f"waits at the kerb while a {'bus' if k % 3 else 'cyclist'} passes.",
+            labels=labels,
+            provenance=machine_provenance(),
+        )
     db.close()
     return Library(settings, ids, video)
 
@@ -130,8 +168,9 @@ class AppServer:
         self.settings = settings.replace(port=self.port)
         self.app = build_app(self.settings, **kwargs)
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(self.app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", ws="none"))
+        self.server = uvicorn.Server(
+            uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", ws="none")
+        )
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self) -> "AppServer":

@@ -18,8 +18,9 @@ from data import settings as settings_mod
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m webapp", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m webapp", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     settings_mod.add_arguments(p)
     return p
 
@@ -32,22 +33,30 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    from data import db as dbmod
-    from data import users
+    from data import db as dbmod, users
     from webapp.app import build_app
 
     db = dbmod.connect(settings.db)
     if settings.auth_required and not users.list_users(db):
-        print("warning: no users yet: nobody can log in. Create the first admin with "
-              "`python -m webapp.users add NAME --role admin`", file=sys.stderr)
+        print(
+            "warning: no users yet: nobody can log in. Create the first admin with "
+            "`python -m webapp.users add NAME --role admin`",
+            file=sys.stderr,
+        )
     db.close()
     app = build_app(settings)
     # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.
     trusted = settings.trusted_proxies.strip()
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                proxy_headers=bool(trusted), forwarded_allow_ips=trusted or "")
+    uvicorn.run(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        proxy_headers=bool(trusted),
+        forwarded_allow_ips=trusted or "",
+    )
     return 0
 
 

@@ -25,7 +25,7 @@ from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
 
 HERE = Path(__file__).parent
-IDLE_POLL_S = 0.05     # Gradio queue's poll period when empty (see Workbench.build)
+IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
 PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
 HELP = """
@@ -97,10 +97,15 @@ class Workbench:
 
     def userline_html(self, request: gr.Request) -> str:
         user = self.ctx.user(request)
-        logout = ' · <a href="/logout" id="logout">Sign out</a>' if self.ctx.settings.auth_required else \
-            " · login is off (local use only)"
-        return (f'<div class="cw-userline">Signed in as <b id="whoami">{render.esc(user.name)}</b> '
-                f'({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div>')
+        logout = (
+            ' · <a href="/logout" id="logout">Sign out</a>'
+            if self.ctx.settings.auth_required
+            else " · login is off (local use only)"
+        )
+        return (
+            f'<div class="cw-userline">Signed in as <b id="whoami">{render.esc(user.name)}</b> '
+            f"({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div>"
+        )
 
     def on_load(self, request: gr.Request):
         """First paint: who is here, the filter and clip the URL carries (/?f={...}&clip=123, so deep links
@@ -122,14 +127,41 @@ class Workbench:
                 out[self.review.msg] = render.message(str(e.message), "error")
         return out
 
-    def open_tile(self, evt: gr.EventData, clip_id, base, review_base, text, scenario_category, hazard_level,
-                  road_users, ego_maneuver, weather, lighting, road_type, request: gr.Request):
+    def open_tile(
+        self,
+        evt: gr.EventData,
+        clip_id,
+        base,
+        review_base,
+        text,
+        scenario_category,
+        hazard_level,
+        road_users,
+        ego_maneuver,
+        weather,
+        lighting,
+        road_type,
+        request: gr.Request,
+    ):
         """A Browse tile: open it in Review, saving an edit left in the Review form first."""
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
             return gr.skip()
-        out = self.review.goto(str(int(clip)), clip_id, base, review_base, text, scenario_category, hazard_level,
-                               road_users, ego_maneuver, weather, lighting, road_type, request)
+        out = self.review.goto(
+            str(int(clip)),
+            clip_id,
+            base,
+            review_base,
+            text,
+            scenario_category,
+            hazard_level,
+            road_users,
+            ego_maneuver,
+            weather,
+            lighting,
+            road_type,
+            request,
+        )
         if isinstance(out, dict) and self.review.header in out:
             out[self.tabs] = gr.Tabs(selected="review")
         elif isinstance(out, dict):
@@ -138,28 +170,51 @@ class Workbench:
 
     def _wire(self) -> None:
         review_outs = self.review.view_outputs()
-        load_outs = ([self.userline, self.jobs.prompt, self.tabs] + self.browse.apply_outputs
-                     + self.browse.filter_inputs + [self.browse.sort] + review_outs)
-        self.browse.grid.click(shows_errors(self.open_tile), self.review.form_inputs(), review_outs + [self.tabs],
-                               api_name="open_clip", show_progress="hidden")
+        load_outs = (
+            [self.userline, self.jobs.prompt, self.tabs]
+            + self.browse.apply_outputs
+            + self.browse.filter_inputs
+            + [self.browse.sort]
+            + review_outs
+        )
+        self.browse.grid.click(
+            shows_errors(self.open_tile),
+            self.review.form_inputs(),
+            review_outs + [self.tabs],
+            api_name="open_clip",
+            show_progress="hidden",
+        )
         # timers run only while their tab is shown (an idle browser on Browse polls nothing); each tab
         # paints at once when selected instead of waiting for its first tick
         timers = [self.jobs.timer, self.fleet.timer]
-        for tab, active in ((self.tab_browse, None), (self.tab_review, None), (self.tab_jobs, self.jobs.timer),
-                            (self.tab_fleet, self.fleet.timer)):
+        for tab, active in (
+            (self.tab_browse, None),
+            (self.tab_review, None),
+            (self.tab_jobs, self.jobs.timer),
+            (self.tab_fleet, self.fleet.timer),
+        ):
+
             def timers_for(active=active):
                 return [gr.Timer(active=t is active) for t in timers]
-            tab.select(timers_for, None, timers, queue=False, show_progress="hidden",
-                       api_name=f"timers_{tab.id}")
-        self.tab_browse.select(shows_errors(self.browse.refresh), [self.filter_state, self.browse.anchors,
-                                                                   self.sort_state],
-                               self.browse.outputs(self.filter_state)[:-1], show_progress="hidden",
-                               api_name="browse_refresh")
-        self.tab_jobs.select(shows_errors(self.jobs.on_show), [self.jobs.job_id, self.jobs.source, self.filter_state],
-                             self.jobs.refresh_outputs + [self.jobs.preview], show_progress="hidden",
-                             api_name="jobs_show")
-        self.tab_fleet.select(shows_errors(self.fleet.refresh), None, self.fleet.outputs, show_progress="hidden",
-                              api_name="fleet_show")
+
+            tab.select(timers_for, None, timers, queue=False, show_progress="hidden", api_name=f"timers_{tab.id}")
+        self.tab_browse.select(
+            shows_errors(self.browse.refresh),
+            [self.filter_state, self.browse.anchors, self.sort_state],
+            self.browse.outputs(self.filter_state)[:-1],
+            show_progress="hidden",
+            api_name="browse_refresh",
+        )
+        self.tab_jobs.select(
+            shows_errors(self.jobs.on_show),
+            [self.jobs.job_id, self.jobs.source, self.filter_state],
+            self.jobs.refresh_outputs + [self.jobs.preview],
+            show_progress="hidden",
+            api_name="jobs_show",
+        )
+        self.tab_fleet.select(
+            shows_errors(self.fleet.refresh), None, self.fleet.outputs, show_progress="hidden", api_name="fleet_show"
+        )
         self._load_outputs = load_outs
 
 
@@ -210,9 +265,18 @@ def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
     demo = bench.build()
     app.state.workbench = bench
     app.state.demo = demo
-    app = gr.mount_gradio_app(app, demo, path="/", auth_dependency=auth.user_name, ssr_mode=False,
-                              footer_links=["api"], run_history=False, head=head_html(),
-                              css_paths=[HERE / "static" / "app.css"], show_error=True)
+    app = gr.mount_gradio_app(
+        app,
+        demo,
+        path="/",
+        auth_dependency=auth.user_name,
+        ssr_mode=False,
+        footer_links=["api"],
+        run_history=False,
+        head=head_html(),
+        css_paths=[HERE / "static" / "app.css"],
+        show_error=True,
+    )
 
     def is_lead(name: str | None) -> bool:
         user = ctx.user_by_name(name) if name else None

@@ -42,8 +42,9 @@ class LoginLimiter:
     `per_address` per client address in `address_window` seconds (over any user names). While a limit is
     reached every attempt is refused, the right password too. In memory, bounded."""
 
-    def __init__(self, per_account: int = 5, window: float = 60.0, per_address: int = 20,
-                 address_window: float = 600.0):
+    def __init__(
+        self, per_account: int = 5, window: float = 60.0, per_address: int = 20, address_window: float = 600.0
+    ):
         self.per_account, self.window = per_account, window
         self.per_address, self.address_window = per_address, address_window
         self._accounts: dict[str, collections.deque] = {}
@@ -88,8 +89,10 @@ class LoginLimiter:
     def blocked(self, user: str, ip: str, *, now: float | None = None) -> bool:
         t = now if now is not None else time.monotonic()
         with self._lock:
-            return (len(self._recent(self._accounts, user.lower(), t, self.window)) >= self.per_account
-                    or len(self._recent(self._addresses, ip, t, self.address_window)) >= self.per_address)
+            return (
+                len(self._recent(self._accounts, user.lower(), t, self.window)) >= self.per_account
+                or len(self._recent(self._addresses, ip, t, self.address_window)) >= self.per_address
+            )
 
 
 class HashPool:
@@ -175,16 +178,22 @@ class Auth:
 
             user, ran = await self.hashes.run(check)
             if not ran:
-                return login_page("The server is busy with logins: try again in a few seconds.", next_url,
-                                  status=429)
+                return login_page("The server is busy with logins: try again in a few seconds.", next_url, status=429)
             if user is None:
                 return login_page("Wrong user name or password.", next_url, status=401)
             self.limiter.succeeded(name, ip)
             token = sessions.create(self.ctx.db(), user["name"])
             sessions.prune(self.ctx.db(), idle=self.idle, absolute=self.absolute)  # expired rows of others
             resp = RedirectResponse(next_url, status_code=303)
-            resp.set_cookie(COOKIE, token, max_age=int(self.absolute), httponly=True, samesite="lax", path="/",
-                            secure=request.url.scheme == "https")
+            resp.set_cookie(
+                COOKIE,
+                token,
+                max_age=int(self.absolute),
+                httponly=True,
+                samesite="lax",
+                path="/",
+                secure=request.url.scheme == "https",
+            )
             return resp
 
         @app.get("/logout", include_in_schema=False)
@@ -197,8 +206,12 @@ class Auth:
         @app.middleware("http")
         async def login_redirect(request: Request, call_next):
             # The app page itself: send people without a session to the login form instead of a bare 401.
-            if self.required and request.method == "GET" and request.url.path == "/" \
-                    and self.user_name(request) is None:
+            if (
+                self.required
+                and request.method == "GET"
+                and request.url.path == "/"
+                and self.user_name(request) is None
+            ):
                 target = "/" + (("?" + request.url.query) if request.url.query else "")
                 return RedirectResponse("/login?next=" + quote(target, safe=""), status_code=303)
             return await call_next(request)

@@ -40,8 +40,11 @@ def _tri(v: str | None) -> bool | None:
 def filter_dict(f: clips.Filter) -> dict:
     """The filter as a JSON-able dict that keeps False (`Filter.to_dict` drops it, which would turn
     "has caption: no" into "any")."""
-    return {k: v for k, v in dataclasses.asdict(f).items()
-            if v is not None and v != "" and not (k == "include_missing" and v is False)}
+    return {
+        k: v
+        for k, v in dataclasses.asdict(f).items()
+        if v is not None and v != "" and not (k == "include_missing" and v is False)
+    }
 
 
 def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text) -> dict:
@@ -50,19 +53,31 @@ def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption,
         job_id = int(job) if job not in (None, "") and float(job) > 0 else None
     except (TypeError, ValueError, OverflowError):
         raise DataError("The job id must be a whole number.") from None
-    f = clips.Filter(review_status=status if status != ANY else None,
-                     scenario=scenario if scenario != ANY else None,
-                     hazard_level=hazard if hazard != ANY else None,
-                     weather=weather if weather != ANY else None,
-                     lighting=lighting if lighting != ANY else None,
-                     has_caption=_tri(has_caption), failed=_tri(failed),
-                     job_id=job_id,
-                     text=(text or "").strip() or None)
+    f = clips.Filter(
+        review_status=status if status != ANY else None,
+        scenario=scenario if scenario != ANY else None,
+        hazard_level=hazard if hazard != ANY else None,
+        weather=weather if weather != ANY else None,
+        lighting=lighting if lighting != ANY else None,
+        has_caption=_tri(has_caption),
+        failed=_tri(failed),
+        job_id=job_id,
+        text=(text or "").strip() or None,
+    )
     return filter_dict(f)
 
 
-FILTER_INPUT_KEYS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "has_caption", "failed",
-                     "job_id", "text")
+FILTER_INPUT_KEYS = (
+    "review_status",
+    "scenario",
+    "hazard_level",
+    "weather",
+    "lighting",
+    "has_caption",
+    "failed",
+    "job_id",
+    "text",
+)
 
 
 def _tri_value(v) -> str:
@@ -73,8 +88,10 @@ def export_links(fdict: dict, can_export: bool) -> str:
     if not can_export:
         return ""
     q = quote(json.dumps(fdict, sort_keys=True), safe="")
-    return (f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
-            f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>')
+    return (
+        f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
+        f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>'
+    )
 
 
 class BrowseTab:
@@ -85,14 +102,25 @@ class BrowseTab:
 
     def render(self) -> None:
         with gr.Row(elem_classes="cw-filters"):
-            self.text = gr.Textbox(label="Search (caption, labels, path)", elem_id="search", scale=3,
-                                   placeholder="e.g. pedestrian night   (press / to focus)")
-            self.status = gr.Dropdown([ANY, "unreviewed", "approved", "rejected"], value=ANY, label="Review",
-                                      elem_id="f-status", min_width=120)
-            self.scenario = gr.Dropdown([ANY, *taxonomy.SCENARIO_CATEGORIES], value=ANY, label="Scenario",
-                                        elem_id="f-scenario", min_width=160)
-            self.hazard = gr.Dropdown([ANY, *taxonomy.HAZARD_LEVELS], value=ANY, label="Hazard",
-                                      elem_id="f-hazard", min_width=110)
+            self.text = gr.Textbox(
+                label="Search (caption, labels, path)",
+                elem_id="search",
+                scale=3,
+                placeholder="e.g. pedestrian night   (press / to focus)",
+            )
+            self.status = gr.Dropdown(
+                [ANY, "unreviewed", "approved", "rejected"],
+                value=ANY,
+                label="Review",
+                elem_id="f-status",
+                min_width=120,
+            )
+            self.scenario = gr.Dropdown(
+                [ANY, *taxonomy.SCENARIO_CATEGORIES], value=ANY, label="Scenario", elem_id="f-scenario", min_width=160
+            )
+            self.hazard = gr.Dropdown(
+                [ANY, *taxonomy.HAZARD_LEVELS], value=ANY, label="Hazard", elem_id="f-hazard", min_width=110
+            )
             self.weather = gr.Dropdown([ANY, *taxonomy.WEATHER], value=ANY, label="Weather", min_width=110)
             self.lighting = gr.Dropdown([ANY, *taxonomy.LIGHTING], value=ANY, label="Lighting", min_width=120)
         with gr.Row(elem_classes="cw-filters"):
@@ -122,9 +150,13 @@ class BrowseTab:
 
     def inputs_from_filter(self, fdict: dict) -> list:
         """Form values (in `filter_inputs` order) showing `fdict`."""
-        choices = {"review_status": [ANY, "unreviewed", "approved", "rejected"],
-                   "scenario": [ANY, *taxonomy.SCENARIO_CATEGORIES], "hazard_level": [ANY, *taxonomy.HAZARD_LEVELS],
-                   "weather": [ANY, *taxonomy.WEATHER], "lighting": [ANY, *taxonomy.LIGHTING]}
+        choices = {
+            "review_status": [ANY, "unreviewed", "approved", "rejected"],
+            "scenario": [ANY, *taxonomy.SCENARIO_CATEGORIES],
+            "hazard_level": [ANY, *taxonomy.HAZARD_LEVELS],
+            "weather": [ANY, *taxonomy.WEATHER],
+            "lighting": [ANY, *taxonomy.LIGHTING],
+        }
         out = []
         for key in FILTER_INPUT_KEYS:
             v = fdict.get(key)
@@ -143,8 +175,17 @@ class BrowseTab:
 
     @property
     def filter_inputs(self) -> list:
-        return [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
-                self.failed, self.job, self.text]
+        return [
+            self.status,
+            self.scenario,
+            self.hazard,
+            self.weather,
+            self.lighting,
+            self.has_caption,
+            self.failed,
+            self.job,
+            self.text,
+        ]
 
     def summary(self, db) -> dict:
         """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
@@ -165,12 +206,15 @@ class BrowseTab:
         except DataError as e:
             raise gr.Error(str(e), title="Cannot show that page") from None
         rows = clips.page(db, f, after_id=anchors[-1], descending=(sort == "newest"))
-        more = len(rows) == clips.PAGE_SIZE and bool(clips.page(db, f, after_id=rows[-1]["id"], limit=1,
-                                                                descending=(sort == "newest")))
+        more = len(rows) == clips.PAGE_SIZE and bool(
+            clips.page(db, f, after_id=rows[-1]["id"], limit=1, descending=(sort == "newest"))
+        )
         n, exact = clips.count_capped(db, f)
         # data-filter / data-sort: the page script writes them into the URL (?f=...), so Back and links work
-        counts = (f'<div id="browse-state" data-filter="{render.esc(json.dumps(fdict, sort_keys=True))}" '
-                  f'data-sort="{render.esc(sort)}">' + render.counts(self.summary(db), n, exact) + "</div>")
+        counts = (
+            f'<div id="browse-state" data-filter="{render.esc(json.dumps(fdict, sort_keys=True))}" '
+            f'data-sort="{render.esc(sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
+        )
         return {
             self.grid: render.tiles(rows),
             self.counts: counts,
@@ -183,17 +227,26 @@ class BrowseTab:
         }
 
     def outputs(self, filter_state: gr.State) -> list:
-        return [self.grid, self.counts, self.export, self.page_label, self.prev_btn, self.next_btn,
-                self.anchors, self.page_ids, filter_state]
+        return [
+            self.grid,
+            self.counts,
+            self.export,
+            self.page_label,
+            self.prev_btn,
+            self.next_btn,
+            self.anchors,
+            self.page_ids,
+            filter_state,
+        ]
 
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.outputs(filter_state) + [sort_state]
 
-        def apply(status, scenario, hazard, weather, lighting, has_caption, failed, job, text, sort,
-                  request: gr.Request):
+        def apply(
+            status, scenario, hazard, weather, lighting, has_caption, failed, job, text, sort, request: gr.Request
+        ):
             try:
-                fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job,
-                                           text)
+                fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text)
             except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
                 raise gr.Error(str(e), title="Cannot search for that") from None
             return {**self._page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
@@ -209,11 +262,20 @@ class BrowseTab:
             return self._page(fdict, anchors[:-1], sort, request)
 
         inputs = self.filter_inputs + [self.sort]
-        for comp in [self.status, self.scenario, self.hazard, self.weather, self.lighting, self.has_caption,
-                     self.failed, self.sort]:
+        for comp in [
+            self.status,
+            self.scenario,
+            self.hazard,
+            self.weather,
+            self.lighting,
+            self.has_caption,
+            self.failed,
+            self.sort,
+        ]:
             comp.change(apply, inputs, outs, show_progress="hidden")
         self.text.submit(apply, inputs, outs, api_name="browse_search")
         self.job.submit(apply, inputs, outs)
+
         def refresh(fdict, anchors, sort, request: gr.Request):
             """Re-read the page shown (when the tab is shown again: reviews change tiles and counts)."""
             with self._lock:
@@ -224,6 +286,7 @@ class BrowseTab:
         self.apply = apply
         self.apply_inputs = inputs
         self.apply_outputs = outs
-        self.next_btn.click(next_page, [filter_state, self.anchors, self.page_ids, sort_state], outs[:-2],
-                            api_name="browse_next")
+        self.next_btn.click(
+            next_page, [filter_state, self.anchors, self.page_ids, sort_state], outs[:-2], api_name="browse_next"
+        )
         self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import gradio as gr
 import sqlite_utils
 
-from data import db as dbmod
-from data import users
+from data import db as dbmod, users
 from data.settings import Settings
 
 LOCAL_ADMIN = "local"
@@ -23,12 +22,14 @@ def shows_errors(fn):
     """Wrap a handler so that any data.db.DataError it lets through (a limit, a refusal, a conflict nobody
     caught) reaches the user as a visible message (gr.Error, a toast) instead of a generic "Error". The
     signature is kept (functools.wraps), so Gradio still passes gr.Request / gr.EventData."""
+
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except dbmod.DataError as e:
             raise gr.Error(str(e), title="Not done") from None
+
     return wrapper
 
 

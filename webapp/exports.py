@@ -16,13 +16,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from data import clips
-from data import db as dbmod
+from data import clips, db as dbmod, export as exporter
 from data.db import DataError
-from data import export as exporter
 from webapp.context import AppContext
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}
+
+
 def write_export(db_path, f: clips.Filter, fmt: str, path: str) -> None:
     db = dbmod.connect(db_path)
     try:
@@ -60,5 +60,6 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         except BaseException:  # the download will not happen: never leave the temp file behind
             os.unlink(path)
             raise
-        return FileResponse(path, media_type=FORMATS[fmt], filename=f"clips.{fmt}",
-                            background=BackgroundTask(os.unlink, path))
+        return FileResponse(
+            path, media_type=FORMATS[fmt], filename=f"clips.{fmt}", background=BackgroundTask(os.unlink, path)
+        )

@@ -15,8 +15,19 @@ from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
 # what the table shows, from serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
-COLUMNS = ["replica", "state", "model", "running", "waiting", "KV cache", "requests done", "tokens generated",
-           "mean latency", "mean TTFT", "error"]
+COLUMNS = [
+    "replica",
+    "state",
+    "model",
+    "running",
+    "waiting",
+    "KV cache",
+    "requests done",
+    "tokens generated",
+    "mean latency",
+    "mean TTFT",
+    "error",
+]
 
 
 def _ms(seconds) -> str:
@@ -34,11 +45,19 @@ def row(r: dict) -> list:
     """One readable table row: rounded numbers with units, no raw structures."""
     kv = r.get("kv_cache_usage")
     model = str(r.get("model") or "")
-    return [r.get("url") or "", r.get("state") or ("healthy" if r.get("healthy") else "down"),
-            model + (" (simulated)" if r.get("simulated") and "simulated" not in model else ""),
-            _num(r.get("running")), _num(r.get("waiting")), "" if kv in (None, "") else f"{float(kv):.0%}",
-            _num(r.get("success_total")), _num(r.get("generation_tokens")), _ms(r.get("e2e_latency_mean")),
-            _ms(r.get("ttft_mean")), str(r.get("error") or "")[:200]]
+    return [
+        r.get("url") or "",
+        r.get("state") or ("healthy" if r.get("healthy") else "down"),
+        model + (" (simulated)" if r.get("simulated") and "simulated" not in model else ""),
+        _num(r.get("running")),
+        _num(r.get("waiting")),
+        "" if kv in (None, "") else f"{float(kv):.0%}",
+        _num(r.get("success_total")),
+        _num(r.get("generation_tokens")),
+        _ms(r.get("e2e_latency_mean")),
+        _ms(r.get("ttft_mean")),
+        str(r.get("error") or "")[:200],
+    ]
 
 
 def _plain(v) -> str:
@@ -71,12 +90,18 @@ class FleetTab:
     def render(self) -> None:
         s = self.ctx.settings
         # vLLM does not report its decoder; what the launcher started is known from the settings
-        backend = ("simulated (PyAV probe, no decode)" if self.ctx.simulated_fleet
-                   else "pynvvideocodec (NVDEC), as the launcher starts replicas" if s.fleet in ("gpu", "auto")
-                   else "set by whoever started the fleet (the launcher uses pynvvideocodec)")
-        gr.Markdown(f"Fleet setting: `{s.fleet}` · model `{s.model_name}` · decode backend: {backend} · "
-                    f"watching: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet URLs)'} "
-                    "(a router's workers are found through its `/workers`)")
+        backend = (
+            "simulated (PyAV probe, no decode)"
+            if self.ctx.simulated_fleet
+            else "pynvvideocodec (NVDEC), as the launcher starts replicas"
+            if s.fleet in ("gpu", "auto")
+            else "set by whoever started the fleet (the launcher uses pynvvideocodec)"
+        )
+        gr.Markdown(
+            f"Fleet setting: `{s.fleet}` · model `{s.model_name}` · decode backend: {backend} · "
+            f"watching: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet URLs)'} "
+            "(a router's workers are found through its `/workers`)"
+        )
         self.summary = gr.HTML("", elem_id="fleet-summary")
         self.table = gr.Dataframe(headers=COLUMNS, interactive=False, label="Replicas", elem_id="fleet-table")
         self.router = gr.HTML("", elem_id="fleet-router")
@@ -89,16 +114,27 @@ class FleetTab:
         rows, router = snapshot(self.ctx.fleet_urls)
         df = pd.DataFrame([row(r) for r in rows], columns=COLUMNS)
         healthy = sum(1 for r in rows if r.get("healthy"))
-        summary = (f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
-                   + (" · <b>simulated</b>" if any_simulated(rows) else "") + "</div>")
+        summary = (
+            f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
+            + (" · <b>simulated</b>" if any_simulated(rows) else "")
+            + "</div>"
+        )
         router_html = ""
         if router:
-            router_html = ('<table class="cw-prov">' + "".join(
-                f"<tr><th>{render.esc(str(k).replace('_', ' '))}</th><td>{render.esc(_plain(v))}</td></tr>"
-                for k, v in dict(router).items())
-                + "</table>")
-        return {self.table: df, self.summary: summary, self.router: router_html,
-                self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows))}
+            router_html = (
+                '<table class="cw-prov">'
+                + "".join(
+                    f"<tr><th>{render.esc(str(k).replace('_', ' '))}</th><td>{render.esc(_plain(v))}</td></tr>"
+                    for k, v in dict(router).items()
+                )
+                + "</table>"
+            )
+        return {
+            self.table: df,
+            self.summary: summary,
+            self.router: router_html,
+            self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows)),
+        }
 
     @property
     def outputs(self) -> list:
@@ -106,5 +142,11 @@ class FleetTab:
 
     def wire(self, banner: gr.HTML) -> None:
         self.banner = banner
-        gr.on([self.refresh_btn.click, self.timer.tick], shows_errors(self.refresh), None, self.outputs,
-              api_name="fleet_refresh", show_progress="hidden")
+        gr.on(
+            [self.refresh_btn.click, self.timer.tick],
+            shows_errors(self.refresh),
+            None,
+            self.outputs,
+            api_name="fleet_refresh",
+            show_progress="hidden",
+        )

@@ -1,4 +1,4 @@
-"""What other sites, and other users, cannot make the app do (RELIABILITY.md S8, issue 11).
+"""What other sites, and other users, cannot make the app do (docs/RELIABILITY.md, S8; issue 11).
 
 One pure ASGI middleware, outside everything else (Gradio's mounted app included):
 - **Host allow-list, always** (login on or off): loopback names, IP literals (a DNS-rebinding attack needs a
@@ -36,9 +36,13 @@ from starlette.responses import JSONResponse
 from data.settings import Settings
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
-CSP = ("frame-ancestors 'none'; object-src 'none'; base-uri 'self'; form-action 'self'")
-SECURITY_HEADERS = [(b"content-security-policy", CSP.encode()), (b"x-frame-options", b"DENY"),
-                    (b"x-content-type-options", b"nosniff"), (b"referrer-policy", b"same-origin")]
+CSP = "frame-ancestors 'none'; object-src 'none'; base-uri 'self'; form-action 'self'"
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+]
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 WILDCARDS = {"0.0.0.0", "::", ""}
 MAX_SESSIONS = 100_000
@@ -48,7 +52,7 @@ def _host_name(host_header: str) -> str:
     """'example.org:7860' -> 'example.org'; '[::1]:80' -> '::1'."""
     h = host_header.strip().lower()
     if h.startswith("["):
-        return h[1:h.index("]")] if "]" in h else h
+        return h[1 : h.index("]")] if "]" in h else h
     return h.rsplit(":", 1)[0] if h.count(":") == 1 else h
 
 
@@ -123,18 +127,25 @@ class Guard:
         method = scope["method"]
         path = scope["path"]
         if not self.host_ok(host):
-            return await JSONResponse({"detail": f"unknown Host {host[:80]!r}: open the app by its own address "
-                                                 "(or add the name to --allowed-hosts)"},
-                                      status_code=400)(scope, receive, send)
+            return await JSONResponse(
+                {
+                    "detail": f"unknown Host {host[:80]!r}: open the app by its own address "
+                    "(or add the name to --allowed-hosts)"
+                },
+                status_code=400,
+            )(scope, receive, send)
         origin = headers.get("origin")
         if method == "OPTIONS" and origin is not None:
-            return await JSONResponse({"detail": "cross-origin requests are not allowed"},
-                                      status_code=403)(scope, receive, send)
+            return await JSONResponse({"detail": "cross-origin requests are not allowed"}, status_code=403)(
+                scope, receive, send
+            )
         if method in STATE_CHANGING:
             source = origin if origin is not None else headers.get("referer")
             if source is not None and not self.same_origin(source, host):
-                return await JSONResponse({"detail": "refused: this request came from another site (Origin "
-                                                     f"{source[:80]!r})"}, status_code=403)(scope, receive, send)
+                return await JSONResponse(
+                    {"detail": f"refused: this request came from another site (Origin {source[:80]!r})"},
+                    status_code=403,
+                )(scope, receive, send)
         if path.endswith("/monitoring/summary") and not self.is_lead(self.user_name(Request(scope))):
             return await JSONResponse({"detail": "monitoring is for leads"}, status_code=403)(scope, receive, send)
         if "/gradio_api/" in path or "/heartbeat/" in path:
@@ -145,9 +156,12 @@ class Guard:
 
         async def send_secured(message):
             if message["type"] == "http.response.start":
-                kept = [(k, v) for k, v in message.get("headers", [])
-                        if not k.lower().startswith(b"access-control-allow-")
-                        and k.lower() not in {h for h, _ in SECURITY_HEADERS}]
+                kept = [
+                    (k, v)
+                    for k, v in message.get("headers", [])
+                    if not k.lower().startswith(b"access-control-allow-")
+                    and k.lower() not in {h for h, _ in SECURITY_HEADERS}
+                ]
                 message = {**message, "headers": kept + SECURITY_HEADERS}
             await send(message)
 

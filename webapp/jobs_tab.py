@@ -9,12 +9,12 @@ not only by the form. A click on a job row shows that job; the detail stays on i
 
 from __future__ import annotations
 
-import pandas as pd
-import gradio as gr
-
 import functools
 import time
 from pathlib import Path
+
+import gradio as gr
+import pandas as pd
 
 from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound
@@ -33,19 +33,25 @@ def _eta(seconds: float | None) -> str:
     if seconds is None:
         return ""
     seconds = int(seconds)
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 def runner_line(beats: list[dict], settings) -> str:
     fresh = [b for b in beats if b["age_s"] < RUNNER_STALE_S]
     if fresh:
         b = fresh[0]
-        return (f'<div class="cw-runner cw-ok" id="runner-status">Runner alive: {render.esc(b["name"])} '
-                f'(pid {render.esc(b.get("pid"))}, heartbeat {b["age_s"]:.0f} s ago)</div>')
+        return (
+            f'<div class="cw-runner cw-ok" id="runner-status">Runner alive: {render.esc(b["name"])} '
+            f"(pid {render.esc(b.get('pid'))}, heartbeat {b['age_s']:.0f} s ago)</div>"
+        )
     cmd = f"python -m serving.runner --db {settings.db} --fleet {settings.fleet}"
     last = f" (last heartbeat {beats[0]['age_s']:.0f} s ago)" if beats else ""
-    return (f'<div class="cw-runner cw-stale" id="runner-status">Runner not running{last}: jobs stay queued. '
-            f"Start it with <code>{render.esc(cmd)}</code> (launch.sh does this).</div>")
+    return (
+        f'<div class="cw-runner cw-stale" id="runner-status">Runner not running{last}: jobs stay queued. '
+        f"Start it with <code>{render.esc(cmd)}</code> (launch.sh does this).</div>"
+    )
 
 
 TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "clips", "approval rate", "last active"]
@@ -60,21 +66,33 @@ class JobsTab:
         with gr.Accordion("Start a job", open=True):
             with gr.Row():
                 self.name = gr.Textbox(label="Job name", placeholder="e.g. night clips, prompt v2", elem_id="job-name")
-                self.source = gr.Radio(["current filter", "everything uncaptioned"], value="everything uncaptioned",
-                                       label="Clips", elem_id="job-source")
+                self.source = gr.Radio(
+                    ["current filter", "everything uncaptioned"],
+                    value="everything uncaptioned",
+                    label="Clips",
+                    elem_id="job-source",
+                )
                 self.prompt = gr.Dropdown([], label="Prompt version", elem_id="job-prompt")
                 # no minimum/maximum on the Numbers: Gradio would refuse out-of-range values with its own
                 # terse message before our handler; data.job_params says why and what to use instead
-                self.frames = gr.Number(self.ctx.settings.frames, label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
-                                        precision=0, elem_id="job-frames")
-                self.max_tokens = gr.Number(self.ctx.settings.max_tokens,
-                                            label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})", precision=0,
-                                            elem_id="job-max-tokens")
+                self.frames = gr.Number(
+                    self.ctx.settings.frames,
+                    label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
+                    precision=0,
+                    elem_id="job-frames",
+                )
+                self.max_tokens = gr.Number(
+                    self.ctx.settings.max_tokens,
+                    label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})",
+                    precision=0,
+                    elem_id="job-max-tokens",
+                )
             self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
         self.msg = gr.HTML("", elem_id="jobs-msg")
-        self.table = gr.Dataframe(headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table",
-                                  label="Jobs (click a row to see it below)")
+        self.table = gr.Dataframe(
+            headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table", label="Jobs (click a row to see it below)"
+        )
         with gr.Row():
             self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
@@ -84,17 +102,30 @@ class JobsTab:
         self.detail = gr.HTML("", elem_id="job-detail")
         self.plot = gr.HTML("", elem_id="job-plot")
         with gr.Row():
-            self.failures = gr.Dataframe(headers=["clip", "path", "attempts", "kind", "error"], interactive=False,
-                                         label="Failures", elem_id="job-failures")
-            self.replicas = gr.Dataframe(headers=["replica", "done", "mean latency ms"], interactive=False,
-                                         label="Per-replica load (this job)", elem_id="job-replicas")
+            self.failures = gr.Dataframe(
+                headers=["clip", "path", "attempts", "kind", "error"],
+                interactive=False,
+                label="Failures",
+                elem_id="job-failures",
+            )
+            self.replicas = gr.Dataframe(
+                headers=["replica", "done", "mean latency ms"],
+                interactive=False,
+                label="Per-replica load (this job)",
+                elem_id="job-replicas",
+            )
         with gr.Accordion("Team: annotators' work", open=False, elem_id="team-accordion"):
             with gr.Row():
-                self.team_window = gr.Radio(["last 24 h", "last 7 days", "all time"], value="last 24 h",
-                                            label="Window", elem_id="team-window")
+                self.team_window = gr.Radio(
+                    ["last 24 h", "last 7 days", "all time"], value="last 24 h", label="Window", elem_id="team-window"
+                )
                 self.team_btn = gr.Button("Refresh", elem_id="btn-team-refresh", size="sm")
-            self.team = gr.Dataframe(headers=TEAM_COLUMNS, interactive=False, elem_id="team-table",
-                                     label="Edits saved, clips approved and rejected, approval rate")
+            self.team = gr.Dataframe(
+                headers=TEAM_COLUMNS,
+                interactive=False,
+                elem_id="team-table",
+                label="Edits saved, clips approved and rejected, approval rate",
+            )
         self.timer = gr.Timer(2.0, active=False)  # on only while this tab is shown (app.py)
 
     def team_stats(self, window: str, request: gr.Request):
@@ -102,17 +133,28 @@ class JobsTab:
         self._lead(request)
         since = {"last 24 h": time.time() - 86400, "last 7 days": time.time() - 7 * 86400}.get(window, 0.0)
         rows = events.team_stats(self.ctx.db(), since=since)
-        return pd.DataFrame([[r["actor"], r["edits"], r["approved"], r["rejected"], r["clips"],
-                              "" if r["approval_rate"] is None else f"{r['approval_rate']:.0%}",
-                              render.when(r["last_at"])] for r in rows], columns=TEAM_COLUMNS)
+        return pd.DataFrame(
+            [
+                [
+                    r["actor"],
+                    r["edits"],
+                    r["approved"],
+                    r["rejected"],
+                    r["clips"],
+                    "" if r["approval_rate"] is None else f"{r['approval_rate']:.0%}",
+                    render.when(r["last_at"]),
+                ]
+                for r in rows
+            ],
+            columns=TEAM_COLUMNS,
+        )
 
     def _lead(self, request: gr.Request):
         return self.ctx.require(request, "lead")
 
     @property
     def refresh_outputs(self) -> list:
-        return [self.runner, self.msg, self.table, self.detail, self.plot, self.failures, self.replicas,
-                self.job_id]
+        return [self.runner, self.msg, self.table, self.detail, self.plot, self.failures, self.replicas, self.job_id]
 
     def refresh(self, job_id, request: gr.Request):
         user = self.ctx.user(request)
@@ -124,8 +166,20 @@ class JobsTab:
         rows, focus = [], None
         for j in jobs.list_jobs(db):
             p = jobs.progress(db, j["id"])
-            rows.append([j["id"], j["name"], j["state"], j["created_by"], j["total"], p["counts"]["done"],
-                         p["counts"]["failed"], p["remaining"], round(p["rate"], 2), _eta(p["eta_seconds"])])
+            rows.append(
+                [
+                    j["id"],
+                    j["name"],
+                    j["state"],
+                    j["created_by"],
+                    j["total"],
+                    p["counts"]["done"],
+                    p["counts"]["failed"],
+                    p["remaining"],
+                    round(p["rate"], 2),
+                    _eta(p["eta_seconds"]),
+                ]
+            )
             if job_id and int(job_id) == j["id"]:
                 focus = p
         out[self.table] = pd.DataFrame(rows, columns=JOB_COLUMNS)
@@ -137,21 +191,30 @@ class JobsTab:
         if focus is not None:
             c = focus["counts"]
             pct = 100.0 * (c["done"] + c["failed"]) / max(1, focus["total"])
-            out[self.detail] = (f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
-                                f'data-state="{render.esc(focus["state"])}">'
-                                f'Job {int(focus["id"])} “{render.esc(focus["name"])}”: <b>{render.esc(focus["state"])}</b>'
-                                f' · {pct:.0f}% · done {c["done"]} · failed {c["failed"]} · pending {c["pending"]}'
-                                f' · in flight {c["leased"]} · {focus["rate"]:.2f} clips/s'
-                                + (f' · ETA {_eta(focus["eta_seconds"])}' if focus["eta_seconds"] else "")
-                                + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>')
+            out[self.detail] = (
+                f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
+                f'data-state="{render.esc(focus["state"])}">'
+                f"Job {int(focus['id'])} “{render.esc(focus['name'])}”: <b>{render.esc(focus['state'])}</b>"
+                f" · {pct:.0f}% · done {c['done']} · failed {c['failed']} · pending {c['pending']}"
+                f" · in flight {c['leased']} · {focus['rate']:.2f} clips/s"
+                + (f" · ETA {_eta(focus['eta_seconds'])}" if focus["eta_seconds"] else "")
+                + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>'
+            )
             out[self.plot] = render.throughput(focus["series"] or [])
             out[self.failures] = pd.DataFrame(
-                [[f["clip_id"], f["path"], f["attempts"], f["error_kind"], f["last_error"]]
-                 for f in jobs.failures(db, focus["id"], limit=50)],
-                columns=["clip", "path", "attempts", "kind", "error"])
+                [
+                    [f["clip_id"], f["path"], f["attempts"], f["error_kind"], f["last_error"]]
+                    for f in jobs.failures(db, focus["id"], limit=50)
+                ],
+                columns=["clip", "path", "attempts", "kind", "error"],
+            )
             out[self.replicas] = pd.DataFrame(
-                [[r["replica"], r["done"], round(r["mean_latency_ms"] or 0)] for r in jobs.replica_load(db, focus["id"])],
-                columns=["replica", "done", "mean latency ms"])
+                [
+                    [r["replica"], r["done"], round(r["mean_latency_ms"] or 0)]
+                    for r in jobs.replica_load(db, focus["id"])
+                ],
+                columns=["replica", "done", "mean latency ms"],
+            )
         return out
 
     def _selection(self, source, fdict) -> tuple[clips.Filter, str]:
@@ -167,8 +230,10 @@ class JobsTab:
         self.ctx.user(request)
         f, desc = self._selection(source, fdict)
         n = clips.count(self.ctx.db(), f)
-        return (f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
-                f'clips: {render.esc(desc)}.{self._cost_html(n)}</div>')
+        return (
+            f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
+            f"clips: {render.esc(desc)}.{self._cost_html(n)}</div>"
+        )
 
     def _replicas(self) -> int:
         """Replicas behind the configured fleet (a router is asked for its workers), cached for a minute."""
@@ -189,9 +254,11 @@ class JobsTab:
         e = cost.estimate(replicas, JobParams.resolve(self.ctx.settings).frames, "bf16", _measurements())
         if not e.clips_per_s:
             return ""
-        return (f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
-                f'{replicas} GPU(s) ({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; '
-                f'{render.esc(e.basis)}: {render.esc(e.note[:160])}).</span>')
+        return (
+            f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
+            f"{replicas} GPU(s) ({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; "
+            f"{render.esc(e.basis)}: {render.esc(e.note[:160])}).</span>"
+        )
 
     def on_show(self, job_id, source, fdict, request: gr.Request):
         out = self.refresh(job_id, request)
@@ -218,14 +285,25 @@ class JobsTab:
             pid = int(prompt_id) if prompt_id not in (None, "") else prompts.latest(db)["id"]
             prompts.get(db, pid)
             job_id, created = jobs.create_once(
-                db, name=name or f"{source} by {user.name}", created_by=user.name, clip_ids=clips.iter_ids(db, f),
-                prompt_id=pid, params=params.to_dict(), selection={"source": source, "filter": filter_dict(f)})
+                db,
+                name=name or f"{source} by {user.name}",
+                created_by=user.name,
+                clip_ids=clips.iter_ids(db, f),
+                prompt_id=pid,
+                params=params.to_dict(),
+                selection={"source": source, "filter": filter_dict(f)},
+            )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}
         total = jobs.get(db, job_id)["total"]
         if not created:
-            return {self.msg: render.message(f"Job {job_id} over {total:,} clips was just started with the same "
-                                              "settings: not started twice.", "info"), self.job_id: job_id}
+            return {
+                self.msg: render.message(
+                    f"Job {job_id} over {total:,} clips was just started with the same settings: not started twice.",
+                    "info",
+                ),
+                self.job_id: job_id,
+            }
         return {self.msg: render.message(f"Started job {job_id} over {total:,} clips.", "ok"), self.job_id: job_id}
 
     def action(self, verb: str):
@@ -243,6 +321,7 @@ class JobsTab:
             except (DataError, NotFound) as e:
                 return {self.msg: render.message(str(e), "error")}
             return {self.msg: render.message(text, "ok")}
+
         handler.__name__ = f"job_{verb}"
         return handler
 
@@ -251,35 +330,66 @@ class JobsTab:
         db = self.ctx.db()
         prompts.latest(db)  # installs the presets on a fresh database
         rows = prompts.list_prompts(db)
-        return gr.update(choices=[(f"{p['name']} v{p['version']}", p["id"]) for p in rows],
-                         value=rows[0]["id"] if rows else None)
+        return gr.update(
+            choices=[(f"{p['name']} v{p['version']}", p["id"]) for p in rows], value=rows[0]["id"] if rows else None
+        )
 
     def wire(self, filter_state: gr.State) -> None:
         detail = self.refresh_outputs
-        self.timer.tick(shows_errors(self.refresh), [self.job_id], detail, api_name="jobs_refresh",
-                        show_progress="hidden", queue=False)
+        self.timer.tick(
+            shows_errors(self.refresh),
+            [self.job_id],
+            detail,
+            api_name="jobs_refresh",
+            show_progress="hidden",
+            queue=False,
+        )
         self.job_id.change(shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden")
-        self.table.select(shows_errors(self.select_row), None, [self.job_id], show_progress="hidden",
-                          api_name="job_select")
-        gr.on([self.source.change, filter_state.change], shows_errors(self.preview_html), [self.source, filter_state],
-              [self.preview], show_progress="hidden", api_name="job_preview")
+        self.table.select(
+            shows_errors(self.select_row), None, [self.job_id], show_progress="hidden", api_name="job_select"
+        )
+        gr.on(
+            [self.source.change, filter_state.change],
+            shows_errors(self.preview_html),
+            [self.source, filter_state],
+            [self.preview],
+            show_progress="hidden",
+            api_name="job_preview",
+        )
+
         # the button is disabled while a start is under way (the server also makes repeats one job)
         def start_busy():
             return gr.Button(interactive=False)
 
         def start_ready():
             return gr.Button(interactive=True)
+
         self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
-            shows_errors(self.start), [self.name, self.source, self.prompt, self.frames, self.max_tokens,
-                                       filter_state], [self.msg, self.job_id], api_name="start_job").then(
-            start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
-        gr.on([self.team_btn.click, self.team_window.change], shows_errors(self.team_stats), [self.team_window],
-              [self.team], api_name="team_stats")
-        for verb, btn in (("pause", self.pause_btn), ("resume", self.resume_btn), ("cancel", self.cancel_btn),
-                          ("retry", self.retry_btn)):
+            shows_errors(self.start),
+            [self.name, self.source, self.prompt, self.frames, self.max_tokens, filter_state],
+            [self.msg, self.job_id],
+            api_name="start_job",
+        ).then(start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
+        gr.on(
+            [self.team_btn.click, self.team_window.change],
+            shows_errors(self.team_stats),
+            [self.team_window],
+            [self.team],
+            api_name="team_stats",
+        )
+        for verb, btn in (
+            ("pause", self.pause_btn),
+            ("resume", self.resume_btn),
+            ("cancel", self.cancel_btn),
+            ("retry", self.retry_btn),
+        ):
             btn.click(shows_errors(self.action(verb)), [self.job_id], [self.msg], api_name=f"job_{verb}").then(
-                shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden",
-                api_name=f"job_{verb}_refresh")  # show the new state at once, not at the next tick
+                shows_errors(self.refresh),
+                [self.job_id],
+                detail,
+                show_progress="hidden",
+                api_name=f"job_{verb}_refresh",
+            )  # show the new state at once, not at the next tick
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,14 +14,20 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 
-from data import limits
-from data import clips
+from data import clips, limits
 from data.db import NotFound
 from webapp.context import AppContext
 
 PLACEHOLDER = Path(__file__).parent / "static" / "no-thumbnail.svg"
-VIDEO_TYPES = {".mp4": "video/mp4", ".m4v": "video/mp4", ".mov": "video/quicktime", ".webm": "video/webm",
-               ".mkv": "video/x-matroska", ".avi": "video/x-msvideo", ".ts": "video/mp2t"}
+VIDEO_TYPES = {
+    ".mp4": "video/mp4",
+    ".m4v": "video/mp4",
+    ".mov": "video/quicktime",
+    ".webm": "video/webm",
+    ".mkv": "video/x-matroska",
+    ".avi": "video/x-msvideo",
+    ".ts": "video/mp2t",
+}
 
 
 def resolve_inside(root: Path, relative: str | None) -> Path | None:
@@ -70,8 +76,11 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     def lookup(clip_id: int, column: str) -> str | None:
         if not 0 <= clip_id <= limits.MAX_SQL_INT:  # a huge id is "no such clip", not an OverflowError
             return None
-        row = next(ctx.db().query(f"SELECT {column} FROM clips WHERE id = ?", [clip_id]), None) \
-            if column in ("thumbnail", "filmstrip", "preview") else None
+        row = (
+            next(ctx.db().query(f"SELECT {column} FROM clips WHERE id = ?", [clip_id]), None)
+            if column in ("thumbnail", "filmstrip", "preview")
+            else None
+        )
         return row[column] if row else None
 
     @app.get("/media/{clip_id}", include_in_schema=False)
@@ -84,8 +93,9 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         path = resolve_inside(ctx.settings.clip_root, rel)
         if path is None:
             raise HTTPException(404)
-        media_type = VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] \
-            or "application/octet-stream"
+        media_type = (
+            VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        )
         return FileResponse(path, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
 
     def image(clip_id: int, request: Request, column: str) -> Response:
@@ -95,8 +105,11 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             if column == "thumbnail":
                 return FileResponse(PLACEHOLDER, media_type="image/svg+xml")
             raise HTTPException(404)
-        return FileResponse(path, media_type=mimetypes.guess_type(path.name)[0] or "image/jpeg",
-                            headers={"Cache-Control": "private, max-age=86400"})
+        return FileResponse(
+            path,
+            media_type=mimetypes.guess_type(path.name)[0] or "image/jpeg",
+            headers={"Cache-Control": "private, max-age=86400"},
+        )
 
     @app.get("/thumb/{clip_id}", include_in_schema=False)
     def thumb(clip_id: int, request: Request) -> Response:
@@ -133,6 +146,7 @@ def install_signed(app: FastAPI, ctx: AppContext) -> None:
         path = resolve_inside(ctx.settings.clip_root, rel)
         if path is None:
             raise HTTPException(404)
-        media_type = VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] \
-            or "application/octet-stream"
+        media_type = (
+            VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+        )
         return FileResponse(path, media_type=media_type, headers={"Cache-Control": "no-store"})

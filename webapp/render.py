@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import datetime as dt
 import difflib
-import time
 import html
 import json
+import time
 from typing import Any, Iterable
 
 from data import taxonomy
@@ -41,16 +41,22 @@ def tiles(rows: Iterable[dict]) -> str:
             f'<img loading="lazy" src="/thumb/{int(r["id"])}" alt="">'
             f'<div class="cw-tile-path">#{int(r["id"])} {esc(r.get("path"))}</div>'
             f'<div class="cw-tile-badges">{"".join(badges)}</div>'
-            f'<div class="cw-tile-caption">{esc(preview)}</div></a>')
+            f'<div class="cw-tile-caption">{esc(preview)}</div></a>'
+        )
     if not out:
         return '<p class="cw-empty">No clips match this filter.</p>'
     return '<div class="cw-grid">' + "".join(out) + "</div>"
 
 
 def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
-    parts = [f"<b>{matching:,}{'' if exact else '+'}</b> match", f"{summary.get('clips', 0):,} clips",
-             f"{summary.get('captioned', 0):,} captioned", f"{summary.get('approved', 0):,} approved",
-             f"{summary.get('rejected', 0):,} rejected", f"{summary.get('failed', 0):,} ingest failed"]
+    parts = [
+        f"<b>{matching:,}{'' if exact else '+'}</b> match",
+        f"{summary.get('clips', 0):,} clips",
+        f"{summary.get('captioned', 0):,} captioned",
+        f"{summary.get('approved', 0):,} approved",
+        f"{summary.get('rejected', 0):,} rejected",
+        f"{summary.get('failed', 0):,} ingest failed",
+    ]
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>"
 
 
@@ -63,19 +69,27 @@ def player(clip: dict) -> str:
     cid = int(clip["id"])
     fps = f'data-fps="{_fps(clip):.3f}"'
     if clip.get("probe_error"):
-        return (f'<div class="cw-notice cw-error">This clip failed at ingest: {esc(clip["probe_error"])}. '
-                "It cannot be played or captioned.</div>")
+        return (
+            f'<div class="cw-notice cw-error">This clip failed at ingest: {esc(clip["probe_error"])}. '
+            "It cannot be played or captioned.</div>"
+        )
     if (clip.get("codec") or "").lower() in ("hevc", "h265"):
         if clip.get("preview"):
-            return (f'<video id="cw-video" class="cw-video" src="/preview/{cid}" {fps} controls preload="metadata" '
-                    'playsinline muted></video><div class="cw-notice" id="hevc-notice">HEVC (H.265) clip: '
-                    "browsers cannot play it, so this is a 640-px H.264 preview made at ingest. The model sees "
-                    f'the original. <a href="/media/{cid}" download>Download the original</a>.</div>')
-        return ('<div class="cw-notice" id="hevc-notice">This clip is HEVC (H.265): browsers cannot play it. '
-                "The filmstrip below shows the frames the model saw. "
-                f'<a href="/media/{cid}" download>Download the clip</a>.</div>')
-    return (f'<video id="cw-video" class="cw-video" src="/media/{cid}" {fps} controls preload="metadata" '
-            'playsinline muted></video>')
+            return (
+                f'<video id="cw-video" class="cw-video" src="/preview/{cid}" {fps} controls preload="metadata" '
+                'playsinline muted></video><div class="cw-notice" id="hevc-notice">HEVC (H.265) clip: '
+                "browsers cannot play it, so this is a 640-px H.264 preview made at ingest. The model sees "
+                f'the original. <a href="/media/{cid}" download>Download the original</a>.</div>'
+            )
+        return (
+            '<div class="cw-notice" id="hevc-notice">This clip is HEVC (H.265): browsers cannot play it. '
+            "The filmstrip below shows the frames the model saw. "
+            f'<a href="/media/{cid}" download>Download the clip</a>.</div>'
+        )
+    return (
+        f'<video id="cw-video" class="cw-video" src="/media/{cid}" {fps} controls preload="metadata" '
+        "playsinline muted></video>"
+    )
 
 
 def _strip_indices(clip: dict, n_default: int = 16) -> list[int]:
@@ -106,12 +120,16 @@ def filmstrip(clip: dict) -> str:
     for k, frame in enumerate(idx):
         x = 0 if n == 1 else 100.0 * k / (n - 1)
         t = frame / fps
-        tiles.append(f'<button type="button" class="cw-frame" data-t="{t:.3f}" data-k="{k}" '
-                     f'title="frame {frame} ({t:.2f} s): click to seek" aria-label="seek to {t:.2f} s" '
-                     f'style="background-image:url(/filmstrip/{cid});background-size:{n * 100}% 100%;'
-                     f'background-position:{x:.4f}% 0;aspect-ratio:{w}/{h}"></button>')
-    return (f'<div class="cw-strip" id="cw-filmstrip" role="group" aria-label="frames the model saw" '
-            f'style="grid-template-columns:repeat({cols},1fr)">' + "".join(tiles) + "</div>")
+        tiles.append(
+            f'<button type="button" class="cw-frame" data-t="{t:.3f}" data-k="{k}" '
+            f'title="frame {frame} ({t:.2f} s): click to seek" aria-label="seek to {t:.2f} s" '
+            f'style="background-image:url(/filmstrip/{cid});background-size:{n * 100}% 100%;'
+            f'background-position:{x:.4f}% 0;aspect-ratio:{w}/{h}"></button>'
+        )
+    return (
+        f'<div class="cw-strip" id="cw-filmstrip" role="group" aria-label="frames the model saw" '
+        f'style="grid-template-columns:repeat({cols},1fr)">' + "".join(tiles) + "</div>"
+    )
 
 
 def header(clip: dict, user: str, role: str) -> str:
@@ -128,34 +146,61 @@ def header(clip: dict, user: str, role: str) -> str:
     bits.append(f'<span class="cw-badge cw-{esc(status)}" id="review-status">{esc(status)}</span>{reviewed}')
     # data-* for the page script: the URL follows data-clip; the form counts as unsaved until data-loaded changes
     loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
-    return (f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
-            + " · ".join(bits) + "</div>")
+    return (
+        f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
+        + " · ".join(bits)
+        + "</div>"
+    )
 
 
-PROVENANCE_LABELS = (("model", "model"), ("prompt", None), ("replica", "replica"),
-                     ("decode backend", "decode_backend"), ("latency", None), ("tokens", None),
-                     ("frames", "frames"), ("job", "job_id"), ("params", None), ("finish", "finish_reason"))
+PROVENANCE_LABELS = (
+    ("model", "model"),
+    ("prompt", None),
+    ("replica", "replica"),
+    ("decode backend", "decode_backend"),
+    ("latency", None),
+    ("tokens", None),
+    ("frames", "frames"),
+    ("job", "job_id"),
+    ("params", None),
+    ("finish", "finish_reason"),
+)
 
 
 def provenance(cap: dict | None) -> str:
     if not cap:
         return '<p class="cw-muted">No caption yet.</p>'
-    rows = [("source", f"{cap['source']} by {cap['author']}"), ("version", cap["version"]),
-            ("written", when(cap.get("created_at")))]
+    rows = [
+        ("source", f"{cap['source']} by {cap['author']}"),
+        ("version", cap["version"]),
+        ("written", when(cap.get("created_at"))),
+    ]
     if cap["source"] == "model":
-        rows += [("model", cap.get("model")),
-                 ("prompt", f"{cap.get('prompt_name') or '?'} v{cap.get('prompt_version') or '?'}"
-                            f" (id {cap.get('prompt_id')})"),
-                 ("replica", cap.get("replica")), ("decode backend", cap.get("decode_backend")),
-                 ("latency", f"{cap['latency_ms']:.0f} ms" if cap.get("latency_ms") is not None else None),
-                 ("tokens", f"{cap.get('prompt_tokens')} in / {cap.get('completion_tokens')} out"),
-                 ("frames", cap.get("frames")), ("job", cap.get("job_id")),
-                 ("params", json.dumps(cap.get("params"), sort_keys=True) if cap.get("params") else None),
-                 ("finish", cap.get("finish_reason"))]
+        rows += [
+            ("model", cap.get("model")),
+            (
+                "prompt",
+                f"{cap.get('prompt_name') or '?'} v{cap.get('prompt_version') or '?'} (id {cap.get('prompt_id')})",
+            ),
+            ("replica", cap.get("replica")),
+            ("decode backend", cap.get("decode_backend")),
+            ("latency", f"{cap['latency_ms']:.0f} ms" if cap.get("latency_ms") is not None else None),
+            ("tokens", f"{cap.get('prompt_tokens')} in / {cap.get('completion_tokens')} out"),
+            ("frames", cap.get("frames")),
+            ("job", cap.get("job_id")),
+            ("params", json.dumps(cap.get("params"), sort_keys=True) if cap.get("params") else None),
+            ("finish", cap.get("finish_reason")),
+        ]
     if cap.get("note"):
         rows.append(("note", cap["note"]))
-    sim = ('<div class="cw-sim-marker" id="prov-simulated">SIMULATED caption: written by the simulated fleet, '
-           "not a real model</div>") if cap.get("simulated") else ""
+    sim = (
+        (
+            '<div class="cw-sim-marker" id="prov-simulated">SIMULATED caption: written by the simulated fleet, '
+            "not a real model</div>"
+        )
+        if cap.get("simulated")
+        else ""
+    )
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows if v not in (None, ""))
     return f'{sim}<table class="cw-prov">{body}</table>'
 
@@ -214,8 +259,9 @@ def _diff_ops(a: list[str], b: list[str]) -> tuple[list[tuple[str, int, int, int
 
     def coarse(alo, ahi, blo, bhi):
         if alo < ahi or blo < bhi:
-            ops.append(("replace" if alo < ahi and blo < bhi else "delete" if alo < ahi else "insert",
-                        alo, ahi, blo, bhi))
+            ops.append(
+                ("replace" if alo < ahi and blo < bhi else "delete" if alo < ahi else "insert", alo, ahi, blo, bhi)
+            )
 
     def rec(alo, ahi, blo, bhi, depth):
         head = 0
@@ -301,25 +347,34 @@ def history(versions: list[dict]) -> str:
             marks.append('<span class="cw-badge cw-current">current</span>')
         if v.get("simulated"):
             marks.append('<span class="cw-badge cw-sim">SIMULATED</span>')
-        if not v.get("current") and v["source"] == "model" and v["id"] > max(
-                (x["id"] for x in versions if x.get("current")), default=0):
+        if (
+            not v.get("current")
+            and v["source"] == "model"
+            and v["id"] > max((x["id"] for x in versions if x.get("current")), default=0)
+        ):
             marks.append('<span class="cw-badge">candidate</span>')
-        head = (f"v{int(v['version'])} · {esc(v['source'])} · {esc(v['author'])} · {when(v.get('created_at'))}"
-                + (f" · job {int(v['job_id'])}" if v.get("job_id") else "")
-                + (f" · {esc(v.get('prompt_name'))} v{esc(v.get('prompt_version'))}" if v.get("prompt_name") else "")
-                + " " + "".join(marks))
+        head = (
+            f"v{int(v['version'])} · {esc(v['source'])} · {esc(v['author'])} · {when(v.get('created_at'))}"
+            + (f" · job {int(v['job_id'])}" if v.get("job_id") else "")
+            + (f" · {esc(v.get('prompt_name'))} v{esc(v.get('prompt_version'))}" if v.get("prompt_name") else "")
+            + " "
+            + "".join(marks)
+        )
         if base and time.perf_counter() - started > HISTORY_DIFF_BUDGET_S:
             # R11: diffs of many long versions add up; past the budget older versions show their text only
-            text = (esc(v["text"]) + f' <span class="cw-muted cw-diff-cut">{esc(HISTORY_CUT)}</span>')
+            text = esc(v["text"]) + f' <span class="cw-muted cw-diff-cut">{esc(HISTORY_CUT)}</span>'
             labels = label_diff(base["labels"], v["labels"])
         elif base:
             text = word_diff(base["text"], v["text"])
             labels = label_diff(base["labels"], v["labels"])
         else:
             text, labels = esc(v["text"]), ""
-        items.append(f'<li class="cw-version"><div class="cw-version-head">{head}</div>'
-                     f'<div class="cw-diff">{text}</div>'
-                     + (f'<div class="cw-label-diff">{labels}</div>' if labels else "") + "</li>")
+        items.append(
+            f'<li class="cw-version"><div class="cw-version-head">{head}</div>'
+            f'<div class="cw-diff">{text}</div>'
+            + (f'<div class="cw-label-diff">{labels}</div>' if labels else "")
+            + "</li>"
+        )
     return '<ol class="cw-history">' + "".join(items) + "</ol>"
 
 
@@ -334,18 +389,24 @@ def throughput(series: list[dict], bucket_s: float | None = None) -> str:
     ymax = step * max(1, -(-ymax_raw // step))
     n = len(series)
     bw = min(48.0, (W - L - 4) / n)  # one bucket is one bar, not a wall
-    parts = [f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
-             f'aria-label="throughput, clips per second">']
+    parts = [
+        f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
+        f'aria-label="throughput, clips per second">'
+    ]
     k = 0.0
     while k <= ymax + 1e-9:
         y = T + (H - T - B) * (1 - k / ymax)
-        parts.append(f'<line x1="{L}" x2="{W}" y1="{y:.1f}" y2="{y:.1f}" class="cw-grid-line"/>'
-                     f'<text x="{L - 4}" y="{y + 4:.1f}" text-anchor="end">{k:g}</text>')
+        parts.append(
+            f'<line x1="{L}" x2="{W}" y1="{y:.1f}" y2="{y:.1f}" class="cw-grid-line"/>'
+            f'<text x="{L - 4}" y="{y + 4:.1f}" text-anchor="end">{k:g}</text>'
+        )
         k += step
     for i, p in enumerate(series):
         h = (H - T - B) * p["clips_per_s"] / ymax
-        parts.append(f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
-                     f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>')
+        parts.append(
+            f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
+            f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>'
+        )
     for i in sorted({0, n // 2, n - 1}):
         x = L + 2 + (i + 0.5) * bw
         parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
@@ -366,5 +427,7 @@ def message(text: str, kind: str = "info") -> str:
 def banner(simulated: bool) -> str:
     if not simulated:
         return ""
-    return ('<div class="cw-sim-banner" id="sim-banner">SIMULATED FLEET: captions here come from a simulator, '
-            "not a real model. Do not use them for training.</div>")
+    return (
+        '<div class="cw-sim-banner" id="sim-banner">SIMULATED FLEET: captions here come from a simulator, '
+        "not a real model. Do not use them for training.</div>"
+    )

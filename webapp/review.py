@@ -35,9 +35,12 @@ class ReviewTab:
         self.ctx = ctx
 
     def render(self) -> None:
-        self.header = gr.HTML('<p class="cw-muted" id="review-empty">No clip open. Press <kbd>n</kbd> (or the '
-                              'button) for the next unreviewed clip of the Browse filter, or open one from '
-                              'Browse.</p>', elem_id="review-header")
+        self.header = gr.HTML(
+            '<p class="cw-muted" id="review-empty">No clip open. Press <kbd>n</kbd> (or the '
+            "button) for the next unreviewed clip of the Browse filter, or open one from "
+            "Browse.</p>",
+            elem_id="review-header",
+        )
         with gr.Row(equal_height=False):
             with gr.Column(scale=3, min_width=420):
                 self.player = gr.HTML("", elem_id="player")
@@ -48,22 +51,28 @@ class ReviewTab:
                     self.queue_btn = gr.Button("Next unreviewed (n)", elem_id="btn-next-unreviewed", size="sm")
             with gr.Column(scale=2, min_width=380):
                 self.msg = gr.HTML("", elem_id="review-msg")
-                self.reload_btn = gr.Button("Reload the current version", elem_id="btn-reload", visible=False,
-                                            variant="secondary", size="sm")
-                self.text = gr.Textbox(label="Caption (c to edit, Esc to leave)", lines=5, max_lines=12,
-                                       elem_id="caption-text")
+                self.reload_btn = gr.Button(
+                    "Reload the current version", elem_id="btn-reload", visible=False, variant="secondary", size="sm"
+                )
+                self.text = gr.Textbox(
+                    label="Caption (c to edit, Esc to leave)", lines=5, max_lines=12, elem_id="caption-text"
+                )
                 with gr.Row(elem_classes="cw-actions"):
                     self.save_btn = gr.Button("Save (ctrl+s)", elem_id="btn-save", variant="primary", size="sm")
                     self.approve_btn = gr.Button("Approve + next (a)", elem_id="btn-approve", size="sm")
-                    self.reject_btn = gr.Button("Reject + next (r)", elem_id="btn-reject", variant="stop",
-                                                size="sm")
+                    self.reject_btn = gr.Button("Reject + next (r)", elem_id="btn-reject", variant="stop", size="sm")
                 self.labels = {}
                 with gr.Row(elem_classes="cw-labels"):
                     for i, name in enumerate(LABELS, 1):
                         multi = name in taxonomy.MULTI
-                        self.labels[name] = gr.Dropdown(list(taxonomy.ENUMS[name]), value=[] if multi else None,
-                                                        multiselect=multi, label=f"{i} {name.replace('_', ' ')}",
-                                                        elem_id=f"label-{name}", min_width=120)
+                        self.labels[name] = gr.Dropdown(
+                            list(taxonomy.ENUMS[name]),
+                            value=[] if multi else None,
+                            multiselect=multi,
+                            label=f"{i} {name.replace('_', ' ')}",
+                            elem_id=f"label-{name}",
+                            min_width=120,
+                        )
         with gr.Row():
             self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
             self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)
@@ -81,16 +90,36 @@ class ReviewTab:
 
     # -- what every action returns -------------------------------------------------------------------
     def view_outputs(self) -> list:
-        return [self.header, self.player, self.filmstrip, self.text, *self.labels.values(), self.provenance,
-                self.history, self.adopt_choice, self.msg, self.reload_btn, self.clip_id, self.base,
-                self.review_base]
+        return [
+            self.header,
+            self.player,
+            self.filmstrip,
+            self.text,
+            *self.labels.values(),
+            self.provenance,
+            self.history,
+            self.adopt_choice,
+            self.msg,
+            self.reload_btn,
+            self.clip_id,
+            self.base,
+            self.review_base,
+        ]
 
     def form_inputs(self) -> list:
         """What every handler that may leave the clip receives: enough to save the form first."""
         return [self.clip_id, self.base, self.review_base, self.text, *self.labels.values()]
 
-    def view(self, clip_id: int, request: gr.Request, *, message: str = "", kind: str = "info",
-             keep_form: bool = False, keep_media: bool = False) -> dict:
+    def view(
+        self,
+        clip_id: int,
+        request: gr.Request,
+        *,
+        message: str = "",
+        kind: str = "info",
+        keep_form: bool = False,
+        keep_media: bool = False,
+    ) -> dict:
         """All review components for `clip_id` (the form is refilled unless keep_form; the player and filmstrip
         are left alone with keep_media, so that saving or approving does not reload the video being watched)."""
         user = self.ctx.user(request)
@@ -105,8 +134,12 @@ class ReviewTab:
             self.header: render.header(clip, user.name, user.role),
             self.provenance: render.provenance(cap),
             self.history: render.history(versions),
-            self.adopt_choice: gr.update(choices=[(f"v{v['version']} ({v['source']}, {v['author']})", v["id"])
-                                                  for v in versions if not v["current"]], value=None),
+            self.adopt_choice: gr.update(
+                choices=[
+                    (f"v{v['version']} ({v['source']}, {v['author']})", v["id"]) for v in versions if not v["current"]
+                ],
+                value=None,
+            ),
             self.msg: render.message(message, kind),
             self.reload_btn: gr.update(visible=False),
             self.clip_id: clip["id"],
@@ -165,8 +198,9 @@ class ReviewTab:
         if clip_id is None or not self._dirty(clip_id, base, text, label_values):
             return base, None
         labels = self._labels(list(label_values))
-        cap = captions.save_human(self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name,
-                                  base_caption_id=base)
+        cap = captions.save_human(
+            self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name, base_caption_id=base
+        )
         return cap["id"], cap
 
     def _leave(self, form: tuple, request: gr.Request, go) -> dict:
@@ -178,8 +212,7 @@ class ReviewTab:
         except Conflict as e:
             return self._conflict(clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
-            return {self.msg: render.message(f"Your edit is not saved yet, so you stay on this clip: {e}",
-                                             "error")}
+            return {self.msg: render.message(f"Your edit is not saved yet, so you stay on this clip: {e}", "error")}
         note = f"Your edit was saved as version {saved['version']} of clip {int(clip_id)}. " if saved else ""
         return go(note)
 
@@ -192,7 +225,7 @@ class ReviewTab:
         db = self.ctx.db()
         f = self._queue_filter(fdict)
         desc = sort == "newest"
-        for anchor in ((after, None) if after is not None else (None,)):
+        for anchor in (after, None) if after is not None else (None,):
             rows = clips.page(db, f, after_id=anchor, limit=2, descending=desc)
             rows = [r for r in rows if r["id"] != after]
             if rows:
@@ -200,8 +233,21 @@ class ReviewTab:
         return None
 
     # -- handlers -------------------------------------------------------------------------------------
-    def save(self, clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-             weather, lighting, road_type, request: gr.Request):
+    def save(
+        self,
+        clip_id,
+        base,
+        review_base,
+        text,
+        scenario_category,
+        hazard_level,
+        road_users,
+        ego_maneuver,
+        weather,
+        lighting,
+        road_type,
+        request: gr.Request,
+    ):
         # one parameter per label (in taxonomy.ENUMS order): Gradio passes gr.Request only to a named parameter
         label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
         user = self.ctx.user(request)
@@ -209,41 +255,67 @@ class ReviewTab:
             raise gr.Error("Open a clip first.")
         try:
             labels = self._labels(list(label_values))
-            cap = captions.save_human(self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name,
-                                      base_caption_id=base)
+            cap = captions.save_human(
+                self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name, base_caption_id=base
+            )
         except Conflict as e:
             return self._conflict(clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
             return {self.msg: render.message(str(e), "error")}
-        return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok",
-                         keep_media=True)
+        return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True)
 
     def decide(self, status: str):
         """Approve / reject what the form shows (saving an edit first), then move to the next unreviewed
         clip of the filter (approve-and-next: one key per clip)."""
-        def handler(clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-                    weather, lighting, road_type, fdict, sort, request: gr.Request):
-            label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting,
-                            road_type]
+
+        def handler(
+            clip_id,
+            base,
+            review_base,
+            text,
+            scenario_category,
+            hazard_level,
+            road_users,
+            ego_maneuver,
+            weather,
+            lighting,
+            road_type,
+            fdict,
+            sort,
+            request: gr.Request,
+        ):
+            label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
             user = self.ctx.user(request)
             if clip_id is None:
                 raise gr.Error("Open a clip first.")
             try:
                 new_base, saved = self._autosave(clip_id, base, text, label_values, user)
-                captions.set_review(self.ctx.db(), int(clip_id), status=status, user=user.name,
-                                    base_caption_id=new_base,
-                                    base_review=None if saved else review_base)
+                captions.set_review(
+                    self.ctx.db(),
+                    int(clip_id),
+                    status=status,
+                    user=user.name,
+                    base_caption_id=new_base,
+                    base_review=None if saved else review_base,
+                )
             except Conflict as e:
                 return self._conflict(clip_id, e, request)
             except (DataError, taxonomy.InvalidLabels) as e:
                 return {self.msg: render.message(str(e), "error")}
-            done = (f"Saved your edit as version {saved['version']} and marked" if saved else "Marked") + \
-                f" clip {int(clip_id)} {status}."
+            done = (
+                f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
+            ) + f" clip {int(clip_id)} {status}."
             target = self.next_unreviewed_id(fdict, sort, int(clip_id))
             if target is None:
-                return self.view(clip_id, request, message=done + " No unreviewed clips left in this filter.",
-                                 kind="ok", keep_media=True)
+                return self.view(
+                    clip_id,
+                    request,
+                    message=done + " No unreviewed clips left in this filter.",
+                    kind="ok",
+                    keep_media=True,
+                )
             return self.view(target, request, message=done, kind="ok")
+
         handler.__name__ = f"review_{status}"
         return handler
 
@@ -252,14 +324,16 @@ class ReviewTab:
         if clip_id is None or caption_id in (None, ""):
             return {self.msg: render.message("Choose a version to adopt.", "error")}
         try:
-            cap = captions.adopt(self.ctx.db(), int(clip_id), caption_id=int(caption_id), author=user.name,
-                                 base_caption_id=base)
+            cap = captions.adopt(
+                self.ctx.db(), int(clip_id), caption_id=int(caption_id), author=user.name, base_caption_id=base
+            )
         except Conflict as e:
             return self._conflict(clip_id, e, request)
         except DataError as e:
             return {self.msg: render.message(str(e), "error")}
-        return self.view(clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok",
-                         keep_media=True)
+        return self.view(
+            clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok", keep_media=True
+        )
 
     def recaption(self, clip_id, request: gr.Request):
         user = self.ctx.user(request)
@@ -268,13 +342,22 @@ class ReviewTab:
         db = self.ctx.db()
         try:
             prompt = prompts.latest(db)
-            job_id = jobs.create_recaption(db, clip_id, user=user.name, role=user.role,
-                                           quota=self.ctx.settings.job_quota, prompt_id=prompt["id"],
-                                           params=JobParams.resolve(self.ctx.settings).to_dict())
+            job_id = jobs.create_recaption(
+                db,
+                clip_id,
+                user=user.name,
+                role=user.role,
+                quota=self.ctx.settings.job_quota,
+                prompt_id=prompt["id"],
+                params=JobParams.resolve(self.ctx.settings).to_dict(),
+            )
         except DataError as e:
             return render.message(str(e), "error")
-        return render.message(f"Re-caption requested: job {job_id}. The result arrives as a new version "
-                              "(a candidate if a human caption is current).", "ok")
+        return render.message(
+            f"Re-caption requested: job {job_id}. The result arrives as a new version "
+            "(a candidate if a human caption is current).",
+            "ok",
+        )
 
     def reload(self, clip_id, request: gr.Request):
         if clip_id is None:
@@ -282,10 +365,35 @@ class ReviewTab:
         return self.view(clip_id, request, message="Reloaded the current version.")
 
     def step(self, direction: int):
-        def handler(clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-                    weather, lighting, road_type, fdict, sort, request: gr.Request):
-            form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-                    weather, lighting, road_type)
+        def handler(
+            clip_id,
+            base,
+            review_base,
+            text,
+            scenario_category,
+            hazard_level,
+            road_users,
+            ego_maneuver,
+            weather,
+            lighting,
+            road_type,
+            fdict,
+            sort,
+            request: gr.Request,
+        ):
+            form = (
+                clip_id,
+                base,
+                review_base,
+                text,
+                scenario_category,
+                hazard_level,
+                road_users,
+                ego_maneuver,
+                weather,
+                lighting,
+                road_type,
+            )
             self.ctx.user(request)
             if clip_id is None:
                 return gr.skip()
@@ -296,19 +404,48 @@ class ReviewTab:
                     prev_id, next_id = next_id, prev_id
                 target = next_id if direction > 0 else prev_id
                 if target is None:
-                    return {**(self.view(clip_id, request, keep_media=True) if note else {}),
-                            self.msg: render.message(note + "No more clips in this filter in that direction.",
-                                                     "info")}
+                    return {
+                        **(self.view(clip_id, request, keep_media=True) if note else {}),
+                        self.msg: render.message(note + "No more clips in this filter in that direction.", "info"),
+                    }
                 return self.view(target, request, message=note, kind="ok" if note else "info")
+
             return self._leave(form, request, go)
+
         handler.__name__ = "next_clip" if direction > 0 else "previous_clip"
         return handler
 
-    def queue_next(self, clip_id, base, review_base, text, scenario_category, hazard_level, road_users,
-                   ego_maneuver, weather, lighting, road_type, fdict, sort, request: gr.Request):
+    def queue_next(
+        self,
+        clip_id,
+        base,
+        review_base,
+        text,
+        scenario_category,
+        hazard_level,
+        road_users,
+        ego_maneuver,
+        weather,
+        lighting,
+        road_type,
+        fdict,
+        sort,
+        request: gr.Request,
+    ):
         """The review queue: the next unreviewed clip of the Browse filter (saving the form first)."""
-        form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-                weather, lighting, road_type)
+        form = (
+            clip_id,
+            base,
+            review_base,
+            text,
+            scenario_category,
+            hazard_level,
+            road_users,
+            ego_maneuver,
+            weather,
+            lighting,
+            road_type,
+        )
         self.ctx.user(request)
 
         def go(note):
@@ -316,39 +453,76 @@ class ReviewTab:
             if target is None:
                 return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
+
         return self._leave(form, request, go)
 
-    def goto(self, target, clip_id, base, review_base, text, scenario_category, hazard_level, road_users,
-             ego_maneuver, weather, lighting, road_type, request: gr.Request):
+    def goto(
+        self,
+        target,
+        clip_id,
+        base,
+        review_base,
+        text,
+        scenario_category,
+        hazard_level,
+        road_users,
+        ego_maneuver,
+        weather,
+        lighting,
+        road_type,
+        request: gr.Request,
+    ):
         """Open clip `target` (browser Back/Forward, a Browse tile), saving the form first."""
-        form = (clip_id, base, review_base, text, scenario_category, hazard_level, road_users, ego_maneuver,
-                weather, lighting, road_type)
+        form = (
+            clip_id,
+            base,
+            review_base,
+            text,
+            scenario_category,
+            hazard_level,
+            road_users,
+            ego_maneuver,
+            weather,
+            lighting,
+            road_type,
+        )
         self.ctx.user(request)
         target = str(target or "").strip()
         if not target.isdigit() or (clip_id is not None and int(target) == int(clip_id)):
             return gr.skip()
-        return self._leave(form, request, lambda note: self.view(int(target), request, message=note,
-                                                                   kind="ok" if note else "info"))
+        return self._leave(
+            form, request, lambda note: self.view(int(target), request, message=note, kind="ok" if note else "info")
+        )
 
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.view_outputs()
         form = self.form_inputs()
         label_inputs = list(self.labels.values())
         nav = dict(show_progress="hidden")
-        self.save_btn.click(shows_errors(self.save), [self.clip_id, self.base, self.review_base, self.text,
-                                                      *label_inputs], outs, api_name="save_caption")
-        self.approve_btn.click(shows_errors(self.decide("approved")), form + [filter_state, sort_state], outs,
-                               api_name="approve", **nav)
-        self.reject_btn.click(shows_errors(self.decide("rejected")), form + [filter_state, sort_state], outs,
-                              api_name="reject", **nav)
-        self.adopt_btn.click(shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs,
-                             api_name="adopt")
+        self.save_btn.click(
+            shows_errors(self.save),
+            [self.clip_id, self.base, self.review_base, self.text, *label_inputs],
+            outs,
+            api_name="save_caption",
+        )
+        self.approve_btn.click(
+            shows_errors(self.decide("approved")), form + [filter_state, sort_state], outs, api_name="approve", **nav
+        )
+        self.reject_btn.click(
+            shows_errors(self.decide("rejected")), form + [filter_state, sort_state], outs, api_name="reject", **nav
+        )
+        self.adopt_btn.click(
+            shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs, api_name="adopt"
+        )
         self.recaption_btn.click(shows_errors(self.recaption), [self.clip_id], [self.msg], api_name="recaption")
         self.reload_btn.click(shows_errors(self.reload), [self.clip_id], outs, api_name="reload_clip")
-        self.next_btn.click(shows_errors(self.step(+1)), form + [filter_state, sort_state], outs,
-                            api_name="next_clip", **nav)
-        self.prev_btn.click(shows_errors(self.step(-1)), form + [filter_state, sort_state], outs,
-                            api_name="previous_clip", **nav)
-        self.queue_btn.click(shows_errors(self.queue_next), form + [filter_state, sort_state], outs,
-                             api_name="next_unreviewed", **nav)
+        self.next_btn.click(
+            shows_errors(self.step(+1)), form + [filter_state, sort_state], outs, api_name="next_clip", **nav
+        )
+        self.prev_btn.click(
+            shows_errors(self.step(-1)), form + [filter_state, sort_state], outs, api_name="previous_clip", **nav
+        )
+        self.queue_btn.click(
+            shows_errors(self.queue_next), form + [filter_state, sort_state], outs, api_name="next_unreviewed", **nav
+        )
         self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)

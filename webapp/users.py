@@ -19,9 +19,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from data import db as dbmod
-from data import settings as settings_mod
-from data import users
+from data import db as dbmod, settings as settings_mod, users
 from data.db import DataError
 
 
@@ -44,13 +42,16 @@ def ensure_admin(db, data_dir: Path) -> None:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(password + "\n")
-    print(f"created user 'admin' with password {password} (kept in {path}; change it with "
-          f"`python -m webapp.users passwd admin`)")
+    print(
+        f"created user 'admin' with password {password} (kept in {path}; change it with "
+        f"`python -m webapp.users passwd admin`)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m webapp.users", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m webapp.users", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     settings_mod.add_arguments(p, ["data_dir", "db"])
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("add", help="add a user, e.g. `add alice --role admin`")
@@ -65,8 +66,11 @@ def build_parser() -> argparse.ArgumentParser:
     pw = sub.add_parser("passwd", help="set a new password, e.g. `passwd bob`")
     pw.add_argument("name")
     pw.add_argument("--password-file")
-    sub.add_parser("ensure-admin", help="if there is no user yet, create `admin` with a random password, print it "
-                   "and keep it in DATA_DIR/admin-password (mode 0600), e.g. `ensure-admin`")
+    sub.add_parser(
+        "ensure-admin",
+        help="if there is no user yet, create `admin` with a random password, print it "
+        "and keep it in DATA_DIR/admin-password (mode 0600), e.g. `ensure-admin`",
+    )
     for cmd in ("disable", "enable"):
         d = sub.add_parser(cmd, help=f"{cmd} a user's login, e.g. `{cmd} bob`")
         d.add_argument("name")
