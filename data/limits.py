@@ -19,6 +19,7 @@ from typing import Any
 
 from data.db import DataError
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_CAPTION_CHARS = 20_000
 MAX_LABELS_BYTES = 8_192  # the taxonomy's longest valid label set is well under 1 KiB
 MAX_JOB_NAME_CHARS = 200
@@ -40,6 +41,10 @@ def check_text(value: str, limit: int, what: str) -> str:
         raise TooLarge(f"{what} is {len(value):,} characters; the limit is {limit:,}. Shorten it and try again.")
     if value is not None and "\x00" in value:
         raise DataError(f"{what} contains a NUL character; remove it and try again.")
+    if value is not None and _SURROGATE.search(value):
+        # a lone UTF-16 surrogate (a JSON "\ud800" escape from a script; no keyboard types one) is not text
+        # SQLite can store: refused with a message instead of an encoding error deep in the save
+        raise DataError(f"{what} contains an invalid character (a lone UTF-16 surrogate); remove it and try again.")
     return value
 
 

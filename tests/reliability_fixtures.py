@@ -250,7 +250,8 @@ class AnnotatorLoad:
             text = f"{name} edit {n} of clip {cid}: the pedestrian steps out {rng.random():.6f}"
             t = time.perf_counter()
             try:
-                out = session.call("save_caption", [None, None, text, *[LABELS[k] for k in taxonomy.ENUMS]])
+                # the form's states (clip, caption version, review state) come from the session, as in a tab
+                out = session.call("save_caption", [None, None, None, text, *[LABELS[k] for k in taxonomy.ENUMS]])
             except (httpx.HTTPError, OSError) as e:
                 ans = Answer(name, cid, text, seen, "dropped", (time.perf_counter() - t) * 1000, repr(e)[:200])
                 session.close()

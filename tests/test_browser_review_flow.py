@@ -340,29 +340,35 @@ def test_job_limits_hold_through_the_api(server):
 
 
 def test_an_over_long_caption_is_refused_through_the_api(server):
-    """The caption bound (data.limits) holds for a script calling Gradio's endpoint, not just the form."""
+    """The caption bound (data.limits) holds for a script driving Gradio's queue like a tab does (open a clip,
+    then save), not just for the form."""
     from data import limits
+    from tests.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
     d = db_of(server)
     try:
-        clip = next(d.query("SELECT id, current_caption_id FROM clips WHERE probe_error IS NULL ORDER BY id LIMIT 1"))
-        versions = d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip["id"]]).fetchone()[0]
+        clip_id = next(d.query("SELECT id FROM clips WHERE probe_error IS NULL ORDER BY id LIMIT 1"))["id"]
+        versions = d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip_id]).fetchone()[0]
     finally:
         d.close()
+    cookie = login_cookie(server.url, "ann")
+    session = GradioSession(server.url, cookie, dependencies(server.url, cookie))
     labels = ["other", "none", ["car"], "stopped", "clear", "daylight", "urban"]
-    c = server.client("ann")
     try:
-        kind, body = api_call(
-            c,
-            "save_caption",
-            [clip["id"], clip["current_caption_id"], None, "w" * (limits.MAX_CAPTION_CHARS + 1), *labels],
-        )
+        session.call("open_clip", event_data={"clip": clip_id})
+        try:
+            out = " ".join(
+                str(v)
+                for v in session.call("save_caption", [None, None, None, "w" * (limits.MAX_CAPTION_CHARS + 1), *labels])
+            )
+        except GradioError as e:
+            out = str(e)
     finally:
-        c.close()
-    assert f"the limit is {limits.MAX_CAPTION_CHARS:,}" in body, body[-500:]
+        session.close()
+    assert f"the limit is {limits.MAX_CAPTION_CHARS:,}" in out, out[-500:]
     d = db_of(server)
     try:
-        assert d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip["id"]]).fetchone()[0] == versions
+        assert d.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip_id]).fetchone()[0] == versions
     finally:
         d.close()
 

@@ -37,6 +37,9 @@ def test_note_and_nul_refused(db):
     cid = _clip(db)
     with pytest.raises(DataError, match="NUL"):
         captions.save_human(db, cid, text="a\x00b", labels=LABELS, author="ann", base_caption_id=None)
+    # a lone surrogate (a script's JSON "\ud800") is refused with a message, not an encoding error (R2 found it)
+    with pytest.raises(DataError, match="surrogate"):
+        captions.save_human(db, cid, text="a\ud800b", labels=LABELS, author="ann", base_caption_id=None)
     with pytest.raises(limits.TooLarge):
         captions.save_human(
             db,
@@ -283,6 +286,7 @@ def test_annotator_recaption_quota_and_failed_clips(db, settings):
     n = db.execute("SELECT COUNT(*) FROM jobs WHERE created_by = 'ann'").fetchone()[0]
     print(f"R10: annotator re-caption quota 5/h: {n} jobs created of 41 requests")
     assert n == 5 and results.count("ok") == 4 and any("annotators may start 5" in r for r in results)
-    # a lead has no quota
-    for cid in good[30:38]:
+    # a lead has no quota (on clips of their own: which of the spammed clips got a job depends on the race)
+    mine = [db["clips"].insert({"path": f"lead{i}.mp4", "size": 1, "ingested_at": 0}).last_pk for i in range(8)]
+    for cid in mine:
         jobs.create_recaption(db, cid, user="lead", role="lead", quota=5, prompt_id=None)

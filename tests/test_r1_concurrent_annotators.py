@@ -47,7 +47,10 @@ def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: i
 def test_r1_twenty_annotators_and_a_job_lose_nothing(settings, tmp_path):
     out = run_r1(settings, tmp_path, seconds=15)
     print("R1 fast:", out)
-    assert out["acknowledged"] >= 100, out
+    # the promise (0 lost, 0 silent overwrites, every stale save an explicit conflict) is asserted inside run_r1;
+    # this only guards that the run exercised it. Save throughput is a printed figure, not a timed assertion:
+    # it varies 2x with the machine (84-130 acknowledged saves in 15 s on the same 2-core VM, old code included)
+    assert out["acknowledged"] >= 30, out
     assert out["conflicts"] >= 1, "the load should produce stale saves (it did not: too little overlap)"
     assert out["machine_captions"] >= 40, out
 

@@ -92,7 +92,7 @@ class Versions(RuleBasedStateMachine):
     @rule(
         i=st.integers(0, CLIPS_PER_RUN - 1),
         stale=st.booleans(),
-        text=st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=20),
+        text=st.text(st.characters(codec="utf-8", exclude_characters="\x00"), min_size=1, max_size=20),
     )
     def human_edit(self, i, stale, text):
         clip = self.clips[i]

@@ -177,7 +177,10 @@ class ReviewTab:
         return out
 
     def _dirty(self, clip_id, base, text, label_values) -> bool:
-        """Does the form differ from the version it was loaded from?"""
+        """Does the form differ from the version it was loaded from? A form sent without any values (a script
+        driving the queue; a browser always sends the textbox's string) carries no edit."""
+        if text is None and all(v is None for v in label_values):
+            return False
         cap = captions.get(self.ctx.db(), base) if base is not None else None
         if cap is None:
             return bool((text or "").strip()) or any(v for v in label_values)
