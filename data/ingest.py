@@ -578,7 +578,9 @@ def ingest(
             from tqdm import tqdm
 
             bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
-        pool = WorkerPool(min(workers, len(tasks)), timeout, memory_mib, attempts=attempts) if tasks else None
+        # a CUDA context reserves tens of GiB of address space: RLIMIT_AS would stop NVDEC workers from starting
+        cap = 0 if resolved == "nvdec" else memory_mib
+        pool = WorkerPool(min(workers, len(tasks)), timeout, cap, attempts=attempts) if tasks else None
         try:
             for res in pool.run(iter(tasks)) if pool else ():
                 e = by_rel[res["rel"]]
