@@ -14,7 +14,7 @@ from benchmarks.node.clips import stage_clips
 from benchmarks.node.context import CHILDREN, SIM_NOTE, STAGES, Ctx, say, write
 from benchmarks.node.gputest import stage_gputest
 from benchmarks.node.kill import stage_kill
-from benchmarks.node.launch import stage_launch
+from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
 from serving import launcher, procs
@@ -63,27 +63,52 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
     )
     cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False)
     print("# kill-stage replica:\n" + launcher._shell(cmd, env))
-    extra = [] if ctx.sim else [t for tok in ctx.vllm_extra(benchmark=False) for t in ("--vllm-arg", shlex.quote(tok))]
-    print(
-        "# launch:\n"
-        + shlex.join(
-            [
-                "./launch.sh",
-                "--fleet",
-                ctx.fleet,
-                "--detach",
-                "--no-install",
-                *(["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]),
-                *extra,
-            ]
-        )
-    )
+    print("# launch:\n" + shlex.join(launch_command(ctx)))
     print(
         f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
         f"{' CW_GPU_DUMMY=1' if ctx.a.dummy else ''}{' CW_GPU_REHEARSE=sim' if ctx.sim else ''} "
         f"python3 -m pytest -m gpu tests/test_gpu_fleet.py"
     )
     return 0
+
+
+# The plain options: (flag, default, help). The default's type is the option's type; False makes a switch.
+OPTIONS: tuple[tuple[str, object, str], ...] = (
+    ("--gpus", "", "GPUs to use (default: every GPU nvidia-smi lists)"),
+    ("--sim-replicas", 8, "simulated replicas with --fleet sim (default 8)"),
+    ("--replicas", "", "replica counts of the scaling stage, e.g. 1,2 (default: 1,2,4,... up to the fleet size)"),
+    ("--decoders", "nvdec,opencv", "decoders of the scaling stage (default nvdec,opencv)"),
+    ("--model", "Qwen/Qwen3-VL-8B-Instruct", "model folder or id the replicas serve"),
+    ("--dummy", False, "random weights (--load-format dummy + compact JSON)"),
+    ("--vllm-version", None, "vLLM version to build flags for (default: installed)"),
+    ("--clips", 1000, "distinct clips for the GPU test (default 1000)"),
+    ("--small-clips", False, "tiny clips (90p, 2 s): rehearsals only"),
+    ("--clip-cache", None, "where generated clips are kept (default WORK/clip-cache)"),
+    ("--work", "/tmp/cw-node-run", "data dirs of the stages (default /tmp/cw-node-run)"),
+    ("--workers", 0, "processes for clip generation and ingest (default: cores)"),
+    ("--per-replica-clips", 120, "clips per replica in each scaling job (default 120: ~30 s at 4 clips/s per GPU)"),
+    ("--warmup", 8, "warm-up clips per replica before each decoder's runs"),
+    ("--kill-clips", 600, "clips in the kill job (default 600)"),
+    (
+        "--kill-at",
+        0.3,
+        "kill when this share of the job is finished and the victim has requests running (0: as soon as it has; "
+        "small rehearsals finish too fast for more)",
+    ),
+    ("--kill-replica", 1, "index of the replica to kill (default 1)"),
+    ("--launch-clips", 24, "clips launch.sh ingests before the fleet starts (default 24: the start-up is the figure)"),
+    ("--max-tokens", 320, "output token limit per caption (default 320)"),
+    ("--base-port", 8000, "replica i listens on BASE+i (default 8000)"),
+    ("--router-port", 30000, "router port (default 30000)"),
+    ("--router-prometheus-port", 29000, "router's Prometheus metrics port (default 29000)"),
+    ("--app-port", 7860, "web app port of the launch stage (default 7860)"),
+    ("--sim-speed", 1.0, "simulated latency factor (default 1)"),
+    ("--no-router", False, "measure without vllm-router (runner spreads itself)"),
+    ("--no-mps", False, "no CUDA MPS daemon in the scaling and kill stages"),
+    ("--startup-timeout", 1800.0, "seconds for a fleet to come up"),
+    ("--dry-run", False, "print the commands the stages would start; start nothing"),
+    ("--stage-timeout", 5400.0, "seconds for the GPU test (default 90 min)"),
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -102,56 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="gpu: vLLM replicas; sim: simulated replicas (rehearsal); auto: gpu where nvidia-smi lists GPUs",
     )
-    p.add_argument("--gpus", default="", help="GPUs to use (default: every GPU nvidia-smi lists)")
-    p.add_argument("--sim-replicas", type=int, default=8, help="simulated replicas with --fleet sim (default 8)")
-    p.add_argument(
-        "--replicas",
-        default="",
-        help="replica counts of the scaling stage, e.g. 1,2 (default: 1,2,4,... up to the fleet size)",
-    )
-    p.add_argument("--decoders", default="nvdec,opencv", help="decoders of the scaling stage (default nvdec,opencv)")
-    p.add_argument("--model", default="Qwen/Qwen3-VL-8B-Instruct", help="model folder or id the replicas serve")
-    p.add_argument("--dummy", action="store_true", help="random weights (--load-format dummy + compact JSON)")
     p.add_argument("--vllm-arg", action="append", default=[], metavar="ARG", help="extra vLLM argument (repeatable)")
-    p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: installed)")
-    p.add_argument("--clips", type=int, default=1000, help="distinct clips for the GPU test (default 1000)")
-    p.add_argument("--small-clips", action="store_true", help="tiny clips (90p, 2 s): rehearsals only")
-    p.add_argument("--clip-cache", default=None, help="where generated clips are kept (default WORK/clip-cache)")
-    p.add_argument("--work", default="/tmp/cw-node-run", help="data dirs of the stages (default /tmp/cw-node-run)")
-    p.add_argument("--workers", type=int, default=0, help="processes for clip generation and ingest (default: cores)")
-    p.add_argument(
-        "--per-replica-clips",
-        type=int,
-        default=120,
-        help="clips per replica in each scaling job (default 120: ~30 s at 4 clips/s per GPU)",
-    )
-    p.add_argument("--warmup", type=int, default=8, help="warm-up clips per replica before each decoder's runs")
-    p.add_argument("--kill-clips", type=int, default=600, help="clips in the kill job (default 600)")
-    p.add_argument(
-        "--kill-at",
-        type=float,
-        default=0.3,
-        help="kill when this share of the job is finished and the victim has requests running (0: as "
-        "soon as it has; small rehearsals finish too fast for more)",
-    )
-    p.add_argument("--kill-replica", type=int, default=1, help="index of the replica to kill (default 1)")
-    p.add_argument(
-        "--launch-clips",
-        type=int,
-        default=24,
-        help="clips launch.sh ingests before starting the fleet (default 24: the start-up is the figure)",
-    )
-    p.add_argument("--max-tokens", type=int, default=320, help="output token limit per caption (default 320)")
-    p.add_argument("--base-port", type=int, default=8000, help="replica i listens on BASE+i (default 8000)")
-    p.add_argument("--router-port", type=int, default=30000, help="router port (default 30000)")
-    p.add_argument("--router-prometheus-port", type=int, default=29000)
-    p.add_argument("--app-port", type=int, default=7860, help="web app port of the launch stage (default 7860)")
-    p.add_argument("--sim-speed", type=float, default=1.0, help="simulated latency factor (default 1)")
-    p.add_argument("--no-router", action="store_true", help="measure without vllm-router (runner spreads itself)")
-    p.add_argument("--no-mps", action="store_true", help="no CUDA MPS daemon in the scaling and kill stages")
-    p.add_argument("--startup-timeout", type=float, default=1800, help="seconds for a fleet to come up")
-    p.add_argument("--dry-run", action="store_true", help="print the commands the stages would start; start nothing")
-    p.add_argument("--stage-timeout", type=float, default=5400, help="seconds for the GPU test (default 90 min)")
+    for flag, default, text in OPTIONS:
+        if default is False:
+            p.add_argument(flag, action="store_true", help=text)
+        else:
+            p.add_argument(flag, type=str if default is None else type(default), default=default, help=text)
     return p
 
 

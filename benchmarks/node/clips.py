@@ -5,11 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 
-from benchmarks.node.context import Ctx, run_logged, say
+from benchmarks.node.context import Ctx, run_module, say
 
 
 def clip_args(ctx: Ctx) -> list[str]:
@@ -31,33 +30,14 @@ def clip_library(ctx: Ctx, count: int | None = None) -> Path:
     if have >= count:
         return d
     say(
-        f"generating {count} distinct clips into {d} on {ctx.a.workers or os.cpu_count()} processes "
+        f"generating {count} distinct clips into {d} on {ctx.workers} processes "
         f"({have} there already; cached for later runs)"
     )
     log = ctx.logs / "clips.log"
     t = time.time()
-    rc = run_logged(
-        [
-            sys.executable,
-            "-m",
-            "data.demo",
-            str(d / "library"),
-            "--count",
-            str(count),
-            "--realistic",
-            "--no-broken",
-            "--workers",
-            str(ctx.a.workers or os.cpu_count() or 1),
-            *clip_args(ctx),
-        ],
-        log,
-        ctx.env,
-    )
-    if rc != 0:
-        raise RuntimeError(f"clip generation failed (exit {rc}); see {log}")
-    rc = run_logged([sys.executable, "-m", "data.demo", str(d / "hostile"), "--hostile"], log, ctx.env)
-    if rc != 0:
-        raise RuntimeError(f"hostile corpus failed (exit {rc}); see {log}")
+    library = ["--count", str(count), "--realistic", "--no-broken", "--workers", str(ctx.workers), *clip_args(ctx)]
+    run_module(ctx, "data.demo", [str(d / "library"), *library], log, "clip generation")
+    run_module(ctx, "data.demo", [str(d / "hostile"), "--hostile"], log, "hostile corpus")
     (d / ".complete").write_text(
         json.dumps({"clips": count, "seconds": round(time.time() - t, 1), "generated_now": count - have})
     )
@@ -88,6 +68,14 @@ def link_tree(src: Path, dst: Path, limit: int | None = None) -> int:
     return sum(f.suffix == ".mp4" for f in files)
 
 
+def fresh_clips(ctx: Ctx, folder: Path, into: str, count: int) -> int:
+    """Empty `folder`, then link the first `count` cached clips into folder/`into` (the cache grows to `count`
+    first); returns how many clips are there."""
+    lib = clip_library(ctx, count)
+    shutil.rmtree(folder, ignore_errors=True)
+    return link_tree(lib / "library", folder / into, limit=count)
+
+
 def stage_clips(ctx: Ctx) -> dict:
     t = time.time()
     d = clip_library(ctx, ctx.a.clips)
@@ -107,22 +95,5 @@ def stage_clips(ctx: Ctx) -> dict:
 
 def ingest(ctx: Ctx, data_dir: Path, clip_root: Path, log: Path) -> None:
     # PyAV on the CPU: the NVDEC path is slower for thumbnails (docs/GPU.md) and the GPUs are not up yet
-    rc = run_logged(
-        [
-            sys.executable,
-            "-m",
-            "data.ingest",
-            str(clip_root),
-            "--data-dir",
-            str(data_dir),
-            "--decoder",
-            "pyav",
-            "--quiet",
-            "--workers",
-            str(ctx.a.workers or os.cpu_count() or 1),
-        ],
-        log,
-        ctx.env,
-    )
-    if rc != 0:
-        raise RuntimeError(f"ingest failed (exit {rc}); see {log}")
+    args = [str(clip_root), "--data-dir", str(data_dir), "--decoder", "pyav", "--quiet", "--workers", str(ctx.workers)]
+    run_module(ctx, "data.ingest", args, log, "ingest")

@@ -87,6 +87,11 @@ class Ctx:
     def sim(self) -> bool:
         return self.fleet == "sim"
 
+    @property
+    def workers(self) -> int:
+        """Processes for clip generation and ingest: --workers, or every core."""
+        return self.a.workers or os.cpu_count() or 1
+
     def settings(self, data_dir: Path, clip_root: Path):
         from data.settings import Settings
 
@@ -205,6 +210,13 @@ def run_logged(cmd: list[str], log: Path, env: dict, timeout: float | None = Non
             raise
         f.write(f"[exit {rc} after {time.time() - t:.1f} s]\n")
     return rc
+
+
+def run_module(ctx: Ctx, module: str, args: list[str], log: Path, what: str) -> None:
+    """`python -m module args` to completion (run_logged); a failure raises: `what` failed, see its log."""
+    rc = run_logged([sys.executable, "-m", module, *args], log, ctx.env)
+    if rc != 0:
+        raise RuntimeError(f"{what} failed (exit {rc}); see {log}")
 
 
 def interrupt_group(p: subprocess.Popen, grace: float = 60.0) -> None:

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import sys
 import time
 
-from benchmarks.node.clips import clip_library, link_tree
+from benchmarks.node.clips import fresh_clips
 from benchmarks.node.context import Ctx, run_logged, say
 from serving import procs
 
 
 def stage_gputest(ctx: Ctx) -> dict:
-    lib = clip_library(ctx, ctx.a.clips)
     clip_root = ctx.work / "gputest-clips"
-    shutil.rmtree(clip_root, ignore_errors=True)
     # the test's clip root: library/ linked from the cache (exactly --clips clips); the test writes hostile/
     # itself (with a cut-in-half library clip)
-    link_tree(lib / "library", clip_root / "library", limit=ctx.a.clips)
+    fresh_clips(ctx, clip_root, "library", ctx.a.clips)
     out = ctx.out / "gputest"
     out.mkdir(exist_ok=True)
     env = {

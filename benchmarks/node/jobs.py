@@ -3,22 +3,19 @@ through our runner (serving.runner.run_job), and what a job left behind."""
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 from pathlib import Path
 
-from benchmarks.node.clips import clip_library, ingest, link_tree
+from benchmarks.node.clips import fresh_clips, ingest
 from benchmarks.node.context import Ctx, say
 
 
 def prepare_db(ctx: Ctx, name: str, clips: int) -> tuple[object, Path]:
     """A data dir with `clips` cached clips linked in and ingested; returns (settings, data_dir)."""
-    lib = clip_library(ctx, clips)
     data_dir = ctx.work / name
-    shutil.rmtree(data_dir, ignore_errors=True)
     clip_root = data_dir / "clips"
-    link_tree(lib / "library", clip_root, limit=clips)
+    fresh_clips(ctx, data_dir, "clips", clips)
     t = time.time()
     ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log")
     say(f"{name}: {clips} clips ingested in {time.time() - t:.1f} s")

@@ -11,18 +11,25 @@ from pathlib import Path
 
 import httpx
 
-from benchmarks.node.clips import clip_library, link_tree
+from benchmarks.node.clips import fresh_clips
 from benchmarks.node.context import ANSI, ROOT, Ctx, interrupt_group, say
 from serving import procs
 
 
+def launch_command(ctx: Ctx, *where: str) -> list[str]:
+    """./launch.sh for this run's fleet, detached; `where`: the stage's --data-dir, --clip-root and --port."""
+    cmd = ["./launch.sh", *where, "--fleet", ctx.fleet, "--detach", "--no-install"]
+    cmd += ["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]
+    for token in [] if ctx.sim else ctx.vllm_extra(benchmark=False):
+        cmd += ["--vllm-arg", shlex.quote(token)]  # the launcher shlex-splits each: keep JSON quotes
+    return cmd
+
+
 def stage_launch(ctx: Ctx) -> dict:
     """./launch.sh --detach, timed, with every component's first healthy answer; then ./launch.sh stop."""
-    lib = clip_library(ctx, ctx.a.launch_clips)
     data_dir = ctx.work / "launch"
-    shutil.rmtree(data_dir, ignore_errors=True)
     clip_root = data_dir / "clips"
-    n = link_tree(lib / "library", clip_root, limit=ctx.a.launch_clips)
+    n = fresh_clips(ctx, data_dir, "clips", ctx.a.launch_clips)
     app_port = ctx.a.app_port
     env = {
         **ctx.env,
@@ -30,22 +37,7 @@ def stage_launch(ctx: Ctx) -> dict:
         "CW_ROUTER_PORT": str(ctx.a.router_port),
         "CW_MODEL": ctx.a.model,
     }
-    cmd = [
-        "./launch.sh",
-        "--data-dir",
-        str(data_dir),
-        "--clip-root",
-        str(clip_root),
-        "--port",
-        str(app_port),
-        "--fleet",
-        ctx.fleet,
-        "--detach",
-        "--no-install",
-    ]
-    cmd += ["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]
-    for token in [] if ctx.sim else ctx.vllm_extra(benchmark=False):
-        cmd += ["--vllm-arg", shlex.quote(token)]  # the launcher shlex-splits each: keep JSON quotes
+    cmd = launch_command(ctx, "--data-dir", str(data_dir), "--clip-root", str(clip_root), "--port", str(app_port))
     s = ctx.settings(data_dir, clip_root)
     probes = {
         f"replica-{g}": f"http://127.0.0.1:{s.fleet_port + (g if not ctx.sim else k)}/health"
@@ -70,6 +62,10 @@ def stage_launch(ctx: Ctx) -> dict:
                         pass
                 stop.wait(0.25)
 
+    def launch_stop(log_file) -> int:  # ./launch.sh stop of this data dir, its output in the stage's log
+        cmd = ["./launch.sh", "stop", "--data-dir", str(data_dir)]
+        return subprocess.run(cmd, env=env, cwd=ROOT, stdout=log_file, stderr=subprocess.STDOUT, timeout=300).returncode
+
     poller = threading.Thread(target=poll, daemon=True)
     poller.start()
     say(f"launch: {shlex.join(cmd)}")
@@ -92,14 +88,7 @@ def stage_launch(ctx: Ctx) -> dict:
             rc = 124
         except BaseException:  # interrupted: whatever launch.sh started must not outlive this script
             interrupt_group(p, grace=10)
-            subprocess.run(
-                ["./launch.sh", "stop", "--data-dir", str(data_dir)],
-                env=env,
-                cwd=ROOT,
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                timeout=300,
-            )
+            launch_stop(f)
             raise
         total = round(time.time() - t0, 1)
         stop.wait(2.0) if len(ready) < len(probes) else None
@@ -107,14 +96,7 @@ def stage_launch(ctx: Ctx) -> dict:
         poller.join(timeout=5)
         runner_s = runner_heartbeat(data_dir, t0, deadline=time.time() + 15) if rc == 0 else None
         say(f"launch: exit {rc} after {total} s; stopping it")
-        stop_rc = subprocess.run(
-            ["./launch.sh", "stop", "--data-dir", str(data_dir)],
-            env=env,
-            cwd=ROOT,
-            stdout=f,
-            stderr=subprocess.STDOUT,
-            timeout=300,
-        ).returncode
+        stop_rc = launch_stop(f)
         if p.poll() is None:
             procs.stop_group(p.pid, p.pid, grace=10, popen=p)
 
