@@ -4,6 +4,8 @@
 (schema-valid labels, provenance) or raises a `serving.errors.FleetError` subclass saying whether a retry
 can help. Retrying, spreading over replicas and bounding concurrency are the runner's job; `backoff()`
 is the delay it should wait between attempts.
+What the answer means (status codes, decode failures, the caption and its labels) is read by
+serving.answers.
 
 The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 - the clip goes as a `video_url` content part. For `file://` URLs vLLM does
@@ -26,7 +28,6 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import re
@@ -40,27 +41,19 @@ from urllib.parse import quote, unquote
 import httpx
 
 from data import limits, prompts, taxonomy
-from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
+
+# the answer's reading lives in serving.answers; its names stay importable from here, where callers found them
+from serving.answers import (
+    DECODE_FAILURE_MARKERS,
+    MISSING_FILE_MARKERS,
+    classify_status,
+    error_message,
+    parse_answer,
+    token_count,
+)
+from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
-
-# A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help. Each marker
-# is what real vLLM 0.25 + NVDEC answered (tests/data/vllm-0.25.0-answers.json): CreateFormatContext for data that
-# is not a video, SimpleDecoder for a container without a video stream, "list index out of range" for an MP4
-# whose media data is cut short (the frame sampler indexes frames that are not there).
-DECODE_FAILURE_MARKERS = (
-    "CreateFormatContext",
-    "Invalid data found",
-    "Could not open video",
-    "moov atom not found",
-    "Error opening video",
-    "Failed to decode video",
-    "SimpleDecoder",
-    "Could not find stream",
-    "list index out of range",
-)
-# vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
-MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 POOLS_PER_REPLICA = 4
 MAX_ANSWER_BYTES = limits.MAX_ANSWER_BYTES
 URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
@@ -158,97 +151,9 @@ def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None
     return "file://" + quote(os.fsencode(str(target)), safe="/")
 
 
-def _count(value: Any) -> int | None:
-    """A token count from the answer, or None for anything that is not a sane integer."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 10**9 else None
-
-
 def _schema_name(prompt: dict) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(prompt.get("name") or "caption"))[:48] or "caption"
     return f"{name}_v{prompt.get('version', 1)}"
-
-
-def _error_message(resp: httpx.Response) -> str:
-    try:
-        body = resp.json()
-        err = body.get("error") if isinstance(body, dict) else None
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-        if isinstance(body, dict) and body.get("detail"):
-            return str(body["detail"])
-        if isinstance(body, dict) and body.get("message"):
-            return str(body["message"])
-    except (ValueError, AttributeError):
-        pass
-    return resp.text[:500] or resp.reason_phrase
-
-
-def classify_status(status: int, message: str, replica: str | None = None) -> FleetError:
-    """The FleetError for a non-200 answer, as vLLM and vllm-router use the codes: 400/413/422 are the clip's
-    fault (never retried), 429/503 mean overloaded or engine dead (retry with backoff), other 5xx are retried a
-    few times elsewhere, except a 500 whose message shows a decode failure or a missing file: that is the
-    clip's fault."""
-    text = f"HTTP {status}: {message}"
-    if status in (400, 413, 422):
-        return ClipRejected(text, status=status, replica=replica, kind="bad_request")
-    if status in (429, 503):
-        return Overloaded(text, status=status, replica=replica)
-    if status == 500 and any(m in message for m in DECODE_FAILURE_MARKERS):
-        return ClipRejected(text, status=status, replica=replica, kind="decode")
-    if status == 500 and any(m in message for m in MISSING_FILE_MARKERS):
-        return ClipRejected(text, status=status, replica=replica, kind="missing")
-    if status >= 500 or status == 408:
-        return ReplicaError(text, status=status, replica=replica)
-    # 401/403/404 (wrong model name, auth): no retry helps; the message says what to fix.
-    return ClipRejected(text, status=status, replica=replica, kind=f"http_{status}")
-
-
-# C0 controls and DEL, which grammar-constrained decoding can emit raw inside a JSON string (seen on vLLM 0.25 +
-# xgrammar: json.loads -> "Invalid control character"); tabs and newlines are kept
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
-_SURROGATE = re.compile(r"[\ud800-\udfff]")
-
-
-def _clean_text(value: str) -> str:
-    """Model text fit to store and show: raw control characters become spaces, lone surrogates (legal as JSON
-    escapes, not encodable as UTF-8) become U+FFFD, runs of spaces collapse, ends are trimmed."""
-    value = _SURROGATE.sub("\ufffd", _CONTROL.sub(" ", value))
-    return re.sub(r"[ ]{2,}", " ", value).strip()
-
-
-def parse_answer(content: Any, schema: dict, *, replica: str | None = None) -> tuple[str, dict]:
-    """(caption, labels) from a finished answer's message content, or BadAnswer carrying the raw text.
-
-    Tolerant where the grammar is lenient and the meaning is clear: raw control characters inside strings are
-    accepted (`strict=False`) and cleaned, surrounding whitespace is ignored; a caption that is blank after
-    cleaning, JSON that is not one object, or labels off the taxonomy are refused."""
-    raw = content if isinstance(content, str) else None
-    try:
-        answer = json.loads(content or "", strict=False)
-    except (ValueError, TypeError) as e:
-        raise BadAnswer(
-            f"the answer is not JSON ({e}): {str(content)[:200]!r}",
-            status=200,
-            replica=replica,
-            kind="invalid_json",
-            raw=raw,
-        ) from None
-    if not isinstance(answer, dict):
-        raise BadAnswer(
-            f"the answer is JSON but not an object: {str(content)[:200]!r}",
-            status=200,
-            replica=replica,
-            kind="schema",
-            raw=raw,
-        )
-    if isinstance(answer.get("caption"), str):
-        answer["caption"] = _clean_text(answer["caption"])
-        if not answer["caption"]:
-            raise BadAnswer("the answer's caption is empty", status=200, replica=replica, kind="schema", raw=raw)
-    try:
-        return taxonomy.split_answer(answer, schema)
-    except taxonomy.InvalidLabels as e:
-        raise BadAnswer(str(e), status=200, replica=replica, kind="schema", raw=raw) from None
 
 
 class FleetClient:
@@ -385,7 +290,7 @@ class FleetClient:
             or replica_url
         )
         if resp.status_code != 200:
-            raise classify_status(resp.status_code, _error_message(resp), replica)
+            raise classify_status(resp.status_code, error_message(resp), replica)
         return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
 
     async def _read_bounded(self, replica_url: str, body: dict) -> httpx.Response:
@@ -457,8 +362,8 @@ class FleetClient:
             "replica": limits.clip_text(replica),
             "decode_backend": limits.clip_text(resp.headers.get("x-decode-backend") or self.decode_backend),
             "latency_ms": round(latency_ms, 1),
-            "prompt_tokens": _count(usage.get("prompt_tokens")),
-            "completion_tokens": _count(usage.get("completion_tokens")),
+            "prompt_tokens": token_count(usage.get("prompt_tokens")),
+            "completion_tokens": token_count(usage.get("completion_tokens")),
             "finish_reason": limits.clip_text(finish),
             "simulated": bool(simulated),
         }
@@ -473,7 +378,7 @@ class FleetClient:
         except httpx.TransportError as e:
             raise Unreachable(f"cannot reach {replica_url}: {e}", replica=replica_url, kind="connect") from None
         if resp.status_code != 200:
-            raise classify_status(resp.status_code, _error_message(resp), replica_url)
+            raise classify_status(resp.status_code, error_message(resp), replica_url)
         return [m["id"] for m in resp.json().get("data", [])]
 
     async def aclose(self) -> None:
@@ -504,5 +409,8 @@ __all__ = [
     "clip_url",
     "resolve_clip",
     "classify_status",
+    "parse_answer",
+    "DECODE_FAILURE_MARKERS",
+    "MISSING_FILE_MARKERS",
     "DEFAULT_DECODE_BACKEND",
 ]

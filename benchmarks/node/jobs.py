@@ -1,0 +1,115 @@
+"""The database side of the scaling and kill stages: a data dir with clips ingested, caption jobs run
+through our runner (serving.runner.run_job), and what a job left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+from benchmarks.node.clips import fresh_clips, ingest
+from benchmarks.node.context import Ctx, say
+
+
+def prepare_db(ctx: Ctx, name: str, clips: int) -> tuple[object, Path]:
+    """A data dir with `clips` cached clips linked in and ingested; returns (settings, data_dir)."""
+    data_dir = ctx.work / name
+    clip_root = data_dir / "clips"
+    fresh_clips(ctx, data_dir, "clips", clips)
+    t = time.time()
+    ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log")
+    say(f"{name}: {clips} clips ingested in {time.time() - t:.1f} s")
+    return ctx.settings(data_dir, clip_root), data_dir
+
+
+def good_clip_ids(settings) -> list[int]:
+    from data import db as dbmod
+
+    db = dbmod.connect(settings.db)
+    try:
+        return [r["id"] for r in db.query("SELECT id FROM clips WHERE probe_error IS NULL ORDER BY id")]
+    finally:
+        db.close()
+
+
+def new_job(settings, name: str, clip_ids: list[int]) -> int:
+    from data import db as dbmod, jobs, prompts
+
+    db = dbmod.connect(settings.db)
+    try:
+        prompt = prompts.latest(db)
+        return jobs.create(
+            db,
+            name=name,
+            created_by="node_run",
+            clip_ids=clip_ids,
+            prompt_id=prompt["id"],
+            params={"frames": settings.frames, "max_tokens": settings.max_tokens, "temperature": settings.temperature},
+        )
+    finally:
+        db.close()
+
+
+def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[dict, float]:
+    """Run job `job_id` to its end through our runner (serving.runner.run_job); (final progress, seconds)."""
+    from serving.runner import run_job
+
+    t = time.time()
+    prog = run_job(settings, job_id, urls, replicas=replicas, stop_event=threading.Event())
+    return prog, time.time() - t
+
+
+def job_check(settings, job_id: int) -> dict:
+    """What the job left: items per state, clips without a caption, clips with more than one."""
+    from data import db as dbmod, jobs
+
+    db = dbmod.connect(settings.db)
+    try:
+        c = jobs.counts(db, job_id)
+        state = jobs.get(db, job_id)["state"]
+        missing = [
+            r["clip_id"]
+            for r in db.query(
+                "SELECT i.clip_id FROM job_items i JOIN clips k ON k.id = i.clip_id WHERE i.job_id = ? AND "
+                "k.probe_error IS NULL AND NOT EXISTS (SELECT 1 FROM captions c WHERE c.job_id = i.job_id AND "
+                "c.clip_id = i.clip_id)",
+                [job_id],
+            )
+        ]
+        dup = [
+            r["clip_id"]
+            for r in db.query(
+                "SELECT clip_id FROM captions WHERE job_id = ? GROUP BY clip_id HAVING COUNT(*) > 1", [job_id]
+            )
+        ]
+        failed = {
+            r["clip_id"]: r["last_error"]
+            for r in db.query(
+                "SELECT clip_id, last_error FROM job_items WHERE job_id = ? AND state = 'failed'", [job_id]
+            )
+        }
+        attempts = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[
+            0
+        ]
+        job = jobs.get(db, job_id)
+        last = db.execute("SELECT MAX(finished_at) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
+        span = (last - job["started_at"]) if last and job.get("started_at") else None
+        replicas = {
+            r["replica"]: r["n"]
+            for r in db.query("SELECT replica, COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY replica", [job_id])
+        }
+    finally:
+        db.close()
+    return {
+        "state": state,
+        "counts": c,
+        "missing": len(missing),
+        "missing_ids": missing[:20],
+        "duplicated": len(dup),
+        "duplicated_ids": dup[:20],
+        "failed": len(failed),
+        "failed_errors": dict(list(failed.items())[:10]),
+        "attempts": attempts,
+        "captions_by_replica": replicas,
+        "span_s": round(span, 3) if span else None,
+    }

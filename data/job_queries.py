@@ -1,0 +1,126 @@
+"""Reading jobs: one job, the list, what a runner should work on, items per state, progress with a throughput
+series, failures and the load per replica. Nothing here writes (data.jobs creates and changes jobs,
+data.job_items works their items)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Iterable
+
+import sqlite_utils
+
+from data.db import NotFound, now
+
+JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
+ACTIVE = ("queued", "running")
+
+
+def _decode(row: dict) -> dict:
+    row = dict(row)
+    for key in ("selection", "params"):
+        if row.get(key):
+            row[key] = json.loads(row[key])
+    return row
+
+
+def get(db: sqlite_utils.Database, job_id: int) -> dict:
+    row = next(db.query("SELECT * FROM jobs WHERE id = ?", [job_id]), None)
+    if row is None:
+        raise NotFound(f"job {job_id} does not exist")
+    return _decode(row)
+
+
+def list_jobs(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
+    return [_decode(r) for r in db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", [limit])]
+
+
+def runnable(db: sqlite_utils.Database) -> list[dict]:
+    """Jobs a runner should work on now, oldest first."""
+    return [_decode(r) for r in db.query("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id")]
+
+
+def states(db: sqlite_utils.Database, job_ids: Iterable[int]) -> dict[int, str]:
+    """{job id: state} for the given jobs (the runner checks its in-flight jobs with this)."""
+    ids = [int(i) for i in job_ids]
+    if not ids:
+        return {}
+    return {
+        r["id"]: r["state"]
+        for r in db.query(f"SELECT id, state FROM jobs WHERE id IN ({', '.join('?' * len(ids))})", ids)
+    }
+
+
+def counts(db: sqlite_utils.Database, job_id: int) -> dict[str, int]:
+    """Items per state, straight from job_items (the counters on `jobs` are the fast copy)."""
+    out = {s: 0 for s in ("pending", "leased", "done", "failed")}
+    for r in db.query("SELECT state, COUNT(*) AS n FROM job_items WHERE job_id = ? GROUP BY state", [job_id]):
+        out[r["state"]] = r["n"]
+    return out
+
+
+def progress(
+    db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float | None = None, max_points: int = 300
+) -> dict:
+    """What the UI and CLI show: counts, throughput (clips/s over the last minute), ETA, and a throughput
+    series with one point per bucket from the job's start to its end (or now), empty buckets as 0 so that a
+    stall shows as a drop, not as a line drawn across it. Buckets are 10 s, coarser for long jobs so that the
+    series stays under `max_points`."""
+    job = get(db, job_id)
+    c = counts(db, job_id)
+    t = now()
+    recent = db.execute(
+        "SELECT COUNT(*) FROM job_items WHERE job_id = ? AND finished_at >= ?", [job_id, t - 60]
+    ).fetchone()[0]
+    window = min(60.0, max(1.0, t - (job["started_at"] or t)))
+    rate = recent / window
+    remaining = c["pending"] + c["leased"]
+    series: list[dict] = []
+    if job["started_at"]:
+        end = job["finished_at"] or t
+        b = bucket_seconds or max(10.0, 10.0 * math.ceil((end - job["started_at"]) / max_points / 10.0))
+        got = {
+            r["k"]: r["n"]
+            for r in db.query(
+                "SELECT CAST(finished_at / ? AS INTEGER) AS k, COUNT(*) AS n FROM job_items "
+                "WHERE job_id = ? AND finished_at IS NOT NULL GROUP BY 1",
+                [b, job_id],
+            )
+        }
+        first, last = int(job["started_at"] // b), int(end // b)
+        if got:
+            first, last = min(first, min(got)), max(last, max(got))
+        series = [{"t": k * b, "n": got.get(k, 0), "clips_per_s": got.get(k, 0) / b} for k in range(first, last + 1)]
+    return {
+        **job,
+        "counts": c,
+        "rate": rate,
+        "remaining": remaining,
+        "eta_seconds": remaining / rate if rate > 0 and job["state"] in ACTIVE else None,
+        "series": series,
+    }
+
+
+def failures(db: sqlite_utils.Database, job_id: int, limit: int = 100) -> list[dict]:
+    return [
+        dict(r)
+        for r in db.query(
+            "SELECT i.clip_id, c.path, i.attempts, i.error_kind, i.last_error, i.raw_answer, i.finished_at "
+            "FROM job_items i "
+            "JOIN clips c ON c.id = i.clip_id WHERE i.job_id = ? AND i.state = 'failed' "
+            "ORDER BY i.finished_at DESC LIMIT ?",
+            [job_id, limit],
+        )
+    ]
+
+
+def replica_load(db: sqlite_utils.Database, job_id: int) -> list[dict]:
+    """Done items and mean latency per replica, for the per-replica view."""
+    return [
+        dict(r)
+        for r in db.query(
+            "SELECT replica, COUNT(*) AS done, AVG(latency_ms) AS mean_latency_ms FROM job_items "
+            "WHERE job_id = ? AND state = 'done' GROUP BY replica ORDER BY replica",
+            [job_id],
+        )
+    ]
