@@ -280,6 +280,13 @@ class AnnotatorLoad:
             th.start()
             self.threads.append(th)
 
+    def wait_saved(self, n: int, timeout: float) -> None:
+        """Keep the load running until `n` saves were acknowledged (or `timeout` passes): the promises need saves
+        to have happened, and how many fit in a fixed time varies 5x with the machine's load."""
+        deadline = time.monotonic() + timeout
+        while sum(a.kind == "saved" for a in self.answers) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+
     def finish(self) -> None:
         self.stop.set()
         for th in self.threads:

@@ -23,11 +23,12 @@ from tests.reliability_fixtures import (
 )
 
 
-def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40) -> dict:
+def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40, min_saved: int = 10) -> dict:
     with annotation_rig(settings, tmp_path, clips=clips, annotators=annotators) as rig:
         load = AnnotatorLoad(lambda: rig.app.url, rig.names, rig.clip_ids)
         load.start()
         time.sleep(seconds)
+        load.wait_saved(min_saved, timeout=180)
         load.finish()
     db = dbmod.connect(settings.db)
     try:
@@ -48,9 +49,9 @@ def test_r1_twenty_annotators_and_a_job_lose_nothing(settings, tmp_path):
     out = run_r1(settings, tmp_path, seconds=15)
     print("R1 fast:", out)
     # the promise (0 lost, 0 silent overwrites, every stale save an explicit conflict) is asserted inside run_r1;
-    # this only guards that the run exercised it. Save throughput is a printed figure, not a timed assertion:
-    # it varies 2-5x with the machine (21-130 acknowledged saves in 15 s on the same 2-core VM, old code included,
-    # the low end with another test suite running beside it)
+    # this only guards that the run exercised it (the load runs on until 10 saves were acknowledged: 4-130 fit in
+    # 15 s on the same 2-core VM, old code included, the low end under a load average of 10). Save throughput is a
+    # printed figure, not a timed assertion.
     assert out["acknowledged"] >= 10, out
     assert out["conflicts"] >= 1, "the load should produce stale saves (it did not: too little overlap)"
     assert out["machine_captions"] >= 40, out

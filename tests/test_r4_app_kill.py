@@ -28,6 +28,7 @@ def run_r4(settings, tmp_path, *, kills: int, seed: int = 4, up: tuple[float, fl
             rig.app.kill()
             restart_s.append(rig.app.start(timeout=60))
         time.sleep(up[1])  # let the annotators reconnect and save again after the last restart
+        load.wait_saved(10, timeout=180)  # on a loaded machine few saves fit between kills: the guard needs some
         load.finish()
     saved_after_last = [a for a in load.answers if a.kind == "saved"]
     db = dbmod.connect(settings.db)
