@@ -127,45 +127,14 @@ class Workbench:
                 out[self.review.msg] = render.message(str(e.message), "error")
         return out
 
-    def open_tile(
-        self,
-        evt: gr.EventData,
-        clip_id,
-        base,
-        review_base,
-        text,
-        scenario_category,
-        hazard_level,
-        road_users,
-        ego_maneuver,
-        weather,
-        lighting,
-        road_type,
-        request: gr.Request,
-    ):
-        """A Browse tile: open it in Review, saving an edit left in the Review form first."""
+    def open_tile(self, evt: gr.EventData, request: gr.Request, *values):
+        """A Browse tile: open it in Review, saving an edit left in the Review form (`values`) first."""
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
             return gr.skip()
-        out = self.review.goto(
-            str(int(clip)),
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-            request,
-        )
-        if isinstance(out, dict) and self.review.header in out:
+        out = self.review.goto(request, str(int(clip)), *values)
+        if isinstance(out, dict):  # the clip opened, or Review shows why the edit was not saved: show Review
             out[self.tabs] = gr.Tabs(selected="review")
-        elif isinstance(out, dict):
-            out[self.tabs] = gr.Tabs(selected="review")  # stay visible with the reason the edit was not saved
         return out
 
     def _wire(self) -> None:

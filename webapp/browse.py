@@ -128,6 +128,9 @@ class BrowseTab:
             self.failed = gr.Radio(TRISTATE, value=ANY, label="Ingest failed", elem_id="f-failed")
             self.job = gr.Number(label="Job id", value=None, precision=0, minimum=0, elem_id="f-job")
             self.sort = gr.Radio(["newest", "oldest"], value="newest", label="Sort", elem_id="f-sort")
+        # in FILTER_INPUT_KEYS order: the handlers read them positionally
+        self.filter_inputs = [self.status, self.scenario, self.hazard, self.weather, self.lighting]
+        self.filter_inputs += [self.has_caption, self.failed, self.job, self.text]
         self.counts = gr.HTML(elem_id="browse-counts")
         self.export = gr.HTML(elem_id="browse-export")
         self.grid = gr.HTML("", elem_id="gallery", js_on_load=TILE_JS)
@@ -172,20 +175,6 @@ class BrowseTab:
 
     def set_inputs(self, values: list, sort: str) -> dict:
         return {**dict(zip(self.filter_inputs, values)), self.sort: sort}
-
-    @property
-    def filter_inputs(self) -> list:
-        return [
-            self.status,
-            self.scenario,
-            self.hazard,
-            self.weather,
-            self.lighting,
-            self.has_caption,
-            self.failed,
-            self.job,
-            self.text,
-        ]
 
     def summary(self, db) -> dict:
         """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
@@ -262,16 +251,9 @@ class BrowseTab:
             return self._page(fdict, anchors[:-1], sort, request)
 
         inputs = self.filter_inputs + [self.sort]
-        for comp in [
-            self.status,
-            self.scenario,
-            self.hazard,
-            self.weather,
-            self.lighting,
-            self.has_caption,
-            self.failed,
-            self.sort,
-        ]:
+        for comp in inputs:  # a choice applies at once; typed fields (search, job id) on Enter
+            if comp is self.text or comp is self.job:
+                continue
             comp.change(apply, inputs, outs, show_progress="hidden")
         self.text.submit(apply, inputs, outs, api_name="browse_search")
         self.job.submit(apply, inputs, outs)
