@@ -37,6 +37,8 @@ class Filter:
     job_id: int | None = None
     job_item_state: str | None = None  # with job_id: pending | leased | done | failed
     text: str | None = None  # full-text query over path, caption and labels
+    assignee: str | None = None  # assigned to this user (data.assignments)
+    unassigned: bool | None = None  # True: assigned to nobody
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +60,7 @@ class Filter:
                 if isinstance(v, bool) or not isinstance(v, (int, str)):
                     raise DataError("job_id must be a whole number.")
                 object.__setattr__(self, f.name, limits.sql_int(v, "job_id"))
-            elif f.name in ("has_caption", "failed", "include_missing"):
+            elif f.name in ("has_caption", "failed", "unassigned", "include_missing"):
                 if not isinstance(v, bool):
                     raise DataError(f"{f.name} must be true or false.")
             else:
@@ -106,6 +108,11 @@ def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
         else:
             where.append("c.id IN (SELECT clip_id FROM job_items WHERE job_id = ?)")
             args.append(f.job_id)
+    if f.assignee:
+        where.append("c.id IN (SELECT clip_id FROM assignments WHERE assignee = ?)")
+        args.append(f.assignee)
+    if f.unassigned:
+        where.append("c.id NOT IN (SELECT clip_id FROM assignments)")
     if with_text and f.text and fts_query(f.text):
         where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")
         args.append(fts_query(f.text))
@@ -115,7 +122,8 @@ def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
 LIST_COLUMNS = (
     "c.id, c.path, c.duration, c.width, c.height, c.codec, c.probe_error, c.thumbnail, "
     "c.review_status, c.current_caption_id, c.caption_source, c.scenario, c.hazard_level, c.weather, "
-    "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview"
+    "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview, "
+    "(SELECT assignee FROM assignments a WHERE a.clip_id = c.id) AS assignee"
 )
 
 
@@ -198,10 +206,16 @@ def explain_samples(f: Filter, after_id: int) -> dict[str, tuple[str, list[Any]]
     }
 
 
+def id_query(f: Filter = Filter()) -> tuple[str, list[Any]]:
+    """`SELECT c.id FROM clips c WHERE ...` for the filter, in id order: for other data modules to use as a
+    subquery or to stream ids (data.assignments)."""
+    where, args = _where(f)
+    return "SELECT c.id FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id", args
+
+
 def iter_ids(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[int]:
     """Every matching clip id, in id order, streamed."""
-    where, args = _where(f)
-    sql = "SELECT c.id FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id"
+    sql, args = id_query(f)
     for row in db.execute(sql, args):
         yield row[0]
 
@@ -229,6 +243,8 @@ def get(db: sqlite_utils.Database, clip_id: int) -> dict:
     row = dict(row)
     row["sidecar"] = json.loads(row["sidecar"]) if row.get("sidecar") else {}
     row["caption"] = captions.get(db, row["current_caption_id"])
+    assigned = next(db.query("SELECT assignee, assigned_by FROM assignments WHERE clip_id = ?", [clip_id]), None)
+    row["assignee"], row["assigned_by"] = (assigned["assignee"], assigned["assigned_by"]) if assigned else (None, None)
     return row
 
 
