@@ -109,6 +109,7 @@ def main(argv=None) -> int:
             failed="any",
             job=None,
             text="",
+            assignee="any",
             sort="newest",
         )
         args.update(kw)
@@ -121,7 +122,7 @@ def main(argv=None) -> int:
         "search 'pedestrian'": timed(browse(text="pedestrian"), a.repeat),
         "search rare word": timed(browse(text="kangaroo"), a.repeat),
         "next page (deep, after id 500000)": timed(
-            lambda: b._page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
+            lambda: b.page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
         ),
         "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
         "next clip within filter": timed(

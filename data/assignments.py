@@ -152,9 +152,13 @@ def next_in_queue(
     db: sqlite_utils.Database, f: clips.Filter, user: str, *, after: int | None = None, descending: bool = True
 ) -> int | None:
     """The next clip of `user`'s review queue within `f` after clip `after` (in the grid's order), wrapping
-    around to the start of each tier; None when the queue is empty."""
-    for tier in queue_tiers(f, user):
-        for anchor in (after, None) if after is not None else (None,):
+    around; None when the queue is empty. `after` places us only in its own tier: moving on from the last of
+    your clips to the unassigned ones starts at the top of those, not where your clip happened to be."""
+    tiers = queue_tiers(f, user)
+    holder = assignee_of(db, after) if after is not None and len(tiers) > 1 else None
+    for tier in tiers:
+        own = len(tiers) == 1 or (tier.assignee or None) == holder
+        for anchor in (after, None) if after is not None and own else (None,):
             rows = [
                 r for r in clips.page(db, tier, after_id=anchor, limit=2, descending=descending) if r["id"] != after
             ]

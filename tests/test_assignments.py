@@ -111,9 +111,12 @@ def test_the_queue_serves_my_clips_first_then_unassigned_never_someone_elses(tea
     assert assignments.next_in_queue(team, f, "ann", after=3) == 5  # wraps within her clips
     with immediate(team):
         team.execute("UPDATE clips SET review_status = 'approved' WHERE id IN (3, 5)")
-    # hers are done: then clips nobody has, on from where she is; from the top, ann2's 11 and 10 are skipped
-    assert assignments.next_in_queue(team, f, "ann", after=3) == 2
+    # hers are done: then clips nobody has, from the top of those (ann2's 11 and 10 are skipped) ...
+    assert assignments.next_in_queue(team, f, "ann", after=3) == 9
     assert assignments.next_in_queue(team, f, "ann") == 9
+    # ... and on from an unassigned clip within them
+    assert assignments.next_in_queue(team, f, "ann", after=9) == 8
+    assert assignments.next_in_queue(team, f, "ann", after=1) == 9  # wraps
     assert assignments.next_in_queue(team, f, "ann2") == 11
     assert assignments.next_in_queue(team, f, "ann2", after=11) == 10
     # oldest first walks the same tiers the other way

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import captions, clips, jobs, prompts, taxonomy
+from data import assignments, captions, clips, jobs, prompts, taxonomy
 from data.db import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render
@@ -190,21 +190,11 @@ class ReviewTab:
         note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
         return go(note)
 
-    def _queue_filter(self, fdict: dict) -> clips.Filter:
-        return clips.Filter.from_dict({**(fdict or {}), "review_status": "unreviewed"})
-
-    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None) -> int | None:
-        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order),
-        wrapping around to the start."""
-        db = self.ctx.db()
-        f = self._queue_filter(fdict)
-        desc = sort == "newest"
-        for anchor in (after, None) if after is not None else (None,):
-            rows = clips.page(db, f, after_id=anchor, limit=2, descending=desc)
-            rows = [r for r in rows if r["id"] != after]
-            if rows:
-                return rows[0]["id"]
-        return None
+    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
+        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order), the
+        clips assigned to `user` first, then unassigned ones (data.assignments), wrapping around."""
+        f = clips.Filter.from_dict(fdict or {})
+        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, descending=sort == "newest")
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
     def save(self, request: gr.Request, *values):
@@ -256,7 +246,7 @@ class ReviewTab:
             done = (
                 f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
             ) + f" clip {clip_id} {status}."
-            target = self.next_unreviewed_id(fdict, sort, clip_id)
+            target = self.next_unreviewed_id(fdict, sort, clip_id, user)
             if target is None:
                 return self.view(
                     clip_id,
@@ -341,12 +331,13 @@ class ReviewTab:
         return handler
 
     def queue_next(self, request: gr.Request, *values):
-        """The review queue: the next unreviewed clip of the Browse filter (saving the form first)."""
+        """The review queue: the next unreviewed clip of the Browse filter, yours first (saving the form first)."""
         form, (fdict, sort) = ReviewForm.split(values)
-        self.ctx.user(request)
+        user = self.ctx.user(request)
 
         def go(note):
-            target = self.next_unreviewed_id(fdict, sort, int(form.clip_id) if form.clip_id is not None else None)
+            after = int(form.clip_id) if form.clip_id is not None else None
+            target = self.next_unreviewed_id(fdict, sort, after, user)
             if target is None:
                 return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
