@@ -21,7 +21,9 @@ import sqlite_utils
 from data import clips, events, users
 from data.db import DataError, Forbidden, immediate, now
 
-MAX_ASSIGN = 10_000  # clips one assignment may touch (a bound on the write transaction: ~0.2 s at most)
+# clips one assignment may touch: a bound on its write transaction (10,000 held the lock ~0.4 s on the 2-core VM,
+# docs/BENCHMARKS.md); more is a narrower filter or several assignments
+MAX_ASSIGN = 10_000
 
 
 def _check_actor(role: str | None) -> None:
@@ -87,7 +89,7 @@ def assign(
         else:
             # open work: unreviewed, and nobody's yet (or, when the filter names a person, theirs: moving work)
             open_work = dataclasses.replace(f, review_status="unreviewed", unassigned=None if f.assignee else True)
-            ids = [r["id"] for r in clips.page(db, open_work, limit=limit, descending=descending)]
+            ids = clips.page_ids(db, open_work, limit=limit, descending=descending)
         before = _current(db, ids)
         changed = [cid for cid in ids if before.get(cid) != assignee]
         t = now()
@@ -97,8 +99,9 @@ def assign(
             "assigned_at = excluded.assigned_at",
             [(cid, assignee, actor, t) for cid in changed],
         )
-        for cid in changed:
-            events.record(db, actor, "clip.assign", clip_id=cid, assignee=assignee, previous=before.get(cid))
+        events.record_many(
+            db, actor, "clip.assign", [(cid, {"assignee": assignee, "previous": before.get(cid)}) for cid in changed]
+        )
     return {
         "assignee": assignee,
         "assigned": len(changed),
@@ -121,8 +124,7 @@ def unassign(db: sqlite_utils.Database, f: clips.Filter, *, actor: str, role: st
         if len(rows) > MAX_ASSIGN:
             raise DataError(f"This filter holds more than {MAX_ASSIGN:,} assigned clips: narrow it first.")
         db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
-        for r in rows:
-            events.record(db, actor, "clip.unassign", clip_id=r["clip_id"], previous=r["assignee"])
+        events.record_many(db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"]}) for r in rows])
     return len(rows)
 
 
