@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import pytest
 
-from browser_fixtures import browser, login  # noqa: F401
+from browser_fixtures import SCREENSHOTS, browser, login  # noqa: F401
 from data import db as dbmod, events
 from webapp_fixtures import library, server, web_settings  # noqa: F401
 
@@ -56,6 +56,7 @@ def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, lib
         lead.wait_for_function("document.querySelector('#assign-msg').innerText.includes('Assigned 1 clip to ann2')")
         assert assignments_of(server) == {target: "ann2"}
         lead.wait_for_function(f"document.querySelector('#tile-{target} .cw-assignee')?.innerText === '→ ann2'")
+        lead.screenshot(path=str(SCREENSHOTS / "browse-assign.png"))
 
         ann, _ = login(ann_ctx, server.url, "ann2")
         ann.wait_for_selector(".cw-tile")
