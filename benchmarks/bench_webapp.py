@@ -32,6 +32,7 @@ from bench_browse import build  # noqa: E402
 from data import jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
+from webapp.review_form import ReviewForm  # noqa: E402
 
 LABELS = {
     "scenario_category": "pedestrian_crossing",
@@ -108,6 +109,7 @@ def main(argv=None) -> int:
             failed="any",
             job=None,
             text="",
+            assignee="any",
             sort="newest",
         )
         args.update(kw)
@@ -120,11 +122,12 @@ def main(argv=None) -> int:
         "search 'pedestrian'": timed(browse(text="pedestrian"), a.repeat),
         "search rare word": timed(browse(text="kangaroo"), a.repeat),
         "next page (deep, after id 500000)": timed(
-            lambda: b._page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
+            lambda: b.page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
         ),
         "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
         "next clip within filter": timed(
-            lambda: r.step(+1)(rng.randint(1, a.clips), {"weather": "rain"}, "newest", None), a.repeat
+            lambda: r.step(+1)(None, *ReviewForm(rng.randint(1, a.clips)).values(), {"weather": "rain"}, "newest"),
+            a.repeat,
         ),
     }
     print(f"\nhandler server time at {a.clips:,} clips ({a.repeat} runs each), ms")
@@ -155,9 +158,9 @@ def main(argv=None) -> int:
             view = r.view(cid, None)
             base = view[r.base]
             t = time.perf_counter()
-            out = r.save(
-                cid, base, f"annotator {i} edit {rnd.random():.6f}", *[LABELS[k] for k in taxonomy.ENUMS], None
-            )
+            text = f"annotator {i} edit {rnd.random():.6f}"
+            form = ReviewForm(cid, base, None, text, tuple(LABELS[k] for k in taxonomy.ENUMS))
+            out = r.save(None, *form.values())
             ms = (time.perf_counter() - t) * 1000
             msg = out.get(r.msg, "")
             with lock:

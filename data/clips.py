@@ -37,6 +37,8 @@ class Filter:
     job_id: int | None = None
     job_item_state: str | None = None  # with job_id: pending | leased | done | failed
     text: str | None = None  # full-text query over path, caption and labels
+    assignee: str | None = None  # assigned to this user (data.assignments)
+    unassigned: bool | None = None  # True: assigned to nobody
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -58,7 +60,7 @@ class Filter:
                 if isinstance(v, bool) or not isinstance(v, (int, str)):
                     raise DataError("job_id must be a whole number.")
                 object.__setattr__(self, f.name, limits.sql_int(v, "job_id"))
-            elif f.name in ("has_caption", "failed", "include_missing"):
+            elif f.name in ("has_caption", "failed", "unassigned", "include_missing"):
                 if not isinstance(v, bool):
                     raise DataError(f"{f.name} must be true or false.")
             else:
@@ -81,7 +83,7 @@ def fts_query(text: str) -> str:
     return " ".join(quoted)
 
 
-def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
+def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> tuple[list[str], list[Any]]:
     where: list[str] = []
     args: list[Any] = []
     if not f.include_missing:
@@ -106,6 +108,11 @@ def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
         else:
             where.append("c.id IN (SELECT clip_id FROM job_items WHERE job_id = ?)")
             args.append(f.job_id)
+    if f.assignee and with_assignee:
+        where.append("c.id IN (SELECT clip_id FROM assignments WHERE assignee = ?)")
+        args.append(f.assignee)
+    if f.unassigned:
+        where.append("c.id NOT IN (SELECT clip_id FROM assignments)")
     if with_text and f.text and fts_query(f.text):
         where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")
         args.append(fts_query(f.text))
@@ -115,7 +122,8 @@ def _where(f: Filter, *, with_text: bool = True) -> tuple[list[str], list[Any]]:
 LIST_COLUMNS = (
     "c.id, c.path, c.duration, c.width, c.height, c.codec, c.probe_error, c.thumbnail, "
     "c.review_status, c.current_caption_id, c.caption_source, c.scenario, c.hazard_level, c.weather, "
-    "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview"
+    "c.lighting, c.road_type, substr(c.caption_text, 1, 160) AS caption_preview, "
+    "(SELECT assignee FROM assignments a WHERE a.clip_id = c.id) AS assignee"
 )
 
 
@@ -124,10 +132,14 @@ def _page_sql(
 ) -> tuple[str, list[Any]]:
     """The SQL of one page. With a text query the FTS index drives the loop: FTS5 yields rowids in order
     and seeks `rowid > ?` itself, so a common word costs what a rare one does (an `id IN (MATCH ...)`
-    subquery would first materialise every match: 700k ids for 'vehicle' on a million clips)."""
-    where, args = _where(f, with_text=False)
+    subquery would first materialise every match: 700k ids for 'vehicle' on a million clips). Likewise a
+    person's clips (the review queue asks for them on every "next") are walked from their assignments, in
+    clip order on the (assignee, clip_id) index: an `id IN (...)` test would scan the clips of the filter
+    instead, all of them when the person has none left."""
     q = fts_query(f.text) if f.text else ""
-    key = "clips_fts.rowid" if q else "c.id"
+    by_assignee = bool(f.assignee) and not q
+    where, args = _where(f, with_text=False, with_assignee=not by_assignee)
+    key = "clips_fts.rowid" if q else "asg.clip_id" if by_assignee else "c.id"
     if after_id is not None:
         where.append(f"{key} < ?" if descending else f"{key} > ?")
         args.append(after_id)
@@ -135,6 +147,10 @@ def _page_sql(
         sql = f"SELECT {columns} FROM clips_fts CROSS JOIN clips c ON c.id = clips_fts.rowid"
         where.insert(0, "clips_fts MATCH ?")
         args.insert(0, q)
+    elif by_assignee:
+        sql = f"SELECT {columns} FROM assignments asg CROSS JOIN clips c ON c.id = asg.clip_id"
+        where.insert(0, "asg.assignee = ?")
+        args.insert(0, f.assignee)
     else:
         sql = f"SELECT {columns} FROM clips c"
     if where:
@@ -154,6 +170,19 @@ def page(
     """One page of clips matching `f`, after `after_id` in id order (before it when descending)."""
     sql, args = _page_sql(f, after_id, limit, descending)
     return [dict(r) for r in db.query(sql, args)]
+
+
+def page_ids(
+    db: sqlite_utils.Database,
+    f: Filter,
+    *,
+    after_id: int | None = None,
+    limit: int = PAGE_SIZE,
+    descending: bool = False,
+) -> list[int]:
+    """The ids of `page` (no columns to read: for writes over many clips, data.assignments)."""
+    sql, args = _page_sql(f, after_id, limit, descending, columns="c.id")
+    return [r[0] for r in db.execute(sql, args)]
 
 
 def count(db: sqlite_utils.Database, f: Filter = Filter()) -> int:
@@ -198,10 +227,16 @@ def explain_samples(f: Filter, after_id: int) -> dict[str, tuple[str, list[Any]]
     }
 
 
+def id_query(f: Filter = Filter()) -> tuple[str, list[Any]]:
+    """`SELECT c.id FROM clips c WHERE ...` for the filter, in id order: for other data modules to use as a
+    subquery or to stream ids (data.assignments)."""
+    where, args = _where(f)
+    return "SELECT c.id FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id", args
+
+
 def iter_ids(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[int]:
     """Every matching clip id, in id order, streamed."""
-    where, args = _where(f)
-    sql = "SELECT c.id FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id"
+    sql, args = id_query(f)
     for row in db.execute(sql, args):
         yield row[0]
 
@@ -229,6 +264,8 @@ def get(db: sqlite_utils.Database, clip_id: int) -> dict:
     row = dict(row)
     row["sidecar"] = json.loads(row["sidecar"]) if row.get("sidecar") else {}
     row["caption"] = captions.get(db, row["current_caption_id"])
+    assigned = next(db.query("SELECT assignee, assigned_by FROM assignments WHERE clip_id = ?", [clip_id]), None)
+    row["assignee"], row["assigned_by"] = (assigned["assignee"], assigned["assigned_by"]) if assigned else (None, None)
     return row
 
 

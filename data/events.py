@@ -36,6 +36,16 @@ def record(
     return cur.lastrowid
 
 
+def record_many(db: sqlite_utils.Database, actor: str, action: str, rows: list[tuple[int, dict]]) -> None:
+    """Append one event per (clip id, detail) of `rows` in one statement: a lead's assignment of 10,000 clips
+    is 10,000 events (each clip's history names it). Call inside the transaction of the change."""
+    at = now()
+    db.conn.executemany(
+        "INSERT INTO events (at, actor, action, clip_id, detail) VALUES (?,?,?,?,?)",
+        [(at, actor, action, clip_id, json.dumps(detail, ensure_ascii=False, default=str)) for clip_id, detail in rows],
+    )
+
+
 def team_stats(db: sqlite_utils.Database, *, since: float) -> list[dict]:
     """Per person since `since`: caption edits saved, clips approved and rejected, and the approval rate
     (approved / reviewed). Machine authors are left out. Reads the audit trail, so it counts what happened,

@@ -11,6 +11,7 @@ Tables
 - prompts: versioned (name, version), never edited in place.
 - jobs / job_items: a captioning job and its per-clip work, claimed with leases.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
+- assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 """
 
 from __future__ import annotations
@@ -268,3 +269,18 @@ def m009_hardening(db: sqlite_utils.Database) -> None:
         last_seen REAL NOT NULL
     ) WITHOUT ROWID""")
     db["sessions"].create_index(["user"])
+
+
+@MIGRATIONS()
+def m010_assignments(db: sqlite_utils.Database) -> None:
+    """The assignable review queue (data.assignments): a lead assigns clips to a person, whose "next" serves
+    them first. A table of its own, not a column of `clips`: assigning 10,000 clips must not rewrite 10,000
+    clip rows (and re-index them in clips_fts, whose triggers fire on every update of a clip)."""
+    db.execute("""
+    CREATE TABLE assignments (
+        clip_id INTEGER PRIMARY KEY REFERENCES clips(id),
+        assignee TEXT NOT NULL,
+        assigned_by TEXT NOT NULL,
+        assigned_at REAL NOT NULL
+    )""")
+    db["assignments"].create_index(["assignee", "clip_id"])

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from browser_fixtures import SCREENSHOTS, browser, login, runner, simfleet  # noqa: F401
-from data import clips as clipsmod, db as dbmod, jobs
+from data import clips as clipsmod, db as dbmod, jobs, taxonomy
 from webapp_fixtures import AppServer, library, web_settings  # noqa: F401
 
 pytestmark = pytest.mark.browser
@@ -294,6 +294,14 @@ def test_review_fits_1366x768(browser, server, library):  # noqa: F811
                 sel,
                 box,
             )
+        # every label's value is readable in full (issue 10: "pedestrian_cr…" at 1366x768): the value shown does not
+        # overflow its box, nor would the longest value of each label (measured in the box's own font); a chosen
+        # road user is one unbroken word
+        longest = {name: max(values, key=len) for name, values in taxonomy.ENUMS.items()}
+        fit = page.evaluate(LABELS_FIT, longest)
+        assert fit["single"] and all(f["shown"] <= f["room"] and f["longest"] <= f["room"] for f in fit["single"]), fit
+        assert fit["tokens"] and all(t["lines"] == 1 and t["sw"] <= t["cw"] for t in fit["tokens"]), fit
+        assert page.input_value("#label-scenario_category input") == "pedestrian_crossing"
         # the filmstrip is big enough to click, and a click seeks the player to that frame
         frame = page.locator(".cw-frame").nth(8)
         fb = frame.bounding_box()
@@ -314,6 +322,30 @@ def test_review_fits_1366x768(browser, server, library):  # noqa: F811
         page.screenshot(path=str(SCREENSHOTS / "review-1366x768.png"))
     finally:
         ctx.close()
+
+
+LABELS_FIT = """(longest) => {
+  const ctx = document.createElement('canvas').getContext('2d');
+  const single = [], tokens = [];
+  for (const box of document.querySelectorAll('.cw-labels [id^="label-"]')) {
+    const name = box.id.slice('label-'.length);
+    const input = box.querySelector('input');
+    const cs = getComputedStyle(input);
+    ctx.font = `${cs.fontStyle} ${cs.fontWeight} ${cs.fontSize} ${cs.fontFamily}`;
+    if (box.querySelector('.token') || name === 'road_users') {
+      for (const t of box.querySelectorAll('.token > span')) {
+        const lh = parseFloat(getComputedStyle(t).lineHeight) || 20;
+        tokens.push({name, text: t.textContent, sw: t.scrollWidth, cw: t.clientWidth,
+                     lines: Math.round(t.getBoundingClientRect().height / lh)});
+      }
+      continue;
+    }
+    const room = input.clientWidth - parseFloat(cs.paddingLeft) - parseFloat(cs.paddingRight);
+    single.push({name, value: input.value, room, shown: input.scrollWidth - parseFloat(cs.paddingLeft)
+                 - parseFloat(cs.paddingRight), longest: ctx.measureText(longest[name]).width});
+  }
+  return {single, tokens};
+}"""
 
 
 def api_call(client: httpx.Client, name: str, data: list) -> tuple[str, str]:

@@ -20,7 +20,7 @@ from webapp_fixtures import PASSWORD, library, server, web_settings  # noqa: F40
 TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
 ROWS = list(csv.DictReader(TABLE.open()))
-FILTER = ["any"] * 7 + [None, "", "newest"]
+FILTER = ["any"] * 7 + [None, "", "any", "newest"]
 REVIEW = {
     "/save_caption",
     "/approve",
@@ -38,7 +38,7 @@ REVIEW = {
 def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
     """Valid-looking inputs for one event (state inputs are None: the server keeps them per session)."""
     name = endpoint.lstrip("/")
-    if name.startswith("apply") or name == "browse_search":
+    if name.startswith("apply") or name in ("browse_search", "browse_assignee"):
         return list(FILTER), None
     if name == "save_caption":
         return [
@@ -62,6 +62,8 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return ["everything uncaptioned", None], None
     if name == "jobs_show":
         return [job_id, "everything uncaptioned", None], None
+    if name == "assign_clips":
+        return [None, None, "ann2", 1, None], None
     if name == "goto_clip":
         return ["3"], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):

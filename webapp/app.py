@@ -33,7 +33,7 @@ HELP = """
 <b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s and Esc)
 <table>
 <tr><td><kbd>a</kbd> / <kbd>r</kbd></td><td>approve / reject, then the next unreviewed clip</td></tr>
-<tr><td><kbd>n</kbd></td><td>next unreviewed clip of the Browse filter</td></tr>
+<tr><td><kbd>n</kbd></td><td>next unreviewed clip of the Browse filter (those assigned to you first)</td></tr>
 <tr><td><kbd>j</kbd> / <kbd>k</kbd></td><td>next / previous clip</td></tr>
 <tr><td><kbd>Space</kbd></td><td>play / pause</td></tr>
 <tr><td><kbd>←</kbd> / <kbd>→</kbd></td><td>one frame back / forward</td></tr>
@@ -116,7 +116,7 @@ class Workbench:
         values = b.inputs_from_filter(b.filter_from_url(params.get("f")))
         sort = "oldest" if params.get("sort") == "oldest" else "newest"
         out.update(b.apply(*values, sort, request))
-        out.update(b.set_inputs(values, sort))
+        out.update(b.set_inputs(values, sort, self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
         clip = params.get("clip")
         if clip and str(clip).isdigit():
@@ -127,45 +127,14 @@ class Workbench:
                 out[self.review.msg] = render.message(str(e.message), "error")
         return out
 
-    def open_tile(
-        self,
-        evt: gr.EventData,
-        clip_id,
-        base,
-        review_base,
-        text,
-        scenario_category,
-        hazard_level,
-        road_users,
-        ego_maneuver,
-        weather,
-        lighting,
-        road_type,
-        request: gr.Request,
-    ):
-        """A Browse tile: open it in Review, saving an edit left in the Review form first."""
+    def open_tile(self, evt: gr.EventData, request: gr.Request, *values):
+        """A Browse tile: open it in Review, saving an edit left in the Review form (`values`) first."""
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
             return gr.skip()
-        out = self.review.goto(
-            str(int(clip)),
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-            request,
-        )
-        if isinstance(out, dict) and self.review.header in out:
+        out = self.review.goto(request, str(int(clip)), *values)
+        if isinstance(out, dict):  # the clip opened, or Review shows why the edit was not saved: show Review
             out[self.tabs] = gr.Tabs(selected="review")
-        elif isinstance(out, dict):
-            out[self.tabs] = gr.Tabs(selected="review")  # stay visible with the reason the edit was not saved
         return out
 
     def _wire(self) -> None:
@@ -173,8 +142,7 @@ class Workbench:
         load_outs = (
             [self.userline, self.jobs.prompt, self.tabs]
             + self.browse.apply_outputs
-            + self.browse.filter_inputs
-            + [self.browse.sort]
+            + self.browse.first_paint_outputs
             + review_outs
         )
         self.browse.grid.click(

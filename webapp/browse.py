@@ -17,7 +17,7 @@ import gradio as gr
 
 from data import clips, limits, taxonomy
 from data.db import DataError
-from webapp import render
+from webapp import assigning, render
 from webapp.context import AppContext
 
 ANY = "any"
@@ -47,8 +47,11 @@ def filter_dict(f: clips.Filter) -> dict:
     }
 
 
-def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text) -> dict:
-    """The filter the inputs describe; a DataError (shown to the user) for an id out of range or a NUL."""
+def filter_from_inputs(
+    status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee=ANY, *, me: str = ""
+) -> dict:
+    """The filter the inputs describe (`me`: who "assigned to me" is); a DataError (shown to the user) for an
+    id out of range or a NUL."""
     try:
         job_id = int(job) if job not in (None, "") and float(job) > 0 else None
     except (TypeError, ValueError, OverflowError):
@@ -63,6 +66,7 @@ def filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption,
         failed=_tri(failed),
         job_id=job_id,
         text=(text or "").strip() or None,
+        **assigning.assignee_filter(assignee, me),
     )
     return filter_dict(f)
 
@@ -77,6 +81,7 @@ FILTER_INPUT_KEYS = (
     "failed",
     "job_id",
     "text",
+    "assignee",
 )
 
 
@@ -99,6 +104,7 @@ class BrowseTab:
         self.ctx = ctx
         self._lock = threading.Lock()
         self._summary: tuple[float, dict | None] = (0.0, None)
+        self.assign = assigning.AssignPanel(ctx)
 
     def render(self) -> None:
         with gr.Row(elem_classes="cw-filters"):
@@ -127,7 +133,19 @@ class BrowseTab:
             self.has_caption = gr.Radio(TRISTATE, value=ANY, label="Has caption", elem_id="f-has-caption")
             self.failed = gr.Radio(TRISTATE, value=ANY, label="Ingest failed", elem_id="f-failed")
             self.job = gr.Number(label="Job id", value=None, precision=0, minimum=0, elem_id="f-job")
+            self.assignee = gr.Dropdown(
+                [assigning.ANY, assigning.ME, assigning.UNASSIGNED],
+                value=assigning.ANY,
+                label="Assigned to",
+                elem_id="f-assignee",
+                allow_custom_value=True,  # a person's name (a lead's list comes with the first paint)
+                min_width=140,
+            )
             self.sort = gr.Radio(["newest", "oldest"], value="newest", label="Sort", elem_id="f-sort")
+        self.assign.render()
+        # in FILTER_INPUT_KEYS order: the handlers read them positionally
+        self.filter_inputs = [self.status, self.scenario, self.hazard, self.weather, self.lighting]
+        self.filter_inputs += [self.has_caption, self.failed, self.job, self.text, self.assignee]
         self.counts = gr.HTML(elem_id="browse-counts")
         self.export = gr.HTML(elem_id="browse-export")
         self.grid = gr.HTML("", elem_id="gallery", js_on_load=TILE_JS)
@@ -166,26 +184,24 @@ class BrowseTab:
                 out.append(_tri_value(v))
             elif key == "job_id":
                 out.append(int(v) if str(v or "").isdigit() else None)
+            elif key == "assignee":
+                out.append(assigning.assignee_choice(fdict))
             else:
                 out.append(str(v or ""))
         return out
 
-    def set_inputs(self, values: list, sort: str) -> dict:
-        return {**dict(zip(self.filter_inputs, values)), self.sort: sort}
+    def set_inputs(self, values: list, sort: str, user) -> dict:
+        """First paint: the filter's inputs showing `values`; for a lead, the assign panel and the people to
+        filter by."""
+        out = {**dict(zip(self.filter_inputs, values)), self.sort: sort, **self.assign.for_user(user)}
+        if user.can("lead"):
+            choices = [assigning.ANY, assigning.ME, assigning.UNASSIGNED, *self.assign.people()]
+            out[self.assignee] = gr.update(choices=choices, value=values[-1])
+        return out
 
     @property
-    def filter_inputs(self) -> list:
-        return [
-            self.status,
-            self.scenario,
-            self.hazard,
-            self.weather,
-            self.lighting,
-            self.has_caption,
-            self.failed,
-            self.job,
-            self.text,
-        ]
+    def first_paint_outputs(self) -> list:
+        return self.filter_inputs + [self.sort, self.assign.row, self.assign.person]
 
     def summary(self, db) -> dict:
         """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
@@ -197,7 +213,7 @@ class BrowseTab:
                 self._summary = (time.monotonic(), value)
         return {**value, "clips": clips.total(db)}
 
-    def _page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
+    def page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
         user = self.ctx.user(request)
         db = self.ctx.db()
         try:
@@ -243,44 +259,52 @@ class BrowseTab:
         outs = self.outputs(filter_state) + [sort_state]
 
         def apply(
-            status, scenario, hazard, weather, lighting, has_caption, failed, job, text, sort, request: gr.Request
+            status,
+            scenario,
+            hazard,
+            weather,
+            lighting,
+            has_caption,
+            failed,
+            job,
+            text,
+            assignee,
+            sort,
+            request: gr.Request,
         ):
+            me = self.ctx.user(request).name
             try:
-                fdict = filter_from_inputs(status, scenario, hazard, weather, lighting, has_caption, failed, job, text)
+                fdict = filter_from_inputs(
+                    status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee, me=me
+                )
             except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
                 raise gr.Error(str(e), title="Cannot search for that") from None
-            return {**self._page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
+            return {**self.page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
 
         def next_page(fdict, anchors, ids, sort, request: gr.Request):
             if not ids:
                 return gr.skip()
-            return self._page(fdict, [*anchors, ids[-1]], sort, request)
+            return self.page(fdict, [*anchors, ids[-1]], sort, request)
 
         def prev_page(fdict, anchors, sort, request: gr.Request):
             if len(anchors) <= 1:
                 return gr.skip()
-            return self._page(fdict, anchors[:-1], sort, request)
+            return self.page(fdict, anchors[:-1], sort, request)
 
         inputs = self.filter_inputs + [self.sort]
-        for comp in [
-            self.status,
-            self.scenario,
-            self.hazard,
-            self.weather,
-            self.lighting,
-            self.has_caption,
-            self.failed,
-            self.sort,
-        ]:
+        for comp in inputs:  # a choice applies at once; typed fields (search, job id) on Enter
+            if comp is self.text or comp is self.job or comp is self.assignee:
+                continue
             comp.change(apply, inputs, outs, show_progress="hidden")
         self.text.submit(apply, inputs, outs, api_name="browse_search")
         self.job.submit(apply, inputs, outs)
+        self.assignee.change(apply, inputs, outs, show_progress="hidden", api_name="browse_assignee")
 
         def refresh(fdict, anchors, sort, request: gr.Request):
             """Re-read the page shown (when the tab is shown again: reviews change tiles and counts)."""
             with self._lock:
                 self._summary = (0.0, None)
-            return self._page(fdict or {}, anchors or [None], sort or "newest", request)
+            return self.page(fdict or {}, anchors or [None], sort or "newest", request)
 
         self.refresh = refresh
         self.apply = apply
@@ -290,3 +314,4 @@ class BrowseTab:
             next_page, [filter_state, self.anchors, self.page_ids, sort_state], outs[:-2], api_name="browse_next"
         )
         self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")
+        self.assign.wire(self, filter_state, sort_state)

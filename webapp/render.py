@@ -35,6 +35,8 @@ def tiles(rows: Iterable[dict]) -> str:
             badges.append(f'<span class="cw-badge cw-hz-{esc(r["hazard_level"])}">{esc(r["hazard_level"])}</span>')
         if r.get("codec") == "hevc":
             badges.append('<span class="cw-badge">HEVC</span>')
+        if r.get("assignee"):
+            badges.append(assignee_badge(r["assignee"]))
         preview = r.get("caption_preview") or ("no caption yet" if not r.get("probe_error") else r["probe_error"])
         out.append(
             f'<a class="cw-tile" href="?clip={int(r["id"])}" data-clip="{int(r["id"])}" id="tile-{int(r["id"])}">'
@@ -46,6 +48,10 @@ def tiles(rows: Iterable[dict]) -> str:
     if not out:
         return '<p class="cw-empty">No clips match this filter.</p>'
     return '<div class="cw-grid">' + "".join(out) + "</div>"
+
+
+def assignee_badge(name: str) -> str:
+    return f'<span class="cw-badge cw-assignee" title="assigned to {esc(name)}">→ {esc(name)}</span>'
 
 
 def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
@@ -144,6 +150,9 @@ def header(clip: dict, user: str, role: str) -> str:
     status = clip.get("review_status") or "unreviewed"
     reviewed = f" by {esc(clip.get('reviewed_by'))} {when(clip.get('reviewed_at'))}" if clip.get("reviewed_by") else ""
     bits.append(f'<span class="cw-badge cw-{esc(status)}" id="review-status">{esc(status)}</span>{reviewed}')
+    if clip.get("assignee"):
+        by = f" by {esc(clip['assigned_by'])}" if clip.get("assigned_by") else ""
+        bits.append(f'<span id="review-assignee">{assignee_badge(clip["assignee"])} assigned{by}</span>')
     # data-* for the page script: the URL follows data-clip; the form counts as unsaved until data-loaded changes
     loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
     return (

@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import captions, clips, jobs, prompts, taxonomy
+from data import assignments, captions, clips, jobs, prompts, taxonomy
 from data.db import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render
 from webapp.context import AppContext, shows_errors
-
-LABELS = list(taxonomy.ENUMS)
+from webapp.review_form import LABELS, ReviewForm
 
 
 class ReviewTab:
@@ -156,17 +155,6 @@ class ReviewTab:
                 out[comp] = labels.get(name, [] if name in taxonomy.MULTI else None)
         return out
 
-    def _labels(self, values: list) -> dict:
-        labels = {}
-        for name, value in zip(LABELS, values):
-            if name in taxonomy.MULTI:
-                labels[name] = list(value or [])
-            elif not value:
-                raise DataError(f"Choose a value for {name.replace('_', ' ')}.")
-            else:
-                labels[name] = value
-        return labels
-
     def _conflict(self, clip_id: int, e: Conflict, request: gr.Request) -> dict:
         out = self.view(clip_id, request, keep_form=True, keep_media=True)
         out[self.base] = gr.skip()  # keep the stale bases: the user must reload to adopt the new version
@@ -176,130 +164,80 @@ class ReviewTab:
         out[self.reload_btn] = gr.update(visible=True)
         return out
 
-    def _dirty(self, clip_id, base, text, label_values) -> bool:
-        """Does the form differ from the version it was loaded from? A form sent without any values (a script
-        driving the queue; a browser always sends the textbox's string) carries no edit."""
-        if text is None and all(v is None for v in label_values):
-            return False
-        cap = captions.get(self.ctx.db(), base) if base is not None else None
-        if cap is None:
-            return bool((text or "").strip()) or any(v for v in label_values)
-        if (text or "").strip() != (cap["text"] or "").strip():
-            return True
-        stored = cap.get("labels") or {}
-        for name, value in zip(LABELS, label_values):
-            if name in taxonomy.MULTI:
-                if sorted(value or []) != sorted(stored.get(name) or []):
-                    return True
-            elif (value or None) != (stored.get(name) or None):
-                return True
-        return False
-
-    def _autosave(self, clip_id, base, text, label_values, user) -> tuple[int | None, dict | None]:
-        """Save the form if it differs from `base`; returns (the new base, the saved version or None).
-        Raises Conflict / DataError / InvalidLabels: the caller stays on the clip and shows why."""
-        if clip_id is None or not self._dirty(clip_id, base, text, label_values):
-            return base, None
-        labels = self._labels(list(label_values))
+    def _autosave(self, form: ReviewForm, user) -> tuple[int | None, dict | None]:
+        """Save the form if it differs from the version it was loaded from; returns (the new base, the saved
+        version or None). Raises Conflict / DataError / InvalidLabels: the caller stays on the clip and shows
+        why."""
+        if form.clip_id is None:
+            return form.base, None
+        db = self.ctx.db()
+        if not form.differs_from(captions.get(db, form.base) if form.base is not None else None):
+            return form.base, None
         cap = captions.save_human(
-            self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name, base_caption_id=base
+            db, int(form.clip_id), text=form.text, labels=form.labels(), author=user.name, base_caption_id=form.base
         )
         return cap["id"], cap
 
-    def _leave(self, form: tuple, request: gr.Request, go) -> dict:
+    def _leave(self, form: ReviewForm, request: gr.Request, go) -> dict:
         """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
-        clip_id, base, review_base, text, *label_values = form
         user = self.ctx.user(request)
         try:
-            _, saved = self._autosave(clip_id, base, text, label_values, user)
+            _, saved = self._autosave(form, user)
         except Conflict as e:
-            return self._conflict(clip_id, e, request)
+            return self._conflict(form.clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
             return {self.msg: render.message(f"Your edit is not saved yet, so you stay on this clip: {e}", "error")}
-        note = f"Your edit was saved as version {saved['version']} of clip {int(clip_id)}. " if saved else ""
+        note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
         return go(note)
 
-    def _queue_filter(self, fdict: dict) -> clips.Filter:
-        return clips.Filter.from_dict({**(fdict or {}), "review_status": "unreviewed"})
+    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
+        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order), the
+        clips assigned to `user` first, then unassigned ones (data.assignments), wrapping around."""
+        f = clips.Filter.from_dict(fdict or {})
+        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, descending=sort == "newest")
 
-    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None) -> int | None:
-        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order),
-        wrapping around to the start."""
-        db = self.ctx.db()
-        f = self._queue_filter(fdict)
-        desc = sort == "newest"
-        for anchor in (after, None) if after is not None else (None,):
-            rows = clips.page(db, f, after_id=anchor, limit=2, descending=desc)
-            rows = [r for r in rows if r["id"] != after]
-            if rows:
-                return rows[0]["id"]
-        return None
-
-    # -- handlers -------------------------------------------------------------------------------------
-    def save(
-        self,
-        clip_id,
-        base,
-        review_base,
-        text,
-        scenario_category,
-        hazard_level,
-        road_users,
-        ego_maneuver,
-        weather,
-        lighting,
-        road_type,
-        request: gr.Request,
-    ):
-        # one parameter per label (in taxonomy.ENUMS order): Gradio passes gr.Request only to a named parameter
-        label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
+    # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
+    def save(self, request: gr.Request, *values):
+        form, _ = ReviewForm.split(values)
         user = self.ctx.user(request)
-        if clip_id is None:
+        if form.clip_id is None:
             raise gr.Error("Open a clip first.")
         try:
-            labels = self._labels(list(label_values))
             cap = captions.save_human(
-                self.ctx.db(), int(clip_id), text=text, labels=labels, author=user.name, base_caption_id=base
+                self.ctx.db(),
+                int(form.clip_id),
+                text=form.text,
+                labels=form.labels(),
+                author=user.name,
+                base_caption_id=form.base,
             )
         except Conflict as e:
-            return self._conflict(clip_id, e, request)
+            return self._conflict(form.clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
             return {self.msg: render.message(str(e), "error")}
-        return self.view(clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True)
+        return self.view(
+            form.clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True
+        )
 
     def decide(self, status: str):
         """Approve / reject what the form shows (saving an edit first), then move to the next unreviewed
         clip of the filter (approve-and-next: one key per clip)."""
 
-        def handler(
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-            fdict,
-            sort,
-            request: gr.Request,
-        ):
-            label_values = [scenario_category, hazard_level, road_users, ego_maneuver, weather, lighting, road_type]
+        def handler(request: gr.Request, *values):
+            form, (fdict, sort) = ReviewForm.split(values)
             user = self.ctx.user(request)
-            if clip_id is None:
+            if form.clip_id is None:
                 raise gr.Error("Open a clip first.")
+            clip_id = int(form.clip_id)
             try:
-                new_base, saved = self._autosave(clip_id, base, text, label_values, user)
+                new_base, saved = self._autosave(form, user)
                 captions.set_review(
                     self.ctx.db(),
-                    int(clip_id),
+                    clip_id,
                     status=status,
                     user=user.name,
                     base_caption_id=new_base,
-                    base_review=None if saved else review_base,
+                    base_review=None if saved else form.review_base,
                 )
             except Conflict as e:
                 return self._conflict(clip_id, e, request)
@@ -307,8 +245,8 @@ class ReviewTab:
                 return {self.msg: render.message(str(e), "error")}
             done = (
                 f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
-            ) + f" clip {int(clip_id)} {status}."
-            target = self.next_unreviewed_id(fdict, sort, int(clip_id))
+            ) + f" clip {clip_id} {status}."
+            target = self.next_unreviewed_id(fdict, sort, clip_id, user)
             if target is None:
                 return self.view(
                     clip_id,
@@ -368,41 +306,15 @@ class ReviewTab:
         return self.view(clip_id, request, message="Reloaded the current version.")
 
     def step(self, direction: int):
-        def handler(
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-            fdict,
-            sort,
-            request: gr.Request,
-        ):
-            form = (
-                clip_id,
-                base,
-                review_base,
-                text,
-                scenario_category,
-                hazard_level,
-                road_users,
-                ego_maneuver,
-                weather,
-                lighting,
-                road_type,
-            )
+        def handler(request: gr.Request, *values):
+            form, (fdict, sort) = ReviewForm.split(values)
             self.ctx.user(request)
-            if clip_id is None:
+            if form.clip_id is None:
                 return gr.skip()
+            clip_id = int(form.clip_id)
 
             def go(note):
-                prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), int(clip_id))
+                prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), clip_id)
                 if sort == "newest":  # the grid runs newest first: "next" is the lower id
                     prev_id, next_id = next_id, prev_id
                 target = next_id if direction > 0 else prev_id
@@ -418,80 +330,26 @@ class ReviewTab:
         handler.__name__ = "next_clip" if direction > 0 else "previous_clip"
         return handler
 
-    def queue_next(
-        self,
-        clip_id,
-        base,
-        review_base,
-        text,
-        scenario_category,
-        hazard_level,
-        road_users,
-        ego_maneuver,
-        weather,
-        lighting,
-        road_type,
-        fdict,
-        sort,
-        request: gr.Request,
-    ):
-        """The review queue: the next unreviewed clip of the Browse filter (saving the form first)."""
-        form = (
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-        )
-        self.ctx.user(request)
+    def queue_next(self, request: gr.Request, *values):
+        """The review queue: the next unreviewed clip of the Browse filter, yours first (saving the form first)."""
+        form, (fdict, sort) = ReviewForm.split(values)
+        user = self.ctx.user(request)
 
         def go(note):
-            target = self.next_unreviewed_id(fdict, sort, int(clip_id) if clip_id is not None else None)
+            after = int(form.clip_id) if form.clip_id is not None else None
+            target = self.next_unreviewed_id(fdict, sort, after, user)
             if target is None:
                 return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
 
         return self._leave(form, request, go)
 
-    def goto(
-        self,
-        target,
-        clip_id,
-        base,
-        review_base,
-        text,
-        scenario_category,
-        hazard_level,
-        road_users,
-        ego_maneuver,
-        weather,
-        lighting,
-        road_type,
-        request: gr.Request,
-    ):
+    def goto(self, request: gr.Request, target, *values):
         """Open clip `target` (browser Back/Forward, a Browse tile), saving the form first."""
-        form = (
-            clip_id,
-            base,
-            review_base,
-            text,
-            scenario_category,
-            hazard_level,
-            road_users,
-            ego_maneuver,
-            weather,
-            lighting,
-            road_type,
-        )
+        form, _ = ReviewForm.split(values)
         self.ctx.user(request)
         target = str(target or "").strip()
-        if not target.isdigit() or (clip_id is not None and int(target) == int(clip_id)):
+        if not target.isdigit() or (form.clip_id is not None and int(target) == int(form.clip_id)):
             return gr.skip()
         return self._leave(
             form, request, lambda note: self.view(int(target), request, message=note, kind="ok" if note else "info")
@@ -500,32 +358,17 @@ class ReviewTab:
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.view_outputs()
         form = self.form_inputs()
-        label_inputs = list(self.labels.values())
+        walk = form + [filter_state, sort_state]  # the form, then where to go next
         nav = dict(show_progress="hidden")
-        self.save_btn.click(
-            shows_errors(self.save),
-            [self.clip_id, self.base, self.review_base, self.text, *label_inputs],
-            outs,
-            api_name="save_caption",
-        )
-        self.approve_btn.click(
-            shows_errors(self.decide("approved")), form + [filter_state, sort_state], outs, api_name="approve", **nav
-        )
-        self.reject_btn.click(
-            shows_errors(self.decide("rejected")), form + [filter_state, sort_state], outs, api_name="reject", **nav
-        )
+        self.save_btn.click(shows_errors(self.save), form, outs, api_name="save_caption")
+        self.approve_btn.click(shows_errors(self.decide("approved")), walk, outs, api_name="approve", **nav)
+        self.reject_btn.click(shows_errors(self.decide("rejected")), walk, outs, api_name="reject", **nav)
         self.adopt_btn.click(
             shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs, api_name="adopt"
         )
         self.recaption_btn.click(shows_errors(self.recaption), [self.clip_id], [self.msg], api_name="recaption")
         self.reload_btn.click(shows_errors(self.reload), [self.clip_id], outs, api_name="reload_clip")
-        self.next_btn.click(
-            shows_errors(self.step(+1)), form + [filter_state, sort_state], outs, api_name="next_clip", **nav
-        )
-        self.prev_btn.click(
-            shows_errors(self.step(-1)), form + [filter_state, sort_state], outs, api_name="previous_clip", **nav
-        )
-        self.queue_btn.click(
-            shows_errors(self.queue_next), form + [filter_state, sort_state], outs, api_name="next_unreviewed", **nav
-        )
+        self.next_btn.click(shows_errors(self.step(+1)), walk, outs, api_name="next_clip", **nav)
+        self.prev_btn.click(shows_errors(self.step(-1)), walk, outs, api_name="previous_clip", **nav)
+        self.queue_btn.click(shows_errors(self.queue_next), walk, outs, api_name="next_unreviewed", **nav)
         self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)

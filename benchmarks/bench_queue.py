@@ -1,0 +1,83 @@
+"""The assignable review queue at scale: what "next unreviewed" (n, approve-and-next) costs per press.
+
+    python benchmarks/bench_queue.py --db /tmp/queue-200k.db --clips 200000 --repeat 40
+
+Builds the database with benchmarks/bench_browse.build (reused if it already holds --clips rows), then deals
+out work the way a lead would (data.assignments.assign): ann gets 500 clips spread over the library (every
+--clips/500th unreviewed clip, assigned one filter at a time), ann2 the 20,000 newest unreviewed ones. Times
+data.assignments.next_in_queue (what the review handlers call), each --repeat times, and prints p50/p95 in ms:
+  none        a lead with nothing assigned: their tier is empty, the unassigned tier behind ann2's 20,000
+  spread      ann: her next clip among 500 spread over the library
+  spread+rain ann with a weather=rain filter (most of her clips are not rain: her tier is walked, not scanned)
+  assign 500  one assign of the next 500 unreviewed unassigned clips (the write, audited per clip)
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_browse import build  # noqa: E402
+from bench_webapp import pct, timed  # noqa: E402
+
+from data import assignments, users  # noqa: E402
+from data.clips import Filter  # noqa: E402
+from data.db import connect, immediate  # noqa: E402
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--db", default="/tmp/queue-200k.db")
+    ap.add_argument("--clips", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=40)
+    a = ap.parse_args(argv)
+    print(f"build: {build(Path(a.db), a.clips):.1f} s")
+    db = connect(a.db)
+    with immediate(db):
+        db.execute("DELETE FROM assignments")
+    for name, role in (("ann", "annotator"), ("ann2", "annotator"), ("lead", "lead")):
+        if users.get(db, name) is None:
+            users.create(db, name, role=role, password="bench password")
+    open_ids = [r[0] for r in db.execute("SELECT id FROM clips WHERE review_status = 'unreviewed' ORDER BY id")]
+    step = max(1, len(open_ids) // 500)
+    with immediate(db):  # ann's 500, spread (one assign per clip would be 500 transactions: same rows)
+        for cid in open_ids[::step][:500]:
+            db.execute(
+                "INSERT INTO assignments (clip_id, assignee, assigned_by, assigned_at) VALUES (?, 'ann', 'lead', 0)",
+                [cid],
+            )
+    t = time.perf_counter()
+    out = assignments.assign(db, Filter(), "ann2", actor="lead", role="lead", limit=10_000)
+    out2 = assignments.assign(db, Filter(), "ann2", actor="lead", role="lead", limit=10_000)
+    ms = (time.perf_counter() - t) * 1000
+    print(f"assign 2 x 10,000 to ann2: {ms:.0f} ms ({out['assigned'] + out2['assigned']:,} clips, audited)")
+    rng = random.Random(0)
+    mine = [r[0] for r in db.execute("SELECT clip_id FROM assignments WHERE assignee = 'ann'")]
+    cases = {
+        "none (lead, behind ann2's 20,000)": lambda: assignments.next_in_queue(db, Filter(), "lead"),
+        "spread (ann, 500 over the library)": lambda: assignments.next_in_queue(
+            db, Filter(), "ann", after=rng.choice(mine)
+        ),
+        "spread + weather=rain": lambda: assignments.next_in_queue(
+            db, Filter(weather="rain"), "ann", after=rng.choice(mine)
+        ),
+    }
+    print(f"\nnext_in_queue at {a.clips:,} clips ({a.repeat} runs each), ms")
+    print(f"{'case':40s} {'p50':>8s} {'p95':>8s}")
+    for name, fn in cases.items():
+        xs = timed(fn, a.repeat)
+        print(f"{name:40s} {statistics.median(xs):8.2f} {pct(xs, 95):8.2f}")
+    xs = timed(lambda: assignments.assign(db, Filter(), "ann", actor="lead", role="lead", limit=500), 5)
+    print(f"{'assign 500 (next open, audited)':40s} {statistics.median(xs):8.2f} {pct(xs, 95):8.2f}")
+    db.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,169 @@
+"""Who reviews what: a lead assigns clips to a person, and that person's review queue serves them first.
+
+- `assign(db, f, assignee, ...)`: the clips of filter `f` go to `assignee` -- all of them (at most
+  MAX_ASSIGN), or with `limit` the next `limit` unreviewed clips of the filter that nobody has yet, in the
+  grid's order (a lead dealing out work: 50 to one annotator, the next 50 to another; a filter that names an
+  assignee takes from that person's unreviewed clips instead). A clip assigned to someone else is
+  reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody.
+- Every change is one audit event per clip (`clip.assign` with the previous assignee, `clip.unassign`), in
+  the same transaction. Only leads and admins assign: the role is checked here, not only in the UI.
+- `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`: their clips of the filter first, then
+  clips nobody has; clips assigned to someone else are theirs to review, so they are skipped (unless the
+  filter itself names an assignee or asks for unassigned clips: then it is the queue as asked).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import sqlite_utils
+
+from data import clips, events, users
+from data.db import DataError, Forbidden, immediate, now
+
+# clips one assignment may touch: a bound on its write transaction (10,000 held the lock ~0.4 s on the 2-core VM,
+# docs/BENCHMARKS.md); more is a narrower filter or several assignments
+MAX_ASSIGN = 10_000
+
+
+def _check_actor(role: str | None) -> None:
+    if not users.at_least(role, "lead"):
+        raise Forbidden(f"Only a lead assigns clips; you are {role or 'not signed in'}.")
+
+
+def _check_assignee(db: sqlite_utils.Database, name: str | None) -> str:
+    name = (name or "").strip()
+    user = users.get(db, name) if name else None
+    if user is None:
+        raise DataError(
+            f"There is no user named {name[:64]!r}: pick a person from the list."
+            if name
+            else "Pick the person to assign the clips to."
+        )
+    if user["disabled"]:
+        raise DataError(f"{name} is disabled: pick someone else, or enable them first (Users).")
+    return name
+
+
+def _current(db: sqlite_utils.Database, ids: list[int]) -> dict[int, str]:
+    """clip id -> assignee, for the clips of `ids` that have one."""
+    out: dict[int, str] = {}
+    for i in range(0, len(ids), 500):  # SQLite's variable limit
+        chunk = ids[i : i + 500]
+        marks = ",".join("?" * len(chunk))
+        sql = f"SELECT clip_id, assignee FROM assignments WHERE clip_id IN ({marks})"
+        out.update({r["clip_id"]: r["assignee"] for r in db.query(sql, chunk)})
+    return out
+
+
+def _filter_ids(db: sqlite_utils.Database, f: clips.Filter) -> list[int]:
+    sql, args = clips.id_query(f)
+    ids = [r[0] for r in db.execute(sql + " LIMIT ?", [*args, MAX_ASSIGN + 1])]
+    if len(ids) > MAX_ASSIGN:
+        raise DataError(
+            f"This filter holds more than {MAX_ASSIGN:,} clips: narrow it, or give how many clips to assign."
+        )
+    return ids
+
+
+def assign(
+    db: sqlite_utils.Database,
+    f: clips.Filter,
+    assignee: str,
+    *,
+    actor: str,
+    role: str,
+    limit: int | None = None,
+    descending: bool = True,
+) -> dict:
+    """Assign the clips of `f` (or, with `limit`, its next `limit` unreviewed, unassigned clips in the grid's
+    order) to `assignee`. Returns counts: assigned (new or changed), reassigned (taken from someone else),
+    unchanged (already theirs). Raises Forbidden for a non-lead, DataError for an unknown user or a bad limit."""
+    _check_actor(role)
+    if limit is not None and not (isinstance(limit, int) and 1 <= limit <= MAX_ASSIGN):
+        raise DataError(f"How many clips: a whole number from 1 to {MAX_ASSIGN:,} (empty: the whole filter).")
+    with immediate(db):
+        assignee = _check_assignee(db, assignee)
+        if limit is None:
+            ids = _filter_ids(db, f)
+        else:
+            # open work: unreviewed, and nobody's yet (or, when the filter names a person, theirs: moving work)
+            open_work = dataclasses.replace(f, review_status="unreviewed", unassigned=None if f.assignee else True)
+            ids = clips.page_ids(db, open_work, limit=limit, descending=descending)
+        before = _current(db, ids)
+        changed = [cid for cid in ids if before.get(cid) != assignee]
+        t = now()
+        db.conn.executemany(
+            "INSERT INTO assignments (clip_id, assignee, assigned_by, assigned_at) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(clip_id) DO UPDATE SET assignee = excluded.assignee, assigned_by = excluded.assigned_by, "
+            "assigned_at = excluded.assigned_at",
+            [(cid, assignee, actor, t) for cid in changed],
+        )
+        events.record_many(
+            db, actor, "clip.assign", [(cid, {"assignee": assignee, "previous": before.get(cid)}) for cid in changed]
+        )
+    return {
+        "assignee": assignee,
+        "assigned": len(changed),
+        "reassigned": sum(1 for cid in changed if cid in before),
+        "unchanged": len(ids) - len(changed),
+    }
+
+
+def unassign(db: sqlite_utils.Database, f: clips.Filter, *, actor: str, role: str) -> int:
+    """Give the clips of `f` back to nobody; returns how many had an assignee."""
+    _check_actor(role)
+    with immediate(db):
+        sql, args = clips.id_query(f)
+        rows = list(
+            db.query(
+                f"SELECT clip_id, assignee FROM assignments WHERE clip_id IN ({sql}) ORDER BY clip_id LIMIT ?",
+                [*args, MAX_ASSIGN + 1],
+            )
+        )
+        if len(rows) > MAX_ASSIGN:
+            raise DataError(f"This filter holds more than {MAX_ASSIGN:,} assigned clips: narrow it first.")
+        db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
+        events.record_many(db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"]}) for r in rows])
+    return len(rows)
+
+
+def assignee_of(db: sqlite_utils.Database, clip_id: int) -> str | None:
+    row = next(db.query("SELECT assignee FROM assignments WHERE clip_id = ?", [clip_id]), None)
+    return row["assignee"] if row else None
+
+
+def workload(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
+    """Per assignee: clips assigned and how many of them are still unreviewed (for the lead's view)."""
+    rows = db.query(
+        "SELECT a.assignee, COUNT(*) AS assigned, SUM(c.review_status = 'unreviewed') AS open "
+        "FROM assignments a JOIN clips c ON c.id = a.clip_id GROUP BY a.assignee ORDER BY a.assignee"
+    )
+    return {r["assignee"]: {"assigned": r["assigned"], "open": int(r["open"] or 0)} for r in rows}
+
+
+def queue_tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
+    """The filters "next unreviewed" walks for `user`, in order (see the module docstring)."""
+    base = dataclasses.replace(f, review_status="unreviewed")
+    if f.assignee or f.unassigned:
+        return [base]
+    return [dataclasses.replace(base, assignee=user), dataclasses.replace(base, unassigned=True)]
+
+
+def next_in_queue(
+    db: sqlite_utils.Database, f: clips.Filter, user: str, *, after: int | None = None, descending: bool = True
+) -> int | None:
+    """The next clip of `user`'s review queue within `f` after clip `after` (in the grid's order), wrapping
+    around; None when the queue is empty. `after` places us only in its own tier: moving on from the last of
+    your clips to the unassigned ones starts at the top of those, not where your clip happened to be."""
+    tiers = queue_tiers(f, user)
+    holder = assignee_of(db, after) if after is not None and len(tiers) > 1 else None
+    for tier in tiers:
+        own = len(tiers) == 1 or (tier.assignee or None) == holder
+        for anchor in (after, None) if after is not None and own else (None,):
+            rows = [
+                r for r in clips.page(db, tier, after_id=anchor, limit=2, descending=descending) if r["id"] != after
+            ]
+            if rows:
+                return rows[0]["id"]
+    return None
