@@ -33,7 +33,7 @@ def test_node_role_runs_only_replicas_fetching_over_http(tmp_path):
         tmp_path,
         "--role",
         "node",
-        "--fleet",
+        "--fleet-mode",
         "sim",
         "--replica-host",
         "127.0.0.2",
