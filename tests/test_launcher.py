@@ -229,3 +229,15 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     for c in rec["procs"]:
         assert not procs.pid_alive(c["pid"])
     assert launcher.main(["status", *base]) == 3
+
+
+def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), "--fleet", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "serving.simfleet" in out.stdout and "write --fleet-mode sim" in out.stderr
