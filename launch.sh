@@ -19,8 +19,9 @@ options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_D
   --clip-root DIR    your clip library (default: DATA_DIR/clips, filled with generated demo clips on first run)
   --port N           web app port                                    (default: 7860)
   --host ADDR        web app address; anything but 127.0.0.1 requires login (default: 127.0.0.1)
-  --fleet WHAT       auto (GPU node: real vLLM, else simulated) | sim | gpu | URL[,URL...] of running
-                     OpenAI-compatible vLLM servers or a router       (default: auto)
+  --fleet-mode MODE  what to start: auto (GPU node: real vLLM, else simulated) | sim | gpu  (default: auto)
+  --fleet-urls L     use a fleet that is already running instead: URL[,URL...] of OpenAI-compatible vLLM
+                     servers or a router; nothing is started for the fleet
   --gpus LIST        GPUs for replicas on a GPU node, e.g. 0,1,2,3   (default: all)
   --replicas N       replicas of the simulated fleet                 (default: 4)
   --vllm-arg ARG     extra argument for every vLLM replica, e.g. --vllm-arg --load-format=dummy (repeatable)
@@ -40,12 +41,20 @@ options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_D
 
 examples:
   ./launch.sh                                  # demo library + simulated fleet + app on http://127.0.0.1:7860
-  ./launch.sh --clip-root /data/clips --fleet gpu --gpus 0,1,2,3,4,5,6,7
-  ./launch.sh --fleet http://10.0.0.5:30000    # use a fleet that is already running
+  ./launch.sh --clip-root /data/clips --fleet-mode gpu --gpus 0,1,2,3,4,5,6,7
+  ./launch.sh --fleet-urls http://10.0.0.5:30000    # use a fleet that is already running
   ./launch.sh --role node --replica-host 10.0.0.5 --media-url-base http://10.0.0.1:7860   # on each GPU node
   ./launch.sh --role head --host 10.0.0.1 --worker-urls http://10.0.0.5:8000,http://10.0.0.5:8001
   ./launch.sh stop
 EOF
+}
+
+# --fleet / CW_FLEET used to mean either the mode or the URLs; old scripts keep working, with a warning
+legacy_fleet() {
+  case "$2" in
+    auto|sim|gpu) echo "launch.sh: $1 is deprecated: write --fleet-mode $2 (CW_FLEET_MODE)" >&2; FLEET_MODE=$2 ;;
+    *) echo "launch.sh: $1 is deprecated: write --fleet-urls $2 (CW_FLEET_URLS)" >&2; FLEET_URLS=$2 ;;
+  esac
 }
 
 cmd=up
@@ -55,7 +64,8 @@ DATA_DIR=${CW_DATA_DIR:-var}
 CLIP_ROOT=${CW_CLIP_ROOT:-}
 PORT=${CW_PORT:-7860}
 HOST=${CW_HOST:-127.0.0.1}
-FLEET=${CW_FLEET:-auto}
+FLEET_MODE=${CW_FLEET_MODE:-auto}
+FLEET_URLS=${CW_FLEET_URLS:-}
 GPUS=${CW_GPUS:-}
 REPLICAS=${CW_REPLICAS:-}
 VLLM_ARGS=()
@@ -64,13 +74,17 @@ ROLE=${CW_ROLE:-all}
 DETACH=0
 INSTALL=1
 DRY=0
+if [ -n "${CW_FLEET:-}" ]; then legacy_fleet "CW_FLEET=$CW_FLEET" "$CW_FLEET"; fi
+unset CW_FLEET   # translated here: the Python commands below get the new names
 while [ $# -gt 0 ]; do
   case "$1" in
     --data-dir) DATA_DIR=$2; shift 2 ;;
     --clip-root) CLIP_ROOT=$2; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --host) HOST=$2; shift 2 ;;
-    --fleet) FLEET=$2; shift 2 ;;
+    --fleet-mode) FLEET_MODE=$2; shift 2 ;;
+    --fleet-urls) FLEET_URLS=$2; shift 2 ;;
+    --fleet) legacy_fleet "--fleet $2" "$2"; shift 2 ;;
     --gpus) GPUS=$2; shift 2 ;;
     --replicas) REPLICAS=$2; shift 2 ;;
     --vllm-arg) VLLM_ARGS+=("--vllm-arg=$2"); shift 2 ;;
@@ -98,6 +112,7 @@ LOGS="$DATA_DIR/logs"
 DEMO=0
 if [ -z "$CLIP_ROOT" ]; then CLIP_ROOT="$DATA_DIR/clips"; DEMO=1; fi
 case "$ROLE" in all|node|head) ;; *) echo "launch.sh: --role must be all, node or head, not '$ROLE'" >&2; exit 2 ;; esac
+case "$FLEET_MODE" in auto|sim|gpu) ;; *) echo "launch.sh: --fleet-mode must be auto, sim or gpu, not '$FLEET_MODE' (a running fleet: --fleet-urls URL)" >&2; exit 2 ;; esac
 export CW_DATA_DIR="$DATA_DIR" CW_CLIP_ROOT="$CLIP_ROOT" CW_PORT="$PORT" CW_HOST="$HOST" CW_ROLE="$ROLE"
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 
@@ -179,18 +194,21 @@ trap 'exit 130' INT TERM
 
 gpu_node=0
 if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu_node=1; fi
-if [ "$FLEET" = auto ]; then
-  if [ $gpu_node = 1 ]; then FLEET=gpu; else FLEET=sim; fi
+if [ "$FLEET_MODE" = auto ]; then
+  if [ $gpu_node = 1 ]; then FLEET_MODE=gpu; else FLEET_MODE=sim; fi
 fi
-[ "$ROLE" = head ] && FLEET=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
+# what this launch starts for the fleet: nothing (--fleet-urls), the router over the nodes (head), or replicas
+START=$FLEET_MODE
+[ -n "$FLEET_URLS" ] && START=none
+[ "$ROLE" = head ] && START=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
 
 if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, data.settings" 2>/dev/null; then
   say "installing Python packages (once)"
   extra=""
-  [ "$FLEET" = gpu ] && extra="[gpu]"
+  [ "$START" = gpu ] && extra="[gpu]"
   run "$PY" -m pip install -q -e ".$extra"
 fi
-if [ "$INSTALL" = 1 ] && { [ "$FLEET" = sim ] || [ "$FLEET" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
+if [ "$INSTALL" = 1 ] && { [ "$START" = sim ] || [ "$START" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
   run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
 fi
 
@@ -201,9 +219,9 @@ fi
 
 if [ "$ROLE" = node ]; then
   # a GPU node: MPS and the replicas, nothing else; the head sends work and clips (signed URLs) to them
-  [ "$FLEET" = auto ] || [ "$FLEET" = gpu ] || [ "$FLEET" = sim ] || { echo "launch.sh: --role node runs --fleet gpu or sim" >&2; exit 2; }
-  say "starting the $FLEET replicas of this node"
-  node_args=(--data-dir "$DATA_DIR" --fleet "$FLEET" --role node)
+  [ -z "$FLEET_URLS" ] || { echo "launch.sh: --role node starts replicas (--fleet-mode gpu or sim), it takes no --fleet-urls" >&2; exit 2; }
+  say "starting the $FLEET_MODE replicas of this node"
+  node_args=(--data-dir "$DATA_DIR" --fleet-mode "$FLEET_MODE" --role node)
   [ -n "$GPUS" ] && node_args+=(--gpus "$GPUS")
   [ "$DRY" = 1 ] && node_args+=(--dry-run)
   "$PY" -m serving.launcher up "${node_args[@]}"
@@ -221,7 +239,7 @@ fi
 say "ingesting $CLIP_ROOT"
 run "$PY" -m data.ingest "$CLIP_ROOT" --data-dir "$DATA_DIR"
 
-case "$FLEET" in
+case "$START" in
   head)
     say "starting the router over the GPU nodes' replicas"
     head_args=(--data-dir "$DATA_DIR" --role head)
@@ -230,27 +248,31 @@ case "$FLEET" in
     FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --role head)
     ;;
   sim|gpu)
-    say "starting the $FLEET fleet"
-    fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet "$FLEET")
+    say "starting the $FLEET_MODE fleet"
+    fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet-mode "$FLEET_MODE")
     [ -n "$GPUS" ] && fleet_args+=(--gpus "$GPUS")
-    [ "$FLEET" = sim ] && [ -n "$REPLICAS" ] && fleet_args+=(--replicas "$REPLICAS")
-    [ "$FLEET" = gpu ] && fleet_args+=(${VLLM_ARGS[@]+"${VLLM_ARGS[@]}"})
+    [ "$FLEET_MODE" = sim ] && [ -n "$REPLICAS" ] && fleet_args+=(--replicas "$REPLICAS")
+    [ "$FLEET_MODE" = gpu ] && fleet_args+=(${VLLM_ARGS[@]+"${VLLM_ARGS[@]}"})
     [ "$DRY" = 1 ] && fleet_args+=(--dry-run)
     "$PY" -m serving.launcher up "${fleet_args[@]}"
-    FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --fleet "$FLEET")
+    FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --fleet-mode "$FLEET_MODE")
     ;;
-  *) FLEET_URLS=$FLEET ;;
 esac
 say "fleet: $FLEET_URLS"
+# the mode goes to the app only when this launch started the fleet: it shows the simulated banner from the
+# first paint; a fleet given by URL is asked (its /metrics say whether it is simulated)
+mode_args=()
+case "$START" in sim|gpu) mode_args=(--fleet-mode "$FLEET_MODE") ;; esac
 
 # under a supervisor: a runner that dies (a bug, the OOM killer, a database error) is restarted (R12)
 start runner "$PY" -m serving.supervisor --name runner --data-dir "$DATA_DIR" -- \
-  "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet "$FLEET_URLS"
+  "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS"
 
 if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
   "$PY" -m webapp.users --data-dir "$DATA_DIR" ensure-admin
 fi
-start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet "$FLEET_URLS" --port "$PORT" --host "$HOST"
+start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS" ${mode_args[@]+"${mode_args[@]}"} \
+  --port "$PORT" --host "$HOST"
 probe_host=$HOST
 case "$HOST" in 0.0.0.0|::|"") probe_host=127.0.0.1 ;; *:*) probe_host="[$HOST]" ;; esac
 wait_http app "http://$probe_host:$PORT/healthz" 120
@@ -260,7 +282,7 @@ if [ "$DRY" = 0 ] && ! "$PY" -m serving.launcher owns --data-dir "$DATA_DIR" --p
 fi
 if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
 say "the workbench is up: http://$HOST:$PORT   (logs: $LOGS; stop: ./launch.sh stop)"
-[ "$FLEET" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"
+[ "$START" = sim ] && say "captions come from the SIMULATED fleet: they are marked [SIMULATED] and mean nothing"
 
 if [ "$DETACH" = 1 ] || [ "$DRY" = 1 ]; then exit 0; fi
 # foreground: stay until the app exits or Ctrl-C, then tear everything down (trap)

@@ -46,7 +46,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False"}
         proc = subprocess.Popen(
-            [sys.executable, "-m", "webapp", "--data-dir", d, "--port", str(port), "--fleet", "sim"],
+            [sys.executable, "-m", "webapp", "--data-dir", d, "--port", str(port), "--fleet-mode", "sim"],
             cwd=REPO,
             env=env,
             start_new_session=True,

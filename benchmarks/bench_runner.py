@@ -2,6 +2,7 @@
 
     python benchmarks/bench_runner.py                 # both figures, default sizes
     python benchmarks/bench_runner.py --clips 20000 --replicas 8
+    python benchmarks/bench_runner.py --pools --clips 4000 --rounds 3   # the two connection-pool mechanisms
 
 1. Ceiling: zero-latency simulated replicas (`--speed 0`, in a separate process); the runner (in this process,
    through `serving.runner.run_job`) captions `--clips` clips. Prints requests/s and the CPU seconds per
@@ -51,6 +52,84 @@ def one_job(settings, db, urls, ids) -> tuple[float, float, dict]:
     return wall, cpu_s, prog
 
 
+def one_job_with(settings, db, urls, ids, make_client) -> tuple[float, float]:
+    """Like `one_job`, with the client `make_client()` builds inside the loop (closed at the end)."""
+    import asyncio
+
+    job_id = jobs.create(db, name="bench", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(db)["id"])
+
+    async def go():
+        client = make_client()
+        try:
+            r = runmod.Runner(
+                settings, urls, client=client, job_ids=[job_id], exit_when_idle=True, stop_event=threading.Event()
+            )
+            await r.run()
+        finally:
+            await client.aclose()
+
+    c0, t0 = cpu(), time.perf_counter()
+    asyncio.run(go())
+    wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+    assert jobs.progress(db, job_id)["counts"]["done"] == len(ids)
+    return wall, cpu_s
+
+
+class ShardedClient:
+    """The runner's former pooling, the baseline of --pools: it made a FleetClient (one pool) for every
+    POOL_SLOTS requests in flight to a replica, on demand, all sharing one SSL context."""
+
+    POOL_SLOTS = 8
+
+    def __init__(self, settings):
+        import httpx
+
+        self.settings = settings
+        self.shards: dict[str, list[list]] = {}  # replica URL -> [[client, in flight], ...]
+        self.ssl = httpx.create_ssl_context()
+
+    async def caption(self, replica_url: str, req: CaptionRequest):
+        import httpx
+
+        shards = self.shards.setdefault(replica_url, [])
+        shard = min(shards, key=lambda s: s[1]) if shards else None
+        if shard is None or shard[1] >= self.POOL_SLOTS:
+            limits = httpx.Limits(max_connections=4 * self.POOL_SLOTS, keepalive_expiry=30.0)
+            transport = httpx.AsyncHTTPTransport(verify=self.ssl, limits=limits)
+            shard = [FleetClient(self.settings, transport=transport), 0]
+            shards.append(shard)
+        shard[1] += 1
+        try:
+            return await shard[0].caption(replica_url, req)
+        finally:
+            shard[1] -= 1
+
+    async def aclose(self) -> None:
+        for shards in self.shards.values():
+            for client, _ in shards:
+                await client.aclose()
+
+
+def compare_pools(settings, db, ids, args) -> None:
+    """Runner CPU per clip against the zero-latency simulated fleet, the two connection-pool mechanisms side by
+    side in alternating rounds: the former runner shards vs FleetClient's own pools (what the runner uses)."""
+    fleet = simfleet.start_fleet(args.replicas, 0, settings.clip_root, speed=0)
+    n = args.clips
+    makers = {"runner shards": lambda: ShardedClient(settings), "FleetClient pools": lambda: FleetClient(settings)}
+    per: dict[str, list[float]] = {k: [] for k in makers}
+    try:
+        for r in range(args.rounds):
+            for i, (label, make) in enumerate(makers.items()):
+                chunk = ids[(2 * r + i) * n : (2 * r + i + 1) * n]
+                wall, cpu_s = one_job_with(settings, db, fleet.urls, chunk, make)
+                per[label].append(cpu_s / n * 1000)
+                print(f"round {r}: {label:<18} {n / wall:5.0f} req/s, {cpu_s / n * 1000:.3f} ms CPU per clip")
+    finally:
+        fleet.stop()
+    a, b = (sorted(v)[len(v) // 2] for v in per.values())
+    print(f"median CPU per clip: runner shards {a:.3f} ms, FleetClient pools {b:.3f} ms, ratio {b / a:.2f}")
+
+
 def latency_at_speed_1(settings) -> float:
     """Seconds one tiny clip takes on a simulated replica at speed 1 (to size the 7 clips/s fleet)."""
     import asyncio
@@ -80,15 +159,21 @@ def main() -> int:
     ap.add_argument("--replicas", type=int, default=8)
     ap.add_argument("--busy-clips", type=int, default=1200, help="clips for the busy-share run")
     ap.add_argument("--inflight", type=int, default=48, help="per-replica in-flight bound")
+    ap.add_argument("--pools", action="store_true", help="only compare the connection-pool mechanisms")
+    ap.add_argument("--rounds", type=int, default=3, help="--pools: alternating rounds of each mechanism")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-runner-"))
     settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": args.inflight}, environ={})
     db = dbmod.connect(settings.db)
-    ids = tiny_library(settings, db, max(args.clips, args.busy_clips), prefix="bench")
+    need = 2 * args.rounds * args.clips if args.pools else max(args.clips, args.busy_clips)
+    ids = tiny_library(settings, db, need, prefix="bench")
     print(
         f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {args.replicas} replicas, "
         f"inflight {args.inflight}/replica"
     )
+    if args.pools:
+        compare_pools(settings, db, ids, args)
+        return 0
 
     fleet = simfleet.start_fleet(args.replicas, 0, settings.clip_root, speed=0)
     try:

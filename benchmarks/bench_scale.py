@@ -206,7 +206,7 @@ def measure_busy(
                 "serving.runner",
                 "--data-dir",
                 str(settings.data_dir),
-                "--fleet",
+                "--fleet-urls",
                 router_url,
                 "--until-idle",
                 "--log-level",

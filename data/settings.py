@@ -13,12 +13,33 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
+import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 ENV_PREFIX = "CW_"
 ROLES = ("all", "node", "head")
+FLEET_MODES = ("auto", "sim", "gpu")
+
+
+def url_list(value: Any) -> tuple[str, ...]:
+    """Comma-separated base URLs (or a sequence of them) -> normalised URLs: a bare HOST:PORT gets http://,
+    no trailing slash. A launch mode word is refused with the setting it belongs to."""
+    items = value.split(",") if isinstance(value, str) else list(value or ())
+    out = []
+    for raw in (str(v).strip() for v in items):
+        if not raw:
+            continue
+        if raw in FLEET_MODES:
+            raise ValueError(f"{raw!r} is a launch mode, not a URL: use --fleet-mode {raw} (CW_FLEET_MODE)")
+        url = (raw if "://" in raw else "http://" + raw).rstrip("/")
+        if not re.match(r"^https?://[^/\s]+(/\S*)?$", url):
+            raise ValueError(f"not a fleet URL: {raw!r} (expected http(s)://HOST:PORT, e.g. http://127.0.0.1:30000)")
+        out.append(url)
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True)
@@ -43,10 +64,18 @@ SPECS: tuple[Spec, ...] = (
     Spec("host", "127.0.0.1", "address the web app binds; anything but loopback requires auth"),
     Spec("port", 7860, "port of the web app", int),
     Spec(
-        "fleet",
+        "fleet_mode",
         "auto",
-        "where captions come from: 'auto' (real vLLM on a GPU node, else simulated), "
-        "'sim', 'gpu', or comma-separated OpenAI-compatible base URLs",
+        "what the launcher starts: 'auto' (real vLLM on a GPU node, else simulated), 'sim' (the simulated "
+        "fleet; its captions are marked as such) or 'gpu' (one vLLM replica per GPU)",
+    ),
+    Spec(
+        "fleet_urls",
+        (),
+        "comma-separated OpenAI-compatible base URLs of a running fleet (a router or replicas) that the runner "
+        "sends to and the Fleet tab watches (default: none; the runner then uses the launcher's router, "
+        "http://127.0.0.1:ROUTER_PORT)",
+        url_list,
     ),
     Spec("fleet_port", 8000, "first replica port (replica i listens on FLEET_PORT+i)", int),
     Spec("router_port", 30000, "port of the router in front of the replicas", int),
@@ -125,6 +154,8 @@ SPECS: tuple[Spec, ...] = (
 )
 
 _BY_NAME = {s.name: s for s in SPECS}
+# `fleet` used to mean either the launch mode or the URLs; old scripts still pass it (--fleet, CW_FLEET)
+LEGACY_FLEET = "fleet"
 
 
 def _coerce(spec: Spec, value: Any) -> Any:
@@ -145,7 +176,8 @@ class Settings:
     media_dir: Path = Path("var/media")
     host: str = "127.0.0.1"
     port: int = 7860
-    fleet: str = "auto"
+    fleet_mode: str = "auto"
+    fleet_urls: tuple[str, ...] = ()
     fleet_port: int = 8000
     router_port: int = 30000
     router_prometheus_port: int = 29000
@@ -179,6 +211,7 @@ class Settings:
         """Resolve every setting: `overrides` (flags; None values ignored) > `CW_*` env > default."""
         env = os.environ if environ is None else environ
         overrides = {k: v for k, v in (overrides or {}).items() if v is not None}
+        overrides, env = _translate_legacy_fleet(overrides, env)
         unknown = set(overrides) - set(_BY_NAME)
         if unknown:
             raise ValueError(f"unknown settings: {', '.join(sorted(unknown))}")
@@ -197,6 +230,9 @@ class Settings:
         )
         if values["role"] not in ROLES:
             raise ValueError(f"role must be one of {', '.join(ROLES)}, not {values['role']!r}")
+        if values["fleet_mode"] not in FLEET_MODES:
+            hint = " (URLs go to --fleet-urls)" if "://" in str(values["fleet_mode"]) else ""
+            raise ValueError(f"fleet mode must be one of {', '.join(FLEET_MODES)}, not {values['fleet_mode']!r}{hint}")
         return cls(**values)
 
     def replace(self, **changes: Any) -> "Settings":
@@ -216,20 +252,68 @@ class Settings:
         return self.host in {"127.0.0.1", "localhost", "::1"}
 
 
+def _translate_legacy_fleet(
+    overrides: dict[str, Any], env: Mapping[str, str]
+) -> tuple[dict[str, Any], Mapping[str, str]]:
+    """`fleet` (flag) and CW_FLEET (environment) -> fleet_mode or fleet_urls, with a deprecation warning that
+    names the new spelling. The new names win where both are given."""
+    flag = overrides.pop(LEGACY_FLEET, None)
+    if flag is not None and str(flag).strip():
+        name, value = _legacy_fleet_target(str(flag))
+        _warn_legacy(f"--fleet {flag}", f"--{name.replace('_', '-')} {value}")
+        overrides.setdefault(name, value)
+    raw = env.get(ENV_PREFIX + "FLEET", "").strip()
+    if raw:
+        name, value = _legacy_fleet_target(raw)
+        _warn_legacy(f"{ENV_PREFIX}FLEET={raw}", f"{ENV_PREFIX}{name.upper()}={value}")
+        key = ENV_PREFIX + name.upper()
+        if key not in env:
+            env = {**env, key: value}
+    return overrides, env
+
+
+def _legacy_fleet_target(value: str) -> tuple[str, str]:
+    value = value.strip()
+    return ("fleet_mode", value) if value in FLEET_MODES else ("fleet_urls", value)
+
+
+def _warn_legacy(old: str, new: str) -> None:
+    # FutureWarning: Python shows it by default (a DeprecationWarning would be hidden from the user who needs it)
+    warnings.warn(
+        f"{old} is deprecated: the fleet setting was split in two; write {new} "
+        "(--fleet-mode auto|sim|gpu is what the launcher starts, --fleet-urls the fleet to send to)",
+        FutureWarning,
+        stacklevel=4,
+    )
+
+
 def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None) -> None:
     """Add `--flag` options for the named settings (all by default). Defaults stay None so that the
-    environment can fill in what the command line leaves out."""
-    for name in names or _BY_NAME:
+    environment can fill in what the command line leaves out. Values are parsed by `Settings.load`."""
+    names = list(names or _BY_NAME)
+    for name in names:
         spec = _BY_NAME[name]
         parser.add_argument(
             "--" + name.replace("_", "-"),
             dest=name,
             default=None,
-            type=spec.type if spec.type is not bool else str,
+            type=spec.type if spec.type in (int, float, str) else str,
             help=f"{spec.help} [env {ENV_PREFIX}{name.upper()}; default {spec.default!r}]",
+        )
+    if {"fleet_mode", "fleet_urls"} & set(names):
+        parser.add_argument(
+            "--fleet",
+            dest=LEGACY_FLEET,
+            default=None,
+            help="deprecated: a mode word (auto|sim|gpu) means --fleet-mode, URLs mean --fleet-urls",
         )
 
 
 def from_args(args: argparse.Namespace) -> Settings:
-    """Settings from parsed arguments (those added by `add_arguments`) plus the environment."""
-    return Settings.load({k: v for k, v in vars(args).items() if k in _BY_NAME})
+    """Settings from parsed arguments (those added by `add_arguments`) plus the environment. A value the
+    settings refuse ends the command with the message (exit status 2, as argparse does)."""
+    try:
+        return Settings.load({k: v for k, v in vars(args).items() if k in _BY_NAME or k == LEGACY_FLEET})
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None

@@ -1,10 +1,14 @@
-"""Caption a selection of clips from the command line, with a progress bar: the lead's batch tool.
+"""Caption a selection of clips from the command line, with a progress bar: the lead's batch tool. It creates
+a captioning job over the clips a filter matches and runs it in the foreground (Ctrl-C pauses it; --resume JOB
+continues it).
 
-    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no
-    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:8000,http://127.0.0.1:8001 \\
-        --status unreviewed --text rain --prompt av-hazard --frames 16 --limit 500
-    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12
-    python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12 --retry-failed
+examples:
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --has-caption no
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001 \\
+        --status unreviewed --text rain --prompt av-hazard@1 --frames 16 --limit 500
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --job 3 --job-state failed
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --resume 12
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --resume 12 --retry-failed
 
 It writes the same job rows the web app writes and executes them with the runner's own loop
 (`serving.runner.run_job`), so a job started here can be watched, paused or resumed from the app, and the
@@ -119,18 +123,10 @@ class Bar:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # the module docstring is the help: what it does, and the examples (--job 3 --job-state failed: a new job
+    # over job 3's failures)
     p = argparse.ArgumentParser(
-        prog="python -m serving.caption",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Create a captioning job over the clips a filter matches and run it in the foreground "
-        "(Ctrl-C pauses it; --resume JOB continues it).",
-        epilog="examples:\n"
-        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --has-caption no\n"
-        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --text rain "
-        "--prompt av-hazard@1 --limit 100\n"
-        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --job 3 "
-        "--job-state failed   # a new job over job 3's failures\n"
-        "  python -m serving.caption --db var/workbench.db --fleet http://127.0.0.1:30000 --resume 12",
+        prog="python -m serving.caption", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     add_arguments(
         p,
@@ -138,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
             "data_dir",
             "db",
             "clip_root",
-            "fleet",
+            "fleet_urls",
             "router_port",
             "model",
             "served_model_name",
@@ -180,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--retry-failed", action="store_true", help="with --resume: send the failed items again")
     how.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
+
+
+def again(settings, job_id: int, *extra: str) -> str:
+    """The command that resumes job `job_id` against the same fleet."""
+    fleet = ["--fleet-urls", ",".join(settings.fleet_urls)] if settings.fleet_urls else []
+    cmd = ["python", "-m", "serving.caption", "--db", str(settings.db), *fleet, "--resume", str(job_id), *extra]
+    return shlex.join(cmd)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -228,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from serving.runner import run_job
 
-        prog = run_job(settings, job_id, settings.fleet, progress_cb=bar, stop_event=stop, replicas=args.replicas)
+        prog = run_job(settings, job_id, progress_cb=bar, stop_event=stop, replicas=args.replicas)
     finally:
         bar.close()
         signal.signal(signal.SIGINT, previous)
@@ -238,19 +241,9 @@ def main(argv: list[str] | None = None) -> int:
             prog = jobs.change_state(db, job_id, "pause", args.user)
         finally:
             db.close()
-        again = [
-            "python",
-            "-m",
-            "serving.caption",
-            "--db",
-            str(settings.db),
-            "--fleet",
-            settings.fleet,
-            "--resume",
-            str(job_id),
-        ]
         print(
-            f"\npaused job {job_id}; nothing in flight was lost. Resume with:\n  {shlex.join(again)}", file=sys.stderr
+            f"\npaused job {job_id}; nothing in flight was lost. Resume with:\n  {again(settings, job_id)}",
+            file=sys.stderr,
         )
         return 130
     cnt = prog["counts"]
@@ -262,11 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  failed: {f['path']}: {f['last_error']}", file=sys.stderr)
         finally:
             db.close()
-        print(
-            f"  retry them with: python -m serving.caption --db {shlex.quote(str(settings.db))} "
-            f"--fleet {shlex.quote(settings.fleet)} --resume {job_id} --retry-failed",
-            file=sys.stderr,
-        )
+        print(f"  retry them with: {again(settings, job_id, '--retry-failed')}", file=sys.stderr)
     return 0 if prog["state"] == "done" else 1
 
 

@@ -28,14 +28,16 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import re
 import socket
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, AsyncIterator, Protocol
 from urllib.parse import quote, unquote
 
 import httpx
@@ -54,7 +56,7 @@ from serving.answers import (
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
-POOLS_PER_REPLICA = 4
+POOL_SLOTS = 8  # requests in flight per connection pool at most (FleetClient._pool)
 MAX_ANSWER_BYTES = limits.MAX_ANSWER_BYTES
 URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
@@ -157,8 +159,9 @@ def _schema_name(prompt: dict) -> str:
 
 
 class FleetClient:
-    """Async client for the fleet (one per event loop). Timeouts are explicit and the pool is large:
-    the runner, not httpx, bounds how many requests are in flight."""
+    """Async client for the fleet (one per event loop). Timeouts are explicit and the pools are large: the
+    runner, not httpx, bounds how many requests are in flight. It keeps its own connection pools per replica
+    (the only pooling the runner uses; docs/BENCHMARKS.md, "Job runner")."""
 
     def __init__(
         self,
@@ -177,37 +180,44 @@ class FleetClient:
         )
         self._limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0)
         self._transport = transport
-        # One pool per replica when we own the transport: httpcore's pool work per request grows with the
-        # number of connections in it (measured: 1000 requests at 128 in flight to one pool cost 18 s of CPU,
-        # at 32 in flight 1.4 s), and the runner keeps ~48 in flight per replica: so several small pools per
-        # replica, used in turn.
-        self._clients: dict[str, httpx.AsyncClient] = {}
-        self._turn = 0
+        # Connection pools of at most POOL_SLOTS requests in flight, as many per replica as its load needs, the
+        # least busy used first: httpcore's pool work per request grows with the number of connections in it
+        # (measured: 1000 requests at 128 in flight to one pool cost 18 s of CPU, at 32 in flight 1.4 s), and
+        # the runner keeps ~48 in flight per replica. With an injected transport: one client for everything.
+        self._pools: dict[str, list[list]] = {}  # replica URL ("" with a transport) -> [[client, in flight], ...]
+        self._ssl: ssl.SSLContext | None = None  # one for all pools: each transport's own costs ~25 ms to build
 
-    def _client_for(self, replica_url: str) -> httpx.AsyncClient:
-        if self._transport is not None:
-            key = ""
-        else:
-            self._turn += 1
-            key = f"{replica_url.rstrip('/')}#{self._turn % POOLS_PER_REPLICA}"
-        client = self._clients.get(key)
-        if client is None:
-            transport = self._transport
-            if transport is None:
-                # TCP_NODELAY: httpx writes headers and body separately; without it the body can wait for
-                # the server's delayed ACK (measured: 5.0 -> 2.4 ms per request on loopback).
-                transport = httpx.AsyncHTTPTransport(
-                    limits=self._limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
-                )
-            client = httpx.AsyncClient(
-                transport=transport,
-                timeout=self.timeout,
-                limits=self._limits,
-                headers={"user-agent": "clip-workbench"},
-                trust_env=False,
+    @contextlib.asynccontextmanager
+    async def _pool(self, replica_url: str) -> AsyncIterator[httpx.AsyncClient]:
+        """A client for one request to `replica_url`: the least busy pool, a new one if all are full."""
+        key = "" if self._transport is not None else replica_url.rstrip("/")
+        pools = self._pools.setdefault(key, [])
+        pool = min(pools, key=lambda p: p[1], default=None)
+        if pool is None or (pool[1] >= POOL_SLOTS and self._transport is None):
+            pool = [self._new_client(), 0]
+            pools.append(pool)
+        pool[1] += 1
+        try:
+            yield pool[0]
+        finally:
+            pool[1] -= 1
+
+    def _new_client(self) -> httpx.AsyncClient:
+        transport = self._transport
+        if transport is None:
+            # TCP_NODELAY: httpx writes headers and body separately; without it the body can wait for
+            # the server's delayed ACK (measured: 5.0 -> 2.4 ms per request on loopback).
+            self._ssl = self._ssl or httpx.create_ssl_context()
+            transport = httpx.AsyncHTTPTransport(
+                verify=self._ssl, limits=self._limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
             )
-            self._clients[key] = client
-        return client
+        return httpx.AsyncClient(
+            transport=transport,
+            timeout=self.timeout,
+            limits=self._limits,
+            headers={"user-agent": "clip-workbench"},
+            trust_env=False,
+        )
 
     def build_body(self, req: CaptionRequest) -> dict:
         """The JSON body of the chat completion request for `req` (raises ClipRejected for bad paths)."""
@@ -298,7 +308,7 @@ class FleetClient:
         any max_tokens we send, and three 400 MB answers took the runner to 3.8 GB (R10). Larger is a
         ReplicaError (retried elsewhere), read no further."""
         url = self._endpoint(replica_url, "/v1/chat/completions")
-        async with self._client_for(replica_url).stream("POST", url, json=body) as resp:
+        async with self._pool(replica_url) as client, client.stream("POST", url, json=body) as resp:
             declared = resp.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
                 raise ReplicaError(
@@ -372,7 +382,8 @@ class FleetClient:
     async def models(self, replica_url: str) -> list[str]:
         """Model ids served at `replica_url` (GET /v1/models)."""
         try:
-            resp = await self._client_for(replica_url).get(self._endpoint(replica_url, "/v1/models"))
+            async with self._pool(replica_url) as client:
+                resp = await client.get(self._endpoint(replica_url, "/v1/models"))
         except httpx.TimeoutException:
             raise Unreachable(f"no answer from {replica_url}", replica=replica_url, kind="timeout") from None
         except httpx.TransportError as e:
@@ -382,8 +393,8 @@ class FleetClient:
         return [m["id"] for m in resp.json().get("data", [])]
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
+        pools, self._pools = [p for ps in self._pools.values() for p in ps], {}
+        for client, _ in pools:
             await client.aclose()
 
     async def __aenter__(self) -> "FleetClient":

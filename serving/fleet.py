@@ -297,6 +297,26 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
     }
 
 
+def router_workers(url: str, timeout: float = 3.0) -> int | None:
+    """How many workers a vllm-router at `url` has (GET /workers), or None if `url` is not a router."""
+    try:
+        r = httpx.get(url.rstrip("/") + "/workers", timeout=timeout)
+        if r.status_code != 200:
+            return None
+        data = r.json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    if isinstance(data, dict):
+        for key in ("workers", "urls", "worker_urls"):
+            if isinstance(data.get(key), list):
+                return len(data[key])
+        if isinstance(data.get("total"), int):
+            return data["total"]
+    if isinstance(data, list):
+        return len(data)
+    return None
+
+
 def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
     """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
     `/liveness` and lists its workers on `/workers`; anything else is taken as a replica."""
@@ -342,4 +362,5 @@ __all__ = [
     "rates",
     "snapshot",
     "discover",
+    "router_workers",
 ]

@@ -188,17 +188,7 @@ def _group_alive(pgid: int) -> bool:
     except PermissionError:
         return True
     # only zombies left? (children not yet reaped by a parent)
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
+    return bool(group_pids(pgid))
 
 
 # ---- who listens on a port (R14: is the server answering there the one we started?) ---------------------------

@@ -16,6 +16,7 @@ already shows as runner liveness.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import signal
 import subprocess
 import sys
@@ -25,26 +26,20 @@ from pathlib import Path
 from data.settings import add_arguments, from_args
 
 
+@dataclasses.dataclass
 class Supervisor:
-    def __init__(
-        self,
-        cmd: list[str],
-        *,
-        name: str = "runner",
-        db_path: str | Path | None = None,
-        backoff_cap: float = 30.0,
-        healthy_after: float = 60.0,
-        first_backoff: float = 1.0,
-    ):
-        self.cmd = cmd
-        self.name = name
-        self.db_path = db_path
-        self.backoff_cap = backoff_cap
-        self.healthy_after = healthy_after
-        self.first_backoff = first_backoff
-        self.restarts = 0
-        self.stopping = False
-        self.child: subprocess.Popen | None = None
+    """Runs `cmd` until stopped, restarting it with a backoff whenever it exits."""
+
+    cmd: list[str]
+    _: dataclasses.KW_ONLY
+    name: str = "runner"
+    db_path: str | Path | None = None  # where restarts are recorded as heartbeats (None: not recorded)
+    backoff_cap: float = 30.0
+    healthy_after: float = 60.0
+    first_backoff: float = 1.0
+    restarts: int = dataclasses.field(default=0, init=False)
+    stopping: bool = dataclasses.field(default=False, init=False)
+    child: subprocess.Popen | None = dataclasses.field(default=None, init=False)
 
     def _say(self, msg: str) -> None:
         print(f"[supervisor {self.name}] {msg}", file=sys.stderr, flush=True)
@@ -130,14 +125,8 @@ def main(argv: list[str] | None = None) -> int:
         print("supervisor: no command given (put it after --)", file=sys.stderr)
         return 2
     settings = from_args(args)
-    sup = Supervisor(
-        cmd,
-        name=args.name,
-        db_path=settings.db,
-        backoff_cap=args.backoff_cap,
-        healthy_after=args.healthy_after,
-        first_backoff=args.first_backoff,
-    )
+    options = {k: getattr(args, k) for k in ("name", "backoff_cap", "healthy_after", "first_backoff")}
+    sup = Supervisor(cmd, db_path=settings.db, **options)
     signal.signal(signal.SIGTERM, sup.stop)
     signal.signal(signal.SIGINT, sup.stop)
     return sup.run()

@@ -130,7 +130,7 @@ def runner(web_settings, simfleet):
             "serving.runner",
             "--data-dir",
             str(web_settings.data_dir),
-            "--fleet",
+            "--fleet-urls",
             ",".join(simfleet),
         ],
         log,

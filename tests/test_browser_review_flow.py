@@ -23,8 +23,8 @@ KEYS_REPORT = SCREENSHOTS.parent / "keys-per-clip.txt"
 
 @pytest.fixture(scope="module")
 def server(web_settings, library, simfleet):  # noqa: F811
-    # the fleet is named by URL (not "sim"): the banner must still be in the first paint
-    with AppServer(web_settings.replace(fleet=",".join(simfleet)), fleet_urls=simfleet) as s:
+    # the fleet is named by URL (no --fleet-mode sim): the banner must still be in the first paint
+    with AppServer(web_settings.replace(fleet_mode="auto"), fleet_urls=simfleet) as s:
         yield s
 
 

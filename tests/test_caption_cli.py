@@ -57,7 +57,7 @@ def test_cli_captions_a_library_through_the_real_router(settings, db, fleet, tmp
             str(settings.db),
             "--clip-root",
             str(settings.clip_root),
-            "--fleet",
+            "--fleet-urls",
             url,
             "--has-caption",
             "no",
@@ -84,7 +84,7 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
             str(settings.db),
             "--clip-root",
             str(settings.clip_root),
-            "--fleet",
+            "--fleet-urls",
             url,
             "--until-idle",
             "--name",
@@ -110,7 +110,7 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
             str(settings.db),
             "--clip-root",
             str(settings.clip_root),
-            "--fleet",
+            "--fleet-urls",
             fleet,
             "--no-progress",
             "--per-replica-inflight",
@@ -139,7 +139,7 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
             str(settings.db),
             "--clip-root",
             str(settings.clip_root),
-            "--fleet",
+            "--fleet-urls",
             fleet,
             "--resume",
             "1",
@@ -152,7 +152,7 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
 
 
 def test_cli_rejects_an_empty_selection_with_a_message(settings, db):
-    r = cli("serving.caption", "--db", str(settings.db), "--fleet", "http://127.0.0.1:9", "--text", "nothing")
+    r = cli("serving.caption", "--db", str(settings.db), "--fleet-urls", "http://127.0.0.1:9", "--text", "nothing")
     assert r.returncode == 2 and "No clips match" in r.stderr
 
 

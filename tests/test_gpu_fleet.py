@@ -167,9 +167,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     if REHEARSE:
         # one simulated replica per GPU named in CW_GPU_GPUS (benchmarks/node_run.py rehearses 8), else 2
         sim_replicas = len([g for g in os.environ.get("CW_GPU_GPUS", "0,1").split(",") if g.strip()])
-        up += ["--fleet", "sim", "--replicas", str(sim_replicas), "--sim-arg=--speed 0.2"]
+        up += ["--fleet-mode", "sim", "--replicas", str(sim_replicas), "--sim-arg=--speed 0.2"]
     else:
-        up += ["--fleet", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
+        up += ["--fleet-mode", "gpu", "--gpus", os.environ.get("CW_GPU_GPUS", "0")]
         if os.environ.get("CW_GPU_DUMMY"):
             up += ["--vllm-arg=--load-format=dummy"]
         up += [f"--vllm-arg={a}" for a in os.environ.get("CW_GPU_VLLM_ARGS", "").split()]
@@ -270,7 +270,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "serving.caption",
             "--data-dir",
             str(data_dir),
-            "--fleet",
+            "--fleet-urls",
             router,
             "--served-model-name",
             served,

@@ -206,7 +206,7 @@ def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):
     with db.conn:
         db["clips"].insert_all([{"path": "a.mp4", "size": 1}])
     rc = caption.main(
-        ["--db", str(settings.db), "--fleet", "http://127.0.0.1:9", "--max-tokens", "64", "--no-progress"]
+        ["--db", str(settings.db), "--fleet-urls", "http://127.0.0.1:9", "--max-tokens", "64", "--no-progress"]
     )
     assert rc != 0
     assert "cannot hold a complete answer" in capsys.readouterr().err

@@ -33,7 +33,7 @@ def test_node_role_runs_only_replicas_fetching_over_http(tmp_path):
         tmp_path,
         "--role",
         "node",
-        "--fleet",
+        "--fleet-mode",
         "sim",
         "--replica-host",
         "127.0.0.2",
@@ -74,3 +74,41 @@ def test_head_refuses_an_app_the_nodes_cannot_reach(tmp_path):
     assert r.returncode != 0 and "--worker-urls" in r.stderr + r.stdout
     r = launch(tmp_path, "--role", "bogus")
     assert r.returncode == 2 and "--role must be all, node or head" in r.stderr
+
+
+def _args_after(cmd: list[str], flag: str) -> str | None:
+    return cmd[cmd.index(flag) + 1] if flag in cmd else None
+
+
+def test_fleet_mode_and_fleet_urls_reach_the_runner_and_the_app_each_with_one_meaning(tmp_path):
+    r = launch(tmp_path, "--fleet-mode", "sim", "--replicas", "2")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    assert any("serving.simfleet" in c for c in cmds)
+    runner = [c for c in cmds if "serving.runner" in c][0]
+    app = [c for c in cmds if "webapp" in c][0]
+    url = _args_after(runner, "--fleet-urls")
+    assert url and url.startswith("http://127.0.0.1:") and "--fleet" not in runner  # URLs only, no mode word
+    assert _args_after(app, "--fleet-urls") == url and _args_after(app, "--fleet-mode") == "sim"  # banner at once
+    # a fleet that is already running: nothing is started for it, both get its URL, the app no mode
+    r = launch(tmp_path, "--fleet-urls", "http://10.0.0.9:30000")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    assert not any("serving.simfleet" in c or "vllm-router" in c for c in cmds)
+    app = [c for c in cmds if "webapp" in c][0]
+    runner = [c for c in cmds if "serving.runner" in c][0]
+    assert _args_after(runner, "--fleet-urls") == _args_after(app, "--fleet-urls") == "http://10.0.0.9:30000"
+    assert "--fleet-mode" not in app
+    r = launch(tmp_path, "--fleet-mode", "http://10.0.0.9:30000")
+    assert r.returncode == 2 and "--fleet-urls" in r.stderr
+
+
+def test_the_old_fleet_flag_keeps_its_meaning_and_names_the_new_one(tmp_path):
+    r = launch(tmp_path, "--fleet", "sim")
+    assert r.returncode == 0 and "--fleet sim is deprecated: write --fleet-mode sim" in r.stderr
+    assert any("serving.simfleet" in c for c in commands(r.stdout))
+    r = launch(tmp_path, "--fleet", "http://10.0.0.9:30000")
+    assert r.returncode == 0 and "write --fleet-urls http://10.0.0.9:30000" in r.stderr
+    app = [c for c in commands(r.stdout) if "webapp" in c][0]
+    assert _args_after(app, "--fleet-urls") == "http://10.0.0.9:30000"
+    assert "FutureWarning" not in r.stderr  # translated once by launch.sh, not again by each Python command

@@ -84,7 +84,7 @@ def flags(argv: list[str]) -> dict[str, str | None]:
 def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
     lines = dry_run(
         tmp_path,
-        "--fleet",
+        "--fleet-mode",
         "gpu",
         "--gpus",
         "0,1,2,3,4,5,6,7",
@@ -131,7 +131,7 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
 
 def test_hw_decoders_only_after_0_25_1(tmp_path):
     for version, present in (("0.25.0", False), ("0.25.1", False), ("0.25.2", True), ("0.33.0", True)):
-        line = dry_run(tmp_path, "--fleet", "gpu", "--gpus", "3", "--vllm-version", version, "--no-mps")[0]
+        line = dry_run(tmp_path, "--fleet-mode", "gpu", "--gpus", "3", "--vllm-version", version, "--no-mps")[0]
         _, argv = split(line)
         video = json.loads(flags(argv)["--media-io-kwargs"])["video"]
         assert ("hw_decoders" in video) is present, version
@@ -142,7 +142,7 @@ def test_hw_decoders_only_after_0_25_1(tmp_path):
 def test_served_model_name_and_gpu_subset(tmp_path):
     lines = dry_run(
         tmp_path,
-        "--fleet",
+        "--fleet-mode",
         "gpu",
         "--gpus",
         "2,5",
@@ -162,7 +162,7 @@ def test_served_model_name_and_gpu_subset(tmp_path):
 
 
 def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
-    lines = dry_run(tmp_path, "--fleet", "sim", "--replicas", "3", "--fleet-port", "9100")
+    lines = dry_run(tmp_path, "--fleet-mode", "sim", "--replicas", "3", "--fleet-port", "9100")
     _, sim = split(lines[0])
     assert sim[1:3] == ["-m", "serving.simfleet"]
     f = flags(sim[3:])
@@ -174,9 +174,9 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
 def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_path, settings):
     # a "replica" that exits at once: the launcher must notice fast, clean up and fail
     args = launcher.build_parser().parse_args(
-        ["up", "--fleet", "sim", "--no-router", "--startup-timeout", "30", "--sim-arg=--no-such-flag-for-simfleet"]
+        ["up", "--fleet-mode", "sim", "--no-router", "--startup-timeout", "30", "--sim-arg=--no-such-flag-for-simfleet"]
     )
-    s = settings.replace(fleet="sim", fleet_port=procs.free_port())
+    s = settings.replace(fleet_mode="sim", fleet_port=procs.free_port())
     import time
 
     t = time.monotonic()
@@ -193,7 +193,7 @@ def test_down_stops_recorded_process_groups(tmp_path, settings):
         url=f"http://127.0.0.1:{procs.free_port()}",
     )
     launcher.save_record(
-        settings, {"fleet": "sim", "mps": None, "procs": [child.record()], "replica_urls": [], "router_url": None}
+        settings, {"fleet_mode": "sim", "mps": None, "procs": [child.record()], "replica_urls": [], "router_url": None}
     )
     assert launcher.main(["status", "--data-dir", str(settings.data_dir)]) == 1  # no health URL answers
     assert launcher.main(["down", "--data-dir", str(settings.data_dir), "--grace", "5"]) == 0
@@ -215,7 +215,7 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
         str(procs.free_port()),
     ]
     # two free ports in a row for two replicas are likely but not certain: use one replica
-    assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", *base]) == 0
+    assert launcher.main(["up", "--fleet-mode", "sim", "--replicas", "1", *base]) == 0
     try:
         rec = launcher.load_record(settings)
         assert [c["name"] for c in rec["procs"]] == ["simfleet", "router"]
@@ -223,9 +223,21 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
         capsys.readouterr()
         launcher.main(["url", *base])
         assert capsys.readouterr().out.strip() == rec["router_url"]
-        assert launcher.main(["up", "--fleet", "sim", "--replicas", "1", *base]) == 1  # already running
+        assert launcher.main(["up", "--fleet-mode", "sim", "--replicas", "1", *base]) == 1  # already running
     finally:
         assert launcher.main(["down", *base, "--grace", "5"]) == 0
     for c in rec["procs"]:
         assert not procs.pid_alive(c["pid"])
     assert launcher.main(["status", *base]) == 3
+
+
+def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), "--fleet", "sim"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    assert "serving.simfleet" in out.stdout and "write --fleet-mode sim" in out.stderr

@@ -25,7 +25,7 @@ def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> in
     return launcher.main(
         [
             "up",
-            "--fleet",
+            "--fleet-mode",
             "sim",
             "--replicas",
             "2",
@@ -127,7 +127,7 @@ def test_a_gpu_node_keeps_its_ports_and_says_so(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         settings = Settings.load(
-            {"data_dir": str(tmp_path), "role": "node", "fleet": "sim", "fleet_port": port}, environ={}
+            {"data_dir": str(tmp_path), "role": "node", "fleet_mode": "sim", "fleet_port": port}, environ={}
         )
         args = launcher.build_parser().parse_args(["up", "--replicas", "1"])
         with pytest.raises(SystemExit, match="GPU node keeps the ports"):
@@ -161,7 +161,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
         "serving.runner",
         "--data-dir",
         str(settings.data_dir),
-        "--fleet",
+        "--fleet-urls",
         "http://127.0.0.1:9",
     ]
     sup = subprocess.Popen(
@@ -261,7 +261,7 @@ def test_dry_run_prints_the_configured_ports_and_says_which_would_move(tmp_path,
             launcher.main(
                 [
                     "up",
-                    "--fleet",
+                    "--fleet-mode",
                     "sim",
                     "--replicas",
                     "1",

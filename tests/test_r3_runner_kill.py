@@ -35,7 +35,7 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
         str(settings.db),
         "--clip-root",
         str(settings.clip_root),
-        "--fleet",
+        "--fleet-urls",
         ",".join(fleet.urls),
         "--per-replica-inflight",
         "3",

@@ -229,7 +229,13 @@ def test_a_library_ingested_from_its_own_folder_is_captioned(tmp_path):
     fleet = simfleet.start_fleet(1, 0, root, speed=0)
     try:
         r = cli(
-            "serving.caption", "--db", str(db_path), "--fleet", fleet.urls[0], "--no-progress", data_dir=tmp_path / "dd"
+            "serving.caption",
+            "--db",
+            str(db_path),
+            "--fleet-urls",
+            fleet.urls[0],
+            "--no-progress",
+            data_dir=tmp_path / "dd",
         )
     finally:
         fleet.stop()

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
+import subprocess
+import sys
 import threading
 import time
 
+import pytest
+
 from data import captions, jobs
-from serving import runner as runmod
+from data.settings import Settings
+from serving import fleet_record, runner as runmod
+from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
 from serving.errors import ClipRejected, Overloaded, Unreachable
+from tests.fleet_fixtures import PROMPT, clip_root, fleet_settings, sim  # noqa: F401
 from tests.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
 from tests.waiting import wait_until
 
@@ -164,12 +173,109 @@ def test_stop_releases_requests_that_outlive_the_drain_deadline(settings, db):
     assert all(r["state"] == "pending" and r["attempts"] == 0 for r in rows)
 
 
-def test_parse_fleet_maps_names_to_the_router(settings):
-    assert runmod.parse_fleet("sim", settings) == [f"http://127.0.0.1:{settings.router_port}"]
-    assert runmod.parse_fleet("127.0.0.1:8000, http://h:9/", settings) == ["http://127.0.0.1:8000", "http://h:9"]
+def test_fleet_urls_are_parsed_once_by_the_settings_and_refuse_a_mode_word(settings):
+    s = Settings.load({"data_dir": str(settings.data_dir), "fleet_urls": "127.0.0.1:8000, http://h:9/"}, environ={})
+    assert s.fleet_urls == ("http://127.0.0.1:8000", "http://h:9")
+    with pytest.raises(ValueError, match="--fleet-mode sim"):
+        Settings.load({"fleet_urls": "sim"}, environ={})
+    with pytest.raises(ValueError, match="URLs go to --fleet-urls"):
+        Settings.load({"fleet_mode": "http://h:9"}, environ={})
+
+
+def test_without_urls_the_runner_sends_to_what_the_launcher_of_its_data_dir_started(settings):
+    assert runmod.fleet_targets(settings) == [f"http://127.0.0.1:{settings.router_port}"]  # nothing recorded
+    fleet_record.save_record(settings, {"router_url": None, "replica_urls": ["http://127.0.0.1:8101/", "h:8102"]})
+    try:
+        assert runmod.fleet_targets(settings) == ["http://127.0.0.1:8101", "http://h:8102"]
+        assert runmod.fleet_targets(settings.replace(fleet_urls=("http://a:1",))) == ["http://a:1"]  # the setting wins
+    finally:
+        fleet_record.record_path(settings).unlink()
+
+
+def test_the_old_fleet_spellings_keep_their_meaning_with_a_deprecation_warning(settings):
+    with pytest.warns(FutureWarning, match="write --fleet-mode sim"):
+        s = Settings.load({"fleet": "sim"}, environ={})
+    assert (s.fleet_mode, s.fleet_urls) == ("sim", ())
+    with pytest.warns(FutureWarning, match="write --fleet-urls http://h:9,http://h:10"):
+        s = Settings.load({"fleet": "http://h:9,http://h:10"}, environ={})
+    assert (s.fleet_mode, s.fleet_urls) == ("auto", ("http://h:9", "http://h:10"))
+    with pytest.warns(FutureWarning, match="write CW_FLEET_MODE=gpu"):
+        s = Settings.load({}, environ={"CW_FLEET": "gpu"})
+    assert s.fleet_mode == "gpu"
+    with pytest.warns(FutureWarning):  # the new name wins over the old one
+        s = Settings.load({"fleet": "sim"}, environ={"CW_FLEET_MODE": "gpu", "CW_FLEET": "sim"})
+    assert s.fleet_mode == "sim"  # a flag beats the environment, as for every setting
+    r = subprocess.run(
+        [sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir), "--fleet-mode", "http://h:9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "URLs go to --fleet-urls" in r.stderr and "Traceback" not in r.stderr
+
+
+class _FakeRouter:
+    """A loopback HTTP server answering GET /workers with `n` workers, counting the calls."""
+
+    def __init__(self, n: int):
+        outer = self
+        self.calls = 0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.calls += 1
+                body = json.dumps({"workers": [f"http://w{i}:8000" for i in range(n)]}).encode()
+                self.send_response(200 if self.path == "/workers" else 404)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_router_is_asked_for_its_workers_when_the_runner_starts_not_when_it_is_built(settings, db):
+    router = _FakeRouter(5)
+    try:
+        r = runmod.Runner(
+            settings.replace(per_replica_inflight=3), router.url, client=FakeClient(), exit_when_idle=True
+        )
+        assert router.calls == 0 and r.capacity == 3  # building a runner makes no network call
+        asyncio.run(r.run())  # no job: it starts, asks, finds nothing to do and stops
+        assert router.calls == 1 and r.capacity == 15
+    finally:
+        router.close()
 
 
 def test_single_router_url_gets_bound_times_replicas(settings):
     r = runmod.Runner(settings.replace(per_replica_inflight=7), "http://127.0.0.1:9", replicas=8, client=FakeClient())
     assert r.capacity == 56
     r._db.close()
+
+
+def test_the_fleet_client_keeps_at_most_pool_slots_requests_in_each_connection_pool(fleet_settings, sim):
+    """The runner's only connection pooling is FleetClient's own: per replica, as many pools as the requests in
+    flight need at POOL_SLOTS each (httpcore's cost per request grows with the connections in a pool)."""
+    url, n = sim.urls[0], 2 * POOL_SLOTS + 4
+
+    async def go():
+        client = FleetClient(fleet_settings)
+        try:
+            reqs = [CaptionRequest(f"many/{i % 6:02d}.mp4", PROMPT) for i in range(n)]
+            results = await asyncio.gather(*(client.caption(url, r) for r in reqs))
+            return results, [inflight for _, inflight in client._pools[url]]
+        finally:
+            await client.aclose()
+
+    results, pools = asyncio.run(go())
+    assert len(results) == n and all(r.text for r in results)
+    assert len(pools) == 3 and pools == [0, 0, 0]  # 20 at once: 8 + 8 + 4, all given back

@@ -125,7 +125,7 @@ def test_launcher_gives_replicas_only_the_clip_root(tmp_path):
                 "-m",
                 "serving.launcher",
                 "up",
-                "--fleet",
+                "--fleet-mode",
                 fleet,
                 "--gpus",
                 "0,1",

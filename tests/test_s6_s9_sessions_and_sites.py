@@ -23,7 +23,7 @@ def lib_settings(tmp_path_factory):
     from data.settings import Settings
 
     d = tmp_path_factory.mktemp("s6")
-    s = Settings.load({"data_dir": str(d / "var"), "fleet": "sim"}, environ={})
+    s = Settings.load({"data_dir": str(d / "var"), "fleet_mode": "sim"}, environ={})
     build_library(s, n=4)
     add_users(s)
     return s
@@ -241,7 +241,7 @@ def test_s9_data_dir_database_and_wal_are_private(tmp_path):
 
     old = os.umask(0o022)  # a typical umask: files would be 0644 by default
     try:
-        s = Settings.load({"data_dir": str(tmp_path / "var"), "fleet": "sim"}, environ={})
+        s = Settings.load({"data_dir": str(tmp_path / "var"), "fleet_mode": "sim"}, environ={})
         build_library(s, n=2)
         add_users(s)
         with AppServer(s, fleet_urls=[]) as srv:

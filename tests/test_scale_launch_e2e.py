@@ -39,7 +39,7 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
         r = sh(
             "--role",
             "node",
-            "--fleet",
+            "--fleet-mode",
             "sim",
             "--replica-host",
             "127.0.0.2",

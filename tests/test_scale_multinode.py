@@ -66,7 +66,7 @@ def head(tmp_path_factory):
     from data.settings import Settings
 
     base = tmp_path_factory.mktemp("head")
-    settings = Settings.load({"data_dir": str(base / "var"), "fleet": "sim"}, environ={})
+    settings = Settings.load({"data_dir": str(base / "var"), "fleet_mode": "sim"}, environ={})
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, N_CLIPS)
     (base / "outside.mp4").write_bytes(tiny_clip_bytes())

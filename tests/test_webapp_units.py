@@ -178,8 +178,8 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     from webapp.jobs_tab import JobsTab
 
     urls = [f"http://10.9.9.{i}:8000" for i in range(8)]  # a list of replicas: counted, not asked
-    tab = JobsTab(AppContext(settings.replace(fleet=",".join(urls)), fleet_urls=urls, simulated=False))
+    tab = JobsTab(AppContext(settings.replace(fleet_urls=tuple(urls)), fleet_urls=urls, simulated=False))
     html = tab._cost_html(100_000)
     assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and "h " in html
-    sim = JobsTab(AppContext(settings.replace(fleet="sim"), fleet_urls=[], simulated=True))
+    sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True))
     assert sim._cost_html(100_000) == ""

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import av
 import httpx
@@ -159,14 +160,16 @@ def add_users(settings: Settings) -> dict[str, str]:
 class AppServer:
     """uvicorn serving build_app(settings) in a thread, on 127.0.0.1:free port."""
 
-    def __init__(self, settings: Settings, **kwargs):
+    def __init__(self, settings: Settings, *, fleet_urls: Iterable[str] | None = None):
         import uvicorn
 
         from webapp.app import build_app
 
         self.port = free_port()
         self.settings = settings.replace(port=self.port)
-        self.app = build_app(self.settings, **kwargs)
+        if fleet_urls is not None:  # the fleet the app watches (the FLEET_URLS setting)
+            self.settings = self.settings.replace(fleet_urls=tuple(fleet_urls))
+        self.app = build_app(self.settings)
         self.url = f"http://127.0.0.1:{self.port}"
         self.server = uvicorn.Server(
             uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", ws="none")
@@ -202,7 +205,7 @@ class AppServer:
 @pytest.fixture(scope="module")
 def web_settings(tmp_path_factory) -> Settings:
     d = tmp_path_factory.mktemp("webapp")
-    return Settings.load({"data_dir": str(d / "var"), "fleet": "sim"}, environ={})
+    return Settings.load({"data_dir": str(d / "var"), "fleet_mode": "sim"}, environ={})
 
 
 @pytest.fixture(scope="module")

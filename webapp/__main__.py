@@ -3,7 +3,8 @@
 Examples:
   python -m webapp --data-dir var                      # http://127.0.0.1:7860, login on
   python -m webapp --auth off                          # one local admin, loopback only
-  python -m webapp --fleet http://127.0.0.1:8000,http://127.0.0.1:8001   # replicas for the Fleet tab
+  python -m webapp --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001   # replicas for the Fleet tab
+  python -m webapp --fleet-mode sim                    # the simulated fleet: banner and [SIMULATED] marks
 
 Binds 127.0.0.1 unless --host says otherwise; refuses a non-loopback host without login. Create the first
 admin with `python -m webapp.users add NAME --role admin`.

@@ -1,6 +1,6 @@
 """The web app: Gradio Blocks mounted in FastAPI, next to the login, media and export routes.
 
-`build_app(settings, fleet_urls=[...])` returns a FastAPI app and starts nothing. Layout: a banner (simulated
+`build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
 fleet), a user line, four tabs (Browse, Review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
 module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
 """
@@ -186,22 +186,17 @@ class Workbench:
         self._load_outputs = load_outs
 
 
-def fleet_urls_from(settings) -> list[str]:
-    """Replica URLs for the Fleet tab: explicit URLs in --fleet, else the router/replicas launch.sh starts."""
-    if "://" in settings.fleet:
-        return [u.strip() for u in settings.fleet.split(",") if u.strip()]
-    return []
-
-
-def build_app(settings, *, fleet_urls: list[str] | None = None) -> FastAPI:
-    """The whole web app for `settings`. Refuses a non-loopback bind without login."""
+def build_app(settings) -> FastAPI:
+    """The whole web app for `settings` (the Fleet tab watches `settings.fleet_urls`). Refuses a non-loopback
+    bind without login."""
     if settings.auth.lower() == "off" and not settings.loopback:
         raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
     settings = library.settings_for_path(settings)  # the media route serves from the recorded clip root
-    urls = fleet_urls if fleet_urls is not None else fleet_urls_from(settings)
+    urls = list(settings.fleet_urls)
     # simulated or not is decided once, here, so the banner is part of the first paint (it used to appear
-    # only after the Fleet tab's first scrape, ~10 s later); a sim fleet says so in its /metrics
-    simulated = settings.fleet == "sim" or (bool(urls) and any_simulated(snapshot(urls, timeout=1.0)[0]))
+    # only after the Fleet tab's first scrape, ~10 s later): launched as `--fleet-mode sim`, or a fleet
+    # that says so in its /metrics
+    simulated = settings.fleet_mode == "sim" or (bool(urls) and any_simulated(snapshot(urls, timeout=1.0)[0]))
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)

@@ -43,11 +43,11 @@ class User:
 
 
 class AppContext:
-    def __init__(self, settings: Settings, *, fleet_urls: list[str] | None = None, simulated: bool | None = None):
+    def __init__(self, settings: Settings, *, fleet_urls: list[str] | None = None, simulated: bool = False):
         self.settings = settings
         dbmod.secure_dir(settings.data_dir)  # S9: the data dir is owner-only
         # decided once where the app is built (build_app), so the banner is in the first paint
-        self._simulated = simulated
+        self.simulated_fleet = simulated
         self.fleet_urls = list(fleet_urls or [])
         self._local = threading.local()
         self._lock = threading.Lock()
@@ -71,10 +71,6 @@ class AppContext:
                 except Exception:  # noqa: BLE001 - closing from another thread may refuse; nothing to save
                     pass
             self._all.clear()
-
-    @property
-    def simulated_fleet(self) -> bool:
-        return self.settings.fleet == "sim" or bool(self._simulated)
 
     def user_by_name(self, name: str | None) -> User | None:
         if not self.settings.auth_required:

@@ -94,12 +94,12 @@ class FleetTab:
             "simulated (PyAV probe, no decode)"
             if self.ctx.simulated_fleet
             else "pynvvideocodec (NVDEC), as the launcher starts replicas"
-            if s.fleet in ("gpu", "auto")
+            if s.fleet_mode in ("gpu", "auto")
             else "set by whoever started the fleet (the launcher uses pynvvideocodec)"
         )
         gr.Markdown(
-            f"Fleet setting: `{s.fleet}` · model `{s.model_name}` · decode backend: {backend} · "
-            f"watching: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet URLs)'} "
+            f"Fleet mode: `{s.fleet_mode}` · model `{s.model_name}` · decode backend: {backend} · "
+            f"watching: {', '.join(self.ctx.fleet_urls) or 'none (pass --fleet-urls)'} "
             "(a router's workers are found through its `/workers`)"
         )
         self.summary = gr.HTML("", elem_id="fleet-summary")

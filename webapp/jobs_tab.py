@@ -20,7 +20,7 @@ from data import clips, events, jobs, prompts
 from data.db import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
 from serving import cost
-from serving.runner import router_workers
+from serving.fleet import router_workers
 from webapp import render
 from webapp.browse import filter_dict
 from webapp.context import AppContext, shows_errors
@@ -46,7 +46,8 @@ def runner_line(beats: list[dict], settings) -> str:
             f'<div class="cw-runner cw-ok" id="runner-status">Runner alive: {render.esc(b["name"])} '
             f"(pid {render.esc(b.get('pid'))}, heartbeat {b['age_s']:.0f} s ago)</div>"
         )
-    cmd = f"python -m serving.runner --db {settings.db} --fleet {settings.fleet}"
+    urls = f" --fleet-urls {','.join(settings.fleet_urls)}" if settings.fleet_urls else ""
+    cmd = f"python -m serving.runner --db {settings.db}{urls}"
     last = f" (last heartbeat {beats[0]['age_s']:.0f} s ago)" if beats else ""
     return (
         f'<div class="cw-runner cw-stale" id="runner-status">Runner not running{last}: jobs stay queued. '

@@ -1,0 +1,200 @@
+"""The command lines of the fleet's processes, from one settings object: `vllm serve` for a replica (NVIDIA's
+recipe adapted to the vLLM version), vllm-router in front, the simulated fleet, the CUDA MPS environment; and
+what they depend on here (the installed vLLM, the visible GPUs, the launch mode).
+
+The replica command is NVIDIA's recipe for vLLM with NVDEC decoding (docs/GPU.md, "Running the fleet"): GPU video
+decoding selected through the `backend` key of `--media-io-kwargs` (never VLLM_VIDEO_LOADER_BACKEND, which Qwen3-VL
+ignores), a decode budget from `--mm-ipc-gpu-memory-gb`, `hw_decoders` only on vLLM releases after 0.25.1, one replica
+per GPU through `CUDA_VISIBLE_DEVICES` (the decoder always uses device 0 of its process), started with `vllm serve` (the
+bare api_server module ignores `--api-server-count`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from typing import Sequence
+
+from data.settings import Settings
+
+HW_DECODERS_SINCE = (0, 25, 1)  # hw_decoders exists in releases after this one
+
+
+# ---- versions, GPUs, the launch mode -----------------------------------------------------------------------
+def parse_version(v: str | None) -> tuple[int, ...] | None:
+    if not v:
+        return None
+    nums = re.findall(r"\d+", v.split("+")[0])[:3]
+    return tuple(int(n) for n in nums) if nums else None
+
+
+def installed_vllm_version() -> str | None:
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def visible_gpus() -> list[int]:
+    """GPU indices from `nvidia-smi -L` ([] without a GPU or driver)."""
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [int(m.group(1)) for m in re.finditer(r"^GPU (\d+):", out, re.M)]
+
+
+def choose_gpus(spec: str) -> list[int]:
+    if spec.strip():
+        return [int(x) for x in re.split(r"[,\s]+", spec.strip()) if x]
+    return visible_gpus()
+
+
+def launch_mode(settings: Settings) -> str:
+    """What `up` starts: 'gpu' or 'sim' as FLEET_MODE says; 'auto' is 'gpu' on a machine with a GPU, else 'sim'."""
+    if settings.fleet_mode in ("sim", "gpu"):
+        return settings.fleet_mode
+    return "gpu" if visible_gpus() else "sim"
+
+
+def _entry(script: str, module: str) -> list[str]:
+    """`script` when it is on PATH (or nothing is installed: dry runs print the usual name), else
+    `python -m module`: on an offline GPU node the packages are often importable from a bundle on PYTHONPATH
+    without their console scripts (`vllm serve` is `python -m vllm.entrypoints.cli.main serve`)."""
+    import importlib.util
+
+    if shutil.which(script):
+        return [script]
+    try:
+        found = importlib.util.find_spec(module.split(".")[0]) is not None
+    except (ImportError, ValueError):
+        found = False
+    return [sys.executable, "-m", module] if found else [script]
+
+
+STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}, separators=(",", ":"))
+
+
+# ---- command lines --------------------------------------------------------------------------------------------
+def vllm_command(
+    settings: Settings,
+    port: int,
+    *,
+    version: tuple[int, ...] | None,
+    host: str = "127.0.0.1",
+    extra: Sequence[str] = (),
+    frames: int | None = None,
+    backend: str = "pynvvideocodec",
+) -> list[str]:
+    """`vllm serve` for one replica, the NVIDIA recipe adapted to the vLLM `version`. `backend` is the video
+    decoder (`pynvvideocodec` = NVDEC; `opencv` = CPU decoding, for side-by-side benchmarks)."""
+    frames = frames or settings.frames
+    video: dict = {"backend": backend, "min_frames": frames, "max_frames": frames}
+    # hw_decoders is a knob of the NVDEC backend only
+    if backend == "pynvvideocodec" and (version is None or version > HW_DECODERS_SINCE):
+        video["hw_decoders"] = 2
+    cmd = [
+        *_entry("vllm", "vllm.entrypoints.cli.main"),
+        "serve",
+        settings.model,
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--dtype",
+        "bfloat16",
+        "--max-model-len",
+        "32768",
+        "--max-num-seqs",
+        "1024",
+        "--max-num-batched-tokens",
+        "32768",
+        "--api-server-count",
+        "4",
+        "--renderer-num-workers",
+        "4",
+        "--async-scheduling",
+        "--mm-ipc-gpu-memory-gb",
+        "2",
+        "--media-io-kwargs",
+        json.dumps({"video": video}, separators=(",", ":")),
+        "--mm-processor-kwargs",
+        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}, separators=(",", ":")),
+        "--allowed-local-media-path",
+        str(settings.clip_root),
+        # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on
+        "--mm-processor-cache-gb",
+        "0",
+        # structured output chosen on purpose: xgrammar (the schema we send is what it compiles, see
+        # data.taxonomy.model_schema) and compact JSON (no whitespace tokens; 0.25 refuses this option
+        # with backend "auto")
+        "--structured-outputs-config",
+        STRUCTURED_OUTPUTS,
+    ]
+    if settings.served_model_name:
+        cmd += ["--served-model-name", settings.served_model_name]
+    return cmd + list(extra)
+
+
+def router_command(
+    settings: Settings,
+    worker_urls: Sequence[str],
+    *,
+    prometheus_port: int = 29000,
+    health_interval: int = 10,
+    startup_timeout: int = 1800,
+) -> list[str]:
+    return [
+        *_entry("vllm-router", "vllm_router.launch_router"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(settings.router_port),
+        "--worker-urls",
+        *worker_urls,
+        "--policy",
+        "round_robin",
+        "--worker-startup-timeout-secs",
+        str(startup_timeout),
+        "--health-check-interval-secs",
+        str(health_interval),
+        "--request-timeout-secs",
+        "1800",
+        "--retry-max-retries",
+        "2",
+        "--prometheus-port",
+        str(prometheus_port),
+    ]
+
+
+def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "serving.simfleet",
+        "--replicas",
+        str(replicas),
+        "--port",
+        str(settings.fleet_port),
+        "--host",
+        settings.replica_host,
+        "--allowed-local-media-path",
+        str(settings.clip_root),
+        "--model",
+        settings.model_name,
+        *extra,
+    ]
+
+
+def mps_env(settings: Settings) -> dict[str, str]:
+    return {
+        "CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),
+        "CUDA_MPS_LOG_DIRECTORY": str(settings.data_dir / "logs" / "mps"),
+    }

@@ -1,0 +1,43 @@
+"""What `serving.launcher up` started, in DATA_DIR/run/fleet.json: the processes (pid, pgid, log), the replica
+and router URLs. Written as soon as each process starts, so `down` and `status` work from another shell and a
+failed start can be cleaned up; read by whatever needs the fleet's URL (the runner, `launcher url`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from data.settings import Settings
+from serving.fleet_addresses import worker_list
+
+
+# ---- records --------------------------------------------------------------------------------------------------
+def record_path(settings: Settings) -> Path:
+    return settings.data_dir / "run" / "fleet.json"
+
+
+def load_record(settings: Settings) -> dict | None:
+    try:
+        return json.loads(record_path(settings).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def save_record(settings: Settings, rec: dict) -> None:
+    path = record_path(settings)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec, indent=1))
+    os.replace(tmp, path)
+
+
+def fleet_url(settings: Settings, rec: dict | None = None) -> str:
+    """The URL(s) the runner should use: the router if there is one, else the replicas, comma-separated."""
+    rec = rec if rec is not None else load_record(settings)
+    if rec:
+        return rec.get("router_url") or ",".join(rec.get("replica_urls") or [])
+    if settings.role == "head" and not shutil.which("vllm-router"):
+        return ",".join(worker_list(settings))
+    return f"http://127.0.0.1:{settings.router_port}"
