@@ -122,7 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--out", required=True, help="folder for the reports, logs, table and plot")
     p.add_argument(
-        "--fleet",
+        "--fleet-mode",
+        "--fleet",  # the first spelling; launch.sh and the launcher call it --fleet-mode
+        dest="fleet",
         choices=("auto", "gpu", "sim"),
         default="auto",
         help="gpu: vLLM replicas; sim: simulated replicas (rehearsal); auto: gpu where nvidia-smi lists GPUs",

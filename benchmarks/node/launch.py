@@ -18,7 +18,7 @@ from serving import procs
 
 def launch_command(ctx: Ctx, *where: str) -> list[str]:
     """./launch.sh for this run's fleet, detached; `where`: the stage's --data-dir, --clip-root and --port."""
-    cmd = ["./launch.sh", *where, "--fleet", ctx.fleet, "--detach", "--no-install"]
+    cmd = ["./launch.sh", *where, "--fleet-mode", ctx.fleet, "--detach", "--no-install"]
     cmd += ["--gpus", ",".join(map(str, ctx.gpus))] if not ctx.sim else ["--replicas", str(ctx.size)]
     for token in [] if ctx.sim else ctx.vllm_extra(benchmark=False):
         cmd += ["--vllm-arg", shlex.quote(token)]  # the launcher shlex-splits each: keep JSON quotes
