@@ -123,16 +123,18 @@ def test_s7_unknown_and_known_users_take_the_same_time(lib_settings):
     db = dbmod.connect(lib_settings.db)
     for _ in range(2):
         users.verify(db, "lead", "x")  # warm up
-    known, unknown = [], []
-    for _ in range(8):
-        t = time.perf_counter()
-        users.verify(db, "lead", "wrong password")
-        known.append(time.perf_counter() - t)
-        t = time.perf_counter()
-        users.verify(db, "nobody-at-all", "wrong password")
-        unknown.append(time.perf_counter() - t)
+    # the promise is the same work either way; it is measured as this thread's CPU time (scrypt runs in it),
+    # which another process's load does not change, while wall time on a shared 2-core machine varied 1.5x
+    known, unknown, wall = [], [], {"known": [], "unknown": []}
+    for _ in range(10):
+        for name, into in (("lead", known), ("nobody-at-all", unknown)):
+            t, c = time.perf_counter(), time.thread_time()
+            users.verify(db, name, "wrong password")
+            into.append(time.thread_time() - c)
+            wall["known" if name == "lead" else "unknown"].append(time.perf_counter() - t)
     ratio = statistics.median(unknown) / statistics.median(known)
-    print(f"S7: unknown/known login time ratio {ratio:.2f}")
+    wall_ratio = statistics.median(wall["unknown"]) / statistics.median(wall["known"])
+    print(f"S7: unknown/known login CPU time ratio {ratio:.2f} (wall {wall_ratio:.2f})")
     assert 0.7 < ratio < 1.4
     db.close()
 
