@@ -47,7 +47,7 @@ def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_p
 
 def test_the_worker_memory_cap_holds():
     code = (
-        "from data.ingest import _cap_memory; _cap_memory(300)\n"
+        "from data.worker_pool import _cap_memory; _cap_memory(300)\n"
         "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
