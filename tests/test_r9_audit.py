@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from data import captions
-from tests.reliability_fixtures import LABELS, assert_audit_complete
-from tests.runner_fixtures import add_clips
+from tests.support.reliability_fixtures import LABELS, assert_audit_complete
+from tests.support.runner_fixtures import add_clips
 from tests.test_r3_runner_kill import kill_loop
 
 

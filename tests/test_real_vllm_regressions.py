@@ -20,7 +20,7 @@ from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy, w
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient, parse_answer
 from serving.errors import BadAnswer
-from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, sim, write_clip  # noqa: F401
+from tests.support.fleet_fixtures import PROMPT, caption, write_clip
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD_LABELS = {
@@ -186,7 +186,7 @@ def test_grammar_legal_oddities_are_cleaned_or_refused_with_the_raw_answer(conte
 
 def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
     from serving import runner as runmod
-    from tests.runner_fixtures import add_clips
+    from tests.support.runner_fixtures import add_clips
 
     job_id = jobs.create(db, name="t", created_by="lead", clip_ids=add_clips(db, 2), prompt_id=prompts.latest(db)["id"])
     junk = "not json " * 2000

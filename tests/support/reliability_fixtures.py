@@ -26,20 +26,12 @@ from pathlib import Path
 
 import httpx
 
-from data import db as dbmod, taxonomy, users
+from data import db as dbmod, examples, taxonomy, users
 from serving import procs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
-LABELS = {
-    "scenario_category": "pedestrian_crossing",
-    "hazard_level": "high",
-    "road_users": ["car", "pedestrian"],
-    "ego_maneuver": "slowing",
-    "weather": "rain",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+LABELS = examples.HAZARD_LABELS
 VERSION_RE = re.compile(r"<th>version</th><td>(\d+)</td>")
 
 
@@ -475,8 +467,8 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
     on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
     from data import prompts
+    from data.clipgen import tiny_library
     from serving import simfleet
-    from tests.runner_fixtures import tiny_library
 
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, clips)
