@@ -1,4 +1,4 @@
-"""R9: every caption change is auditable. `assert_audit_complete(db)` (tests/reliability_fixtures.py) checks
+"""R9: every caption change is auditable. `assert_audit_complete(db)` (tests/support/reliability_fixtures.py) checks
 that every caption version has who/what/when and a previous version that is an earlier version of the same
 clip, and exactly one audit event with the same actor, clip and previous version. It runs after R1 and R4
 (tests/test_r1_*, test_r4_*), after a runner kill loop (below), and after every kind of human change."""
