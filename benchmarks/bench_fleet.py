@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
 import subprocess
 import sys
 import time
@@ -34,118 +33,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, also when loaded by path
 
-from data import clipgen  # noqa: E402
+from fleet_clips import cmd_clips  # noqa: E402
+from fleet_probe import cmd_hostile, probe  # noqa: E402
+
 from data.settings import Settings  # noqa: E402
 from serving import fleet, launcher, procs  # noqa: E402
-
-# --------------------------------------------------------------------------------------------- clips
-
-
-def _frame_maker(width: int, height: int, seed: int):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    base = np.zeros((height, width, 3), np.uint8)
-    horizon = height // 2
-    sky = np.linspace(200, 120, horizon, dtype=np.float32)[:, None]
-    base[:horizon] = np.stack([sky * 0.8, sky * 0.9, sky], -1).astype(np.uint8)
-    base[horizon:] = (60, 60, 65)
-    texture = rng.integers(0, 40, (height * 2, width, 3), dtype=np.uint8)
-    cars = [
-        (rng.uniform(0.2, 0.8), rng.uniform(0.55, 0.9), rng.uniform(-0.004, 0.004), rng.integers(40, 255, 3))
-        for _ in range(int(rng.integers(2, 6)))
-    ]
-
-    def frame(i: int):
-        img = base.copy()
-        off = (i * 7) % height
-        img[horizon:] = img[horizon:] + texture[off : off + height - horizon]
-        for k in range(8):  # lane markings moving towards the camera
-            y = horizon + ((k * (height // 16) + i * 9) % (height - horizon))
-            w = max(2, (y - horizon) // 12)
-            for lane in (0.35, 0.65):
-                x = int(width * (0.5 + (lane - 0.5) * (y - horizon) / (height - horizon) * 2))
-                img[y : y + w * 2, max(0, x - w) : x + w] = 230
-        for cx, cy, vx, color in cars:
-            x = int((cx + vx * i) % 1.0 * width)
-            y = int(cy * height)
-            s = int((cy - 0.45) * height * 0.5)
-            img[max(0, y - s) : y, max(0, x - s) : min(width, x + s)] = color
-        return img
-
-    return frame
-
-
-def make_clip(
-    path: str,
-    seconds: float,
-    height: int,
-    codec: str,
-    bitrate: float,
-    gop: int,
-    fps: int,
-    seed: int,
-    prefer_nvenc: bool = True,
-) -> str:
-    width = int(round(height * 16 / 9 / 2)) * 2
-    names = {"h264": ["h264_nvenc", "libx264"], "hevc": ["hevc_nvenc", "libx265"]}[codec]
-    if not prefer_nvenc:
-        names = names[1:]
-    last_err = None
-    for name in names:
-        try:
-            options = None
-            if name.startswith("lib"):
-                options = (
-                    {"preset": "ultrafast"}
-                    if name == "libx264"
-                    else {"preset": "ultrafast", "x265-params": "log-level=error"}
-                )
-            make = _frame_maker(width, height, seed)
-            clipgen.encode(
-                path,
-                (make(i) for i in range(int(seconds * fps))),
-                width=width,
-                height=height,
-                codec=name,
-                rate=fps,
-                bit_rate=int(bitrate),
-                gop_size=gop,
-                options=options,
-            )
-            return name
-        except Exception as e:  # encoder missing or refused (no NVENC here): try the next
-            last_err = e
-    raise RuntimeError(f"no encoder for {codec}: {last_err}")
-
-
-def cmd_clips(a) -> None:
-    from concurrent.futures import ProcessPoolExecutor
-
-    out = Path(a.dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for i in range(a.count):
-        codec = "hevc" if i % 3 == 2 else "h264"  # two thirds H.264, one third HEVC
-        jobs.append((str(out / f"bench_{i:04d}_{codec}.mp4"), a.seconds, a.height, codec, a.bitrate, a.gop, 30, i))
-    t0 = time.time()
-    encoders: dict[str, int] = {}
-    with ProcessPoolExecutor(max_workers=a.workers or os.cpu_count()) as ex:
-        for name in ex.map(make_clip, *zip(*jobs)):
-            encoders[name] = encoders.get(name, 0) + 1
-    size = sum(Path(j[0]).stat().st_size for j in jobs)
-    print(
-        json.dumps(
-            {
-                "clips": a.count,
-                "seconds": round(time.time() - t0, 1),
-                "encoders": encoders,
-                "mean_mb": round(size / a.count / 1e6, 2),
-            }
-        )
-    )
-
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -205,72 +99,6 @@ def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, .
         extra=BENCH_FLAGS,
     )
     return with_flags(cmd, {flag: str(cfg[key]) for key, flag in FLAGS.items() if key in cfg})
-
-
-def cmd_hostile(a) -> None:
-    """A few hostile clips, to compare how real vLLM and the simulated fleet answer them."""
-
-    d = Path(a.dir)
-    d.mkdir(parents=True, exist_ok=True)
-    good = sorted(Path(a.good).glob("*.mp4"))[0].read_bytes() if a.good else b""
-    (d / "zero_length.mp4").write_bytes(b"")
-    (d / "html_named.mp4").write_text("<!doctype html><html><body>not a video</body></html>")
-    (d / "random_bytes.mp4").write_bytes(random.Random(1).randbytes(200_000))
-    if good:
-        (d / "truncated_half.mp4").write_bytes(good[: len(good) // 2])
-        (d / "truncated_head.mp4").write_bytes(good[:4096])
-    print(json.dumps(sorted(p.name for p in d.iterdir())))
-
-
-async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
-    """Status codes and messages of real vLLM for bad input, its metric names and a schema answer's shape."""
-    import httpx
-
-    from data import taxonomy
-
-    def body(uri: str, schema: bool = False) -> dict:
-        b = {
-            "model": "bench",
-            "max_tokens": 64,
-            "temperature": 0.0,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [{"type": "video_url", "video_url": {"url": uri}}, {"type": "text", "text": PROMPT}],
-                }
-            ],
-        }
-        if schema:
-            b["max_tokens"] = 1500
-            b["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "caption", "schema": taxonomy.CAPTION_SCHEMA, "strict": True},
-            }
-        return b
-
-    cases = {p.name: p.resolve().as_uri() for p in sorted(hostile.iterdir())}
-    cases["missing_file"] = (clip_root / "does_not_exist.mp4").resolve().as_uri()
-    cases["outside_root"] = "file:///etc/passwd"
-    cases["dotdot"] = clip_root.resolve().as_uri() + "/../../etc/passwd"
-    cases["metadata_ip"] = "http://169.254.169.254/latest/meta-data/"
-    out: dict = {"cases": {}}
-    async with httpx.AsyncClient(timeout=120) as c:
-        for name, uri in cases.items():
-            try:  # one case that times out or breaks the connection must not cost the whole run
-                r = await c.post(url + "/v1/chat/completions", json=body(uri))
-                out["cases"][name] = {"status": r.status_code, "body": r.text[:600]}
-            except httpx.HTTPError as e:
-                out["cases"][name] = {"status": None, "body": f"{type(e).__name__}: {e}"}
-        good = sorted(clip_root.glob("*.mp4"))[-1].resolve().as_uri()
-        r = await c.post(url + "/v1/chat/completions", json=body(good, schema=True))
-        out["schema_answer"] = {"status": r.status_code, "headers": dict(r.headers), "body": r.json()}
-        m = await c.get(url + "/metrics")
-        out["metric_names"] = sorted(
-            {line.split("{")[0].split(" ")[0] for line in m.text.splitlines() if line.startswith("vllm:")}
-        )
-        out["models"] = (await c.get(url + "/v1/models")).json()
-        out["health"] = (await c.get(url + "/health")).status_code
-    return out
 
 
 def group_cpu_seconds(pgid: int) -> float:
@@ -500,7 +328,7 @@ def cmd_sweep(a) -> None:
             row["startup_s"] = round(time.monotonic() - t0, 1)
             if a.probe and name == a.configs.split(",")[0]:
                 try:
-                    found = asyncio.run(probe(url, Path(a.clips), Path(a.hostile)))
+                    found = asyncio.run(probe(url, Path(a.clips), Path(a.hostile), PROMPT))
                 except Exception as e:  # the probe is a side show: keep the measurement
                     found = {"error": f"{type(e).__name__}: {e!r}"}
                 Path(a.probe).write_text(json.dumps(found, indent=1))
