@@ -14,13 +14,8 @@ import time
 import pytest
 
 from data import db as dbmod
-from tests.support.reliability_fixtures import (
-    AnnotatorLoad,
-    annotation_rig,
-    assert_audit_complete,
-    check_oracle,
-    machine_captions,
-)
+from tests.support.audit_checks import assert_audit_complete, check_oracle
+from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, machine_captions
 
 
 def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40, min_saved: int = 10) -> dict:

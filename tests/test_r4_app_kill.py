@@ -14,7 +14,8 @@ import time
 import pytest
 
 from data import db as dbmod
-from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, assert_audit_complete, check_oracle, pct
+from tests.support.audit_checks import assert_audit_complete, check_oracle
+from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, pct
 
 
 def run_r4(settings, tmp_path, *, kills: int, seed: int = 4, up: tuple[float, float] = (2.0, 4.0)) -> dict:
