@@ -46,6 +46,7 @@ from data import (  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet as fleetmod,  # noqa: E402
+    fleet_commands,
     procs,
     simfleet,
 )
@@ -165,22 +166,12 @@ def measure_busy(
         job_id = jobs.create(d, name="busy", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
         runner = procs.start(
             "runner",
-            [
-                sys.executable,
-                "-m",
-                "serving.runner",
-                "--data-dir",
-                str(settings.data_dir),
-                "--fleet-urls",
+            fleet_commands.runner_command(
+                settings,
                 router_url,
-                "--until-idle",
-                "--log-level",
-                "WARNING",
-                "--per-replica-inflight",
-                str(inflight),
-                "--replicas",
-                str(replicas),
-            ],
+                ["--until-idle", "--log-level", "WARNING", "--per-replica-inflight", str(inflight)]
+                + ["--replicas", str(replicas)],
+            ),
             log=tmp / "runner.log",
             env={"PYTHONPATH": str(ROOT)},
         )
