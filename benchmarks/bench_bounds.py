@@ -22,19 +22,12 @@ from data import (  # noqa: E402
     captions,
     clips,
     db as dbmod,  # noqa: E402
+    examples,
     limits,
 )
 from webapp import render  # noqa: E402
 
-LABELS = {
-    "scenario_category": "normal_driving",
-    "hazard_level": "none",
-    "road_users": ["car"],
-    "ego_maneuver": "going_straight",
-    "weather": "clear",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+LABELS = examples.LABELS
 
 
 def prose(n: int, seed: int) -> str:

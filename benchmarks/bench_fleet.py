@@ -9,7 +9,8 @@ Sub-commands (each prints what it does; results are JSON lines):
   clips DIR --count N [--seconds 10 --height 1080 --bitrate 8e6 --gop 30]   distinct synthetic 1080p clips,
         H.264 and HEVC alternating, encoded on NVENC when PyAV has it (else libx264/libx265)
   sweep --model DIR --clips DIR --out results.jsonl --configs NAME[,NAME...]  start vLLM per configuration (the
-        launcher's recipe plus the configuration's overrides), warm up, drive load at each concurrency, stop
+        launcher's recipe, serving.launcher.vllm_command, plus the configuration's overrides), warm up, drive
+        load at each concurrency, stop; --dry-run prints the command lines only
   report results.jsonl [--png plot.png]   a markdown table and a plot
 
 Example (on the GPU machine, vLLM importable, a Qwen3-VL-8B-shaped model folder at /tmp/model):
@@ -25,8 +26,6 @@ import argparse
 import asyncio
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import time
@@ -34,115 +33,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules, also when loaded by path
 
-# --------------------------------------------------------------------------------------------- clips
+from fleet_clips import cmd_clips  # noqa: E402
+from fleet_probe import cmd_hostile, probe  # noqa: E402
 
-
-def _frame_maker(width: int, height: int, seed: int):
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    base = np.zeros((height, width, 3), np.uint8)
-    horizon = height // 2
-    sky = np.linspace(200, 120, horizon, dtype=np.float32)[:, None]
-    base[:horizon] = np.stack([sky * 0.8, sky * 0.9, sky], -1).astype(np.uint8)
-    base[horizon:] = (60, 60, 65)
-    texture = rng.integers(0, 40, (height * 2, width, 3), dtype=np.uint8)
-    cars = [
-        (rng.uniform(0.2, 0.8), rng.uniform(0.55, 0.9), rng.uniform(-0.004, 0.004), rng.integers(40, 255, 3))
-        for _ in range(int(rng.integers(2, 6)))
-    ]
-
-    def frame(i: int):
-        img = base.copy()
-        off = (i * 7) % height
-        img[horizon:] = img[horizon:] + texture[off : off + height - horizon]
-        for k in range(8):  # lane markings moving towards the camera
-            y = horizon + ((k * (height // 16) + i * 9) % (height - horizon))
-            w = max(2, (y - horizon) // 12)
-            for lane in (0.35, 0.65):
-                x = int(width * (0.5 + (lane - 0.5) * (y - horizon) / (height - horizon) * 2))
-                img[y : y + w * 2, max(0, x - w) : x + w] = 230
-        for cx, cy, vx, color in cars:
-            x = int((cx + vx * i) % 1.0 * width)
-            y = int(cy * height)
-            s = int((cy - 0.45) * height * 0.5)
-            img[max(0, y - s) : y, max(0, x - s) : min(width, x + s)] = color
-        return img
-
-    return frame
-
-
-def make_clip(
-    path: str,
-    seconds: float,
-    height: int,
-    codec: str,
-    bitrate: float,
-    gop: int,
-    fps: int,
-    seed: int,
-    prefer_nvenc: bool = True,
-) -> str:
-    import av
-
-    width = int(round(height * 16 / 9 / 2)) * 2
-    names = {"h264": ["h264_nvenc", "libx264"], "hevc": ["hevc_nvenc", "libx265"]}[codec]
-    if not prefer_nvenc:
-        names = names[1:]
-    last_err = None
-    for name in names:
-        try:
-            with av.open(path, "w") as out:
-                st = out.add_stream(name, rate=fps)
-                st.width, st.height, st.pix_fmt = width, height, "yuv420p"
-                st.bit_rate = int(bitrate)
-                st.gop_size = gop
-                if name.startswith("lib"):
-                    st.options = (
-                        {"preset": "ultrafast"}
-                        if name == "libx264"
-                        else {"preset": "ultrafast", "x265-params": "log-level=error"}
-                    )
-                make = _frame_maker(width, height, seed)
-                for i in range(int(seconds * fps)):
-                    frame = av.VideoFrame.from_ndarray(make(i), format="rgb24")
-                    for pkt in st.encode(frame):
-                        out.mux(pkt)
-                for pkt in st.encode():
-                    out.mux(pkt)
-            return name
-        except Exception as e:  # encoder missing or refused (no NVENC here): try the next
-            last_err = e
-    raise RuntimeError(f"no encoder for {codec}: {last_err}")
-
-
-def cmd_clips(a) -> None:
-    from concurrent.futures import ProcessPoolExecutor
-
-    out = Path(a.dir)
-    out.mkdir(parents=True, exist_ok=True)
-    jobs = []
-    for i in range(a.count):
-        codec = "hevc" if i % 3 == 2 else "h264"  # two thirds H.264, one third HEVC
-        jobs.append((str(out / f"bench_{i:04d}_{codec}.mp4"), a.seconds, a.height, codec, a.bitrate, a.gop, 30, i))
-    t0 = time.time()
-    encoders: dict[str, int] = {}
-    with ProcessPoolExecutor(max_workers=a.workers or os.cpu_count()) as ex:
-        for name in ex.map(make_clip, *zip(*jobs)):
-            encoders[name] = encoders.get(name, 0) + 1
-    size = sum(Path(j[0]).stat().st_size for j in jobs)
-    print(
-        json.dumps(
-            {
-                "clips": a.count,
-                "seconds": round(time.time() - t0, 1),
-                "encoders": encoders,
-                "mean_mb": round(size / a.count / 1e6, 2),
-            }
-        )
-    )
-
+from data.settings import Settings  # noqa: E402
+from serving import fleet, launcher, procs  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -161,187 +58,61 @@ CONFIGS: dict[str, dict] = {
 }
 
 
-def vllm_command(model: str, port: int, clip_root: str, cfg: dict) -> list[str]:
-    """The replica command line: the recipe that serving.launcher.vllm_command also builds, written
-    out here because the sweep varies flags the launcher does not take as parameters, plus benchmark-only flags
-    (dummy weights, caches off). Keep the two in step when the recipe changes."""
-    frames = cfg.get("frames", 16)
-    media = {"video": {"backend": cfg["backend"], "min_frames": frames, "max_frames": frames}}
-    argv = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.cli.main",
-        "serve",
-        model,
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--served-model-name",
-        "bench",
-        "--dtype",
-        "bfloat16",
-        "--max-model-len",
-        "32768",
-        "--max-num-seqs",
-        "1024",
-        "--max-num-batched-tokens",
-        str(cfg.get("max_num_batched_tokens", 32768)),
-        "--api-server-count",
-        str(cfg.get("api_server_count", 4)),
-        "--renderer-num-workers",
-        str(cfg.get("renderer_num_workers", 4)),
-        "--async-scheduling",
-        "--mm-ipc-gpu-memory-gb",
-        str(cfg.get("mm_ipc_gpu_memory_gb", 2)),
-        "--media-io-kwargs",
-        json.dumps(media),
-        "--mm-processor-kwargs",
-        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}),
-        "--allowed-local-media-path",
-        clip_root,
-        "--load-format",
-        "dummy",
-        "--no-enable-prefix-caching",
-        "--mm-processor-cache-gb",
-        "0",
-        # random weights fill allowed whitespace until max_tokens; compact JSON comes back complete
-        "--structured-outputs-config",
-        json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}),
-    ]
-    return argv
+# what the sweep may vary: configuration key -> the launcher recipe's flag
+FLAGS = {
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "api_server_count": "--api-server-count",
+    "renderer_num_workers": "--renderer-num-workers",
+    "mm_ipc_gpu_memory_gb": "--mm-ipc-gpu-memory-gb",
+}
+# benchmark-only: random weights (no download), and no caches, so that every clip is decoded and encoded
+BENCH_FLAGS = ("--load-format", "dummy", "--no-enable-prefix-caching")
 
 
-def cmd_hostile(a) -> None:
-    """A few hostile clips, to compare how real vLLM and the simulated fleet answer them."""
-
-    d = Path(a.dir)
-    d.mkdir(parents=True, exist_ok=True)
-    good = sorted(Path(a.good).glob("*.mp4"))[0].read_bytes() if a.good else b""
-    (d / "zero_length.mp4").write_bytes(b"")
-    (d / "html_named.mp4").write_text("<!doctype html><html><body>not a video</body></html>")
-    (d / "random_bytes.mp4").write_bytes(random.Random(1).randbytes(200_000))
-    if good:
-        (d / "truncated_half.mp4").write_bytes(good[: len(good) // 2])
-        (d / "truncated_head.mp4").write_bytes(good[:4096])
-    print(json.dumps(sorted(p.name for p in d.iterdir())))
+def bench_settings(model: str, clip_root: str, data_dir: str | Path) -> Settings:
+    """The settings the launcher's recipe reads: this model folder, these clips, requests name it "bench"."""
+    return Settings.load(
+        {"model": model, "served_model_name": "bench", "clip_root": clip_root, "data_dir": str(data_dir)}, environ={}
+    )
 
 
-async def probe(url: str, clip_root: Path, hostile: Path) -> dict:
-    """Status codes and messages of real vLLM for bad input, its metric names and a schema answer's shape."""
-    import httpx
-
-    from data import taxonomy
-
-    def body(uri: str, schema: bool = False) -> dict:
-        b = {
-            "model": "bench",
-            "max_tokens": 64,
-            "temperature": 0.0,
-            "messages": [
-                {
-                    "role": "user",
-                    "content": [{"type": "video_url", "video_url": {"url": uri}}, {"type": "text", "text": PROMPT}],
-                }
-            ],
-        }
-        if schema:
-            b["max_tokens"] = 1500
-            b["response_format"] = {
-                "type": "json_schema",
-                "json_schema": {"name": "caption", "schema": taxonomy.CAPTION_SCHEMA, "strict": True},
-            }
-        return b
-
-    cases = {p.name: p.resolve().as_uri() for p in sorted(hostile.iterdir())}
-    cases["missing_file"] = (clip_root / "does_not_exist.mp4").resolve().as_uri()
-    cases["outside_root"] = "file:///etc/passwd"
-    cases["dotdot"] = clip_root.resolve().as_uri() + "/../../etc/passwd"
-    cases["metadata_ip"] = "http://169.254.169.254/latest/meta-data/"
-    out: dict = {"cases": {}}
-    async with httpx.AsyncClient(timeout=120) as c:
-        for name, uri in cases.items():
-            try:  # one case that times out or breaks the connection must not cost the whole run
-                r = await c.post(url + "/v1/chat/completions", json=body(uri))
-                out["cases"][name] = {"status": r.status_code, "body": r.text[:600]}
-            except httpx.HTTPError as e:
-                out["cases"][name] = {"status": None, "body": f"{type(e).__name__}: {e}"}
-        good = sorted(clip_root.glob("*.mp4"))[-1].resolve().as_uri()
-        r = await c.post(url + "/v1/chat/completions", json=body(good, schema=True))
-        out["schema_answer"] = {"status": r.status_code, "headers": dict(r.headers), "body": r.json()}
-        m = await c.get(url + "/metrics")
-        out["metric_names"] = sorted(
-            {line.split("{")[0].split(" ")[0] for line in m.text.splitlines() if line.startswith("vllm:")}
-        )
-        out["models"] = (await c.get(url + "/v1/models")).json()
-        out["health"] = (await c.get(url + "/health")).status_code
+def with_flags(cmd: list[str], values: dict[str, str]) -> list[str]:
+    """`cmd` with the value after each flag of `values` replaced. A flag the recipe no longer has is an error,
+    not a silent no-op (the sweep would measure something else than it says)."""
+    out = list(cmd)
+    for flag, value in values.items():
+        if flag not in out[:-1]:
+            raise ValueError(f"the launcher's vLLM recipe has no {flag}: update bench_fleet.FLAGS")
+        out[out.index(flag) + 1] = value
     return out
 
 
-def _get(url: str, timeout: float = 2.0) -> tuple[int, str]:
-    import httpx
-
-    try:
-        r = httpx.get(url, timeout=timeout)
-        return r.status_code, r.text
-    except httpx.HTTPError as e:
-        return 0, str(e)
-
-
-def start_vllm(argv: list[str], log: Path, env: dict) -> subprocess.Popen:
-    f = open(log, "w")
-    return subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-
-
-def stop_group(p: subprocess.Popen, grace: float = 20.0) -> None:
-    try:
-        os.killpg(p.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.time() + grace
-    while time.time() < deadline and p.poll() is None:
-        time.sleep(0.3)
-    try:
-        os.killpg(p.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    p.wait()
-    time.sleep(2)  # let the GPU memory go
-
-
-def wait_ready(p: subprocess.Popen, url: str, timeout: float) -> float:
-    t0 = time.time()
-    while time.time() - t0 < timeout:
-        if p.poll() is not None:
-            raise RuntimeError(f"vLLM exited with {p.returncode} during start-up")
-        if _get(url + "/health")[0] == 200:
-            return time.time() - t0
-        time.sleep(1)
-    raise RuntimeError(f"vLLM not healthy after {timeout} s")
+def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, ...] | None) -> list[str]:
+    """The replica command line: serving.launcher.vllm_command (the production recipe) for this
+    configuration's video backend and frame count, its other knobs (FLAGS) overridden, plus BENCH_FLAGS."""
+    cmd = launcher.vllm_command(
+        settings,
+        port,
+        version=version,
+        frames=cfg.get("frames", settings.frames),
+        backend=cfg["backend"],
+        extra=BENCH_FLAGS,
+    )
+    return with_flags(cmd, {flag: str(cfg[key]) for key, flag in FLAGS.items() if key in cfg})
 
 
 def group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system, children included) of every process in the group: vLLM's API servers,
+    renderer workers and engine core."""
     import psutil
 
     total = 0.0
-    for proc in psutil.process_iter(["pid"]):
+    for pid in procs.group_pids(pgid):
         try:
-            if os.getpgid(proc.pid) == pgid:
-                t = proc.cpu_times()
-                total += t.user + t.system + t.children_user + t.children_system
-        except (psutil.Error, ProcessLookupError, PermissionError):
+            t = psutil.Process(pid).cpu_times()
+            total += t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
             pass
-    return total
-
-
-def metric_total(text: str, name: str) -> float:
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name) and not line.startswith("#"):
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except ValueError:
-                pass
     return total
 
 
@@ -457,7 +228,7 @@ class GpuSampler:
 def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
     import psutil
 
-    m0 = _get(url + "/metrics")[1]
+    m0 = fleet.scrape(url, timeout=10)
     cpu0 = group_cpu_seconds(pgid)
     sys0 = psutil.cpu_times()
     sampler = GpuSampler()
@@ -468,8 +239,7 @@ def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens
     cpu = group_cpu_seconds(pgid) - cpu0
     sys1 = psutil.cpu_times()
     busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
-    m1 = _get(url + "/metrics")[1]
-    prompt_tok = metric_total(m1, "vllm:prompt_tokens_total") - metric_total(m0, "vllm:prompt_tokens_total")
+    prompt_tok = fleet.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
     n = res["ok"]
     return {
         **res,
@@ -509,10 +279,13 @@ def bf16_tflops() -> float | None:
 
 
 def mps(on: bool, env: dict) -> str:
+    """Start (or quit) the CUDA MPS daemon on the launcher's pipe and log folders (`env` has them)."""
     tool = nvidia_tool("nvidia-cuda-mps-control")
     if tool is None:
         return "not available"
     if on:
+        for var in ("CUDA_MPS_PIPE_DIRECTORY", "CUDA_MPS_LOG_DIRECTORY"):
+            Path(env[var]).mkdir(parents=True, exist_ok=True)
         r = subprocess.run([tool, "-d"], env=env, capture_output=True, text=True)
         return "started" if r.returncode == 0 else f"failed: {r.stderr.strip() or r.stdout.strip()}"
     subprocess.run([tool], input="quit\n", env=env, capture_output=True, text=True)
@@ -521,41 +294,47 @@ def mps(on: bool, env: dict) -> str:
 
 def cmd_sweep(a) -> None:
     clips = sorted(Path(a.clips).glob("*.mp4"))
-    if len(clips) < a.warmup + a.requests:
+    if len(clips) < a.warmup + a.requests and not a.dry_run:
         raise SystemExit(f"need {a.warmup + a.requests} clips in {a.clips}, found {len(clips)}")
     warm, measured = clips[: a.warmup], clips[a.warmup : a.warmup + a.requests]
     out = Path(a.out)
+    log_dir = Path(a.log_dir)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    settings = bench_settings(a.model, str(Path(a.clips).resolve()), log_dir / "var")
+    version = launcher.parse_version(launcher.installed_vllm_version())
     env = {
         **os.environ,
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
         "VLLM_USE_FLASHINFER_SAMPLER": "0",
+        **launcher.mps_env(settings),  # the MPS daemon and vLLM meet on the launcher's pipe folder
     }
-    log_dir = Path(a.log_dir)
-    log_dir.mkdir(parents=True, exist_ok=True)
     concurrencies = [int(c) for c in str(a.concurrency).split(",")]
     if a.tflops:
         print(json.dumps({"bf16_tflops": bf16_tflops()}), flush=True)
     for name in a.configs.split(","):
         cfg = CONFIGS[name]
-        frames = cfg.get("frames", 16)
-        mps_state = mps(cfg.get("mps", True), env)
-        argv = vllm_command(a.model, a.port, str(Path(a.clips).resolve()), cfg)
-        log = log_dir / f"vllm-{name}.log"
+        frames = cfg.get("frames", settings.frames)
+        argv = vllm_command(settings, a.port, cfg, version)
         print(f"[{name}] {' '.join(argv)}", flush=True)
-        p = start_vllm(argv, log, env)
+        if a.dry_run:
+            continue
+        mps_state = mps(cfg.get("mps", True), env)
+        url = f"http://127.0.0.1:{a.port}"
+        t0 = time.monotonic()
+        p = procs.start(f"vllm-{name}", argv, log=log_dir / f"vllm-{name}.log", env=env, health=url + "/health")
         row = {"config": name, **cfg, "mps": mps_state, "date": time.strftime("%Y-%m-%d %H:%M")}
         try:
-            row["startup_s"] = round(wait_ready(p, f"http://127.0.0.1:{a.port}", a.start_timeout), 1)
-            url = f"http://127.0.0.1:{a.port}"
+            procs.wait_healthy([p], timeout=a.start_timeout, interval=1.0)
+            row["startup_s"] = round(time.monotonic() - t0, 1)
             if a.probe and name == a.configs.split(",")[0]:
                 try:
-                    found = asyncio.run(probe(url, Path(a.clips), Path(a.hostile)))
+                    found = asyncio.run(probe(url, Path(a.clips), Path(a.hostile), PROMPT))
                 except Exception as e:  # the probe is a side show: keep the measurement
                     found = {"error": f"{type(e).__name__}: {e!r}"}
                 Path(a.probe).write_text(json.dumps(found, indent=1))
             asyncio.run(drive(url, warm, min(len(warm), 16), a.max_tokens, frames))
             for c in concurrencies:
-                res = measure(url, p.pid, measured, c, a.max_tokens, frames)
+                res = measure(url, p.pgid, measured, c, a.max_tokens, frames)
                 line = {**row, **res}
                 print(json.dumps(line), flush=True)
                 with out.open("a") as f:
@@ -565,9 +344,10 @@ def cmd_sweep(a) -> None:
             print(json.dumps(line), flush=True)
             with out.open("a") as f:
                 f.write(json.dumps(line) + "\n")
-            os.system(f"tail -n 30 {log}")
+            print(procs.tail(p.log, 30), flush=True)
         finally:
-            stop_group(p)
+            procs.stop_group(p.pgid, p.pid, grace=20.0, popen=p.popen)
+            time.sleep(2)  # let the GPU memory go
             if cfg.get("mps", True):
                 mps(False, env)
 
@@ -646,6 +426,7 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--tflops", action="store_true", help="measure the bf16 matmul rate first")
     s.add_argument("--probe", help="write real vLLM's answers to bad input, metric names etc. to this JSON file")
     s.add_argument("--hostile", default="/tmp/hostile", help="folder of hostile clips for --probe")
+    s.add_argument("--dry-run", action="store_true", help="print each configuration's vLLM command line, start nothing")
     h = sub.add_parser("hostile", help="write a few hostile clips")
     h.add_argument("dir")
     h.add_argument("--good", help="folder with a good clip to truncate")

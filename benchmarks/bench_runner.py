@@ -29,13 +29,13 @@ from data import (  # noqa: E402
     jobs,
     prompts,
 )
+from data.clipgen import tiny_library  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (
     runner as runmod,  # noqa: E402
     simfleet,  # noqa: E402
 )
 from serving.client import CaptionRequest, FleetClient  # noqa: E402
-from tests.runner_fixtures import tiny_library  # noqa: E402
 
 
 def cpu() -> float:

@@ -23,7 +23,6 @@ write lock's hold p50/p99/max from `data.db.write_lock_stats`.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import statistics
@@ -39,6 +38,7 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from data import (  # noqa: E402
+    clipgen,
     db as dbmod,  # noqa: E402
     jobs,
     prompts,
@@ -46,51 +46,17 @@ from data import (  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet as fleetmod,  # noqa: E402
+    fleet_commands,
     procs,
     simfleet,
 )
 
 
-def tiny_clip_bytes(w: int = 64, h: int = 48, n: int = 10) -> bytes:
-    import av
-    import numpy as np
-
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        s = out.add_stream("libx264", rate=10)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for i in range(n):
-            for p in s.encode(av.VideoFrame.from_ndarray(np.full((h, w, 3), (i * 20) % 255, np.uint8), format="rgb24")):
-                out.mux(p)
-        for p in s.encode():
-            out.mux(p)
-    return buf.getvalue()
-
-
 def library(settings: Settings, n: int) -> list[int]:
     """`n` distinct clip paths (hard links of one tiny clip) with their rows."""
-    root = Path(settings.clip_root) / "scale"
-    root.mkdir(parents=True, exist_ok=True)
-    first = root / "00000.mp4"
-    first.write_bytes(tiny_clip_bytes())
-    for i in range(1, n):
-        os.link(first, root / f"{i:05d}.mp4")
     d = dbmod.connect(settings.db)
     try:
-        with d.conn:
-            d["clips"].insert_all(
-                {
-                    "path": f"scale/{i:05d}.mp4",
-                    "size": first.stat().st_size,
-                    "duration": 1.0,
-                    "width": 64,
-                    "height": 48,
-                    "frames": 10,
-                    "codec": "h264",
-                }
-                for i in range(n)
-            )
-        return [r["id"] for r in d.query("SELECT id FROM clips WHERE path LIKE 'scale/%' ORDER BY id")]
+        return clipgen.tiny_library(settings, d, n, prefix="scale")
     finally:
         d.close()
 
@@ -200,22 +166,12 @@ def measure_busy(
         job_id = jobs.create(d, name="busy", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
         runner = procs.start(
             "runner",
-            [
-                sys.executable,
-                "-m",
-                "serving.runner",
-                "--data-dir",
-                str(settings.data_dir),
-                "--fleet-urls",
+            fleet_commands.runner_command(
+                settings,
                 router_url,
-                "--until-idle",
-                "--log-level",
-                "WARNING",
-                "--per-replica-inflight",
-                str(inflight),
-                "--replicas",
-                str(replicas),
-            ],
+                ["--until-idle", "--log-level", "WARNING", "--per-replica-inflight", str(inflight)]
+                + ["--replicas", str(replicas)],
+            ),
             log=tmp / "runner.log",
             env={"PYTHONPATH": str(ROOT)},
         )

@@ -29,20 +29,12 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
 
-from data import jobs, taxonomy  # noqa: E402
+from data import examples, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
 
-LABELS = {
-    "scenario_category": "pedestrian_crossing",
-    "hazard_level": "high",
-    "road_users": ["car", "pedestrian"],
-    "ego_maneuver": "slowing",
-    "weather": "rain",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+LABELS = examples.HAZARD_LABELS
 
 
 def pct(xs: list[float], p: float) -> float:

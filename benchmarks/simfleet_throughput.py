@@ -21,35 +21,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import av  # noqa: E402
-import numpy as np  # noqa: E402
-
-from data import prompts, taxonomy  # noqa: E402
+from data import clipgen, examples  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import simfleet  # noqa: E402
 from serving.client import CaptionRequest, FleetClient  # noqa: E402
 
-PROMPT = {
-    "id": 1,
-    "name": "av-hazard",
-    "version": 1,
-    "system": prompts.HAZARD_SYSTEM,
-    "user": prompts.HAZARD_USER,
-    "schema": taxonomy.CAPTION_SCHEMA,
-}
+PROMPT = examples.PROMPT
 
 
 def write_clip(path: Path, w: int, h: int, frames: int = 20, fps: int = 10) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=fps)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for i in range(frames):
-            f = av.VideoFrame.from_ndarray(np.full((h, w, 3), (i * 11) % 255, np.uint8), format="rgb24")
-            for p in s.encode(f):
-                c.mux(p)
-        for p in s.encode():
-            c.mux(p)
+    clipgen.tiny_clip(path, width=w, height=h, frames=frames, fps=fps, step=11)
 
 
 async def drive(settings: Settings, urls: list[str], clips: list[str], n: int, concurrency: int) -> dict:

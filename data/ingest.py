@@ -4,13 +4,12 @@
 
 For every video file under the root (by extension) it hashes (streamed sha256), probes (data.probe), writes
 a thumbnail and a filmstrip of the model's frames (data.media) and merges a sidecar JSON (`clip.json` beside
-`clip.mp4`) into clips.sidecar. That work runs in worker processes, one clip at a time each, under a
-per-clip deadline: PyAV can crash or hang on hostile input, so a crash or a timeout kills only that worker
-(a fresh one replaces it). A crash is the clip's recorded reason ("probe crashed (SIGSEGV)"). A timeout is
-more often the machine's fault (a loaded GPU node) than the clip's, so it is retried with a longer deadline,
-and the deadline also grows with the clip once its probe knows its size (duration x resolution); only a clip
-that overruns every attempt is recorded ("probe timed out after 20 s, 60 s, 180 s (3 attempts)"), and a
-later run tries it again. Nothing about one file stops the run.
+`clip.mp4`) into clips.sidecar. That work runs in worker processes (data.worker_pool), one clip at a time
+each, under a per-clip deadline: a crash or a repeated overrun is the clip's recorded reason, and a later run
+tries a timed-out clip again. Nothing about one file stops the run.
+
+A run is planned, then applied: `plan(known, entries)` compares the walk with the rows (pure: no I/O) and
+says what is refused, skipped, revived or to be probed; applying it probes in the pool and writes.
 
 The folder scanned is recorded as the library's clip root (data.library); another folder is refused.
 
@@ -19,7 +18,7 @@ Re-running is cheap and safe:
 - a new path whose content hash matches a row whose file vanished is a *move*: that row's path is updated
   and its captions stay with it;
 - rows whose file is gone are marked `missing = 1` (never deleted: they may hold human captions).
-Files refused without opening them: non-UTF-8 names, symlinks leaving the root, broken symlinks, anything
+Files refused without opening them (data.walk): non-UTF-8 names, symlinks leaving the root, broken symlinks, anything
 that is not a regular file (a directory or FIFO named x.mp4). Hidden names (".x") are ignored.
 
 All database writes happen in this (parent) process, in batches inside `immediate(db)`.
@@ -28,41 +27,29 @@ All database writes happen in this (parent) process, in batches inside `immediat
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
-import multiprocessing as mp
 import os
-import signal
-import stat
 import sys
 import time
-from collections import deque
-from dataclasses import dataclass
-from multiprocessing.connection import wait
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import sqlite_utils
 
-from data import events, library, limits, settings as settings_mod
+from data import events, library, settings as settings_mod
 from data.db import DataError, connect, immediate, now
 from data.settings import Settings
 
+# the walk's and the pool's names that callers and tests reach through data.ingest
+from data.walk import Entry, read_sidecar as _sidecar, storable_name, walk  # noqa: F401
+from data.worker_pool import TIMED_OUT, TIMEOUT_ATTEMPTS, TIMEOUT_GROWTH, WORKER_MEMORY_MIB, WorkerPool
+
 log = logging.getLogger(__name__)
 
-VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi", ".ts", ".mts"})
 DEFAULT_TIMEOUT = 20.0
-TIMEOUT_ATTEMPTS = 3  # a clip is recorded as timed out only after this many overruns
-TIMEOUT_GROWTH = 3.0  # each retry waits this many times longer
-# extra deadline per gigapixel of video (frames x width x height) once the probe knows it: the HEVC preview
-# decodes every frame (1.3 s for a 10 s 1080p clip on an idle core, ~0.6 Gpx); x10 for a loaded machine
-SECONDS_PER_GIGAPIXEL = 20.0
-MAX_EXTRA_SECONDS = 600.0
-TIMED_OUT = "probe timed out"
-START_ALLOWANCE = 60.0  # a worker process that has not even started its task after this is stuck, not slow
-# Address-space cap of one ingest worker. Python + PyAV + NumPy map ~0.6 GiB before decoding anything and a
-# 4K clip's frame threads need ~0.5 GiB more; a decoder that wants more than this is decoding something hostile.
-WORKER_MEMORY_MIB = 2048
 BATCH = 64
 FIELDS = (
     "sha256",
@@ -84,125 +71,7 @@ FIELDS = (
 )
 
 
-@dataclass
-class Entry:
-    """One file found by the walk."""
-
-    rel: str  # path relative to the root, as stored (UTF-8 text)
-    abs: str
-    size: int | None
-    mtime: float | None
-    error: str | None = None  # a reason found without opening the file
-    sidecar: str | None = None  # JSON text
-
-
-def storable_name(name: str) -> tuple[str, bool]:
-    """(text fit for the database, whether the name was valid UTF-8). Undecodable bytes become \\xNN."""
-    raw = os.fsencode(name)
-    try:
-        return raw.decode("utf-8"), True
-    except UnicodeDecodeError:
-        return raw.decode("utf-8", "backslashreplace"), False
-
-
-def _kind(mode: int) -> str:
-    for test, name in (
-        (stat.S_ISDIR, "directory"),
-        (stat.S_ISFIFO, "FIFO"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "character device"),
-        (stat.S_ISBLK, "block device"),
-    ):
-        if test(mode):
-            return name
-    return "special file"
-
-
-def _sidecar(abs_path: str) -> str | None:
-    """The sidecar JSON beside a clip, normalised, or a `_sidecar_error` note; never an exception. Bounded
-    (R10): at most MAX_SIDECAR_BYTES read, nesting checked by a linear scan before parsing (the stdlib parser
-    recurses: a deeply nested file raised RecursionError and stopped the whole ingest), and NaN/Infinity
-    refused (they would reach the JSONL export, which strict parsers then reject)."""
-    side = os.path.splitext(abs_path)[0] + ".json"
-    name = os.path.basename(side)
-
-    def refused(why: str) -> str:
-        return json.dumps({"_sidecar_error": f"sidecar {name} {why}"}, ensure_ascii=False)
-
-    try:
-        if os.path.islink(side) or not os.path.isfile(side):
-            return None
-        with open(side, "rb") as f:
-            raw = f.read(limits.MAX_SIDECAR_BYTES + 1)
-    except OSError:
-        return refused("is unreadable")
-    if len(raw) > limits.MAX_SIDECAR_BYTES:
-        return refused(f"is larger than {limits.MAX_SIDECAR_BYTES:,} bytes (ignored)")
-    if not limits.json_depth_ok(raw):
-        return refused(f"nests deeper than {limits.MAX_SIDECAR_DEPTH} levels (ignored)")
-    try:
-        data = limits.strict_json_loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:
-        return refused(f"is not valid JSON ({str(e)[:80]})")
-    if not isinstance(data, dict):
-        data = {"value": data}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False)
-
-
-def walk(root: str | Path) -> Iterator[Entry]:
-    """Every candidate clip under `root`, classified as far as possible without opening it."""
-    root = os.path.realpath(root)
-    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        names = [n for n in filenames if not n.startswith(".")]
-        # a directory (or symlinked directory) named like a clip is reported, not silently skipped
-        names += [d for d in dirnames if os.path.splitext(d)[1].lower() in VIDEO_EXTENSIONS]
-        for name in sorted(names):
-            if os.path.splitext(name)[1].lower() not in VIDEO_EXTENSIONS:
-                continue
-            full = os.path.join(dirpath, name)
-            rel_raw = os.path.relpath(full, root)
-            rel, utf8 = storable_name(rel_raw)
-            if not utf8:
-                yield _entry_lstat(rel, full, "file name is not valid UTF-8 (rename the file to ingest it)")
-                continue
-            if os.path.islink(full):
-                target = os.path.realpath(full)
-                if os.path.commonpath([root, target]) != root:
-                    yield _entry_lstat(rel, full, "symlink points outside the clip root")
-                    continue
-                if not os.path.exists(target):
-                    yield _entry_lstat(rel, full, "broken symlink (its target does not exist)")
-                    continue
-            try:
-                st = os.stat(full)
-            except OSError as e:
-                yield Entry(rel, full, None, None, f"unreadable: {e.strerror}")
-                continue
-            if not stat.S_ISREG(st.st_mode):
-                yield Entry(rel, full, None, st.st_mtime, f"not a regular file ({_kind(st.st_mode)})")
-                continue
-            yield Entry(rel, full, st.st_size, st.st_mtime, sidecar=_sidecar(full))
-
-
-def _entry_lstat(rel: str, full: str, error: str) -> Entry:
-    try:
-        st = os.lstat(full)
-        return Entry(rel, full, st.st_size, st.st_mtime, error)
-    except OSError:
-        return Entry(rel, full, None, None, error)
-
-
-# -- worker side ---------------------------------------------------------------------------------------------
-
-
-def extra_seconds(row: dict) -> float:
-    """Deadline allowance for a probed clip's media work: SECONDS_PER_GIGAPIXEL x frames x width x height."""
-    try:
-        pixels = float(row.get("frames") or 0) * float(row.get("width") or 0) * float(row.get("height") or 0)
-    except (TypeError, ValueError):
-        return 0.0
-    return min(MAX_EXTRA_SECONDS, SECONDS_PER_GIGAPIXEL * pixels / 1e9)
+# -- worker side: the work on one clip ---------------------------------------------------------------------
 
 
 def process_clip(task: dict, report=None) -> dict:
@@ -239,183 +108,6 @@ def process_clip(task: dict, report=None) -> dict:
                 except media.DecodeError as e:
                     log.warning("%s: %s", task["rel"], e)
     return out
-
-
-def _cap_memory(mib: int) -> None:
-    """Cap this process's address space (RLIMIT_AS): a hostile clip that makes the decoder allocate
-    gigabytes gets a MemoryError (or an allocation failure FFmpeg reports) in this worker, recorded as the
-    clip's reason, instead of pushing the machine into swap or the OOM killer (R10)."""
-    import resource
-
-    if mib > 0:
-        limit = mib << 20
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard != resource.RLIM_INFINITY:
-            limit = min(limit, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
-
-
-def _peak_rss_mib() -> float:
-    import resource
-
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
-
-
-def _worker_main(conn, memory_mib: int = 0, target=None) -> None:  # pragma: no cover - runs in the child
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
-    _cap_memory(memory_mib)
-    logging.basicConfig(level=logging.WARNING)
-    try:
-        import av
-
-        # FFmpeg's chatter about hostile files off, *without* PyAV's Python log callback: with it installed, a
-        # decoder thread logging while the main thread closes a frame-threaded decoder (an early break, e.g.
-        # at a resolution change) deadlocks on the GIL and the worker hangs until its deadline.
-        av.logging.set_level(None)
-        av.logging.set_libav_level(av.logging.PANIC)
-    except Exception:
-        pass
-    while True:
-        try:
-            task = conn.recv()
-        except EOFError:
-            return
-        if task is None:
-            return
-        conn.send({"started": True})  # the clip's deadline runs from here, not from the worker's start-up
-        try:
-            result = (target or process_clip)(task, lambda info: conn.send({"progress": info}))
-        except MemoryError:
-            result = {
-                "rel": task["rel"],
-                "probe_error": f"needs more than the {memory_mib} MiB an ingest worker "
-                "may use (a hostile or absurdly large stream)",
-            }
-        except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
-            result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
-        if memory_mib and result.get("probe_error") and "annot allocate memory" in str(result["probe_error"]):
-            result["probe_error"] += f" (ingest workers are capped at {memory_mib} MiB)"
-        result["_peak_rss_mib"] = round(_peak_rss_mib(), 1)  # measured, not stored (R10's figure)
-        conn.send(result)
-
-
-class WorkerPool:
-    """N worker processes, one task each at a time, with a per-task deadline. A worker that crashes or
-    overruns is killed and replaced. The deadline runs from when the worker starts the task (it says so), so a fresh
-    worker's start-up on a loaded machine is not charged to the clip. A crash gives its task a reason at once; an
-    overrun is retried with a TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A
-    worker may send `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
-    `target(task, report)` is the work (default `process_clip`; tests pass their own)."""
-
-    def __init__(
-        self,
-        workers: int,
-        timeout: float,
-        memory_mib: int = WORKER_MEMORY_MIB,
-        *,
-        attempts: int = TIMEOUT_ATTEMPTS,
-        target=None,
-    ):
-        self.ctx = mp.get_context("spawn")  # never fork a parent that has threads (tqdm, sqlite)
-        self.timeout = timeout
-        self.memory_mib = memory_mib
-        self.peak_rss_mib = 0.0
-        self.attempts = max(1, attempts)
-        self.target = target
-        self.size = max(1, workers)
-        self.idle: list[tuple[Any, Any]] = []
-        self.busy: dict[Any, tuple[Any, dict, float]] = {}
-        self.retried = 0
-        for _ in range(self.size):
-            self.idle.append(self._spawn())
-
-    def _spawn(self):
-        parent, child = self.ctx.Pipe()
-        proc = self.ctx.Process(target=_worker_main, args=(child, self.memory_mib, self.target), daemon=True)
-        proc.start()
-        child.close()
-        return proc, parent
-
-    def _limit(self, task: dict) -> float:
-        return self.timeout * TIMEOUT_GROWTH ** (task.get("_attempt", 1) - 1)
-
-    def run(self, tasks: Iterator[dict]) -> Iterator[dict]:
-        """Yield one result per task, in completion order."""
-        queue = deque(tasks)
-        while queue or self.busy:
-            while queue and self.idle:
-                proc, conn = self.idle.pop()
-                task = queue.popleft()
-                conn.send(task)
-                # until the worker says it started (a fresh one is still importing PyAV), allow for start-up
-                self.busy[conn] = (proc, task, time.monotonic() + self._limit(task) + START_ALLOWANCE)
-            deadline = min(d for _, _, d in self.busy.values())
-            ready = wait(list(self.busy), timeout=max(0.0, deadline - time.monotonic()))
-            for conn in ready:
-                proc, task, d = self.busy.pop(conn)
-                try:
-                    result = conn.recv()
-                except (EOFError, OSError):
-                    proc.join(1)
-                    yield {"rel": task["rel"], "probe_error": f"probe crashed ({_exit_reason(proc.exitcode)})"}
-                    conn.close()
-                    self.idle.append(self._spawn())
-                    continue
-                if isinstance(result, dict) and "started" in result:
-                    self.busy[conn] = (proc, task, time.monotonic() + self._limit(task))
-                    continue
-                if isinstance(result, dict) and "progress" in result:
-                    self.busy[conn] = (proc, task, d + extra_seconds(result["progress"] or {}))
-                    continue
-                self.idle.append((proc, conn))
-                self.peak_rss_mib = max(self.peak_rss_mib, result.pop("_peak_rss_mib", 0.0))
-                yield result
-            t = time.monotonic()
-            for conn, (proc, task, d) in list(self.busy.items()):
-                if d <= t:
-                    del self.busy[conn]
-                    proc.kill()
-                    proc.join(5)
-                    conn.close()
-                    self.idle.append(self._spawn())
-                    waited = [*task.get("_waited", []), self._limit(task)]
-                    if len(waited) < self.attempts:
-                        self.retried += 1
-                        queue.append({**task, "_attempt": len(waited) + 1, "_waited": waited})
-                        continue
-                    yield {
-                        "rel": task["rel"],
-                        "probe_error": (
-                            f"{TIMED_OUT} after {', '.join(f'{w:g} s' for w in waited)} ({len(waited)} attempts; "
-                            "the machine may have been overloaded: the next ingest tries this clip again)"
-                        ),
-                    }
-
-    def close(self) -> None:
-        for _proc, conn in self.idle:
-            try:
-                conn.send(None)
-            except OSError:
-                pass
-        for proc, _conn, *_ in [(p, c) for c, (p, _, _) in self.busy.items()]:
-            proc.kill()
-        for proc, conn in self.idle:
-            proc.join(5)
-            if proc.is_alive():
-                proc.kill()
-            conn.close()
-        self.idle, self.busy = [], {}
-
-
-def _exit_reason(code: int | None) -> str:
-    if code is None:
-        return "no exit status"
-    if code < 0:
-        try:
-            return signal.Signals(-code).name
-        except ValueError:
-            return f"signal {-code}"
-    return f"exit status {code}"
 
 
 # -- parent side ---------------------------------------------------------------------------------------------
@@ -482,150 +174,229 @@ def _content_changed(db: sqlite_utils.Database, clip_id: int, old_sha: str, new_
     )
 
 
-def ingest(
-    settings: Settings | None = None,
-    *,
-    root: str | Path | None = None,
-    db_path: str | Path | None = None,
-    media_dir: str | Path | None = None,
-    workers: int | None = None,
-    frames: int | None = None,
-    decoder: str = "auto",
-    media: bool = True,
-    timeout: float = DEFAULT_TIMEOUT,
-    progress: bool = False,
-    db: sqlite_utils.Database | None = None,
-    max_seconds: float | None = None,
-    memory_mib: int = WORKER_MEMORY_MIB,
-    attempts: int = TIMEOUT_ATTEMPTS,
-) -> dict[str, Any]:
-    """Bring `clips` in step with the clip root. Returns a summary:
-    {ok, failed, skipped, moved, missing, seen, seconds, decoder}.
+# -- plan: what the walk means for the rows (pure) --------------------------------------------------------------
 
-    Arguments override `settings` (clip_root, db, media_dir, workers, frames); `db` may be an open
-    connection of this thread."""
-    from data import media as media_mod, probe as probe_mod
 
-    s = settings or Settings.load(environ={})
-    root = Path(root or s.clip_root).resolve()
-    media_dir = Path(media_dir or s.media_dir).resolve()
-    frames = frames or s.frames
-    workers = workers or s.workers or os.cpu_count() or 1
-    if not root.is_dir():
-        raise FileNotFoundError(f"clip root {root} is not a folder")
-    own_db = db is None
-    db = db if db is not None else connect(db_path or s.db)
-    started = time.monotonic()
-    summary = {"ok": 0, "failed": 0, "skipped": 0, "moved": 0, "missing": 0, "seen": 0, "retried": 0}
-    resolved = media_mod.resolve_decoder(decoder) if media else "none"
+@dataclass(frozen=True)
+class IngestOptions:
+    """What one run does. None takes the settings' value (clip_root, db, media_dir, workers, frames)."""
+
+    root: str | Path | None = None
+    db_path: str | Path | None = None
+    media_dir: str | Path | None = None
+    workers: int | None = None
+    frames: int | None = None
+    decoder: str = "auto"  # auto | pyav | nvdec (data.media.resolve_decoder)
+    media: bool = True  # False: probe only, no thumbnails or filmstrips
+    timeout: float = DEFAULT_TIMEOUT  # seconds one clip may take on its first attempt
+    progress: bool = False  # a tqdm bar on stderr
+    max_seconds: float | None = None  # longest clip accepted (default data.probe.MAX_SECONDS)
+    memory_mib: int = WORKER_MEMORY_MIB  # address-space cap of one worker
+    attempts: int = TIMEOUT_ATTEMPTS  # overruns before a clip is recorded as timed out
+
+    def resolved(self, s: Settings) -> IngestOptions:
+        """These options with every None filled from `s` and the folders made absolute."""
+        return replace(
+            self,
+            root=Path(self.root or s.clip_root).resolve(),
+            db_path=self.db_path or s.db,
+            media_dir=Path(self.media_dir or s.media_dir).resolve(),
+            frames=self.frames or s.frames,
+            workers=self.workers or s.workers or os.cpu_count() or 1,
+        )
+
+
+def decide(old: dict | None, e: Entry) -> str:
+    """What one walked file needs, given its row (None: a new path):
+    'refuse' (record the walk's reason), 'skip', 'revive' (rewrite the row without probing: back from missing,
+    or only its sidecar changed) or 'probe'."""
+    unchanged = old is not None and old["size"] == e.size and old["mtime"] == e.mtime
+    if e.error is not None:
+        return "skip" if unchanged and old["probe_error"] == e.error and not old["missing"] else "refuse"
+    if not unchanged or (old["probe_error"] or "").startswith(TIMED_OUT):
+        return "probe"  # new or changed; or a timeout, which was the machine's fault, maybe: probe it again
+    if not old["missing"] and old["sidecar"] == e.sidecar:
+        return "skip"
+    return "revive"
+
+
+@dataclass
+class Plan:
+    """The changes one run makes, decided from the rows (`known`, by path) and the walk (`entries`).
+
+    `writes` are decided without probing, in walk order: ('insert'|'update', row) for refused files and
+    ('revive', {id, rel, sidecar}); `probe` lists the files to probe; `gone` holds the rows whose path the walk did
+    not find (by path, and by content hash for moves). `place` turns a probe result into its write."""
+
+    known: dict[str, dict]
+    entries: dict[str, Entry]
+    writes: list[tuple[str, dict]] = field(default_factory=list)
+    probe: list[Entry] = field(default_factory=list)
+    gone: dict[str, dict] = field(default_factory=dict)
+    gone_by_hash: dict[str, list[dict]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=lambda: {"ok": 0, "failed": 0, "skipped": 0, "moved": 0})
+
+    def place(self, result: dict) -> tuple[str, dict]:
+        """The write for one probe result: a 'move' when a new path holds the content of a row whose file
+        vanished (its captions follow it), else an 'update' (with the old hash when the content changed: R13)
+        or an 'insert'. Counts it."""
+        e = self.entries[result["rel"]]
+        row = {**result, "size": e.size, "mtime": e.mtime, "sidecar": e.sidecar}
+        old = self.known.get(e.rel)
+        if old is None and self.gone_by_hash.get(row.get("sha256")):
+            moved_from = self.gone_by_hash[row["sha256"]].pop(0)
+            self.gone.pop(moved_from["path"], None)
+            self.counts["moved"] += 1
+            return "move", {**row, "id": moved_from["id"]}
+        self.counts["failed" if row.get("probe_error") else "ok"] += 1
+        if old is None:
+            return "insert", row
+        changed = bool(old["sha256"] and row.get("sha256") and old["sha256"] != row["sha256"])
+        return "update", {**row, "id": old["id"], "_old_sha256": old["sha256"] if changed else None}
+
+    def vanished(self) -> list[int]:
+        """Ids of the rows to mark missing: gone, and not already marked."""
+        return [r["id"] for r in self.gone.values() if not r["missing"]]
+
+
+def plan(known: dict[str, dict], entries: list[Entry]) -> Plan:
+    """Compare the walk with the rows: no I/O, nothing written."""
+    p = Plan(known, {e.rel: e for e in entries})
+    for e in entries:
+        old = known.get(e.rel)
+        action = decide(old, e)
+        if action == "refuse":
+            row = {"rel": e.rel, "size": e.size, "mtime": e.mtime, "probe_error": e.error}
+            p.writes.append(("update", {**row, "id": old["id"]}) if old else ("insert", row))
+            p.counts["failed"] += 1
+        elif action == "revive":
+            p.writes.append(("revive", {"id": old["id"], "rel": e.rel, "sidecar": e.sidecar}))
+            p.counts["skipped"] += 1
+        elif action == "skip":
+            p.counts["skipped"] += 1
+        else:
+            p.probe.append(e)
+    p.gone = {path: r for path, r in known.items() if path not in p.entries}
+    for r in p.gone.values():
+        if r["sha256"]:
+            p.gone_by_hash.setdefault(r["sha256"], []).append(r)
+    return p
+
+
+# -- apply: probe and write -------------------------------------------------------------------------------------
+
+
+class _Writer:
+    """Writes in batches of BATCH rows, each batch one transaction (`_write`)."""
+
+    def __init__(self, db: sqlite_utils.Database):
+        self.db, self.pending = db, []
+
+    def add(self, action: str, row: dict) -> None:
+        if action == "revive":  # the stored row as it is, at its path, with the new sidecar
+            stored = next(self.db.query("SELECT * FROM clips WHERE id = ?", [row["id"]]))
+            action, row = "update", {**stored, **row}
+        self.pending.append((action, row))
+        if len(self.pending) >= BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        _write(self.db, self.pending)
+        self.pending = []
+
+
+@contextlib.contextmanager
+def _progress_bar(show: bool, total: int):
+    if not (show and total):
+        yield None
+        return
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
     try:
-        library.record_root(db, root)
-        known = _load_known(db)
-        entries = list(walk(root))
-        summary["seen"] = len(entries)
-        seen = {e.rel for e in entries}
-        gone = {p: r for p, r in known.items() if p not in seen}
-        gone_by_hash: dict[str, list[dict]] = {}
-        for r in gone.values():
-            if r["sha256"]:
-                gone_by_hash.setdefault(r["sha256"], []).append(r)
-        pending: list[tuple[str, dict]] = []
-        tasks: list[dict] = []
-        by_rel = {e.rel: e for e in entries}
+        yield bar
+    finally:
+        bar.close()
 
-        def task(e: Entry) -> dict:
-            return {
-                "rel": e.rel,
-                "abs": e.abs,
-                "media": media,
-                "media_dir": str(media_dir),
-                "frames": frames,
-                "decoder": resolved,
-                "max_seconds": max_seconds or probe_mod.MAX_SECONDS,
-            }
 
-        def flush(force: bool = False) -> None:
-            if pending and (force or len(pending) >= BATCH):
-                _write(db, pending)
-                pending.clear()
+def _probe_tasks(p: Plan, opts: IngestOptions, decoder: str) -> list[dict]:
+    from data import probe
 
-        for e in entries:
-            old = known.get(e.rel)
-            unchanged = old is not None and old["size"] == e.size and old["mtime"] == e.mtime
-            if e.error is not None:
-                if unchanged and old["probe_error"] == e.error and not old["missing"]:
-                    summary["skipped"] += 1
-                    continue
-                row = {"rel": e.rel, "size": e.size, "mtime": e.mtime, "probe_error": e.error}
-                pending.append(("update", {**row, "id": old["id"]}) if old else ("insert", row))
-                summary["failed"] += 1
-                flush()
-            elif unchanged and (old["probe_error"] or "").startswith(TIMED_OUT):
-                tasks.append(task(e))  # a timeout was the machine's fault, maybe: probe it again
-            elif unchanged and not old["missing"] and old["sidecar"] == e.sidecar:
-                summary["skipped"] += 1
-            elif unchanged:  # back from missing, or only the sidecar changed: no need to re-probe
-                db_row = next(db.query("SELECT * FROM clips WHERE id = ?", [old["id"]]))
-                pending.append(("update", {**db_row, "rel": e.rel, "sidecar": e.sidecar}))
-                summary["skipped"] += 1
-                flush()
-            else:
-                tasks.append(task(e))
-        flush(force=True)
+    return [
+        {
+            "rel": e.rel,
+            "abs": e.abs,
+            "media": opts.media,
+            "media_dir": str(opts.media_dir),
+            "frames": opts.frames,
+            "decoder": decoder,
+            "max_seconds": opts.max_seconds or probe.MAX_SECONDS,
+        }
+        for e in p.probe
+    ]
 
-        bar = None
-        if progress and tasks:
-            from tqdm import tqdm
 
-            bar = tqdm(total=len(tasks), unit="clip", desc="ingest", file=sys.stderr, smoothing=0.1)
+def apply(db: sqlite_utils.Database, p: Plan, opts: IngestOptions, decoder: str) -> dict[str, Any]:
+    """Write the plan: its refused and revived rows, then each probe result as it comes, then the missing
+    marks. Returns the pool's figures (retried, worker_peak_rss_mib) when it probed anything."""
+    writer = _Writer(db)
+    for action, row in p.writes:
+        writer.add(action, row)
+    writer.flush()
+    figures: dict[str, Any] = {}
+    tasks = _probe_tasks(p, opts, decoder)
+    if tasks:
         # a CUDA context reserves tens of GiB of address space: RLIMIT_AS would stop NVDEC workers from starting
-        cap = 0 if resolved == "nvdec" else memory_mib
-        pool = WorkerPool(min(workers, len(tasks)), timeout, cap, attempts=attempts) if tasks else None
+        cap = 0 if decoder == "nvdec" else opts.memory_mib
+        pool = WorkerPool(min(opts.workers, len(tasks)), opts.timeout, cap, attempts=opts.attempts, target=process_clip)
         try:
-            for res in pool.run(iter(tasks)) if pool else ():
-                e = by_rel[res["rel"]]
-                row = {**res, "size": e.size, "mtime": e.mtime, "sidecar": e.sidecar}
-                old = known.get(e.rel)
-                moved_from = None
-                if old is None and row.get("sha256") in gone_by_hash and gone_by_hash[row["sha256"]]:
-                    moved_from = gone_by_hash[row["sha256"]].pop(0)
-                    gone.pop(moved_from["path"], None)
-                if moved_from is not None:
-                    pending.append(("move", {**row, "id": moved_from["id"]}))
-                    summary["moved"] += 1
-                elif old is not None:
-                    changed = bool(old["sha256"] and row.get("sha256") and old["sha256"] != row["sha256"])
-                    pending.append(
-                        ("update", {**row, "id": old["id"], "_old_sha256": old["sha256"] if changed else None})
-                    )
-                else:
-                    pending.append(("insert", row))
-                if moved_from is None:
-                    summary["failed" if row.get("probe_error") else "ok"] += 1
-                flush()
-                if bar:
-                    bar.update()
-                    bar.set_postfix(failed=summary["failed"], refresh=False)
+            with _progress_bar(opts.progress, len(tasks)) as bar:
+                for result in pool.run(iter(tasks)):
+                    writer.add(*p.place(result))
+                    if bar:
+                        bar.update()
+                        bar.set_postfix(failed=p.counts["failed"], refresh=False)
         finally:
-            if pool:
-                summary["retried"] = pool.retried
-                summary["worker_peak_rss_mib"] = pool.peak_rss_mib
-                pool.close()
-            if bar:
-                bar.close()
-        flush(force=True)
-        vanished = [r["id"] for r in gone.values() if not r["missing"]]
-        if vanished:
-            with immediate(db):
-                db.conn.executemany(
-                    "UPDATE clips SET missing = 1, updated_at = ? WHERE id = ?", [(now(), i) for i in vanished]
-                )
-        summary["missing"] = len(vanished)
+            figures = {"retried": pool.retried, "worker_peak_rss_mib": pool.peak_rss_mib}
+            pool.close()
+    writer.flush()
+    vanished = p.vanished()
+    if vanished:
+        with immediate(db):
+            db.conn.executemany(
+                "UPDATE clips SET missing = 1, updated_at = ? WHERE id = ?", [(now(), i) for i in vanished]
+            )
+    return figures
+
+
+def ingest(settings: Settings | None = None, *, db: sqlite_utils.Database | None = None, **options) -> dict[str, Any]:
+    """Bring `clips` in step with the clip root. Returns a summary:
+    {ok, failed, skipped, moved, missing, seen, retried, seconds, decoder}.
+
+    `options` are IngestOptions' fields (root, db_path, media_dir, workers, frames, decoder, media, timeout,
+    progress, max_seconds, memory_mib, attempts); they override `settings`. `db` may be an open connection of
+    this thread."""
+    from data import media as media_mod
+
+    opts = IngestOptions(**options).resolved(settings or Settings.load(environ={}))
+    if not opts.root.is_dir():
+        raise FileNotFoundError(f"clip root {opts.root} is not a folder")
+    own_db = db is None
+    db = db if db is not None else connect(opts.db_path)
+    started = time.monotonic()
+    decoder = media_mod.resolve_decoder(opts.decoder) if opts.media else "none"
+    try:
+        library.record_root(db, opts.root)
+        entries = list(walk(opts.root))
+        p = plan(_load_known(db), entries)
+        figures = apply(db, p, opts, decoder)
     finally:
         if own_db:
             db.close()
+    summary: dict[str, Any] = {**p.counts, "missing": len(p.vanished()), "seen": len(entries), "retried": 0}
+    summary.update(figures)
     summary["seconds"] = round(time.monotonic() - started, 3)
-    summary["decoder"] = resolved
+    summary["decoder"] = decoder
     return summary
 
 

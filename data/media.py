@@ -37,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+from data import clipgen
 from data.probe import open_input
 
 log = logging.getLogger(__name__)
@@ -258,25 +259,31 @@ def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width:
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp.mp4")
     try:
-        with open_input(path) as src, av.open(str(tmp), "w", options={"movflags": "+faststart"}) as dst:
+        with open_input(path) as src:
             vin = src.streams.video[0]
             w = min(width, vin.codec_context.width or width)
             w -= w % 2
             h = max(2, round((vin.codec_context.height or w) * w / max(1, vin.codec_context.width or w)))
             h -= h % 2
             rate = Fraction(vin.average_rate or 30)
-            out = dst.add_stream("libx264", rate=rate)
-            out.time_base = 1 / rate
-            out.width, out.height, out.pix_fmt = w, h, "yuv420p"
-            out.options = {"preset": "veryfast", "crf": "28"}
-            out.gop_size = max(1, int(round(float(rate))))  # a keyframe a second: the player can seek
-            for i, frame in enumerate(src.decode(vin)):
-                frame = frame.reformat(width=w, height=h, format="yuv420p")
-                frame.pts, frame.time_base = i, 1 / rate  # constant rate from 0
-                for pkt in out.encode(frame):
-                    dst.mux(pkt)
-            for pkt in out.encode():
-                dst.mux(pkt)
+
+            def frames():
+                for i, frame in enumerate(src.decode(vin)):
+                    frame = frame.reformat(width=w, height=h, format="yuv420p")
+                    frame.pts, frame.time_base = i, 1 / rate  # constant rate from 0
+                    yield frame
+
+            clipgen.encode(
+                tmp,
+                frames(),
+                width=w,
+                height=h,
+                rate=rate,
+                time_base=1 / rate,
+                container_options={"movflags": "+faststart"},
+                options={"preset": "veryfast", "crf": "28"},
+                gop_size=max(1, int(round(float(rate)))),  # a keyframe a second: the player can seek
+            )
         os.replace(tmp, target)  # atomic: the route never serves half a file
     except (av.FFmpegError, IndexError, ValueError) as e:
         tmp.unlink(missing_ok=True)

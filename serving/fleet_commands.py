@@ -193,6 +193,13 @@ def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = (
     ]
 
 
+def runner_command(settings: Settings, fleet_urls: str | Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    """`python -m serving.runner` on `settings`' data dir, captioning through `fleet_urls` (the router, or the
+    replicas: a list or one comma-separated string)."""
+    urls = fleet_urls if isinstance(fleet_urls, str) else ",".join(fleet_urls)
+    return [sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir), "--fleet-urls", urls, *extra]
+
+
 def mps_env(settings: Settings) -> dict[str, str]:
     return {
         "CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),

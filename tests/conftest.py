@@ -14,6 +14,17 @@ os.environ.setdefault("no_proxy", "localhost,127.0.0.1")
 from data import db as dbmod  # noqa: E402
 from data.settings import Settings  # noqa: E402
 
+# the helpers' own asserts (assert_audit_complete, check_oracle, ...) report their operands too
+pytest.register_assert_rewrite("tests.support")
+# the fixtures of tests/support, for every test module (a test names them as parameters, no import);
+# webapp_fixtures before browser_fixtures, which imports it
+pytest_plugins = [
+    "tests.support.webapp_fixtures",
+    "tests.support.browser_fixtures",
+    "tests.support.clip_fixtures",
+    "tests.support.fleet_fixtures",
+]
+
 
 @pytest.fixture
 def settings(tmp_path):

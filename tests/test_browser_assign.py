@@ -9,9 +9,8 @@ from urllib.parse import quote
 
 import pytest
 
-from browser_fixtures import SCREENSHOTS, browser, login  # noqa: F401
 from data import db as dbmod, events
-from webapp_fixtures import library, server, web_settings  # noqa: F401
+from tests.support.browser_fixtures import SCREENSHOTS, login
 
 pytestmark = pytest.mark.browser
 
@@ -95,7 +94,7 @@ def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, lib
 
 
 def test_an_annotator_cannot_assign_through_the_api(server, library):  # noqa: F811
-    from tests.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
+    from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
     cookie = login_cookie(server.url, "ann")
     session = GradioSession(server.url, cookie, dependencies(server.url, cookie))

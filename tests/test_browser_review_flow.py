@@ -13,9 +13,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from browser_fixtures import SCREENSHOTS, browser, login, runner, simfleet  # noqa: F401
 from data import clips as clipsmod, db as dbmod, jobs, taxonomy
-from webapp_fixtures import AppServer, library, web_settings  # noqa: F401
+from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.webapp_fixtures import AppServer
 
 pytestmark = pytest.mark.browser
 KEYS_REPORT = SCREENSHOTS.parent / "keys-per-clip.txt"
@@ -375,7 +375,7 @@ def test_an_over_long_caption_is_refused_through_the_api(server):
     """The caption bound (data.limits) holds for a script driving Gradio's queue like a tab does (open a clip,
     then save), not just for the form."""
     from data import limits
-    from tests.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
+    from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
     d = db_of(server)
     try:

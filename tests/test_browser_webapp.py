@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from browser_fixtures import SCREENSHOTS, browser, login, runner, simfleet  # noqa: F401
-from webapp_fixtures import AppServer, library, web_settings  # noqa: F401
+from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.webapp_fixtures import AppServer
 
 pytestmark = pytest.mark.browser
 

@@ -13,7 +13,7 @@ import pytest
 
 from data import captions, jobs
 from serving import simfleet
-from tests.runner_fixtures import real_router, tiny_library
+from tests.support.runner_fixtures import real_router, tiny_library
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = {"page.mp4": "not a video file (HTML page)", "empty.mp4": "zero-length file"}

@@ -16,22 +16,13 @@ from urllib.request import url2pathname
 import httpx
 import pytest
 
-from data import taxonomy
+from data import examples, taxonomy
 from serving.client import DEFAULT_DECODE_BACKEND, FleetClient, backoff, clip_url
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
-from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
+from tests.support.fleet_fixtures import PROMPT, caption, free_port
 
 URL = "http://replica.test:8000"
-GOOD = {
-    "caption": "A car drives along an urban street in daylight.",
-    "scenario_category": "normal_driving",
-    "hazard_level": "none",
-    "road_users": ["car"],
-    "ego_maneuver": "going_straight",
-    "weather": "clear",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+GOOD = {"caption": "A car drives along an urban street in daylight.", **examples.LABELS}
 
 
 def completion(content: str, finish: str = "stop", model: str = "Qwen/Qwen3-VL-8B-Instruct") -> dict:

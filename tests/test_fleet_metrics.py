@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from serving import fleet, procs
-from tests.fleet_fixtures import caption, clip_root, fleet_settings, free_port, sim  # noqa: F401
+from tests.support.fleet_fixtures import caption, free_port
 
 # Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.
 VLLM_TEXT = """\

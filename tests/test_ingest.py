@@ -6,9 +6,9 @@ import sys
 
 from PIL import Image
 
-from clip_fixtures import TINY_COUNT, hostile_root, tiny_library  # noqa: F401
 from data import captions, clips, ingest, media
 from data.demo import BROKEN_FILES
+from tests.support.clip_fixtures import TINY_COUNT
 
 LABELS = {
     "scenario_category": "pedestrian_crossing",

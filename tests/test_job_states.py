@@ -16,7 +16,7 @@ from data import jobs, prompts
 from data.db import DataError
 from data.job_params import MIN_MAX_TOKENS, InvalidJobParams, JobParams
 from serving import runner as runmod, simfleet
-from tests.fleet_fixtures import write_clip
+from tests.support.fleet_fixtures import write_clip
 
 N_CLIPS = 36
 
@@ -139,7 +139,7 @@ def test_resume_of_a_drained_job_is_done_not_running_forever(settings, db):
 
 
 def _labels():
-    from tests.runner_fixtures import LABELS
+    from tests.support.runner_fixtures import LABELS
 
     return LABELS
 

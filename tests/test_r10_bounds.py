@@ -15,8 +15,8 @@ import pytest
 
 from data import captions, clips, export, ingest, jobs, limits
 from data.db import DataError, NotFound
+from tests.support.webapp_fixtures import LABELS, machine_provenance
 from webapp import render
-from webapp_fixtures import LABELS, machine_provenance
 
 
 def _clip(db, path="a.mp4"):

@@ -10,25 +10,13 @@ import subprocess
 import sys
 import threading
 
-import av
-import numpy as np
-
-from clip_fixtures import hostile_root, tiny_library  # noqa: F401
-from data import captions, db as dbmod, export, ingest
+from data import captions, clipgen, db as dbmod, export, ingest
 from data.clips import Filter
-from webapp_fixtures import LABELS
+from tests.support.webapp_fixtures import LABELS
 
 
 def _ts(path, w, h, n=10, shade=0):
-    with av.open(str(path), "w", format="mpegts") as out:
-        st = out.add_stream("libx264", rate=10)
-        st.width, st.height, st.pix_fmt = w, h, "yuv420p"
-        for i in range(n):
-            frame = av.VideoFrame.from_ndarray(np.full((h, w, 3), (i * 10 + shade) % 256, np.uint8), format="rgb24")
-            for p in st.encode(frame):
-                out.mux(p)
-        for p in st.encode():
-            out.mux(p)
+    clipgen.tiny_clip(path, width=w, height=h, frames=n, step=10, shade=shade, fmt="mpegts")
 
 
 def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_path):
@@ -47,7 +35,7 @@ def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_p
 
 def test_the_worker_memory_cap_holds():
     code = (
-        "from data.ingest import _cap_memory; _cap_memory(300)\n"
+        "from data.worker_pool import _cap_memory; _cap_memory(300)\n"
         "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -8,10 +8,10 @@ import threading
 import time
 
 from data import db as dbmod, jobs
-from runner_fixtures import FakeClient, add_clips, default_prompt
 from serving import runner as runmod
 from serving.errors import ReplicaError
-from waiting import wait_until
+from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt
+from tests.support.waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
 

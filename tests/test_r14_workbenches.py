@@ -18,7 +18,7 @@ import pytest
 
 from data import db as dbmod, jobs
 from data.settings import Settings
-from serving import launcher, procs
+from serving import fleet_commands, launcher, procs
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
@@ -156,13 +156,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
         "--first-backoff",
         "0.2",
         "--",
-        sys.executable,
-        "-m",
-        "serving.runner",
-        "--data-dir",
-        str(settings.data_dir),
-        "--fleet-urls",
-        "http://127.0.0.1:9",
+        *fleet_commands.runner_command(settings, "http://127.0.0.1:9"),
     ]
     sup = subprocess.Popen(
         cmd, start_new_session=True, env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sup.log", "wb")

@@ -4,7 +4,7 @@ same clips from the simulated fleet. An oracle log of every answer is compared w
 0 acknowledged saves lost, 0 silent overwrites, every stale save answered with an explicit conflict, and
 no "database is locked" (nor any other error) reaches a user. Reports save p50/p99.
 
-Long form: `python benchmarks/reliability.py r1 --seconds 120`.
+Long form: `python tests/reliability_long.py r1 --seconds 120`.
 """
 
 from __future__ import annotations
@@ -14,13 +14,8 @@ import time
 import pytest
 
 from data import db as dbmod
-from tests.reliability_fixtures import (
-    AnnotatorLoad,
-    annotation_rig,
-    assert_audit_complete,
-    check_oracle,
-    machine_captions,
-)
+from tests.support.audit_checks import assert_audit_complete, check_oracle
+from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, machine_captions
 
 
 def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40, min_saved: int = 10) -> dict:

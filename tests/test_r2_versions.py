@@ -16,7 +16,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from data import captions, db as dbmod, jobs, prompts
 from data.db import Conflict, DataError
-from tests.runner_fixtures import LABELS
+from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2
 _counter = itertools.count()

@@ -14,7 +14,7 @@ import pytest
 
 from data import jobs, prompts
 from serving import procs, simfleet
-from tests.runner_fixtures import tiny_library
+from tests.support.runner_fixtures import tiny_library
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -3,7 +3,7 @@ group) again and again under R1's load (20 annotators saving through the Gradio 
 machine captions), restart it each time on the same port and data dir: 0 acknowledged saves lost, no silent
 overwrite, `PRAGMA integrity_check` ok, and serving again within seconds (restart-to-serving p50/max).
 
-Fast form: 5 kills. Long form (>= 20 kills): `python benchmarks/reliability.py r4 --kills 25`.
+Fast form: 5 kills. Long form (>= 20 kills): `python tests/reliability_long.py r4 --kills 25`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import time
 import pytest
 
 from data import db as dbmod
-from tests.reliability_fixtures import AnnotatorLoad, annotation_rig, assert_audit_complete, check_oracle, pct
+from tests.support.audit_checks import assert_audit_complete, check_oracle
+from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, pct
 
 
 def run_r4(settings, tmp_path, *, kills: int, seed: int = 4, up: tuple[float, float] = (2.0, 4.0)) -> dict:

@@ -8,8 +8,8 @@ import time
 
 from data import jobs, prompts
 from serving import runner as runmod, simfleet
-from tests.runner_fixtures import tiny_library
-from tests.waiting import wait_until
+from tests.support.runner_fixtures import tiny_library
+from tests.support.waiting import wait_until
 
 SPEED = 0.1  # ~0.1 s per tiny clip
 CAPACITY = 2  # requests a replica runs at once

@@ -9,7 +9,7 @@ import time
 
 from data import demo, ingest, jobs, prompts
 from serving import runner as runmod, simfleet
-from tests.runner_fixtures import tiny_clip_bytes
+from tests.support.runner_fixtures import tiny_clip_bytes
 
 
 def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db):

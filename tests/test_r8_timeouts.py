@@ -17,7 +17,7 @@ import time
 
 from data import jobs, prompts
 from serving import runner as runmod, simfleet
-from tests.runner_fixtures import tiny_library
+from tests.support.runner_fixtures import tiny_library
 
 TIMEOUT = 1.5
 BACKOFF_BASE = 0.1

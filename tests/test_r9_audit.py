@@ -1,4 +1,4 @@
-"""R9: every caption change is auditable. `assert_audit_complete(db)` (tests/reliability_fixtures.py) checks
+"""R9: every caption change is auditable. `assert_audit_complete(db)` (tests/support/audit_checks.py) checks
 that every caption version has who/what/when and a previous version that is an earlier version of the same
 clip, and exactly one audit event with the same actor, clip and previous version. It runs after R1 and R4
 (tests/test_r1_*, test_r4_*), after a runner kill loop (below), and after every kind of human change."""
@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 
 from data import captions
-from tests.reliability_fixtures import LABELS, assert_audit_complete
-from tests.runner_fixtures import add_clips
+from tests.support.audit_checks import assert_audit_complete
+from tests.support.reliability_fixtures import LABELS
+from tests.support.runner_fixtures import add_clips
 from tests.test_r3_runner_kill import kill_loop
 
 

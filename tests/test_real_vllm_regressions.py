@@ -16,11 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy
+from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy, worker_pool
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient, parse_answer
 from serving.errors import BadAnswer
-from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, sim, write_clip  # noqa: F401
+from tests.support.fleet_fixtures import PROMPT, caption, write_clip
 
 REPO = Path(__file__).resolve().parent.parent
 GOOD_LABELS = {
@@ -116,7 +116,7 @@ def always_hangs(task, report=None):
 
 def test_a_probe_that_overruns_once_is_retried_with_a_longer_deadline(tmp_path):
     tasks = [{"rel": f"{i}.mp4", "abs": str(tmp_path / f"{i}.mp4")} for i in range(3)]
-    pool = ingest.WorkerPool(2, 0.5, target=slow_first_attempt)
+    pool = worker_pool.WorkerPool(2, 0.5, target=slow_first_attempt)
     try:
         got = list(pool.run(iter(tasks)))
     finally:
@@ -129,8 +129,8 @@ def test_a_probe_that_overruns_once_is_retried_with_a_longer_deadline(tmp_path):
 def test_only_repeated_overruns_are_recorded_and_a_later_ingest_tries_again(settings, db, tmp_path, monkeypatch):
     root = settings.clip_root
     write_clip(root / "a.mp4")
-    monkeypatch.setattr(ingest, "TIMEOUT_GROWTH", 1.0)
-    pool = ingest.WorkerPool(1, 0.3, target=always_hangs)
+    monkeypatch.setattr(worker_pool, "TIMEOUT_GROWTH", 1.0)
+    pool = worker_pool.WorkerPool(1, 0.3, target=always_hangs)
     try:
         (res,) = list(pool.run(iter([{"rel": "a.mp4", "abs": str(root / "a.mp4")}])))
     finally:
@@ -148,10 +148,10 @@ def test_only_repeated_overruns_are_recorded_and_a_later_ingest_tries_again(sett
 
 
 def test_the_deadline_grows_with_the_clip():
-    small = ingest.extra_seconds({"frames": 30, "width": 320, "height": 180})
-    big = ingest.extra_seconds({"frames": 600, "width": 1920, "height": 1080})
-    assert small < 1 < big < ingest.MAX_EXTRA_SECONDS
-    assert ingest.extra_seconds({"frames": 10**9, "width": 8192, "height": 8192}) == ingest.MAX_EXTRA_SECONDS
+    small = worker_pool.extra_seconds({"frames": 30, "width": 320, "height": 180})
+    big = worker_pool.extra_seconds({"frames": 600, "width": 1920, "height": 1080})
+    assert small < 1 < big < worker_pool.MAX_EXTRA_SECONDS
+    assert worker_pool.extra_seconds({"frames": 10**9, "width": 8192, "height": 8192}) == worker_pool.MAX_EXTRA_SECONDS
 
 
 # 4. control characters in the answer ----------------------------------------------------------------------------
@@ -186,7 +186,7 @@ def test_grammar_legal_oddities_are_cleaned_or_refused_with_the_raw_answer(conte
 
 def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
     from serving import runner as runmod
-    from tests.runner_fixtures import add_clips
+    from tests.support.runner_fixtures import add_clips
 
     job_id = jobs.create(db, name="t", created_by="lead", clip_ids=add_clips(db, 2), prompt_id=prompts.latest(db)["id"])
     junk = "not json " * 2000

@@ -17,9 +17,9 @@ from data.settings import Settings
 from serving import fleet_record, runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
 from serving.errors import ClipRejected, Overloaded, Unreachable
-from tests.fleet_fixtures import PROMPT, clip_root, fleet_settings, sim  # noqa: F401
-from tests.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
-from tests.waiting import wait_until
+from tests.support.fleet_fixtures import PROMPT
+from tests.support.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
+from tests.support.waiting import wait_until
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 

@@ -14,7 +14,6 @@ import uuid
 import pytest
 
 from data import db as dbmod
-from webapp_fixtures import library, server, web_settings  # noqa: F401
 
 CANARY = "CANARY-" + uuid.uuid4().hex
 

@@ -14,8 +14,8 @@ import pytest
 from starlette.routing import Mount
 
 from data import db as dbmod, jobs
-from tests.reliability_fixtures import GradioError, GradioSession, dependencies
-from webapp_fixtures import PASSWORD, library, server, web_settings  # noqa: F401
+from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
+from tests.support.webapp_fixtures import PASSWORD
 
 TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}

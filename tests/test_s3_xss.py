@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-from browser_fixtures import browser, login  # noqa: F401
 from data import captions, db as dbmod, jobs, users
-from webapp_fixtures import LABELS, PASSWORD, library, machine_provenance, server, web_settings  # noqa: F401
+from tests.support.browser_fixtures import login
+from tests.support.webapp_fixtures import LABELS, PASSWORD, machine_provenance
 
 pytestmark = pytest.mark.browser
 

@@ -17,7 +17,7 @@ import pytest
 
 from serving.client import clip_url, resolve_clip
 from serving.errors import ClipRejected
-from tests.fleet_fixtures import caption, clip_root, fleet_settings, sim  # noqa: F401
+from tests.support.fleet_fixtures import caption
 
 PROBES = [
     "http://169.254.169.254/",

@@ -14,7 +14,7 @@ import sys
 import httpx
 
 from data import db as dbmod, users
-from tests.reliability_fixtures import PASSWORD, REPO, AppProcess, add_annotators
+from tests.support.reliability_fixtures import PASSWORD, REPO, AppProcess, add_annotators
 
 
 def listening_addresses(port: int) -> set[str]:

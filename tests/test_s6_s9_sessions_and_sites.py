@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from data import db as dbmod, users
-from tests.reliability_fixtures import PASSWORD, AppProcess, GradioError, GradioSession, dependencies
-from webapp_fixtures import AppServer, add_users, build_library
+from tests.support.reliability_fixtures import PASSWORD, AppProcess, GradioError, GradioSession, dependencies
+from tests.support.webapp_fixtures import AppServer, add_users, build_library
 
 
 @pytest.fixture(scope="module")

@@ -13,8 +13,8 @@ import pytest
 
 from data import db as dbmod, jobs, prompts
 from serving import media_urls, runner as runmod, simfleet
-from tests.runner_fixtures import real_router, tiny_clip_bytes, tiny_library
-from tests.webapp_fixtures import AppServer
+from tests.support.runner_fixtures import real_router, tiny_clip_bytes, tiny_library
+from tests.support.webapp_fixtures import AppServer
 
 
 # ---- the signature itself -------------------------------------------------------------------------------------

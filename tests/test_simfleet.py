@@ -19,7 +19,7 @@ from data import taxonomy
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import Overloaded, ReplicaError, Unreachable
-from tests.fleet_fixtures import PROMPT, caption, clip_root, fleet_settings, sim  # noqa: F401
+from tests.support.fleet_fixtures import PROMPT, caption
 
 METRICS = (
     "vllm:num_requests_running",
@@ -254,7 +254,7 @@ def test_unknown_knob_is_refused(sim):
 
 
 def test_cli_process_mode_binds_consecutive_ports_and_stops_its_group(clip_root, fleet_settings):
-    from tests.fleet_fixtures import free_port
+    from tests.support.fleet_fixtures import free_port
 
     for _ in range(5):  # two consecutive free ports: another process may take port + 1 between check and bind
         port = free_port()

@@ -22,7 +22,7 @@ from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import FleetError
-from tests.fleet_fixtures import clip_root, fleet_settings, write_clip  # noqa: F401
+from tests.support.fleet_fixtures import write_clip
 
 RECORDINGS = sorted((Path(__file__).parent / "data").glob("vllm-*-answers.json"))
 REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}

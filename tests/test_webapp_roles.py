@@ -11,7 +11,6 @@ import pytest
 from gradio_client import Client
 
 from data import db as dbmod, jobs
-from webapp_fixtures import library, server, web_settings  # noqa: F401
 
 
 def client_as(server, user: str) -> Client:  # noqa: F811

@@ -65,6 +65,21 @@ def _media_path(settings, stored: str | None) -> Path | None:
     return resolve_inside(media, stored)
 
 
+def _clip_file(ctx: AppContext, clip_id: int) -> tuple[Path, str]:
+    """The clip's file inside the clip root and its media type; 404 when the clip is unknown or its stored
+    path does not resolve inside the root. FileResponse serves it with Range (the player seeks)."""
+    try:
+        rel = clips.path_of(ctx.db(), clip_id)
+    except NotFound:
+        raise HTTPException(404) from None
+    path = resolve_inside(ctx.settings.clip_root, rel)
+    if path is None:
+        raise HTTPException(404)
+    return path, VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[
+        0
+    ] or "application/octet-stream"
+
+
 def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     """Add /media/{id}, /thumb/{id}, /filmstrip/{id} and /preview/{id} (the H.264 copy of an HEVC clip);
     `user_name(request)` gates them like the app."""
@@ -86,16 +101,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     @app.get("/media/{clip_id}", include_in_schema=False)
     def media(clip_id: int, request: Request) -> Response:
         gate(request)
-        try:
-            rel = clips.path_of(ctx.db(), clip_id)
-        except NotFound:
-            raise HTTPException(404) from None
-        path = resolve_inside(ctx.settings.clip_root, rel)
-        if path is None:
-            raise HTTPException(404)
-        media_type = (
-            VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        )
+        path, media_type = _clip_file(ctx, clip_id)
         return FileResponse(path, media_type=media_type, headers={"Cache-Control": "private, max-age=3600"})
 
     def image(clip_id: int, request: Request, column: str) -> Response:
@@ -139,14 +145,5 @@ def install_signed(app: FastAPI, ctx: AppContext) -> None:
         why = media_urls.check(key, clip_id, request.query_params.get("exp"), request.query_params.get("sig"))
         if why:
             return Response(f"refused: {why}\n", status_code=403, media_type="text/plain")
-        try:
-            rel = clips.path_of(ctx.db(), clip_id)
-        except NotFound:
-            raise HTTPException(404) from None
-        path = resolve_inside(ctx.settings.clip_root, rel)
-        if path is None:
-            raise HTTPException(404)
-        media_type = (
-            VIDEO_TYPES.get(path.suffix.lower()) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        )
+        path, media_type = _clip_file(ctx, clip_id)
         return FileResponse(path, media_type=media_type, headers={"Cache-Control": "no-store"})

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from serving import procs
-from webapp_fixtures import PASSWORD
+from tests.support.webapp_fixtures import PASSWORD
 
 CHROMIUM_ARGS = [
     "--disable-dev-shm-usage",
@@ -20,7 +20,7 @@ CHROMIUM_ARGS = [
     "--disable-background-networking",
     "--disable-component-update",
 ]
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
 
 

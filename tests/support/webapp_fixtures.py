@@ -10,13 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-import av
 import httpx
 import numpy as np
 import pytest
 from PIL import Image
 
-from data import captions, db as dbmod, taxonomy, users
+from data import captions, clipgen, db as dbmod, taxonomy, users
 from data.settings import Settings
 from serving.procs import free_port
 
@@ -29,21 +28,25 @@ def write_clip(path: Path, *, seconds: float = 2.0, fps: int = 10, w: int = 320,
     path.parent.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     base = rng.integers(40, 200, size=3)
-    with av.open(str(path), "w", options={"movflags": "+faststart"}) as out:
-        st = out.add_stream("libx264", rate=fps)
-        st.width, st.height, st.pix_fmt = w, h, "yuv420p"
-        st.options = {"preset": "ultrafast", "g": str(fps)}
+
+    def frames():
         for i in range(int(seconds * fps)):
             img = np.zeros((h, w, 3), np.uint8)
             img[:] = base
             img[h // 2 :, :] = (60, 60, 60)
             x = (i * 7) % (w - 40)
             img[h // 2 - 20 : h // 2 + 10, x : x + 40] = (200, 30, 30)
-            frame = av.VideoFrame.from_ndarray(img, format="rgb24")
-            for pkt in st.encode(frame):
-                out.mux(pkt)
-        for pkt in st.encode():
-            out.mux(pkt)
+            yield img
+
+    clipgen.encode(
+        path,
+        frames(),
+        width=w,
+        height=h,
+        rate=fps,
+        container_options={"movflags": "+faststart"},
+        options={"preset": "ultrafast", "g": str(fps)},
+    )
 
 
 def write_image(path: Path, *, w: int = 320, h: int = 180, color=(90, 120, 160)) -> None:

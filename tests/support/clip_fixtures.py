@@ -1,6 +1,6 @@
 """Fixtures of the clip-library tests: a tiny generated demo library and the hostile corpus.
 
-Import the fixtures into a test module (`from clip_fixtures import tiny_library  # noqa: F401`). The
+The fixtures are registered for every test module (tests/conftest.py, pytest_plugins). The
 files are generated once per session (cached by path), ~1 s on 2 cores.
 """
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data import demo
+from data import demo, hostile
 
 TINY = dict(height=90, min_seconds=1.5, max_seconds=2.0, fps=15)
 TINY_COUNT = 4
@@ -24,7 +24,7 @@ def _source(tmp_path_factory, kind: str) -> Path:
         if kind == "library":
             demo.make_library(d, TINY_COUNT, seed=3, workers=2, **TINY)
         else:
-            demo.write_hostile_corpus(d)
+            hostile.write_hostile_corpus(d)
         _CACHE[kind] = d
     return _CACHE[kind]
 
@@ -41,5 +41,5 @@ def tiny_library(tmp_path_factory, settings) -> Path:
 def hostile_root(tmp_path_factory, settings) -> tuple[Path, dict[str, str]]:
     """The hostile corpus as the clip root, with {name: expected reason keyword}."""
     root = settings.clip_root
-    expected = demo.write_hostile_corpus(root)
+    expected = hostile.write_hostile_corpus(root)
     return root, expected

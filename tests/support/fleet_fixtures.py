@@ -6,38 +6,19 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-import av
-import numpy as np
 import pytest
 
-from data import prompts, taxonomy
+from data import clipgen, examples
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
-PROMPT = {
-    "id": 1,
-    "name": "av-hazard",
-    "version": 1,
-    "system": prompts.HAZARD_SYSTEM,
-    "user": prompts.HAZARD_USER,
-    "schema": taxonomy.CAPTION_SCHEMA,
-}
+PROMPT = examples.PROMPT
 
 
 def write_clip(path: Path, w: int = 160, h: int = 90, seconds: float = 1.0, fps: int = 10) -> Path:
     """A tiny H.264 MP4 (a gray level that changes every frame)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w") as c:
-        s = c.add_stream("libx264", rate=fps)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for i in range(int(seconds * fps)):
-            frame = av.VideoFrame.from_ndarray(np.full((h, w, 3), (i * 23) % 255, np.uint8), format="rgb24")
-            for pkt in s.encode(frame):
-                c.mux(pkt)
-        for pkt in s.encode():
-            c.mux(pkt)
-    return path
+    return clipgen.tiny_clip(path, width=w, height=h, frames=int(seconds * fps), fps=fps, step=23)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,11 @@
 """Long forms of the reliability suite, one command each; prints the figures recorded in docs/RELIABILITY.md.
 
-    python benchmarks/reliability.py r1 --seconds 120      # 20 annotators + a job, through HTTP
-    python benchmarks/reliability.py r4 --kills 25         # SIGKILL the web app under that load
-    python benchmarks/reliability.py all                   # both
+    python tests/reliability_long.py r1 --seconds 120      # 20 annotators + a job, through HTTP
+    python tests/reliability_long.py r4 --kills 25         # SIGKILL the web app under that load
+    python tests/reliability_long.py all                   # both
+
+It runs the scenarios of tests/test_r1_concurrent_annotators.py and tests/test_r4_app_kill.py with longer
+parameters, so it lives with them (it was benchmarks/reliability.py: benchmarks do not import tests).
 
 Each run uses a fresh temporary data dir (real SQLite file, simulated fleet, runner and app processes).
 """
@@ -18,7 +21,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
 
 import tests.conftest  # noqa: E402,F401  (test environment: no analytics, offline, no proxy)
 from data.settings import Settings  # noqa: E402

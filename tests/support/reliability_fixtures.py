@@ -7,8 +7,8 @@
   (the clip id and the caption version the form was loaded from) lives on the server exactly as for a
   browser.
 - `AnnotatorLoad`: N annotator threads doing open clip -> edit -> save on shared clips through those
-  sessions, keeping an oracle log of every answer; `check_oracle` compares it with the database.
-- `assert_audit_complete(db)`: R9, every caption change has its history (who, what, when, previous).
+  sessions, keeping an oracle log of every answer; `check_oracle` (tests/support/audit_checks.py) compares
+  it with the database, and `assert_audit_complete(db)` checks R9 there.
 """
 
 from __future__ import annotations
@@ -26,20 +26,12 @@ from pathlib import Path
 
 import httpx
 
-from data import db as dbmod, taxonomy, users
+from data import db as dbmod, examples, taxonomy, users
 from serving import procs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
-LABELS = {
-    "scenario_category": "pedestrian_crossing",
-    "hazard_level": "high",
-    "road_users": ["car", "pedestrian"],
-    "ego_maneuver": "slowing",
-    "weather": "rain",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+LABELS = examples.HAZARD_LABELS
 VERSION_RE = re.compile(r"<th>version</th><td>(\d+)</td>")
 
 
@@ -308,123 +300,6 @@ class AnnotatorLoad:
         }
 
 
-def check_oracle(db, answers: list[Answer]) -> dict:
-    """R1's oracle, against the database:
-    - every acknowledged save is exactly one human caption row with that text, by that user, on that clip,
-      whose parent is the version the user's form was loaded from (0 lost, 0 silent overwrites);
-    - every answer that was a conflict left no row with its text (the stale save was not applied);
-    - per clip, every version that became current was based on the one current before it (events chain).
-    Returns counts; raises AssertionError with the first few offenders."""
-    by_text: dict[str, list[dict]] = {}
-    for r in db.query("SELECT id, clip_id, text, author, source, parent_id FROM captions WHERE source = 'human'"):
-        by_text.setdefault(r["text"], []).append(dict(r))
-    ver = {(r["clip_id"], r["version"]): r["id"] for r in db.query("SELECT id, clip_id, version FROM captions")}
-    lost, wrong_parent, applied_conflicts, dup = [], [], [], []
-    for a in answers:
-        rows = by_text.get(a.text, [])
-        if a.kind == "saved":
-            if not rows:
-                lost.append(a)
-                continue
-            if len(rows) != 1:
-                dup.append(a)
-            row = rows[0]
-            want_parent = ver.get((a.clip_id, a.seen_version)) if a.seen_version is not None else None
-            if (row["clip_id"], row["author"], row["parent_id"]) != (a.clip_id, a.user, want_parent):
-                wrong_parent.append((a, row, want_parent))
-        elif a.kind == "conflict" and rows:
-            applied_conflicts.append(a)
-    chain_breaks = check_current_chain(db)
-    assert not lost, f"{len(lost)} acknowledged saves lost, e.g. {lost[:3]}"
-    assert not dup, f"{len(dup)} saves stored twice, e.g. {dup[:3]}"
-    assert not wrong_parent, f"{len(wrong_parent)} saves with another parent than the version seen: {wrong_parent[:3]}"
-    assert not applied_conflicts, f"{len(applied_conflicts)} refused saves were applied: {applied_conflicts[:3]}"
-    assert not chain_breaks, f"{len(chain_breaks)} silent overwrites in the current-version chain: {chain_breaks[:3]}"
-    return {
-        "acknowledged": sum(a.kind == "saved" for a in answers),
-        "lost": 0,
-        "silent_overwrites": 0,
-        "conflicts": sum(a.kind == "conflict" for a in answers),
-    }
-
-
-CURRENT_ACTIONS = ("caption.save", "caption.machine", "caption.adopt")
-
-
-def check_current_chain(db) -> list[tuple]:
-    """For each clip, the events that made a version current, in order: each one's `previous` must be the
-    version the event before it made current, and the last must be the clip's current caption."""
-    last: dict[int, int | None] = {}
-    breaks = []
-    for e in db.query(
-        "SELECT id, clip_id, caption_id, action, detail FROM events WHERE action IN (?, ?, ?) ORDER BY id",
-        list(CURRENT_ACTIONS),
-    ):
-        prev = json.loads(e["detail"] or "{}").get("previous")
-        expect = last.get(e["clip_id"])
-        if e["clip_id"] in last and prev != expect:
-            breaks.append((e["clip_id"], e["id"], e["action"], prev, expect))
-        last[e["clip_id"]] = e["caption_id"]
-    for cid, cur in db.execute("SELECT id, current_caption_id FROM clips WHERE current_caption_id IS NOT NULL"):
-        if cid in last and last[cid] != cur:
-            breaks.append((cid, "current pointer", cur, last[cid]))
-    return breaks
-
-
-# ---- R9: the audit trail --------------------------------------------------------------------------------------
-CAPTION_ACTIONS = ("caption.save", "caption.machine", "caption.candidate", "caption.adopt")
-
-
-def assert_audit_complete(db) -> dict:
-    """Every caption change (a version row) has its history: who (author), what (text, labels, source), when
-    (created_at) and the previous version (parent_id, which must be an earlier version of the same clip),
-    plus exactly one audit event naming the same actor, caption and previous version, written with it.
-    Review changes are checked against the clips' review columns. Returns counts."""
-    caps = {
-        r["id"]: dict(r)
-        for r in db.query(
-            "SELECT id, clip_id, version, parent_id, text, labels, source, author, created_at FROM captions"
-        )
-    }
-    evs: dict[int, list[dict]] = {}
-    for e in db.query(
-        "SELECT id, at, actor, action, clip_id, caption_id, detail FROM events WHERE action IN (?, ?, ?, ?)",
-        list(CAPTION_ACTIONS),
-    ):
-        evs.setdefault(e["caption_id"], []).append(dict(e))
-    problems = []
-    for cid, c in caps.items():
-        if not c["author"] or not c["source"] or c["created_at"] is None or c["text"] is None:
-            problems.append((cid, "missing who/what/when", c))
-        if c["parent_id"] is not None:
-            p = caps.get(c["parent_id"])
-            if p is None or p["clip_id"] != c["clip_id"] or p["version"] >= c["version"]:
-                problems.append((cid, "parent is not an earlier version of the same clip", c["parent_id"]))
-        got = evs.get(cid, [])
-        if len(got) != 1:
-            problems.append((cid, f"{len(got)} audit events", got))
-            continue
-        e = got[0]
-        detail = json.loads(e["detail"] or "{}")
-        if (
-            e["actor"] != c["author"]
-            or e["clip_id"] != c["clip_id"]
-            or detail.get("previous") != c["parent_id"]
-            or abs(e["at"] - c["created_at"]) > 5
-        ):
-            problems.append((cid, "event does not match the version", e, c))
-        if c["source"] == "human" and e["action"] not in ("caption.save", "caption.adopt"):
-            problems.append((cid, "human version logged as " + e["action"]))
-    orphans = [e for k, es in evs.items() if k not in caps for e in es]
-    problems += [(e["caption_id"], "event for a caption that does not exist", e) for e in orphans]
-    reviewed = db.execute("SELECT COUNT(*) FROM clips WHERE reviewed_by IS NOT NULL").fetchone()[0]
-    review_clips = db.execute("SELECT COUNT(DISTINCT clip_id) FROM events WHERE action LIKE 'review.%'").fetchone()[0]
-    if review_clips < reviewed:
-        problems.append(("review", f"{reviewed} reviewed clips but review events on {review_clips}"))
-    assert not problems, f"{len(problems)} audit gaps, e.g. {problems[:3]}"
-    return {"versions": len(caps), "events": sum(len(v) for v in evs.values()), "reviewed_clips": reviewed}
-
-
 @contextlib.contextmanager
 def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
     """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
@@ -475,8 +350,8 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
     on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
     from data import prompts
+    from data.clipgen import tiny_library
     from serving import simfleet
-    from tests.runner_fixtures import tiny_library
 
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, clips)

@@ -7,19 +7,12 @@ import asyncio
 import collections
 import random
 
-from data import prompts
+from data import examples, prompts
+from data.clipgen import tiny_clip as tiny_clip_bytes, tiny_library  # noqa: F401 - re-exported for the tests
 from serving.client import CaptionResult
 from serving.errors import ClipRejected, FleetError
 
-LABELS = {
-    "scenario_category": "normal_driving",
-    "hazard_level": "none",
-    "road_users": ["car"],
-    "ego_maneuver": "going_straight",
-    "weather": "clear",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
+LABELS = examples.LABELS
 
 
 def add_clips(db, n: int, *, prefix: str = "clip", probe_errors: dict[int, str] | None = None) -> list[int]:
@@ -102,61 +95,10 @@ __all__ = ["add_clips", "default_prompt", "FakeClient", "LABELS", "ClipRejected"
 
 # ---- real clips, a real simulated fleet, the real router ------------------------------------------------------
 import contextlib  # noqa: E402
-import io  # noqa: E402
-import os  # noqa: E402
 import shutil  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from serving import procs  # noqa: E402
-
-
-def tiny_clip_bytes(w: int = 64, h: int = 48, n: int = 10) -> bytes:
-    import av
-    import numpy as np
-
-    buf = io.BytesIO()
-    with av.open(buf, "w", format="mp4") as out:
-        s = out.add_stream("libx264", rate=10)
-        s.width, s.height, s.pix_fmt = w, h, "yuv420p"
-        for i in range(n):
-            img = np.full((h, w, 3), (i * 20) % 255, dtype=np.uint8)
-            for p in s.encode(av.VideoFrame.from_ndarray(img, format="rgb24")):
-                out.mux(p)
-        for p in s.encode():
-            out.mux(p)
-    return buf.getvalue()
-
-
-def tiny_library(settings, db, n: int, *, prefix: str = "lib", broken: dict[str, str] | None = None) -> list[int]:
-    """`n` real (tiny, hard-linked) H.264 clips under the clip root with their clip rows, plus `broken`
-    {name: probe error} rows whose files exist but are junk. Returns the ids of the good clips."""
-    root = Path(settings.clip_root) / prefix
-    root.mkdir(parents=True, exist_ok=True)
-    first = root / "00000.mp4"
-    first.write_bytes(tiny_clip_bytes())
-    for i in range(1, n):
-        os.link(first, root / f"{i:05d}.mp4")
-    rows = [
-        {
-            "path": f"{prefix}/{i:05d}.mp4",
-            "size": first.stat().st_size,
-            "duration": 1.0,
-            "width": 64,
-            "height": 48,
-            "frames": 10,
-            "codec": "h264",
-        }
-        for i in range(n)
-    ]
-    for name, err in (broken or {}).items():
-        (root / name).write_bytes(b"<html>not a video</html>")
-        rows.append({"path": f"{prefix}/{name}", "size": 24, "probe_error": err})
-    with db.conn:
-        db["clips"].insert_all(rows)
-    return [
-        r["id"]
-        for r in db.query("SELECT id FROM clips WHERE path LIKE ? AND probe_error IS NULL ORDER BY id", [prefix + "/%"])
-    ]
 
 
 @contextlib.contextmanager
