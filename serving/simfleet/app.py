@@ -1,0 +1,134 @@
+"""The HTTP face of one simulated replica: a Starlette app, the ASGI stack the web app is built on.
+
+Endpoints as vLLM 0.25 has them -- `POST /v1/chat/completions`, `GET /v1/models`, `GET /health`, `GET /metrics`
+-- plus the simulator's controls `POST /sim/knobs` (a JSON object of knob changes) and `GET /sim/knobs|stats`.
+Every answer, errors included, goes through `_answer`: it carries `x-simulated: 1` and is counted per status in
+`/sim/stats`. Errors have vLLM's body shape, 404 and 405 too. A request can also get no answer at all (the
+replica died, or a hung request whose client left): `NO_ANSWER` sends nothing and the connection is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from serving.simfleet.errors import SimError
+from serving.simfleet.metrics import CONTENT_TYPE as METRICS_TYPE
+from serving.simfleet.replica import Replica
+
+DECODE_BACKEND = "simulated"
+JSON = "application/json"
+# a wrong method on these is vLLM's 405; anywhere else the simulator has always answered 404
+VLLM_PATHS = ("/v1/chat/completions", "/health", "/v1/models", "/metrics")
+
+
+class _NoAnswer(Response):
+    """Send nothing: the connection is dropped (die) or the client has left (hang)."""
+
+    def __init__(self) -> None:  # no body, no headers: nothing is ever sent
+        pass
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        return None
+
+
+NO_ANSWER = _NoAnswer()
+
+
+def build_app(replica: Replica) -> Starlette:
+    """The ASGI app serving `replica`."""
+    r = replica
+    headers = {"x-simulated": "1", "x-decode-backend": DECODE_BACKEND}
+
+    def _answer(status: int, payload: dict | bytes, ctype: str = JSON) -> Response:
+        r.statuses[status] = r.statuses.get(status, 0) + 1
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        # content-type given as a header, not media_type: Starlette would add a charset to text/plain
+        return Response(data, status, {"content-type": ctype, **headers, "x-replica": r.url})
+
+    async def chat(request: Request) -> Response:
+        r.ensure_loop_objects()
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            return NO_ANSWER
+        try:
+            req = json.loads(body or b"{}")
+        except ValueError as e:
+            raise SimError(400, f"invalid JSON body: {e}") from None
+        if not isinstance(req, dict):
+            raise SimError(400, "the request body must be a JSON object")
+        disconnected = asyncio.Event()
+        watcher = asyncio.ensure_future(_watch_disconnect(request.receive, disconnected))
+        try:
+            status, payload = await r.chat(req, disconnected)
+        except ConnectionAbortedError:
+            return NO_ANSWER
+        finally:
+            watcher.cancel()
+        return _answer(status, payload)
+
+    async def health(request: Request) -> Response:
+        return _answer(503 if r.knobs.unhealthy else 200, b"", "text/plain")
+
+    async def models(request: Request) -> Response:
+        return _answer(200, r.models())
+
+    async def metrics(request: Request) -> Response:
+        return _answer(200, r.metrics.scrape(r.knobs.capacity), METRICS_TYPE)
+
+    async def set_knobs(request: Request) -> Response:
+        try:
+            body = await request.body()
+        except ClientDisconnect:
+            return NO_ANSWER
+        changes = json.loads(body or b"{}")
+        if not isinstance(changes, dict):
+            raise SimError(400, "knobs must be a JSON object")
+        r.knobs.update(changes)
+        if changes.get("die"):
+            asyncio.get_running_loop().call_later(0.05, r.die)
+        return _answer(200, r.knobs.public())
+
+    async def stats(request: Request) -> Response:
+        return _answer(200, r.stats())
+
+    async def sim_error(request: Request, exc: SimError) -> Response:
+        return _answer(exc.status, exc.body())
+
+    async def http_error(request: Request, exc: HTTPException) -> Response:
+        if exc.status_code == 405 and request.url.path in VLLM_PATHS:
+            return _answer(405, SimError(405, "Method Not Allowed", "MethodNotAllowed").body())
+        return _answer(404, SimError(404, "Not Found", "NotFoundError").body())
+
+    routes = [
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/health", health, methods=["GET"]),
+        Route("/v1/models", models, methods=["GET"]),
+        Route("/metrics", metrics, methods=["GET"]),
+        Route("/sim/knobs", set_knobs, methods=["POST", "PUT"]),
+        Route("/sim/knobs", stats, methods=["GET"]),
+        Route("/sim/stats", stats, methods=["GET"]),
+    ]
+    for route in routes:
+        # Starlette answers HEAD wherever GET is allowed; vLLM (FastAPI) answers it 405, and so does this
+        route.methods.discard("HEAD")
+    app = Starlette(routes=routes, exception_handlers={SimError: sim_error, HTTPException: http_error})
+    app.router.redirect_slashes = False  # /health/ is a 404, not a redirect, as it always was here
+    return app
+
+
+async def _watch_disconnect(receive: Receive, disconnected: asyncio.Event) -> None:
+    """Set `disconnected` when the client goes away (a hung request then ends without an answer)."""
+    while True:
+        msg = await receive()
+        if msg["type"] == "http.disconnect":
+            disconnected.set()
+            return

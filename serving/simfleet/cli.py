@@ -1,0 +1,103 @@
+"""The command line of the simulated fleet: `python -m serving.simfleet`, read (`main`) and written (`command`).
+
+    python -m serving.simfleet --replicas 8 --port 8000 --allowed-local-media-path var/clips
+    python -m serving.simfleet --replicas 2 --port 0 --allowed-local-media-path DIR --speed 0 --ready-file f.json
+
+`command(spec)` is the one place that writes this command line: the launcher and the test harness start a
+fleet through it, so the flags they pass are the flags `build_parser` reads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from serving.simfleet.answers import SIM_SUFFIX
+from serving.simfleet.knobs import FLAGS, as_flags, flag
+from serving.simfleet.server import FleetSpec, serve_fleet
+
+
+def command(spec: FleetSpec, extra: Sequence[str] = ()) -> list[str]:
+    """The command that serves `spec` in a process of its own; `extra` flags are appended as given."""
+    cmd = [sys.executable, "-m", "serving.simfleet", "--replicas", str(spec.replicas), "--port", str(spec.port)]
+    cmd += ["--host", spec.host, "--allowed-local-media-path", str(spec.root), "--model", spec.model]
+    if spec.seed:
+        cmd += ["--seed", str(spec.seed)]
+    return cmd + as_flags(spec.knobs) + list(extra)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from data.settings import Settings
+
+    defaults = Settings.load()
+    p = argparse.ArgumentParser(
+        prog="python -m serving.simfleet",
+        description="Run a simulated vLLM fleet (OpenAI-compatible; output always marked simulated).",
+        epilog="example: python -m serving.simfleet --replicas 8 --port 8000 --allowed-local-media-path "
+        "var/clips --speed 0.5",
+    )
+    p.add_argument("--replicas", type=int, default=8, help="number of replicas (ports PORT..PORT+N-1)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=defaults.fleet_port,
+        help="first replica port; 0 = free ephemeral ports (see --ready-file)",
+    )
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
+    p.add_argument(
+        "--allowed-local-media-path",
+        required=True,
+        help="clip root: file:// URLs outside it are refused with vLLM's 400",
+    )
+    p.add_argument("--model", default=defaults.model_name, help="model name to imitate")
+    for knob, kind, default, text in FLAGS:
+        if kind is bool:
+            p.add_argument(flag(knob), action="store_true", help=text)
+        else:
+            p.add_argument(flag(knob), type=kind, default=default, help=text)
+    p.add_argument("--seed", type=int, default=0, help="seed of the error-rate dice")
+    p.add_argument("--ready-file", default=None, help='write {"urls": [...]} here once every replica listens')
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    spec = FleetSpec(
+        args.replicas,
+        args.port,
+        args.allowed_local_media_path,
+        host=args.host,
+        model=args.model,
+        seed=args.seed,
+        knobs={knob: getattr(args, knob) for knob, *_ in FLAGS},
+    )
+
+    def on_ready(urls: list[str]) -> None:
+        print(
+            f"simulated fleet ready ({len(urls)} replicas, model {args.model}{SIM_SUFFIX}): " + " ".join(urls),
+            flush=True,
+        )
+        if args.ready_file:
+            tmp = args.ready_file + ".tmp"
+            Path(tmp).write_text(json.dumps({"urls": urls, "pid": os.getpid()}))
+            os.replace(tmp, args.ready_file)
+
+    async def run() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_fleet(spec, on_ready=on_ready, stop=stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as e:
+        print(f"simfleet: {e}", file=sys.stderr)
+        return 2
+    return 0
