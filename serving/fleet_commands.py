@@ -175,22 +175,11 @@ def router_command(
 
 
 def simfleet_command(settings: Settings, replicas: int, extra: Sequence[str] = ()) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "serving.simfleet",
-        "--replicas",
-        str(replicas),
-        "--port",
-        str(settings.fleet_port),
-        "--host",
-        settings.replica_host,
-        "--allowed-local-media-path",
-        str(settings.clip_root),
-        "--model",
-        settings.model_name,
-        *extra,
-    ]
+    # imported here: only a simulated fleet needs it, and `status`/`down`/`url` should start fast
+    from serving.simfleet import FleetSpec, command
+
+    spec = FleetSpec(replicas, settings.fleet_port, settings.clip_root, settings.replica_host, settings.model_name)
+    return command(spec, extra)
 
 
 def runner_command(settings: Settings, fleet_urls: str | Sequence[str], extra: Sequence[str] = ()) -> list[str]:

@@ -22,11 +22,26 @@ from serving.simfleet.answers import SIM_SUFFIX
 from serving.simfleet.knobs import FLAGS, as_flags, flag
 from serving.simfleet.server import FleetSpec, serve_fleet
 
+# FleetSpec's fields as flags, in the order `command` writes them: (field, flag, type, help). One table that
+# `build_parser` reads, `command` writes and `main` turns back into a FleetSpec.
+SPEC_FLAGS: tuple[tuple[str, str, type, str], ...] = (
+    ("replicas", "--replicas", int, "number of replicas (ports PORT..PORT+N-1)"),
+    ("port", "--port", int, "first replica port; 0 = free ephemeral ports (see --ready-file)"),
+    ("host", "--host", str, "address to bind (default loopback)"),
+    ("root", "--allowed-local-media-path", str, "clip root: file:// URLs outside it are refused with vLLM's 400"),
+    ("model", "--model", str, "model name to imitate"),
+)
+
+
+def _dest(flag_name: str) -> str:
+    return flag_name[2:].replace("-", "_")
+
 
 def command(spec: FleetSpec, extra: Sequence[str] = ()) -> list[str]:
     """The command that serves `spec` in a process of its own; `extra` flags are appended as given."""
-    cmd = [sys.executable, "-m", "serving.simfleet", "--replicas", str(spec.replicas), "--port", str(spec.port)]
-    cmd += ["--host", spec.host, "--allowed-local-media-path", str(spec.root), "--model", spec.model]
+    cmd = [sys.executable, "-m", "serving.simfleet"]
+    for field, name, _, _ in SPEC_FLAGS:
+        cmd += [name, str(getattr(spec, field))]
     if spec.seed:
         cmd += ["--seed", str(spec.seed)]
     return cmd + as_flags(spec.knobs) + list(extra)
@@ -42,20 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="example: python -m serving.simfleet --replicas 8 --port 8000 --allowed-local-media-path "
         "var/clips --speed 0.5",
     )
-    p.add_argument("--replicas", type=int, default=8, help="number of replicas (ports PORT..PORT+N-1)")
-    p.add_argument(
-        "--port",
-        type=int,
-        default=defaults.fleet_port,
-        help="first replica port; 0 = free ephemeral ports (see --ready-file)",
-    )
-    p.add_argument("--host", default="127.0.0.1", help="address to bind (default loopback)")
-    p.add_argument(
-        "--allowed-local-media-path",
-        required=True,
-        help="clip root: file:// URLs outside it are refused with vLLM's 400",
-    )
-    p.add_argument("--model", default=defaults.model_name, help="model name to imitate")
+    default = {"replicas": 8, "port": defaults.fleet_port, "host": "127.0.0.1", "model": defaults.model_name}
+    for field, name, kind, text in SPEC_FLAGS:
+        if field in default:
+            p.add_argument(name, type=kind, default=default[field], help=text)
+        else:
+            p.add_argument(name, required=True, help=text)
     for knob, kind, default, text in FLAGS:
         if kind is bool:
             p.add_argument(flag(knob), action="store_true", help=text)
@@ -69,11 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     spec = FleetSpec(
-        args.replicas,
-        args.port,
-        args.allowed_local_media_path,
-        host=args.host,
-        model=args.model,
+        **{field: getattr(args, _dest(name)) for field, name, *_ in SPEC_FLAGS},
         seed=args.seed,
         knobs={knob: getattr(args, knob) for knob, *_ in FLAGS},
     )
