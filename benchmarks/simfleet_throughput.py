@@ -4,7 +4,8 @@
     python benchmarks/simfleet_throughput.py --requests 2000 --replicas 8 --concurrency 128
 
 1. ceiling: speed 0 (no simulated latency), N replicas in one child process, one client with C in flight:
-   what the harness itself can do -- the most a runner benchmark against the simulator can show.
+   what the harness itself can do -- the most a runner benchmark against the simulator can show -- and the
+   fleet process's CPU time per request.
 2. calibration: speed 1, one replica, a 1080p clip, saturated (C >> capacity): clips/s per replica,
    which the latency model aims at ~4-7 (one H200 measured ~4.2).
 """
@@ -18,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -83,7 +86,12 @@ def main() -> int:
         try:
             small = [f"small/{i:02d}.mp4" for i in range(16)]
             asyncio.run(drive(settings, fleet.urls, small, 200, 32))  # warm-up
+            # the fleet process's own CPU per request: on a shared machine it moves far less than clips/s
+            cpu0 = psutil.Process(fleet.process.pid).cpu_times()
             r = asyncio.run(drive(settings, fleet.urls, small, args.requests, args.concurrency))
+            cpu1 = psutil.Process(fleet.process.pid).cpu_times()
+            cpu = cpu1.user - cpu0.user + cpu1.system - cpu0.system
+            r["fleet_cpu_ms_per_request"] = round(cpu * 1000 / args.requests, 3)
             print(f"ceiling: speed 0, {args.replicas} replicas, concurrency {args.concurrency}: {r}")
         finally:
             fleet.stop()

@@ -34,7 +34,26 @@ class ProbeCache:
         self._items: OrderedDict[tuple, ClipInfo | SimError] = OrderedDict()
         self._lock = threading.Lock()
 
+    def cached(self, path: Path) -> ClipInfo | None:
+        """The clip's metadata if it was opened before (one stat, no file opened), else None. Raises the
+        SimError a missing file, a directory or a FIFO gets, or the one the clip got when it was opened."""
+        return self._lookup(path)[1]
+
     def probe(self, path: Path) -> ClipInfo:
+        """The clip's metadata, opening it with PyAV on a miss (blocking: call it from a worker thread)."""
+        (key, size), hit = self._lookup(path)
+        if hit is None:
+            got = probe_file(path, size)
+            with self._lock:
+                self._items[key] = got
+                while len(self._items) > self.limit:
+                    self._items.popitem(last=False)
+            if isinstance(got, SimError):
+                raise got
+            hit = got
+        return hit
+
+    def _lookup(self, path: Path) -> tuple[tuple[tuple, int], ClipInfo | None]:
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -50,15 +69,9 @@ class ProbeCache:
             hit = self._items.get(key)
             if hit is not None:
                 self._items.move_to_end(key)
-        if hit is None:
-            hit = probe_file(path, st.st_size)
-            with self._lock:
-                self._items[key] = hit
-                while len(self._items) > self.limit:
-                    self._items.popitem(last=False)
         if isinstance(hit, SimError):
             raise hit
-        return hit
+        return (key, st.st_size), hit
 
 
 def probe_file(path: Path | None, size: int, data: bytes | None = None) -> ClipInfo | SimError:
