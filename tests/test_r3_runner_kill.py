@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from data import jobs, prompts
-from serving import procs, simfleet
+from serving import fleet_commands, procs, simfleet
 from tests.support.runner_fixtures import tiny_library
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,22 +26,9 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     job_ids = [jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid)]
     inflight_at_kills = 0
     done_kills = 0
-    cmd = [
-        sys.executable,
-        "-m",
-        "serving.runner",
-        "--db",
-        str(settings.db),
-        "--clip-root",
-        str(settings.clip_root),
-        "--fleet-urls",
-        ",".join(fleet.urls),
-        "--per-replica-inflight",
-        "3",
-        "--until-idle",
-        "--backoff-base",
-        "0.05",
-    ]
+    cmd = fleet_commands.runner_command(
+        settings, fleet.urls, ["--per-replica-inflight", "3", "--until-idle", "--backoff-base", "0.05"]
+    )
     try:
         while done_kills < kills:
             if jobs.get(db, job_ids[-1])["state"] == "done":  # re-caption the same clips: a new job

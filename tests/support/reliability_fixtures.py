@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 
 from data import db as dbmod, examples, taxonomy, users
-from serving import procs
+from serving import fleet_commands, procs
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
@@ -359,23 +359,11 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     db.close()
     names = add_annotators(settings.db, annotators)
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=fleet_speed)
-    runner_cmd = [
-        sys.executable,
-        "-m",
-        "serving.runner",
-        "--db",
-        str(settings.db),
-        "--clip-root",
-        str(settings.clip_root),
-        "--fleet-urls",
-        ",".join(fleet.urls),
-        "--per-replica-inflight",
-        "3",
-        "--backoff-base",
-        "0.05",
-        "--log-level",
-        "WARNING",
-    ]
+    runner_cmd = fleet_commands.runner_command(
+        settings,
+        fleet.urls,
+        ["--per-replica-inflight", "3", "--backoff-base", "0.05", "--log-level", "WARNING"],
+    )
     runner = procs.start("runner", runner_cmd, log=tmp_path / "runner.log", cwd=REPO)
     stop = threading.Event()
     app = AppProcess(settings, tmp_path / "webapp.log")
