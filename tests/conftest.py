@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.support.browser_fixtures",
     "tests.support.clip_fixtures",
     "tests.support.fleet_fixtures",
+    "tests.support.leak_guard",
 ]
 
 

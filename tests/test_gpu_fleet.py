@@ -48,7 +48,7 @@ def _gpu_reason() -> str | None:
     return None
 
 
-pytestmark = [pytest.mark.gpu]
+pytestmark = [pytest.mark.gpu, pytest.mark.timeout(5400)]  # vLLM start + a full run per GPU count
 if not REHEARSE:
     pytestmark.append(pytest.mark.skipif(_gpu_reason() is not None, reason=_gpu_reason() or ""))
 

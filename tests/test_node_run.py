@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from serving.procs import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,7 @@ def _free_block(n: int) -> int:
     raise RuntimeError("no block of free ports")
 
 
+@pytest.mark.load
 def test_rehearsal_scaling_kill_and_report(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     replicas = 3

@@ -20,11 +20,9 @@ from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, ma
 
 def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40, min_saved: int = 10) -> dict:
     with annotation_rig(settings, tmp_path, clips=clips, annotators=annotators) as rig:
-        load = AnnotatorLoad(lambda: rig.app.url, rig.names, rig.clip_ids)
-        load.start()
-        time.sleep(seconds)
-        load.wait_saved(min_saved, timeout=180)
-        load.finish()
+        with AnnotatorLoad(lambda: rig.app.url, rig.names, rig.clip_ids) as load:
+            time.sleep(seconds)
+            load.wait_saved(min_saved, timeout=180)
     db = dbmod.connect(settings.db)
     try:
         summary = load.summary()
@@ -40,6 +38,7 @@ def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: i
     return out
 
 
+@pytest.mark.load
 def test_r1_twenty_annotators_and_a_job_lose_nothing(settings, tmp_path):
     out = run_r1(settings, tmp_path, seconds=15)
     print("R1 fast:", out)

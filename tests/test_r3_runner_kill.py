@@ -75,6 +75,7 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     }
 
 
+@pytest.mark.load
 def test_r3_sigkill_the_runner_50_times(settings, db, tmp_path):
     out = kill_loop(settings, db, tmp_path, kills=50, clips=60)
     print("R3 fast:", out)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from data import jobs, prompts
 from serving import runner as runmod, simfleet
 from tests.support.runner_fixtures import tiny_library
@@ -18,20 +20,25 @@ CAPACITY = 2  # requests a replica runs at once
 def run(settings, db, urls, clip_ids, *, during=None):
     job_id = jobs.create(db, name="r6", created_by="test", clip_ids=clip_ids, prompt_id=prompts.latest(db)["id"])
     out = {}
+    stop = threading.Event()
     t0 = time.monotonic()
     th = threading.Thread(
-        target=lambda: out.update(
-            runmod.run_job(settings, job_id, urls, backoff_base=0.1, stop_event=threading.Event())
-        )
+        target=lambda: out.update(runmod.run_job(settings, job_id, urls, backoff_base=0.1, stop_event=stop)),
+        name="r6-runner",
     )
     th.start()
-    if during:
-        during(job_id)
-    th.join(timeout=300)
-    assert not th.is_alive()
+    try:
+        if during:
+            during(job_id)
+        th.join(timeout=600)
+        assert not th.is_alive(), f"job {job_id} not done in 600 s: {jobs.counts(db, job_id)}"
+    finally:
+        stop.set()  # on a failure above, the runner must not go on retrying a stopped fleet under later tests
+        th.join(timeout=60)
     return job_id, len(clip_ids) / (time.monotonic() - t0)
 
 
+@pytest.mark.load
 def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db):
     n = 2000
     settings = settings.replace(per_replica_inflight=4, request_timeout=1.5)

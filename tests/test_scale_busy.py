@@ -5,9 +5,12 @@ over a window that ends while the job still has unclaimed items. The longer run 
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks.bench_scale import measure_busy
 
 
+@pytest.mark.load
 def test_64_replicas_behind_the_router_stay_busy_while_work_is_queued():
     r = measure_busy(64, seconds=8.0, latency_s=3.0, warmup_s=4.0)
     assert r["items_left_at_end"] > 0, r  # the window ended with work still queued: the figure is honest

@@ -131,12 +131,25 @@
   // Enter in a single-choice label picks the highlighted option the way a click does, at once. Gradio's own
   // Enter commits later, and an Esc pressed right after it (the 5-key "fix a label" sequence) reverted the
   // pick: the label looked changed but the old value was saved.
+  // The highlighted option is taken only if it matches what was typed: on a busy machine the highlight can still
+  // point at an option of the unfiltered list when Enter comes, and Enter then picked that one. Otherwise
+  // Enter picks the best match in the list shown: the same text, then the first starting with it, then containing it.
+  const optionFor = (input) => {
+    const typed = input.value.trim().toLowerCase();
+    const text = (o) => (o.getAttribute("aria-label") || o.textContent.replace("✓", "")).trim().toLowerCase();
+    const id = input.getAttribute("aria-activedescendant");
+    const active = id && document.getElementById(id);
+    if (active && (!typed || text(active).includes(typed))) return active;
+    const list = document.getElementById(input.getAttribute("aria-controls") || "");
+    const options = list ? [...list.querySelectorAll("li[role=option]")] : [];
+    return options.find((o) => text(o) === typed) || options.find((o) => text(o).startsWith(typed))
+      || options.find((o) => text(o).includes(typed)) || null;
+  };
   document.addEventListener("keydown", (ev) => {
     if (ev.key !== "Enter" || !ev.target || ev.target.tagName !== "INPUT") return;
     const field = ev.target.closest(".cw-labels [id^='label-']");
     if (!field || field.id === "label-road_users") return;
-    const id = ev.target.getAttribute("aria-activedescendant");
-    const option = id && document.getElementById(id);
+    const option = optionFor(ev.target);
     if (!option) return;
     ev.preventDefault();
     ev.stopImmediatePropagation();

@@ -22,6 +22,7 @@ CHROMIUM_ARGS = [
 ]
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
+DEFAULT_TIMEOUT_MS = 60_000
 
 
 class WatchedBrowser:
@@ -34,6 +35,9 @@ class WatchedBrowser:
 
     def new_context(self, **kwargs):
         ctx = self._browser.new_context(**kwargs)
+        # Playwright's 30 s default is a deadline for "it happened", and a CI machine whose two cores are shared
+        # ran 3-4x slower than a quiet one: 60 s, which only a failing wait ever uses up
+        ctx.set_default_timeout(DEFAULT_TIMEOUT_MS)
         ctx.on("page", self._watch)
         return ctx
 

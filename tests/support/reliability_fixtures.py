@@ -223,6 +223,7 @@ class AnnotatorLoad:
         rng = random.Random(self.seed * 1000 + idx)
         session = None
         n = 0
+        down = 0  # consecutive failures to reach the app: back off, as a browser's reconnect does
         while not self.stop.is_set():
             try:
                 if session is None:
@@ -231,11 +232,14 @@ class AnnotatorLoad:
                 out = session.call("open_clip", event_data={"clip": cid})
                 m = VERSION_RE.search(" ".join(v for v in out if isinstance(v, str)))
                 seen = int(m.group(1)) if m else None
+                down = 0
             except (httpx.HTTPError, GradioError, AssertionError, OSError):
                 if session is not None:
                     session.close()
                 session = None
-                time.sleep(0.05)
+                down += 1
+                # 20 threads retrying every 50 ms starve the app they wait for on a 2-core machine
+                self.stop.wait(rng.uniform(0.5, 1.0) * min(1.0, 0.05 * 2 ** min(down, 5)))
                 continue
             time.sleep(rng.uniform(*self.think))
             n += 1
@@ -265,6 +269,19 @@ class AnnotatorLoad:
                 self.answers.append(ans)
         if session is not None:
             session.close()
+
+    def __enter__(self) -> "AnnotatorLoad":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        """Always stop the threads: left running after a failure they would slow every later test."""
+        if exc_type is None:
+            self.finish()
+        else:
+            self.stop.set()
+            for th in self.threads:
+                th.join(60)
 
     def start(self) -> None:
         for i, name in enumerate(self.names):
