@@ -63,7 +63,7 @@ def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, lib
         ann.locator("#tab-review-button").click()
         ann.locator("body").click(position={"x": 3, "y": 3})
         ann.keyboard.press("n")
-        ann.wait_for_function("!!document.querySelector('#clip-header')?.dataset.clip", timeout=15_000)
+        ann.wait_for_function("!!document.querySelector('#clip-header')?.dataset.clip", timeout=45_000)
         assert shown(ann) == target  # her clip first, not the newest unreviewed clip (the top of the grid)
         assert "→ ann2" in ann.inner_text("#review-assignee")
         # approve-and-next: nothing else is hers, so the next is the first unassigned clip of the queue

@@ -49,7 +49,7 @@ def shown(page) -> int | None:
     return int(v) if v else None
 
 
-def wait_clip_change(page, old: int | None, timeout=15_000) -> int:
+def wait_clip_change(page, old: int | None, timeout=45_000) -> int:
     page.wait_for_function(
         f"(document.querySelector('#clip-header')?.dataset.clip || '') !== '{old or ''}'", timeout=timeout
     )
@@ -59,7 +59,7 @@ def wait_clip_change(page, old: int | None, timeout=15_000) -> int:
 def goto_clip(page, server, cid: int, f: dict | None = None) -> None:
     q = (f"f={quote(json.dumps(f))}&" if f else "") + f"clip={cid}"
     page.goto(f"{server.url}/?{q}")
-    page.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{cid}'", timeout=20_000)
+    page.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{cid}'", timeout=45_000)
 
 
 def set_weather(page, value: str) -> None:
@@ -211,7 +211,7 @@ def test_zero_lost_edits(browser, server, library):  # noqa: F811
         # browser Back: goes to the previous clip (through the server, which saves first)
         edit(page, "Left by Back.", "rain")
         page.go_back()
-        page.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{d}'", timeout=15_000)
+        page.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{d}'", timeout=45_000)
         saved(other, "Left by Back.", "rain")
         assert f"clip={d}" in page.url
         # Forward works too, and the URL is a deep link to the clip
@@ -290,7 +290,7 @@ def test_review_fits_1366x768(browser, server, library):  # noqa: F811
     try:
         page, _ = login(ctx, server.url, "ann")
         goto_clip(page, server, library.clip_ids[15])
-        page.wait_for_function("document.querySelector('#cw-video')?.readyState >= 1", timeout=15_000)
+        page.wait_for_function("document.querySelector('#cw-video')?.readyState >= 1", timeout=45_000)
         assert page.evaluate("window.scrollY") == 0
         for sel in ("#cw-video", "#caption-text textarea", "#btn-save", "#btn-approve", "#btn-reject"):
             box = page.locator(sel).bounding_box()
@@ -436,7 +436,7 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         page.evaluate(
             "document.querySelector('#btn-start-job').click(); document.querySelector('#btn-start-job').click()"
         )
-        page.wait_for_selector("#jobs-msg .cw-msg-ok, #jobs-msg .cw-msg-info", timeout=10_000)
+        page.wait_for_selector("#jobs-msg .cw-msg-ok, #jobs-msg .cw-msg-info", timeout=30_000)
         time.sleep(1.5)
         assert len(jobs.list_jobs(db_of(server))) == before + 1
         job_id = jobs.list_jobs(db_of(server))[0]["id"]

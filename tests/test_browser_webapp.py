@@ -71,7 +71,7 @@ def test_open_clip_video_plays_and_seeks(ann, library):
     page, watch = ann
     cid = library.clip_ids[2]
     open_clip(page, cid)
-    page.wait_for_function("document.querySelector('#cw-video')?.readyState >= 1", timeout=15_000)
+    page.wait_for_function("document.querySelector('#cw-video')?.readyState >= 1", timeout=45_000)
     t = page.evaluate("""() => new Promise((ok, fail) => { const v = document.querySelector('#cw-video');
         v.addEventListener('seeked', () => ok(v.currentTime), {once: true}); v.currentTime = 1.3;
         setTimeout(() => fail('no seeked event'), 10000); })""")
@@ -84,7 +84,7 @@ def test_open_clip_video_plays_and_seeks(ann, library):
 def test_hevc_clip_gets_a_notice(ann, library):
     page, _ = ann
     page.goto(page.url.split("?")[0] + f"?clip={library.clip_ids[5]}")
-    page.wait_for_selector("#hevc-notice", timeout=20_000)
+    page.wait_for_selector("#hevc-notice", timeout=45_000)
     assert page.locator("#cw-video").count() == 0
     assert page.locator("#cw-filmstrip").is_visible()
 
@@ -93,9 +93,9 @@ def test_hevc_clip_with_a_preview_plays_the_preview(ann, library):
     page, _ = ann
     cid = library.clip_ids[6]
     page.goto(page.url.split("?")[0] + f"?clip={cid}")
-    page.wait_for_selector("#hevc-notice", timeout=20_000)
+    page.wait_for_selector("#hevc-notice", timeout=45_000)
     assert page.get_attribute("#cw-video", "src") == f"/preview/{cid}"
-    page.wait_for_function("document.querySelector('#cw-video').readyState >= 1", timeout=20_000)
+    page.wait_for_function("document.querySelector('#cw-video').readyState >= 1", timeout=45_000)
 
 
 def test_edit_save_reload_shows_edit(ann, server, library):
@@ -186,16 +186,16 @@ def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner)
         page.locator("#job-source").get_by_text("everything uncaptioned", exact=True).click()
         page.fill("#job-name textarea, #job-name input", "uncaptioned from the browser test")
         page.click("#btn-start-job")
-        page.wait_for_selector("#jobs-msg .cw-msg-ok", timeout=10_000)
+        page.wait_for_selector("#jobs-msg .cw-msg-ok", timeout=30_000)
         assert "over 2 clips" in page.inner_text("#jobs-msg")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.pct === '100'", timeout=60_000)
         assert "done 2" in page.inner_text("#job-progress")
-        page.wait_for_selector("#runner-status.cw-ok", timeout=10_000)
+        page.wait_for_selector("#runner-status.cw-ok", timeout=30_000)
         page.screenshot(path=str(SCREENSHOTS / "jobs.png"))
         # the team table: annotators' saves and reviews from the audit trail (ann saved earlier in this module)
         page.click("#team-accordion button")
         page.locator("#team-window").get_by_text("all time", exact=True).click()
-        page.wait_for_function("document.querySelector('#team-table')?.innerText.includes('ann')", timeout=10_000)
+        page.wait_for_function("document.querySelector('#team-table')?.innerText.includes('ann')", timeout=30_000)
         page.click("#tab-fleet-button")
         page.click("#btn-fleet-refresh")
         page.wait_for_timeout(1500)

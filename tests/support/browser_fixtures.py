@@ -76,7 +76,7 @@ def login(context, url: str, user: str):
     page.fill("#username", user)
     page.fill("#password", PASSWORD)
     page.click("#login-submit")
-    page.wait_for_selector("#whoami", timeout=30_000)
+    page.wait_for_selector("#whoami", timeout=60_000)
     return page, watch
 
 
