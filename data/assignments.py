@@ -4,7 +4,8 @@
   MAX_ASSIGN), or with `limit` the next `limit` unreviewed clips of the filter that nobody has yet, in the
   grid's order (a lead dealing out work: 50 to one annotator, the next 50 to another; a filter that names an
   assignee takes from that person's unreviewed clips instead). A clip assigned to someone else is
-  reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody.
+  reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody. `assign_clip` / `unassign_clip`
+  do the same for the one clip a lead is looking at in Review.
 - Every change is one audit event per clip (`clip.assign` with the previous assignee, `clip.unassign`), in
   the same transaction. Only leads and admins assign: the role is checked here, not only in the UI.
 - `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`: their clips of the filter first, then
@@ -90,18 +91,31 @@ def assign(
             # open work: unreviewed, and nobody's yet (or, when the filter names a person, theirs: moving work)
             open_work = dataclasses.replace(f, review_status="unreviewed", unassigned=None if f.assignee else True)
             ids = clips.page_ids(db, open_work, limit=limit, descending=descending)
-        before = _current(db, ids)
-        changed = [cid for cid in ids if before.get(cid) != assignee]
-        t = now()
-        db.conn.executemany(
-            "INSERT INTO assignments (clip_id, assignee, assigned_by, assigned_at) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(clip_id) DO UPDATE SET assignee = excluded.assignee, assigned_by = excluded.assigned_by, "
-            "assigned_at = excluded.assigned_at",
-            [(cid, assignee, actor, t) for cid in changed],
-        )
-        events.record_many(
-            db, actor, "clip.assign", [(cid, {"assignee": assignee, "previous": before.get(cid)}) for cid in changed]
-        )
+        return _assign_ids(db, ids, assignee, actor)
+
+
+def assign_clip(db: sqlite_utils.Database, clip_id: int, assignee: str, *, actor: str, role: str) -> dict:
+    """Assign one clip (the one a lead is looking at in Review) to `assignee`; counts as `assign` returns them."""
+    _check_actor(role)
+    with immediate(db):
+        assignee = _check_assignee(db, assignee)
+        return _assign_ids(db, [clips.get(db, clip_id)["id"]], assignee, actor)
+
+
+def _assign_ids(db: sqlite_utils.Database, ids: list[int], assignee: str, actor: str) -> dict:
+    """Inside the caller's transaction: `ids` go to `assignee`, one audit event per changed clip."""
+    before = _current(db, ids)
+    changed = [cid for cid in ids if before.get(cid) != assignee]
+    t = now()
+    db.conn.executemany(
+        "INSERT INTO assignments (clip_id, assignee, assigned_by, assigned_at) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(clip_id) DO UPDATE SET assignee = excluded.assignee, assigned_by = excluded.assigned_by, "
+        "assigned_at = excluded.assigned_at",
+        [(cid, assignee, actor, t) for cid in changed],
+    )
+    events.record_many(
+        db, actor, "clip.assign", [(cid, {"assignee": assignee, "previous": before.get(cid)}) for cid in changed]
+    )
     return {
         "assignee": assignee,
         "assigned": len(changed),
@@ -123,9 +137,23 @@ def unassign(db: sqlite_utils.Database, f: clips.Filter, *, actor: str, role: st
         )
         if len(rows) > MAX_ASSIGN:
             raise DataError(f"This filter holds more than {MAX_ASSIGN:,} assigned clips: narrow it first.")
-        db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
-        events.record_many(db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"]}) for r in rows])
+        _unassign_rows(db, rows, actor)
     return len(rows)
+
+
+def unassign_clip(db: sqlite_utils.Database, clip_id: int, *, actor: str, role: str) -> str | None:
+    """Give one clip back to nobody; returns who had it (None: nobody, and nothing is written)."""
+    _check_actor(role)
+    with immediate(db):
+        cid = clips.get(db, clip_id)["id"]
+        rows = list(db.query("SELECT clip_id, assignee FROM assignments WHERE clip_id = ?", [cid]))
+        _unassign_rows(db, rows, actor)
+    return rows[0]["assignee"] if rows else None
+
+
+def _unassign_rows(db: sqlite_utils.Database, rows: list[dict], actor: str) -> None:
+    db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
+    events.record_many(db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"]}) for r in rows])
 
 
 def assignee_of(db: sqlite_utils.Database, clip_id: int) -> str | None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from data import assignments, clips, events, schema, users
-from data.db import DataError, Forbidden, immediate
+from data.db import DataError, Forbidden, NotFound, immediate
 
 PASSWORD = "correct horse battery"
 
@@ -88,6 +88,34 @@ def test_an_unknown_or_disabled_person_or_a_bad_count_is_refused_with_what_to_do
     for bad in (0, -3, assignments.MAX_ASSIGN + 1):
         with pytest.raises(DataError, match="How many clips"):
             assignments.assign(team, clips.Filter(), "ann", actor="lead", role="lead", limit=bad)
+    assert assigned(team) == {} and not list(events.iter_all(team, "clip.assign"))
+
+
+def test_one_clip_is_assigned_reassigned_and_taken_back_from_review_with_each_change_audited(team):
+    assert assignments.assign_clip(team, 5, "ann", actor="lead", role="lead")["assigned"] == 1
+    out = assignments.assign_clip(team, 5, "ann2", actor="lead", role="lead")
+    assert out == {"assignee": "ann2", "assigned": 1, "reassigned": 1, "unchanged": 0}
+    assert assignments.assign_clip(team, 5, "ann2", actor="lead", role="lead")["unchanged"] == 1  # no event
+    assert assigned(team) == {5: "ann2"}
+    assert assignments.unassign_clip(team, 5, actor="lead", role="lead") == "ann2"
+    assert assignments.unassign_clip(team, 5, actor="lead", role="lead") is None  # nobody had it: no event
+    log = [(e["action"], e["detail"]) for e in reversed(events.for_clip(team, 5))]
+    assert [a for a, _ in log] == ["clip.assign", "clip.assign", "clip.unassign"]
+    assert '"previous": "ann"' in log[1][1] and '"previous": "ann2"' in log[2][1]
+    assert assigned(team) == {}
+
+
+def test_one_clip_refusals_say_what_to_do_and_change_nothing(team):
+    with pytest.raises(Forbidden, match="Only a lead assigns clips"):
+        assignments.assign_clip(team, 5, "ann", actor="ann", role="annotator")
+    with pytest.raises(Forbidden):
+        assignments.unassign_clip(team, 5, actor="ann", role="annotator")
+    with pytest.raises(DataError, match="no user named 'bob'"):
+        assignments.assign_clip(team, 5, "bob", actor="lead", role="lead")
+    with pytest.raises(NotFound):
+        assignments.assign_clip(team, 999, "ann", actor="lead", role="lead")
+    with pytest.raises(DataError):
+        assignments.assign_clip(team, "5; DROP TABLE clips", "ann", actor="lead", role="lead")
     assert assigned(team) == {} and not list(events.iter_all(team, "clip.assign"))
 
 

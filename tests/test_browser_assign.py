@@ -1,6 +1,7 @@
 """The assignable review queue in a real Chromium (issue 10): a lead assigns a clip of a filter to an annotator,
 whose "n" then lands on it (not on the top of the grid), whose Browse can show "assigned to me", and who cannot
-assign through Gradio's API. Every page is watched for uncaught JavaScript errors (browser_fixtures)."""
+assign through Gradio's API. A lead also assigns the one clip open in Review. Every page is watched for uncaught
+JavaScript errors (browser_fixtures)."""
 
 from __future__ import annotations
 
@@ -99,9 +100,51 @@ def test_an_annotator_cannot_assign_through_the_api(server, library):  # noqa: F
     cookie = login_cookie(server.url, "ann")
     session = GradioSession(server.url, cookie, dependencies(server.url, cookie))
     try:
-        for name, data in (("assign_clips", [None, None, "ann", None, None]), ("unassign_clips", [])):
+        for name, data in (
+            ("assign_clips", [None, None, "ann", None, None]),
+            ("unassign_clips", []),
+            ("assign_clip", [None, None, None, "ann"]),
+            ("unassign_clip", [None, None, None]),
+        ):
             with pytest.raises(GradioError, match="needs the lead role"):
                 session.call(name, data)
     finally:
         session.close()
     assert assignments_of(server) == {}
+
+
+def test_a_lead_assigns_the_clip_open_in_review_and_an_unsaved_edit_stays_unsaved(browser, server, library):  # noqa: F811
+    target = library.clip_ids[5]
+    lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ann_ctx = browser.new_context(viewport={"width": 1366, "height": 768})
+    try:
+        lead, _ = login(lead_ctx, server.url, "lead")
+        lead.goto(f"{server.url}/?clip={target}")
+        lead.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{target}'")
+        assert lead.locator("#review-assign").is_visible()
+        loaded = lead.evaluate("document.querySelector('#clip-header').dataset.loaded")
+        lead.fill("#caption-text textarea", "An edit the lead has not saved.")
+        pick(lead, "review-assign-to", "ann")
+        lead.click("#btn-assign-clip")
+        lead.wait_for_function(
+            f"document.querySelector('#review-msg').innerText.includes('Clip {target} assigned to ann')"
+        )
+        assert assignments_of(server) == {target: "ann"}
+        assert "→ ann" in lead.inner_text("#review-assignee")  # the header says so at once
+        # the form is untouched and still counts as edited (the leave-page guard compares data-loaded)
+        assert lead.input_value("#caption-text textarea") == "An edit the lead has not saved."
+        assert lead.evaluate("document.querySelector('#clip-header').dataset.loaded") == loaded
+
+        ann, _ = login(ann_ctx, server.url, "ann")
+        ann.goto(f"{server.url}/?clip={target}")
+        ann.wait_for_function(f"document.querySelector('#clip-header')?.dataset.clip === '{target}'")
+        assert "→ ann" in ann.inner_text("#review-assignee")
+        assert not ann.locator("#review-assign").is_visible()  # leads only
+
+        lead.click("#btn-unassign-clip")
+        lead.wait_for_function("document.querySelector('#review-msg').innerText.includes('taken back from ann')")
+        assert assignments_of(server) == {}
+        assert lead.locator("#review-assignee").count() == 0
+    finally:
+        lead_ctx.close()
+        ann_ctx.close()

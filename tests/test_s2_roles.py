@@ -23,6 +23,8 @@ ROWS = list(csv.DictReader(TABLE.open()))
 FILTER = ["any"] * 7 + [None, "", "any", "newest"]
 REVIEW = {
     "/save_caption",
+    "/assign_clip",
+    "/unassign_clip",
     "/approve",
     "/reject",
     "/adopt",
@@ -64,6 +66,10 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return [job_id, "everything uncaptioned", None], None
     if name == "assign_clips":
         return [None, None, "ann2", 1, None], None
+    if name == "assign_clip":
+        return [None, None, None, "ann2"], None
+    if name == "unassign_clip":
+        return [None, None, None], None
     if name == "goto_clip":
         return ["3"], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):

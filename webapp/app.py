@@ -117,6 +117,7 @@ class Workbench:
         sort = "oldest" if params.get("sort") == "oldest" else "newest"
         out.update(b.apply(*values, sort, request))
         out.update(b.set_inputs(values, sort, self.ctx.user(request)))
+        out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
         clip = params.get("clip")
         if clip and str(clip).isdigit():
@@ -143,6 +144,7 @@ class Workbench:
             [self.userline, self.jobs.prompt, self.tabs]
             + self.browse.apply_outputs
             + self.browse.first_paint_outputs
+            + [self.review.assign.row, self.review.assign.person]
             + review_outs
         )
         self.browse.grid.click(

@@ -1,6 +1,6 @@
 """The lead's assign panel on Browse: give the clips of the current filter (or its next N open ones) to a person,
-take them back. data.assignments does the work (and audits it); the person's "next unreviewed" then serves
-those clips first.
+take them back. And its one-clip form on Review (`ClipAssign`): give the clip being looked at to a person.
+data.assignments does the work (and audits it); the person's "next unreviewed" then serves those clips first.
 
 The panel is shown to leads only (on first paint), and every handler checks the lead role itself: an annotator
 calling the endpoint through Gradio's API gets a refusal, not an assignment.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from data import assignments, clips, users
-from data.db import DataError
+from data.db import DataError, NotFound
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -33,6 +33,11 @@ def assignee_choice(fdict: dict) -> str:
     if fdict.get("unassigned"):
         return UNASSIGNED
     return str(fdict.get("assignee") or ANY)
+
+
+def people(db) -> list[str]:
+    """Who can be given clips: every enabled user."""
+    return [u["name"] for u in users.list_users(db) if not u["disabled"]]
 
 
 def clips_n(n: int) -> str:
@@ -69,7 +74,7 @@ class AssignPanel:
         self.msg = gr.HTML("", elem_id="assign-msg")
 
     def people(self) -> list[str]:
-        return [u["name"] for u in users.list_users(self.ctx.db()) if not u["disabled"]]
+        return people(self.ctx.db())
 
     def for_user(self, user) -> dict:
         """First paint: the panel and its list of people for a lead; nothing for anyone else."""
@@ -124,3 +129,65 @@ class AssignPanel:
         self.unassign_btn.click(
             shows_errors(unassign), [filter_state, sort_state, browse.anchors], page_outs, api_name="unassign_clips"
         )
+
+
+class ClipAssign:
+    """Review's lead-only row: "Assign this clip to [person] / Unassign". The header (which names the assignee)
+    is redrawn with the form's own `data-loaded`, so that assigning never makes an unsaved edit look saved."""
+
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def render(self) -> None:
+        with gr.Row(visible=False, elem_id="review-assign", elem_classes="cw-assign") as self.row:
+            # custom values reach the handler, which checks the role and data.assignments the name (as on Browse)
+            self.person = gr.Dropdown(
+                [], label="Assign this clip to", elem_id="review-assign-to", allow_custom_value=True, min_width=160
+            )
+            self.assign_btn = gr.Button("Assign", elem_id="btn-assign-clip", size="sm")
+            self.unassign_btn = gr.Button("Unassign", elem_id="btn-unassign-clip", size="sm", variant="secondary")
+
+    def for_user(self, user) -> dict:
+        if not user.can("lead"):
+            return {self.row: gr.update(visible=False)}
+        return {self.row: gr.update(visible=True), self.person: gr.update(choices=people(self.ctx.db()))}
+
+    def wire(self, header, msg, clip_id, base, review_base) -> None:
+        outs = [header, msg]
+
+        def redraw(cid, base_id, token, note: str, request: gr.Request) -> dict:
+            user = self.ctx.user(request)
+            clip = clips.get(self.ctx.db(), cid)
+            status = str(token or "").split("@")[0] if token else (clip.get("review_status") or "")
+            loaded = f"{int(clip['id'])}:{base_id or 0}:{render.esc(status)}"
+            return {header: render.header(clip, user.name, user.role, loaded=loaded), msg: render.message(note, "ok")}
+
+        def assign(cid, base_id, token, person, request: gr.Request):
+            lead = self.ctx.require(request, "lead")
+            if cid is None:
+                return {msg: render.message("Open a clip first.", "error")}
+            try:
+                out = assignments.assign_clip(self.ctx.db(), cid, person, actor=lead.name, role=lead.role)
+            except (DataError, NotFound) as e:
+                return {msg: render.message(str(e), "error")}
+            note = (
+                f"Clip {int(cid)} is already {out['assignee']}'s."
+                if out["unchanged"]
+                else f"Clip {int(cid)} assigned to {out['assignee']}."
+            )
+            return redraw(cid, base_id, token, note, request)
+
+        def unassign(cid, base_id, token, request: gr.Request):
+            lead = self.ctx.require(request, "lead")
+            if cid is None:
+                return {msg: render.message("Open a clip first.", "error")}
+            try:
+                had = assignments.unassign_clip(self.ctx.db(), cid, actor=lead.name, role=lead.role)
+            except (DataError, NotFound) as e:
+                return {msg: render.message(str(e), "error")}
+            note = f"Clip {int(cid)} taken back from {had}." if had else f"Clip {int(cid)} was not assigned."
+            return redraw(cid, base_id, token, note, request)
+
+        state = [clip_id, base, review_base]
+        self.assign_btn.click(shows_errors(assign), [*state, self.person], outs, api_name="assign_clip")
+        self.unassign_btn.click(shows_errors(unassign), state, outs, api_name="unassign_clip")

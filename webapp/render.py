@@ -138,7 +138,9 @@ def filmstrip(clip: dict) -> str:
     )
 
 
-def header(clip: dict, user: str, role: str) -> str:
+def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> str:
+    """The Review header. `loaded` (default: the clip's stored caption and review state) is what the page script
+    compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the form's."""
     bits = [f"<b>#{int(clip['id'])}</b> {esc(clip.get('path'))}"]
     for key, fmt in (("duration", "{:.1f} s"), ("fps", "{:.0f} fps")):
         if clip.get(key):
@@ -154,7 +156,8 @@ def header(clip: dict, user: str, role: str) -> str:
         by = f" by {esc(clip['assigned_by'])}" if clip.get("assigned_by") else ""
         bits.append(f'<span id="review-assignee">{assignee_badge(clip["assignee"])} assigned{by}</span>')
     # data-* for the page script: the URL follows data-clip; the form counts as unsaved until data-loaded changes
-    loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
+    if loaded is None:
+        loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
     return (
         f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
         + " · ".join(bits)

@@ -25,6 +25,7 @@ from data import assignments, captions, clips, jobs, prompts, taxonomy
 from data.db import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render
+from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
 from webapp.review_form import LABELS, ReviewForm
 
@@ -76,6 +77,8 @@ class ReviewTab:
             self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
             self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)
             self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
+        self.assign = ClipAssign(self.ctx)  # leads only: shown on first paint (webapp/app.py)
+        self.assign.render()
         with gr.Accordion("Provenance", open=True):
             self.provenance = gr.HTML("", elem_id="provenance")
         with gr.Accordion("Version history", open=True):
@@ -372,3 +375,4 @@ class ReviewTab:
         self.prev_btn.click(shows_errors(self.step(-1)), walk, outs, api_name="previous_clip", **nav)
         self.queue_btn.click(shows_errors(self.queue_next), walk, outs, api_name="next_unreviewed", **nav)
         self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)
+        self.assign.wire(self.header, self.msg, self.clip_id, self.base, self.review_base)
