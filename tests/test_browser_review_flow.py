@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from data import clips as clipsmod, db as dbmod, jobs, taxonomy
 from tests.support.browser_fixtures import SCREENSHOTS, login
@@ -67,6 +68,13 @@ def set_weather(page, value: str) -> None:
     page.keyboard.press("5")
     page.wait_for_function("document.activeElement?.closest('#label-weather') !== null")
     page.keyboard.type(value)
+    typed = f"document.querySelector('#label-weather input').value === '{value}'"
+    try:  # the box shows what was typed; on a busy machine a late redraw of the new clip's value can land in
+        page.wait_for_function(typed, timeout=5_000)  # the middle of it, and a person would type it again
+    except PlaywrightTimeout:
+        page.keyboard.press("Control+a")
+        page.keyboard.type(value)
+        page.wait_for_function(typed)
     # a person reads the filtered list before pressing Enter; the test waits for it the same way
     page.locator("[role=listbox] li", has_text=value).first.wait_for()  # rendered outside #label-weather
     page.keyboard.press("Enter")
