@@ -131,9 +131,9 @@
   // Enter in a single-choice label picks the highlighted option the way a click does, at once. Gradio's own
   // Enter commits later, and an Esc pressed right after it (the 5-key "fix a label" sequence) reverted the
   // pick: the label looked changed but the old value was saved.
-  // The highlighted option is taken only if it matches what was typed: on a busy machine the highlight can still
-  // point at an option of the unfiltered list when Enter comes, and Enter then picked that one. Otherwise
-  // Enter picks the best match in the list shown: the same text, then the first starting with it, then containing it.
+  // The highlighted option is taken only if it matches what was typed (Gradio keeps the highlight as an index into
+  // the unfiltered choices, so it can name an option that is filtered out or another one). Otherwise Enter picks
+  // the best match in the list shown: the same text, then the first starting with it, then one containing it.
   const optionFor = (input) => {
     const typed = input.value.trim().toLowerCase();
     const text = (o) => (o.getAttribute("aria-label") || o.textContent.replace("✓", "")).trim().toLowerCase();
