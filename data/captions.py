@@ -272,6 +272,11 @@ def review_token(clip: dict) -> str:
     return f"{clip.get('review_status') or 'unreviewed'}@{clip.get('reviewed_at') or 0}"
 
 
+def review_token_status(token: str) -> str:
+    """The review status a `review_token` names."""
+    return str(token).split("@", 1)[0]
+
+
 def set_review(
     db: sqlite_utils.Database,
     clip_id: int,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, clips, users
-from data.db import DataError, NotFound
+from data import assignments, captions, clips, users
+from data.db import DataError
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -158,8 +158,8 @@ class ClipAssign:
         def redraw(cid, base_id, token, note: str, request: gr.Request) -> dict:
             user = self.ctx.user(request)
             clip = clips.get(self.ctx.db(), cid)
-            status = str(token or "").split("@")[0] if token else (clip.get("review_status") or "")
-            loaded = f"{int(clip['id'])}:{base_id or 0}:{render.esc(status)}"
+            status = captions.review_token_status(token) if token else clip.get("review_status")
+            loaded = render.loaded_key(clip["id"], base_id, status)
             return {header: render.header(clip, user.name, user.role, loaded=loaded), msg: render.message(note, "ok")}
 
         def assign(cid, base_id, token, person, request: gr.Request):
@@ -168,7 +168,7 @@ class ClipAssign:
                 return {msg: render.message("Open a clip first.", "error")}
             try:
                 out = assignments.assign_clip(self.ctx.db(), cid, person, actor=lead.name, role=lead.role)
-            except (DataError, NotFound) as e:
+            except DataError as e:  # NotFound included
                 return {msg: render.message(str(e), "error")}
             note = (
                 f"Clip {int(cid)} is already {out['assignee']}'s."
@@ -183,7 +183,7 @@ class ClipAssign:
                 return {msg: render.message("Open a clip first.", "error")}
             try:
                 had = assignments.unassign_clip(self.ctx.db(), cid, actor=lead.name, role=lead.role)
-            except (DataError, NotFound) as e:
+            except DataError as e:  # NotFound included
                 return {msg: render.message(str(e), "error")}
             note = f"Clip {int(cid)} taken back from {had}." if had else f"Clip {int(cid)} was not assigned."
             return redraw(cid, base_id, token, note, request)

@@ -138,9 +138,15 @@ def filmstrip(clip: dict) -> str:
     )
 
 
+def loaded_key(clip_id: int, caption_id: int | None, review_status: str | None) -> str:
+    """The header's data-loaded: which caption version and review state the form was filled from."""
+    return f"{int(clip_id)}:{caption_id or 0}:{esc(review_status or '')}"
+
+
 def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> str:
-    """The Review header. `loaded` (default: the clip's stored caption and review state) is what the page script
-    compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the form's."""
+    """The Review header. `loaded` (default: the clip's stored caption and review state, `loaded_key`) is what the
+    page script compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the
+    form's."""
     bits = [f"<b>#{int(clip['id'])}</b> {esc(clip.get('path'))}"]
     for key, fmt in (("duration", "{:.1f} s"), ("fps", "{:.0f} fps")):
         if clip.get(key):
@@ -157,7 +163,7 @@ def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> st
         bits.append(f'<span id="review-assignee">{assignee_badge(clip["assignee"])} assigned{by}</span>')
     # data-* for the page script: the URL follows data-clip; the form counts as unsaved until data-loaded changes
     if loaded is None:
-        loaded = f"{int(clip['id'])}:{clip.get('current_caption_id') or 0}:{esc(clip.get('review_status') or '')}"
+        loaded = loaded_key(clip["id"], clip.get("current_caption_id"), clip.get("review_status"))
     return (
         f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
         + " · ".join(bits)
