@@ -501,6 +501,15 @@ def test_fleet_tab_is_readable_at_once(browser, server):  # noqa: F811
         ctx.close()
 
 
+# records every distinct top of the Pause button, frame by frame, in window.__buttonTops
+BUTTON_TOPS_JS = """() => { window.__buttonTops = [];
+    const f = () => { const t = Math.round(document.querySelector('#btn-pause').getBoundingClientRect().top
+                                       + document.scrollingElement.scrollTop);
+        if (window.__buttonTops[window.__buttonTops.length - 1] !== t) window.__buttonTops.push(t);
+        requestAnimationFrame(f); };
+    f(); }"""
+
+
 def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, library, simfleet, runner):  # noqa: F811
     """At the simulated fleet's realistic speed (~1.2 s a caption): Pause shows paused with the true count and
     nothing lands while paused; Resume ends as done with every clip counted; Cancel stops new captions
@@ -536,10 +545,14 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
             ).fetchone()[0]
 
         job_id = make("pause me")
+        # from here on the job's buttons must stay where they are while the list grows and redraws, and
+        # messages come and go: a button that moves on its way to the pointer takes a click meant for it
+        page.evaluate(BUTTON_TOPS_JS)
         deadline = time.monotonic() + 30
         while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         page.click("#btn-pause")
+        page.wait_for_function("document.querySelector('#jobs-msg')?.innerText.includes('is now paused')")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'paused'")
         t_pause = time.time()
         time.sleep(3)  # longer than a caption takes
@@ -562,6 +575,9 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         time.sleep(3)
         assert n_captions(job_id, t_cancel + 2.0) == 0
         assert jobs.counts(d, job_id)["leased"] == 0
+        assert page.evaluate("window.__buttonTops") == [page.evaluate("window.__buttonTops")[0]], (
+            "the job buttons moved while the job was shown (px from the top, in order)"
+        )
         page.screenshot(path=str(SCREENSHOTS / "jobs-cancelled.png"))
     finally:
         for url in simfleet:

@@ -5,6 +5,7 @@ process (serving.runner) does the work. A gr.Timer polls SQLite every 2 s for pr
 tab is shown (app.py turns it on and off). Every handler that changes something checks the lead role itself:
 each Gradio event is an HTTP endpoint anyone can call, so parameters are checked here too (data.job_params),
 not only by the form. A click on a job row shows that job; the detail stays on it until another is chosen.
+The job shown and its buttons sit above the list, so that the list growing or being redrawn never moves them.
 """
 
 from __future__ import annotations
@@ -90,18 +91,20 @@ class JobsTab:
                 )
             self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
-        self.msg = gr.HTML("", elem_id="jobs-msg")
-        self.table = gr.Dataframe(
-            headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table", label="Jobs (click a row to see it below)"
-        )
         with gr.Row():
             self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
             self.resume_btn = gr.Button("Resume", elem_id="btn-resume", size="sm")
             self.cancel_btn = gr.Button("Cancel", elem_id="btn-cancel", size="sm", variant="stop")
             self.retry_btn = gr.Button("Retry failed", elem_id="btn-retry", size="sm")
+        self.msg = gr.HTML("", elem_id="jobs-msg")  # below the buttons: a message appearing does not move them
         self.detail = gr.HTML("", elem_id="job-detail")
         self.plot = gr.HTML("", elem_id="job-plot")
+        # the list goes below the job shown, never above its buttons: it grows as jobs are added and is redrawn
+        # on every tick, and a button that moves while the pointer is on its way takes a click meant for it
+        self.table = gr.Dataframe(
+            headers=JOB_COLUMNS, interactive=False, elem_id="jobs-table", label="Jobs (click a row to see it above)"
+        )
         with gr.Row():
             self.failures = gr.Dataframe(
                 headers=["clip", "path", "attempts", "kind", "error"],
