@@ -5,7 +5,8 @@
 #   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
 #   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
-#             router), extra replica flags in VLLM_ARGS; clips are generated into /tmp/gpuclips by the first run
+#             router), extra replica flags in VLLM_ARGS, CAPTION_CHARS bounds the caption (random weights fill
+#             it), a CPU profile beside it (benchmarks/cpu_profile.py); clips are generated into /tmp/gpuclips by the first run
 #             (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json, logs)
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
@@ -36,9 +37,16 @@ case "$step" in
   gputest)
     export PYTHONPATH=$PYTHONPATH:$PWD CW_GPU_OUT="$OUT" CW_GPU_MODEL=${CW_GPU_MODEL:-/tmp/model} CW_GPU_DUMMY=1
     export CW_GPU_CLIP_ROOT=/tmp/gpuclips CW_GPU_GPUS=${GPUS:-0} CW_GPU_VLLM_ARGS=${VLLM_ARGS:-}
+    export CW_GPU_CAPTION_CHARS=${CAPTION_CHARS:-}
     nvidia-smi -L
     set -o pipefail
-    python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" ;;
+    # where the CPU goes while it captions (per role and thread, py-spy on the busiest processes)
+    python3 benchmarks/cpu_profile.py --out "$OUT/cpu-profile.json" >"$OUT/cpu-profile.log" 2>&1 &
+    prof=$!
+    rc=0
+    python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || rc=$?
+    kill -TERM $prof; wait $prof || true
+    exit $rc ;;
   bench)
     python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
       --configs nvdec,opencv --concurrency 64 --requests 128 --warmup 8 --tflops \

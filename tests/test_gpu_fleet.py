@@ -13,7 +13,8 @@ adds --load-format dummy), CW_GPU_GPUS (default 0; "0,1" = two replicas behind t
 with CW_GPU_REHEARSE one simulated replica per GPU listed, default 2), CW_GPU_CLIPS
 (default 208), CW_GPU_CLIP_ROOT (a folder kept across runs: the clips are generated into it once and reused),
 CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8"), CW_GPU_COMPARE_DECODERS=1
-(also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_OUT (report + logs + vllm-answers.json, the recording
+(also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_CAPTION_CHARS (caption with a new version of the
+prompt whose caption is bounded to this many characters: random weights always fill the bound), CW_GPU_OUT (report + logs + vllm-answers.json, the recording
 of how the fleet answered that tests/test_vllm_recordings.py replays), CW_GPU_REHEARSE=sim (run the same flow
 against the simulated fleet on a machine without a GPU).
 """
@@ -261,6 +262,25 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         # 4. caption everything through the router with the lead's CLI (the runner's code path)
         import psutil
+
+        chars = os.environ.get("CW_GPU_CAPTION_CHARS")
+        if chars:
+            # random weights fill the caption to its bound (1,500 characters: ~480 tokens, 2-3x a real model's
+            # 100-200); a version of the prompt with a shorter bound measures the fleet at a realistic length
+            from data import prompts
+
+            base = prompts.latest(db)
+            schema = json.loads(json.dumps(base["schema"]))
+            schema["properties"]["caption"]["maxLength"] = int(chars)
+            prompts.create_version(
+                db,
+                name=base["name"],
+                system=base["system"],
+                user=base["user"],
+                schema=schema,
+                description=f"{base['description']}; caption at most {int(chars)} characters (GPU test)",
+            )
+            report["caption_max_chars"] = int(chars)
 
         cpu0 = psutil.cpu_times()
         t = time.time()
