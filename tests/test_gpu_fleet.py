@@ -14,9 +14,9 @@ with CW_GPU_REHEARSE one simulated replica per GPU listed, default 2), CW_GPU_CL
 (default 208), CW_GPU_CLIP_ROOT (a folder kept across runs: the clips are generated into it once and reused),
 CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8"), CW_GPU_COMPARE_DECODERS=1
 (also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_CAPTION_CHARS (caption with a new version of the
-prompt whose caption is bounded to this many characters: random weights always fill the bound), CW_GPU_OUT (report + logs + vllm-answers.json, the recording
-of how the fleet answered that tests/test_vllm_recordings.py replays), CW_GPU_REHEARSE=sim (run the same flow
-against the simulated fleet on a machine without a GPU).
+prompt whose caption is bounded to this many characters: random weights always fill the bound), CW_GPU_OUT
+(report + logs + vllm-answers.json, the recording of how the fleet answered that tests/test_vllm_recordings.py
+replays), CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU).
 """
 
 from __future__ import annotations
