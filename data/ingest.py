@@ -45,7 +45,14 @@ from data.settings import Settings
 
 # the walk's and the pool's names that callers and tests reach through data.ingest
 from data.walk import Entry, read_sidecar as _sidecar, storable_name, walk  # noqa: F401
-from data.worker_pool import TIMED_OUT, TIMEOUT_ATTEMPTS, TIMEOUT_GROWTH, WORKER_MEMORY_MIB, WorkerPool
+from data.worker_pool import (
+    OUT_OF_MEMORY,
+    TIMED_OUT,
+    TIMEOUT_ATTEMPTS,
+    TIMEOUT_GROWTH,
+    WORKER_MEMORY_MIB,
+    WorkerPool,
+)
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +102,7 @@ def process_clip(task: dict, report=None) -> dict:
                 task["frames"],
                 task["decoder"],
                 size=(p.width, p.height) if p.width and p.height else None,
+                threads=task.get("decode_threads", 0),
             )
         except media.DecodeError as e:
             out["probe_error"] = f"corrupt: {e}"
@@ -104,7 +112,9 @@ def process_clip(task: dict, report=None) -> dict:
             out["media_decoder"] = m["decode_backend"]
             if (out.get("codec") or "").lower() in media.PREVIEW_CODECS:
                 try:  # review-only: a clip without a preview still gets its notice and filmstrip
-                    out["preview"] = media.make_preview(task["abs"], task["media_dir"], out["sha256"])
+                    out["preview"] = media.make_preview(
+                        task["abs"], task["media_dir"], out["sha256"], threads=task.get("decode_threads", 0)
+                    )
                 except media.DecodeError as e:
                     log.warning("%s: %s", task["rel"], e)
     return out
@@ -213,8 +223,8 @@ def decide(old: dict | None, e: Entry) -> str:
     unchanged = old is not None and old["size"] == e.size and old["mtime"] == e.mtime
     if e.error is not None:
         return "skip" if unchanged and old["probe_error"] == e.error and not old["missing"] else "refuse"
-    if not unchanged or (old["probe_error"] or "").startswith(TIMED_OUT):
-        return "probe"  # new or changed; or a timeout, which was the machine's fault, maybe: probe it again
+    if not unchanged or (old["probe_error"] or "").startswith((TIMED_OUT, OUT_OF_MEMORY)):
+        return "probe"  # new or changed; or a timeout or a worker out of memory, the machine's fault, maybe: again
     if not old["missing"] and old["sidecar"] == e.sidecar:
         return "skip"
     return "revive"
@@ -331,14 +341,21 @@ def _probe_tasks(p: Plan, opts: IngestOptions, decoder: str) -> list[dict]:
             "frames": opts.frames,
             "decoder": decoder,
             "max_seconds": opts.max_seconds or probe.MAX_SECONDS,
+            "decode_threads": decode_threads(opts.workers),
         }
         for e in p.probe
     ]
 
 
+def decode_threads(workers: int | None) -> int:
+    """Decoder threads per worker: the pool already decodes one clip per core, so FFmpeg's default of one
+    thread per core in every worker would run cores x cores threads (and each one costs address space)."""
+    return max(1, min(4, (os.cpu_count() or 1) // max(1, workers or 1)))
+
+
 def apply(db: sqlite_utils.Database, p: Plan, opts: IngestOptions, decoder: str) -> dict[str, Any]:
     """Write the plan: its refused and revived rows, then each probe result as it comes, then the missing
-    marks. Returns the pool's figures (retried, worker_peak_rss_mib) when it probed anything."""
+    marks. Returns the pool's figures (retried, worker_peak_rss_mib, worker_peak_vm_mib) when it probed anything."""
     writer = _Writer(db)
     for action, row in p.writes:
         writer.add(action, row)
@@ -357,7 +374,11 @@ def apply(db: sqlite_utils.Database, p: Plan, opts: IngestOptions, decoder: str)
                         bar.update()
                         bar.set_postfix(failed=p.counts["failed"], refresh=False)
         finally:
-            figures = {"retried": pool.retried, "worker_peak_rss_mib": pool.peak_rss_mib}
+            figures = {
+                "retried": pool.retried,
+                "worker_peak_rss_mib": pool.peak_rss_mib,
+                "worker_peak_vm_mib": pool.peak_vm_mib,
+            }
             pool.close()
     writer.flush()
     vanished = p.vanished()
@@ -405,7 +426,13 @@ def summary_line(summary: dict) -> str:
         f"ingest: {summary['ok']} ok, {summary['failed']} failed, {summary['skipped']} skipped, "
         f"{summary['moved']} moved, {summary['missing']} missing, {summary.get('retried', 0)} timeouts "
         f"retried ({summary['seen']} files seen, "
-        f"{summary['seconds']:.1f} s, media decoder {summary['decoder']})"
+        f"{summary['seconds']:.1f} s, media decoder {summary['decoder']}"
+        + (
+            f", worker peak {summary['worker_peak_vm_mib']:.0f} MiB of address space"
+            if summary.get("worker_peak_vm_mib")
+            else ""
+        )
+        + ")"
     )
 
 

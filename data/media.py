@@ -73,8 +73,15 @@ def filmstrip_path(sha256: str, num_frames: int) -> str:
 # -- decoders ------------------------------------------------------------------------------------------------
 
 
+def _use_threads(stream, threads: int) -> None:
+    """Frame + slice threads for a PyAV stream: `threads` of them, or FFmpeg's default (one per core) for 0."""
+    stream.thread_type = "AUTO"
+    if threads > 0:
+        stream.codec_context.thread_count = threads
+
+
 def decode_pyav(
-    path: str | Path, indices: Sequence[int], *, threads: bool = True, size: tuple[int, int] | None = None
+    path: str | Path, indices: Sequence[int], *, threads: int = 0, size: tuple[int, int] | None = None
 ) -> list[np.ndarray]:
     """RGB frames at `indices` (sorted, unique), decoding sequentially from the start. With `size` (the
     probed width, height) every decoded frame up to the last sampled one (the last frame) must have it: a
@@ -92,8 +99,7 @@ def decode_pyav(
     try:
         with open_input(path) as container:
             stream = container.streams.video[0]
-            if threads:
-                stream.thread_type = "AUTO"
+            _use_threads(stream, threads)
             for i, frame in enumerate(container.decode(stream)):
                 if size is not None and (frame.width, frame.height) != tuple(size):
                     # break, then raise: raising with a frame-threaded decoder alive hangs the worker (the
@@ -196,16 +202,16 @@ def _to_host(frame) -> np.ndarray:
 
 
 def decode(
-    path: str | Path, indices: Sequence[int], decoder: str, size: tuple[int, int] | None = None
+    path: str | Path, indices: Sequence[int], decoder: str, size: tuple[int, int] | None = None, threads: int = 0
 ) -> tuple[list[np.ndarray], str]:
-    """Frames at `indices` with the resolved decoder; NVDEC failures fall back to PyAV (logged).
-    Returns (frames, backend actually used)."""
+    """Frames at `indices` with the resolved decoder; NVDEC failures fall back to PyAV (logged, with
+    `threads` decoder threads, 0 = one per core). Returns (frames, backend actually used)."""
     if decoder == "nvdec":
         try:
             return decode_nvdec(path, indices), "nvdec"
         except DecodeError as e:
             log.warning("NVDEC failed on %s (%s); decoding with PyAV", path, e)
-    return decode_pyav(path, indices, size=size), "pyav"
+    return decode_pyav(path, indices, size=size, threads=threads), "pyav"
 
 
 # -- images ---------------------------------------------------------------------------------------------------
@@ -246,7 +252,9 @@ def preview_path(sha256: str) -> str:
     return f"previews/{sha256[:2]}/{sha256}.mp4"
 
 
-def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width: int = PREVIEW_WIDTH) -> str:
+def make_preview(
+    path: str | Path, media_dir: str | Path, sha256: str, *, width: int = PREVIEW_WIDTH, threads: int = 0
+) -> str:
     """A browser-playable H.264 copy of a clip the browser cannot play (HEVC), at most `width` px wide, for
     review only: the model always gets the original. Skipped when it exists for this content hash. Returns
     its path relative to media_dir; raises DecodeError if the clip cannot be transcoded."""
@@ -261,6 +269,7 @@ def make_preview(path: str | Path, media_dir: str | Path, sha256: str, *, width:
     try:
         with open_input(path) as src:
             vin = src.streams.video[0]
+            _use_threads(vin, threads)
             w = min(width, vin.codec_context.width or width)
             w -= w % 2
             h = max(2, round((vin.codec_context.height or w) * w / max(1, vin.codec_context.width or w)))
@@ -299,6 +308,7 @@ def make_media(
     num_frames: int,
     decoder: str = "pyav",
     size: tuple[int, int] | None = None,
+    threads: int = 0,
 ) -> dict:
     """Write the thumbnail and filmstrip of one clip (skipped when both exist for this content hash).
 
@@ -312,7 +322,7 @@ def make_media(
         return result
     if not indices:
         raise DecodeError("no frames to sample")
-    frames, backend = decode(path, indices, decoder, size=size)
+    frames, backend = decode(path, indices, decoder, size=size, threads=threads)
     if size is not None and any(f.shape[1::-1] != tuple(size) for f in frames):
         raise DecodeError("resolution changes mid-stream (a sampled frame differs from the stream's size)")
     _save_jpeg(filmstrip_image(frames), media_dir / strip_rel)

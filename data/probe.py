@@ -237,6 +237,7 @@ def probe(path: str | Path, *, max_seconds: float = MAX_SECONDS) -> Probe:
     try:
         with open_input(path) as container:
             stream = container.streams.video[0]
+            stream.codec_context.thread_count = 1  # one frame: threads would only cost (one per core)
             got = next(iter(container.decode(stream)), None)
             if got is None:
                 p.error = "corrupt: no frame could be decoded"

@@ -11,8 +11,10 @@ worker instead of swapping the machine.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
+import os
 import signal
 import time
 from collections import deque
@@ -30,9 +32,23 @@ SECONDS_PER_GIGAPIXEL = 20.0
 MAX_EXTRA_SECONDS = 600.0
 TIMED_OUT = "probe timed out"
 START_ALLOWANCE = 60.0  # a worker process that has not even started its task after this is stuck, not slow
-# Address-space cap of one ingest worker. Python + PyAV + NumPy map ~0.6 GiB before decoding anything and a
+# Address-space cap of one ingest worker. Python + PyAV + NumPy map ~0.3-0.6 GiB before decoding anything and a
 # 4K clip's frame threads need ~0.5 GiB more; a decoder that wants more than this is decoding something hostile.
 WORKER_MEMORY_MIB = 2048
+# A worker's own footprint must not grow with the machine's cores, or the cap above fails every clip on a big
+# node (seen on a 16-core GPU node: NumPy's OpenBLAS started 16 threads and glibc gave each decoding thread its
+# own 64 MiB malloc arena; 2.4 GiB of address space for one 1080p clip, every clip "corrupt"). The pool runs
+# one clip per core already, so each worker's libraries get one thread and two malloc arenas.
+WORKER_ENV = {
+    "MALLOC_ARENA_MAX": "2",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+# what a capped worker's allocation failure reads like (ENOMEM from FFmpeg or NumPy, EAGAIN from a thread
+# start); recorded under OUT_OF_MEMORY, which the next ingest probes again, as it does a timeout
+_RESOURCE_ERRORS = ("annot allocate memory", "Resource temporarily unavailable", "MemoryError")
+OUT_OF_MEMORY = "out of memory in the ingest worker"
 
 
 def extra_seconds(row: dict) -> float:
@@ -64,6 +80,27 @@ def _peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _peak_vm_mib() -> float:
+    """This process's peak address space (VmPeak), what RLIMIT_AS caps; 0 where /proc is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def out_of_memory(error: str, memory_mib: int) -> str:
+    """The reason recorded for a clip whose worker ran out of its capped address space."""
+    error = error.removeprefix("corrupt: ")  # FFmpeg's ENOMEM says nothing about the clip
+    return (
+        f"{OUT_OF_MEMORY} ({error}; workers are capped at {memory_mib} MiB of address space): a hostile stream "
+        "or a machine limit; the next ingest tries it again"
+    )
+
+
 def _worker_main(conn, memory_mib: int, target: Task) -> None:  # pragma: no cover - runs in the child
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when to stop
     _cap_memory(memory_mib)
@@ -89,17 +126,30 @@ def _worker_main(conn, memory_mib: int, target: Task) -> None:  # pragma: no cov
         try:
             result = target(task, lambda info: conn.send({"progress": info}))
         except MemoryError:
-            result = {
-                "rel": task["rel"],
-                "probe_error": f"needs more than the {memory_mib} MiB an ingest worker "
-                "may use (a hostile or absurdly large stream)",
-            }
+            result = {"rel": task["rel"], "probe_error": "MemoryError"}
         except Exception as e:  # an unexpected failure is that clip's reason, not the run's end
             result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
-        if memory_mib and result.get("probe_error") and "annot allocate memory" in str(result["probe_error"]):
-            result["probe_error"] += f" (ingest workers are capped at {memory_mib} MiB)"
-        result["_peak_rss_mib"] = round(_peak_rss_mib(), 1)  # measured, not stored (R10's figure)
+        error = str(result.get("probe_error") or "")
+        if memory_mib and any(r in error for r in _RESOURCE_ERRORS):
+            result["probe_error"] = out_of_memory(error, memory_mib)
+        result["_peak_rss_mib"] = round(_peak_rss_mib(), 1)  # measured, not stored (R10's figures)
+        result["_peak_vm_mib"] = round(_peak_vm_mib(), 1)
         conn.send(result)
+
+
+@contextlib.contextmanager
+def _environment(overrides: dict[str, str]):
+    """os.environ with `overrides` for the duration (a worker process's start), then as it was."""
+    saved = {k: os.environ.get(k) for k in overrides}
+    os.environ.update(overrides)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 class WorkerPool:
@@ -124,6 +174,7 @@ class WorkerPool:
         self.timeout = timeout
         self.memory_mib = memory_mib
         self.peak_rss_mib = 0.0
+        self.peak_vm_mib = 0.0
         self.attempts = max(1, attempts)
         self.target = target
         self.size = max(1, workers)
@@ -136,7 +187,8 @@ class WorkerPool:
     def _spawn(self):
         parent, child = self.ctx.Pipe()
         proc = self.ctx.Process(target=_worker_main, args=(child, self.memory_mib, self.target), daemon=True)
-        proc.start()
+        with _environment(WORKER_ENV):  # a spawned child starts with the environment of this moment
+            proc.start()
         child.close()
         return proc, parent
 
@@ -173,6 +225,7 @@ class WorkerPool:
                     continue
                 self.idle.append((proc, conn))
                 self.peak_rss_mib = max(self.peak_rss_mib, result.pop("_peak_rss_mib", 0.0))
+                self.peak_vm_mib = max(self.peak_vm_mib, result.pop("_peak_vm_mib", 0.0))
                 yield result
             t = time.monotonic()
             for conn, (proc, task, d) in list(self.busy.items()):

@@ -257,7 +257,10 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "bad_at_ingest": len(bad),
             "media_decoders": sorted({str(r["media_decoder"]) for r in good}),
         }
-        assert len(good) >= 200 or REHEARSE
+        report["clips"]["library_errors"] = sorted(
+            {r["probe_error"] for r in bad if r["path"].startswith("library/")}
+        )[:5]  # generated to be good: any reason here is ours or the machine's
+        assert len(good) >= 200 or REHEARSE, report["clips"]["library_errors"]
         assert all(r["filmstrip"] for r in good)
 
         # 4. caption everything through the router with the lead's CLI (the runner's code path)

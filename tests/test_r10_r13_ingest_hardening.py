@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import shutil
 import subprocess
 import sys
 import threading
 
-from data import captions, clipgen, db as dbmod, export, ingest
+from data import captions, clipgen, db as dbmod, export, ingest, worker_pool
 from data.clips import Filter
 from tests.support.webapp_fixtures import LABELS
 
@@ -91,3 +92,49 @@ def test_two_ingests_of_one_root_at_once_end_cleanly(settings, tiny_library):  #
     paths = [r["path"] for r in db.query("SELECT path FROM clips")]
     assert len(paths) == len(set(paths)) == summaries[0]["seen"]
     db.close()
+
+
+def _footprint(task, report):  # runs in a pool worker: what its libraries started there
+    import numpy  # noqa: F401  (OpenBLAS starts its threads on import)
+
+    threads = next(int(ln.split()[1]) for ln in open("/proc/self/status") if ln.startswith("Threads:"))
+    return {"rel": task["rel"], "env": {k: os.environ.get(k) for k in worker_pool.WORKER_ENV}, "threads": threads}
+
+
+def test_a_workers_footprint_does_not_grow_with_the_machines_cores(monkeypatch):
+    """On a 16-core GPU node every clip failed ingest: NumPy's OpenBLAS started 16 threads in each worker and
+    each decoding thread got its own malloc arena, past the worker's address-space cap. A worker's libraries
+    get one thread whatever the parent's environment says (here: what OpenBLAS would take on 16 cores)."""
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "16")
+    monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
+    pool = worker_pool.WorkerPool(1, 60, ingest.WORKER_MEMORY_MIB, target=_footprint)
+    try:
+        (result,) = list(pool.run(iter([{"rel": "x"}])))
+    finally:
+        pool.close()
+    assert result["env"] == worker_pool.WORKER_ENV
+    assert result["threads"] <= 2, result  # the main thread (and at most one helper), not 16
+    assert os.environ["OPENBLAS_NUM_THREADS"] == "16" and "MALLOC_ARENA_MAX" not in os.environ  # parent as it was
+
+
+def test_a_1080p_clip_leaves_the_worker_most_of_its_cap(settings, db, monkeypatch):
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "16")
+    root = settings.clip_root
+    root.mkdir(parents=True)
+    clipgen.tiny_clip(root / "hd.mp4", width=1920, height=1088, frames=12, step=10)
+    summary = ingest.ingest(settings, db=db, workers=1, decoder="pyav", memory_mib=ingest.WORKER_MEMORY_MIB)
+    print(f"ingest worker peak address space, one 1080p clip: {summary['worker_peak_vm_mib']:.0f} MiB")
+    assert db.execute("SELECT probe_error FROM clips").fetchone()[0] is None
+    assert 0 < summary["worker_peak_vm_mib"] < ingest.WORKER_MEMORY_MIB / 2
+
+
+def test_a_worker_out_of_memory_is_said_so_and_the_next_ingest_tries_again(settings, db):
+    """Not "corrupt": the clip may be fine and the cap too tight for this machine."""
+    root = settings.clip_root
+    root.mkdir(parents=True)
+    clipgen.tiny_clip(root / "hd.mp4", width=1920, height=1088, frames=12, step=10)
+    ingest.ingest(settings, db=db, workers=1, decoder="pyav", memory_mib=400)  # too little to decode 1080p
+    error = db.execute("SELECT probe_error FROM clips").fetchone()[0]
+    assert error.startswith(worker_pool.OUT_OF_MEMORY) and "400 MiB" in error and "corrupt" not in error, error
+    summary = ingest.ingest(settings, db=db, workers=1, decoder="pyav")
+    assert summary["failed"] == 0 and db.execute("SELECT probe_error FROM clips").fetchone()[0] is None
