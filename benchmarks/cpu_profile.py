@@ -2,14 +2,16 @@
 
 Runs beside a GPU test or a node run (benchmarks/gpu_session.sh starts it) until SIGTERM/SIGINT, then writes
 one JSON report:
-- `busy`: the samples where the machine had more than --busy-cores cores busy (the captioning, not the start);
-- `by_role`: CPU seconds per role over those samples (vLLM API server, engine core, the router, our runner,
+- the phase: the samples while a process of --phase-role is alive (default: our runner or the caption CLI,
+  so the captioning and not the fleet's start; with none, the samples with more than --busy-cores busy);
+- `by_role`: CPU seconds per role over the phase (engine core, vLLM API servers, the router, our runner,
   ingest, the test itself, other), and the cores each kept busy;
-- `threads`: per role, the thread names (Linux `comm`: torch's intra-op pool, tokenizer threads, uvloop ...)
-  that used the most CPU;
+- `threads`: per role, the threads (Linux `comm` and id: vLLM's renamed processes name every thread alike)
+  that used the most CPU, and how many threads kept at least a tenth of a core busy;
 - `pyspy`: with py-spy on the PATH (or under /tmp/site/bin), one `py-spy record` of --pyspy-seconds on each of
-  the --pyspy-top busiest Python processes, taken once, while the machine is busy (raw collapsed stacks, then a
-  summary of the functions that were on the stack most often, own frames and leaf frames).
+  the --pyspy-top busiest Python processes, taken once, --pyspy-after samples into the phase (raw collapsed
+  stacks, with native frames unless --no-native, then a summary: the leaf frames and the functions most often
+  anywhere on the stack).
 
     python benchmarks/cpu_profile.py --out OUT/cpu-profile.json [--interval 2] [--busy-cores 4]
 
@@ -32,11 +34,13 @@ from pathlib import Path
 import psutil
 
 ROLES = (
-    # (role, a test on the command line), first match wins
-    ("engine core", lambda cmd, name: "EngineCore" in name or "EngineCore" in cmd),
-    ("vllm api server", lambda cmd, name: "vllm" in cmd and ("serve" in cmd or "api_server" in cmd)),
-    ("vllm other", lambda cmd, name: "vllm" in cmd or name.startswith("VLLM")),
+    # (role, a test on the process name and command line), first match wins; vLLM renames its processes
+    # (VLLM::EngineCore, VLLM::APIServer: `comm` keeps the first 15 characters)
+    ("engine core", lambda cmd, name: "EngineCor" in name or "EngineCore" in cmd),
+    ("vllm api server", lambda cmd, name: "APIServer" in name or "APIServer" in cmd),
+    ("vllm main", lambda cmd, name: "vllm" in cmd and ("serve" in cmd or "api_server" in cmd)),
     ("router", lambda cmd, name: "vllm_router" in cmd or "vllm-router" in cmd or "router" in name),
+    ("vllm other", lambda cmd, name: "vllm" in cmd or name.startswith("VLLM")),
     ("runner / caption cli", lambda cmd, name: "serving.runner" in cmd or "serving.caption" in cmd),
     ("ingest", lambda cmd, name: "data.ingest" in cmd),
     ("clip generation", lambda cmd, name: "data.demo" in cmd or "ffmpeg" in name),
@@ -113,6 +117,43 @@ def summarize_raw(path: Path, top: int = 25) -> dict:
     return {"samples": total, "leaf": share(leaf), "inclusive": share(incl)}
 
 
+def _pyspy(per_proc: list, dt: float, args) -> list[dict]:
+    """One py-spy record of the busiest Python processes (vLLM's included), side by side; their summaries."""
+    spy = pyspy_binary()
+    top = [
+        x
+        for x in sorted(per_proc, key=lambda x: -x[0])
+        if x[0] / dt >= 0.2  # a process that is not working has nothing to show
+        and ("python" in (x[2]["name"] + x[2]["cmd"]).lower() or x[2]["role"] in ("engine core", "vllm api server"))
+    ][: args.pyspy_top]
+    runs = []
+    for d, pid, p in top:
+        raw = args.out.parent / f"pyspy-{pid}.txt"
+        cmd = [spy, "record", "--pid", str(pid), "--duration", str(int(args.pyspy_seconds)), "--rate", "50"]
+        cmd += ["--format", "raw", "--output", str(raw), "--threads"]
+        cmd += ["--nonblocking"] if args.no_native else ["--native"]  # native frames need the process paused
+        runs.append((pid, p, raw, d / dt, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)))
+    out = []
+    for pid, p, raw, cores_then, proc in runs:
+        try:
+            log = proc.communicate(timeout=args.pyspy_seconds + 60)[0].decode(errors="replace")[-600:]
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            log = "py-spy did not finish"
+        out.append(
+            {
+                "pid": pid,
+                "role": p["role"],
+                "name": p["name"],
+                "cmd": p["cmd"][:200],
+                "cores_then": round(cores_then, 2),
+                "log": log,
+                "summary": summarize_raw(raw),
+            }
+        )
+    return out
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, required=True)
@@ -120,7 +161,9 @@ def main(argv=None) -> int:
     ap.add_argument("--busy-cores", type=float, default=4.0, help="a sample counts as busy above this many cores")
     ap.add_argument("--pyspy-top", type=int, default=4)
     ap.add_argument("--pyspy-seconds", type=float, default=12.0)
-    ap.add_argument("--pyspy-after", type=int, default=3, help="busy samples in a row before py-spy records")
+    ap.add_argument("--pyspy-after", type=int, default=3, help="samples into the phase before py-spy records")
+    ap.add_argument("--phase-role", default="runner / caption cli", help="the phase: while this role runs")
+    ap.add_argument("--no-native", action="store_true", help="py-spy without native (C/C++) frames")
     args = ap.parse_args(argv)
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -129,10 +172,10 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
     by_role = collections.defaultdict(float)
-    threads = collections.defaultdict(collections.Counter)
-    busy_s, samples, busy_run, pyspy_done, pyspy_report = 0.0, [], 0, False, []
+    threads = collections.defaultdict(collections.Counter)  # role -> (comm, tid) -> cpu s
+    busy_by_role = collections.defaultdict(float)
+    phase_s, busy_s, samples, phase_run, pyspy_report = 0.0, 0.0, [], 0, None
     prev, t_prev = sample(), time.monotonic()
-    ncpu = psutil.cpu_count()
     while not stop.wait(args.interval):
         cur, t = sample(), time.monotonic()
         dt = t - t_prev
@@ -141,9 +184,7 @@ def main(argv=None) -> int:
         per_proc = []
         for pid, p in cur.items():
             q = prev.get(pid)
-            if pid == os.getpid():
-                continue
-            if q is None or q["cmd"] != p["cmd"]:
+            if pid == os.getpid() or q is None or q["cmd"] != p["cmd"]:
                 continue
             d = max(0.0, p["cpu"] - q["cpu"])
             roles[p["role"]] += d
@@ -151,92 +192,53 @@ def main(argv=None) -> int:
             for tid, (tname, tcpu) in p["threads"].items():
                 old = q["threads"].get(tid)
                 if old:
-                    role_threads[p["role"]][tname] += max(0.0, tcpu - old[1])
+                    role_threads[p["role"]][f"{tname} ({tid})"] += max(0.0, tcpu - old[1])
         cores = sum(roles.values()) / dt
+        in_phase = any(p["role"] == args.phase_role for p in cur.values())
         busy = cores > args.busy_cores
         samples.append(
-            {
-                "t": round(t, 1),
-                "cores": round(cores, 2),
-                "busy": busy,
-                **{k: round(v / dt, 2) for k, v in roles.items()},
-            }
+            {"t": round(t, 1), "cores": round(cores, 2), "phase": in_phase, "busy": busy}
+            | {k: round(v / dt, 2) for k, v in roles.items()}
         )
         if busy:
             busy_s += dt
             for k, v in roles.items():
+                busy_by_role[k] += v
+        if in_phase:
+            phase_s += dt
+            for k, v in roles.items():
                 by_role[k] += v
             for k, c in role_threads.items():
                 threads[k].update(c)
-            busy_run += 1
-        else:
-            busy_run = 0
-        spy = pyspy_binary()
-        if spy and not pyspy_done and busy_run >= args.pyspy_after:
-            pyspy_done = True
-            top = [
-                x
-                for x in sorted(per_proc, key=lambda x: -x[0])
-                if "python" in (x[2]["name"] + x[2]["cmd"]).lower()
-                or x[2]["role"] in ("engine core", "vllm api server", "vllm other")
-            ][: args.pyspy_top]
-            runs = []
-            for d, pid, p in top:
-                raw = args.out.parent / f"pyspy-{pid}.txt"
-                cmd = [
-                    spy,
-                    "record",
-                    "--pid",
-                    str(pid),
-                    "--duration",
-                    str(int(args.pyspy_seconds)),
-                    "--rate",
-                    "50",
-                    "--format",
-                    "raw",
-                    "--output",
-                    str(raw),
-                    "--nonblocking",
-                    "--threads",
-                ]
-                runs.append(
-                    (pid, p, raw, d / dt, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-                )
-            for pid, p, raw, cores_then, proc in runs:
-                try:
-                    log = proc.communicate(timeout=args.pyspy_seconds + 60)[0].decode(errors="replace")[-600:]
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    log = "py-spy did not finish"
-                pyspy_report.append(
-                    {
-                        "pid": pid,
-                        "role": p["role"],
-                        "name": p["name"],
-                        "cmd": p["cmd"][:200],
-                        "cores_then": round(cores_then, 2),
-                        "log": log,
-                        "summary": summarize_raw(raw),
-                    }
-                )
+        phase_run = phase_run + 1 if in_phase else 0
+        if pyspy_report is None and phase_run >= args.pyspy_after and pyspy_binary():
+            pyspy_report = _pyspy(per_proc, dt, args)
         prev, t_prev = cur, t
 
+    if not phase_s:  # no process of the phase role ran: report the busy samples instead
+        by_role, phase_s = busy_by_role, busy_s
     report = {
-        "cpus": ncpu,
+        "cpus": psutil.cpu_count(),
         "interval_s": args.interval,
-        "busy_cores_threshold": args.busy_cores,
-        "busy_s": round(busy_s, 1),
+        "phase": args.phase_role if threads else f"busy (> {args.busy_cores} cores)",
+        "phase_s": round(phase_s, 1),
         "by_role": {
-            k: {"cpu_s": round(v, 1), "cores": round(v / max(busy_s, 1e-9), 2)}
+            k: {"cpu_s": round(v, 1), "cores": round(v / max(phase_s, 1e-9), 2)}
             for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
         },
-        "threads": {k: [[n, round(v, 1)] for n, v in c.most_common(12)] for k, c in threads.items()},
-        "pyspy": pyspy_report if pyspy_report else ("py-spy not found" if not pyspy_binary() else "machine never busy"),
+        "threads": {
+            k: {
+                "busy_threads": sum(1 for v in c.values() if v / max(phase_s, 1e-9) >= 0.1),
+                "top": [[n, round(v / max(phase_s, 1e-9), 2)] for n, v in c.most_common(12)],
+            }
+            for k, c in threads.items()
+        },
+        "pyspy": pyspy_report or ("py-spy not found" if not pyspy_binary() else "the phase never lasted long enough"),
         "samples": samples,
     }
     args.out.write_text(json.dumps(report, indent=1))
     print(
-        f"cpu profile: {busy_s:.0f} s busy; "
+        f"cpu profile: {phase_s:.0f} s of {report['phase']}; "
         + ", ".join(f"{k} {v['cores']} cores" for k, v in report["by_role"].items())
     )
     return 0
