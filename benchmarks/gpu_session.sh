@@ -6,8 +6,9 @@
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
 #   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
 #             router), extra replica flags in VLLM_ARGS, CAPTION_CHARS bounds the caption (random weights fill
-#             it), a CPU profile beside it (benchmarks/cpu_profile.py); clips are generated into /tmp/gpuclips by the first run
-#             (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json, logs)
+#             it), a CPU profile beside it (benchmarks/cpu_profile.py); clips are generated into /tmp/gpuclips by
+#             the first run (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json,
+#             cpu-profile.json, logs)
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
 #   node S .. a stage of benchmarks/node_run.py (clips, launch, gputest, scaling, kill, report, all) with the dummy

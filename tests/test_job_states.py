@@ -96,7 +96,7 @@ def test_cancel_stops_new_captions_within_2s_and_aborts_in_flight(fsettings, db,
         jobs.change_state(db, job_id, "cancel", "lead")
         # when the cancel took effect: the time its transaction recorded, once it held the write lock. A clock read
         # before the call is earlier by however long the runner's write held the lock, and a caption committed in
-        # that gap was made before the cancel (seen once on a loaded CI run)
+        # that gap was made before the cancel (seen once in a CI rehearsal, Python 3.12)
         t_cancel = jobs.get(db, job_id)["finished_at"]
         time.sleep(3.0)
         late = [t for t in model_captions(db, job_id) if t > t_cancel]
