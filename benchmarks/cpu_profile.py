@@ -92,7 +92,37 @@ def sample() -> dict:
 
 
 def pyspy_binary() -> str | None:
-    return shutil.which("py-spy") or next((str(p) for p in (Path("/tmp/site/bin/py-spy"),) if p.exists()), None)
+    """py-spy on the PATH, or where gpu_session.sh's setup installs the carried wheel."""
+    found = shutil.which("py-spy")
+    return found or ("/tmp/site/bin/py-spy" if Path("/tmp/site/bin/py-spy").exists() else None)
+
+
+class Tally:
+    """CPU seconds per role and per thread over the samples added to it, and their length."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.roles: collections.Counter = collections.Counter()
+        self.threads: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
+
+    def add(self, dt: float, roles: dict, threads: dict) -> None:
+        self.seconds += dt
+        self.roles.update(roles)
+        for role, c in threads.items():
+            self.threads[role].update(c)
+
+    def report(self) -> dict:
+        per = max(self.seconds, 1e-9)
+        return {
+            "by_role": {k: {"cpu_s": round(v, 1), "cores": round(v / per, 2)} for k, v in self.roles.most_common()},
+            "threads": {
+                k: {
+                    "busy_threads": sum(1 for v in c.values() if v / per >= 0.1),
+                    "top": [[n, round(v / per, 2)] for n, v in c.most_common(12)],
+                }
+                for k, c in self.threads.items()
+            },
+        }
 
 
 def summarize_raw(path: Path, top: int = 25) -> dict:
@@ -117,9 +147,8 @@ def summarize_raw(path: Path, top: int = 25) -> dict:
     return {"samples": total, "leaf": share(leaf), "inclusive": share(incl)}
 
 
-def _pyspy(per_proc: list, dt: float, args) -> list[dict]:
+def _pyspy(spy: str, per_proc: list, dt: float, args) -> list[dict]:
     """One py-spy record of the busiest Python processes (vLLM's included), side by side; their summaries."""
-    spy = pyspy_binary()
     top = [
         x
         for x in sorted(per_proc, key=lambda x: -x[0])
@@ -171,15 +200,14 @@ def main(argv=None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
 
-    by_role = collections.defaultdict(float)
-    threads = collections.defaultdict(collections.Counter)  # role -> (comm, tid) -> cpu s
-    busy_by_role = collections.defaultdict(float)
-    phase_s, busy_s, samples, phase_run, pyspy_report = 0.0, 0.0, [], 0, None
+    phase, busy_tally = Tally(), Tally()
+    spy = pyspy_binary()
+    samples, phase_run, pyspy_report = [], 0, None
     prev, t_prev = sample(), time.monotonic()
     while not stop.wait(args.interval):
         cur, t = sample(), time.monotonic()
         dt = t - t_prev
-        roles = collections.defaultdict(float)
+        roles = collections.Counter()
         role_threads = collections.defaultdict(collections.Counter)
         per_proc = []
         for pid, p in cur.items():
@@ -201,44 +229,30 @@ def main(argv=None) -> int:
             | {k: round(v / dt, 2) for k, v in roles.items()}
         )
         if busy:
-            busy_s += dt
-            for k, v in roles.items():
-                busy_by_role[k] += v
+            busy_tally.add(dt, roles, role_threads)
         if in_phase:
-            phase_s += dt
-            for k, v in roles.items():
-                by_role[k] += v
-            for k, c in role_threads.items():
-                threads[k].update(c)
+            phase.add(dt, roles, role_threads)
         phase_run = phase_run + 1 if in_phase else 0
-        if pyspy_report is None and phase_run >= args.pyspy_after and pyspy_binary():
-            pyspy_report = _pyspy(per_proc, dt, args)
+        if spy and pyspy_report is None and phase_run >= args.pyspy_after:
+            pyspy_report = _pyspy(spy, per_proc, dt, args)
         prev, t_prev = cur, t
 
-    if not phase_s:  # no process of the phase role ran: report the busy samples instead
-        by_role, phase_s = busy_by_role, busy_s
+    # with no process of the phase role, the busy samples stand in for it
+    tally, label = (phase, args.phase_role) if phase.seconds else (busy_tally, f"busy (> {args.busy_cores} cores)")
+    if pyspy_report is None:
+        pyspy_report = "py-spy not found" if not spy else "the phase never lasted long enough"
     report = {
         "cpus": psutil.cpu_count(),
         "interval_s": args.interval,
-        "phase": args.phase_role if threads else f"busy (> {args.busy_cores} cores)",
-        "phase_s": round(phase_s, 1),
-        "by_role": {
-            k: {"cpu_s": round(v, 1), "cores": round(v / max(phase_s, 1e-9), 2)}
-            for k, v in sorted(by_role.items(), key=lambda kv: -kv[1])
-        },
-        "threads": {
-            k: {
-                "busy_threads": sum(1 for v in c.values() if v / max(phase_s, 1e-9) >= 0.1),
-                "top": [[n, round(v / max(phase_s, 1e-9), 2)] for n, v in c.most_common(12)],
-            }
-            for k, c in threads.items()
-        },
-        "pyspy": pyspy_report or ("py-spy not found" if not pyspy_binary() else "the phase never lasted long enough"),
+        "phase": label,
+        "phase_s": round(tally.seconds, 1),
+        **tally.report(),
+        "pyspy": pyspy_report,
         "samples": samples,
     }
     args.out.write_text(json.dumps(report, indent=1))
     print(
-        f"cpu profile: {phase_s:.0f} s of {report['phase']}; "
+        f"cpu profile: {tally.seconds:.0f} s of {label}; "
         + ", ".join(f"{k} {v['cores']} cores" for k, v in report["by_role"].items())
     )
     return 0

@@ -332,6 +332,7 @@ def _progress_bar(show: bool, total: int):
 def _probe_tasks(p: Plan, opts: IngestOptions, decoder: str) -> list[dict]:
     from data import probe
 
+    threads = decode_threads(opts.workers)
     return [
         {
             "rel": e.rel,
@@ -341,7 +342,7 @@ def _probe_tasks(p: Plan, opts: IngestOptions, decoder: str) -> list[dict]:
             "frames": opts.frames,
             "decoder": decoder,
             "max_seconds": opts.max_seconds or probe.MAX_SECONDS,
-            "decode_threads": decode_threads(opts.workers),
+            "decode_threads": threads,
         }
         for e in p.probe
     ]
