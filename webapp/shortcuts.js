@@ -90,12 +90,10 @@
     const want = urlFor(q.get("clip"), filter, sort);
     if (want !== location.pathname + location.search) history.replaceState(history.state, "", want);
   };
-  let pending = false;
-  new MutationObserver(() => {
-    if (pending) return;
-    pending = true;
-    requestAnimationFrame(() => { pending = false; sync(); });
-  }).observe(document.documentElement, {childList: true, subtree: true, attributes: true,
+  // In the observer itself (a microtask after the DOM change, before anything can read the page), not an
+  // animation frame later: until that frame the address bar still named the previous clip, and a tab in the
+  // background gets no frames at all.
+  new MutationObserver(sync).observe(document.documentElement, {childList: true, subtree: true, attributes: true,
                                          attributeFilter: ["data-clip", "data-loaded", "data-filter"]});
   window.addEventListener("popstate", () => {
     const clip = new URLSearchParams(location.search).get("clip");
