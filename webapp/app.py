@@ -39,7 +39,9 @@ HELP = """
 <tr><td><kbd>←</kbd> / <kbd>→</kbd></td><td>one frame back / forward</td></tr>
 <tr><td><kbd>shift</kbd>+<kbd>←</kbd> / <kbd>→</kbd></td><td>one second back / forward</td></tr>
 <tr><td><kbd>c</kbd></td><td>edit the caption (<kbd>Esc</kbd> leaves it)</td></tr>
-<tr><td><kbd>1</kbd>…<kbd>7</kbd></td><td>pick a label (type to filter, <kbd>Enter</kbd>, <kbd>Esc</kbd>)</td></tr>
+<tr><td><kbd>1</kbd>…<kbd>7</kbd></td><td>fix a label: type its first letters or its number, <kbd>Enter</kbd>
+(<kbd>Esc</kbd> cancels; road users: <kbd>shift</kbd>+<kbd>Enter</kbd> adds and stays open,
+<kbd>Delete</kbd> removes)</td></tr>
 <tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
 <tr><td><kbd>/</kbd></td><td>search</td></tr>
 <tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
@@ -48,7 +50,8 @@ HELP = """
 
 
 def head_html() -> str:
-    return "<script>\n" + (HERE / "shortcuts.js").read_text() + "\n</script>"
+    """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys."""
+    return "".join(f"<script>\n{(HERE / name).read_text()}\n</script>" for name in ("picker.js", "shortcuts.js"))
 
 
 class Workbench:

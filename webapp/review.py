@@ -27,6 +27,7 @@ from data.job_params import JobParams
 from webapp import render
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
+from webapp.picker import label_picker
 from webapp.review_form import LABELS, ReviewForm
 
 
@@ -41,7 +42,9 @@ class ReviewTab:
             "Browse.</p>",
             elem_id="review-header",
         )
-        with gr.Row(equal_height=False):
+        # at 1366x768 the header, the player, the caption, the decision buttons and every label fit on one screen
+        # (webapp/static/app.css): nothing in this block changes height from clip to clip
+        with gr.Row(equal_height=False, elem_classes="cw-review"):
             with gr.Column(scale=3, min_width=420):
                 self.player = gr.HTML("", elem_id="player")
                 self.filmstrip = gr.HTML("", elem_id="filmstrip")
@@ -54,25 +57,17 @@ class ReviewTab:
                 self.reload_btn = gr.Button(
                     "Reload the current version", elem_id="btn-reload", visible=False, variant="secondary", size="sm"
                 )
+                # a fixed height: a long caption scrolls inside the box instead of pushing the buttons and labels down
                 self.text = gr.Textbox(
-                    label="Caption (c to edit, Esc to leave)", lines=5, max_lines=12, elem_id="caption-text"
+                    label="Caption (c to edit, Esc to leave)", lines=7, max_lines=7, elem_id="caption-text"
                 )
                 with gr.Row(elem_classes="cw-actions"):
                     self.save_btn = gr.Button("Save (ctrl+s)", elem_id="btn-save", variant="primary", size="sm")
                     self.approve_btn = gr.Button("Approve + next (a)", elem_id="btn-approve", size="sm")
                     self.reject_btn = gr.Button("Reject + next (r)", elem_id="btn-reject", variant="stop", size="sm")
-                self.labels = {}
+                # the labels: keys 1-7 open them (webapp/picker.py says what Enter takes)
                 with gr.Row(elem_classes="cw-labels"):
-                    for i, name in enumerate(LABELS, 1):
-                        multi = name in taxonomy.MULTI
-                        self.labels[name] = gr.Dropdown(
-                            list(taxonomy.ENUMS[name]),
-                            value=[] if multi else None,
-                            multiselect=multi,
-                            label=f"{i} {name.replace('_', ' ')}",
-                            elem_id=f"label-{name}",
-                            min_width=120,
-                        )
+                    self.labels = {name: label_picker(name, i) for i, name in enumerate(LABELS, 1)}
         with gr.Row():
             self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
             self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)

@@ -4,12 +4,11 @@
 // The URL carries the filter and the clip (?f=...&clip=ID): opening a clip pushes a history entry, so the
 // browser's Back and Forward move between clips (through the server's goto, which saves an edit first) and a
 // link opens the same view. Leaving the page with an unsaved edit asks first (beforeunload).
+// The label fields are webapp/picker.js's (keys 1-7 open them).
 // No timers: everything here runs on an event (a key, a click, a DOM change, a history step).
 (() => {
   if (window.__cwShortcuts) return;
   window.__cwShortcuts = true;
-  const LABELS = ["scenario_category", "hazard_level", "road_users", "ego_maneuver", "weather", "lighting",
-                  "road_type"];
   const $ = (sel) => document.querySelector(sel);
   const typing = (el) => {
     if (!el) return false;
@@ -45,14 +44,11 @@
   // ---- unsaved edits ------------------------------------------------------------------------------------
   let dirty = false;
   let loaded = null;
-  const markDirty = (ev) => {
-    if (ev.target.closest && ev.target.closest("#caption-text, .cw-labels")) dirty = true;
-  };
-  document.addEventListener("input", markDirty, true);
-  document.addEventListener("mousedown", (ev) => {
-    if (ev.target.closest && ev.target.closest(".cw-labels li, .cw-labels .token-remove, .cw-labels .remove-all"))
-      dirty = true;
+  document.addEventListener("input", (ev) => {
+    if (ev.target.closest && ev.target.closest("#caption-text")) dirty = true;
   }, true);
+  // a label counts once a value is taken, not while text is typed into its field
+  document.addEventListener("cw-label-change", () => { dirty = true; });
   window.cwUnsaved = () => dirty;  // for the browser tests and anyone curious
   window.addEventListener("beforeunload", (ev) => {
     if (!dirty) return undefined;
@@ -71,6 +67,17 @@
     return location.pathname + (s ? "?" + s : "");
   };
   let seenClip = null;  // the clip the page last showed: a history entry is pushed when it changes
+  // A new clip opens with its header and player in view, whatever was scrolled before (a long history read, a
+  // small window); the page is only moved when one of them is out of view.
+  const showClip = () => {
+    const header = $("#clip-header");
+    const player = $("#player");
+    if (!header || !player || !reviewShown() || window.scrollY === 0) return;
+    const h = header.getBoundingClientRect();
+    const p = player.getBoundingClientRect();
+    if (h.top < 0 || (p.bottom > window.innerHeight && p.bottom - h.top <= window.innerHeight))
+      window.scrollTo({top: 0, behavior: "instant"});
+  };
   const sync = () => {
     const header = $("#clip-header");
     const state = $("#browse-state");
@@ -80,10 +87,13 @@
     if (header && header.dataset.loaded !== loaded) {
       loaded = header.dataset.loaded;
       dirty = false;  // the form was just (re)filled from, or saved to, the server
+      window.cwPicker?.resetAll();  // no list or typed text of the old form stays on show
     }
     const clip = header ? header.dataset.clip : null;
     if (clip && clip !== seenClip) {
       seenClip = clip;
+      showClip();
+      requestAnimationFrame(showClip);  // again once the tab and the player are laid out
       // a new clip on screen (not one the URL already names, as after Back): a new history entry
       if (clip !== q.get("clip")) { history.pushState({clip}, "", urlFor(clip, filter, sort)); return; }
     }
@@ -111,58 +121,17 @@
     requestAnimationFrame(() => requestAnimationFrame(() => click("btn-nav")));
   });
 
-  // Gradio's multiselect removes a value when its name is typed again and Enter pressed (issue 10: a label
-  // silently vanished). Typing a value already chosen keeps it: the typed text is just cleared.
-  document.addEventListener("keydown", (ev) => {
-    if (ev.key !== "Enter" || !ev.target || ev.target.tagName !== "INPUT") return;
-    const field = ev.target.closest(".cw-labels [id^='label-']");
-    const typed = ev.target.value.trim().toLowerCase();
-    if (!field || !typed) return;
-    const chosen = [...field.querySelectorAll(".token")].map((t) => t.textContent.trim().toLowerCase());
-    if (!chosen.includes(typed)) return;
+  // Every way of leaving the clip saves the form first; text typed into a label field and not yet taken is
+  // settled before that (taken if it names one option; if not, the click is refused and the field says why).
+  document.addEventListener("click", (ev) => {
+    const leaving = ev.target.closest &&
+      ev.target.closest("#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed");
+    if (!leaving || !window.cwPicker || window.cwPicker.settleAll()) return;
     ev.preventDefault();
     ev.stopImmediatePropagation();
-    ev.target.value = "";
-    ev.target.dispatchEvent(new Event("input", {bubbles: true}));
-  }, true);
-
-  // Enter in a single-choice label picks the highlighted option the way a click does, at once. Gradio's own
-  // Enter commits later, and an Esc pressed right after it (the 5-key "fix a label" sequence) reverted the
-  // pick: the label looked changed but the old value was saved.
-  // The highlighted option is taken only if it matches what was typed (Gradio keeps the highlight as an index into
-  // the unfiltered choices, so it can name an option that is filtered out or another one). Otherwise Enter picks
-  // the best match in the list shown: the same text, then the first starting with it, then one containing it.
-  const optionFor = (input) => {
-    const typed = input.value.trim().toLowerCase();
-    const text = (o) => (o.getAttribute("aria-label") || o.textContent.replace("✓", "")).trim().toLowerCase();
-    const id = input.getAttribute("aria-activedescendant");
-    const active = id && document.getElementById(id);
-    if (active && (!typed || text(active).includes(typed))) return active;
-    const list = document.getElementById(input.getAttribute("aria-controls") || "");
-    const options = list ? [...list.querySelectorAll("li[role=option]")] : [];
-    return options.find((o) => text(o) === typed) || options.find((o) => text(o).startsWith(typed))
-      || options.find((o) => text(o).includes(typed)) || null;
-  };
-  document.addEventListener("keydown", (ev) => {
-    if (ev.key !== "Enter" || !ev.target || ev.target.tagName !== "INPUT") return;
-    const field = ev.target.closest(".cw-labels [id^='label-']");
-    if (!field || field.id === "label-road_users") return;
-    const option = optionFor(ev.target);
-    if (!option) return;
-    ev.preventDefault();
-    ev.stopImmediatePropagation();
-    option.dispatchEvent(new MouseEvent("mousedown", {bubbles: true, cancelable: true}));
   }, true);
 
   // ---- keys -------------------------------------------------------------------------------------------------
-  const focusLabel = (n) => {
-    const box = document.querySelector(`#label-${LABELS[n]} input`);
-    if (!box || !visible(box)) return false;
-    box.focus();
-    box.click();
-    box.select();  // typing replaces the shown value and filters the list; Enter picks the first match
-    return true;
-  };
   document.addEventListener("keydown", (ev) => {
     if ((ev.ctrlKey || ev.metaKey) && !ev.altKey && (ev.key === "s" || ev.key === "S")) {
       if (click("btn-save")) ev.preventDefault();
@@ -219,7 +188,7 @@
         break;
       }
       default:
-        if (/^[1-7]$/.test(ev.key) && reviewShown()) done = focusLabel(parseInt(ev.key, 10) - 1);
+        if (/^[1-9]$/.test(ev.key) && reviewShown()) done = !!window.cwPicker?.openKey(ev.key);
     }
     if (done) ev.preventDefault();
   });
