@@ -49,6 +49,11 @@ HELP = """
 """
 
 
+def tab_heading(text: str) -> None:
+    """A tab's h2, for the page's heading structure: read by screen readers, not drawn (the tab button is)."""
+    gr.HTML(f'<h2 class="cw-sr-only">{render.esc(text)}</h2>', elem_classes="cw-sr-only", padding=False)
+
+
 def head_html() -> str:
     """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys."""
     return "".join(f"<script>\n{(HERE / name).read_text()}\n</script>" for name in ("picker.js", "shortcuts.js"))
@@ -71,13 +76,18 @@ class Workbench:
             self.filter_state = gr.State({})
             self.sort_state = gr.State("newest")
             with gr.Tabs(selected="browse", elem_id="tabs") as self.tabs:
+                # each tab opens with its h2 (the tab's button shows the name; the heading is for screen readers'
+                # heading list), except Review, whose clip header is its h2
                 with gr.Tab("Browse", id="browse", elem_id="tab-browse") as self.tab_browse:
+                    tab_heading("Browse clips")
                     self.browse.render()
                 with gr.Tab("Review", id="review", elem_id="tab-review") as self.tab_review:
                     self.review.render()
                 with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs") as self.tab_jobs:
+                    tab_heading("Jobs")
                     self.jobs.render()
                 with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet") as self.tab_fleet:
+                    tab_heading("Fleet")
                     self.fleet.render()
             gr.HTML(HELP, elem_id="help-panel")
             self.browse.wire(self.filter_state, self.sort_state)
@@ -106,8 +116,9 @@ class Workbench:
             else " · login is off (local use only)"
         )
         return (
+            '<div class="cw-topbar"><h1 class="cw-title">Clip captioning workbench</h1>'
             f'<div class="cw-userline">Signed in as <b id="whoami">{render.esc(user.name)}</b> '
-            f"({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div>"
+            f"({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div></div>"
         )
 
     def on_load(self, request: gr.Request):
@@ -122,13 +133,10 @@ class Workbench:
         out.update(b.set_inputs(values, sort, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
-        clip = params.get("clip")
-        if clip and str(clip).isdigit():
-            try:
-                out.update(self.review.view(int(clip), request))
-                out[self.tabs] = gr.Tabs(selected="review")
-            except gr.Error as e:
-                out[self.review.msg] = render.message(str(e.message), "error")
+        clip = str(params.get("clip") or "").strip()
+        if clip:  # the clip, or Review saying why there is none (never a silent Browse)
+            out.update(self.review.open_link(clip, request))
+            out[self.tabs] = gr.Tabs(selected="review")
         return out
 
     def open_tile(self, evt: gr.EventData, request: gr.Request, *values):

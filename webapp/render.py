@@ -71,9 +71,10 @@ def _fps(clip: dict) -> float:
 
 
 def player(clip: dict) -> str:
-    """The clip's video (data-fps lets the page script step one frame with the arrow keys)."""
+    """The clip's video (data-fps lets the page script step one frame with the arrow keys), named for assistive
+    technology by its clip number and path."""
     cid = int(clip["id"])
-    fps = f'data-fps="{_fps(clip):.3f}"'
+    fps = f'data-fps="{_fps(clip):.3f}" aria-label="clip #{cid}: {esc(clip.get("path"))}"'
     if clip.get("probe_error"):
         return (
             f'<div class="cw-notice cw-error">This clip failed at ingest: {esc(clip["probe_error"])}. '
@@ -138,6 +139,23 @@ def filmstrip(clip: dict) -> str:
     )
 
 
+def no_clip(raw: str | None = None) -> str:
+    """The Review header with no clip open; `raw`: the `?clip=` of a link that names no clip, said so plainly."""
+    how = (
+        "Press <kbd>n</kbd> (or the button) for the next unreviewed clip of the Browse filter, or open one from Browse."
+    )
+    if raw is None:
+        return f'<h2 class="cw-sr-only">Review</h2><p class="cw-muted" id="review-empty">No clip open. {how}</p>'
+    if raw.isascii() and raw.isdigit():
+        why = f"There is no clip {esc(raw[:40])} in this library: the link is old, or the clip was removed."
+    else:
+        why = f"“{esc(raw[:40])}” is not a clip id: a link names a clip by its number, as in <code>?clip=12</code>."
+    return (
+        f'<div class="cw-notice cw-error" id="clip-missing" role="alert"><h2 class="cw-clip-title">No such clip</h2>'
+        f"<p>{why} {how}</p></div>"
+    )
+
+
 def loaded_key(clip_id: int, caption_id: int | None, review_status: str | None) -> str:
     """The header's data-loaded: which caption version and review state the form was filled from."""
     return f"{int(clip_id)}:{caption_id or 0}:{esc(review_status or '')}"
@@ -147,7 +165,11 @@ def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> st
     """The Review header. `loaded` (default: the clip's stored caption and review state, `loaded_key`) is what the
     page script compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the
     form's."""
-    bits = [f"<b>#{int(clip['id'])}</b> {esc(clip.get('path'))}"]
+    # the Review tab's h2: the clip it shows
+    bits = [
+        f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{int(clip["id"])}</b> '
+        f"{esc(clip.get('path'))}</h2>"
+    ]
     for key, fmt in (("duration", "{:.1f} s"), ("fps", "{:.0f} fps")):
         if clip.get(key):
             bits.append(fmt.format(clip[key]))

@@ -36,12 +36,7 @@ class ReviewTab:
         self.ctx = ctx
 
     def render(self) -> None:
-        self.header = gr.HTML(
-            '<p class="cw-muted" id="review-empty">No clip open. Press <kbd>n</kbd> (or the '
-            "button) for the next unreviewed clip of the Browse filter, or open one from "
-            "Browse.</p>",
-            elem_id="review-header",
-        )
+        self.header = gr.HTML(render.no_clip(), elem_id="review-header")
         # at 1366x768 the header, the player, the caption, the decision buttons and every label fit on one screen
         # (webapp/static/app.css): nothing in this block changes height from clip to clip
         with gr.Row(equal_height=False, elem_classes="cw-review"):
@@ -152,6 +147,16 @@ class ReviewTab:
             for name, comp in self.labels.items():
                 out[comp] = labels.get(name, [] if name in taxonomy.MULTI else None)
         return out
+
+    def open_link(self, raw: str, request: gr.Request) -> dict:
+        """The Review view for a link's `?clip=RAW`: that clip, or a header saying there is no such clip (an id
+        not in the library, or text that is not an id) with an empty form."""
+        if raw.isascii() and raw.isdigit():
+            try:
+                return self.view(int(raw), request)
+            except gr.Error:
+                pass
+        return {self.header: render.no_clip(raw), self.msg: ""}
 
     def _conflict(self, clip_id: int, e: Conflict, request: gr.Request) -> dict:
         out = self.view(clip_id, request, keep_form=True, keep_media=True)
