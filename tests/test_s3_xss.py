@@ -6,6 +6,7 @@ errors collected)."""
 from __future__ import annotations
 
 import json
+from urllib.parse import quote
 
 import pytest
 
@@ -138,6 +139,12 @@ def test_no_payload_executes(browser, server, hostile):  # noqa: F811
         page.wait_for_timeout(3000)
         assert "onerror" in page.inner_text("body")  # the payloads are shown, as text
         assert hits(page) == 0
+        # a link whose ?clip= is a payload: Review says it is not a clip id, quoting it as text
+        for p in PAYLOADS[::7]:
+            page.goto(f"{server.url}/?clip={quote(p)}")
+            page.wait_for_selector("#clip-missing")
+            assert "is not a clip id" in page.inner_text("#clip-missing")
+            assert hits(page) == 0  # each page load starts its counters again (the init script)
         assert watch.dialogs == [] and watch.errors == []
     finally:
         ctx.close()

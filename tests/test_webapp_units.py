@@ -138,8 +138,66 @@ def test_render_escapes_everything():
             "u",
             "annotator",
         ),
+        render.player({"id": 1, "path": evil, "codec": "h264"}),
+        render.no_clip(evil),
     ):
         assert "<script>" not in html_out and "&lt;script&gt;" in html_out
+
+
+def test_the_player_is_named_and_the_review_header_is_a_heading():
+    clip = {"id": 7, "path": "drive/a.mp4", "codec": "h264", "review_status": "unreviewed"}
+    assert 'aria-label="clip #7: drive/a.mp4"' in render.player(clip)
+    assert 'aria-label="clip #7: drive/a.mp4"' in render.player({**clip, "codec": "hevc", "preview": "p.mp4"})
+    head = render.header(clip, "u", "annotator")
+    assert '<h2 class="cw-clip-title">' in head and "<b>#7</b> drive/a.mp4</h2>" in head
+    assert "<h2" in render.no_clip() and 'id="review-empty"' in render.no_clip()
+
+
+@pytest.mark.parametrize(
+    "raw, says",
+    [
+        ("99999", "There is no clip 99999 in this library"),
+        ("0", "There is no clip 0 in this library"),
+        ("12a", "“12a” is not a clip id"),
+        ("-1", "“-1” is not a clip id"),
+        ("١٢", "“١٢” is not a clip id"),  # digits, but not an id a link of ours would carry
+        ("x" * 100, "“" + "x" * 40 + "” is not a clip id"),
+    ],
+)
+def test_a_link_to_no_clip_says_why(raw, says):
+    out = render.no_clip(raw)
+    assert 'id="clip-missing"' in out and says in out and 'role="alert"' in out
+
+
+def test_a_label_picker_carries_its_options_in_its_template():
+    from data import taxonomy
+    from webapp.picker import label_picker, template
+
+    for i, (name, options) in enumerate(taxonomy.ENUMS.items(), 1):
+        out = template(name, i)
+        assert f'data-name="{name}"' in out and f'data-hotkey="{i}"' in out
+        assert f'data-options="{" ".join(options)}"' in out
+        assert ('data-multi="1"' in out) == (name in taxonomy.MULTI)
+        assert "${" not in out and "{{" not in out and "`" not in out  # Gradio evaluates it as a template
+    picker = label_picker("road_users", 3)
+    assert picker.elem_id == "label-road_users" and picker.value == []
+    assert label_picker("weather", 5).value is None
+
+
+def test_a_label_picker_refuses_an_option_it_cannot_carry(monkeypatch):
+    from data import taxonomy
+    from webapp.picker import template
+
+    monkeypatch.setitem(taxonomy.ENUMS, "weather", (*taxonomy.WEATHER, "${alert(1)}"))
+    with pytest.raises(ValueError, match="not a lowercase identifier"):
+        template("weather", 5)
+
+
+def test_the_page_scripts_are_the_picker_then_the_keys():
+    from webapp.app import head_html
+
+    out = head_html()
+    assert out.count("<script>") == 2 and out.index("window.cwPicker") < out.index("window.__cwShortcuts")
 
 
 def test_word_diff_marks_changes():
