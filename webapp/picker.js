@@ -209,7 +209,7 @@
       const before = value();
       clearTyped();
       if (multi && before.includes(o)) {
-        // typing a chosen road user again keeps it (issue 10: Gradio's multiselect silently dropped it)
+        // typing a chosen road user again keeps it: a removal is always explicit (Delete, or a click on ×)
         render();
         filter();
         say(`${o} is already chosen: press Delete to remove it.`);
@@ -369,8 +369,10 @@
       else take(o, multi);
     });
     box.addEventListener("mousemove", (ev) => {
+      // the pointer shows where a click would go; it does not choose for Enter (a list can open under a pointer
+      // at rest, and Enter on text several options share still asks first)
       const li = ev.target.closest && ev.target.closest("li[role=option]");
-      if (li && items.indexOf(li) !== state.active) highlight(li, true);
+      if (li && items.indexOf(li) !== state.active) highlight(li, false);
     });
     field.addEventListener("mousedown", (ev) => {
       const x = ev.target.closest && ev.target.closest(".cw-chip-x");

@@ -1,11 +1,11 @@
 """The label picker: one taxonomy label as a keyboard-first field (issue 18).
 
-Gradio's Dropdown took, on Enter, the first option that *contained* the typed text (`t` on lighting gave
-night_lit, not tunnel), reverted text that matched nothing without a word, scrolled the page when a lower field
-opened and drew its option list in a layer that outlived the field. This field is a `gr.HTML` whose value is the
-label's value (a string, or a list for a multi-choice label), so handlers receive it exactly as they received the
-Dropdown's (webapp.review_form.ReviewForm); the page script webapp/picker.js draws it and sets the value at once
-on Enter, so a save or an approve sends what the field shows.
+Why not gr.Dropdown: on Enter it takes the first option that *contains* the typed text (`t` on lighting is
+night_lit, not tunnel), drops text that names nothing without a word, scrolls the page when a field low on it
+opens, and draws its list in a layer of its own that can outlive the field. This field is a `gr.HTML` whose value
+is what the Dropdown's was (an option, or a list of options for a multi-choice label), so handlers receive it the
+same way (webapp.review_form.ReviewForm); the page script webapp/picker.js draws it and sets the value at once on
+Enter, so a save or an approve sends what the field shows.
 
 The rule Enter follows, for every label (the browser tests are generated from data.taxonomy.ENUMS):
 - the option's number (shown beside it, as Label Studio and CVAT show their hotkeys), or its whole name, takes it;
@@ -51,7 +51,7 @@ def template(name: str, shortcut: int) -> str:
     """The field's markup before picker.js builds it: what the script needs to know, as data attributes.
 
     Not gr.HTML's custom props: Gradio 6.31 replaces those with `{"__type__": "update"}` whenever a handler leaves
-    the component out of its answer, and a field mounted after that (a tab first shown) knew no options. The
+    the component out of its answer, and a field mounted after that (a tab first shown) would know no options. The
     template holds no value either, so a change of value never re-renders the markup the script owns."""
     options = taxonomy.ENUMS[name]
     bad = [o for o in options if not OPTION.fullmatch(o)]
