@@ -370,6 +370,7 @@ def test_keys_to_fix_each_option_approve_and_move_on(page, server, library):
         "Keys to fix one label, approve and move on, for every option of the taxonomy (1366x768, Chromium;",
         "tests/test_browser_picker.py): the label's key, the shortest text that names the option (the start of its",
         "name that no other option shares, or its number), Enter, a (approve and open the next unreviewed clip).",
+        "The goal (issue 18): at most 5 keys for every option.",
         "",
         f"{'label':<18} {'option':<24} {'keys':>4}  pressed",
     ]
