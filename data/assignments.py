@@ -20,7 +20,8 @@ import dataclasses
 import sqlite_utils
 
 from data import clips, events, users
-from data.db import DataError, Forbidden, immediate, now
+from data.db import immediate, now
+from data.errors import DataError, Forbidden
 
 # clips one assignment may touch: a bound on its write transaction (10,000 held the lock ~0.4 s on the 2-core VM,
 # docs/BENCHMARKS.md); more is a narrower filter or several assignments

@@ -19,7 +19,8 @@ from typing import Any
 import sqlite_utils
 
 from data import events, limits, taxonomy
-from data.db import Conflict, DataError, NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import Conflict, DataError, NotFound
 
 PROVENANCE_FIELDS = (
     "model",

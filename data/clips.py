@@ -16,7 +16,7 @@ from typing import Any, Iterator
 import sqlite_utils
 
 from data import captions, limits
-from data.db import DataError, NotFound
+from data.errors import DataError, NotFound
 
 PAGE_SIZE = 60
 

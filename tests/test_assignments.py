@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from data import assignments, clips, events, schema, users
-from data.db import DataError, Forbidden, NotFound, immediate
+from data.db import immediate
+from data.errors import DataError, Forbidden, NotFound
 
 PASSWORD = "correct horse battery"
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from data import captions, db as dbmod, jobs, prompts
-from data.db import Conflict, DataError
+from data.errors import Conflict, DataError
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from data import users
-from data.db import DataError
+from data.errors import DataError
 from webapp import auth, render
 from webapp.media import resolve_inside
 

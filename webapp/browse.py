@@ -16,7 +16,7 @@ from urllib.parse import quote
 import gradio as gr
 
 from data import clips, limits, taxonomy
-from data.db import DataError
+from data.errors import DataError
 from webapp import assigning, render
 from webapp.context import AppContext
 

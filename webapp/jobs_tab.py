@@ -18,7 +18,7 @@ import gradio as gr
 import pandas as pd
 
 from data import clips, events, jobs, prompts
-from data.db import DataError, NotFound
+from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
 from serving import cost
 from serving.fleet import router_workers
