@@ -183,3 +183,19 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and "h " in html
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True))
     assert sim._cost_html(100_000) == ""
+
+
+def test_history_badges_the_candidates_data_marks(db):
+    """render keeps the HTML only: which version is a candidate is data.captions' rule."""
+    from data import captions, examples
+
+    cid = db["clips"].insert({"path": "x.mp4"}).last_pk
+    first, _ = captions.add_machine(db, cid, job_id=None, text="v1", labels=examples.LABELS, provenance={})
+    captions.save_human(
+        db, cid, text="v2 by a human", labels=examples.LABELS, author="ann", base_caption_id=first["id"]
+    )
+    late, replaced = captions.add_machine(db, cid, job_id=None, text="v3", labels=examples.LABELS, provenance={})
+    versions = captions.history(db, cid)
+    assert not replaced and [v["id"] for v in versions if v["candidate"]] == [late["id"]]
+    html = render.history(versions)
+    assert html.count(">candidate<") == 1 and html.index(">candidate<") < html.index("v2 by a human")
