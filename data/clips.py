@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -23,7 +24,8 @@ PAGE_SIZE = 60
 
 @dataclass(frozen=True)
 class Filter:
-    """What a user asked to see. Empty fields do not filter."""
+    """What a user asked to see. Empty fields do not filter. Its dict form (`to_dict` / `from_dict`) is what
+    URLs, browser state, export links and a job's recorded selection carry."""
 
     review_status: str | None = None
     scenario: str | None = None
@@ -42,31 +44,50 @@ class Filter:
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", False)}
+        """The fields that differ from their default, as JSON-able values; False stays (has_caption=False is
+        "without a caption", not "any"). `from_dict(f.to_dict()) == f` for every Filter."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "Filter":
-        """A Filter from untrusted input (an export URL, a browser's state), each field checked: a wrong
-        type, a huge number or a NUL is a DataError with a message, never a 500 from SQLite."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (d or {}).items() if k in names and v not in ("", None)})
+    def from_dict(cls, d: dict[str, Any] | None) -> Filter:
+        """A Filter from untrusted input (an export URL, a browser's state), each field checked: an unknown
+        field, a wrong type, a huge number or a NUL is a DataError with a message, never a 500 from SQLite
+        (nor a filter silently wider than asked). Empty values ("" or None) are "not set"."""
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise DataError("A filter must be an object of filter fields.")
+        unknown = sorted(str(k)[:40] for k in d if k not in FIELD_TYPES)
+        if unknown:
+            raise DataError(f"Unknown filter field(s): {', '.join(unknown)}. Known: {', '.join(FIELD_TYPES)}.")
+        return cls(**{k: v for k, v in d.items() if v not in ("", None)})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if v is None:
-                continue
-            if f.name == "job_id":
+            kind = FIELD_TYPES[f.name]
+            if v is None or (v == "" and kind is str):
+                object.__setattr__(self, f.name, f.default)  # one form for "not set"
+            elif kind is int:
                 if isinstance(v, bool) or not isinstance(v, (int, str)):
-                    raise DataError("job_id must be a whole number.")
-                object.__setattr__(self, f.name, limits.sql_int(v, "job_id"))
-            elif f.name in ("has_caption", "failed", "unassigned", "include_missing"):
+                    raise DataError(f"{f.name} must be a whole number.")
+                object.__setattr__(self, f.name, limits.sql_int(v, f.name))
+            elif kind is bool:
                 if not isinstance(v, bool):
                     raise DataError(f"{f.name} must be true or false.")
             else:
                 if not isinstance(v, str):
                     raise DataError(f"{f.name} must be text.")
                 limits.check_text(v, limits.MAX_SEARCH_CHARS, f.name.replace("_", " "))
+
+
+def _value_type(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+# Each field's value type (bool, int or str), read from the annotations: forms and checks derive from it.
+FIELD_TYPES: dict[str, type] = {name: _value_type(h) for name, h in typing.get_type_hints(Filter).items()}
 
 
 _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")

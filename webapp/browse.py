@@ -7,7 +7,6 @@ Gradio's cache.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -37,16 +36,6 @@ def _tri(v: str | None) -> bool | None:
     return {"yes": True, "no": False}.get(v or ANY)
 
 
-def filter_dict(f: clips.Filter) -> dict:
-    """The filter as a JSON-able dict that keeps False (`Filter.to_dict` drops it, which would turn
-    "has caption: no" into "any")."""
-    return {
-        k: v
-        for k, v in dataclasses.asdict(f).items()
-        if v is not None and v != "" and not (k == "include_missing" and v is False)
-    }
-
-
 def filter_from_inputs(
     status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee=ANY, *, me: str = ""
 ) -> dict:
@@ -68,7 +57,7 @@ def filter_from_inputs(
         text=(text or "").strip() or None,
         **assigning.assignee_filter(assignee, me),
     )
-    return filter_dict(f)
+    return f.to_dict()
 
 
 FILTER_INPUT_KEYS = (
@@ -161,9 +150,8 @@ class BrowseTab:
         if not raw:
             return {}
         try:
-            d = json.loads(raw)
-            return filter_dict(clips.Filter.from_dict(d)) if isinstance(d, dict) else {}
-        except (ValueError, TypeError):
+            return clips.Filter.from_dict(json.loads(raw)).to_dict()
+        except (ValueError, TypeError, RecursionError, DataError):
             return {}
 
     def inputs_from_filter(self, fdict: dict) -> list:
