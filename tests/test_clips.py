@@ -44,14 +44,15 @@ def library(db, n=30):
 def test_facet_pages_walk_every_match_in_order(db):
     ids = library(db)
     f = Filter(hazard_level="high", weather="rain")
-    seen, after = [], None
+    seen, after, pages = [], None, 0
     while True:
-        page = clips.page(db, f, after_id=after, limit=4)
-        if not page:
+        page = clips.page(db, f, after=after, limit=4)
+        seen += [r["id"] for r in page.rows]
+        pages += 1
+        if page.next is None:
             break
-        seen += [r["id"] for r in page]
-        after = page[-1]["id"]
-    assert seen == ids[0::3]
+        after = page.next
+    assert seen == ids[0::3] and pages == 3  # 10 matches: 4 + 4 + 2, no empty page at the end
     assert clips.count(db, f) == len(seen)
 
 
@@ -59,14 +60,14 @@ def test_text_pages_keyset_both_directions(db):
     ids = library(db)
     f = Filter(text="car cuts")
     first = clips.page(db, f, limit=3)
-    assert [r["id"] for r in first] == ids[0::3][:3]
-    nxt = clips.page(db, f, after_id=first[-1]["id"], limit=3)
-    assert [r["id"] for r in nxt] == ids[0::3][3:6]
-    back = clips.page(db, f, after_id=nxt[0]["id"], limit=2, descending=True)
-    assert [r["id"] for r in back] == [ids[0::3][2], ids[0::3][1]]
-    assert [r["id"] for r in clips.page(db, Filter(text="deer"))] == [ids[4]]
-    assert clips.page(db, Filter(text="deer", hazard_level="high")) == []
-    assert clips.page(db, Filter(text='car." OR *')) == []  # punctuation is literal, not FTS syntax
+    assert [r["id"] for r in first.rows] == ids[0::3][:3]
+    nxt = clips.page(db, f, after=first.next, limit=3)
+    assert [r["id"] for r in nxt.rows] == ids[0::3][3:6]
+    back = clips.page(db, f, order="newest", after=clips.cursor_at(db, "newest", nxt.rows[0]["id"]), limit=2)
+    assert [r["id"] for r in back.rows] == [ids[0::3][2], ids[0::3][1]]
+    assert [r["id"] for r in clips.page(db, Filter(text="deer")).rows] == [ids[4]]
+    assert clips.page(db, Filter(text="deer", hazard_level="high")).rows == []
+    assert clips.page(db, Filter(text='car." OR *')).rows == []  # punctuation is literal, not FTS syntax
 
 
 def test_capped_count_says_when_it_stopped(db):
@@ -80,6 +81,7 @@ def test_capped_count_says_when_it_stopped(db):
 def test_neighbours_within_a_text_filter(db):
     ids = library(db)
     assert clips.neighbours(db, Filter(text="cuts"), ids[3]) == (ids[0], ids[6])
+    assert clips.neighbours(db, Filter(text="cuts"), ids[3], order="newest") == (ids[6], ids[0])
 
 
 def test_facet_and_text_queries_use_indexes_not_scans(db):
@@ -128,4 +130,4 @@ def test_a_filter_dict_with_an_unknown_field_is_refused_not_widened():
 def test_has_caption_false_still_filters_after_the_round_trip(db):
     ids = library(db)
     f = Filter.from_dict(json.loads(json.dumps(Filter(has_caption=False).to_dict())))
-    assert [r["id"] for r in clips.page(db, f)] == ids[2::3]
+    assert [r["id"] for r in clips.page(db, f).rows] == ids[2::3]

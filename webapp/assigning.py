@@ -97,7 +97,7 @@ class AssignPanel:
                     actor=lead.name,
                     role=lead.role,
                     limit=_limit(count),
-                    descending=sort == "newest",
+                    order=sort,
                 )
             except DataError as e:
                 return {self.msg: render.message(str(e), "error")}

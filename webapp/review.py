@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, prompts, taxonomy
+from data import assignments, captions, clips, jobs, order as orders, prompts, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render
@@ -202,10 +202,11 @@ class ReviewTab:
         return go(note)
 
     def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
-        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order), the
-        clips assigned to `user` first, then unassigned ones (data.assignments), wrapping around."""
+        """The review queue: the next unreviewed clip of the filter after `after` in the grid's order (`sort`,
+        an order name), the clips assigned to `user` first, then unassigned ones (data.assignments), wrapping
+        around."""
         f = clips.Filter.from_dict(fdict or {})
-        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, descending=sort == "newest")
+        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, order=sort)
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
     def save(self, request: gr.Request, *values):
@@ -319,9 +320,9 @@ class ReviewTab:
             clip_id = int(form.clip_id)
 
             def go(note):
-                prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), clip_id)
-                if sort == "newest":  # the grid runs newest first: "next" is the lower id
-                    prev_id, next_id = next_id, prev_id
+                prev_id, next_id = clips.neighbours(
+                    self.ctx.db(), clips.Filter.from_dict(fdict), clip_id, order=sort or orders.DEFAULT
+                )
                 target = next_id if direction > 0 else prev_id
                 if target is None:
                     return {
