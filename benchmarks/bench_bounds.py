@@ -64,7 +64,7 @@ def main(argv=None) -> int:
         )
         print(
             f"edit ratio, two 12,000-word captions ({name}): "
-            f"{best(lambda b=b: textdiff.edit_ratio(a, b), args.repeat):.1f} ms (ratio {textdiff.edit_ratio(a, b):.3f})"
+            f"{best(lambda b=b: textdiff.edit_ratio(a, b), args.repeat):.1f} ms (ratio {textdiff.edit_ratio(a, b):.4f})"
         )
     big = "w " * (limits.MAX_CAPTION_CHARS // 2)
     with tempfile.TemporaryDirectory() as d:
