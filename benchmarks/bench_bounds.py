@@ -3,9 +3,10 @@
     python benchmarks/bench_bounds.py [--repeat 5]
 
 Prints one line per operation: the word diff of two 12,000-word captions (a small edit, unrelated text, and
-difflib's worst input), the review history of 10 versions at the caption limit, a save at the limit (and the
-write-lock hold it costs), a full-text search with the longest allowed query, and the sidecar depth scan of
-a 1 MiB file. Each figure is the best of --repeat runs (the machine is shared: the best is the cost)."""
+difflib's worst input) as HTML and as an edit ratio (data.textdiff), the review history of 10 versions at the
+caption limit, a save at the limit (and the write-lock hold it costs), a full-text search with the longest
+allowed query, and the sidecar depth scan of a 1 MiB file. Each figure is the best of --repeat runs (the
+machine is shared: the best is the cost)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from data import (  # noqa: E402
     db as dbmod,  # noqa: E402
     examples,
     limits,
+    textdiff,
 )
 from webapp import render  # noqa: E402
 
@@ -59,6 +61,10 @@ def main(argv=None) -> int:
         print(
             f"word diff, two 12,000-word captions ({name}): "
             f"{best(lambda b=b: render.word_diff(a, b), args.repeat):.1f} ms"
+        )
+        print(
+            f"edit ratio, two 12,000-word captions ({name}): "
+            f"{best(lambda b=b: textdiff.edit_ratio(a, b), args.repeat):.1f} ms (ratio {textdiff.edit_ratio(a, b):.4f})"
         )
     big = "w " * (limits.MAX_CAPTION_CHARS // 2)
     with tempfile.TemporaryDirectory() as d:

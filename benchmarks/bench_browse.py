@@ -7,10 +7,14 @@ and migrations), with realistic facet and caption distributions, fast: FTS trigg
 insert, executemany in 50k batches, `synchronous=OFF` for the build only, then the FTS index rebuilt in one
 pass and its triggers restored (data.schema._fts_clips). Then times, each --repeat times:
   facets      a page of 60 with hazard_level=high AND weather=rain (and a rare pair)
-  deep        the same filters, keyset after_id = 900,000 (paging far in)
+  deep        the same filters, keyset after clip 900,000 (paging far in; its cursor, data.order)
   text        a full-text page for a common word and a rare word
+  newest      pages in the "newest" order (the UI's default), first and deep
+  computed    pages in an order on a computed key (hazard rank, then id, as a risk order would be): without an
+              index (each page sorts what the filter matches; --repeat // 10 runs), then with a temporary
+              index on (key, id), created for the run and dropped after it
   count       clips.count_capped (cap 10,000) for the same filters, and the unfiltered total
-and prints p50/p95 in ms, plus EXPLAIN QUERY PLAN of each query.
+and prints p50/p95 in ms, plus EXPLAIN QUERY PLAN of each query (both id orders).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data import clips, schema  # noqa: E402
+from data import clips, order as orders, schema  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect  # noqa: E402
 
@@ -199,14 +203,34 @@ def main(argv=None) -> int:
     deep = int(args.clips * 0.9)
     f2 = Filter(hazard_level="high", weather="rain")
     rare2 = Filter(hazard_level="critical", weather="snow")
+    at = clips.cursor_at(db, "oldest", deep)
+    at_newest = clips.cursor_at(db, "newest", args.clips - deep)
+    rank_sql = (
+        "CASE {c}hazard_level WHEN 'critical' THEN 4 WHEN 'high' THEN 3 WHEN 'medium' THEN 2 "
+        "WHEN 'low' THEN 1 WHEN 'none' THEN 0 END"
+    )
+    rank = orders.register(orders.Order("bench_hazard_rank", key=rank_sql.format(c="c."), descending=True))
+    # a deep clip with a hazard level (one without is in the NULL run, which a facet filter may not reach)
+    ranked = db.execute("SELECT MAX(id) FROM clips WHERE id <= ? AND hazard_level = 'low'", [deep]).fetchone()[0]
+    at_rank = clips.cursor_at(db, rank, ranked)
+    computed = {
+        "computed key page: high+rain": lambda: clips.page(db, f2, order=rank),
+        "computed key page: unfiltered": lambda: clips.page(db, order=rank),
+        "computed key page deep: unfiltered": lambda: clips.page(db, order=rank, after=at_rank),
+        "computed key page deep: weather=rain": lambda: clips.page(
+            db, Filter(weather="rain"), order=rank, after=at_rank
+        ),
+    }
     cases = {
         "page: hazard=high AND weather=rain": lambda: clips.page(db, f2),
         "page: hazard=critical AND weather=snow": lambda: clips.page(db, rare2),
-        f"page deep: high+rain after_id={deep:,}": lambda: clips.page(db, f2, after_id=deep),
-        "page: unfiltered, after_id deep": lambda: clips.page(db, after_id=deep),
+        f"page deep: high+rain after_id={deep:,}": lambda: clips.page(db, f2, after=at),
+        "page: unfiltered, after_id deep": lambda: clips.page(db, after=at),
         "page: review_status=approved": lambda: clips.page(db, Filter(review_status="approved")),
+        "newest page: high+rain": lambda: clips.page(db, f2, order="newest"),
+        "newest page deep: high+rain": lambda: clips.page(db, f2, order="newest", after=at_newest),
         "text page: common word 'vehicle'": lambda: clips.page(db, Filter(text="vehicle")),
-        "text page: common word deep": lambda: clips.page(db, Filter(text="vehicle"), after_id=deep),
+        "text page: common word deep": lambda: clips.page(db, Filter(text="vehicle"), after=at),
         "text page: rare word 'deer'": lambda: clips.page(db, Filter(text="deer")),
         "text page: 'ambulance' + hazard=high": lambda: clips.page(db, Filter(text="ambulance", hazard_level="high")),
         "count capped: high+rain": lambda: clips.count_capped(db, f2),
@@ -216,16 +240,34 @@ def main(argv=None) -> int:
         "total (unfiltered)": lambda: clips.total(db),
     }
     print(f"{'query':45s} {'p50 ms':>8s} {'p95 ms':>8s}  result")
-    for name, fn in cases.items():
-        p50, p95 = timed(fn, args.repeat)
-        res = fn()
-        shown = f"{len(res)} rows" if isinstance(res, list) else str(res)
-        print(f"{name:45s} {p50:8.2f} {p95:8.2f}  {shown}")
-    if args.explain:
-        for name, (sql, params) in clips.explain_samples(f2, deep).items():
+
+    def run(cases: dict, repeat: int, suffix: str = "") -> None:
+        for name, fn in cases.items():
+            p50, p95 = timed(fn, repeat)
+            res = fn()
+            shown = f"{len(res.rows)} rows" if isinstance(res, clips.Page) else str(res)
+            print(f"{name + suffix:45s} {p50:8.2f} {p95:8.2f}  {shown}")
+
+    def explain(f: Filter, after, order_list) -> None:
+        for name, (sql, params) in clips.explain_samples(f, after, order_list).items():
             print(f"\n{name}:")
             for row in db.execute("EXPLAIN QUERY PLAN " + sql, params):
                 print("   ", row[-1])
+
+    run(cases, args.repeat)
+    run(computed, max(3, args.repeat // 10), ", no index")
+    if args.explain:
+        explain(f2, deep, (orders.OLDEST, orders.NEWEST))
+    index = "bench_tmp_rank"
+    t = time.perf_counter()
+    db.execute(f"CREATE INDEX {index} ON clips(({rank_sql.format(c='')}), id)")
+    print(f"(index on (hazard rank, id) built in {time.perf_counter() - t:.1f} s)")
+    try:
+        run(computed, args.repeat, ", index")
+        if args.explain:
+            explain(Filter(weather="rain"), rank.decode(at_rank), (rank,))
+    finally:
+        db.execute(f"DROP INDEX {index}")
     db.close()
     return 0
 

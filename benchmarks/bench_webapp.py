@@ -29,7 +29,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
 
-from data import examples, jobs, taxonomy  # noqa: E402
+from data import clips, examples, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
@@ -89,6 +89,7 @@ def main(argv=None) -> int:
     wb = app.state.workbench
     b, r = wb.browse, wb.review
     rng = random.Random(0)
+    deep = clips.cursor_at(wb.ctx.db(), "newest", 500_000)
 
     def browse(**kw):
         args = dict(
@@ -105,7 +106,7 @@ def main(argv=None) -> int:
             sort="newest",
         )
         args.update(kw)
-        return lambda: b.apply(*args.values(), None)
+        return lambda: b.apply(None, *args.values())
 
     results = {
         "browse (first page + counts)": timed(browse(), a.repeat),
@@ -114,7 +115,7 @@ def main(argv=None) -> int:
         "search 'pedestrian'": timed(browse(text="pedestrian"), a.repeat),
         "search rare word": timed(browse(text="kangaroo"), a.repeat),
         "next page (deep, after id 500000)": timed(
-            lambda: b.page({"hazard_level": "high"}, [None, 500_000], "newest", None), a.repeat
+            lambda: b.page({"hazard_level": "high"}, [None, deep], "newest", None), a.repeat
         ),
         "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
         "next clip within filter": timed(

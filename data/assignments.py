@@ -2,15 +2,16 @@
 
 - `assign(db, f, assignee, ...)`: the clips of filter `f` go to `assignee` -- all of them (at most
   MAX_ASSIGN), or with `limit` the next `limit` unreviewed clips of the filter that nobody has yet, in the
-  grid's order (a lead dealing out work: 50 to one annotator, the next 50 to another; a filter that names an
-  assignee takes from that person's unreviewed clips instead). A clip assigned to someone else is
-  reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody. `assign_clip` / `unassign_clip`
-  do the same for the one clip a lead is looking at in Review.
+  grid's order (`order`, data.order; a lead dealing out work: 50 to one annotator, the next 50 to another; a
+  filter that names an assignee takes from that person's unreviewed clips instead). A clip assigned to
+  someone else is reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody. `assign_clip` /
+  `unassign_clip` do the same for the one clip a lead is looking at in Review.
 - Every change is one audit event per clip (`clip.assign` with the previous assignee, `clip.unassign`), in
   the same transaction. Only leads and admins assign: the role is checked here, not only in the UI.
-- `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`: their clips of the filter first, then
-  clips nobody has; clips assigned to someone else are theirs to review, so they are skipped (unless the
-  filter itself names an assignee or asks for unassigned clips: then it is the queue as asked).
+- `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`, in the grid's order: their clips of the
+  filter first, then clips nobody has; clips assigned to someone else are theirs to review, so they are
+  skipped (unless the filter itself names an assignee or asks for unassigned clips: then it is the queue as
+  asked).
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import dataclasses
 
 import sqlite_utils
 
-from data import clips, events, users
-from data.db import DataError, Forbidden, immediate, now
+from data import clips, events, order as orders, users
+from data.db import immediate, now
+from data.errors import DataError, Forbidden
 
 # clips one assignment may touch: a bound on its write transaction (10,000 held the lock ~0.4 s on the 2-core VM,
 # docs/BENCHMARKS.md); more is a narrower filter or several assignments
@@ -75,7 +77,7 @@ def assign(
     actor: str,
     role: str,
     limit: int | None = None,
-    descending: bool = True,
+    order: orders.Order | str = orders.DEFAULT,
 ) -> dict:
     """Assign the clips of `f` (or, with `limit`, its next `limit` unreviewed, unassigned clips in the grid's
     order) to `assignee`. Returns counts: assigned (new or changed), reassigned (taken from someone else),
@@ -90,7 +92,7 @@ def assign(
         else:
             # open work: unreviewed, and nobody's yet (or, when the filter names a person, theirs: moving work)
             open_work = dataclasses.replace(f, review_status="unreviewed", unassigned=None if f.assignee else True)
-            ids = clips.page_ids(db, open_work, limit=limit, descending=descending)
+            ids = clips.page_ids(db, open_work, order=order, limit=limit)
         return _assign_ids(db, ids, assignee, actor)
 
 
@@ -179,19 +181,23 @@ def queue_tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
 
 
 def next_in_queue(
-    db: sqlite_utils.Database, f: clips.Filter, user: str, *, after: int | None = None, descending: bool = True
+    db: sqlite_utils.Database,
+    f: clips.Filter,
+    user: str,
+    *,
+    after: int | None = None,
+    order: orders.Order | str = orders.DEFAULT,
 ) -> int | None:
-    """The next clip of `user`'s review queue within `f` after clip `after` (in the grid's order), wrapping
+    """The next clip of `user`'s review queue within `f` after clip `after` in `order` (the grid's), wrapping
     around; None when the queue is empty. `after` places us only in its own tier: moving on from the last of
     your clips to the unassigned ones starts at the top of those, not where your clip happened to be."""
     tiers = queue_tiers(f, user)
     holder = assignee_of(db, after) if after is not None and len(tiers) > 1 else None
+    here = clips.cursor_at(db, order, after) if after is not None else None
     for tier in tiers:
         own = len(tiers) == 1 or (tier.assignee or None) == holder
-        for anchor in (after, None) if after is not None and own else (None,):
-            rows = [
-                r for r in clips.page(db, tier, after_id=anchor, limit=2, descending=descending) if r["id"] != after
-            ]
+        for anchor in (here, None) if here is not None and own else (None,):
+            rows = [r for r in clips.page(db, tier, order=order, after=anchor, limit=2).rows if r["id"] != after]
             if rows:
                 return rows[0]["id"]
     return None

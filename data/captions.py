@@ -19,7 +19,8 @@ from typing import Any
 import sqlite_utils
 
 from data import events, limits, taxonomy
-from data.db import Conflict, DataError, NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import Conflict, DataError, NotFound
 
 PROVENANCE_FIELDS = (
     "model",
@@ -74,12 +75,20 @@ def _decode(row: dict) -> dict:
 
 
 def history(db: sqlite_utils.Database, clip_id: int) -> list[dict]:
-    """All versions of a clip's caption, newest first, each marked `current` or not."""
+    """All versions of a clip's caption, newest first, each marked `current` and `candidate` (or not)."""
     clip = _clip(db, clip_id)
     rows = [_decode(r) for r in db.query("SELECT * FROM captions WHERE clip_id = ? ORDER BY version DESC", [clip_id])]
     for r in rows:
         r["current"] = r["id"] == clip["current_caption_id"]
+        r["candidate"] = is_candidate(r, clip["current_caption_id"])
     return rows
+
+
+def is_candidate(version: dict, current_caption_id: int | None) -> bool:
+    """Whether `version` is a candidate: a machine caption that arrived after the clip's current version and
+    was kept beside it (the current one is a human's or approved: `add_machine`), for a human to adopt. An
+    older machine version that a later one replaced, or a human edited, is history, not a candidate."""
+    return version["source"] == "model" and version["id"] > (current_caption_id or 0)
 
 
 def _check_base(db: sqlite_utils.Database, clip: dict, base_caption_id: int | None) -> None:

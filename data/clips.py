@@ -1,29 +1,33 @@
 """Finding clips: filters, keyset pages, counts, one clip's detail, neighbours within a filter.
 
-Pages use a keyset on `id` (`WHERE id > ? ORDER BY id LIMIT n`), never OFFSET, so page 10,000 of a million
-clips costs what page 1 costs. Facet filters hit the denormalised columns of `clips` (see data.schema);
-full-text search goes through the `clips_fts` index with the user's text quoted (raw text such as `car.`
-would otherwise be an FTS syntax error).
+Pages are keyset pages in an `Order` (data.order): `WHERE (key, id) after the cursor ORDER BY key, id LIMIT n`,
+never OFFSET. In the id orders the key is the id itself, so page 10,000 of a million clips costs what page 1
+costs. Facet filters hit the denormalised columns of `clips` (see data.schema); full-text search goes through
+the `clips_fts` index with the user's text quoted (raw text such as `car.` would otherwise be an FTS syntax
+error).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import typing
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import captions, limits
-from data.db import DataError, NotFound
+from data import captions, limits, order as orders
+from data.errors import DataError, NotFound
+from data.order import Order
 
 PAGE_SIZE = 60
 
 
 @dataclass(frozen=True)
 class Filter:
-    """What a user asked to see. Empty fields do not filter."""
+    """What a user asked to see. Empty fields do not filter. Its dict form (`to_dict` / `from_dict`) is what
+    URLs, browser state, export links and a job's recorded selection carry."""
 
     review_status: str | None = None
     scenario: str | None = None
@@ -42,31 +46,50 @@ class Filter:
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", False)}
+        """The fields that differ from their default, as JSON-able values; False stays (has_caption=False is
+        "without a caption", not "any"). `from_dict(f.to_dict()) == f` for every Filter."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "Filter":
-        """A Filter from untrusted input (an export URL, a browser's state), each field checked: a wrong
-        type, a huge number or a NUL is a DataError with a message, never a 500 from SQLite."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in (d or {}).items() if k in names and v not in ("", None)})
+    def from_dict(cls, d: dict[str, Any] | None) -> Filter:
+        """A Filter from untrusted input (an export URL, a browser's state), each field checked: an unknown
+        field, a wrong type, a huge number or a NUL is a DataError with a message, never a 500 from SQLite
+        (nor a filter silently wider than asked). Empty values ("" or None) are "not set"."""
+        if d is None:
+            d = {}
+        if not isinstance(d, dict):
+            raise DataError("A filter must be an object of filter fields.")
+        unknown = sorted(str(k)[:40] for k in d if k not in FIELD_TYPES)
+        if unknown:
+            raise DataError(f"Unknown filter field(s): {', '.join(unknown)}. Known: {', '.join(FIELD_TYPES)}.")
+        return cls(**{k: v for k, v in d.items() if v not in ("", None)})
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if v is None:
-                continue
-            if f.name == "job_id":
+            kind = FIELD_TYPES[f.name]
+            if v is None or (v == "" and kind is str):
+                object.__setattr__(self, f.name, f.default)  # one form for "not set"
+            elif kind is int:
                 if isinstance(v, bool) or not isinstance(v, (int, str)):
-                    raise DataError("job_id must be a whole number.")
-                object.__setattr__(self, f.name, limits.sql_int(v, "job_id"))
-            elif f.name in ("has_caption", "failed", "unassigned", "include_missing"):
+                    raise DataError(f"{f.name} must be a whole number.")
+                object.__setattr__(self, f.name, limits.sql_int(v, f.name))
+            elif kind is bool:
                 if not isinstance(v, bool):
                     raise DataError(f"{f.name} must be true or false.")
             else:
                 if not isinstance(v, str):
                     raise DataError(f"{f.name} must be text.")
                 limits.check_text(v, limits.MAX_SEARCH_CHARS, f.name.replace("_", " "))
+
+
+def _value_type(hint: Any) -> type:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+# Each field's value type (bool, int or str), read from the annotations: forms and checks derive from it.
+FIELD_TYPES: dict[str, type] = {name: _value_type(h) for name, h in typing.get_type_hints(Filter).items()}
 
 
 _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")
@@ -127,62 +150,105 @@ LIST_COLUMNS = (
 )
 
 
+@dataclass(frozen=True)
+class Page:
+    """One page of clips and the cursor of the next one (None: this is the last page)."""
+
+    rows: list[dict]
+    next: str | None
+
+
 def _page_sql(
-    f: Filter, after_id: int | None, limit: int, descending: bool, columns: str = LIST_COLUMNS
-) -> tuple[str, list[Any]]:
-    """The SQL of one page. With a text query the FTS index drives the loop: FTS5 yields rowids in order
-    and seeks `rowid > ?` itself, so a common word costs what a rare one does (an `id IN (MATCH ...)`
-    subquery would first materialise every match: 700k ids for 'vehicle' on a million clips). Likewise a
-    person's clips (the review queue asks for them on every "next") are walked from their assignments, in
-    clip order on the (assignee, clip_id) index: an `id IN (...)` test would scan the clips of the filter
-    instead, all of them when the person has none left."""
+    f: Filter, order: Order, after: orders.Cursor | None, limit: int, columns: str = LIST_COLUMNS
+) -> list[tuple[str, list[Any]]]:
+    """The SQL of one page of `f` in `order`, after `after`: one query per segment of the order (one for the id
+    orders, data.order), each read only as far as the page needs. With a text query the FTS index drives the
+    loop: FTS5 yields rowids in order and seeks `rowid > ?` itself, so in the id orders a common word costs
+    what a rare one does (an `id IN (MATCH ...)` subquery would first materialise every match: 700k ids for
+    'vehicle' on a million clips). Likewise a person's clips (the review queue asks for them on every "next")
+    are walked from their assignments, in clip order on the (assignee, clip_id) index: an `id IN (...)` test
+    would scan the clips of the filter instead, all of them when the person has none left. A non-id order
+    keeps the same loops and sorts their rows by its key, unless an index on (key, id) lets SQLite seek."""
     q = fts_query(f.text) if f.text else ""
     by_assignee = bool(f.assignee) and not q
-    where, args = _where(f, with_text=False, with_assignee=not by_assignee)
-    key = "clips_fts.rowid" if q else "asg.clip_id" if by_assignee else "c.id"
-    if after_id is not None:
-        where.append(f"{key} < ?" if descending else f"{key} > ?")
-        args.append(after_id)
+    base, base_args = _where(f, with_text=False, with_assignee=not by_assignee)
+    walk = "clips_fts.rowid" if q else "asg.clip_id" if by_assignee else "c.id"
     if q:
-        sql = f"SELECT {columns} FROM clips_fts CROSS JOIN clips c ON c.id = clips_fts.rowid"
-        where.insert(0, "clips_fts MATCH ?")
-        args.insert(0, q)
+        head = f"SELECT {columns} FROM clips_fts CROSS JOIN clips c ON c.id = clips_fts.rowid"
+        base, base_args = ["clips_fts MATCH ?", *base], [q, *base_args]
     elif by_assignee:
-        sql = f"SELECT {columns} FROM assignments asg CROSS JOIN clips c ON c.id = asg.clip_id"
-        where.insert(0, "asg.assignee = ?")
-        args.insert(0, f.assignee)
+        head = f"SELECT {columns} FROM assignments asg CROSS JOIN clips c ON c.id = asg.clip_id"
+        base, base_args = ["asg.assignee = ?", *base], [f.assignee, *base_args]
     else:
-        sql = f"SELECT {columns} FROM clips c"
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += f" ORDER BY {key} {'DESC' if descending else 'ASC'} LIMIT ?"
-    return sql, [*args, limit]
+        head = f"SELECT {columns} FROM clips c"
+    out = []
+    for seg in order.segments(after, walk):
+        where = base + ([seg.where] if seg.where else [])
+        sql = head + (" WHERE " + " AND ".join(where) if where else "") + f" ORDER BY {seg.order_by} LIMIT ?"
+        out.append((sql, [*base_args, *seg.args, limit]))
+    return out
+
+
+def _read(db: sqlite_utils.Database, queries: list[tuple[str, list[Any]]], limit: int) -> list[dict]:
+    """The first `limit` rows of the segments' queries, in turn: a later segment is read only if the earlier
+    ones ran out (each query's last argument is its LIMIT)."""
+    rows: list[dict] = []
+    for sql, args in queries:
+        rows += [dict(r) for r in db.query(sql, [*args[:-1], limit - len(rows)])]
+        if len(rows) >= limit:
+            break
+    return rows
 
 
 def page(
     db: sqlite_utils.Database,
     f: Filter = Filter(),
     *,
-    after_id: int | None = None,
+    order: Order | str = orders.OLDEST,
+    after: str | None = None,
     limit: int = PAGE_SIZE,
-    descending: bool = False,
-) -> list[dict]:
-    """One page of clips matching `f`, after `after_id` in id order (before it when descending)."""
-    sql, args = _page_sql(f, after_id, limit, descending)
-    return [dict(r) for r in db.query(sql, args)]
+) -> Page:
+    """One page of clips matching `f` in `order` (a name or an Order), after the cursor `after` (None: from
+    the start). BadCursor for a cursor this order did not make."""
+    o = orders.get(order)
+    return _page(db, f, o, o.decode(after), limit)
+
+
+def _page(db: sqlite_utils.Database, f: Filter, o: Order, after: orders.Cursor | None, limit: int) -> Page:
+    rows = _read(db, _page_sql(f, o, after, limit + 1, LIST_COLUMNS + o.key_column()), limit + 1)
+    nxt = o.encode(o.cursor_of(rows[limit - 1])) if len(rows) > limit else None
+    rows = rows[:limit]
+    for r in rows:
+        r.pop(orders.KEY_COLUMN, None)
+    return Page(rows, nxt)
 
 
 def page_ids(
     db: sqlite_utils.Database,
     f: Filter,
     *,
-    after_id: int | None = None,
+    order: Order | str = orders.OLDEST,
+    after: str | None = None,
     limit: int = PAGE_SIZE,
-    descending: bool = False,
 ) -> list[int]:
     """The ids of `page` (no columns to read: for writes over many clips, data.assignments)."""
-    sql, args = _page_sql(f, after_id, limit, descending, columns="c.id")
-    return [r[0] for r in db.execute(sql, args)]
+    o = orders.get(order)
+    return [r["id"] for r in _read(db, _page_sql(f, o, o.decode(after), limit, columns="c.id"), limit)]
+
+
+def cursor_at(db: sqlite_utils.Database, order: Order | str, clip_id: int) -> str:
+    """The cursor of clip `clip_id` in `order`: where "after this clip" starts (the review view knows a clip,
+    not a page). NotFound for a clip that does not exist."""
+    o = orders.get(order)
+    return o.encode(_place(db, o, clip_id))
+
+
+def _place(db: sqlite_utils.Database, o: Order, clip_id: int) -> orders.Cursor:
+    clip_id = _id(clip_id)
+    row = db.execute(f"SELECT c.id, {o.key} FROM clips c WHERE c.id = ?", [clip_id]).fetchone()
+    if row is None:
+        raise NotFound(f"clip {clip_id} does not exist")
+    return orders.Cursor(row[1], row[0])
 
 
 def count(db: sqlite_utils.Database, f: Filter = Filter()) -> int:
@@ -198,8 +264,9 @@ COUNT_CAP = 10_000
 
 def count_capped(db: sqlite_utils.Database, f: Filter = Filter(), cap: int = COUNT_CAP) -> tuple[int, bool]:
     """(count, exact): counts at most `cap` matches, so the cost is bounded whatever the filter; when more
-    match, returns (cap, False) and the UI shows "10,000+"."""
-    sql, args = _page_sql(f, None, cap + 1, False, columns="1")
+    match, returns (cap, False) and the UI shows "10,000+". A count does not depend on the order: it walks the
+    page query of the id order, the cheapest."""
+    [(sql, args)] = _page_sql(f, orders.OLDEST, None, cap + 1, columns="1")
     n = db.execute(f"SELECT COUNT(*) FROM ({sql})", args).fetchone()[0]
     return (cap, False) if n > cap else (n, True)
 
@@ -216,15 +283,24 @@ def total(db: sqlite_utils.Database) -> int:
     )
 
 
-def explain_samples(f: Filter, after_id: int) -> dict[str, tuple[str, list[Any]]]:
-    """SQL of representative browse queries, for EXPLAIN QUERY PLAN in benchmarks and tests."""
+def explain_samples(
+    f: Filter, after: orders.Cursor | int, orders_: tuple[Order, ...] = (orders.OLDEST, orders.NEWEST)
+) -> dict[str, tuple[str, list[Any]]]:
+    """SQL of representative browse queries (each segment of each order), for EXPLAIN QUERY PLAN in benchmarks
+    and tests. `after`: where the deep pages start (a clip id stands for its place in an id order)."""
     text = dataclasses.replace(f, text="vehicle")
-    return {
-        "facet page": _page_sql(f, None, PAGE_SIZE, False),
-        "deep facet page": _page_sql(f, after_id, PAGE_SIZE, False),
-        "text page": _page_sql(Filter(text="vehicle"), None, PAGE_SIZE, False),
-        "text + facets page": _page_sql(text, after_id, PAGE_SIZE, False),
-    }
+    deep = after if isinstance(after, orders.Cursor) else orders.Cursor(after, after)
+    out = {}
+    for o in orders_:
+        for name, queries in (
+            ("facet page", _page_sql(f, o, None, PAGE_SIZE)),
+            ("deep facet page", _page_sql(f, o, deep, PAGE_SIZE)),
+            ("text page", _page_sql(Filter(text="vehicle"), o, None, PAGE_SIZE)),
+            ("text + facets page", _page_sql(text, o, deep, PAGE_SIZE)),
+        ):
+            for i, q in enumerate(queries):
+                out[f"{name} ({o.name})" + (f", segment {i + 1}" if len(queries) > 1 else "")] = q
+    return out
 
 
 def id_query(f: Filter = Filter()) -> tuple[str, list[Any]]:
@@ -241,10 +317,14 @@ def iter_ids(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[int]:
         yield row[0]
 
 
-def neighbours(db: sqlite_utils.Database, f: Filter, clip_id: int) -> tuple[int | None, int | None]:
-    """(previous id, next id) of `clip_id` within the filter, for next/previous in the review view."""
-    prev = page(db, f, after_id=clip_id, limit=1, descending=True)
-    nxt = page(db, f, after_id=clip_id, limit=1)
+def neighbours(
+    db: sqlite_utils.Database, f: Filter, clip_id: int, *, order: Order | str = orders.OLDEST
+) -> tuple[int | None, int | None]:
+    """(previous id, next id) of `clip_id` within the filter, in `order`: next/previous in the review view."""
+    o = orders.get(order)
+    here = _place(db, o, clip_id)
+    prev = _page(db, f, o.reversed(), here, 1).rows
+    nxt = _page(db, f, o, here, 1).rows
     return (prev[0]["id"] if prev else None, nxt[0]["id"] if nxt else None)
 
 

@@ -27,6 +27,8 @@ from typing import Iterator
 
 import sqlite_utils
 
+from data import errors
+
 BUSY_TIMEOUT_MS = 10_000
 log = logging.getLogger(__name__)
 
@@ -72,26 +74,6 @@ def write_lock_stats(path: str | Path) -> dict[str, float]:
     return {"holds": w.holds, "total_ms": round(w.total_s * 1000, 1), "max_ms": round(w.max_s * 1000, 2)}
 
 
-class DataError(Exception):
-    """Base of every error the data layer raises on purpose (message fit for a user)."""
-
-
-class NotFound(DataError):
-    pass
-
-
-class Conflict(DataError):
-    """A save based on a stale version: someone else changed the record first."""
-
-    def __init__(self, message: str, *, current: dict | None = None):
-        super().__init__(message)
-        self.current = current or {}
-
-
-class Forbidden(DataError):
-    pass
-
-
 def secure_dir(path: str | Path) -> None:
     """Make a data folder private to its owner (0700): it holds the database (password hashes, sessions),
     the clip library's media and logs (S9). Only folders we own are changed."""
@@ -127,7 +109,7 @@ def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
     conn.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if mode.lower() != "wal":  # pragma: no cover - only on filesystems without shared memory
-        raise DataError(f"could not enable WAL on {path} (got {mode}); use a local disk, not NFS")
+        raise errors.DataError(f"could not enable WAL on {path} (got {mode}); use a local disk, not NFS")
     _private_files(path)
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("PRAGMA foreign_keys=ON")

@@ -40,7 +40,8 @@ from typing import Any
 import sqlite_utils
 
 from data import events, library, settings as settings_mod
-from data.db import DataError, connect, immediate, now
+from data.db import connect, immediate, now
+from data.errors import DataError
 from data.settings import Settings
 
 # the walk's and the pool's names that callers and tests reach through data.ingest

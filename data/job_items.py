@@ -11,7 +11,8 @@ from typing import Iterable
 import sqlite_utils
 
 from data import captions, events
-from data.db import NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import NotFound
 from data.job_queries import ACTIVE, get
 
 

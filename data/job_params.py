@@ -17,17 +17,13 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from data.db import DataError
+from data.errors import InvalidJobParams
 
 MIN_FRAMES, MAX_FRAMES = 1, 128
 MIN_MAX_TOKENS = 256  # the shortest complete answer measured (~190) plus a margin
 RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
-
-
-class InvalidJobParams(DataError):
-    """A job parameter out of range; the message says which and what to use."""
 
 
 def _as_int(name: str, value: Any) -> int:

@@ -10,7 +10,8 @@ from typing import Iterable
 
 import sqlite_utils
 
-from data.db import NotFound, now
+from data.db import now
+from data.errors import NotFound
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
 ACTIVE = ("queued", "running")

@@ -32,7 +32,8 @@ from typing import Any, Iterable
 import sqlite_utils
 
 from data import events, limits
-from data.db import DataError, NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import DataError, NotFound
 from data.heartbeats import heartbeat, heartbeats
 from data.job_items import claim, complete, fail, finish_if_drained, recover, release, runner_identity
 from data.job_queries import (

@@ -24,15 +24,8 @@ from pathlib import Path
 import sqlite_utils
 
 from data import events, settings as settings_mod
-from data.db import DataError, connect, immediate, now
-
-
-class RootMismatch(DataError):
-    """Ingest was asked to scan a folder that is not this library's clip root."""
-
-
-class RootMissing(DataError):
-    """The recorded clip root is not a folder any more (moved, unmounted)."""
+from data.db import connect, immediate, now
+from data.errors import DataError, RootMismatch, RootMissing
 
 
 def recorded_root(db: sqlite_utils.Database) -> Path | None:

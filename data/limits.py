@@ -17,7 +17,7 @@ import math
 import re
 from typing import Any
 
-from data.db import DataError
+from data.errors import DataError, TooLarge
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_CAPTION_CHARS = 20_000
@@ -30,10 +30,6 @@ MAX_SIDECAR_BYTES = 1 << 20
 MAX_SIDECAR_DEPTH = 32
 MAX_ANSWER_BYTES = 1 << 20  # one chat completion from the fleet (a 4,096-token answer is ~20 KiB)
 MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason from a fleet answer
-
-
-class TooLarge(DataError):
-    """An input over its bound: refused with a message naming the limit."""
 
 
 def check_text(value: str, limit: int, what: str) -> str:

@@ -10,7 +10,8 @@ from typing import Any
 import sqlite_utils
 
 from data import taxonomy
-from data.db import NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import NotFound
 
 HAZARD_SYSTEM = (
     "You are an expert annotator of dashcam and autonomous-vehicle camera footage. You watch a short clip "

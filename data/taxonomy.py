@@ -11,6 +11,8 @@ from typing import Any
 
 import jsonschema
 
+from data.errors import InvalidLabels
+
 SCENARIO_CATEGORIES = (
     "normal_driving",
     "pedestrian_crossing",
@@ -173,10 +175,6 @@ def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
     answer is still checked against the full `schema` by `split_answer`). Works on any stored prompt's schema,
     so libraries whose prompts predate this rule are not refused."""
     return _walk_schema(schema, lambda s: {k: v for k, v in s.items() if k not in GRAMMAR_UNSUPPORTED})
-
-
-class InvalidLabels(ValueError):
-    pass
 
 
 _VALIDATORS: dict[str, Any] = {}

@@ -14,7 +14,8 @@ from typing import Any
 import sqlite_utils
 
 from data import events, sessions
-from data.db import DataError, NotFound, immediate, now
+from data.db import immediate, now
+from data.errors import DataError, NotFound
 
 ROLES = ("annotator", "lead", "admin")
 RANK = {r: i for i, r in enumerate(ROLES)}

@@ -11,6 +11,7 @@ from typing import Any
 import httpx
 
 from data import taxonomy
+from data.errors import InvalidLabels
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError
 
 # A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help. Each marker
@@ -116,5 +117,5 @@ def parse_answer(content: Any, schema: dict, *, replica: str | None = None) -> t
             raise BadAnswer("the answer's caption is empty", status=200, replica=replica, kind="schema", raw=raw)
     try:
         return taxonomy.split_answer(answer, schema)
-    except taxonomy.InvalidLabels as e:
+    except InvalidLabels as e:
         raise BadAnswer(str(e), status=200, replica=replica, kind="schema", raw=raw) from None

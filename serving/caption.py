@@ -27,7 +27,7 @@ import sys
 import threading
 
 from data import clips, db as dbmod, jobs, prompts
-from data.db import DataError
+from data.errors import DataError, NotFound
 from data.job_params import JobParams
 from data.settings import add_arguments, from_args
 
@@ -75,7 +75,7 @@ def pick_prompt(db, spec: str | None) -> dict:
         for p in prompts.list_prompts(db):
             if p["name"] == name and str(p["version"]) == version:
                 return p
-        raise dbmod.NotFound(f"no prompt {name!r} version {version}")
+        raise NotFound(f"no prompt {name!r} version {version}")
     return prompts.latest(db, spec)
 
 

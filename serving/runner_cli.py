@@ -14,7 +14,7 @@ import json
 import logging
 import sys
 
-from data import db as dbmod
+from data.errors import DataError
 from data.settings import add_arguments, from_args
 from serving.runner import Runner, _main_async
 
@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = from_args(args)
     try:
         runner = Runner(settings, **{k: getattr(args, k) for k in RUNNER_OPTIONS})
-    except dbmod.DataError as e:
+    except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     info = asyncio.run(_main_async(runner))

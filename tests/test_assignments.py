@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from data import assignments, clips, events, schema, users
-from data.db import DataError, Forbidden, NotFound, immediate
+from data.db import immediate
+from data.errors import DataError, Forbidden, NotFound
 
 PASSWORD = "correct horse battery"
 
@@ -148,7 +149,7 @@ def test_the_queue_serves_my_clips_first_then_unassigned_never_someone_elses(tea
     assert assignments.next_in_queue(team, f, "ann2") == 11
     assert assignments.next_in_queue(team, f, "ann2", after=11) == 10
     # oldest first walks the same tiers the other way
-    assert assignments.next_in_queue(team, f, "ann2", after=10, descending=False) == 11
+    assert assignments.next_in_queue(team, f, "ann2", after=10, order="oldest") == 11
     # a filter naming an assignee is the queue as asked (a lead checking ann2's work)
     assert assignments.next_in_queue(team, clips.Filter(assignee="ann2"), "lead") == 11
     assert assignments.next_in_queue(team, clips.Filter(unassigned=True), "ann2") == 9
@@ -159,10 +160,10 @@ def test_the_queue_serves_my_clips_first_then_unassigned_never_someone_elses(tea
 
 def test_browse_filters_and_shows_the_assignee(team):
     assignments.assign(team, clips.Filter(), "ann", actor="lead", role="lead", limit=2)  # 11, 10
-    assert [r["id"] for r in clips.page(team, clips.Filter(assignee="ann"), descending=True)] == [11, 10]
+    assert [r["id"] for r in clips.page(team, clips.Filter(assignee="ann"), order="newest").rows] == [11, 10]
     assert clips.count(team, clips.Filter(unassigned=True)) == 10
     assert clips.count_capped(team, clips.Filter(assignee="ann2")) == (0, True)
-    rows = {r["id"]: r for r in clips.page(team, clips.Filter())}
+    rows = {r["id"]: r for r in clips.page(team, clips.Filter()).rows}
     assert rows[11]["assignee"] == "ann" and rows[1]["assignee"] is None
     clip = clips.get(team, 10)
     assert (clip["assignee"], clip["assigned_by"]) == ("ann", "lead")

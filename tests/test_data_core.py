@@ -4,7 +4,8 @@ import time
 import pytest
 
 from data import captions, clips, db as dbmod, jobs, schema
-from data.db import Conflict, immediate
+from data.db import immediate
+from data.errors import Conflict
 
 LABELS = {
     "scenario_category": "hard_braking",

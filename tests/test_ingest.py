@@ -89,7 +89,7 @@ def test_deleted_file_is_marked_missing_and_comes_back(settings, db, tiny_librar
     shutil.move(tiny_library / row["path"], keep)
     assert run(settings, db=db)["missing"] == 1
     assert clips.get(db, row["id"])["missing"] == 1
-    assert row["id"] not in [r["id"] for r in clips.page(db)]
+    assert row["id"] not in [r["id"] for r in clips.page(db).rows]
     shutil.move(keep, tiny_library / row["path"])
     run(settings, db=db)
     assert clips.get(db, row["id"])["missing"] == 0

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from data import jobs, prompts
-from data.db import DataError
-from data.job_params import MIN_MAX_TOKENS, InvalidJobParams, JobParams
+from data.errors import DataError, InvalidJobParams
+from data.job_params import MIN_MAX_TOKENS, JobParams
 from serving import runner as runmod, simfleet
 from tests.support.fleet_fixtures import write_clip
 

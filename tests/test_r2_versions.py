@@ -3,7 +3,9 @@ approvals, rejections, job results, job retries, re-captions (a new job over the
 old version, against data.captions + data.jobs on a real SQLite file, and checks after every step:
 - a machine result never replaces a human or an approved caption (it is kept as a candidate);
 - every save based on a stale version raises Conflict, and changes nothing;
-- versions are append-only: no row ever changes, versions count up by one per change.
+- versions are append-only: no row ever changes, versions count up by one per change;
+- the versions `captions.history` marks as candidates are exactly the machine results kept beside the current
+  version since it last changed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from data import captions, db as dbmod, jobs, prompts
-from data.db import Conflict, DataError
+from data.errors import Conflict, DataError
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2
@@ -37,6 +39,7 @@ class Versions(RuleBasedStateMachine):
         self.current = {c: None for c in self.clips}  # oracle: the current caption id
         self.protected = {c: False for c in self.clips}  # current is human-written or approved
         self.open_job: dict[int, int] = {}  # clip -> a job with a result already written
+        self.candidates = {c: set() for c in self.clips}  # oracle: machine results kept beside the current one
 
     # -- helpers
     def _cur(self, clip):
@@ -81,9 +84,11 @@ class Versions(RuleBasedStateMachine):
         )
         if was_protected or (was_current is not None and self._status(clip) == "approved"):
             assert self._cur(clip) == was_current, "a machine caption replaced a human or approved one"
+            self.candidates[clip].add(row["id"])
         else:
             assert self._cur(clip) == row["id"]
             self.current[clip] = row["id"]
+            self.candidates[clip] = set()
         self.open_job[clip] = job_id
         return row
 
@@ -113,6 +118,7 @@ class Versions(RuleBasedStateMachine):
         assert self._versions(clip) == n + 1 and row["version"] == n + 1 and row["source"] == "human"
         self.current[clip] = row["id"]
         self.protected[clip] = True
+        self.candidates[clip] = set()
 
     @rule(i=st.integers(0, CLIPS_PER_RUN - 1), stale=st.booleans(), status=st.sampled_from(["approved", "rejected"]))
     def review(self, i, stale, status):
@@ -168,6 +174,7 @@ class Versions(RuleBasedStateMachine):
         assert row["source"] == "human" and row["text"] == captions.get(self.db, src)["text"]
         self.current[clip] = row["id"]
         self.protected[clip] = True
+        self.candidates[clip] = set()
 
     # -- invariants
     @invariant()
@@ -177,6 +184,12 @@ class Versions(RuleBasedStateMachine):
             if self.protected[clip]:
                 cur = captions.get(self.db, self._cur(clip))
                 assert cur["source"] == "human" or self._status(clip) == "approved"
+
+    @invariant()
+    def candidates_are_the_results_kept_beside_the_current_version(self):
+        for clip in getattr(self, "clips", []):
+            marked = {v["id"] for v in captions.history(self.db, clip) if v["candidate"]}
+            assert marked == self.candidates[clip]
 
     @invariant()
     def versions_are_append_only(self):

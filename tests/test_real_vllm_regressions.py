@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy, worker_pool
+from data import db as dbmod, errors, ingest, jobs, library, probe, prompts, taxonomy, worker_pool
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient, parse_answer
 from serving.errors import BadAnswer
@@ -254,13 +254,13 @@ def test_a_second_root_is_refused_and_a_moved_root_is_named(settings, db, tmp_pa
     write_clip(a / "x.mp4")
     write_clip(b / "y.mp4")
     assert ingest.ingest(settings, root=a, db=db, workers=1, media=False)["ok"] == 1
-    with pytest.raises(library.RootMismatch, match="move-root"):
+    with pytest.raises(errors.RootMismatch, match="move-root"):
         ingest.ingest(settings, root=b, db=db, workers=1, media=False)
     assert [r["path"] for r in db.query("SELECT path FROM clips")] == ["x.mp4"]
     a.rename(tmp_path / "a-moved")
-    with pytest.raises(library.RootMissing, match="move-root"):
+    with pytest.raises(errors.RootMissing, match="move-root"):
         library.settings_for(db, settings)
-    with pytest.raises(dbmod.DataError, match="does not look like"):
+    with pytest.raises(errors.DataError, match="does not look like"):
         library.move_root(db, b)  # another library's files
     library.move_root(db, tmp_path / "a-moved")
     assert library.settings_for(db, settings).clip_root == (tmp_path / "a-moved").resolve()

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from data import users
-from data.db import DataError
+from data.errors import DataError
 from webapp import auth, render
 from webapp.media import resolve_inside
 
@@ -241,3 +241,116 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and "h " in html
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True))
     assert sim._cost_html(100_000) == ""
+
+
+def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
+    """Filter dict -> form values -> Filter, for a value of every field the form has (generated from
+    FORM_FIELDS and the Filter field types: a new input gets its cases without touching this test)."""
+    from data import clips
+    from webapp import browse
+
+    cases = [{}, {"unassigned": True}, {"assignee": "me-user"}]
+    for name in browse.FORM_FIELDS:
+        kind = clips.FIELD_TYPES[name]
+        if name in browse.CHOICES:
+            cases += [{name: v} for v in browse.CHOICES[name]]
+        elif kind is bool:
+            cases += [{name: True}, {name: False}]
+        elif kind is int:
+            cases.append({name: 7})
+        else:
+            cases.append({name: "pedestrian night"} if name == "text" else {name: "ann"})
+    for fdict in cases:
+        form = browse.form_from_filter(fdict)
+        assert browse.read_form(browse.form_values({**form, browse.SORT: "oldest"})) == {**form, "sort": "oldest"}
+        assert browse.filter_from_form(form, me="me-user").to_dict() == fdict, (fdict, form)
+    # a script that sends fewer values than the form has: the rest are "not sent", not shifted
+    assert browse.read_form(["approved"]) == {**{n: None for n in browse.FORM_FIELDS}, "review_status": "approved"} | {
+        "sort": None
+    }
+    assert browse.filter_from_form(browse.read_form(["approved"])).to_dict() == {"review_status": "approved"}
+    with pytest.raises(DataError, match="job id must be a whole number"):
+        browse.filter_from_form({"job_id": "1.5"})
+
+
+@pytest.fixture
+def workbench(settings):
+    """The app built in-process (login off), over 70 clips without captions."""
+    from data import db as dbmod
+    from webapp.app import build_app
+
+    db = dbmod.connect(settings.db)
+    db["clips"].insert_all({"path": f"c{i:03d}.mp4"} for i in range(70))
+    db.close()
+    app = build_app(settings.replace(auth="off"))
+    yield app.state.workbench
+    app.state.ctx.close()
+
+
+def test_browse_pages_by_cursor_and_refuses_a_bad_order_or_cursor_with_a_message(workbench):
+    import gradio as gr
+
+    from webapp import browse
+
+    b = workbench.browse
+    first = b.apply(None, *browse.form_values({browse.SORT: "oldest"}))
+    assert first[b.anchors] == [None] and first[b.next_cursor] and 'data-sort="oldest"' in first[b.counts]
+    second = b.page({}, [None, first[b.next_cursor]], "oldest", None)
+    assert "Page 2 · clips #61–#70" in second[b.page_label] and second[b.next_cursor] is None
+    newest = b.apply(None, *browse.form_values({browse.SORT: "newest"}))
+    assert "clips #70–#11" in newest[b.page_label] and 'data-sort=""' in newest[b.counts]  # the default: no ?sort
+    with pytest.raises(gr.Error, match="Unknown sort order"):
+        b.apply(None, *browse.form_values({browse.SORT: "sideways"}))
+    with pytest.raises(gr.Error, match="start again from the first page"):
+        b.page({}, [None, "tampered"], "oldest", None)
+    with pytest.raises(gr.Error, match="start again from the first page"):  # a cursor of another order
+        b.page({}, [None, first[b.next_cursor]], "newest", None)
+
+
+def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
+    """Labels outside the taxonomy (InvalidLabels), a missing label, a stale base (Conflict): each is a
+    DataError, shown as a message by the one place Review catches them; a conflict offers the reload."""
+    from data import captions, examples
+    from webapp.review_form import LABELS, ReviewForm
+
+    r = workbench.review
+    db = workbench.ctx.db()
+    cap, _ = captions.add_machine(db, 1, job_id=None, text="A car.", labels=examples.LABELS, provenance={})
+    good = [examples.LABELS[n] for n in LABELS]
+    bad = [("sideways" if n == "weather" else v) for n, v in zip(LABELS, good)]
+    out = r.save(None, *ReviewForm(1, cap["id"], None, "A car, edited.", tuple(bad)).values())
+    assert set(out) == {r.msg} and "weather" in out[r.msg] and "cw-msg-error" in out[r.msg]
+    missing = [None if n == "weather" else v for n, v in zip(LABELS, good)]
+    out = r.decide("approved")(None, *ReviewForm(1, cap["id"], None, "x", tuple(missing)).values(), {}, "newest")
+    assert "Choose a value for weather" in out[r.msg]
+    captions.save_human(db, 1, text="Someone else's.", labels=examples.LABELS, author="bob", base_caption_id=cap["id"])
+    out = r.save(None, *ReviewForm(1, cap["id"], None, "Mine.", tuple(good)).values())
+    assert "changed by bob" in out[r.msg] and out[r.reload_btn]["visible"] is True
+    assert captions.get(db, db["clips"].get(1)["current_caption_id"])["text"] == "Someone else's."
+
+
+def test_review_walks_the_grid_order_both_ways(workbench):
+    from webapp.review_form import ReviewForm
+
+    r = workbench.review
+    step = r.step(+1)
+    assert step(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4  # newest first: next is older
+    assert step(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
+    assert r.step(-1)(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 6
+    assert r.queue_next(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
+
+
+def test_history_badges_the_candidates_data_marks(db):
+    """render keeps the HTML only: which version is a candidate is data.captions' rule."""
+    from data import captions, examples
+
+    cid = db["clips"].insert({"path": "x.mp4"}).last_pk
+    first, _ = captions.add_machine(db, cid, job_id=None, text="v1", labels=examples.LABELS, provenance={})
+    captions.save_human(
+        db, cid, text="v2 by a human", labels=examples.LABELS, author="ann", base_caption_id=first["id"]
+    )
+    late, replaced = captions.add_machine(db, cid, job_id=None, text="v3", labels=examples.LABELS, provenance={})
+    versions = captions.history(db, cid)
+    assert not replaced and [v["id"] for v in versions if v["candidate"]] == [late["id"]]
+    html = render.history(versions)
+    assert html.count(">candidate<") == 1 and html.index(">candidate<") < html.index("v2 by a human")

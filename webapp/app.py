@@ -14,8 +14,8 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from data import library
-from webapp import exports, media, render
+from data import library, order
+from webapp import browse, exports, media, render
 from webapp.auth import Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
@@ -74,7 +74,7 @@ class Workbench:
             self.banner = gr.HTML(render.banner(self.ctx.simulated_fleet), elem_id="banner")
             self.userline = gr.HTML("", elem_id="userline")
             self.filter_state = gr.State({})
-            self.sort_state = gr.State("newest")
+            self.sort_state = gr.State(order.DEFAULT)
             with gr.Tabs(selected="browse", elem_id="tabs") as self.tabs:
                 # each tab opens with its h2 (the tab's button shows the name; the heading is for screen readers'
                 # heading list), except Review, whose clip header is its h2
@@ -127,10 +127,10 @@ class Workbench:
         out = {self.userline: self.userline_html(request)}
         params = (request.query_params or {}) if request is not None else {}
         b = self.browse
-        values = b.inputs_from_filter(b.filter_from_url(params.get("f")))
-        sort = "oldest" if params.get("sort") == "oldest" else "newest"
-        out.update(b.apply(*values, sort, request))
-        out.update(b.set_inputs(values, sort, self.ctx.user(request)))
+        form = browse.form_from_filter(b.filter_from_url(params.get("f")))
+        form[browse.SORT] = order.name_or_default(params.get("sort"))
+        out.update(b.apply(request, *browse.form_values(form)))
+        out.update(b.set_inputs(form, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
         clip = str(params.get("clip") or "").strip()

@@ -11,7 +11,7 @@ from __future__ import annotations
 import gradio as gr
 
 from data import assignments, captions, clips, users
-from data.db import DataError
+from data.errors import DataError
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -97,7 +97,7 @@ class AssignPanel:
                     actor=lead.name,
                     role=lead.role,
                     limit=_limit(count),
-                    descending=sort == "newest",
+                    order=sort,
                 )
             except DataError as e:
                 return {self.msg: render.message(str(e), "error")}

@@ -1,13 +1,14 @@
 """Browse tab: filters, full-text search, sort, keyset pages of thumbnails, live counts.
 
-Session state holds ids only: the filter (as a dict), the stack of page anchors (the id each page starts
-after) and the ids shown. Thumbnails are <img src="/thumb/ID"> served by webapp.media, never copied into
+Session state holds ids only: the filter (its dict form, `Filter.to_dict`), the sort order's name, the stack
+of page anchors (the cursor each page starts after, data.order: opaque strings passed back untouched) and the
+cursor of the next page. The filter inputs reach the handlers as one dict keyed by Filter field (`read_form`),
+not by position. Thumbnails are <img src="/thumb/ID"> served by webapp.media, never copied into
 Gradio's cache.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import threading
 import time
@@ -15,8 +16,8 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import clips, limits, taxonomy
-from data.db import DataError
+from data import captions, clips, order as orders, taxonomy
+from data.errors import DataError
 from webapp import assigning, render
 from webapp.context import AppContext
 
@@ -33,45 +34,10 @@ element.addEventListener('click', (ev) => {
 """
 
 
-def _tri(v: str | None) -> bool | None:
-    return {"yes": True, "no": False}.get(v or ANY)
-
-
-def filter_dict(f: clips.Filter) -> dict:
-    """The filter as a JSON-able dict that keeps False (`Filter.to_dict` drops it, which would turn
-    "has caption: no" into "any")."""
-    return {
-        k: v
-        for k, v in dataclasses.asdict(f).items()
-        if v is not None and v != "" and not (k == "include_missing" and v is False)
-    }
-
-
-def filter_from_inputs(
-    status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee=ANY, *, me: str = ""
-) -> dict:
-    """The filter the inputs describe (`me`: who "assigned to me" is); a DataError (shown to the user) for an
-    id out of range or a NUL."""
-    try:
-        job_id = int(job) if job not in (None, "") and float(job) > 0 else None
-    except (TypeError, ValueError, OverflowError):
-        raise DataError("The job id must be a whole number.") from None
-    f = clips.Filter(
-        review_status=status if status != ANY else None,
-        scenario=scenario if scenario != ANY else None,
-        hazard_level=hazard if hazard != ANY else None,
-        weather=weather if weather != ANY else None,
-        lighting=lighting if lighting != ANY else None,
-        has_caption=_tri(has_caption),
-        failed=_tri(failed),
-        job_id=job_id,
-        text=(text or "").strip() or None,
-        **assigning.assignee_filter(assignee, me),
-    )
-    return filter_dict(f)
-
-
-FILTER_INPUT_KEYS = (
+# The filter form: each input's Filter field (in the order Gradio passes their values), then the sort order.
+# A field in CHOICES is a dropdown of ANY and those values; the other fields take their form from the Filter
+# field's type (bool: any/yes/no, int: a number, str: typed text), except the assignee (webapp.assigning).
+FORM_FIELDS = (
     "review_status",
     "scenario",
     "hazard_level",
@@ -83,10 +49,76 @@ FILTER_INPUT_KEYS = (
     "text",
     "assignee",
 )
+SORT = "sort"
+CHOICES = {
+    "review_status": captions.REVIEW_STATES,
+    "scenario": taxonomy.SCENARIO_CATEGORIES,
+    "hazard_level": taxonomy.HAZARD_LEVELS,
+    "weather": taxonomy.WEATHER,
+    "lighting": taxonomy.LIGHTING,
+}
+_TRI = {"yes": True, "no": False}
 
 
-def _tri_value(v) -> str:
-    return {True: "yes", False: "no"}.get(v, ANY)
+def read_form(values) -> dict:
+    """The filter form's values (in FORM_FIELDS order, then the sort) as one dict; values a script left out
+    are "not sent" (None), as in webapp.review_form."""
+    values = list(values) + [None] * (len(FORM_FIELDS) + 1 - len(values))
+    return dict(zip((*FORM_FIELDS, SORT), values))
+
+
+def form_values(form: dict) -> list:
+    """The input values of a form dict, in the order Gradio passes them (the inverse of `read_form`)."""
+    return [form.get(name) for name in (*FORM_FIELDS, SORT)]
+
+
+def filter_from_form(form: dict, *, me: str = "") -> clips.Filter:
+    """The Filter the form describes (`me`: who "assigned to me" is); a DataError (shown to the user) for an
+    id out of range or a NUL."""
+    fields: dict = {}
+    for name in FORM_FIELDS:
+        value = form.get(name)
+        if name == "assignee":
+            fields.update(assigning.assignee_filter(value, me))
+        elif name in CHOICES:
+            fields[name] = None if value in (None, "", ANY) else value
+        elif clips.FIELD_TYPES[name] is bool:
+            fields[name] = _TRI.get(value or ANY)
+        elif clips.FIELD_TYPES[name] is int:
+            fields[name] = _whole(value, name)
+        else:
+            fields[name] = str(value or "").strip() or None
+    return clips.Filter(**fields)
+
+
+def _whole(value, name: str) -> int | None:
+    """A number box: empty or 0 is "any"; anything else a whole number."""
+    try:
+        n = float(value) if value not in (None, "") else 0.0
+        if n != int(n):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise DataError(f"The {name.replace('_', ' ')} must be a whole number.") from None
+    return int(n) if n > 0 else None
+
+
+def form_from_filter(fdict: dict) -> dict:
+    """The form values that show `fdict` (the inverse of `filter_from_form`; a value the inputs cannot show
+    becomes "any")."""
+    form = {}
+    for name in FORM_FIELDS:
+        v = fdict.get(name)
+        if name == "assignee":
+            form[name] = assigning.assignee_choice(fdict)
+        elif name in CHOICES:
+            form[name] = v if v in CHOICES[name] else ANY
+        elif clips.FIELD_TYPES[name] is bool:
+            form[name] = {True: "yes", False: "no"}.get(v, ANY)
+        elif clips.FIELD_TYPES[name] is int:
+            form[name] = v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
+        else:
+            form[name] = str(v or "")
+    return form
 
 
 def export_links(fdict: dict, can_export: bool) -> str:
@@ -115,20 +147,16 @@ class BrowseTab:
                 placeholder="e.g. pedestrian night   (press / to focus)",
             )
             self.status = gr.Dropdown(
-                [ANY, "unreviewed", "approved", "rejected"],
-                value=ANY,
-                label="Review",
-                elem_id="f-status",
-                min_width=120,
+                [ANY, *CHOICES["review_status"]], value=ANY, label="Review", elem_id="f-status", min_width=120
             )
             self.scenario = gr.Dropdown(
-                [ANY, *taxonomy.SCENARIO_CATEGORIES], value=ANY, label="Scenario", elem_id="f-scenario", min_width=160
+                [ANY, *CHOICES["scenario"]], value=ANY, label="Scenario", elem_id="f-scenario", min_width=160
             )
             self.hazard = gr.Dropdown(
-                [ANY, *taxonomy.HAZARD_LEVELS], value=ANY, label="Hazard", elem_id="f-hazard", min_width=110
+                [ANY, *CHOICES["hazard_level"]], value=ANY, label="Hazard", elem_id="f-hazard", min_width=110
             )
-            self.weather = gr.Dropdown([ANY, *taxonomy.WEATHER], value=ANY, label="Weather", min_width=110)
-            self.lighting = gr.Dropdown([ANY, *taxonomy.LIGHTING], value=ANY, label="Lighting", min_width=120)
+            self.weather = gr.Dropdown([ANY, *CHOICES["weather"]], value=ANY, label="Weather", min_width=110)
+            self.lighting = gr.Dropdown([ANY, *CHOICES["lighting"]], value=ANY, label="Lighting", min_width=120)
         with gr.Row(elem_classes="cw-filters"):
             self.has_caption = gr.Radio(TRISTATE, value=ANY, label="Has caption", elem_id="f-has-caption")
             self.failed = gr.Radio(TRISTATE, value=ANY, label="Ingest failed", elem_id="f-failed")
@@ -141,11 +169,16 @@ class BrowseTab:
                 allow_custom_value=True,  # a person's name (a lead's list comes with the first paint)
                 min_width=140,
             )
-            self.sort = gr.Radio(["newest", "oldest"], value="newest", label="Sort", elem_id="f-sort")
+            self.sort = gr.Radio(orders.choices(), value=orders.DEFAULT, label="Sort", elem_id="f-sort")
         self.assign.render()
-        # in FILTER_INPUT_KEYS order: the handlers read them positionally
-        self.filter_inputs = [self.status, self.scenario, self.hazard, self.weather, self.lighting]
-        self.filter_inputs += [self.has_caption, self.failed, self.job, self.text, self.assignee]
+        # Filter field -> its input, in FORM_FIELDS order (the order Gradio passes the values in; read_form)
+        self.form = dict(
+            zip(
+                FORM_FIELDS,
+                [self.status, self.scenario, self.hazard, self.weather, self.lighting]
+                + [self.has_caption, self.failed, self.job, self.text, self.assignee],
+            )
+        )
         self.counts = gr.HTML(elem_id="browse-counts")
         self.export = gr.HTML(elem_id="browse-export")
         self.grid = gr.HTML("", elem_id="gallery", js_on_load=TILE_JS)
@@ -153,55 +186,31 @@ class BrowseTab:
             self.prev_btn = gr.Button("◀ Previous page", elem_id="page-prev", size="sm")
             self.page_label = gr.Markdown("", elem_id="page-label")
             self.next_btn = gr.Button("Next page ▶", elem_id="page-next", size="sm")
-        self.anchors = gr.State([None])
-        self.page_ids = gr.State([])
+        self.anchors = gr.State([None])  # the cursor each page shown so far starts after (None: the start)
+        self.next_cursor = gr.State(None)  # where the next page starts (None: this is the last page)
 
     def filter_from_url(self, raw: str | None) -> dict:
         """The filter a URL carries (?f=<json>); anything unreadable is no filter (a link must never fail)."""
         if not raw:
             return {}
         try:
-            d = json.loads(raw)
-            return filter_dict(clips.Filter.from_dict(d)) if isinstance(d, dict) else {}
-        except (ValueError, TypeError):
+            return clips.Filter.from_dict(json.loads(raw)).to_dict()
+        except (ValueError, TypeError, RecursionError, DataError):
             return {}
 
-    def inputs_from_filter(self, fdict: dict) -> list:
-        """Form values (in `filter_inputs` order) showing `fdict`."""
-        choices = {
-            "review_status": [ANY, "unreviewed", "approved", "rejected"],
-            "scenario": [ANY, *taxonomy.SCENARIO_CATEGORIES],
-            "hazard_level": [ANY, *taxonomy.HAZARD_LEVELS],
-            "weather": [ANY, *taxonomy.WEATHER],
-            "lighting": [ANY, *taxonomy.LIGHTING],
-        }
-        out = []
-        for key in FILTER_INPUT_KEYS:
-            v = fdict.get(key)
-            if key in choices:
-                out.append(v if v in choices[key] else ANY)
-            elif key in ("has_caption", "failed"):
-                out.append(_tri_value(v))
-            elif key == "job_id":
-                out.append(int(v) if str(v or "").isdigit() else None)
-            elif key == "assignee":
-                out.append(assigning.assignee_choice(fdict))
-            else:
-                out.append(str(v or ""))
-        return out
-
-    def set_inputs(self, values: list, sort: str, user) -> dict:
-        """First paint: the filter's inputs showing `values`; for a lead, the assign panel and the people to
-        filter by."""
-        out = {**dict(zip(self.filter_inputs, values)), self.sort: sort, **self.assign.for_user(user)}
+    def set_inputs(self, form: dict, user) -> dict:
+        """First paint: the inputs showing `form` (a `read_form` dict); for a lead, the assign panel and the
+        people to filter by."""
+        out = {comp: form.get(name) for name, comp in self.form.items()}
+        out.update({self.sort: orders.name_or_default(form.get(SORT)), **self.assign.for_user(user)})
         if user.can("lead"):
             choices = [assigning.ANY, assigning.ME, assigning.UNASSIGNED, *self.assign.people()]
-            out[self.assignee] = gr.update(choices=choices, value=values[-1])
+            out[self.assignee] = gr.update(choices=choices, value=form.get("assignee"))
         return out
 
     @property
     def first_paint_outputs(self) -> list:
-        return self.filter_inputs + [self.sort, self.assign.row, self.assign.person]
+        return list(self.form.values()) + [self.sort, self.assign.row, self.assign.person]
 
     def summary(self, db) -> dict:
         """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
@@ -214,32 +223,34 @@ class BrowseTab:
         return {**value, "clips": clips.total(db)}
 
     def page(self, fdict: dict, anchors: list, sort: str, request: gr.Request) -> dict:
+        """The page that starts after the last of `anchors` (cursors), in the order named `sort`."""
         user = self.ctx.user(request)
         db = self.ctx.db()
+        anchors = list(anchors or [None])
         try:
             f = clips.Filter.from_dict(fdict if isinstance(fdict, dict) else {})
-            anchors = [None if a is None else limits.sql_int(a, "page anchor") for a in anchors or [None]]
-        except DataError as e:
+            order = orders.get(sort)
+            shown = clips.page(db, f, order=order, after=anchors[-1])
+        except DataError as e:  # a tampered cursor or filter from a script: a message, not a 500
             raise gr.Error(str(e), title="Cannot show that page") from None
-        rows = clips.page(db, f, after_id=anchors[-1], descending=(sort == "newest"))
-        more = len(rows) == clips.PAGE_SIZE and bool(
-            clips.page(db, f, after_id=rows[-1]["id"], limit=1, descending=(sort == "newest"))
-        )
+        rows = shown.rows
         n, exact = clips.count_capped(db, f)
-        # data-filter / data-sort: the page script writes them into the URL (?f=...), so Back and links work
+        # data-filter / data-sort: the page script writes them into the URL (?f=...&sort=...), so Back and
+        # links work; the default order is left out of the URL
+        url_sort = "" if order.name == orders.DEFAULT else order.name
         counts = (
-            f'<div id="browse-state" data-filter="{render.esc(json.dumps(fdict, sort_keys=True))}" '
-            f'data-sort="{render.esc(sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
+            f'<div id="browse-state" data-filter="{render.esc(json.dumps(f.to_dict(), sort_keys=True))}" '
+            f'data-sort="{render.esc(url_sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
         )
         return {
             self.grid: render.tiles(rows),
             self.counts: counts,
-            self.export: export_links(fdict, user.can("lead")),
+            self.export: export_links(f.to_dict(), user.can("lead")),
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
             self.prev_btn: gr.update(interactive=len(anchors) > 1),
-            self.next_btn: gr.update(interactive=more),
+            self.next_btn: gr.update(interactive=shown.next is not None),
             self.anchors: anchors,
-            self.page_ids: [r["id"] for r in rows],
+            self.next_cursor: shown.next,
         }
 
     def outputs(self, filter_state: gr.State) -> list:
@@ -251,47 +262,34 @@ class BrowseTab:
             self.prev_btn,
             self.next_btn,
             self.anchors,
-            self.page_ids,
+            self.next_cursor,
             filter_state,
         ]
 
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.outputs(filter_state) + [sort_state]
 
-        def apply(
-            status,
-            scenario,
-            hazard,
-            weather,
-            lighting,
-            has_caption,
-            failed,
-            job,
-            text,
-            assignee,
-            sort,
-            request: gr.Request,
-        ):
-            me = self.ctx.user(request).name
+        def apply(request: gr.Request, *values):
+            """The form's filter and order, from the first page."""
+            form = read_form(values)
             try:
-                fdict = filter_from_inputs(
-                    status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee, me=me
-                )
+                fdict = filter_from_form(form, me=self.ctx.user(request).name).to_dict()
+                sort = orders.get(form[SORT]).name
             except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
                 raise gr.Error(str(e), title="Cannot search for that") from None
             return {**self.page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}
 
-        def next_page(fdict, anchors, ids, sort, request: gr.Request):
-            if not ids:
+        def next_page(fdict, anchors, cursor, sort, request: gr.Request):
+            if not cursor:
                 return gr.skip()
-            return self.page(fdict, [*anchors, ids[-1]], sort, request)
+            return self.page(fdict, [*(anchors or [None]), cursor], sort, request)
 
         def prev_page(fdict, anchors, sort, request: gr.Request):
-            if len(anchors) <= 1:
+            if len(anchors or []) <= 1:
                 return gr.skip()
             return self.page(fdict, anchors[:-1], sort, request)
 
-        inputs = self.filter_inputs + [self.sort]
+        inputs = list(self.form.values()) + [self.sort]
         for comp in inputs:  # a choice applies at once; typed fields (search, job id) on Enter
             if comp is self.text or comp is self.job or comp is self.assignee:
                 continue
@@ -304,14 +302,14 @@ class BrowseTab:
             """Re-read the page shown (when the tab is shown again: reviews change tiles and counts)."""
             with self._lock:
                 self._summary = (0.0, None)
-            return self.page(fdict or {}, anchors or [None], sort or "newest", request)
+            return self.page(fdict or {}, anchors or [None], sort or orders.DEFAULT, request)
 
         self.refresh = refresh
         self.apply = apply
         self.apply_inputs = inputs
         self.apply_outputs = outs
         self.next_btn.click(
-            next_page, [filter_state, self.anchors, self.page_ids, sort_state], outs[:-2], api_name="browse_next"
+            next_page, [filter_state, self.anchors, self.next_cursor, sort_state], outs[:-2], api_name="browse_next"
         )
         self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")
         self.assign.wire(self, filter_state, sort_state)

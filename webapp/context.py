@@ -13,13 +13,14 @@ import gradio as gr
 import sqlite_utils
 
 from data import db as dbmod, users
+from data.errors import DataError
 from data.settings import Settings
 
 LOCAL_ADMIN = "local"
 
 
 def shows_errors(fn):
-    """Wrap a handler so that any data.db.DataError it lets through (a limit, a refusal, a conflict nobody
+    """Wrap a handler so that any data.errors.DataError it lets through (a limit, a refusal, a conflict nobody
     caught) reaches the user as a visible message (gr.Error, a toast) instead of a generic "Error". The
     signature is kept (functools.wraps), so Gradio still passes gr.Request / gr.EventData."""
 
@@ -27,7 +28,7 @@ def shows_errors(fn):
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except dbmod.DataError as e:
+        except DataError as e:
             raise gr.Error(str(e), title="Not done") from None
 
     return wrapper

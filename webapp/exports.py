@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from data import clips, db as dbmod, export as exporter
-from data.db import DataError
+from data.errors import DataError
 from webapp.context import AppContext
 
 FORMATS = {"jsonl": "application/x-ndjson", "csv": "text/csv"}

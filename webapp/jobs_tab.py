@@ -18,12 +18,11 @@ import gradio as gr
 import pandas as pd
 
 from data import clips, events, jobs, prompts
-from data.db import DataError, NotFound
+from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
 from serving import cost
 from serving.fleet import router_workers
 from webapp import render
-from webapp.browse import filter_dict
 from webapp.context import AppContext, shows_errors
 
 RUNNER_STALE_S = 15.0
@@ -224,7 +223,7 @@ class JobsTab:
     def _selection(self, source, fdict) -> tuple[clips.Filter, str]:
         if source == "current filter":
             f = clips.Filter.from_dict(fdict)
-            shown = filter_dict(f)
+            shown = f.to_dict()
             desc = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in shown.items()) or "no filter: every clip"
             return f, f"the Browse filter ({desc})"
         return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
@@ -295,7 +294,7 @@ class JobsTab:
                 clip_ids=clips.iter_ids(db, f),
                 prompt_id=pid,
                 params=params.to_dict(),
-                selection={"source": source, "filter": filter_dict(f)},
+                selection={"source": source, "filter": f.to_dict()},
             )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}

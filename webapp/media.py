@@ -15,7 +15,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 
 from data import clips, limits
-from data.db import NotFound
+from data.errors import NotFound
 from webapp.context import AppContext
 
 PLACEHOLDER = Path(__file__).parent / "static" / "no-thumbnail.svg"

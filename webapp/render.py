@@ -4,13 +4,12 @@ nothing else builds markup from data."""
 from __future__ import annotations
 
 import datetime as dt
-import difflib
 import html
 import json
 import time
 from typing import Any, Iterable
 
-from data import taxonomy
+from data import taxonomy, textdiff
 
 
 def esc(value: Any) -> str:
@@ -245,109 +244,16 @@ def provenance(cap: dict | None) -> str:
     return f'{sim}<table class="cw-prov">{body}</table>'
 
 
-# The word diff's hard bound (R11). difflib's SequenceMatcher is quadratic in the worst case (two long captions
-# cost tens of seconds of CPU on every view). So, as in git's patience diff: cut the common head and tail
-# (linear), anchor on words that occur once in each side (longest increasing subsequence, n log n), and give
-# difflib only the gaps between anchors, within a total budget of word pairs. What is left over the budget is
-# shown as "replaced" with a note. 250,000 pairs of difflib's worst input (a two-word vocabulary) take ~60 ms.
-DIFF_MAX_PAIRS = 250_000
-DIFF_MAX_DEPTH = 3
+# R11: the word diff itself is data.textdiff's (bounded); the history view adds a time budget on top
 HISTORY_DIFF_BUDGET_S = 0.15  # word diffs of one history view; older versions past it are shown without a diff
 HISTORY_CUT = "(older version: diff not computed, the history is long; the text is shown as saved)"
 DIFF_TOO_LONG = "(too long to diff word by word: part of the change is shown as replaced)"
 
 
-def _unique_anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
-    """(i, j) of words unique in a and in b, in an order increasing on both sides (LIS over j)."""
-    import bisect
-    from collections import Counter
-
-    ca, cb = Counter(a), Counter(b)
-    once_b = {w for w, n in cb.items() if n == 1}
-    once = {w for w, n in ca.items() if n == 1 and w in once_b}
-    where_b = {w: j for j, w in enumerate(b) if w in once}
-    pairs = [(i, where_b[w]) for i, w in enumerate(a) if w in once]
-    tails: list[int] = []  # patience sorting: tails[k] = smallest j ending an increasing run of length k+1
-    tail_idx: list[int] = []
-    prev: list[int] = [-1] * len(pairs)
-    for k, (_, j) in enumerate(pairs):
-        pos = bisect.bisect_left(tails, j)
-        if pos == len(tails):
-            tails.append(j)
-            tail_idx.append(k)
-        else:
-            tails[pos], tail_idx[pos] = j, k
-        prev[k] = tail_idx[pos - 1] if pos else -1
-    out, k = [], tail_idx[-1] if tail_idx else -1
-    while k >= 0:
-        out.append(pairs[k])
-        k = prev[k]
-    return out[::-1]
-
-
-def _diff_ops(a: list[str], b: list[str]) -> tuple[list[tuple[str, int, int, int, int]], bool]:
-    """difflib-style opcodes over word lists, in bounded time; (ops, whether the bound cut the diff short)."""
-    budget = [DIFF_MAX_PAIRS]
-    cut = [False]
-    ops: list[tuple[str, int, int, int, int]] = []
-
-    def equal(i, j, n):  # one op per run of equal words, not one per word
-        if ops and ops[-1][0] == "equal" and ops[-1][2] == i and ops[-1][4] == j:
-            ops[-1] = ("equal", ops[-1][1], i + n, ops[-1][3], j + n)
-        else:
-            ops.append(("equal", i, i + n, j, j + n))
-
-    def coarse(alo, ahi, blo, bhi):
-        if alo < ahi or blo < bhi:
-            ops.append(
-                ("replace" if alo < ahi and blo < bhi else "delete" if alo < ahi else "insert", alo, ahi, blo, bhi)
-            )
-
-    def rec(alo, ahi, blo, bhi, depth):
-        head = 0
-        while alo + head < ahi and blo + head < bhi and a[alo + head] == b[blo + head]:
-            head += 1
-        if head:
-            equal(alo, blo, head)
-            alo, blo = alo + head, blo + head
-        tail = 0
-        while alo < ahi - tail and blo < bhi - tail and a[ahi - 1 - tail] == b[bhi - 1 - tail]:
-            tail += 1
-        mid_a, mid_b = ahi - tail, bhi - tail
-        pairs = (mid_a - alo) * (mid_b - blo)
-        if pairs == 0:
-            coarse(alo, mid_a, blo, mid_b)
-        elif pairs <= min(budget[0], DIFF_MAX_PAIRS // 4) or (pairs <= budget[0] and depth >= DIFF_MAX_DEPTH):
-            budget[0] -= pairs
-            sm = difflib.SequenceMatcher(a=a[alo:mid_a], b=b[blo:mid_b], autojunk=False)
-            for op, i1, i2, j1, j2 in sm.get_opcodes():
-                if op == "equal":
-                    equal(i1 + alo, j1 + blo, i2 - i1)
-                else:
-                    ops.append((op, i1 + alo, i2 + alo, j1 + blo, j2 + blo))
-        elif depth < DIFF_MAX_DEPTH and (anchors := _unique_anchors(a[alo:mid_a], b[blo:mid_b])):
-            pa, pb = alo, blo
-            for i, j in anchors:
-                if alo + i != pa or blo + j != pb:  # most gaps between anchors are empty: no call for those
-                    rec(pa, alo + i, pb, blo + j, depth + 1)
-                equal(alo + i, blo + j, 1)
-                pa, pb = alo + i + 1, blo + j + 1
-            rec(pa, mid_a, pb, mid_b, depth + 1)
-        else:
-            cut[0] = True
-            coarse(alo, mid_a, blo, mid_b)
-        if tail:
-            equal(mid_a, mid_b, tail)
-
-    rec(0, len(a), 0, len(b), 0)
-    return ops, cut[0]
-
-
 def word_diff(old: str, new: str) -> str:
-    """Word-level diff, every piece escaped; linear up to a hard bound (DIFF_MAX_PAIRS), then coarse."""
-    a, b = (old or "").split(), (new or "").split()
+    """Word-level diff as HTML, every piece escaped (data.textdiff: linear up to a hard bound, then coarse)."""
+    a, b, ops, cut = textdiff.word_diff(old, new)
     out = []
-    ops, cut = _diff_ops(a, b)
     for op, i1, i2, j1, j2 in ops:
         if op == "equal":
             out.append(esc(" ".join(a[i1:i2])))
@@ -387,11 +293,7 @@ def history(versions: list[dict]) -> str:
             marks.append('<span class="cw-badge cw-current">current</span>')
         if v.get("simulated"):
             marks.append('<span class="cw-badge cw-sim">SIMULATED</span>')
-        if (
-            not v.get("current")
-            and v["source"] == "model"
-            and v["id"] > max((x["id"] for x in versions if x.get("current")), default=0)
-        ):
+        if v.get("candidate"):
             marks.append('<span class="cw-badge">candidate</span>')
         head = (
             f"v{int(v['version'])} · {esc(v['source'])} · {esc(v['author'])} · {when(v.get('created_at'))}"

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, prompts, taxonomy
-from data.db import Conflict, DataError, NotFound
+from data import assignments, captions, clips, jobs, order as orders, prompts, taxonomy
+from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render
 from webapp.assigning import ClipAssign
@@ -158,6 +158,14 @@ class ReviewTab:
                 pass
         return {self.header: render.no_clip(raw), self.msg: ""}
 
+    def _refused(self, clip_id, e: DataError, request: gr.Request, *, stay: str = "") -> dict:
+        """What the view shows when data/ refuses an action: a conflict shows who changed what and offers a
+        reload (the form keeps the edit); any other refusal (a label missing or out of the taxonomy, a limit)
+        its message, after `stay` (why we are still on this clip)."""
+        if isinstance(e, Conflict):
+            return self._conflict(clip_id, e, request)
+        return {self.msg: render.message(stay + str(e), "error")}
+
     def _conflict(self, clip_id: int, e: Conflict, request: gr.Request) -> dict:
         out = self.view(clip_id, request, keep_form=True, keep_media=True)
         out[self.base] = gr.skip()  # keep the stale bases: the user must reload to adopt the new version
@@ -169,8 +177,8 @@ class ReviewTab:
 
     def _autosave(self, form: ReviewForm, user) -> tuple[int | None, dict | None]:
         """Save the form if it differs from the version it was loaded from; returns (the new base, the saved
-        version or None). Raises Conflict / DataError / InvalidLabels: the caller stays on the clip and shows
-        why."""
+        version or None). Raises DataError (a Conflict, labels that do not fit): the caller stays on the clip and
+        shows why (`_refused`)."""
         if form.clip_id is None:
             return form.base, None
         db = self.ctx.db()
@@ -186,18 +194,19 @@ class ReviewTab:
         user = self.ctx.user(request)
         try:
             _, saved = self._autosave(form, user)
-        except Conflict as e:
-            return self._conflict(form.clip_id, e, request)
-        except (DataError, taxonomy.InvalidLabels) as e:
-            return {self.msg: render.message(f"Your edit is not saved yet, so you stay on this clip: {e}", "error")}
+        except DataError as e:
+            return self._refused(
+                form.clip_id, e, request, stay="Your edit is not saved yet, so you stay on this clip: "
+            )
         note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
         return go(note)
 
     def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
-        """The review queue: the next unreviewed clip of the filter after `after` (in the grid's order), the
-        clips assigned to `user` first, then unassigned ones (data.assignments), wrapping around."""
+        """The review queue: the next unreviewed clip of the filter after `after` in the grid's order (`sort`,
+        an order name), the clips assigned to `user` first, then unassigned ones (data.assignments), wrapping
+        around."""
         f = clips.Filter.from_dict(fdict or {})
-        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, descending=sort == "newest")
+        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, order=sort)
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
     def save(self, request: gr.Request, *values):
@@ -214,10 +223,8 @@ class ReviewTab:
                 author=user.name,
                 base_caption_id=form.base,
             )
-        except Conflict as e:
-            return self._conflict(form.clip_id, e, request)
-        except (DataError, taxonomy.InvalidLabels) as e:
-            return {self.msg: render.message(str(e), "error")}
+        except DataError as e:
+            return self._refused(form.clip_id, e, request)
         return self.view(
             form.clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True
         )
@@ -242,10 +249,8 @@ class ReviewTab:
                     base_caption_id=new_base,
                     base_review=None if saved else form.review_base,
                 )
-            except Conflict as e:
-                return self._conflict(clip_id, e, request)
-            except (DataError, taxonomy.InvalidLabels) as e:
-                return {self.msg: render.message(str(e), "error")}
+            except DataError as e:
+                return self._refused(clip_id, e, request)
             done = (
                 f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
             ) + f" clip {clip_id} {status}."
@@ -271,10 +276,8 @@ class ReviewTab:
             cap = captions.adopt(
                 self.ctx.db(), int(clip_id), caption_id=int(caption_id), author=user.name, base_caption_id=base
             )
-        except Conflict as e:
-            return self._conflict(clip_id, e, request)
         except DataError as e:
-            return {self.msg: render.message(str(e), "error")}
+            return self._refused(clip_id, e, request)
         return self.view(
             clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok", keep_media=True
         )
@@ -317,9 +320,9 @@ class ReviewTab:
             clip_id = int(form.clip_id)
 
             def go(note):
-                prev_id, next_id = clips.neighbours(self.ctx.db(), clips.Filter.from_dict(fdict), clip_id)
-                if sort == "newest":  # the grid runs newest first: "next" is the lower id
-                    prev_id, next_id = next_id, prev_id
+                prev_id, next_id = clips.neighbours(
+                    self.ctx.db(), clips.Filter.from_dict(fdict), clip_id, order=sort or orders.DEFAULT
+                )
                 target = next_id if direction > 0 else prev_id
                 if target is None:
                     return {

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Sequence
 
 from data import taxonomy
-from data.db import DataError
+from data.errors import DataError
 
 LABELS = list(taxonomy.ENUMS)
 

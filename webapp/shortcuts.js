@@ -61,7 +61,7 @@
   const urlFor = (clip, filter, sort) => {
     const q = new URLSearchParams();
     if (filter && filter !== "{}") q.set("f", filter);
-    if (sort && sort !== "newest") q.set("sort", sort);
+    if (sort) q.set("sort", sort);  // the page leaves the default order out (browse.py)
     if (clip) q.set("clip", clip);
     const s = q.toString();
     return location.pathname + (s ? "?" + s : "");

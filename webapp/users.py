@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 from data import db as dbmod, settings as settings_mod, users
-from data.db import DataError
+from data.errors import DataError
 
 
 def _password(args: argparse.Namespace) -> str:

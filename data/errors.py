@@ -1,0 +1,80 @@
+"""What the data layer refuses on purpose, as one small exception hierarchy.
+
+    DataError                  base: a refusal, never a bug; str(e) is a message fit to show a user
+    ├── NotFound               no such clip, caption version, job, prompt or user
+    ├── Conflict               a save or decision based on a stale version: someone changed the record
+    │                          first (.current holds what is there now)
+    ├── Forbidden              the user's role does not allow the action
+    ├── TooLarge               an input over one of data.limits' bounds (the message names the limit)
+    ├── InvalidLabels          labels, or a model's answer, that do not fit the taxonomy's schema
+    ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
+    ├── BadCursor              a page cursor that data.order did not make for that order (tampered,
+    │                          truncated, or from another order)
+    ├── RootMismatch           ingest asked to scan a folder that is not the library's clip root
+    └── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
+
+The edges catch `DataError` once and show its message (webapp: `gr.Error` or an inline message; CLIs: one
+line on stderr and a non-zero exit); a subclass is caught apart only where the edge does something else with
+it (a `Conflict` offers a reload). Errors that are not refusals (SQLite's own, a decoder's) are not in this
+tree: they are bugs or outages, and reach the logs as they are.
+"""
+
+from __future__ import annotations
+
+
+class DataError(Exception):
+    """Base of every error the data layer raises on purpose (message fit for a user)."""
+
+
+class NotFound(DataError):
+    """The record asked for does not exist."""
+
+
+class Conflict(DataError):
+    """A save based on a stale version: someone else changed the record first."""
+
+    def __init__(self, message: str, *, current: dict | None = None):
+        super().__init__(message)
+        self.current = current or {}
+
+
+class Forbidden(DataError):
+    """The user's role does not allow this action."""
+
+
+class TooLarge(DataError):
+    """An input over its bound: refused with a message naming the limit."""
+
+
+class InvalidLabels(DataError):
+    """Labels or a model answer that do not fit the taxonomy's schema; the message names the first problem."""
+
+
+class InvalidJobParams(DataError):
+    """A job parameter out of range; the message says which and what to use."""
+
+
+class BadCursor(DataError):
+    """A page cursor that is not one data.order made for the order it is used with."""
+
+
+class RootMismatch(DataError):
+    """Ingest was asked to scan a folder that is not this library's clip root."""
+
+
+class RootMissing(DataError):
+    """The recorded clip root is not a folder any more (moved, unmounted)."""
+
+
+__all__ = [
+    "DataError",
+    "NotFound",
+    "Conflict",
+    "Forbidden",
+    "TooLarge",
+    "InvalidLabels",
+    "InvalidJobParams",
+    "BadCursor",
+    "RootMismatch",
+    "RootMissing",
+]
