@@ -2,8 +2,9 @@
 
 Pages use a keyset on `id` (`WHERE id > ? ORDER BY id LIMIT n`), never OFFSET, so page 10,000 of a million
 clips costs what page 1 costs. Facet filters hit the denormalised columns of `clips` (see data.schema);
-full-text search goes through the `clips_fts` index with the user's text quoted (raw text such as `car.`
-would otherwise be an FTS syntax error).
+full-text search goes through the `clips_fts` index with the user's query translated by data.search (words
+quoted, so raw text such as `car.` is never an FTS syntax error; OR, phrases, prefixes; a hint for a query
+that cannot be read).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import captions, limits
+from data import captions, limits, search
 from data.db import DataError, NotFound
 
 PAGE_SIZE = 60
@@ -67,20 +68,18 @@ class Filter:
                 if not isinstance(v, str):
                     raise DataError(f"{f.name} must be text.")
                 limits.check_text(v, limits.MAX_SEARCH_CHARS, f.name.replace("_", " "))
+                if f.name == "text":
+                    search.fts_query(v)  # a query that cannot be read is refused here, with its hint
 
 
 _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")
 
 
 def fts_query(text: str) -> str:
-    """User text -> a safe FTS5 query: every word quoted (so punctuation is literal), all must match,
-    the last word as a prefix so that search-as-you-type finds 'pedestr'."""
-    words = [w for w in text.replace('"', " ").split() if w]
-    if not words:
-        return ""
-    quoted = [f'"{w}"' for w in words]
-    quoted[-1] += "*"
-    return " ".join(quoted)
+    """User text -> a safe FTS5 MATCH expression ("" for none): see data.search for the language (words that
+    must all match, OR, "phrases", prefix*, groups, NOT). Raises search.SearchSyntaxError (a DataError) with a
+    hint for text that cannot be read. No implicit prefix: `car` finds car and cars, not cargo."""
+    return search.fts_query(text)
 
 
 def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> tuple[list[str], list[Any]]:
@@ -113,9 +112,10 @@ def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> 
         args.append(f.assignee)
     if f.unassigned:
         where.append("c.id NOT IN (SELECT clip_id FROM assignments)")
-    if with_text and f.text and fts_query(f.text):
+    q = fts_query(f.text) if with_text and f.text else ""
+    if q:
         where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")
-        args.append(fts_query(f.text))
+        args.append(q)
     return where, args
 
 

@@ -332,8 +332,13 @@ def test_the_readme_documents_every_exported_field():
     assert "docs/export.schema.json" in section
 
 
-def test_cli_prints_the_schema(settings, db):
+def test_cli_prints_the_schema_and_refuses_a_broken_search(settings, db):
     out = subprocess.run(
         [sys.executable, "-m", "data.export", "--schema"], capture_output=True, text=True, timeout=60, check=True
     )
     assert json.loads(out.stdout) == export.json_schema()
+    env = {**os.environ, "CW_DATA_DIR": str(settings.data_dir)}
+    bad = subprocess.run(
+        [sys.executable, "-m", "data.export", "--text", '"red car'], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert bad.returncode == 2 and "quote" in bad.stderr and "Traceback" not in bad.stderr

@@ -183,3 +183,40 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and "h " in html
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True))
     assert sim._cost_html(100_000) == ""
+
+
+def _browse(session, text: str) -> str:
+    """The Browse search event as the page sends it; returns the grid and counts HTML it answered with."""
+    out = session.call("browse_search", ["any"] * 7 + [None, text, "any", "newest"])
+    return " ".join(v for v in out if isinstance(v, str))
+
+
+def test_browse_search_unions_or_and_hints_when_it_cannot_or_does_not_find(server, library):
+    """Issue 18: `a OR b` found 0 (OR was searched as a word) and a broken query was a silent 0."""
+    import re
+
+    from tests.support.reliability_fixtures import GradioSession, dependencies, login_cookie
+
+    cookie = login_cookie(server.url, "ann")
+    s = GradioSession(server.url, cookie, dependencies(server.url, cookie))
+    try:
+
+        def matches(html: str) -> set[int]:
+            return {int(x) for x in re.findall(r'data-clip="(\d+)"', html)}
+
+        cyclist, bus = _browse(s, "cyclist"), _browse(s, "bus")
+        either = _browse(s, "cyclist OR bus")
+        assert matches(cyclist) and matches(bus) and matches(either) == matches(cyclist) | matches(bus)
+        assert f"<b>{len(matches(either))}</b> match" in either
+        assert matches(_browse(s, '"while a cyclist passes"')) == matches(cyclist)
+        assert matches(_browse(s, "cycl*")) == matches(cyclist)
+        none = _browse(s, "cyclist bus")  # no clip has both: the grid says why, and what to write
+        assert not matches(none) and 'id="search-hint"' in none and "cyclist OR bus" in none
+        broken = _browse(s, '"cyclist OR')
+        assert 'id="search-hint"' in broken and "The search was not run" in broken and "quote" in broken
+        assert not matches(broken)
+        dangling = _browse(s, "cyclist OR")
+        assert "OR needs a word on each side" in dangling
+    finally:
+        s.close()
+

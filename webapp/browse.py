@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import clips, limits, taxonomy
+from data import clips, limits, search, taxonomy
 from data.db import DataError
 from webapp import assigning, render
 from webapp.context import AppContext
@@ -163,7 +163,7 @@ class BrowseTab:
         try:
             d = json.loads(raw)
             return filter_dict(clips.Filter.from_dict(d)) if isinstance(d, dict) else {}
-        except (ValueError, TypeError):
+        except (ValueError, TypeError, DataError):
             return {}
 
     def inputs_from_filter(self, fdict: dict) -> list:
@@ -226,13 +226,14 @@ class BrowseTab:
             clips.page(db, f, after_id=rows[-1]["id"], limit=1, descending=(sort == "newest"))
         )
         n, exact = clips.count_capped(db, f)
+        hint = search.no_match_hint(f.text) if f.text and not n else ""
         # data-filter / data-sort: the page script writes them into the URL (?f=...), so Back and links work
         counts = (
             f'<div id="browse-state" data-filter="{render.esc(json.dumps(fdict, sort_keys=True))}" '
             f'data-sort="{render.esc(sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
         )
         return {
-            self.grid: render.tiles(rows),
+            self.grid: render.tiles(rows, hint),
             self.counts: counts,
             self.export: export_links(fdict, user.can("lead")),
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
@@ -277,6 +278,16 @@ class BrowseTab:
                 fdict = filter_from_inputs(
                     status, scenario, hazard, weather, lighting, has_caption, failed, job, text, assignee, me=me
                 )
+            except search.SearchSyntaxError as e:  # shown where the results would be: nothing ran, and why
+                return {
+                    self.grid: render.search_refused(str(e)),
+                    self.counts: "",
+                    self.export: "",
+                    self.page_label: "",
+                    self.prev_btn: gr.update(interactive=False),
+                    self.next_btn: gr.update(interactive=False),
+                    self.page_ids: [],
+                }
             except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
                 raise gr.Error(str(e), title="Cannot search for that") from None
             return {**self.page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}

@@ -23,8 +23,9 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def tiles(rows: Iterable[dict]) -> str:
-    """The browse grid: a tile per clip, a real link (`?clip=ID`, so it also works in a new tab)."""
+def tiles(rows: Iterable[dict], hint: str = "") -> str:
+    """The browse grid: a tile per clip, a real link (`?clip=ID`, so it also works in a new tab). `hint`: what
+    to try when nothing matched (data.search.no_match_hint)."""
     out = []
     for r in rows:
         status = r.get("review_status") or "unreviewed"
@@ -46,8 +47,17 @@ def tiles(rows: Iterable[dict]) -> str:
             f'<div class="cw-tile-caption">{esc(preview)}</div></a>'
         )
     if not out:
-        return '<p class="cw-empty">No clips match this filter.</p>'
+        return '<p class="cw-empty">No clips match this filter.</p>' + (
+            f'<div class="cw-msg cw-msg-info" id="search-hint" role="status">{esc(hint)}</div>' if hint else ""
+        )
     return '<div class="cw-grid">' + "".join(out) + "</div>"
+
+
+def search_refused(hint: str) -> str:
+    """In place of the grid, for a search that cannot be read: nothing ran, and what to write instead."""
+    return (
+        f'<div class="cw-msg cw-msg-conflict" id="search-hint" role="alert">The search was not run. {esc(hint)}</div>'
+    )
 
 
 def assignee_badge(name: str) -> str:
