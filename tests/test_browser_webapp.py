@@ -113,7 +113,7 @@ def test_edit_save_reload_shows_edit(ann, server, library):
     page.reload()
     page.wait_for_function(f"document.querySelector('#review-header')?.innerText.includes('#{cid} ')")
     assert page.input_value("#caption-text textarea") == "Edited by ann: a cyclist swerves around a parked van."
-    assert "human by ann" in page.inner_text("#provenance")
+    assert "edited by ann" in page.inner_text("#provenance")
 
 
 def test_two_annotators_get_a_conflict(browser, server, library):  # noqa: F811
