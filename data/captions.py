@@ -379,21 +379,24 @@ def change_kind(before: dict | None, after: dict) -> str:
     return "both" if text and labels else "text" if text else "labels" if labels else "unchanged"
 
 
+# A version and the versions it derives from, newest first, at most limit + 1 (parameters: id, limit). Each step
+# looks its link up in a scalar subquery: written as a join, SQLite 3.38+ puts a Bloom filter on `captions` in
+# the recursive step and builds it by scanning the whole table at every step (0.3 s a step on 100k versions,
+# against 0.1 ms a whole chain this way).
+CHAIN_SQL = (
+    "WITH RECURSIVE chain(n, id) AS (SELECT 0, ? UNION ALL "
+    "SELECT chain.n + 1, (SELECT d.derived_from_id FROM captions d WHERE d.id = chain.id) FROM chain "
+    "WHERE chain.id IS NOT NULL AND chain.n < ?) "
+    "SELECT k.id, k.version, k.source, k.author, k.created_at, k.text, k.labels, k.derived_from_id "
+    "FROM chain CROSS JOIN captions k ON k.id = chain.id ORDER BY chain.n"
+)
+
+
 def edits(db: sqlite_utils.Database, caption_id: int, limit: int = EDITS_MAX) -> tuple[list[dict], bool]:
     """The human versions on the chain from `caption_id` back to its origin, oldest first, each with `changed`
     (CHANGE_KINDS, against the version it was derived from); and whether the chain was longer than `limit`
     human versions (then only the newest `limit` are listed). One indexed query, at most limit + 1 rows."""
-    rows = [
-        _decode(r)
-        for r in db.query(
-            "WITH RECURSIVE chain(n, id) AS (SELECT 0, ? UNION ALL "
-            "SELECT chain.n + 1, k.derived_from_id FROM chain JOIN captions k ON k.id = chain.id "
-            "WHERE k.derived_from_id IS NOT NULL AND chain.n < ?) "
-            "SELECT k.id, k.version, k.source, k.author, k.created_at, k.text, k.labels, k.derived_from_id "
-            "FROM chain JOIN captions k ON k.id = chain.id ORDER BY chain.n",
-            [caption_id, limit],
-        )
-    ]
+    rows = [_decode(r) for r in db.query(CHAIN_SQL, [caption_id, limit])]
     out = []
     for i, r in enumerate(rows[:limit]):
         if r["source"] != "human":

@@ -40,9 +40,13 @@ def _null(*types: str) -> dict:
     return {"type": [*types, "null"]}
 
 
+# NaN/Infinity stored before ingest refused them become null: strict JSONL readers reject them. One decoder for
+# every cell (json.loads with an option builds a new one per call).
+_DECODER = json.JSONDecoder(parse_constant=lambda _: None)
+
+
 def _json(value: str | None) -> Any:
-    # NaN/Infinity stored before ingest refused them become null: strict JSONL readers reject them
-    return json.loads(value, parse_constant=lambda _: None) if value else None
+    return _DECODER.decode(value) if value else None
 
 
 @dataclass(frozen=True)
@@ -211,13 +215,19 @@ def _lineage_fields(db: sqlite_utils.Database, raw: dict, rec: dict) -> dict:
     origin = None
     if raw["origin_caption_id"] is not None:
         origin = {x.name: (x.decode or (lambda v: v))(raw["origin_" + x.name]) for x in ORIGIN_FIELDS}
-    before = {"text": raw["_origin_text"], "labels": _json(raw["_origin_labels"]) or {}} if origin else None
+    if origin is None:
+        changed, labels = captions.change_kind(None, rec), None
+    elif origin["caption_id"] == rec["caption_id"]:  # a machine caption, its own origin (most rows)
+        changed, labels = "unchanged", []
+    else:
+        before = {"text": raw["_origin_text"], "labels": _json(raw["_origin_labels"]) or {}}
+        changed, labels = captions.change_kind(before, rec), captions.labels_changed(before["labels"], rec["labels"])
     human, truncated = captions.edits(db, rec["caption_id"]) if rec["source"] == "human" else ([], False)
     return {
         "simulated": bool(raw["_simulated"]) or bool(origin and origin["simulated"]),
         "origin": origin,
-        "changed": captions.change_kind(before, rec),
-        "labels_changed": captions.labels_changed(before["labels"], rec["labels"]) if before else None,
+        "changed": changed,
+        "labels_changed": labels,
         "edits": human,
         "edits_truncated": truncated,
     }

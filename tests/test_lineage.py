@@ -209,3 +209,17 @@ def test_the_lineage_check_catches_a_wrong_origin(settings):
         assert [p[1] for p in lineage_problems(db)] == ["origin is not its chain's root"]
     finally:
         db.close()
+
+
+def test_walking_a_chain_looks_versions_up_by_id_never_scans(db):
+    """The export walks a chain per edited caption: a scan of `captions` there (a Bloom filter built by a
+    scan, as SQLite plans a recursive join) would make a million-clip export quadratic."""
+    db.execute("INSERT INTO clips (path) VALUES ('x.mp4')")
+    db.conn.commit()
+    for _ in range(3):  # enough rows for ANALYZE to give the planner statistics
+        captions.add_machine(db, 1, job_id=None, text="m", labels=LABELS, provenance={})
+    db.execute("ANALYZE")
+    plan = [r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + captions.CHAIN_SQL, [1, captions.EDITS_MAX])]
+    lookups = [p for p in plan if "captions" in p or p.split()[1:2] in (["d"], ["k"])]
+    assert lookups and all("USING INTEGER PRIMARY KEY" in p for p in lookups), plan
+    assert not any("BLOOM" in p or p.startswith(("SCAN d", "SCAN k")) for p in plan), plan
