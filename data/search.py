@@ -12,7 +12,7 @@ Every word reaches FTS5 inside double quotes, so punctuation is literal (`car.` 
 syntax), and every operator is written explicitly (FTS5 has no implicit AND next to a bracket). A query that
 cannot be read raises `SearchSyntaxError` with what to write instead; nothing reaches SQLite that could be an
 FTS5 syntax error. Parsing is one pass over at most `limits.MAX_SEARCH_CHARS` characters with a bounded depth
-(R10, R11).
+and at most MAX_PREFIXES prefixes (R10, R11).
 """
 
 from __future__ import annotations
@@ -23,11 +23,15 @@ from dataclasses import dataclass
 from data.db import DataError
 
 MAX_DEPTH = 8  # brackets inside brackets
+# Words with *: FTS5 merges the index entries of every word a prefix starts, for each one (a one-letter prefix on
+# a million captions: ~0.1 s a page with its count). Plain words are streamed and cost little (bench_browse).
+MAX_PREFIXES = 4
 OPERATORS = ("OR", "AND", "NOT")
 
 
 class SearchSyntaxError(DataError):
-    """A search that cannot be read; the message says what to write instead."""
+    """A search that cannot be run as written (it cannot be read, or it is over a bound); the message says what
+    to write instead."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +207,10 @@ def fts_query(text: str | None) -> str:
     tokens = _lex(text or "")
     if not tokens and (text or "").strip():
         raise SearchSyntaxError(f"{text.strip()[:40]!r} holds no word or number to search for.")
+    if sum(1 for kind, t in tokens if kind == "term" and isinstance(t, Term) and t.prefix) > MAX_PREFIXES:
+        raise SearchSyntaxError(
+            f"At most {MAX_PREFIXES} words with * in one search: write the others out (pedestrian, not pedestr*)."
+        )
     parser = _Parser(tokens)
     out = parser.items(0)
     if parser.peek() is not None:  # items() stops only at the end or at a ")" it did not open

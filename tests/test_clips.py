@@ -177,6 +177,7 @@ def test_phrases_prefixes_and_stems(db):
         ("-cyclist", "write NOT before it"),
         ("...", "no word or number"),
         ("(" * 9 + "a" + ")" * 9, "Too many brackets"),
+        (" OR ".join(f"w{i}*" for i in range(search.MAX_PREFIXES + 1)), f"At most {search.MAX_PREFIXES} words with *"),
     ],
 )
 def test_a_query_that_cannot_be_read_gets_a_hint(db, text, hint):
