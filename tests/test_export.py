@@ -342,3 +342,37 @@ def test_cli_prints_the_schema_and_refuses_a_broken_search(settings, db):
         [sys.executable, "-m", "data.export", "--text", '"red car'], capture_output=True, text=True, env=env, timeout=60
     )
     assert bad.returncode == 2 and "quote" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_simulated_fleet_caption_fixed_approved_and_exported(fleet_settings, sim):
+    """Issue 18's acceptance path end to end: a caption from the simulated fleet over HTTP, stored as the runner
+    stores it, one label fixed, approved, exported: `simulated` stays true and the origin names model, prompt
+    and job; the record validates against the published schema."""
+    from data import db as dbmod
+    from tests.support.fleet_fixtures import caption
+
+    db = dbmod.connect(fleet_settings.db)
+    try:
+        clip = db["clips"].insert({"path": "a.mp4", "size": 1, "ingested_at": 0}).last_pk
+        prompt = prompts.latest(db)
+        job = jobs.create(db, name="sim", created_by="lead", clip_ids=[clip], prompt_id=prompt["id"])
+        jobs.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
+        result = caption(fleet_settings, sim.urls[0], "a.mp4", prompt=prompt)
+        assert result.text.startswith("[SIMULATED]") and result.provenance["simulated"] is True
+        machine = jobs.complete(db, job, clip, text=result.text, labels=result.labels, provenance=result.provenance)
+        labels = dict(machine["labels"])
+        labels["lighting"] = next(v for v in taxonomy.LIGHTING if v != labels["lighting"])
+        fixed = captions.save_human(
+            db, clip, text=machine["text"], labels=labels, author="anna", base_caption_id=machine["id"]
+        )
+        captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+        (rec,) = exported(db, Filter(review_status="approved"))
+    finally:
+        db.close()
+    assert rec["source"] == "human" and rec["simulated"] is True
+    origin = rec["origin"]
+    assert origin["model"] == result.provenance["model"] and origin["job_id"] == job and origin["simulated"] is True
+    assert (origin["prompt_name"], origin["prompt_version"]) == (prompt["name"], prompt["version"])
+    assert rec["changed"] == "labels" and rec["labels_changed"] == ["lighting"]
+    assert [e["author"] for e in rec["edits"]] == ["anna"]
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(rec)
