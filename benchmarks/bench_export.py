@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data import clips, export, schema  # noqa: E402
+from data import captions, clips, export, schema  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.examples import LABELS  # noqa: E402
@@ -127,24 +127,7 @@ def build(db_path: Path, n: int, seed: int = 0) -> float:
 def baseline(db, f: Filter, out) -> int:
     """The export before lineage: one cursor over clips joined with their current caption, nothing else."""
     where, args = clips._where(Filter(**{**f.to_dict(), "has_caption": True}))
-    prov = ", ".join(
-        f"k.{p}"
-        for p in (
-            "model",
-            "prompt_id",
-            "prompt_name",
-            "prompt_version",
-            "params",
-            "frames",
-            "replica",
-            "decode_backend",
-            "latency_ms",
-            "prompt_tokens",
-            "completion_tokens",
-            "finish_reason",
-            "simulated",
-        )
-    )
+    prov = ", ".join(f"k.{p}" for p in captions.PROVENANCE_FIELDS)
     cursor = db.execute(
         "SELECT c.id AS clip_id, c.path, c.sha256, c.duration, c.width, c.height, c.review_status, c.reviewed_by, "
         "c.reviewed_at, c.sidecar, k.id AS caption_id, k.version, k.text, k.labels, k.source, k.author, "
