@@ -23,6 +23,7 @@ from data import (  # noqa: E402
     captions,
     clips,
     db as dbmod,  # noqa: E402
+    errors,
     examples,
     limits,
     textdiff,
@@ -36,6 +37,13 @@ def prose(n: int, seed: int) -> str:
     rng = random.Random(seed)
     common = ["the", "a", "car", "pedestrian", "slows", "left", "lane", "and"]
     return " ".join(rng.choice(common) if rng.random() < 0.5 else f"w{rng.randrange(10**6)}" for _ in range(n))
+
+
+def _parse_or_hint(q: str) -> clips.Filter | None:
+    try:
+        return clips.Filter(text=q)
+    except errors.SearchSyntaxError:
+        return None
 
 
 def best(fn, repeat: int) -> float:
@@ -89,9 +97,19 @@ def main(argv=None) -> int:
             f"save of a caption at the limit: {(time.perf_counter() - t) * 1000:.1f} ms "
             f"(longest write-lock hold {dbmod.write_lock_stats(Path(d) / 'b.db')['max_ms']:.1f} ms)"
         )
-        q = ("pedestrian " * 60)[: limits.MAX_SEARCH_CHARS]
-        f = clips.Filter(text=q)
-        print(f"full-text search, {len(q)}-char query: {best(lambda: clips.page(db, f), args.repeat):.1f} ms")
+        worst = {
+            "words": "pedestrian " * 60,
+            "OR": "a OR " * 99 + "b",
+            "prefixes (the most allowed, then words)": "w1* w2* w3* w4* " + "w5 " * 160,
+            "brackets": "(" * 8 + "a OR b " + ") NOT c" * 8 + " x" * 200,
+            "unclosed quote (a hint)": '"' + "a " * 300,
+        }
+        for name, q in worst.items():
+            q = q[: limits.MAX_SEARCH_CHARS]
+            parse = best(lambda q=q: _parse_or_hint(q), args.repeat)
+            f = _parse_or_hint(q)
+            run = best(lambda f=f: clips.page(db, f), args.repeat) if f else 0.0
+            print(f"full-text search, {len(q)}-char query ({name}): read {parse:.2f} ms, page {run:.1f} ms")
         db.close()
     side = ('{"a": "' + "[" * 1000 + '", "b": [' + ",".join(["1"] * 200_000) + "]}").encode()[
         : limits.MAX_SIDECAR_BYTES

@@ -8,7 +8,7 @@ insert, executemany in 50k batches, `synchronous=OFF` for the build only, then t
 pass and its triggers restored (data.schema._fts_clips). Then times, each --repeat times:
   facets      a page of 60 with hazard_level=high AND weather=rain (and a rare pair)
   deep        the same filters, keyset after clip 900,000 (paging far in; its cursor, data.order)
-  text        a full-text page for a common word and a rare word
+  text        a full-text page for a common word and a rare word, OR, a phrase, prefixes, NOT
   newest      pages in the "newest" order (the UI's default), first and deep
   computed    pages in an order on a computed key (hazard rank, then id, as a risk order would be): without an
               index (each page sorts what the filter matches; --repeat // 10 runs), then with a temporary
@@ -233,20 +233,31 @@ def main(argv=None) -> int:
         "text page: common word deep": lambda: clips.page(db, Filter(text="vehicle"), after=at),
         "text page: rare word 'deer'": lambda: clips.page(db, Filter(text="deer")),
         "text page: 'ambulance' + hazard=high": lambda: clips.page(db, Filter(text="ambulance", hazard_level="high")),
+        "text page: 'pedestrian OR cyclist'": lambda: clips.page(db, Filter(text="pedestrian OR cyclist")),
+        "text page: OR deep": lambda: clips.page(db, Filter(text="pedestrian OR cyclist"), after=at),
+        "text page: 'deer OR ambulance' (rare)": lambda: clips.page(db, Filter(text="deer OR ambulance")),
+        'text page: phrase "at the crosswalk"': lambda: clips.page(db, Filter(text='"at the crosswalk"')),
+        "text page: prefix 'pedestr*'": lambda: clips.page(db, Filter(text="pedestr*")),
+        "text page: prefix 'v*' (one letter)": lambda: clips.page(db, Filter(text="v*")),
+        "text page: 4 one-letter prefixes (the most allowed)": lambda: clips.page(db, Filter(text="t* v* w* a*")),
+        "text page: '(taxi OR van) NOT fog'": lambda: clips.page(db, Filter(text="(taxi OR van) NOT fog")),
+        "text page: 'vehicle NOT ego' (0 rows)": lambda: clips.page(db, Filter(text="vehicle NOT ego")),
+        "count capped: 'pedestrian OR cyclist'": lambda: clips.count_capped(db, Filter(text="pedestrian OR cyclist")),
+        "count capped: 4 one-letter prefixes": lambda: clips.count_capped(db, Filter(text="t* v* w* a*")),
         "count capped: high+rain": lambda: clips.count_capped(db, f2),
         "count capped: text 'vehicle'": lambda: clips.count_capped(db, Filter(text="vehicle")),
         "count capped: text 'deer'": lambda: clips.count_capped(db, Filter(text="deer")),
         "count exact: high+rain": lambda: clips.count(db, f2),
         "total (unfiltered)": lambda: clips.total(db),
     }
-    print(f"{'query':45s} {'p50 ms':>8s} {'p95 ms':>8s}  result")
+    print(f"{'query':52s} {'p50 ms':>8s} {'p95 ms':>8s}  result")
 
     def run(cases: dict, repeat: int, suffix: str = "") -> None:
         for name, fn in cases.items():
             p50, p95 = timed(fn, repeat)
             res = fn()
             shown = f"{len(res.rows)} rows" if isinstance(res, clips.Page) else str(res)
-            print(f"{name + suffix:45s} {p50:8.2f} {p95:8.2f}  {shown}")
+            print(f"{name + suffix:52s} {p50:8.2f} {p95:8.2f}  {shown}")
 
     def explain(f: Filter, after, order_list) -> None:
         for name, (sql, params) in clips.explain_samples(f, after, order_list).items():

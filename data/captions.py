@@ -8,6 +8,15 @@ Rules (the project's rule "a human's work is never lost"; tested in tests/test_r
   one that nobody approved. Otherwise it is stored as a *candidate* version that a human can adopt.
 - A machine result of a job is written once: (job_id, clip_id) is unique, a repeat returns the first.
 Each function runs in one `BEGIN IMMEDIATE` transaction and records an event in it.
+
+Lineage (what a training pipeline needs to know about where a text came from, kept through any number of edits):
+- `derived_from_id`: the version this one was made from. A human save: the version it was based on. An adopt:
+  the version adopted. A machine caption: none, it is an origin.
+- `origin_id`: the machine caption at the root of the `derived_from_id` chain (a machine caption's own id), or
+  none for text a human wrote from scratch. Its provenance (model, prompt, job, simulated) is the text's.
+- `parent_id` is something else: the version that was current when this one was written (the version a save
+  or an adopt replaced), which the history view diffs against.
+`lineage` walks a chain back to its origin: who edited the text, when, and what each edit changed.
 """
 
 from __future__ import annotations
@@ -38,6 +47,10 @@ PROVENANCE_FIELDS = (
     "simulated",
 )
 REVIEW_STATES = ("unreviewed", "approved", "rejected")
+# What a version changed compared with the one it was derived from (or an export record with its origin):
+# "written" is text with nothing to compare with (written from scratch).
+CHANGE_KINDS = ("unchanged", "text", "labels", "both", "written")
+EDITS_MAX = 50  # human versions `lineage` walks back through, newest first (a bounded lookup per clip)
 
 
 def _when(ts: float | None) -> str:
@@ -114,6 +127,7 @@ def _insert_version(
     source: str,
     author: str,
     parent_id: int | None,
+    derived_from_id: int | None,
     job_id: int | None = None,
     note: str | None = None,
     provenance: dict | None = None,
@@ -121,10 +135,22 @@ def _insert_version(
     version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM captions WHERE clip_id = ?", [clip_id]).fetchone()[
         0
     ]
+    # The id is chosen here (what SQLite would choose: we hold the write lock) so that a machine caption can
+    # name itself as its origin in the same INSERT: lineage columns are never updated.
+    new_id = db.execute("SELECT COALESCE(MAX(id), 0) + 1 FROM captions").fetchone()[0]
+    if source == "model":
+        origin_id = new_id
+    elif derived_from_id is not None:
+        origin_id = db.execute("SELECT origin_id FROM captions WHERE id = ?", [derived_from_id]).fetchone()[0]
+    else:
+        origin_id = None
     row: dict[str, Any] = {
+        "id": new_id,
         "clip_id": clip_id,
         "version": version,
         "parent_id": parent_id,
+        "derived_from_id": derived_from_id,
+        "origin_id": origin_id,
         "text": text,
         "labels": taxonomy.dumps(labels),
         "source": source,
@@ -187,7 +213,15 @@ def save_human(
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
         cid = _insert_version(
-            db, clip_id, text=text, labels=labels, source="human", author=author, parent_id=base_caption_id, note=note
+            db,
+            clip_id,
+            text=text,
+            labels=labels,
+            source="human",
+            author=author,
+            parent_id=base_caption_id,
+            derived_from_id=base_caption_id,
+            note=note,
         )
         status = "unreviewed" if clip["review_status"] == "rejected" else None
         _make_current(db, clip_id, cid, text=text, labels=labels, source="human", review_status=status)
@@ -213,6 +247,7 @@ def adopt(
             source="human",
             author=author,
             parent_id=base_caption_id,
+            derived_from_id=src["id"],
             note=f"adopted version {src['version']}",
         )
         _make_current(db, clip_id, cid, text=src["text"], labels=src["labels"], source="human")
@@ -258,6 +293,7 @@ def add_machine(
             source="model",
             author=author,
             parent_id=clip["current_caption_id"],
+            derived_from_id=None,
             job_id=job_id,
             provenance=provenance,
         )
@@ -324,3 +360,94 @@ def set_review(
             previous=clip["review_status"],
         )
     return {**clip, "review_status": status, "reviewed_by": user}
+
+
+def _words(text: str | None) -> list[str]:
+    return (text or "").split()
+
+
+def _label_value(labels: dict, name: str) -> Any:
+    v = labels.get(name)
+    return sorted(v) if isinstance(v, list) else v  # a multi-choice label is a set: order is no change
+
+
+def labels_changed(before: dict | None, after: dict | None) -> list[str]:
+    """Names of the labels whose value differs between two label sets (taxonomy order, then any others)."""
+    before, after = before or {}, after or {}
+    names = [*taxonomy.ENUMS, *sorted((set(before) | set(after)) - set(taxonomy.ENUMS))]
+    return [n for n in names if _label_value(before, n) != _label_value(after, n)]
+
+
+def change_kind(before: dict | None, after: dict) -> str:
+    """What `after` changed compared with `before` (rows with decoded `text` and `labels`): one of CHANGE_KINDS.
+    Text is compared word by word (whitespace is no change); `before` None is text written from scratch."""
+    if before is None:
+        return "written"
+    text = _words(before.get("text")) != _words(after.get("text"))
+    labels = bool(labels_changed(before.get("labels"), after.get("labels")))
+    return "both" if text and labels else "text" if text else "labels" if labels else "unchanged"
+
+
+# A version and the versions it derives from, newest first, at most limit + 1 (parameters: id, limit). Each step
+# looks its link up in a scalar subquery: written as a join, SQLite 3.38+ puts a Bloom filter on `captions` in
+# the recursive step and builds it by scanning the whole table at every step (0.3 s a step on 100k versions,
+# against 0.1 ms a whole chain this way).
+CHAIN_SQL = (
+    "WITH RECURSIVE chain(n, id) AS (SELECT 0, ? UNION ALL "
+    "SELECT chain.n + 1, (SELECT d.derived_from_id FROM captions d WHERE d.id = chain.id) FROM chain "
+    "WHERE chain.id IS NOT NULL AND chain.n < ?) "
+    "SELECT k.id, k.version, k.source, k.author, k.created_at, k.text, k.labels, k.derived_from_id "
+    "FROM chain CROSS JOIN captions k ON k.id = chain.id ORDER BY chain.n"
+)
+
+
+def edits(db: sqlite_utils.Database, caption_id: int, limit: int = EDITS_MAX) -> tuple[list[dict], bool]:
+    """The human versions on the chain from `caption_id` back to its origin, oldest first, each with `changed`
+    (CHANGE_KINDS, against the version it was derived from); and whether the chain was longer than `limit`
+    human versions (then only the newest `limit` are listed). One indexed query, at most limit + 1 rows."""
+    rows = [_decode(r) for r in db.query(CHAIN_SQL, [caption_id, limit])]
+    out = []
+    for i, r in enumerate(rows[:limit]):
+        if r["source"] != "human":
+            break  # the origin: the chain's end
+        before = rows[i + 1] if i + 1 < len(rows) else None
+        out.append(
+            {
+                "caption_id": r["id"],
+                "version": r["version"],
+                "author": r["author"],
+                "created_at": r["created_at"],
+                "changed": change_kind(before, r),
+            }
+        )
+    truncated = len(rows) > limit and rows[limit]["source"] == "human"
+    return out[::-1], truncated
+
+
+def lineage(db: sqlite_utils.Database, cap: dict | None) -> dict:
+    """Where the version `cap` (a row of `get`) came from: `origin` (the machine caption at its root, decoded,
+    or None), `derived_from` (the version it was made from, or None), `edits` and `edits_truncated` (see
+    `edits`), `changed` (CHANGE_KINDS, against the origin) with `labels_changed` (None without an origin),
+    and `simulated` (the text, or the text it was derived from, was written by the simulated fleet)."""
+    if cap is None:
+        return {
+            "origin": None,
+            "derived_from": None,
+            "edits": [],
+            "edits_truncated": False,
+            "changed": None,
+            "labels_changed": None,
+            "simulated": False,
+        }
+    origin = cap if cap.get("origin_id") == cap["id"] else get(db, cap.get("origin_id"))
+    made_from = get(db, cap.get("derived_from_id"))
+    human, truncated = edits(db, cap["id"]) if cap["source"] == "human" else ([], False)
+    return {
+        "origin": origin,
+        "derived_from": made_from,
+        "edits": human,
+        "edits_truncated": truncated,
+        "changed": change_kind(origin, cap),
+        "labels_changed": labels_changed(origin["labels"], cap["labels"]) if origin else None,
+        "simulated": bool(cap.get("simulated") or (origin or {}).get("simulated")),
+    }

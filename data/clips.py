@@ -3,8 +3,8 @@
 Pages are keyset pages in an `Order` (data.order): `WHERE (key, id) after the cursor ORDER BY key, id LIMIT n`,
 never OFFSET. In the id orders the key is the id itself, so page 10,000 of a million clips costs what page 1
 costs. Facet filters hit the denormalised columns of `clips` (see data.schema); full-text search goes through
-the `clips_fts` index with the user's text quoted (raw text such as `car.` would otherwise be an FTS syntax
-error).
+the `clips_fts` index with the user's query translated by data.search (words quoted, so raw text such as
+`car.` is never an FTS syntax error; OR, phrases, prefixes; a hint for a query that cannot be read).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Iterator
 
 import sqlite_utils
 
-from data import captions, limits, order as orders
+from data import captions, limits, order as orders, search
 from data.errors import DataError, NotFound
 from data.order import Order
 
@@ -81,6 +81,8 @@ class Filter:
                 if not isinstance(v, str):
                     raise DataError(f"{f.name} must be text.")
                 limits.check_text(v, limits.MAX_SEARCH_CHARS, f.name.replace("_", " "))
+                if f.name == "text":
+                    search.fts_query(v)  # a query that cannot be read is refused here, with its hint
 
 
 def _value_type(hint: Any) -> type:
@@ -96,14 +98,10 @@ _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "
 
 
 def fts_query(text: str) -> str:
-    """User text -> a safe FTS5 query: every word quoted (so punctuation is literal), all must match,
-    the last word as a prefix so that search-as-you-type finds 'pedestr'."""
-    words = [w for w in text.replace('"', " ").split() if w]
-    if not words:
-        return ""
-    quoted = [f'"{w}"' for w in words]
-    quoted[-1] += "*"
-    return " ".join(quoted)
+    """User text -> a safe FTS5 MATCH expression ("" for none): see data.search for the language (words that
+    must all match, OR, "phrases", prefix*, groups, NOT). Raises SearchSyntaxError (data.errors) with a
+    hint for text that cannot be read. No implicit prefix: `car` finds car and cars, not cargo."""
+    return search.fts_query(text)
 
 
 def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> tuple[list[str], list[Any]]:
@@ -136,9 +134,10 @@ def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> 
         args.append(f.assignee)
     if f.unassigned:
         where.append("c.id NOT IN (SELECT clip_id FROM assignments)")
-    if with_text and f.text and fts_query(f.text):
+    q = fts_query(f.text) if with_text and f.text else ""
+    if q:
         where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")
-        args.append(fts_query(f.text))
+        args.append(q)
     return where, args
 
 

@@ -10,6 +10,7 @@
     ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
     ├── BadCursor              a page cursor that data.order did not make for that order (tampered,
     │                          truncated, or from another order)
+    ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
     ├── RootMismatch           ingest asked to scan a folder that is not the library's clip root
     └── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
 
@@ -58,6 +59,11 @@ class BadCursor(DataError):
     """A page cursor that is not one data.order made for the order it is used with."""
 
 
+class SearchSyntaxError(DataError):
+    """A search that cannot be run as written (it cannot be read, or it is over a bound); the message says what
+    to write instead."""
+
+
 class RootMismatch(DataError):
     """Ingest was asked to scan a folder that is not this library's clip root."""
 
@@ -75,6 +81,7 @@ __all__ = [
     "InvalidLabels",
     "InvalidJobParams",
     "BadCursor",
+    "SearchSyntaxError",
     "RootMismatch",
     "RootMissing",
 ]

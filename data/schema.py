@@ -8,6 +8,8 @@ Tables
   million clips needs no join; data.captions keeps them in step inside the same transaction.
 - captions: append-only versions. `clips.current_caption_id` points at the current one.
   A machine result of a job is unique on (job_id, clip_id), which makes writing it idempotent.
+  Lineage (m011): `derived_from_id` is the version a row was made from, `origin_id` the machine caption at the
+  root of that chain (data.captions explains both); `parent_id` is the version that was current when it was written.
 - prompts: versioned (name, version), never edited in place.
 - jobs / job_items: a captioning job and its per-clip work, claimed with leases.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
@@ -15,6 +17,8 @@ Tables
 """
 
 from __future__ import annotations
+
+import json
 
 import sqlite_utils
 
@@ -284,3 +288,56 @@ def m010_assignments(db: sqlite_utils.Database) -> None:
         assigned_at REAL NOT NULL
     )""")
     db["assignments"].create_index(["assignee", "clip_id"])
+
+
+@MIGRATIONS()
+def m011_lineage(db: sqlite_utils.Database) -> None:
+    """Lineage of every caption version (data.captions): `derived_from_id` is the version its text and labels
+    were made from (a human save: the version it was based on; an adopt: the version adopted; a machine caption:
+    none, it is an origin) and `origin_id` the machine caption at the root of that chain (a machine caption's
+    own id; none for text written from scratch). `parent_id` keeps its meaning, the clip's current version when
+    the row was written, which differs for an adopt (it replaced one version and copied another) and for a
+    machine candidate (written beside whatever was current, derived from nothing).
+
+    Existing versions are backfilled: a human version is derived from its parent, an adopt from the version its
+    `caption.adopt` event names, and origins follow those links. Chains never leave a clip and point to earlier
+    versions, so one pass per range of clips in version order settles every row. Lineage is then append-only
+    like the rest of a version."""
+    db.execute("ALTER TABLE captions ADD COLUMN derived_from_id INTEGER")
+    db.execute("ALTER TABLE captions ADD COLUMN origin_id INTEGER")
+    adopted: dict[int, int] = {}
+    for caption_id, detail in db.execute(
+        "SELECT caption_id, detail FROM events WHERE action = 'caption.adopt' AND caption_id IS NOT NULL"
+    ):
+        try:
+            source = json.loads(detail or "{}").get("adopted")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(source, int) and not isinstance(source, bool):
+            adopted[caption_id] = source
+    span = 20_000  # clip ids per pass: every version of those clips is read at once, in version order
+    start = db.execute("SELECT MIN(clip_id) FROM captions").fetchone()[0]
+    while start is not None:
+        rows = db.execute(
+            "SELECT id, clip_id, source, parent_id FROM captions WHERE clip_id >= ? AND clip_id < ? "
+            "ORDER BY clip_id, version",
+            [start, start + span],
+        ).fetchall()
+        origin: dict[int, int | None] = {}  # caption id -> its origin, for the clips of this pass
+        clip_of: dict[int, int] = {}
+        updates = []
+        for cid, clip_id, source, parent_id in rows:
+            clip_of[cid] = clip_id
+            if source == "model":
+                derived = None
+                origin[cid] = cid
+            else:
+                derived = adopted.get(cid, parent_id)
+                if derived is not None and clip_of.get(derived) != clip_id:
+                    derived = parent_id  # an adopt event naming no earlier version of this clip: keep the parent
+                origin[cid] = origin.get(derived) if derived is not None else None
+            updates.append((derived, origin[cid], cid))
+        db.conn.executemany("UPDATE captions SET derived_from_id = ?, origin_id = ? WHERE id = ?", updates)
+        start = db.execute("SELECT MIN(clip_id) FROM captions WHERE clip_id >= ?", [start + span]).fetchone()[0]
+    db.execute("""CREATE TRIGGER captions_lineage_append_only BEFORE UPDATE OF derived_from_id, origin_id ON captions
+                  BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")

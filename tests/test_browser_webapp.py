@@ -62,6 +62,16 @@ def test_filter_and_search(ann, library):
     page.wait_for_function("!document.querySelector('#browse-counts').innerText.includes('24 match')")
     found = tiles(page)
     assert found and all(library.clip_ids.index(c) % 3 == 0 for c in found)
+    # a query that cannot be read: the grid says so and what to write (issue 18: it was a silent 0)
+    page.fill("#search textarea, #search input", "cyclist OR")
+    page.press("#search textarea, #search input", "Enter")
+    page.wait_for_selector("#search-hint")
+    assert "OR needs a word on each side" in page.inner_text("#gallery") and tiles(page) == []
+    # OR is the union: cyclist clips and bus clips are every captioned clip of the library
+    page.fill("#search textarea, #search input", "cyclist OR bus")
+    page.press("#search textarea, #search input", "Enter")
+    page.wait_for_function("document.querySelector('#browse-counts')?.innerText.includes('21 match')")
+    assert set(found) < set(tiles(page)) and not page.locator("#search-hint").count()
     page.fill("#search textarea, #search input", "")
     page.press("#search textarea, #search input", "Enter")
     page.wait_for_function("document.querySelector('#browse-counts').innerText.includes('24 match')")
@@ -113,7 +123,7 @@ def test_edit_save_reload_shows_edit(ann, server, library):
     page.reload()
     page.wait_for_function(f"document.querySelector('#review-header')?.innerText.includes('#{cid} ')")
     assert page.input_value("#caption-text textarea") == "Edited by ann: a cyclist swerves around a parked van."
-    assert "human by ann" in page.inner_text("#provenance")
+    assert "edited by ann" in page.inner_text("#provenance")
 
 
 def test_two_annotators_get_a_conflict(browser, server, library):  # noqa: F811

@@ -4,8 +4,11 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
-from data import captions, clips, export, taxonomy
+import jsonschema
+
+from data import captions, clips, export, jobs, prompts, taxonomy
 from data.clips import Filter
 from data.db import immediate
 
@@ -21,14 +24,14 @@ LABELS = {
 CALM = {**LABELS, "scenario_category": "normal_driving", "hazard_level": "none", "road_users": [], "weather": "clear"}
 
 
-def make_clips(db, n):
+def make_clips(db, n, prefix="r"):
     with immediate(db):
         for i in range(n):
             db.execute(
                 "INSERT INTO clips (path, sha256, duration, width, height, sidecar) VALUES (?, ?, ?, ?, ?, ?)",
-                [f"r/clip_{i}.mp4", f"{i:064x}", 2.0, 160, 90, json.dumps({"camera": "front", "i": i})],
+                [f"{prefix}/clip_{i}.mp4", f"{i:064x}", 2.0, 160, 90, json.dumps({"camera": "front", "i": i})],
             )
-    return [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
+    return [r["id"] for r in db.query("SELECT id FROM clips WHERE path LIKE ? ORDER BY id", [prefix + "/%"])]
 
 
 def populate(db):
@@ -66,8 +69,16 @@ def test_jsonl_round_trip_matches_the_database(db):
         assert row["text"] == cap["text"] and row["labels"] == cap["labels"]
         assert row["source"] == cap["source"] and row["author"] == cap["author"]
         assert row["review_status"] == clip["review_status"] and row["sidecar"] == clip["sidecar"]
-        assert row["model"] == cap.get("model") and row["caption_id"] == cap["id"]
-    assert rows[0]["params"] == {"t": 0} and rows[0]["simulated"] is True and rows[0]["frames"] == 16
+        assert row["caption_id"] == cap["id"] and row["derived_from_id"] == cap["derived_from_id"]
+        if cap["source"] == "model":  # a machine caption is its own origin
+            assert row["origin"]["caption_id"] == cap["id"] and row["origin"]["model"] == cap["model"]
+            assert (row["changed"], row["labels_changed"], row["edits"]) == ("unchanged", [], [])
+        else:  # written from scratch: no origin to name
+            assert row["origin"] is None and row["changed"] == "written" and row["labels_changed"] is None
+            assert [e["author"] for e in row["edits"]] == [cap["author"]]
+    origin = rows[0]["origin"]
+    assert origin["params"] == {"t": 0} and origin["simulated"] is True and origin["frames"] == 16
+    assert rows[0]["simulated"] is True and rows[1]["simulated"] is False
 
 
 def test_csv_round_trip_matches_the_database(db):
@@ -84,6 +95,7 @@ def test_csv_round_trip_matches_the_database(db):
             value = cap["labels"][name]
             assert row[f"label_{name}"] == (";".join(value) if isinstance(value, list) else value)
         assert json.loads(row["sidecar"]) == clip["sidecar"]
+        assert row["origin_model"] == (cap.get("model") or "") and row["changed"] in captions.CHANGE_KINDS
 
 
 def test_filters_select_what_they_say(db):
@@ -155,3 +167,212 @@ def test_cli_stops_quietly_when_the_reader_does(tmp_path, db_path):
     )
     assert p.stdout.count("\n") == 1
     assert "Traceback" not in p.stderr and "BrokenPipe" not in p.stderr
+
+
+# ---- lineage in the export ---------------------------------------------------------------------------------------
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "docs" / "export.schema.json"
+
+
+def exported(db, f=Filter(), fmt="jsonl"):
+    out = io.StringIO()
+    export.export(db, f, fmt, out)
+    if fmt == "csv":
+        return list(csv.DictReader(io.StringIO(out.getvalue())))
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def simulated_job_caption(db, clip_id, *, job_name="sim job", text="[SIMULATED] A truck cuts in.", labels=LABELS):
+    """A machine caption written the way the runner writes one: a job, a claim, a result with provenance."""
+    prompt = prompts.latest(db)
+    job = jobs.create(db, name=job_name, created_by="lead", clip_ids=[clip_id], prompt_id=prompt["id"])
+    jobs.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
+    provenance = {
+        "model": "simulated/Qwen3-VL-8B",
+        "prompt_id": prompt["id"],
+        "prompt_name": prompt["name"],
+        "prompt_version": prompt["version"],
+        "params": {"max_completion_tokens": 512, "num_frames": 16},
+        "frames": 16,
+        "replica": "http://127.0.0.1:9/",
+        "completion_tokens": 231,
+        "simulated": True,
+    }
+    return jobs.complete(db, job, clip_id, text=text, labels=labels, provenance=provenance), job, prompt
+
+
+def test_a_label_fix_on_a_simulated_caption_keeps_its_origin(db):
+    """Issue 18's case: caption with the simulated fleet, fix one label, approve, export."""
+    (clip,) = make_clips(db, 1)
+    machine, job, prompt = simulated_job_caption(db, clip)
+    fixed = captions.save_human(
+        db,
+        clip,
+        text=machine["text"],
+        labels={**LABELS, "weather": "snow"},
+        author="anna",
+        base_caption_id=machine["id"],
+    )
+    captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+    (rec,) = exported(db, Filter(review_status="approved"))
+    assert rec["source"] == "human" and rec["author"] == "anna" and rec["derived_from_id"] == machine["id"]
+    assert rec["simulated"] is True
+    origin = rec["origin"]
+    assert (origin["caption_id"], origin["model"], origin["job_id"]) == (machine["id"], "simulated/Qwen3-VL-8B", job)
+    assert (origin["prompt_name"], origin["prompt_version"], origin["prompt_id"]) == (
+        prompt["name"],
+        prompt["version"],
+        prompt["id"],
+    )
+    assert origin["simulated"] is True and origin["completion_tokens"] == 231
+    assert rec["changed"] == "labels" and rec["labels_changed"] == ["weather"]
+    assert [(e["author"], e["caption_id"], e["changed"]) for e in rec["edits"]] == [("anna", fixed["id"], "labels")]
+    assert rec["edits"][0]["created_at"] == fixed["created_at"] and rec["edits_truncated"] is False
+
+
+def test_every_kind_of_edit_is_reported_against_the_origin(db):
+    a, b, c, d = make_clips(db, 4)
+    # a: a text edit, then a label edit by someone else -> both
+    m, _ = captions.add_machine(db, a, job_id=None, text="A car.", labels=LABELS, provenance={"model": "real"})
+    h1 = captions.save_human(db, a, text="A red car.", labels=LABELS, author="ann", base_caption_id=m["id"])
+    h2 = captions.save_human(db, a, text="A red car.", labels=CALM, author="bob", base_caption_id=h1["id"])
+    # b: edited, then the edit undone by adopting the machine version again -> unchanged, both people listed
+    mb, _ = captions.add_machine(db, b, job_id=None, text="A bus.", labels=LABELS, provenance={"model": "real"})
+    hb = captions.save_human(db, b, text="A bus  stops.", labels=LABELS, author="ann", base_caption_id=mb["id"])
+    ab = captions.adopt(db, b, caption_id=mb["id"], author="lee", base_caption_id=hb["id"])
+    # c: an approved human caption, then a re-caption (a candidate) that a lead adopts: the candidate is the origin
+    hc = captions.save_human(db, c, text="Typed by hand.", labels=CALM, author="ann", base_caption_id=None)
+    cand, became_current = captions.add_machine(
+        db, c, job_id=None, text="Machine again.", labels=LABELS, provenance={"model": "v2", "simulated": True}
+    )
+    assert not became_current
+    ac = captions.adopt(db, c, caption_id=cand["id"], author="lee", base_caption_id=hc["id"])
+    # d: only whitespace and the order of a multi-choice label changed -> unchanged
+    md, _ = captions.add_machine(db, d, job_id=None, text="Two cars.", labels=LABELS, provenance={"model": "real"})
+    swapped = {**LABELS, "road_users": list(reversed(LABELS["road_users"]))}
+    hd = captions.save_human(db, d, text=" Two   cars. ", labels=swapped, author="ann", base_caption_id=md["id"])
+
+    recs = {r["clip_id"]: r for r in exported(db)}
+    ra, rb, rc, rd = recs[a], recs[b], recs[c], recs[d]
+    assert ra["origin"]["caption_id"] == m["id"] and ra["changed"] == "both" and ra["derived_from_id"] == h1["id"]
+    assert ra["labels_changed"] == ["scenario_category", "hazard_level", "road_users", "weather"]
+    assert [(e["caption_id"], e["author"], e["changed"]) for e in ra["edits"]] == [
+        (h1["id"], "ann", "text"),
+        (h2["id"], "bob", "labels"),
+    ]
+    assert ra["simulated"] is False and ra["origin"]["model"] == "real"
+    # an adopt derives from the version adopted: the chain is v3 <- v1, so ann's abandoned edit is not on it
+    assert rb["changed"] == "unchanged" and rb["derived_from_id"] == mb["id"]
+    assert [(e["caption_id"], e["author"], e["changed"]) for e in rb["edits"]] == [(ab["id"], "lee", "unchanged")]
+    assert rc["origin"]["caption_id"] == cand["id"] and rc["origin"]["model"] == "v2" and rc["simulated"] is True
+    assert rc["changed"] == "unchanged" and [e["caption_id"] for e in rc["edits"]] == [ac["id"]]
+    assert rd["changed"] == "unchanged" and rd["labels_changed"] == [] and rd["edits"][0]["caption_id"] == hd["id"]
+
+
+def test_a_long_chain_of_edits_is_listed_up_to_its_bound_and_says_so(db):
+    a, b = make_clips(db, 2)
+    m, _ = captions.add_machine(db, a, job_id=None, text="v0", labels=LABELS, provenance={"model": "m"})
+    base = m["id"]
+    for i in range(captions.EDITS_MAX + 2):
+        base = captions.save_human(db, a, text=f"edit {i}", labels=LABELS, author=f"p{i}", base_caption_id=base)["id"]
+    m, _ = captions.add_machine(db, b, job_id=None, text="v0", labels=LABELS, provenance={"model": "m"})
+    base = m["id"]
+    for i in range(captions.EDITS_MAX):
+        base = captions.save_human(db, b, text=f"edit {i}", labels=LABELS, author=f"p{i}", base_caption_id=base)["id"]
+    ra, rb = exported(db)
+    assert ra["edits_truncated"] is True and len(ra["edits"]) == captions.EDITS_MAX
+    assert ra["edits"][-1]["author"] == f"p{captions.EDITS_MAX + 1}" and ra["edits"][0]["author"] == "p2"
+    assert ra["origin"]["caption_id"] == m["id"] - captions.EDITS_MAX - 3 and ra["changed"] == "text"
+    assert rb["edits_truncated"] is False and len(rb["edits"]) == captions.EDITS_MAX
+    assert rb["edits"][0]["changed"] == "text" and rb["edits"][0]["author"] == "p0"
+
+
+def test_csv_carries_the_same_fields_flattened(db):
+    (clip,) = make_clips(db, 1)
+    machine, job, _ = simulated_job_caption(db, clip)
+    captions.save_human(
+        db, clip, text="Edited.", labels={**LABELS, "weather": "snow"}, author="anna", base_caption_id=machine["id"]
+    )
+    (rec,) = exported(db)
+    (row,) = exported(db, fmt="csv")
+    assert list(row) == export.csv_header()
+    assert row["origin_model"] == rec["origin"]["model"] and int(row["origin_job_id"]) == job
+    assert row["simulated"] == "True" and row["origin_simulated"] == "True" and row["changed"] == "both"
+    assert row["labels_changed"] == "weather" and json.loads(row["origin_params"]) == rec["origin"]["params"]
+    assert json.loads(row["edits"]) == rec["edits"] and row["label_weather"] == "snow"
+    top = [f.name for f in export.FIELDS if f.name not in ("labels", "origin")]
+    assert set(top) | {f"origin_{f.name}" for f in export.ORIGIN_FIELDS} <= set(row)
+
+
+def test_exported_jsonl_validates_against_the_published_schema(db):
+    populate(db)
+    (clip,) = make_clips(db, 1, prefix="sim")
+    machine, _, _ = simulated_job_caption(db, clip)
+    fixed = captions.save_human(db, clip, text="x", labels=CALM, author="anna", base_caption_id=machine["id"])
+    captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+    published = json.loads(SCHEMA_FILE.read_text())
+    assert published == export.json_schema(), "docs/export.schema.json is stale: python -m data.export --schema"
+    validator = jsonschema.Draft202012Validator(published, format_checker=jsonschema.FormatChecker())
+    validator.check_schema(published)
+    recs = exported(db)
+    assert len(recs) == 4 and {r["changed"] for r in recs} == {"unchanged", "written", "both"}
+    for rec in recs:
+        errors = list(validator.iter_errors(rec))
+        assert not errors, errors[0].message
+    bad = {**recs[-1], "origin": {**recs[-1]["origin"], "model": 7}}
+    assert list(validator.iter_errors(bad))  # the schema can fail: a wrong type is caught
+    assert list(validator.iter_errors({k: v for k, v in recs[0].items() if k != "edits"}))
+
+
+def test_the_readme_documents_every_exported_field():
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("## Export format") :]
+    section = section[: section.index("\n## ", 4)]
+    for f in (*export.FIELDS, *export.ORIGIN_FIELDS):
+        assert f"`{f.name}`" in section, f.name
+    assert "docs/export.schema.json" in section
+
+
+def test_cli_prints_the_schema_and_refuses_a_broken_search(settings, db):
+    out = subprocess.run(
+        [sys.executable, "-m", "data.export", "--schema"], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(out.stdout) == export.json_schema()
+    env = {**os.environ, "CW_DATA_DIR": str(settings.data_dir)}
+    bad = subprocess.run(
+        [sys.executable, "-m", "data.export", "--text", '"red car'], capture_output=True, text=True, env=env, timeout=60
+    )
+    assert bad.returncode == 2 and "quote" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_simulated_fleet_caption_fixed_approved_and_exported(fleet_settings, sim):
+    """Issue 18's acceptance path end to end: a caption from the simulated fleet over HTTP, stored as the runner
+    stores it, one label fixed, approved, exported: `simulated` stays true and the origin names model, prompt
+    and job; the record validates against the published schema."""
+    from data import db as dbmod
+    from tests.support.fleet_fixtures import caption
+
+    db = dbmod.connect(fleet_settings.db)
+    try:
+        clip = db["clips"].insert({"path": "a.mp4", "size": 1, "ingested_at": 0}).last_pk
+        prompt = prompts.latest(db)
+        job = jobs.create(db, name="sim", created_by="lead", clip_ids=[clip], prompt_id=prompt["id"])
+        jobs.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
+        result = caption(fleet_settings, sim.urls[0], "a.mp4", prompt=prompt)
+        assert result.text.startswith("[SIMULATED]") and result.provenance["simulated"] is True
+        machine = jobs.complete(db, job, clip, text=result.text, labels=result.labels, provenance=result.provenance)
+        labels = dict(machine["labels"])
+        labels["lighting"] = next(v for v in taxonomy.LIGHTING if v != labels["lighting"])
+        fixed = captions.save_human(
+            db, clip, text=machine["text"], labels=labels, author="anna", base_caption_id=machine["id"]
+        )
+        captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+        (rec,) = exported(db, Filter(review_status="approved"))
+    finally:
+        db.close()
+    assert rec["source"] == "human" and rec["simulated"] is True
+    origin = rec["origin"]
+    assert origin["model"] == result.provenance["model"] and origin["job_id"] == job and origin["simulated"] is True
+    assert (origin["prompt_name"], origin["prompt_version"]) == (prompt["name"], prompt["version"])
+    assert rec["changed"] == "labels" and rec["labels_changed"] == ["lighting"]
+    assert [e["author"] for e in rec["edits"]] == ["anna"]
+    jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(rec)

@@ -6,6 +6,8 @@ old version, against data.captions + data.jobs on a real SQLite file, and checks
 - versions are append-only: no row ever changes, versions count up by one per change;
 - the versions `captions.history` marks as candidates are exactly the machine results kept beside the current
   version since it last changed.
+- lineage: each version derives from what the oracle says (a save: the version it was based on; an adopt: the
+  version adopted; a machine caption: nothing) and names its chain's machine caption as its origin.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Versions(RuleBasedStateMachine):
         self.protected = {c: False for c in self.clips}  # current is human-written or approved
         self.open_job: dict[int, int] = {}  # clip -> a job with a result already written
         self.candidates = {c: set() for c in self.clips}  # oracle: machine results kept beside the current one
+        self.lineage: dict[int, tuple] = {}  # oracle: caption id -> (derived from, origin)
 
     # -- helpers
     def _cur(self, clip):
@@ -90,6 +93,7 @@ class Versions(RuleBasedStateMachine):
             self.current[clip] = row["id"]
             self.candidates[clip] = set()
         self.open_job[clip] = job_id
+        self.lineage[row["id"]] = (None, row["id"])
         return row
 
     # -- rules
@@ -112,9 +116,9 @@ class Versions(RuleBasedStateMachine):
                 ),
             )
         n = self._versions(clip)
-        row = captions.save_human(
-            self.db, clip, text=text, labels=LABELS, author="ann", base_caption_id=self._cur(clip)
-        )
+        base = self._cur(clip)
+        row = captions.save_human(self.db, clip, text=text, labels=LABELS, author="ann", base_caption_id=base)
+        self.lineage[row["id"]] = (base, self.lineage[base][1] if base is not None else None)
         assert self._versions(clip) == n + 1 and row["version"] == n + 1 and row["source"] == "human"
         self.current[clip] = row["id"]
         self.protected[clip] = True
@@ -171,6 +175,7 @@ class Versions(RuleBasedStateMachine):
                 clip, lambda: captions.adopt(self.db, clip, caption_id=src, author="ann", base_caption_id=base)
             )
         row = captions.adopt(self.db, clip, caption_id=src, author="ann", base_caption_id=self._cur(clip))
+        self.lineage[row["id"]] = (src, self.lineage[src][1])
         assert row["source"] == "human" and row["text"] == captions.get(self.db, src)["text"]
         self.current[clip] = row["id"]
         self.protected[clip] = True
@@ -190,6 +195,17 @@ class Versions(RuleBasedStateMachine):
         for clip in getattr(self, "clips", []):
             marked = {v["id"] for v in captions.history(self.db, clip) if v["candidate"]}
             assert marked == self.candidates[clip]
+
+    @invariant()
+    def lineage_matches_the_oracle(self):
+        for clip in getattr(self, "clips", []):
+            got = {
+                r[0]: (r[1], r[2])
+                for r in self.db.execute(
+                    "SELECT id, derived_from_id, origin_id FROM captions WHERE clip_id = ?", [clip]
+                )
+            }
+            assert got == {k: self.lineage.get(k) for k in got}
 
     @invariant()
     def versions_are_append_only(self):

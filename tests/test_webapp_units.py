@@ -354,3 +354,78 @@ def test_history_badges_the_candidates_data_marks(db):
     assert not replaced and [v["id"] for v in versions if v["candidate"]] == [late["id"]]
     html = render.history(versions)
     assert html.count(">candidate<") == 1 and html.index(">candidate<") < html.index("v2 by a human")
+
+
+def _browse(session, text: str) -> str:
+    """The Browse search event as the page sends it; returns the grid and counts HTML it answered with."""
+    out = session.call("browse_search", ["any"] * 7 + [None, text, "any", "newest"])
+    return " ".join(v for v in out if isinstance(v, str))
+
+
+def test_browse_search_unions_or_and_hints_when_it_cannot_or_does_not_find(server, library):
+    """Issue 18: `a OR b` found 0 (OR was searched as a word) and a broken query was a silent 0."""
+    import re
+
+    from tests.support.reliability_fixtures import GradioSession, dependencies, login_cookie
+
+    cookie = login_cookie(server.url, "ann")
+    s = GradioSession(server.url, cookie, dependencies(server.url, cookie))
+    try:
+
+        def matches(html: str) -> set[int]:
+            return {int(x) for x in re.findall(r'data-clip="(\d+)"', html)}
+
+        cyclist, bus = _browse(s, "cyclist"), _browse(s, "bus")
+        either = _browse(s, "cyclist OR bus")
+        assert matches(cyclist) and matches(bus) and matches(either) == matches(cyclist) | matches(bus)
+        assert f"<b>{len(matches(either))}</b> match" in either
+        assert matches(_browse(s, '"while a cyclist passes"')) == matches(cyclist)
+        assert matches(_browse(s, "cycl*")) == matches(cyclist)
+        none = _browse(s, "cyclist bus")  # no clip has both: the grid says why, and what to write
+        assert not matches(none) and 'id="search-hint"' in none and "cyclist OR bus" in none
+        broken = _browse(s, '"cyclist OR')
+        assert 'id="search-hint"' in broken and "The search was not run" in broken and "quote" in broken
+        assert not matches(broken)
+        dangling = _browse(s, "cyclist OR")
+        assert "OR needs a word on each side" in dangling
+    finally:
+        s.close()
+
+
+def test_provenance_says_where_the_text_came_from_and_who_changed_it(db):
+    from data import captions
+    from tests.support.webapp_fixtures import LABELS, machine_provenance
+
+    cid = db.execute("INSERT INTO clips (path) VALUES ('p.mp4')").lastrowid
+    db.conn.commit()
+    m, _ = captions.add_machine(
+        db,
+        cid,
+        job_id=None,
+        text="[SIMULATED] a bus",
+        labels=LABELS,
+        provenance=machine_provenance(model="Qwen3-VL-8B", prompt_name="av-caption", prompt_version=2),
+    )
+    own = render.provenance(m, captions.lineage(db, m))
+    assert "Machine caption by Qwen3-VL-8B, prompt av-caption v2, 16 frames, 150 tokens" in own
+    assert "SIMULATED" in own and "{" not in own  # parameters in words, not JSON
+    assert "frames 16" in own and "max tokens 320" in own
+    fixed = captions.save_human(
+        db, cid, text=m["text"], labels={**LABELS, "weather": "snow"}, author="anna", base_caption_id=m["id"]
+    )
+    html_out = render.provenance(fixed, captions.lineage(db, fixed))
+    summary = html_out[html_out.index('id="prov-summary"') : html_out.index("</p>")]
+    assert "Machine caption v1 by Qwen3-VL-8B, prompt av-caption v2" in summary
+    assert f"edited by anna {render.when(fixed['created_at'])} (labels)" in summary
+    assert "derived from a caption written by the simulated fleet" in html_out
+    assert "<th>derived from</th><td>v1 (model, model)</td>" in html_out
+    assert "<th>changed since</th><td>labels (weather)</td>" in html_out
+    assert "source" not in html_out  # no more "source: human by anna"
+    back = captions.adopt(db, cid, caption_id=m["id"], author="lee", base_caption_id=fixed["id"])
+    html_out = render.provenance(back, captions.lineage(db, back))
+    assert "<th>adopted from</th><td>v1 (model, model)</td>" in html_out and "(no change)" in html_out
+    other = db.execute("INSERT INTO clips (path) VALUES ('q.mp4')").lastrowid
+    db.conn.commit()
+    typed = captions.save_human(db, other, text="by hand", labels=LABELS, author="bo", base_caption_id=None)
+    html_out = render.provenance(typed, captions.lineage(db, typed))
+    assert f"Written by bo {render.when(typed['created_at'])}" in html_out and "SIMULATED" not in html_out

@@ -16,8 +16,8 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import captions, clips, order as orders, taxonomy
-from data.errors import DataError
+from data import captions, clips, order as orders, search, taxonomy
+from data.errors import DataError, SearchSyntaxError
 from webapp import assigning, render
 from webapp.context import AppContext
 
@@ -235,6 +235,7 @@ class BrowseTab:
             raise gr.Error(str(e), title="Cannot show that page") from None
         rows = shown.rows
         n, exact = clips.count_capped(db, f)
+        hint = search.no_match_hint(f.text) if f.text and not n else ""
         # data-filter / data-sort: the page script writes them into the URL (?f=...&sort=...), so Back and
         # links work; the default order is left out of the URL
         url_sort = "" if order.name == orders.DEFAULT else order.name
@@ -243,7 +244,7 @@ class BrowseTab:
             f'data-sort="{render.esc(url_sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
         )
         return {
-            self.grid: render.tiles(rows),
+            self.grid: render.tiles(rows, hint),
             self.counts: counts,
             self.export: export_links(f.to_dict(), user.can("lead")),
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
@@ -275,6 +276,16 @@ class BrowseTab:
             try:
                 fdict = filter_from_form(form, me=self.ctx.user(request).name).to_dict()
                 sort = orders.get(form[SORT]).name
+            except SearchSyntaxError as e:  # shown where the results would be: nothing ran, and why
+                return {
+                    self.grid: render.search_refused(str(e)),
+                    self.counts: "",
+                    self.export: "",
+                    self.page_label: "",
+                    self.prev_btn: gr.update(interactive=False),
+                    self.next_btn: gr.update(interactive=False),
+                    self.next_cursor: None,
+                }
             except DataError as e:  # a NUL or an over-long search, a huge job id: say so, no 500
                 raise gr.Error(str(e), title="Cannot search for that") from None
             return {**self.page(fdict, [None], sort, request), filter_state: fdict, sort_state: sort}

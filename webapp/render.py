@@ -22,8 +22,9 @@ def when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def tiles(rows: Iterable[dict]) -> str:
-    """The browse grid: a tile per clip, a real link (`?clip=ID`, so it also works in a new tab)."""
+def tiles(rows: Iterable[dict], hint: str = "") -> str:
+    """The browse grid: a tile per clip, a real link (`?clip=ID`, so it also works in a new tab). `hint`: what
+    to try when nothing matched (data.search.no_match_hint)."""
     out = []
     for r in rows:
         status = r.get("review_status") or "unreviewed"
@@ -45,8 +46,17 @@ def tiles(rows: Iterable[dict]) -> str:
             f'<div class="cw-tile-caption">{esc(preview)}</div></a>'
         )
     if not out:
-        return '<p class="cw-empty">No clips match this filter.</p>'
+        return '<p class="cw-empty">No clips match this filter.</p>' + (
+            f'<div class="cw-msg cw-msg-info" id="search-hint" role="status">{esc(hint)}</div>' if hint else ""
+        )
     return '<div class="cw-grid">' + "".join(out) + "</div>"
+
+
+def search_refused(hint: str) -> str:
+    """In place of the grid, for a search that cannot be read: nothing ran, and what to write instead."""
+    return (
+        f'<div class="cw-msg cw-msg-conflict" id="search-hint" role="alert">The search was not run. {esc(hint)}</div>'
+    )
 
 
 def assignee_badge(name: str) -> str:
@@ -192,56 +202,96 @@ def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> st
     )
 
 
-PROVENANCE_LABELS = (
-    ("model", "model"),
-    ("prompt", None),
-    ("replica", "replica"),
-    ("decode backend", "decode_backend"),
-    ("latency", None),
-    ("tokens", None),
-    ("frames", "frames"),
-    ("job", "job_id"),
-    ("params", None),
-    ("finish", "finish_reason"),
-)
+CHANGE_WORDS = {"unchanged": "no change", "text": "text", "labels": "labels", "both": "text and labels"}
 
 
-def provenance(cap: dict | None) -> str:
+def _params(params: Any) -> str:
+    """Request parameters as words ("temperature 0.2 · seed 7"), not JSON."""
+    if not isinstance(params, dict):
+        return "" if params in (None, "") else str(params)
+    return " · ".join(f"{str(k).replace('_', ' ')} {v}" for k, v in sorted(params.items()) if v not in (None, ""))
+
+
+def machine_summary(cap: dict, *, version: bool = False) -> str:
+    """One line on a machine caption: "Machine caption by M, prompt P v2, job 12, 16 frames, 231 tokens"
+    (with `version`: "Machine caption v1 by ...")."""
+    name = f"Machine caption v{int(cap['version'])}" if version else "Machine caption"
+    bits = [f"{name} by {cap.get('model') or 'an unnamed model'}"]
+    if cap.get("prompt_name"):
+        bits.append(f"prompt {cap['prompt_name']} v{cap.get('prompt_version') or '?'}")
+    if cap.get("job_id"):
+        bits.append(f"job {int(cap['job_id'])}")
+    if cap.get("frames"):
+        bits.append(f"{int(cap['frames'])} frames")
+    if cap.get("completion_tokens") is not None:
+        bits.append(f"{int(cap['completion_tokens']):,} tokens")
+    return ", ".join(bits)
+
+
+def _edit(e: dict) -> str:
+    verb = "written by" if e["changed"] == "written" else "edited by"
+    return f"{verb} {e['author']} {when(e.get('created_at'))} ({CHANGE_WORDS.get(e['changed'], e['changed'])})"
+
+
+def provenance_summary(cap: dict, lineage: dict) -> str:
+    """What a person needs in one sentence: where the text came from and who changed it since."""
+    origin = lineage.get("origin")
+    edits = list(lineage.get("edits") or [])
+    if origin:
+        head = machine_summary(origin, version=origin["id"] != cap["id"])
+    elif edits and edits[0]["changed"] == "written":
+        first = edits.pop(0)
+        head = f"Written by {first['author']} {when(first.get('created_at'))}"
+    else:
+        head = "Written by hand"
+    tail = [_edit(e) for e in edits]
+    if lineage.get("edits_truncated"):
+        tail.insert(0, "earlier edits not listed")
+    return head + ("; " + ", ".join(tail) if tail else "")
+
+
+def provenance(cap: dict | None, lineage: dict | None = None) -> str:
+    """The current caption's provenance and lineage (`lineage` from data.captions.lineage): a summary line,
+    then this version, what it was derived from, its origin machine caption and that caption's details."""
     if not cap:
         return '<p class="cw-muted">No caption yet.</p>'
-    rows = [
-        ("source", f"{cap['source']} by {cap['author']}"),
-        ("version", cap["version"]),
-        ("written", when(cap.get("created_at"))),
-    ]
-    if cap["source"] == "model":
+    lineage = lineage or {"origin": cap if cap["source"] == "model" else None, "edits": []}
+    origin, made_from = lineage.get("origin"), lineage.get("derived_from")
+    who = "the model" if cap["source"] == "model" else cap["author"]
+    rows = [("this version", f"v{int(cap['version'])}, saved by {who} {when(cap.get('created_at'))}")]
+    if made_from:
+        # a save is derived from the version it replaced; an adopt copies another one
+        how = "derived from" if made_from["id"] == cap.get("parent_id") else "adopted from"
+        rows.append((how, f"v{int(made_from['version'])} ({made_from['source']}, {made_from['author']})"))
+    if origin and origin["id"] != cap["id"]:
+        changed = lineage.get("changed")
+        what = CHANGE_WORDS.get(changed, changed)
+        if lineage.get("labels_changed"):
+            what += " (" + ", ".join(n.replace("_", " ") for n in lineage["labels_changed"]) + ")"
+        rows.append(("origin", f"v{int(origin['version'])}, {when(origin.get('created_at'))}"))
+        rows.append(("changed since", what))
+    if origin:
         rows += [
-            ("model", cap.get("model")),
-            (
-                "prompt",
-                f"{cap.get('prompt_name') or '?'} v{cap.get('prompt_version') or '?'} (id {cap.get('prompt_id')})",
-            ),
-            ("replica", cap.get("replica")),
-            ("decode backend", cap.get("decode_backend")),
-            ("latency", f"{cap['latency_ms']:.0f} ms" if cap.get("latency_ms") is not None else None),
-            ("tokens", f"{cap.get('prompt_tokens')} in / {cap.get('completion_tokens')} out"),
-            ("frames", cap.get("frames")),
-            ("job", cap.get("job_id")),
-            ("params", json.dumps(cap.get("params"), sort_keys=True) if cap.get("params") else None),
-            ("finish", cap.get("finish_reason")),
+            ("prompt id", origin.get("prompt_id")),
+            ("replica", origin.get("replica")),
+            ("decode backend", origin.get("decode_backend")),
+            ("latency", f"{origin['latency_ms']:,.0f} ms" if origin.get("latency_ms") is not None else None),
+            ("prompt tokens", f"{int(origin['prompt_tokens']):,}" if origin.get("prompt_tokens") is not None else None),
+            ("finish", origin.get("finish_reason")),
+            ("parameters", _params(origin.get("params"))),
         ]
     if cap.get("note"):
         rows.append(("note", cap["note"]))
-    sim = (
-        (
-            '<div class="cw-sim-marker" id="prov-simulated">SIMULATED caption: written by the simulated fleet, '
+    sim = ""
+    if lineage.get("simulated") or cap.get("simulated") or (origin or {}).get("simulated"):
+        what = "written by" if cap["source"] == "model" else "derived from a caption written by"
+        sim = (
+            f'<div class="cw-sim-marker" id="prov-simulated">SIMULATED text: {what} the simulated fleet, '
             "not a real model</div>"
         )
-        if cap.get("simulated")
-        else ""
-    )
+    summary = f'<p class="cw-prov-summary" id="prov-summary">{esc(provenance_summary(cap, lineage))}</p>'
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows if v not in (None, ""))
-    return f'{sim}<table class="cw-prov">{body}</table>'
+    return f'{sim}{summary}<table class="cw-prov">{body}</table>'
 
 
 # R11: the word diff itself is data.textdiff's (bounded); the history view adds a time budget on top

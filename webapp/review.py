@@ -124,7 +124,7 @@ class ReviewTab:
         versions = captions.history(db, clip["id"])
         out = {
             self.header: render.header(clip, user.name, user.role),
-            self.provenance: render.provenance(cap),
+            self.provenance: render.provenance(cap, captions.lineage(db, cap)),
             self.history: render.history(versions),
             self.adopt_choice: gr.update(
                 choices=[

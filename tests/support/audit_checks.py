@@ -3,7 +3,8 @@
 - `check_oracle(db, answers)`: every acknowledged save of an AnnotatorLoad (tests/support/reliability_fixtures)
   is a caption version, whose parent is the version the user's form was loaded from: nothing lost, nothing
   silently overwritten;
-- `assert_audit_complete(db)`: R9, every caption change has its history (who, what, when, previous).
+- `assert_audit_complete(db)`: R9, every caption change has its history (who, what, when, previous) and its
+  lineage (`lineage_problems`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,7 @@ def assert_audit_complete(db) -> dict:
             problems.append((cid, "event does not match the version", e, c))
         if c["source"] == "human" and e["action"] not in ("caption.save", "caption.adopt"):
             problems.append((cid, "human version logged as " + e["action"]))
+    problems += lineage_problems(db, evs)
     orphans = [e for k, es in evs.items() if k not in caps for e in es]
     problems += [(e["caption_id"], "event for a caption that does not exist", e) for e in orphans]
     reviewed = db.execute("SELECT COUNT(*) FROM clips WHERE reviewed_by IS NOT NULL").fetchone()[0]
@@ -130,3 +132,43 @@ def assert_audit_complete(db) -> dict:
         problems.append(("review", f"{reviewed} reviewed clips but review events on {review_clips}"))
     assert not problems, f"{len(problems)} audit gaps, e.g. {problems[:3]}"
     return {"versions": len(caps), "events": sum(len(v) for v in evs.values()), "reviewed_clips": reviewed}
+
+
+def lineage_problems(db, events_by_caption: dict[int, list[dict]] | None = None) -> list[tuple]:
+    """Every caption version's lineage (data.captions) against what happened to it:
+    - a machine caption derives from nothing and is its own origin;
+    - a human save derives from the version it was based on (its parent), an adopt from the version its event
+      names, and either one from an earlier version of the same clip;
+    - a version's origin is its chain's root: the origin of what it derives from (none for text from scratch).
+    Returns (caption id, problem, ...) tuples; [] when every version is right."""
+    caps = {
+        r["id"]: dict(r)
+        for r in db.query("SELECT id, clip_id, version, source, parent_id, derived_from_id, origin_id FROM captions")
+    }
+    if events_by_caption is None:
+        events_by_caption = {}
+        for e in db.query(
+            "SELECT caption_id, action, detail FROM events WHERE action IN ('caption.save', 'caption.adopt')"
+        ):
+            events_by_caption.setdefault(e["caption_id"], []).append(dict(e))
+    problems = []
+    for cid, c in sorted(caps.items()):
+        derived = c["derived_from_id"]
+        if c["source"] == "model":
+            if derived is not None or c["origin_id"] != cid:
+                problems.append((cid, "a machine caption is not its own origin", derived, c["origin_id"]))
+            continue
+        action = [e for e in events_by_caption.get(cid, []) if e["action"] in ("caption.save", "caption.adopt")]
+        if action and action[0]["action"] == "caption.adopt":
+            want = json.loads(action[0]["detail"] or "{}").get("adopted")
+        else:
+            want = c["parent_id"]
+        if derived != want:
+            problems.append((cid, "derived from another version than the edit's", derived, want))
+        base = caps.get(derived) if derived is not None else None
+        if derived is not None and (base is None or base["clip_id"] != c["clip_id"] or base["version"] >= c["version"]):
+            problems.append((cid, "derived from no earlier version of its clip", derived))
+            continue
+        if c["origin_id"] != (base["origin_id"] if base else None):
+            problems.append((cid, "origin is not its chain's root", c["origin_id"]))
+    return problems
