@@ -1,30 +1,5 @@
-"""The job runner: claims job items from SQLite, keeps the fleet busy with bounded concurrency, writes results.
-
-    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001
-    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --replicas 8 --until-idle
-
-How it works (a job survives a runner kill, a dying or hung replica and a silent one: docs/RELIABILITY.md R3/R6/R8):
-- One asyncio loop does the HTTP; one thread with its own SQLite connection does every database call,
-  in order (claims, results, heartbeats: serving.runner_db, serving.runner_store). No HTTP call ever happens
-  inside a transaction.
-- Each replica URL gets a bound of `per_replica_inflight` requests. With a single router URL the bound is
-  `per_replica_inflight x replicas behind it` (`--replicas N`, or the router's `/workers`, asked when the runner
-  starts). Items are claimed only for free slots, so what is leased is what is in flight: a SIGKILL re-sends at
-  most that. Without fleet URLs the runner sends to what the launcher of this data dir started
-  (serving.fleet_record.fleet_url).
-- Dispatch and replica health (least-loaded, cool-down and probe after a retryable error, fleet down) are
-  serving.replica_health; the failed clip goes back to pending with jittered backoff (`serving.client.backoff`)
-  and is sent elsewhere when another replica can take it.
-- Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
-  ingest probe failed are never sent: they fail with "ingest: <probe error>".
-- Results are written in batches through `data.jobs.complete` (serving.runner_store): a machine caption never
-  replaces a human or approved one, and a result is written once per (job, clip).
-- pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs), and every
-  ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
-  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
-- SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.
-  SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
-"""
+"""The runner's event loop: claim items for free slots, send them, write the outcomes, drain on stop
+(how and why: the package docstring, serving/runner/__init__.py)."""
 
 from __future__ import annotations
 
@@ -44,9 +19,9 @@ from serving import fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet import router_workers
-from serving.replica_health import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
-from serving.runner_db import RunnerDB
-from serving.runner_store import JobStore, Outcome
+from serving.runner.dbthread import RunnerDB
+from serving.runner.replicas import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
+from serving.runner.store import JobStore, Outcome
 
 log = logging.getLogger("serving.runner")
 
@@ -353,7 +328,8 @@ class Runner:
             self.stats["released"] += n
 
 
-async def _main_async(runner: Runner) -> dict:
+async def serve(runner: Runner) -> dict:
+    """Run `runner` until SIGTERM or SIGINT (in the main thread), then drain; returns its final `info()`."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
@@ -391,7 +367,7 @@ def run_job(
 
     async def go():
         if threading.current_thread() is threading.main_thread() and stop_event is None:
-            return await _main_async(runner)
+            return await serve(runner)
         return await runner.run()
 
     asyncio.run(go())
@@ -403,16 +379,3 @@ def run_job(
     if progress_cb:
         progress_cb(prog)
     return prog
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m serving.runner` (the command line lives in serving.runner_cli)."""
-    from serving.runner_cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """What the job runner reads and writes in SQLite: claims, results, unsendable clips, heartbeats.
 
-Every method runs on the runner's database thread (serving.runner_db.RunnerDB), with that thread's connection
+Every method runs on the runner's database thread (dbthread.RunnerDB), with that thread's connection
 as its first argument, and is one transaction: a retry after a locked database repeats nothing. Results are
 written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through `data.jobs.complete`, which
 goes through `data.captions.add_machine`: a machine caption never replaces a human or approved one, and a result
