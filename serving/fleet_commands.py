@@ -64,7 +64,7 @@ def launch_mode(settings: Settings) -> str:
     return "gpu" if visible_gpus() else "sim"
 
 
-def _entry(script: str, module: str) -> list[str]:
+def entry_command(script: str, module: str) -> list[str]:
     """`script` when it is on PATH (or nothing is installed: dry runs print the usual name), else
     `python -m module`: on an offline GPU node the packages are often importable from a bundle on PYTHONPATH
     without their console scripts (`vllm serve` is `python -m vllm.entrypoints.cli.main serve`)."""
@@ -101,7 +101,7 @@ def vllm_command(
     if backend == "pynvvideocodec" and (version is None or version > HW_DECODERS_SINCE):
         video["hw_decoders"] = 2
     cmd = [
-        *_entry("vllm", "vllm.entrypoints.cli.main"),
+        *entry_command("vllm", "vllm.entrypoints.cli.main"),
         "serve",
         settings.model,
         "--host",
@@ -152,7 +152,7 @@ def router_command(
     startup_timeout: int = 1800,
 ) -> list[str]:
     return [
-        *_entry("vllm-router", "vllm_router.launch_router"),
+        *entry_command("vllm-router", "vllm_router.launch_router"),
         "--host",
         "127.0.0.1",
         "--port",

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from data import db as dbmod, jobs, prompts
-from serving import launcher, procs
+from serving import fleet_addresses, procs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
     base.update(PYTHONPATH=str(ROOT), CW_AUTH="off")
     app_port = procs.free_port()
-    fleet_port = launcher.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
+    fleet_port = fleet_addresses.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
     node, head = tmp_path / "node", tmp_path / "head"
     try:
         r = sh(
