@@ -269,7 +269,7 @@ start runner "$PY" -m serving.supervisor --name runner --data-dir "$DATA_DIR" --
   "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS"
 
 if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
-  "$PY" -m webapp.users --data-dir "$DATA_DIR" ensure-admin
+  "$PY" -m webapp.accounts --data-dir "$DATA_DIR" ensure-admin
 fi
 start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS" ${mode_args[@]+"${mode_args[@]}"} \
   --port "$PORT" --host "$HOST"

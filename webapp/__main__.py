@@ -7,7 +7,7 @@ Examples:
   python -m webapp --fleet-mode sim                    # the simulated fleet: banner and [SIMULATED] marks
 
 Binds 127.0.0.1 unless --host says otherwise; refuses a non-loopback host without login. Create the first
-admin with `python -m webapp.users add NAME --role admin`.
+admin with `python -m webapp.accounts add NAME --role admin`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.auth_required and not users.list_users(db):
         print(
             "warning: no users yet: nobody can log in. Create the first admin with "
-            "`python -m webapp.users add NAME --role admin`",
+            "`python -m webapp.accounts add NAME --role admin`",
             file=sys.stderr,
         )
     db.close()

@@ -1,7 +1,7 @@
 """Browse tab: filters, full-text search, sort, keyset pages of thumbnails, live counts.
 
 Session state holds ids only: the filter (as a dict), the stack of page anchors (the id each page starts
-after) and the ids shown. Thumbnails are <img src="/thumb/ID"> served by webapp.media, never copied into
+after) and the ids shown. Thumbnails are <img src="/thumb/ID"> served by webapp.media_routes, never copied into
 Gradio's cache.
 """
 

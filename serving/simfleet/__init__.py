@@ -57,7 +57,7 @@ from serving.simfleet.harness import FleetHandle, start_fleet
 from serving.simfleet.knobs import Knobs
 from serving.simfleet.metrics import E2E_BUCKETS, FINISH_REASONS, TTFT_BUCKETS
 from serving.simfleet.probe import ClipInfo, ProbeCache
-from serving.simfleet.replica import Replica
+from serving.simfleet.replica import SimReplica
 from serving.simfleet.server import DEFAULT_MODEL, FleetSpec, serve_fleet
 
 __all__ = [
@@ -83,8 +83,8 @@ __all__ = [
     "FleetSpec",
     "Knobs",
     "ProbeCache",
-    "Replica",
     "SimError",
+    "SimReplica",
     "build_app",
     "build_parser",
     "command",
