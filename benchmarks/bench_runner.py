@@ -24,11 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import (  # noqa: E402
-    db as dbmod,  # noqa: E402
-    jobs,
-    prompts,
-)
+from data import db as dbmod, job_queries, jobs, prompts  # noqa: E402
 from data.clipgen import tiny_library  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (
@@ -71,7 +67,7 @@ def one_job_with(settings, db, urls, ids, make_client) -> tuple[float, float]:
     c0, t0 = cpu(), time.perf_counter()
     asyncio.run(go())
     wall, cpu_s = time.perf_counter() - t0, cpu() - c0
-    assert jobs.progress(db, job_id)["counts"]["done"] == len(ids)
+    assert job_queries.progress(db, job_id)["counts"]["done"] == len(ids)
     return wall, cpu_s
 
 

@@ -37,12 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from data import (  # noqa: E402
-    clipgen,
-    db as dbmod,  # noqa: E402
-    jobs,
-    prompts,
-)
+from data import clipgen, db as dbmod, job_queries, jobs, prompts  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet as fleetmod,  # noqa: E402
@@ -194,7 +189,7 @@ def measure_busy(
                 samples.append(sum(1 for r in st if r.running > 0) / len(st))
                 time.sleep(2.0)
             after = _series(fleet.urls, http)
-            queued = jobs.counts(d, job_id)
+            queued = job_queries.counts(d, job_id)
         left = queued.get("pending", 0)
         busy = [(a["busy"] - b["busy"]) / (a["t"] - b["t"]) for a, b in zip(after, before)]
         slot = [(a["slot"] - b["slot"]) / ((a["t"] - b["t"]) * a["capacity"]) for a, b in zip(after, before)]
@@ -232,7 +227,7 @@ def measure_busy(
 _WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from data import db as dbmod, jobs
+from data import db as dbmod, job_items
 db_path, job_id = sys.argv[2], int(sys.argv[3])
 seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
@@ -246,14 +241,14 @@ text = "The ego vehicle approaches a signalised intersection in light rain; a cy
 n, t0 = 0, time.perf_counter()
 holds = []
 while time.perf_counter() - t0 < seconds:
-    got = jobs.claim(d, job_id, "bench", batch, lease_seconds=600, max_attempts=4)  # what the runner does
+    got = job_items.claim(d, job_id, "bench", batch, lease_seconds=600, max_attempts=4)  # what the runner does
     if not got:
         break
     t = time.perf_counter()
     with dbmod.immediate(d):   # the runner's _write: one transaction per flush, one savepoint per result
         for it in got:
             with d.atomic():
-                jobs.complete(d, job_id, it["clip_id"], text=text, labels=labels, provenance=prov)
+                job_items.complete(d, job_id, it["clip_id"], text=text, labels=labels, provenance=prov)
     holds.append(time.perf_counter() - t)
     n += len(got)
     if rate > 0:  # results arrive at the fleet's rate, not as fast as the database takes them

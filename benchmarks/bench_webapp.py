@@ -29,7 +29,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
 
-from data import examples, jobs, taxonomy  # noqa: E402
+from data import examples, job_items, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
@@ -166,13 +166,13 @@ def main(argv=None) -> int:
 
     def job_writer() -> None:
         d = connect(db_path)
-        runner = jobs.runner_identity()
+        runner = job_items.runner_identity()
         while not stop.is_set():
-            items = jobs.claim(d, job_id, runner, 16, lease_seconds=60, max_attempts=3)
+            items = job_items.claim(d, job_id, runner, 16, lease_seconds=60, max_attempts=3)
             if not items:
                 break
             for it in items:
-                jobs.complete(
+                job_items.complete(
                     d,
                     job_id,
                     it["clip_id"],

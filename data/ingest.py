@@ -44,7 +44,7 @@ from data.db import DataError, connect, immediate, now
 from data.settings import Settings
 
 # the walk's and the pool's names that callers and tests reach through data.ingest
-from data.walk import Entry, read_sidecar as _sidecar, storable_name, walk  # noqa: F401
+from data.walk import Entry, walk
 from data.worker_pool import (
     OUT_OF_MEMORY,
     TIMED_OUT,

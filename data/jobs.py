@@ -21,7 +21,7 @@ Item states: pending -> leased -> done | failed | pending (retry after `not_befo
 
 This module is the front of four: it creates jobs and changes their state; data.job_items works their
 items (the guarantees above); data.job_queries reads them; data.heartbeats holds the runners' signs of life.
-Every name of the four is importable from here (`jobs.claim`, `jobs.progress`, ...), as callers use them.
+Callers import each name from its own module (`job_items.claim`, `job_queries.progress`, ...).
 """
 
 from __future__ import annotations
@@ -33,20 +33,8 @@ import sqlite_utils
 
 from data import events, limits
 from data.db import DataError, NotFound, immediate, now
-from data.heartbeats import heartbeat, heartbeats
-from data.job_items import claim, complete, fail, finish_if_drained, recover, release, runner_identity
-from data.job_queries import (
-    ACTIVE,
-    JOB_STATES,
-    counts,
-    failures,
-    get,
-    list_jobs,
-    progress,
-    replica_load,
-    runnable,
-    states,
-)
+from data.job_items import finish_if_drained
+from data.job_queries import get
 
 DEDUPE_S = 30.0  # a second start of the same job within this window is the same job (double clicks)
 
@@ -214,31 +202,3 @@ def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
             )
         events.record(db, user, "job.retry_failed", job_id=job_id, items=n, previous=job["state"])
     return n
-
-
-__all__ = [
-    "ACTIVE",
-    "DEDUPE_S",
-    "JOB_STATES",
-    "change_state",
-    "claim",
-    "complete",
-    "counts",
-    "create",
-    "create_once",
-    "create_recaption",
-    "fail",
-    "failures",
-    "get",
-    "heartbeat",
-    "heartbeats",
-    "list_jobs",
-    "progress",
-    "recover",
-    "release",
-    "replica_load",
-    "retry_failed",
-    "runnable",
-    "runner_identity",
-    "states",
-]

@@ -43,16 +43,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from data import limits, prompts, taxonomy
-
-# the answer's reading lives in serving.answers; its names stay importable from here, where callers found them
-from serving.answers import (
-    DECODE_FAILURE_MARKERS,
-    MISSING_FILE_MARKERS,
-    classify_status,
-    error_message,
-    parse_answer,
-    token_count,
-)
+from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
@@ -409,19 +400,3 @@ class CaptionClient(Protocol):
     one; tests pass fakes. Whoever makes a client closes it (the runner closes only the ones it makes)."""
 
     async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult: ...
-
-
-__all__ = [
-    "CaptionClient",
-    "CaptionRequest",
-    "CaptionResult",
-    "FleetClient",
-    "backoff",
-    "clip_url",
-    "resolve_clip",
-    "classify_status",
-    "parse_answer",
-    "DECODE_FAILURE_MARKERS",
-    "MISSING_FILE_MARKERS",
-    "DEFAULT_DECODE_BACKEND",
-]

@@ -128,13 +128,13 @@ def media_domains(settings: Any) -> str:
 
 
 __all__ = [
-    "load_key",
-    "signature",
-    "signed_url",
     "check",
+    "KEY_FILE",
+    "load_key",
     "media_base",
     "media_domains",
     "MediaKeyError",
-    "KEY_FILE",
     "ROUTE",
+    "signature",
+    "signed_url",
 ]

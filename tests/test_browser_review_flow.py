@@ -18,7 +18,7 @@ import httpx
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
-from data import clips as clipsmod, db as dbmod, jobs, taxonomy
+from data import clips as clipsmod, db as dbmod, job_queries, jobs, taxonomy
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import AppServer
 
@@ -386,7 +386,7 @@ def api_call(client: httpx.Client, name: str, data: list) -> tuple[str, str]:
 
 
 def test_job_limits_hold_through_the_api(server):
-    before = len(jobs.list_jobs(db_of(server)))
+    before = len(job_queries.list_jobs(db_of(server)))
     c = server.client("lead")
     try:
         kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 64])
@@ -395,7 +395,7 @@ def test_job_limits_hold_through_the_api(server):
         assert "Frames must be 1-128" in body, body
     finally:
         c.close()
-    assert len(jobs.list_jobs(db_of(server))) == before
+    assert len(job_queries.list_jobs(db_of(server))) == before
 
 
 def test_an_over_long_caption_is_refused_through_the_api(server):
@@ -453,7 +453,7 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         assert "cannot hold a complete answer" in page.inner_text("#jobs-msg")
         page.fill("#job-max-tokens input", "320")
         page.fill("#job-name textarea, #job-name input", "triple click")
-        before = len(jobs.list_jobs(db_of(server)))
+        before = len(job_queries.list_jobs(db_of(server)))
         btn = page.locator("#btn-start-job")
         btn.click(click_count=1, no_wait_after=True)
         page.evaluate(
@@ -461,14 +461,14 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         )
         page.wait_for_selector("#jobs-msg .cw-msg-ok, #jobs-msg .cw-msg-info", timeout=30_000)
         time.sleep(1.5)
-        assert len(jobs.list_jobs(db_of(server))) == before + 1
-        job_id = jobs.list_jobs(db_of(server))[0]["id"]
+        assert len(job_queries.list_jobs(db_of(server))) == before + 1
+        job_id = job_queries.list_jobs(db_of(server))[0]["id"]
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=60_000)
         assert page.locator("#job-plot-svg rect").count() >= 1
         # a click on a row shows that job, and the panel stays there when a newer job appears
         older = (
-            next(j["id"] for j in jobs.list_jobs(db_of(server)) if j["id"] != job_id)
-            if len(jobs.list_jobs(db_of(server))) > 1
+            next(j["id"] for j in job_queries.list_jobs(db_of(server)) if j["id"] != job_id)
+            if len(job_queries.list_jobs(db_of(server))) > 1
             else job_id
         )
         # the table is re-rendered on every tick, so click the cell from the page in one step
@@ -549,7 +549,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         # messages come and go: a button that moves on its way to the pointer takes a click meant for it
         page.evaluate(BUTTON_TOPS_JS)
         deadline = time.monotonic() + 30
-        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+        while job_queries.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         page.click("#btn-pause")
         page.wait_for_function("document.querySelector('#jobs-msg')?.innerText.includes('is now paused')")
@@ -558,7 +558,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         time.sleep(3)  # longer than a caption takes
         assert n_captions(job_id, t_pause) == 0
         shown_done = int(re.search(r"done (\d+)", page.inner_text("#job-progress")).group(1))
-        assert shown_done == jobs.counts(d, job_id)["done"] < len(ok_ids)
+        assert shown_done == job_queries.counts(d, job_id)["done"] < len(ok_ids)
         page.click("#btn-resume")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=90_000)
         assert f"done {len(ok_ids)} " in page.inner_text("#job-progress") + " "
@@ -566,15 +566,15 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
 
         job_id = make("cancel me")
         deadline = time.monotonic() + 30
-        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+        while job_queries.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.0)
         page.click("#btn-cancel")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'cancelled'")
-        t_cancel = jobs.get(d, job_id)["finished_at"]
+        t_cancel = job_queries.get(d, job_id)["finished_at"]
         time.sleep(3)
         assert n_captions(job_id, t_cancel + 2.0) == 0
-        assert jobs.counts(d, job_id)["leased"] == 0
+        assert job_queries.counts(d, job_id)["leased"] == 0
         assert page.evaluate("window.__buttonTops") == [page.evaluate("window.__buttonTops")[0]], (
             "the job buttons moved while the job was shown (px from the top, in order)"
         )

@@ -19,7 +19,8 @@ import pytest
 from data import examples, taxonomy
 from serving.client import DEFAULT_DECODE_BACKEND, FleetClient, backoff, clip_url
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
-from tests.support.fleet_fixtures import PROMPT, caption, free_port
+from serving.procs import free_port
+from tests.support.fleet_fixtures import PROMPT, caption
 
 URL = "http://replica.test:8000"
 GOOD = {"caption": "A car drives along an urban street in daylight.", **examples.LABELS}

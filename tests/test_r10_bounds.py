@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from data import captions, clips, export, ingest, jobs, limits
+from data import captions, clips, export, ingest, jobs, limits, walk
 from data.db import DataError, NotFound
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 from webapp import render
@@ -104,15 +104,15 @@ def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     nan = _write_sidecar(tmp_path, "nan.mp4", '{"speed": NaN, "x": Infinity}')
     big = _write_sidecar(tmp_path, "big.mp4", json.dumps({"k": "v" * limits.MAX_SIDECAR_BYTES}))
     tricky = _write_sidecar(tmp_path, "str.mp4", json.dumps({"s": "[[[[" * 100 + '\\"' + "{{{{" * 100}))
-    assert "deeper than 32" in json.loads(ingest._sidecar(deep))["_sidecar_error"]
-    assert json.loads(ingest._sidecar(just))["a"]
-    assert "not valid JSON" in json.loads(ingest._sidecar(nan))["_sidecar_error"]
-    assert "larger than" in json.loads(ingest._sidecar(big))["_sidecar_error"]
-    assert json.loads(ingest._sidecar(tricky))["s"].startswith("[[[[")  # brackets inside strings do not count
+    assert "deeper than 32" in json.loads(walk.read_sidecar(deep))["_sidecar_error"]
+    assert json.loads(walk.read_sidecar(just))["a"]
+    assert "not valid JSON" in json.loads(walk.read_sidecar(nan))["_sidecar_error"]
+    assert "larger than" in json.loads(walk.read_sidecar(big))["_sidecar_error"]
+    assert json.loads(walk.read_sidecar(tricky))["s"].startswith("[[[[")  # brackets inside strings do not count
     # the depth scan is linear: an unterminated string of escaped quotes (quadratic for a naive regex)
     hostile = _write_sidecar(tmp_path, "esc.mp4", '"' + '\\"' * 400_000)
     t = time.perf_counter()
-    assert "_sidecar_error" in json.loads(ingest._sidecar(hostile))
+    assert "_sidecar_error" in json.loads(walk.read_sidecar(hostile))
     took = time.perf_counter() - t
     print(
         f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2**20:.1f} MiB hostile file: "

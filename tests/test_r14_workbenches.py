@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, jobs
+from data import db as dbmod, heartbeats
 from data.settings import Settings
 from serving import fleet_addresses, fleet_commands, fleet_record, launcher, procs
 
@@ -136,7 +136,7 @@ def test_a_gpu_node_keeps_its_ports_and_says_so(tmp_path):
 def _runner_beats(db_path) -> list[dict]:
     d = dbmod.connect(db_path)
     try:
-        return jobs.heartbeats(d)
+        return heartbeats.heartbeats(d)
     finally:
         d.close()
 
@@ -186,7 +186,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
 
         d = dbmod.connect(settings.db)
         try:
-            line = runner_line(jobs.heartbeats(d, "runner"), settings)
+            line = runner_line(heartbeats.heartbeats(d, "runner"), settings)
         finally:
             d.close()
         assert "Runner alive" in line and str(second) in line

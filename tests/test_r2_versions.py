@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, db as dbmod, jobs, prompts
+from data import captions, db as dbmod, job_items, jobs, prompts
 from data.db import Conflict, DataError
 from tests.support.runner_fixtures import LABELS
 
@@ -69,9 +69,9 @@ class Versions(RuleBasedStateMachine):
 
     def _machine_result(self, clip, job_id):
         was_current, was_protected = self._cur(clip), self.protected[clip]
-        items = jobs.claim(self.db, job_id, "r2", 10, lease_seconds=60, max_attempts=4)
+        items = job_items.claim(self.db, job_id, "r2", 10, lease_seconds=60, max_attempts=4)
         assert [i["clip_id"] for i in items] == [clip]
-        row = jobs.complete(
+        row = job_items.complete(
             self.db,
             job_id,
             clip,
@@ -148,9 +148,12 @@ class Versions(RuleBasedStateMachine):
         before = (self._cur(clip), self._versions(clip))
         first = next(self.db.query("SELECT id FROM captions WHERE job_id=? AND clip_id=?", [job_id, clip]))["id"]
         jobs.retry_failed(self.db, job_id, "lead")
-        row = jobs.complete(self.db, job_id, clip, text="again", labels=LABELS, provenance={"model": "m"})
+        row = job_items.complete(self.db, job_id, clip, text="again", labels=LABELS, provenance={"model": "m"})
         assert row["id"] == first and (self._cur(clip), self._versions(clip)) == before
-        assert jobs.fail(self.db, job_id, clip, error="late", kind="replica", retryable=True, max_attempts=4) == "done"
+        assert (
+            job_items.fail(self.db, job_id, clip, error="late", kind="replica", retryable=True, max_attempts=4)
+            == "done"
+        )
 
     @rule(i=st.integers(0, CLIPS_PER_RUN - 1), stale=st.booleans(), data=st.data())
     def adopt(self, i, stale, data):

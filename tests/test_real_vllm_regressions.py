@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, ingest, jobs, library, probe, prompts, taxonomy, worker_pool
+from data import db as dbmod, ingest, job_queries, jobs, library, probe, prompts, taxonomy, worker_pool
 from serving import simfleet
-from serving.client import CaptionRequest, FleetClient, parse_answer
+from serving.answers import parse_answer
+from serving.client import CaptionRequest, FleetClient
 from serving.errors import BadAnswer
 from tests.support.fleet_fixtures import PROMPT, caption, write_clip
 
@@ -200,7 +201,7 @@ def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
 
     prog = runmod.run_job(settings, job_id, ["http://r0"], client=Junk())
     assert prog["counts"]["failed"] == 2
-    (f, _) = jobs.failures(db, job_id)
+    (f, _) = job_queries.failures(db, job_id)
     assert f["raw_answer"] == junk[: BadAnswer.RAW_ANSWER_CHARS] and f["error_kind"] == "invalid_json"
 
 

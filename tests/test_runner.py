@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from data import captions, jobs
+from data import captions, job_queries, jobs
 from data.settings import Settings
 from serving import fleet_record, runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
@@ -54,7 +54,7 @@ def test_clips_with_a_probe_error_fail_without_being_sent(settings, db):
     prog = runmod.run_job(settings, job_id, URLS, client=client)
     assert prog["counts"] == {"pending": 0, "leased": 0, "done": 8, "failed": 2}
     assert len(client.calls) == 8
-    reasons = sorted(f["last_error"] for f in jobs.failures(db, job_id))
+    reasons = sorted(f["last_error"] for f in job_queries.failures(db, job_id))
     assert reasons == ["ingest: moov atom not found", "ingest: no video stream"]
 
 
@@ -71,7 +71,7 @@ def test_rejected_clips_fail_at_once_and_retryable_errors_go_elsewhere(settings,
     client = FakeClient(script=script)
     prog = runmod.run_job(settings, job_id, URLS, client=client, backoff_base=0.01)
     assert prog["counts"]["done"] == 29 and prog["counts"]["failed"] == 1
-    f = jobs.failures(db, job_id)[0]
+    f = job_queries.failures(db, job_id)[0]
     assert f["attempts"] == 1 and "decode budget" in f["last_error"] and f["error_kind"] == "rejected"
     # every clip that failed on the bad replica was answered by another one, never twice by the bad one
     per_clip_bad = [p for u, p in client.calls if u == bad_replica]
@@ -92,7 +92,7 @@ def test_retryable_errors_give_up_after_max_attempts(settings, db):
         settings, job_id, URLS, client=FakeClient(script=script), backoff_base=0.01, fleet_down_budget=0
     )
     assert prog["counts"]["failed"] == 3
-    for f in jobs.failures(db, job_id):
+    for f in job_queries.failures(db, job_id):
         assert f["attempts"] == 3 and "gave up after 3 attempts" in f["last_error"]
 
 
@@ -127,12 +127,12 @@ def test_pause_stops_claiming_and_hands_inflight_items_back(settings, db):
     jobs.change_state(db, job_id, "pause", "lead")
     t.join(timeout=20)
     assert not t.is_alive()
-    c = jobs.counts(db, job_id)
+    c = job_queries.counts(db, job_id)
     assert c["leased"] == 0 and 20 <= c["done"] < 200
     # requests in flight at the pause were aborted and their items handed back (issue 10: a paused job
     # shows what was really captioned, and resuming sends those items again)
     assert c["done"] <= len(client.calls) and c["pending"] == 200 - c["done"]
-    assert jobs.get(db, job_id)["state"] == "paused" and jobs.get(db, job_id)["done"] == c["done"]
+    assert job_queries.get(db, job_id)["state"] == "paused" and job_queries.get(db, job_id)["done"] == c["done"]
 
 
 def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
@@ -147,7 +147,7 @@ def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
     time.sleep(0.5)
     stop.set()
     th.join(timeout=20)
-    c = jobs.counts(db, job_id)
+    c = job_queries.counts(db, job_id)
     assert c["leased"] == 0 and c["done"] == len(client.calls) and c["pending"] == 300 - c["done"]
 
 

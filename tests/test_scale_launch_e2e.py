@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, jobs, prompts
+from data import db as dbmod, heartbeats, job_queries, jobs, prompts
 from serving import fleet_addresses, procs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,17 +76,19 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
             job = jobs.create(d, name="e2e", created_by="test", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
             deadline = time.monotonic() + 90
-            while jobs.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
+            while job_queries.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
                 time.sleep(0.5)
-            prog = jobs.progress(d, job)
+            prog = job_queries.progress(d, job)
             assert prog["state"] == "done" and prog["counts"]["done"] == len(ids) >= 6, prog
             stats = [httpx.get(u + "/sim/stats", timeout=5).json()["media_fetches"] for u in workers.split(",")]
             assert sum(s["http"] for s in stats) >= len(ids) and sum(s["file"] for s in stats) == 0, stats
-            first = [b for b in jobs.heartbeats(d, "runner")][0]["pid"]
+            first = [b for b in heartbeats.heartbeats(d, "runner")][0]["pid"]
             os.kill(first, signal.SIGKILL)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                beats = [b for b in jobs.heartbeats(d, "runner") if b["pid"] != first and procs.pid_alive(b["pid"])]
+                beats = [
+                    b for b in heartbeats.heartbeats(d, "runner") if b["pid"] != first and procs.pid_alive(b["pid"])
+                ]
                 if beats:
                     break
                 time.sleep(0.3)

@@ -17,7 +17,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from data import demo, taxonomy
+from data import hostile, taxonomy
 from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
@@ -114,7 +114,7 @@ def sim_root(tmp_path_factory):
     """A clip root laid out like the GPU test's: a library clip and the hostile corpus."""
     root = tmp_path_factory.mktemp("rec") / "clips"
     clip = write_clip(root / "library" / "R001" / "front_center_0000.mp4", 640, 360, seconds=2)
-    demo.write_hostile_corpus(root / "hostile")
+    hostile.write_hostile_corpus(root / "hostile")
     data = clip.read_bytes()
     (root / "hostile" / "library_clip_cut_in_half.mp4").write_bytes(data[: len(data) // 2])
     return root

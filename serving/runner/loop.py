@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from data import db as dbmod, jobs, library, prompts
+from data import db as dbmod, job_items, job_queries, library, prompts
 from data.settings import Settings, url_list
 from serving import fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
@@ -76,7 +76,7 @@ class Runner:
             fleet_down_budget=fleet_down_budget,
             rng=rng,
         )
-        self.identity = jobs.runner_identity()
+        self.identity = job_items.runner_identity()
         self.store = JobStore(
             settings,
             self.identity,
@@ -202,7 +202,7 @@ class Runner:
                 self.capacity,
                 ", ".join(r.url for r in self.replicas),
             )
-            recovered = await self._db(jobs.recover)
+            recovered = await self._db(job_items.recover)
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
             self.state = "running"
@@ -230,9 +230,9 @@ class Runner:
         inflight = {job_id for job_id, _ in self._tasks.values() if job_id}
         if not inflight:
             return
-        state = await self._db(jobs.states, inflight)
+        state = await self._db(job_queries.states, inflight)
         for task, (job_id, _) in list(self._tasks.items()):
-            if job_id and state.get(job_id) not in jobs.ACTIVE:
+            if job_id and state.get(job_id) not in job_queries.ACTIVE:
                 task.cancel()
                 self.stats["aborted"] += 1
 
@@ -264,7 +264,7 @@ class Runner:
                 prog = await self._heartbeat()
                 if prog is not None:
                     self.progress_cb(prog)
-                    if self.exit_when_idle and prog["state"] not in jobs.ACTIVE and not self._tasks:
+                    if self.exit_when_idle and prog["state"] not in job_queries.ACTIVE and not self._tasks:
                         return
             if claimed_any and self.health.free_slots(time.monotonic()) >= threshold:
                 continue
@@ -300,7 +300,7 @@ class Runner:
             self.stats["ingest_failed"] += len(unsendable)
             self._bg(self._db(self.store.fail_unsendable, unsendable))
         for job_id, clip_id in leftovers:
-            self._bg(self._db(jobs.release, job_id, [clip_id], self.identity))
+            self._bg(self._db(job_items.release, job_id, [clip_id], self.identity))
 
     def _bg(self, aw: Awaitable) -> None:
         task = asyncio.ensure_future(aw)
@@ -324,7 +324,7 @@ class Runner:
         for job_id, clip_id in unfinished:
             by_job[job_id].append(clip_id)
         for job_id, clip_ids in by_job.items():
-            n = await self._db(jobs.release, job_id, clip_ids, self.identity)
+            n = await self._db(job_items.release, job_id, clip_ids, self.identity)
             self.stats["released"] += n
 
 
@@ -352,7 +352,7 @@ def run_job(
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
     drain_seconds, backoff_base, fleet_down_budget ...). `progress_cb(progress)` is called about every
-    `HEARTBEAT_S` and at the end with `data.jobs.progress`. Returns the final progress.
+    `HEARTBEAT_S` and at the end with `data.job_queries.progress`. Returns the final progress.
     """
     runner = Runner(
         settings,
@@ -373,7 +373,7 @@ def run_job(
     asyncio.run(go())
     d = dbmod.connect(settings.db)
     try:
-        prog = jobs.progress(d, job_id)
+        prog = job_queries.progress(d, job_id)
     finally:
         d.close()
     if progress_cb:

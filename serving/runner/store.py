@@ -16,7 +16,7 @@ import random
 import sqlite3
 from typing import Iterable
 
-from data import db as dbmod, jobs, prompts
+from data import db as dbmod, heartbeats, job_items, job_queries, prompts
 from data.job_params import JobParams
 from data.settings import Settings
 from serving.client import CaptionResult, backoff
@@ -68,14 +68,14 @@ class JobStore:
     def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
         out = []
-        for job in jobs.runnable(db):
+        for job in job_queries.runnable(db):
             if self.job_ids is not None and job["id"] not in self.job_ids:
                 continue
             if want <= 0:
                 break
             if job["id"] not in self.jobcfg:
                 self.jobcfg[job["id"]] = self._job_config(db, job)
-            items = jobs.claim(
+            items = job_items.claim(
                 db,
                 job["id"],
                 self.identity,
@@ -104,7 +104,7 @@ class JobStore:
                 except Exception as exc:  # a result that cannot be stored (e.g. labels off the taxonomy)
                     log.exception("storing the result of clip %s failed", o.clip_id)
                     with db.atomic():
-                        jobs.fail(
+                        job_items.fail(
                             db,
                             o.job_id,
                             o.clip_id,
@@ -123,7 +123,7 @@ class JobStore:
         prov.setdefault("prompt_name", prompt["name"])
         prov.setdefault("prompt_version", prompt["version"])
         prov.setdefault("replica", o.replica)
-        row = jobs.complete(db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels, provenance=prov)
+        row = job_items.complete(db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels, provenance=prov)
         return "done" if row is not None else "discarded"
 
     def _store_error(self, db, o: Outcome, fleet_down: bool) -> str:
@@ -135,7 +135,7 @@ class JobStore:
         msg = str(e) or type(e).__name__
         if e.status and str(e.status) not in msg:
             msg = f"HTTP {e.status}: {msg}"
-        return jobs.fail(
+        return job_items.fail(
             db,
             o.job_id,
             o.clip_id,
@@ -152,7 +152,7 @@ class JobStore:
         """Clips whose ingest probe failed are never sent: they fail with "ingest: <probe error>"."""
         with dbmod.immediate(db):
             for it in items:
-                jobs.fail(
+                job_items.fail(
                     db,
                     it["job_id"],
                     it["clip_id"],
@@ -164,7 +164,7 @@ class JobStore:
 
     def heartbeat(self, db, info: dict, progress: bool = False) -> dict | None:
         """Report the runner in `heartbeats`; with `progress` (and one job), return that job's progress."""
-        jobs.heartbeat(db, self.name, "runner", info=info)
+        heartbeats.heartbeat(db, self.name, "runner", info=info)
         if progress and self.job_ids and len(self.job_ids) == 1:
-            return jobs.progress(db, next(iter(self.job_ids)))
+            return job_queries.progress(db, next(iter(self.job_ids)))
         return None

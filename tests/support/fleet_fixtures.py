@@ -11,7 +11,6 @@ import pytest
 from data import clipgen, examples
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
-from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
 PROMPT = examples.PROMPT
 

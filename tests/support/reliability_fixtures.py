@@ -320,7 +320,7 @@ class AnnotatorLoad:
 @contextlib.contextmanager
 def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
     """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
-    from data import jobs
+    from data import job_queries, jobs
 
     created = []
 
@@ -328,7 +328,7 @@ def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id
         d = dbmod.connect(db_path)
         try:
             while not stop.is_set():
-                if not created or jobs.get(d, created[-1])["state"] in ("done", "cancelled"):
+                if not created or job_queries.get(d, created[-1])["state"] in ("done", "cancelled"):
                     created.append(
                         jobs.create(
                             d,

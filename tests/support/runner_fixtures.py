@@ -8,9 +8,7 @@ import collections
 import random
 
 from data import examples, prompts
-from data.clipgen import tiny_clip as tiny_clip_bytes, tiny_library  # noqa: F401 - re-exported for the tests
 from serving.client import CaptionResult
-from serving.errors import ClipRejected, FleetError
 
 LABELS = examples.LABELS
 
@@ -88,9 +86,6 @@ class FakeClient:
 
     async def aclose(self):
         self.closed = True
-
-
-__all__ = ["add_clips", "default_prompt", "FakeClient", "LABELS", "ClipRejected", "FleetError"]
 
 
 # ---- real clips, a real simulated fleet, the real router ------------------------------------------------------
