@@ -42,7 +42,9 @@ class Filter:
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v not in (None, "", False)}
+        """The fields that differ from their default, as JSON-able values; False stays (has_caption=False is
+        "without a caption", not "any"). `from_dict(f.to_dict()) == f` for every Filter."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) != f.default}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "Filter":
