@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 import httpx  # noqa: E402
 
 from data import clipgen, db as dbmod, job_queries, jobs, prompts  # noqa: E402
+from data.job_params import JobParams  # noqa: E402
+from data.job_selection import Selection  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet as fleetmod,  # noqa: E402
@@ -158,7 +160,14 @@ def measure_busy(
         procs.wait_healthy([router], timeout=60)
         router_url = f"http://127.0.0.1:{router_port}"
         d = dbmod.connect(settings.db)
-        job_id = jobs.create(d, name="busy", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+        job_id = jobs.create(
+            d,
+            name="busy",
+            created_by="bench",
+            selection=Selection.of_clips(ids),
+            prompt_id=prompts.latest(d)["id"],
+            params=JobParams(),
+        )
         runner = procs.start(
             "runner",
             fleet_commands.runner_command(
@@ -234,7 +243,7 @@ d = dbmod.connect(db_path)
 labels = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
           "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
 prov = {"model": "Qwen/Qwen3-VL-8B-Instruct", "prompt_id": 1, "prompt_name": "av-hazard", "prompt_version": 1,
-        "params": {"max_completion_tokens": 320}, "frames": 16, "replica": "http://node7:8003",
+        "params": {"frames": 16, "max_tokens": 320}, "frames": 16, "replica": "http://node7:8003",
         "decode_backend": "pynvvideocodec", "latency_ms": 1234.5, "prompt_tokens": 5400, "completion_tokens": 140,
         "finish_reason": "stop", "simulated": False}
 text = "The ego vehicle approaches a signalised intersection in light rain; a cyclist waits at the crosswalk " * 3
@@ -296,7 +305,14 @@ def measure_sqlite(
             {"path": f"scale/{i:06d}.mp4", "size": 1, "width": 1920, "height": 1080, "frames": 300} for i in range(n)
         )
     ids = [r[0] for r in d.execute("SELECT id FROM clips")]
-    job_id = jobs.create(d, name="sqlite load", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+    job_id = jobs.create(
+        d,
+        name="sqlite load",
+        created_by="bench",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(d)["id"],
+        params=JobParams(),
+    )
     d.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ann = subprocess.Popen(

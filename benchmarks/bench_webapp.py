@@ -31,6 +31,8 @@ from bench_browse import build  # noqa: E402
 
 from data import examples, job_items, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
+from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
 
@@ -130,7 +132,9 @@ def main(argv=None) -> int:
     # --- saves under load --------------------------------------------------------------------------------
     pool = list(range(1, 2001))  # 2,000 hot clips shared by annotators and the job
     db = connect(db_path)
-    job_id = jobs.create(db, name="bench job", created_by="bench", clip_ids=pool, prompt_id=None)
+    job_id = jobs.create(
+        db, name="bench job", created_by="bench", selection=Selection.of_clips(pool), prompt_id=None, params=JobParams()
+    )
     db.close()
     stop = threading.Event()
     lat: list[float] = []

@@ -26,6 +26,7 @@ import sqlite_utils
 from data import clips, taxonomy
 from data.captions import PROVENANCE_FIELDS
 from data.clips import Filter
+from data.job_params import current_names
 
 FORMATS = ("jsonl", "csv")
 CLIP_COLUMNS = (
@@ -72,7 +73,7 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
         # NaN/Infinity stored before ingest refused them become null: strict JSONL readers reject them
         row["sidecar"] = json.loads(row["sidecar"], parse_constant=lambda _: None) if row["sidecar"] else {}
         if row.get("params"):
-            row["params"] = json.loads(row["params"])
+            row["params"] = current_names(json.loads(row["params"]))
         row["simulated"] = bool(row.get("simulated"))
         yield row
 

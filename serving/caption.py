@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import itertools
 import shlex
 import signal
 import sys
@@ -29,6 +28,7 @@ import threading
 from data import clips, db as dbmod, job_queries, jobs, prompts
 from data.db import DataError
 from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import add_arguments, from_args
 
 YES = {"yes", "y", "true", "1"}
@@ -84,20 +84,13 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
     if f.job_item_state and not f.job_id:
         raise DataError("--job-state needs --job JOB (the job whose items to select)")
     prompt = pick_prompt(db, args.prompt)
-    ids = list(itertools.islice(clips.iter_ids(db, f), args.limit)) if args.limit else list(clips.iter_ids(db, f))
+    selection = Selection(filter=f, limit=args.limit, origin="command line")
     params = JobParams.resolve(
         settings, frames=args.frames, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
-    ).to_dict()
-    name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {len(ids)} clips"
-    return jobs.create(
-        db,
-        name=name,
-        created_by=args.user,
-        clip_ids=ids,
-        prompt_id=prompt["id"],
-        params=params,
-        selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})},
     )
+    n = sum(1 for _ in selection.clip_ids_in(db))
+    name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
+    return jobs.create(db, name=name, created_by=args.user, selection=selection, prompt_id=prompt["id"], params=params)
 
 
 class Bar:

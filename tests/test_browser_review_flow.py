@@ -19,6 +19,8 @@ import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from data import clips as clipsmod, db as dbmod, job_queries, jobs, taxonomy
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import AppServer
 
@@ -477,7 +479,14 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
             if (c) c.click(); return !!c; }""")
         page.wait_for_function(f"document.querySelector('#job-progress')?.innerText.includes('Job {job_id} ')")
         d = db_of(server)
-        jobs.create(d, name="newer", created_by="lead", clip_ids=[library.clip_ids[0]], prompt_id=None)
+        jobs.create(
+            d,
+            name="newer",
+            created_by="lead",
+            selection=Selection.of_clips([library.clip_ids[0]]),
+            prompt_id=None,
+            params=JobParams(),
+        )
         d.close()
         time.sleep(4.5)  # two timer ticks
         assert f"Job {job_id} " in page.inner_text("#job-progress")
@@ -530,9 +539,9 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
                 d,
                 name=name,
                 created_by="lead",
-                clip_ids=ok_ids,
+                selection=Selection.of_clips(ok_ids),
                 prompt_id=None,
-                params={"frames": 16, "max_tokens": 320},
+                params=JobParams(frames=16, max_tokens=320),
             )
             page.fill("#job-id input", str(job_id))
             page.press("#job-id input", "Enter")

@@ -13,6 +13,8 @@ import pytest
 
 from data import captions, heartbeats, job_queries, jobs
 from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import simfleet
 from tests.support.runner_fixtures import real_router
 
@@ -76,7 +78,12 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
 
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
     job_id = jobs.create(
-        db, name="from the app", created_by="lead", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"]
+        db,
+        name="from the app",
+        created_by="lead",
+        selection=Selection.of_clips(all_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
     )
     with real_router(fleet.urls, tmp_path) as url:
         r = cli(

@@ -5,6 +5,8 @@ import pytest
 
 from data import captions, clips, db as dbmod, job_items, job_queries, jobs, schema
 from data.db import Conflict, immediate
+from data.job_params import JobParams
+from data.job_selection import Selection
 
 LABELS = {
     "scenario_category": "hard_braking",
@@ -104,7 +106,9 @@ def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
 
 def test_job_basics_claim_complete_fail(db):
     ids = [add_clip(db, f"c{i}.mp4") for i in range(3)]
-    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids + ids[:1], prompt_id=None)
+    job = jobs.create(
+        db, name="j", created_by="lead", selection=Selection.of_clips(ids + ids[:1]), prompt_id=None, params=JobParams()
+    )
     assert job_queries.get(db, job)["total"] == 3
     got = job_items.claim(db, job, "runner-1", 2, lease_seconds=60, max_attempts=3)
     assert len(got) == 2 and job_queries.get(db, job)["state"] == "running"
@@ -138,7 +142,9 @@ def test_write_lock_stats_count_holds_and_the_longest(db, settings):
 
 def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     ids = [add_clip(db, f"s{i}.mp4") for i in range(3)]
-    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids, prompt_id=None)
+    job = jobs.create(
+        db, name="j", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
     job_items.claim(db, job, "runner-1", 3, lease_seconds=60, max_attempts=3)
     t0 = 1_000_000.0  # started at t0; results at t0+5 and t0+35, then a stall until it finished at t0+60
     db.execute("UPDATE jobs SET started_at = ?, finished_at = ? WHERE id = ?", [t0, t0 + 60, job])

@@ -15,6 +15,7 @@ import pytest
 from data import job_items, job_queries, jobs, prompts
 from data.db import DataError
 from data.job_params import MIN_MAX_TOKENS, InvalidJobParams, JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
 from tests.support.fleet_fixtures import write_clip
 
@@ -47,7 +48,12 @@ def make_job(db, root, settings, n=N_CLIPS):
     ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
     p = prompts.latest(db)
     return jobs.create(
-        db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], params=JobParams.resolve(settings).to_dict()
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips(ids),
+        prompt_id=p["id"],
+        params=JobParams.resolve(settings),
     )
 
 
@@ -132,7 +138,14 @@ def test_pause_starts_nothing_then_resume_ends_done_with_the_true_count(fsetting
 def test_resume_of_a_drained_job_is_done_not_running_forever(settings, db):
     with db.conn:
         db["clips"].insert_all([{"path": "x.mp4", "size": 1}])
-    job_id = jobs.create(db, name="t", created_by="lead", clip_ids=[1], prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips([1]),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     job_items.claim(db, job_id, "r", 10, lease_seconds=60, max_attempts=3)
     job_items.complete(db, job_id, 1, text="t", labels={**_labels()}, provenance={"replica": "x"})
     assert job_queries.get(db, job_id)["state"] == "done"
@@ -164,10 +177,9 @@ def test_three_rapid_starts_make_one_job(settings, db):
                     conn,
                     name="n",
                     created_by="lead",
-                    clip_ids=range(1, 6),
+                    selection=Selection.of_clips(range(1, 6)),
                     prompt_id=pid,
-                    params={"frames": 16, "max_tokens": 320},
-                    selection={"s": 1},
+                    params=JobParams(frames=16, max_tokens=320),
                 )
             )
         except Exception as e:  # noqa: BLE001 - reported below
@@ -200,7 +212,7 @@ def test_job_params_defaults_and_refusals(settings):
     assert issubclass(InvalidJobParams, DataError)
     assert JobParams.resolve(settings, max_tokens=MIN_MAX_TOKENS).max_tokens == MIN_MAX_TOKENS
     # stored jobs from before the checks still run as asked
-    assert JobParams.resolve(settings, {"max_tokens": 64}, validate=False).max_tokens == 64
+    assert JobParams.from_dict({"max_tokens": 64}).max_tokens == 64
 
 
 def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):

@@ -16,6 +16,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from data import captions, db as dbmod, job_items, jobs, prompts
 from data.db import Conflict, DataError
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2
@@ -136,7 +138,14 @@ class Versions(RuleBasedStateMachine):
     def recaption(self, i):
         """A new job over the clip (a job result, or a re-caption if it had one)."""
         clip = self.clips[i]
-        job_id = jobs.create(self.db, name="r2", created_by="lead", clip_ids=[clip], prompt_id=self.prompt)
+        job_id = jobs.create(
+            self.db,
+            name="r2",
+            created_by="lead",
+            selection=Selection.of_clips([clip]),
+            prompt_id=self.prompt,
+            params=JobParams(),
+        )
         self._machine_result(clip, job_id)
 
     @precondition(lambda self: self.open_job)

@@ -13,6 +13,8 @@ import pytest
 
 from data import job_queries, jobs, prompts
 from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import fleet_commands, procs, simfleet
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,7 +25,11 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     ids = tiny_library(settings, db, clips)
     pid = prompts.latest(db)["id"]
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=0.2)  # ~0.2 s per request
-    job_ids = [jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid)]
+    job_ids = [
+        jobs.create(
+            db, name="r3", created_by="test", selection=Selection.of_clips(ids), prompt_id=pid, params=JobParams()
+        )
+    ]
     inflight_at_kills = 0
     done_kills = 0
     cmd = fleet_commands.runner_command(
@@ -32,7 +38,16 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     try:
         while done_kills < kills:
             if job_queries.get(db, job_ids[-1])["state"] == "done":  # re-caption the same clips: a new job
-                job_ids.append(jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid))
+                job_ids.append(
+                    jobs.create(
+                        db,
+                        name="r3",
+                        created_by="test",
+                        selection=Selection.of_clips(ids),
+                        prompt_id=pid,
+                        params=JobParams(),
+                    )
+                )
             child = procs.start("runner", cmd, log=tmp_path / "runner.log", cwd=REPO)
             time.sleep(rng.uniform(0.3, 1.5))
             procs.kill_group(child.pgid, child.popen)

@@ -10,6 +10,8 @@ import pytest
 
 from data import job_queries, jobs, prompts
 from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
 from tests.support.waiting import wait_until
 
@@ -18,7 +20,14 @@ CAPACITY = 2  # requests a replica runs at once
 
 
 def run(settings, db, urls, clip_ids, *, during=None):
-    job_id = jobs.create(db, name="r6", created_by="test", clip_ids=clip_ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="r6",
+        created_by="test",
+        selection=Selection.of_clips(clip_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     out = {}
     stop = threading.Event()
     t0 = time.monotonic()

@@ -10,6 +10,8 @@ import time
 from data import ingest, jobs, prompts
 from data.clipgen import tiny_clip
 from data.hostile import write_hostile_corpus
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
 
 
@@ -32,7 +34,14 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
             ]
         )
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
-    job_id = jobs.create(db, name="r7", created_by="test", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="r7",
+        created_by="test",
+        selection=Selection.of_clips(all_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     fleet = simfleet.start_fleet(2, 0, root, speed=0.01)
     try:
         t = time.monotonic()

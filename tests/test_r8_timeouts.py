@@ -17,6 +17,8 @@ import time
 
 from data import job_queries, jobs, prompts
 from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
 
 TIMEOUT = 1.5
@@ -81,9 +83,9 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         db,
         name="r8",
         created_by="test",
-        clip_ids=ids,
+        selection=Selection.of_clips(ids),
         prompt_id=prompts.latest(db)["id"],
-        params={"max_tokens": 321, "frames": 16},
+        params=JobParams(max_tokens=321, frames=16),
     )
     paths = dict(db.execute("SELECT path, id FROM clips"))
     silent, trickle = BadReplica("silent"), BadReplica("trickle")

@@ -17,6 +17,8 @@ import httpx
 import pytest
 
 from data import db as dbmod, ingest, job_queries, jobs, library, probe, prompts, taxonomy, worker_pool
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import simfleet
 from serving.answers import parse_answer
 from serving.client import CaptionRequest, FleetClient
@@ -189,7 +191,14 @@ def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
     from serving import runner as runmod
     from tests.support.runner_fixtures import add_clips
 
-    job_id = jobs.create(db, name="t", created_by="lead", clip_ids=add_clips(db, 2), prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips(add_clips(db, 2)),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     junk = "not json " * 2000
 
     class Junk:

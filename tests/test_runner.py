@@ -13,6 +13,8 @@ import time
 import pytest
 
 from data import captions, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import Settings
 from serving import fleet_record, runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
@@ -27,12 +29,19 @@ URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 def make_job(db, n, **kw):
     ids = add_clips(db, n, probe_errors=kw.pop("probe_errors", None))
     p = default_prompt(db)
-    return jobs.create(db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], **kw), ids, p
+    params = kw.pop("params", JobParams())
+    return (
+        jobs.create(
+            db, name="t", created_by="lead", selection=Selection.of_clips(ids), prompt_id=p["id"], params=params
+        ),
+        ids,
+        p,
+    )
 
 
 def test_runner_captions_every_clip_within_per_replica_bound(settings, db):
     settings = settings.replace(per_replica_inflight=4)
-    job_id, ids, p = make_job(db, 60, params={"frames": 8, "max_tokens": 200})
+    job_id, ids, p = make_job(db, 60, params=JobParams(frames=8, max_tokens=200))
     client = FakeClient(latency=0.01)
     prog = runmod.run_job(settings, job_id, URLS, client=client)
     assert prog["state"] == "done" and prog["counts"]["done"] == 60

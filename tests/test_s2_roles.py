@@ -14,6 +14,8 @@ import pytest
 from starlette.routing import Mount
 
 from data import db as dbmod, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import PASSWORD
 
@@ -99,7 +101,14 @@ def deps(server, cookies):  # noqa: F811
 def job_id(web_settings):  # noqa: F811
     db = dbmod.connect(web_settings.db)
     try:
-        return jobs.create(db, name="S2 target job", created_by="lead", clip_ids=[1, 2], prompt_id=None)
+        return jobs.create(
+            db,
+            name="S2 target job",
+            created_by="lead",
+            selection=Selection.of_clips([1, 2]),
+            prompt_id=None,
+            params=JobParams(),
+        )
     finally:
         db.close()
 

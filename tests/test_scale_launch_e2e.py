@@ -15,6 +15,8 @@ import httpx
 import pytest
 
 from data import db as dbmod, heartbeats, job_queries, jobs, prompts
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import fleet_addresses, procs
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +76,14 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
         d = dbmod.connect(head / "workbench.db")
         try:
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
-            job = jobs.create(d, name="e2e", created_by="test", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+            job = jobs.create(
+                d,
+                name="e2e",
+                created_by="test",
+                selection=Selection.of_clips(ids),
+                prompt_id=prompts.latest(d)["id"],
+                params=JobParams(),
+            )
             deadline = time.monotonic() + 90
             while job_queries.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
                 time.sleep(0.5)

@@ -13,6 +13,8 @@ import pytest
 
 from data import db as dbmod, jobs, prompts
 from data.clipgen import tiny_clip, tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import media_urls, runner as runmod, simfleet
 from tests.support.runner_fixtures import real_router
 from tests.support.webapp_fixtures import AppServer
@@ -158,7 +160,12 @@ def test_two_nodes_on_loopback_caption_a_job_over_signed_urls_only(head, tmp_pat
         db = dbmod.connect(settings.db)
         try:
             job_id = jobs.create(
-                db, name="two nodes", created_by="test", clip_ids=head["ids"], prompt_id=prompts.latest(db)["id"]
+                db,
+                name="two nodes",
+                created_by="test",
+                selection=Selection.of_clips(head["ids"]),
+                prompt_id=prompts.latest(db)["id"],
+                params=JobParams(),
             )
         finally:
             db.close()

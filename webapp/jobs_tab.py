@@ -20,6 +20,7 @@ import pandas as pd
 from data import clips, events, heartbeats, job_queries, jobs, prompts
 from data.db import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
+from data.job_selection import Selection
 from serving import cost
 from serving.fleet import router_workers
 from webapp import render
@@ -292,10 +293,9 @@ class JobsTab:
                 db,
                 name=name or f"{source} by {user.name}",
                 created_by=user.name,
-                clip_ids=clips.iter_ids(db, f),
+                selection=Selection(filter=f, origin=source),
                 prompt_id=pid,
-                params=params.to_dict(),
-                selection={"source": source, "filter": filter_dict(f)},
+                params=params,
             )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}

@@ -34,6 +34,8 @@ def good_clip_ids(settings) -> list[int]:
 
 def new_job(settings, name: str, clip_ids: list[int]) -> int:
     from data import db as dbmod, jobs, prompts
+    from data.job_params import JobParams
+    from data.job_selection import Selection
 
     db = dbmod.connect(settings.db)
     try:
@@ -42,9 +44,9 @@ def new_job(settings, name: str, clip_ids: list[int]) -> int:
             db,
             name=name,
             created_by="node_run",
-            clip_ids=clip_ids,
+            selection=Selection.of_clips(clip_ids),
             prompt_id=prompt["id"],
-            params={"frames": settings.frames, "max_tokens": settings.max_tokens, "temperature": settings.temperature},
+            params=JobParams(frames=settings.frames, max_tokens=settings.max_tokens, temperature=settings.temperature),
         )
     finally:
         db.close()

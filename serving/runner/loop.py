@@ -21,7 +21,7 @@ from serving.errors import FleetError, ReplicaError
 from serving.fleet import router_workers
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
-from serving.runner.store import JobStore, Outcome
+from serving.runner.store import JobConfig, JobStore, Outcome
 
 log = logging.getLogger("serving.runner")
 
@@ -112,15 +112,11 @@ class Runner:
         return self.health.capacity
 
     # ---- the request side ------------------------------------------------------------------------------
-    def _request(self, cfg: dict, item: dict) -> CaptionRequest:
-        p = cfg["params"]
+    def _request(self, cfg: JobConfig, item: dict) -> CaptionRequest:
         req = CaptionRequest(
             clip_path=item["path"],
-            prompt=cfg["prompt"],
-            frames=int(p["frames"]),
-            max_tokens=int(p["max_tokens"]),
-            temperature=float(p["temperature"]),
-            seed=p.get("seed"),
+            prompt=cfg.prompt,
+            params=cfg.params,
             job_id=item["job_id"],
             camera=prompts.camera_of(item["path"], item.get("sidecar")),
         )
@@ -130,7 +126,7 @@ class Runner:
         url = media_urls.signed_url(self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl)
         return dataclasses.replace(req, media_url=url)
 
-    async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
+    async def _send(self, cfg: JobConfig, item: dict, rep: Replica) -> None:
         out = Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))

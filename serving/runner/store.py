@@ -25,6 +25,14 @@ from serving.errors import FleetError
 log = logging.getLogger("serving.runner")
 
 
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """What every request of one job carries: its prompt version and its parameters."""
+
+    prompt: dict
+    params: JobParams
+
+
 @dataclasses.dataclass
 class Outcome:
     """How one attempt at one clip ended: a result or an error, and the replica that gave it."""
@@ -58,12 +66,11 @@ class JobStore:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.rng = rng or random.Random()
-        self.jobcfg: dict[int, dict] = {}  # job id -> {"prompt", "params"}, read once per job
+        self.jobcfg: dict[int, JobConfig] = {}  # read once per job
 
-    def _job_config(self, db, job: dict) -> dict:
+    def _job_config(self, db, job: dict) -> JobConfig:
         prompt = prompts.get(db, job["prompt_id"]) if job.get("prompt_id") else prompts.latest(db)
-        p = JobParams.resolve(self.settings, job.get("params"), validate=False)
-        return {"prompt": prompt, "params": {**p.to_dict(), "seed": p.seed}}
+        return JobConfig(prompt, job["params"])  # the job's own, as it was started: not checked again
 
     def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
@@ -118,7 +125,7 @@ class JobStore:
 
     def _store_result(self, db, o: Outcome) -> str:
         prov = dict(o.result.provenance)
-        prompt = self.jobcfg[o.job_id]["prompt"]
+        prompt = self.jobcfg[o.job_id].prompt
         prov.setdefault("prompt_id", prompt["id"])
         prov.setdefault("prompt_name", prompt["name"])
         prov.setdefault("prompt_version", prompt["version"])

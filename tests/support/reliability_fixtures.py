@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 
 from data import db as dbmod, examples, taxonomy, users
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import fleet_commands, procs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -334,8 +336,9 @@ def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id
                             d,
                             name=f"r1 machine pass {len(created) + 1}",
                             created_by="lead",
-                            clip_ids=clip_ids,
+                            selection=Selection.of_clips(clip_ids),
                             prompt_id=prompt_id,
+                            params=JobParams(),
                         )
                     )
                 stop.wait(period)
