@@ -8,7 +8,6 @@ the one this launch started (a health check alone cannot tell our router from an
 from __future__ import annotations
 
 import errno
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -57,16 +56,6 @@ def remote_media_args(settings: Settings, *, sim: bool = False) -> list[str]:
     return ["--allowed-media-domains", domains] if sim else ["--allowed-media-domains", *domains.split(",")]
 
 
-def worker_list(settings: Settings) -> list[str]:
-    urls = [u.strip().rstrip("/") for u in settings.worker_urls.split(",") if u.strip()]
-    bad = [u for u in urls if not re.match(r"^https?://[^/\s]+$", u)]
-    if bad:
-        raise SystemExit(
-            f"launcher: not a replica URL: {', '.join(bad)} (expected http://HOST:PORT, e.g. http://node1:8000)"
-        )
-    return list(dict.fromkeys(urls))
-
-
 def port_free(host: str, port: int) -> bool:
     import socket
 
@@ -109,7 +98,7 @@ def resolve_ports(settings: Settings, sim_replicas: int, *, dry_run: bool = Fals
     n = (
         0
         if settings.role == "head"
-        else (sim_replicas if launch_mode(settings) == "sim" else max(choose_gpus(settings.gpus) or [0]) + 1)
+        else (sim_replicas if launch_mode(settings.fleet_mode) == "sim" else max(choose_gpus(settings.gpus) or [0]) + 1)
     )
     if settings.role == "node":
         if dry_run:

@@ -4,7 +4,8 @@ examples:
     python -m serving.launcher up --fleet-mode gpu --gpus 0,1,2,3,4,5,6,7 --clip-root /data/clips
     python -m serving.launcher up --fleet-mode gpu --gpus 0,1 --dry-run --vllm-version 0.33.0 \\
         --vllm-arg=--load-format=dummy
-    python -m serving.launcher up --fleet-mode sim --replicas 4
+    python -m serving.launcher up --fleet-mode sim --replicas 4 --fleet-port 9000 --router-port 31000 \\
+        --router-prometheus-port 29100      # the replicas' first port, the router's, the router's metrics
     python -m serving.launcher status
     python -m serving.launcher url            # what the runner and the app should talk to
     python -m serving.launcher down
@@ -41,7 +42,6 @@ from serving.fleet_addresses import (
     remote_media_args,
     resolve_ports,
     verify_owners,
-    worker_list,
 )
 from serving.fleet_commands import (
     choose_gpus,
@@ -135,7 +135,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         return head_plan(settings, opts)
     if settings.role == "node":  # replicas fetch clips over signed URLs only: file:// reaches an empty folder
         settings = settings.replace(clip_root=no_local_media(settings))
-    fleet = launch_mode(settings)
+    fleet = launch_mode(settings.fleet_mode)
     steps: list[dict] = []
     media_args = remote_media_args(settings)
     mps = None
@@ -222,7 +222,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
 
 def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
     """The head: no replicas here, vllm-router over the GPU nodes' replicas (WORKER_URLS)."""
-    workers = worker_list(settings)
+    workers = list(settings.worker_urls)
     if not workers:
         raise SystemExit(
             "launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
@@ -271,6 +271,7 @@ def shell_line(cmd: Sequence[str], env: dict[str, str], log: str | None = None) 
 def up(settings: Settings, opts: LaunchOptions) -> int:
     """Start the fleet `settings` and `opts` describe, record each process, wait until all are healthy.
     0 when up; 1 (everything started stopped again) when a process failed to start or to become healthy."""
+    settings = settings.replace(fleet_mode=launch_mode(settings.fleet_mode))  # 'auto' resolved once, here
     if opts.dry_run:
         # the commands as configured (they may be meant for another machine), plus what `up` would change here
         notes: list[str] = []
@@ -422,8 +423,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "command",
         choices=("up", "down", "status", "url", "owns"),
-        help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
-        "checks the app it started with it)",
+        help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh checks the "
+        "app it started with it)",
     )
     add_arguments(p, SETTING_NAMES)
     LaunchOptions.add_arguments(p)

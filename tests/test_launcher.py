@@ -229,7 +229,10 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     assert launcher.main(["status", *base]) == 3
 
 
-def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tmp_path):
+def test_help_names_the_fleet_router_and_metrics_ports_and_the_old_fleet_flag_is_gone(tmp_path):
+    helptext = launcher.build_parser().format_help()
+    for port in ("--fleet-port", "--router-port", "--router-prometheus-port"):
+        assert port in helptext and f"CW_{port[2:].replace('-', '_').upper()}" in helptext
     out = subprocess.run(
         [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), "--fleet", "sim"],
         capture_output=True,
@@ -237,5 +240,4 @@ def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tm
         timeout=60,
         env={"PATH": "/usr/bin:/bin"},
     )
-    assert out.returncode == 0, out.stderr
-    assert "serving.simfleet" in out.stdout and "write --fleet-mode sim" in out.stderr
+    assert out.returncode == 2 and "--fleet" in out.stderr and "serving.simfleet" not in out.stdout

@@ -201,19 +201,7 @@ def test_without_urls_the_runner_sends_to_what_the_launcher_of_its_data_dir_star
         fleet_record.record_path(settings).unlink()
 
 
-def test_the_old_fleet_spellings_keep_their_meaning_with_a_deprecation_warning(settings):
-    with pytest.warns(FutureWarning, match="write --fleet-mode sim"):
-        s = Settings.load({"fleet": "sim"}, environ={})
-    assert (s.fleet_mode, s.fleet_urls) == ("sim", ())
-    with pytest.warns(FutureWarning, match="write --fleet-urls http://h:9,http://h:10"):
-        s = Settings.load({"fleet": "http://h:9,http://h:10"}, environ={})
-    assert (s.fleet_mode, s.fleet_urls) == ("auto", ("http://h:9", "http://h:10"))
-    with pytest.warns(FutureWarning, match="write CW_FLEET_MODE=gpu"):
-        s = Settings.load({}, environ={"CW_FLEET": "gpu"})
-    assert s.fleet_mode == "gpu"
-    with pytest.warns(FutureWarning):  # the new name wins over the old one
-        s = Settings.load({"fleet": "sim"}, environ={"CW_FLEET_MODE": "gpu", "CW_FLEET": "sim"})
-    assert s.fleet_mode == "sim"  # a flag beats the environment, as for every setting
+def test_the_runner_refuses_a_url_given_as_the_fleet_mode_with_a_message(settings):
     r = subprocess.run(
         [sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir), "--fleet-mode", "http://h:9"],
         capture_output=True,

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.
-    trusted = settings.trusted_proxies.strip()
+    trusted = ",".join(settings.trusted_proxies)
     uvicorn.run(
         app,
         host=settings.host,

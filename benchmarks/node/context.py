@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from data.settings import gpu_list
 from serving import fleet_commands, procs
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,9 +48,9 @@ class Ctx:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work = Path(a.work).resolve()
         self.work.mkdir(parents=True, exist_ok=True)
-        self.fleet = a.fleet if a.fleet != "auto" else ("gpu" if fleet_commands.visible_gpus() else "sim")
+        self.fleet = fleet_commands.launch_mode(a.fleet)
         if self.fleet == "gpu":
-            self.gpus = fleet_commands.choose_gpus(a.gpus)
+            self.gpus = fleet_commands.choose_gpus(gpu_list(a.gpus))
             if not self.gpus:
                 raise SystemExit("node_run: no GPU found (nvidia-smi -L); pass --gpus or use --fleet sim")
         else:
