@@ -182,3 +182,12 @@ def test_the_packages_with_a_face_are_the_runner_and_the_simulated_fleet():
     faces = [m for m in MODULES_WITH_ALL if _path(m).name == "__init__.py"]
     assert faces == ["serving.runner", "serving.simfleet"]
     assert set(_exported("serving.runner")) == {"Runner", "fleet_targets", "run_job", "serve"}
+
+
+def test_every_package_is_shipped():
+    """pyproject lists the packages a wheel carries: a package missing there imports from a checkout only."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_of(p) for p in _files(PACKAGES) if p.name == "__init__.py"}
+    assert found == listed
