@@ -95,6 +95,24 @@ RUN="$DATA_DIR/run"
 LOGS="$DATA_DIR/logs"
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
 
+# The interpreter of the workbench's commands: $PYTHON if it has the packages, else the one the last ./launch.sh on
+# this data dir ran with (RUN/python: the environment it was started from need not be active in this shell),
+# else python3. None of them: PROJECT_PY stays empty; `up` installs the packages, stop and status say what to do.
+PROJECT_PY=""
+TRIED=()
+recorded=""
+[ -f "$RUN/python" ] && recorded=$(cat "$RUN/python")
+for p in ${PYTHON:+"$PYTHON"} ${recorded:+"$recorded"} python3; do
+  TRIED+=("$p")
+  if "$p" -c "import httpx, sqlite_utils, serving.launcher" >/dev/null 2>&1; then PROJECT_PY=$p; break; fi
+done
+[ -n "$PROJECT_PY" ] && PY=$PROJECT_PY
+no_python() {  # no_python WHAT: why WHAT cannot be done here, and what to do
+  echo "launch.sh: cannot $1: no Python here can run the workbench's commands (tried: ${TRIED[*]}; each lacks" \
+    "the project's packages). Activate the environment ./launch.sh was started from, or run with" \
+    "PYTHON=/path/to/its/python ./launch.sh $cmd" >&2
+}
+
 say() { printf '\033[1m[launch]\033[0m %s\n' "$*"; }
 run() { if [ "$DRY" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
 
@@ -124,10 +142,14 @@ stop_one() {
   rm -f "$RUN/$name.pid"
 }
 
+# stop_all: the app and the runner (by their process groups), then the fleet the launcher recorded; 1 if the fleet
+# could not be stopped from here
 stop_all() {
   stop_one app
   stop_one runner
-  if [ -d "$RUN" ]; then "$PY" -m serving.launcher down --data-dir "$DATA_DIR" >/dev/null 2>&1 || true; fi
+  [ -f "$RUN/fleet.json" ] || return 0
+  if [ -z "$PROJECT_PY" ]; then no_python "stop the fleet recorded in $RUN/fleet.json"; return 1; fi
+  "$PROJECT_PY" -m serving.launcher down --data-dir "$DATA_DIR"
 }
 
 # wait_http NAME URL SECONDS: poll URL until it answers, failing fast if NAME's process died
@@ -151,12 +173,13 @@ PYEOF
 }
 
 case "$cmd" in
-  stop) stop_all; say "everything stopped"; exit 0 ;;
+  stop) stop_all || exit 1; say "everything stopped"; exit 0 ;;
   status)
     for n in app runner; do
       if alive "$n"; then say "$n: running (pgid $(cat "$RUN/$n.pid"))"; else say "$n: not running"; fi
     done
-    "$PY" -m serving.launcher status --data-dir "$DATA_DIR" || true
+    if [ -z "$PROJECT_PY" ]; then no_python "show the fleet's status"; exit 1; fi
+    "$PROJECT_PY" -m serving.launcher status --data-dir "$DATA_DIR" || true
     exit 0 ;;
 esac
 
@@ -184,6 +207,8 @@ if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, dat
   [ "$START" = gpu ] && extra="[gpu]"
   run "$PY" -m pip install -q -e ".$extra"
 fi
+# stop and status from another shell use the interpreter this launch runs with (see PROJECT_PY above)
+if [ "$DRY" = 0 ]; then mkdir -p "$RUN"; "$PY" -c 'import sys; print(sys.executable)' >"$RUN/python"; PROJECT_PY=$PY; fi
 if [ "$INSTALL" = 1 ] && { [ "$START" = sim ] || [ "$START" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
   run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
 fi

@@ -73,6 +73,9 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
             str(head),
             env={**base, "CW_ROUTER_PORT": str(procs.free_port()), "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port())},
         )
+        # the interpreter this launch ran with, for `stop` and `status` from another shell (tests/test_launch_shell.py)
+        recorded = (head / "run" / "python").read_text().strip()
+        assert Path(recorded).is_absolute() and os.access(recorded, os.X_OK), recorded
         d = dbmod.connect(head / "workbench.db")
         try:
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
