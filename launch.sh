@@ -50,6 +50,7 @@ HELP=0
 SETTING_ARGS=()   # --data-dir, --port, ...: read by `python -m data.settings env` below
 while [ $# -gt 0 ]; do
   case "$1" in
+    --replicas=*|--vllm-arg=*|--demo-count=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
     --replicas|--vllm-arg|--demo-count)
       [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see ./launch.sh --help)" >&2; exit 2; }
       case "$1" in

@@ -138,3 +138,11 @@ def test_the_fleet_router_and_metrics_ports_reach_the_commands(tmp_path):
     r = launch(tmp_path, "--fleet-mode", "sim", env={**env, "CW_ROUTER_PROMETHEUS_PORT": "29123"})
     router = [c for c in commands(r.stdout) if "--prometheus-port" in c][0]
     assert _args_after(router, "--prometheus-port") == "29123"  # the variable, as for every setting
+
+
+def test_the_scripts_own_options_take_both_spellings(tmp_path):
+    for args in (("--vllm-arg", "--load-format=dummy"), ("--vllm-arg=--load-format=dummy",)):
+        r = launch(tmp_path, "--fleet-mode", "gpu", "--gpus", "0", *args)
+        assert r.returncode == 0, r.stderr
+        replica = [c for c in commands(r.stdout) if "serve" in c][0]
+        assert "--load-format=dummy" in replica
