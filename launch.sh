@@ -10,30 +10,14 @@ set -euo pipefail
 
 usage() {
   cat <<'EOF'
-usage: ./launch.sh [up] [options]        start everything (foreground; Ctrl-C stops it all)
-       ./launch.sh stop [--data-dir DIR] stop everything a previous ./launch.sh started
+usage: ./launch.sh [up] [options] [settings]   start everything (foreground; Ctrl-C stops it all)
+       ./launch.sh stop [--data-dir DIR]       stop everything a previous ./launch.sh started
        ./launch.sh status [--data-dir DIR]
 
-options (each also settable as an environment variable CW_<NAME>, e.g. CW_DATA_DIR):
-  --data-dir DIR     database, thumbnails, logs, demo library        (default: ./var)
-  --clip-root DIR    your clip library (default: DATA_DIR/clips, filled with generated demo clips on first run)
-  --port N           web app port                                    (default: 7860)
-  --host ADDR        web app address; anything but 127.0.0.1 requires login (default: 127.0.0.1)
-  --fleet-mode MODE  what to start: auto (GPU node: real vLLM, else simulated) | sim | gpu  (default: auto)
-  --fleet-urls L     use a fleet that is already running instead: URL[,URL...] of OpenAI-compatible vLLM
-                     servers or a router; nothing is started for the fleet
-  --gpus LIST        GPUs for replicas on a GPU node, e.g. 0,1,2,3   (default: all)
+options of this script:
   --replicas N       replicas of the simulated fleet                 (default: 4)
   --vllm-arg ARG     extra argument for every vLLM replica, e.g. --vllm-arg --load-format=dummy (repeatable)
-  --demo-count N     clips in the generated demo library             (default: 24)
-  --role ROLE        all (everything here) | node (a GPU node: MPS + one replica per GPU, nothing else) |
-                     head (router over --worker-urls, runner, app; clips go to the nodes as signed URLs)
-                                                                     (default: all)
-  --worker-urls L    head: the nodes' replica URLs, e.g. http://node1:8000,http://node1:8001,http://node2:8000
-  --replica-host A   node: address replicas bind, one the head reaches (e.g. 10.0.0.5 or 0.0.0.0)
-  --media-url-base U where nodes fetch clips: the app as they see it (head default: http://HOST:PORT);
-                     on a node, its host becomes the replicas' --allowed-media-domains
-  --allowed-media-domains L  hosts replicas may fetch clips from (default: the host of --media-url-base)
+  --demo-count N     clips in the generated demo library when no --clip-root is given (default: 24)
   --detach           start everything and return (stop later with ./launch.sh stop)
   --no-install       do not pip-install missing Python packages
   --dry-run          print every command instead of running it
@@ -43,78 +27,92 @@ examples:
   ./launch.sh                                  # demo library + simulated fleet + app on http://127.0.0.1:7860
   ./launch.sh --clip-root /data/clips --fleet-mode gpu --gpus 0,1,2,3,4,5,6,7
   ./launch.sh --fleet-urls http://10.0.0.5:30000    # use a fleet that is already running
+  ./launch.sh --port 7870 --fleet-port 9000 --router-port 31000 --router-prometheus-port 29100  # other ports
   ./launch.sh --role node --replica-host 10.0.0.5 --media-url-base http://10.0.0.1:7860   # on each GPU node
   ./launch.sh --role head --host 10.0.0.1 --worker-urls http://10.0.0.5:8000,http://10.0.0.5:8001
   ./launch.sh stop
-EOF
-}
 
-# --fleet / CW_FLEET used to mean either the mode or the URLs; old scripts keep working, with a warning
-legacy_fleet() {
-  case "$2" in
-    auto|sim|gpu) echo "launch.sh: $1 is deprecated: write --fleet-mode $2 (CW_FLEET_MODE)" >&2; FLEET_MODE=$2 ;;
-    *) echo "launch.sh: $1 is deprecated: write --fleet-urls $2 (CW_FLEET_URLS)" >&2; FLEET_URLS=$2 ;;
-  esac
+Each setting below reaches every command this script runs (declared once, in data/settings.py):
+EOF
+  "$PY" -m data.settings help
 }
 
 cmd=up
 case "${1:-}" in up|stop|status) cmd=$1; shift ;; esac
 
-DATA_DIR=${CW_DATA_DIR:-var}
-CLIP_ROOT=${CW_CLIP_ROOT:-}
-PORT=${CW_PORT:-7860}
-HOST=${CW_HOST:-127.0.0.1}
-FLEET_MODE=${CW_FLEET_MODE:-auto}
-FLEET_URLS=${CW_FLEET_URLS:-}
-GPUS=${CW_GPUS:-}
 REPLICAS=${CW_REPLICAS:-}
 VLLM_ARGS=()
 DEMO_COUNT=${CW_DEMO_COUNT:-24}
-ROLE=${CW_ROLE:-all}
 DETACH=0
 INSTALL=1
 DRY=0
-if [ -n "${CW_FLEET:-}" ]; then legacy_fleet "CW_FLEET=$CW_FLEET" "$CW_FLEET"; fi
-unset CW_FLEET   # translated here: the Python commands below get the new names
+HELP=0
+SETTING_ARGS=()   # --data-dir, --port, ...: read by `python -m data.settings env` below
 while [ $# -gt 0 ]; do
   case "$1" in
-    --data-dir) DATA_DIR=$2; shift 2 ;;
-    --clip-root) CLIP_ROOT=$2; shift 2 ;;
-    --port) PORT=$2; shift 2 ;;
-    --host) HOST=$2; shift 2 ;;
-    --fleet-mode) FLEET_MODE=$2; shift 2 ;;
-    --fleet-urls) FLEET_URLS=$2; shift 2 ;;
-    --fleet) legacy_fleet "--fleet $2" "$2"; shift 2 ;;
-    --gpus) GPUS=$2; shift 2 ;;
-    --replicas) REPLICAS=$2; shift 2 ;;
-    --vllm-arg) VLLM_ARGS+=("--vllm-arg=$2"); shift 2 ;;
-    --demo-count) DEMO_COUNT=$2; shift 2 ;;
-    --role) ROLE=$2; shift 2 ;;
-    --worker-urls) export CW_WORKER_URLS=$2; shift 2 ;;
-    --replica-host) export CW_REPLICA_HOST=$2; shift 2 ;;
-    --media-url-base) export CW_MEDIA_URL_BASE=$2; shift 2 ;;
-    --allowed-media-domains) export CW_ALLOWED_MEDIA_DOMAINS=$2; shift 2 ;;
+    --replicas=*|--vllm-arg=*|--demo-count=*) set -- "${1%%=*}" "${1#*=}" "${@:2}"; continue ;;
+    --replicas|--vllm-arg|--demo-count)
+      [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see ./launch.sh --help)" >&2; exit 2; }
+      case "$1" in
+        --replicas) REPLICAS=$2 ;;
+        --vllm-arg) VLLM_ARGS+=("--vllm-arg=$2") ;;
+        --demo-count) DEMO_COUNT=$2 ;;
+      esac
+      shift 2 ;;
     --detach) DETACH=1; shift ;;
     --no-install) INSTALL=0; shift ;;
     --dry-run) DRY=1; shift ;;
-    -h|--help) usage; exit 0 ;;
-    *) echo "launch.sh: unknown option '$1' (see ./launch.sh --help)" >&2; exit 2 ;;
+    -h|--help) HELP=1; shift ;;
+    --*=*) SETTING_ARGS+=("$1"); shift ;;
+    --*)
+      [ $# -ge 2 ] || { echo "launch.sh: $1 needs a value (see ./launch.sh --help)" >&2; exit 2; }
+      SETTING_ARGS+=("$1" "$2"); shift 2 ;;
+    *) echo "launch.sh: unknown argument '$1' (see ./launch.sh --help)" >&2; exit 2 ;;
   esac
 done
 
 here=$(cd "$(dirname "$0")" && pwd)
 cd "$here"
 PY=${PYTHON:-python3}
+if [ "$HELP" = 1 ]; then usage; exit 0; fi
+
+# The settings: flags > CW_* variables > defaults, resolved (or refused with a message) by data/settings.py, which
+# needs nothing but Python. Exported, so that every command below reads the same values.
+DEMO=1   # no clip root given: a generated demo library in DATA_DIR/clips
+[ -n "${CW_CLIP_ROOT:-}" ] && DEMO=0
+for a in ${SETTING_ARGS[@]+"${SETTING_ARGS[@]}"}; do case "$a" in --clip-root|--clip-root=*) DEMO=0 ;; esac; done
+resolved=$("$PY" -m data.settings env --prog ./launch.sh ${SETTING_ARGS[@]+"${SETTING_ARGS[@]}"}) || exit 2
+eval "$resolved"
+DATA_DIR=$CW_DATA_DIR
+CLIP_ROOT=$CW_CLIP_ROOT
+PORT=$CW_PORT
+HOST=$CW_HOST
+FLEET_MODE=$CW_FLEET_MODE
+FLEET_URLS=$CW_FLEET_URLS
+GPUS=$CW_GPUS
+ROLE=$CW_ROLE
 mkdir -p "$DATA_DIR"
-DATA_DIR=$(cd "$DATA_DIR" && pwd)
 RUN="$DATA_DIR/run"
 LOGS="$DATA_DIR/logs"
-DEMO=0
-if [ -z "$CLIP_ROOT" ]; then CLIP_ROOT="$DATA_DIR/clips"; DEMO=1; fi
-case "$ROLE" in all|node|head) ;; *) echo "launch.sh: --role must be all, node or head, not '$ROLE'" >&2; exit 2 ;; esac
-case "$FLEET_MODE" in auto|sim|gpu) ;; *) echo "launch.sh: --fleet-mode must be auto, sim or gpu, not '$FLEET_MODE' (a running fleet: --fleet-urls URL)" >&2; exit 2 ;; esac
-export CW_DATA_DIR="$DATA_DIR" CW_CLIP_ROOT="$CLIP_ROOT" CW_PORT="$PORT" CW_HOST="$HOST" CW_ROLE="$ROLE"
 export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+
+# The interpreter of the workbench's commands: $PYTHON if it has the packages, else the one the last ./launch.sh on
+# this data dir ran with (RUN/python: the environment it was started from need not be active in this shell),
+# else python3. None of them: PROJECT_PY stays empty; `up` installs the packages, stop and status say what to do.
+PROJECT_PY=""
+TRIED=()
+recorded=""
+[ -f "$RUN/python" ] && recorded=$(cat "$RUN/python")
+for p in ${PYTHON:+"$PYTHON"} ${recorded:+"$recorded"} python3; do
+  TRIED+=("$p")
+  if "$p" -c "import httpx, sqlite_utils, serving.launcher" >/dev/null 2>&1; then PROJECT_PY=$p; break; fi
+done
+[ -n "$PROJECT_PY" ] && PY=$PROJECT_PY
+no_python() {  # no_python WHAT: why WHAT cannot be done here, and what to do
+  echo "launch.sh: cannot $1: no Python here can run the workbench's commands (tried: ${TRIED[*]}; each lacks" \
+    "the project's packages). Activate the environment ./launch.sh was started from, or run with" \
+    "PYTHON=/path/to/its/python ./launch.sh $cmd" >&2
+}
 
 say() { printf '\033[1m[launch]\033[0m %s\n' "$*"; }
 run() { if [ "$DRY" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
@@ -145,10 +143,14 @@ stop_one() {
   rm -f "$RUN/$name.pid"
 }
 
+# stop_all: the app and the runner (by their process groups), then the fleet the launcher recorded; 1 if the fleet
+# could not be stopped from here
 stop_all() {
   stop_one app
   stop_one runner
-  if [ -d "$RUN" ]; then "$PY" -m serving.launcher down --data-dir "$DATA_DIR" >/dev/null 2>&1 || true; fi
+  [ -f "$RUN/fleet.json" ] || return 0
+  if [ -z "$PROJECT_PY" ]; then no_python "stop the fleet recorded in $RUN/fleet.json"; return 1; fi
+  "$PROJECT_PY" -m serving.launcher down --data-dir "$DATA_DIR"
 }
 
 # wait_http NAME URL SECONDS: poll URL until it answers, failing fast if NAME's process died
@@ -172,12 +174,13 @@ PYEOF
 }
 
 case "$cmd" in
-  stop) stop_all; say "everything stopped"; exit 0 ;;
+  stop) stop_all || exit 1; say "everything stopped"; exit 0 ;;
   status)
     for n in app runner; do
       if alive "$n"; then say "$n: running (pgid $(cat "$RUN/$n.pid"))"; else say "$n: not running"; fi
     done
-    "$PY" -m serving.launcher status --data-dir "$DATA_DIR" || true
+    if [ -z "$PROJECT_PY" ]; then no_python "show the fleet's status"; exit 1; fi
+    "$PROJECT_PY" -m serving.launcher status --data-dir "$DATA_DIR" || true
     exit 0 ;;
 esac
 
@@ -192,11 +195,8 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-gpu_node=0
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then gpu_node=1; fi
-if [ "$FLEET_MODE" = auto ]; then
-  if [ $gpu_node = 1 ]; then FLEET_MODE=gpu; else FLEET_MODE=sim; fi
-fi
+# 'auto' is resolved in one place (serving.fleet_commands.launch_mode: gpu on a GPU node, else sim)
+FLEET_MODE=$("$PY" -m serving.fleet_commands mode "$FLEET_MODE")
 # what this launch starts for the fleet: nothing (--fleet-urls), the router over the nodes (head), or replicas
 START=$FLEET_MODE
 [ -n "$FLEET_URLS" ] && START=none
@@ -208,6 +208,8 @@ if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, dat
   [ "$START" = gpu ] && extra="[gpu]"
   run "$PY" -m pip install -q -e ".$extra"
 fi
+# stop and status from another shell use the interpreter this launch runs with (see PROJECT_PY above)
+if [ "$DRY" = 0 ]; then mkdir -p "$RUN"; "$PY" -c 'import sys; print(sys.executable)' >"$RUN/python"; PROJECT_PY=$PY; fi
 if [ "$INSTALL" = 1 ] && { [ "$START" = sim ] || [ "$START" = head ]; } && ! command -v vllm-router >/dev/null 2>&1; then
   run "$PY" -m pip install -q "vllm-router>=0.1.17" || say "vllm-router not installed: the runner talks to the replicas directly"
 fi
@@ -269,7 +271,7 @@ start runner "$PY" -m serving.supervisor --name runner --data-dir "$DATA_DIR" --
   "$PY" -m serving.runner --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS"
 
 if [ "$DRY" = 0 ] && [ "${CW_AUTH:-on}" != off ]; then
-  "$PY" -m webapp.users --data-dir "$DATA_DIR" ensure-admin
+  "$PY" -m webapp.accounts --data-dir "$DATA_DIR" ensure-admin
 fi
 start app "$PY" -m webapp --data-dir "$DATA_DIR" --fleet-urls "$FLEET_URLS" ${mode_args[@]+"${mode_args[@]}"} \
   --port "$PORT" --host "$HOST"

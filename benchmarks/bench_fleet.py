@@ -9,7 +9,7 @@ Sub-commands (each prints what it does; results are JSON lines):
   clips DIR --count N [--seconds 10 --height 1080 --bitrate 8e6 --gop 30]   distinct synthetic 1080p clips,
         H.264 and HEVC alternating, encoded on NVENC when PyAV has it (else libx264/libx265)
   sweep --model DIR --clips DIR --out results.jsonl --configs NAME[,NAME...]  start vLLM per configuration (the
-        launcher's recipe, serving.launcher.vllm_command, plus the configuration's overrides), warm up, drive
+        launcher's recipe, serving.fleet_commands.vllm_command, plus the configuration's overrides), warm up, drive
         load at each concurrency, stop; --dry-run prints the command lines only
   report results.jsonl [--png plot.png]   a markdown table and a plot
 
@@ -39,7 +39,7 @@ from fleet_clips import cmd_clips  # noqa: E402
 from fleet_probe import cmd_hostile, probe  # noqa: E402
 
 from data.settings import Settings  # noqa: E402
-from serving import fleet, launcher, procs  # noqa: E402
+from serving import fleet, fleet_commands, procs  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -88,9 +88,9 @@ def with_flags(cmd: list[str], values: dict[str, str]) -> list[str]:
 
 
 def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, ...] | None) -> list[str]:
-    """The replica command line: serving.launcher.vllm_command (the production recipe) for this
+    """The replica command line: serving.fleet_commands.vllm_command (the production recipe) for this
     configuration's video backend and frame count, its other knobs (FLAGS) overridden, plus BENCH_FLAGS."""
-    cmd = launcher.vllm_command(
+    cmd = fleet_commands.vllm_command(
         settings,
         port,
         version=version,
@@ -301,12 +301,12 @@ def cmd_sweep(a) -> None:
     log_dir = Path(a.log_dir)
     log_dir.mkdir(parents=True, exist_ok=True)
     settings = bench_settings(a.model, str(Path(a.clips).resolve()), log_dir / "var")
-    version = launcher.parse_version(launcher.installed_vllm_version())
+    version = fleet_commands.parse_version(fleet_commands.installed_vllm_version())
     env = {
         **os.environ,
         "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0"),
         "VLLM_USE_FLASHINFER_SAMPLER": "0",
-        **launcher.mps_env(settings),  # the MPS daemon and vLLM meet on the launcher's pipe folder
+        **fleet_commands.mps_env(settings),  # the MPS daemon and vLLM meet on the launcher's pipe folder
     }
     concurrencies = [int(c) for c in str(a.concurrency).split(",")]
     if a.tflops:

@@ -24,12 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import (  # noqa: E402
-    db as dbmod,  # noqa: E402
-    jobs,
-    prompts,
-)
+from data import db as dbmod, job_queries, jobs, prompts  # noqa: E402
 from data.clipgen import tiny_library  # noqa: E402
+from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import Settings  # noqa: E402
 from serving import (
     runner as runmod,  # noqa: E402
@@ -44,7 +42,14 @@ def cpu() -> float:
 
 
 def one_job(settings, db, urls, ids) -> tuple[float, float, dict]:
-    job_id = jobs.create(db, name="bench", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="bench",
+        created_by="bench",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     c0, t0 = cpu(), time.perf_counter()
     prog = runmod.run_job(settings, job_id, urls, stop_event=threading.Event())
     wall, cpu_s = time.perf_counter() - t0, cpu() - c0
@@ -56,7 +61,14 @@ def one_job_with(settings, db, urls, ids, make_client) -> tuple[float, float]:
     """Like `one_job`, with the client `make_client()` builds inside the loop (closed at the end)."""
     import asyncio
 
-    job_id = jobs.create(db, name="bench", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="bench",
+        created_by="bench",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
 
     async def go():
         client = make_client()
@@ -71,7 +83,7 @@ def one_job_with(settings, db, urls, ids, make_client) -> tuple[float, float]:
     c0, t0 = cpu(), time.perf_counter()
     asyncio.run(go())
     wall, cpu_s = time.perf_counter() - t0, cpu() - c0
-    assert jobs.progress(db, job_id)["counts"]["done"] == len(ids)
+    assert job_queries.progress(db, job_id)["counts"]["done"] == len(ids)
     return wall, cpu_s
 
 

@@ -37,12 +37,9 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from data import (  # noqa: E402
-    clipgen,
-    db as dbmod,  # noqa: E402
-    jobs,
-    prompts,
-)
+from data import clipgen, db as dbmod, job_queries, jobs, prompts  # noqa: E402
+from data.job_params import JobParams  # noqa: E402
+from data.job_selection import Selection  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet as fleetmod,  # noqa: E402
@@ -163,7 +160,14 @@ def measure_busy(
         procs.wait_healthy([router], timeout=60)
         router_url = f"http://127.0.0.1:{router_port}"
         d = dbmod.connect(settings.db)
-        job_id = jobs.create(d, name="busy", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+        job_id = jobs.create(
+            d,
+            name="busy",
+            created_by="bench",
+            selection=Selection.of_clips(ids),
+            prompt_id=prompts.latest(d)["id"],
+            params=JobParams(),
+        )
         runner = procs.start(
             "runner",
             fleet_commands.runner_command(
@@ -194,7 +198,7 @@ def measure_busy(
                 samples.append(sum(1 for r in st if r.running > 0) / len(st))
                 time.sleep(2.0)
             after = _series(fleet.urls, http)
-            queued = jobs.counts(d, job_id)
+            queued = job_queries.counts(d, job_id)
         left = queued.get("pending", 0)
         busy = [(a["busy"] - b["busy"]) / (a["t"] - b["t"]) for a, b in zip(after, before)]
         slot = [(a["slot"] - b["slot"]) / ((a["t"] - b["t"]) * a["capacity"]) for a, b in zip(after, before)]
@@ -232,28 +236,28 @@ def measure_busy(
 _WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from data import db as dbmod, jobs
+from data import db as dbmod, job_items
 db_path, job_id = sys.argv[2], int(sys.argv[3])
 seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
 labels = {"scenario_category": "normal_driving", "hazard_level": "none", "road_users": ["car"],
           "ego_maneuver": "going_straight", "weather": "clear", "lighting": "daylight", "road_type": "urban"}
 prov = {"model": "Qwen/Qwen3-VL-8B-Instruct", "prompt_id": 1, "prompt_name": "av-hazard", "prompt_version": 1,
-        "params": {"max_completion_tokens": 320}, "frames": 16, "replica": "http://node7:8003",
+        "params": {"frames": 16, "max_tokens": 320}, "frames": 16, "replica": "http://node7:8003",
         "decode_backend": "pynvvideocodec", "latency_ms": 1234.5, "prompt_tokens": 5400, "completion_tokens": 140,
         "finish_reason": "stop", "simulated": False}
 text = "The ego vehicle approaches a signalised intersection in light rain; a cyclist waits at the crosswalk " * 3
 n, t0 = 0, time.perf_counter()
 holds = []
 while time.perf_counter() - t0 < seconds:
-    got = jobs.claim(d, job_id, "bench", batch, lease_seconds=600, max_attempts=4)  # what the runner does
+    got = job_items.claim(d, job_id, "bench", batch, lease_seconds=600, max_attempts=4)  # what the runner does
     if not got:
         break
     t = time.perf_counter()
     with dbmod.immediate(d):   # the runner's _write: one transaction per flush, one savepoint per result
         for it in got:
             with d.atomic():
-                jobs.complete(d, job_id, it["clip_id"], text=text, labels=labels, provenance=prov)
+                job_items.complete(d, job_id, it["clip_id"], text=text, labels=labels, provenance=prov)
     holds.append(time.perf_counter() - t)
     n += len(got)
     if rate > 0:  # results arrive at the fleet's rate, not as fast as the database takes them
@@ -301,7 +305,14 @@ def measure_sqlite(
             {"path": f"scale/{i:06d}.mp4", "size": 1, "width": 1920, "height": 1080, "frames": 300} for i in range(n)
         )
     ids = [r[0] for r in d.execute("SELECT id FROM clips")]
-    job_id = jobs.create(d, name="sqlite load", created_by="bench", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+    job_id = jobs.create(
+        d,
+        name="sqlite load",
+        created_by="bench",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(d)["id"],
+        params=JobParams(),
+    )
     d.close()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ann = subprocess.Popen(

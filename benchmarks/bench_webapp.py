@@ -29,8 +29,10 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
 
-from data import clips, examples, jobs, taxonomy  # noqa: E402
+from data import clips, examples, job_items, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
+from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
 
@@ -131,7 +133,9 @@ def main(argv=None) -> int:
     # --- saves under load --------------------------------------------------------------------------------
     pool = list(range(1, 2001))  # 2,000 hot clips shared by annotators and the job
     db = connect(db_path)
-    job_id = jobs.create(db, name="bench job", created_by="bench", clip_ids=pool, prompt_id=None)
+    job_id = jobs.create(
+        db, name="bench job", created_by="bench", selection=Selection.of_clips(pool), prompt_id=None, params=JobParams()
+    )
     db.close()
     stop = threading.Event()
     lat: list[float] = []
@@ -167,13 +171,13 @@ def main(argv=None) -> int:
 
     def job_writer() -> None:
         d = connect(db_path)
-        runner = jobs.runner_identity()
+        runner = job_items.runner_identity()
         while not stop.is_set():
-            items = jobs.claim(d, job_id, runner, 16, lease_seconds=60, max_attempts=3)
+            items = job_items.claim(d, job_id, runner, 16, lease_seconds=60, max_attempts=3)
             if not items:
                 break
             for it in items:
-                jobs.complete(
+                job_items.complete(
                     d,
                     job_id,
                     it["clip_id"],

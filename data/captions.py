@@ -30,6 +30,7 @@ import sqlite_utils
 from data import events, limits, taxonomy
 from data.db import immediate, now
 from data.errors import Conflict, DataError, NotFound
+from data.job_params import current_names
 
 PROVENANCE_FIELDS = (
     "model",
@@ -83,7 +84,7 @@ def _decode(row: dict) -> dict:
     row = dict(row)
     row["labels"] = json.loads(row["labels"]) if row.get("labels") else {}
     if row.get("params"):
-        row["params"] = json.loads(row["params"])
+        row["params"] = current_names(json.loads(row["params"]))  # rows written before one naming read the same
     return row
 
 

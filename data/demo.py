@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from data import clipgen, hostile
-from data.hostile import write_hostile_corpus  # noqa: F401 - callers and the CLI's --hostile name it here
+from data.hostile import write_hostile_corpus
 
 CAMERAS = ("front_center", "front_wide", "rear", "left_repeater", "right_repeater")
 WEATHER_HINTS = ("clear", "cloudy", "rain", "fog", "snow")

@@ -32,6 +32,7 @@ import sqlite_utils
 from data import captions, clips, taxonomy
 from data.clips import Filter
 from data.errors import DataError
+from data.job_params import current_names
 
 FORMATS = ("jsonl", "csv")
 
@@ -47,6 +48,11 @@ _DECODER = json.JSONDecoder(parse_constant=lambda _: None)
 
 def _json(value: str | None) -> Any:
     return _DECODER.decode(value) if value else None
+
+
+def _params(value: str | None) -> dict | None:
+    """Recorded params under today's names (rows written before one naming carry the old ones)."""
+    return current_names(_DECODER.decode(value)) if value else None
 
 
 @dataclass(frozen=True)
@@ -147,7 +153,7 @@ ORIGIN_FIELDS: tuple[Field, ...] = (
     Field("prompt_id", "o.prompt_id", _null("integer"), "the prompt version's id"),
     Field("prompt_name", "o.prompt_name", _null("string"), "the prompt's name"),
     Field("prompt_version", "o.prompt_version", _null("integer"), "the prompt's version"),
-    Field("params", "o.params", _null("object"), "sampling and request parameters", _json),
+    Field("params", "o.params", _null("object"), "sampling and request parameters", _params),
     Field("frames", "o.frames", _null("integer"), "frames of the clip the model saw"),
     Field("replica", "o.replica", _null("string"), "the fleet replica that answered"),
     Field("decode_backend", "o.decode_backend", _null("string"), "the video decoder the replica used"),

@@ -45,7 +45,7 @@ from data.errors import DataError
 from data.settings import Settings
 
 # the walk's and the pool's names that callers and tests reach through data.ingest
-from data.walk import Entry, read_sidecar as _sidecar, storable_name, walk  # noqa: F401
+from data.walk import Entry, walk
 from data.worker_pool import (
     OUT_OF_MEMORY,
     TIMED_OUT,

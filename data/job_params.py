@@ -1,9 +1,11 @@
-"""The parameters of a captioning job, resolved and checked in one place.
+"""The parameters of a captioning job, declared once: each is a field of `JobParams` with its default and the
+check that refuses a value that cannot work. Building (`resolve`), checking (`checked`), storing (`to_dict`) and
+reading (`from_dict`) all go through the fields, so a new per-job knob is one new field here (and, if the
+deployment should set its default, a setting of the same name in data.settings: `resolve` takes it from there).
 
-The review tab (re-caption), the jobs tab, the caption CLI and the runner all build a `JobParams` from what
-they were given plus the settings' defaults, instead of each resolving defaults its own way. `validate`
-refuses values that cannot work, with a message that says what to use instead; it runs server side, so a
-call through Gradio's API gets the same refusal as the form.
+A job row stores `to_dict()`; `data.job_queries` reads it back as a `JobParams`; the runner sends it as it is
+(serving.client builds the request from it); each caption's provenance records it under the same names.
+`checked` runs server side, so a call through Gradio's API gets the same refusal as the form.
 
 Why MIN_MAX_TOKENS is 256: the answer is a JSON object (caption + seven labels, data.taxonomy). Real vLLM
 with dummy weights answered this schema in about 190-530 completion tokens (docs/GPU.md runs). A limit below
@@ -15,93 +17,127 @@ still need more, hence RECOMMENDED_MAX_TOKENS in the message.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from data.errors import InvalidJobParams
+from data.settings import Settings
 
 MIN_FRAMES, MAX_FRAMES = 1, 128
 MIN_MAX_TOKENS = 256  # the shortest complete answer measured (~190) plus a margin
 RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
+# names that captions' provenance used before it took the names of the fields (rows written then keep them)
+FORMER_NAMES = {"max_completion_tokens": "max_tokens", "num_frames": "frames"}
 
 
-def _as_int(name: str, value: Any) -> int:
+def _whole(label: str, value: Any) -> int:
     if isinstance(value, bool):
-        raise InvalidJobParams(f"{name} must be a whole number, not {value!r}.")
+        raise InvalidJobParams(f"{label} must be a whole number, not {value!r}.")
     try:
         f = float(value)
     except (TypeError, ValueError):
-        raise InvalidJobParams(f"{name} must be a whole number, not {str(value)[:40]!r}.") from None
+        raise InvalidJobParams(f"{label} must be a whole number, not {str(value)[:40]!r}.") from None
     if f != int(f):
-        raise InvalidJobParams(f"{name} must be a whole number, not {value!r}.")
+        raise InvalidJobParams(f"{label} must be a whole number, not {value!r}.")
     return int(f)
+
+
+def _frames(value: Any) -> int:
+    frames = _whole("Frames", value)
+    if not MIN_FRAMES <= frames <= MAX_FRAMES:
+        raise InvalidJobParams(f"Frames must be {MIN_FRAMES}-{MAX_FRAMES} (got {frames}).")
+    return frames
+
+
+def _max_tokens(value: Any) -> int:
+    max_tokens = _whole("Max tokens", value)
+    if max_tokens < MIN_MAX_TOKENS:
+        raise InvalidJobParams(
+            f"Max tokens {max_tokens} cannot hold a complete answer: answers to this schema take about "
+            f"190-530 tokens, so every caption would be cut off and fail as truncated. Use at least "
+            f"{MIN_MAX_TOKENS} ({RECOMMENDED_MAX_TOKENS} or more to be safe with long answers)."
+        )
+    if max_tokens > MAX_MAX_TOKENS:
+        raise InvalidJobParams(f"Max tokens must be at most {MAX_MAX_TOKENS} (got {max_tokens}).")
+    return max_tokens
+
+
+def _temperature(value: Any) -> float:
+    try:
+        temperature = float(value)
+    except (TypeError, ValueError):
+        raise InvalidJobParams(f"Temperature must be a number, not {str(value)[:40]!r}.") from None
+    if not 0.0 <= temperature <= MAX_TEMPERATURE:
+        raise InvalidJobParams(f"Temperature must be 0-{MAX_TEMPERATURE:g} (got {temperature:g}).")
+    return temperature
+
+
+def _seed(value: Any) -> int | None:
+    return None if value in (None, "") else _whole("Seed", value)
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+_DEPLOYMENT = {f.name: f.default for f in dataclasses.fields(Settings)}
+
+
+def knob(check: Callable[[Any], Any], read: Callable[[Any], Any], help: str, default: Any = None) -> Any:
+    """A job parameter: `check` turns a value a person gave into the field's type or raises InvalidJobParams
+    saying what to use; `read` converts a stored value without judging it (a job runs what was asked when it
+    was started). The default is the setting of the same name where there is one (data.settings)."""
+    return dataclasses.field(default=default, metadata={"check": check, "read": read, "help": help})
 
 
 @dataclasses.dataclass(frozen=True)
 class JobParams:
-    frames: int
-    max_tokens: int
-    temperature: float = 0.0
-    seed: int | None = None
+    """How each clip of a job is captioned. Constructed directly, nothing is checked (tests, stored jobs);
+    `checked` and `resolve` check every field."""
+
+    frames: int = knob(_frames, int, "frames sampled from each clip", _DEPLOYMENT["frames"])
+    max_tokens: int = knob(_max_tokens, int, "output token limit of each request", _DEPLOYMENT["max_tokens"])
+    temperature: float = knob(_temperature, float, "sampling temperature", _DEPLOYMENT["temperature"])
+    seed: int | None = knob(_seed, _optional_int, "sampling seed (none: the server's)")
 
     @classmethod
-    def resolve(
-        cls, settings, given: dict[str, Any] | None = None, *, validate: bool = True, **overrides: Any
-    ) -> "JobParams":
-        """Settings' defaults, then `given` (a job's stored params), then non-None `overrides`; validated
-        (the runner passes validate=False for jobs stored before these checks: it runs what was asked).
-
-        Empty values ("" or None, as an untouched form field or an omitted CLI flag sends) take the default.
-        """
-        values: dict[str, Any] = {
-            "frames": settings.frames,
-            "max_tokens": settings.max_tokens,
-            "temperature": settings.temperature,
-            "seed": None,
-        }
+    def resolve(cls, settings: Any, given: Mapping[str, Any] | None = None, **overrides: Any) -> "JobParams":
+        """The deployment's defaults (the settings of the same names), then `given`, then `overrides`; checked.
+        Empty values ("" or None, as an untouched form field or an omitted CLI flag sends) take the default."""
+        values = {f.name: getattr(settings, f.name, f.default) for f in dataclasses.fields(cls)}
         for source in (given or {}, overrides):
-            for k, v in source.items():
-                if k in values and v not in (None, ""):
-                    values[k] = v
-        if not validate:
-            return cls(
-                frames=int(values["frames"]),
-                max_tokens=int(values["max_tokens"]),
-                temperature=float(values["temperature"]),
-                seed=None if values["seed"] in (None, "") else int(values["seed"]),
-            )
+            values.update({k: v for k, v in source.items() if v not in (None, "")})
         return cls.checked(**values)
 
     @classmethod
-    def checked(cls, *, frames: Any, max_tokens: Any, temperature: Any = 0.0, seed: Any = None) -> "JobParams":
-        frames = _as_int("Frames", frames)
-        if not MIN_FRAMES <= frames <= MAX_FRAMES:
-            raise InvalidJobParams(f"Frames must be {MIN_FRAMES}-{MAX_FRAMES} (got {frames}).")
-        max_tokens = _as_int("Max tokens", max_tokens)
-        if max_tokens < MIN_MAX_TOKENS:
-            raise InvalidJobParams(
-                f"Max tokens {max_tokens} cannot hold a complete answer: answers to this schema take about "
-                f"190-530 tokens, so every caption would be cut off and fail as truncated. Use at least "
-                f"{MIN_MAX_TOKENS} ({RECOMMENDED_MAX_TOKENS} or more to be safe with long answers)."
-            )
-        if max_tokens > MAX_MAX_TOKENS:
-            raise InvalidJobParams(f"Max tokens must be at most {MAX_MAX_TOKENS} (got {max_tokens}).")
-        try:
-            temperature = float(temperature)
-        except (TypeError, ValueError):
-            raise InvalidJobParams(f"Temperature must be a number, not {str(temperature)[:40]!r}.") from None
-        if not 0.0 <= temperature <= MAX_TEMPERATURE:
-            raise InvalidJobParams(f"Temperature must be 0-{MAX_TEMPERATURE:g} (got {temperature:g}).")
-        if seed not in (None, ""):
-            seed = _as_int("Seed", seed)
-        else:
-            seed = None
-        return cls(frames=frames, max_tokens=max_tokens, temperature=temperature, seed=seed)
+    def checked(cls, **values: Any) -> "JobParams":
+        """A JobParams from values a person gave (missing ones take the field's default), every field checked;
+        an unknown name or a value that cannot work is an InvalidJobParams that says what to use."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise InvalidJobParams(f"Unknown job parameter(s): {', '.join(unknown)} (known: {', '.join(fields)}).")
+        return cls(**{k: f.metadata["check"](values.get(k, f.default)) for k, f in fields.items()})
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any] | None) -> "JobParams":
+        """What `to_dict` stored (a job row, a caption's provenance, also under its former names), unchecked;
+        other keys (a provenance's camera) are ignored and missing ones take the field's default."""
+        values = current_names(stored)
+        return cls(**{f.name: f.metadata["read"](values[f.name]) for f in dataclasses.fields(cls) if f.name in values})
 
     def to_dict(self) -> dict[str, Any]:
-        """What a job row stores (seed only when set)."""
-        d = {"frames": self.frames, "max_tokens": self.max_tokens, "temperature": self.temperature}
-        if self.seed is not None:
-            d["seed"] = self.seed
-        return d
+        """Every parameter by its field name, those without a value (seed None) left out."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+def current_names(stored: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Recorded params under today's names: captions written before one naming carry `max_completion_tokens`
+    and `num_frames` (a current name wins where both are there); other keys (camera) pass through."""
+    out = dict(stored or {})
+    for old, new in FORMER_NAMES.items():
+        if old in out:
+            value = out.pop(old)
+            out.setdefault(new, value)
+    return out

@@ -12,16 +12,18 @@ import sqlite_utils
 
 from data.db import now
 from data.errors import NotFound
+from data.job_params import JobParams
+from data.job_selection import Selection
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
 ACTIVE = ("queued", "running")
 
 
 def _decode(row: dict) -> dict:
+    """A job row with its `params` as a JobParams and its `selection` as a Selection."""
     row = dict(row)
-    for key in ("selection", "params"):
-        if row.get(key):
-            row[key] = json.loads(row[key])
+    row["params"] = JobParams.from_dict(json.loads(row["params"]) if row.get("params") else None)
+    row["selection"] = Selection.from_dict(json.loads(row["selection"]) if row.get("selection") else None)
     return row
 
 

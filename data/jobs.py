@@ -21,41 +21,40 @@ Item states: pending -> leased -> done | failed | pending (retry after `not_befo
 
 This module is the front of four: it creates jobs and changes their state; data.job_items works their
 items (the guarantees above); data.job_queries reads them; data.heartbeats holds the runners' signs of life.
-Every name of the four is importable from here (`jobs.claim`, `jobs.progress`, ...), as callers use them.
+Callers import each name from its own module (`job_items.claim`, `job_queries.progress`, ...).
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
 
 import sqlite_utils
 
 from data import events, limits
 from data.db import immediate, now
 from data.errors import DataError, NotFound
-from data.heartbeats import heartbeat, heartbeats
-from data.job_items import claim, complete, fail, finish_if_drained, recover, release, runner_identity
-from data.job_queries import (
-    ACTIVE,
-    JOB_STATES,
-    counts,
-    failures,
-    get,
-    list_jobs,
-    progress,
-    replica_load,
-    runnable,
-    states,
-)
+from data.job_items import finish_if_drained
+from data.job_params import JobParams
+from data.job_queries import get
+from data.job_selection import Selection
 
 DEDUPE_S = 30.0  # a second start of the same job within this window is the same job (double clicks)
 
 
-def create(db: sqlite_utils.Database, **job: Any) -> int:
-    """Create a queued job over `clip_ids` (duplicates ignored), with the keywords of `create_once` (name,
-    created_by, clip_ids, prompt_id, params, selection) and never deduplicated. Returns the job id."""
-    return create_once(db, **job, dedupe_s=0.0)[0]
+def create(
+    db: sqlite_utils.Database,
+    *,
+    name: str,
+    created_by: str,
+    selection: Selection,
+    prompt_id: int | None,
+    params: JobParams,
+) -> int:
+    """Create a queued job over the clips `selection` names (duplicates ignored), never deduplicated (see
+    `create_once`). Returns the job id."""
+    return create_once(
+        db, name=name, created_by=created_by, selection=selection, prompt_id=prompt_id, params=params, dedupe_s=0.0
+    )[0]
 
 
 def create_once(
@@ -63,18 +62,19 @@ def create_once(
     *,
     name: str,
     created_by: str,
-    clip_ids: Iterable[int],
+    selection: Selection,
     prompt_id: int | None,
-    params: dict[str, Any] | None = None,
-    selection: dict[str, Any] | None = None,
+    params: JobParams,
     dedupe_s: float = DEDUPE_S,
 ) -> tuple[int, bool]:
     """(job id, created): like `create`, but an identical start (same user, name, prompt, params and selection)
     of a job still queued or running, made less than `dedupe_s` ago, returns that job instead of a second one.
-    The check and the insert are one IMMEDIATE transaction, so concurrent clicks cannot both pass it."""
+    The check, the selection's clips and the insert are one IMMEDIATE transaction, so concurrent clicks cannot
+    both pass it. The job row records `params.to_dict()` and `selection.to_dict()`."""
     name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
     t = now()
-    sel_json, params_json = json.dumps(selection or {}, sort_keys=True), json.dumps(params or {}, sort_keys=True)
+    sel_json = json.dumps(selection.to_dict(), sort_keys=True)
+    params_json = json.dumps(params.to_dict(), sort_keys=True)
     with immediate(db):
         if dedupe_s > 0:
             same = next(
@@ -94,7 +94,7 @@ def create_once(
         ).lastrowid
         db.conn.executemany(
             "INSERT OR IGNORE INTO job_items (job_id, clip_id, updated_at) VALUES (?, ?, ?)",
-            ((job_id, int(c), t) for c in clip_ids),
+            ((job_id, c, t) for c in selection.clip_ids_in(db)),
         )
         total = db.execute("SELECT COUNT(*) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
         if total == 0:
@@ -112,7 +112,7 @@ def create_recaption(
     role: str,
     quota: int,
     prompt_id: int | None,
-    params: dict[str, Any] | None = None,
+    params: JobParams,
     window: float = 3600.0,
 ) -> int:
     """A one-clip re-caption job, refused with a reason when it cannot help or would flood the job table:
@@ -154,10 +154,9 @@ def create_recaption(
             db,
             name=f"re-caption clip {clip_id}",
             created_by=user,
-            clip_ids=[clip_id],
+            selection=Selection.of_clips([clip_id], origin="re-caption"),
             prompt_id=prompt_id,
             params=params,
-            selection={"clip_ids": [clip_id], "reason": "re-caption"},
         )
 
 
@@ -215,31 +214,3 @@ def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
             )
         events.record(db, user, "job.retry_failed", job_id=job_id, items=n, previous=job["state"])
     return n
-
-
-__all__ = [
-    "ACTIVE",
-    "DEDUPE_S",
-    "JOB_STATES",
-    "change_state",
-    "claim",
-    "complete",
-    "counts",
-    "create",
-    "create_once",
-    "create_recaption",
-    "fail",
-    "failures",
-    "get",
-    "heartbeat",
-    "heartbeats",
-    "list_jobs",
-    "progress",
-    "recover",
-    "release",
-    "replica_load",
-    "retry_failed",
-    "runnable",
-    "runner_identity",
-    "states",
-]

@@ -1,7 +1,7 @@
 """Users and roles: annotator < lead < admin. Passwords are stored as scrypt hashes with a per-user salt.
 
 There are no default users and no default passwords: the first admin is created from the command line
-(`python -m webapp.users add NAME --role admin`). Every change is recorded in the audit log.
+(`python -m webapp.accounts add NAME --role admin`). Every change is recorded in the audit log.
 """
 
 from __future__ import annotations

@@ -20,15 +20,15 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import itertools
 import shlex
 import signal
 import sys
 import threading
 
-from data import clips, db as dbmod, jobs, prompts
+from data import clips, db as dbmod, job_queries, jobs, prompts
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import add_arguments, from_args
 
 YES = {"yes", "y", "true", "1"}
@@ -84,20 +84,13 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
     if f.job_item_state and not f.job_id:
         raise DataError("--job-state needs --job JOB (the job whose items to select)")
     prompt = pick_prompt(db, args.prompt)
-    ids = list(itertools.islice(clips.iter_ids(db, f), args.limit)) if args.limit else list(clips.iter_ids(db, f))
+    selection = Selection(filter=f, limit=args.limit, origin="command line")
     params = JobParams.resolve(
         settings, frames=args.frames, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
-    ).to_dict()
-    name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {len(ids)} clips"
-    return jobs.create(
-        db,
-        name=name,
-        created_by=args.user,
-        clip_ids=ids,
-        prompt_id=prompt["id"],
-        params=params,
-        selection={**f.to_dict(), **({"limit": args.limit} if args.limit else {})},
     )
+    n = sum(1 for _ in selection.clip_ids_in(db))
+    name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
+    return jobs.create(db, name=name, created_by=args.user, selection=selection, prompt_id=prompt["id"], params=params)
 
 
 class Bar:
@@ -191,20 +184,20 @@ def main(argv: list[str] | None = None) -> int:
     db = dbmod.connect(settings.db)
     try:
         if args.resume:
-            job = jobs.get(db, args.resume)
+            job = job_queries.get(db, args.resume)
             if args.retry_failed:
                 n = jobs.retry_failed(db, job["id"], args.user)
                 print(f"job {job['id']}: {n} failed item(s) back to pending", file=sys.stderr)
-                job = jobs.get(db, job["id"])
+                job = job_queries.get(db, job["id"])
             if job["state"] in ("paused", "cancelled") or (
-                job["state"] == "done" and jobs.counts(db, job["id"])["pending"]
+                job["state"] == "done" and job_queries.counts(db, job["id"])["pending"]
             ):
                 job = jobs.change_state(db, job["id"], "resume", args.user)
             job_id = job["id"]
         else:
             job_id = create_job(db, settings, args)
-        job = jobs.get(db, job_id)
-        c = jobs.counts(db, job_id)
+        job = job_queries.get(db, job_id)
+        c = job_queries.counts(db, job_id)
     except (DataError, argparse.ArgumentTypeError) as e:
         print(f"caption: {e}", file=sys.stderr)
         return 2
@@ -213,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"job {job_id} ({job['name']}): {job['total']} clips, {c['done']} done, {c['failed']} failed", file=sys.stderr
     )
-    if job["state"] not in jobs.ACTIVE:
+    if job["state"] not in job_queries.ACTIVE:
         print(f"job {job_id} is {job['state']}: nothing to run", file=sys.stderr)
         return 0
 
@@ -235,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bar.close()
         signal.signal(signal.SIGINT, previous)
-    if stop.is_set() and prog["state"] in jobs.ACTIVE:
+    if stop.is_set() and prog["state"] in job_queries.ACTIVE:
         db = dbmod.connect(settings.db)
         try:
             prog = jobs.change_state(db, job_id, "pause", args.user)
@@ -251,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     if cnt["failed"]:
         db = dbmod.connect(settings.db)
         try:
-            for f in jobs.failures(db, job_id, limit=5):
+            for f in job_queries.failures(db, job_id, limit=5):
                 print(f"  failed: {f['path']}: {f['last_error']}", file=sys.stderr)
         finally:
             db.close()

@@ -43,16 +43,8 @@ from urllib.parse import quote, unquote
 import httpx
 
 from data import limits, prompts, taxonomy
-
-# the answer's reading lives in serving.answers; its names stay importable from here, where callers found them
-from serving.answers import (
-    DECODE_FAILURE_MARKERS,
-    MISSING_FILE_MARKERS,
-    classify_status,
-    error_message,
-    parse_answer,
-    token_count,
-)
+from data.job_params import JobParams
+from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
@@ -63,16 +55,14 @@ URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 @dataclass(frozen=True)
 class CaptionRequest:
-    """One clip to caption with one prompt version. `clip_path` is relative to the clip root."""
+    """One clip to caption with one prompt version and a job's parameters. `clip_path` is relative to the
+    clip root."""
 
     clip_path: str
     prompt: dict
-    frames: int = 16
-    max_tokens: int = 640
-    temperature: float = 0.0
+    params: JobParams = JobParams()
     # a signed http(s) URL of this clip for replicas on other nodes (serving.media_urls); None: file://
     media_url: str | None = None
-    seed: int | None = None
     job_id: int | None = None
     camera: str | None = None  # a known camera id (data.prompts.camera_of); the prompt names it
 
@@ -224,7 +214,7 @@ class FleetClient:
         url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)  # refuses bad paths
         if req.media_url:
             url = req.media_url
-        prompt = req.prompt
+        prompt, p = req.prompt, req.params
         body: dict[str, Any] = {
             "model": self.settings.model_name,
             "messages": [
@@ -247,14 +237,12 @@ class FleetClient:
                     "strict": True,
                 },
             },
-            "media_io_kwargs": {
-                "video": {"num_frames": int(req.frames), "min_frames": int(req.frames), "max_frames": int(req.frames)}
-            },
-            "max_completion_tokens": int(req.max_tokens),
-            "temperature": float(req.temperature),
+            "media_io_kwargs": {"video": {"num_frames": p.frames, "min_frames": p.frames, "max_frames": p.frames}},
+            "max_completion_tokens": p.max_tokens,
+            "temperature": p.temperature,
         }
-        if req.seed is not None:
-            body["seed"] = int(req.seed)
+        if p.seed is not None:
+            body["seed"] = p.seed
         return body
 
     @staticmethod
@@ -344,8 +332,8 @@ class FleetClient:
         if finish != "stop":
             kind = "truncated" if finish == "length" else "unfinished"
             raise BadAnswer(
-                f"the model stopped with finish_reason={finish!r} (max_completion_tokens="
-                f"{req.max_tokens}); the answer is incomplete",
+                f"the model stopped with finish_reason={finish!r} (max_tokens="
+                f"{req.params.max_tokens}); the answer is incomplete",
                 status=200,
                 replica=replica,
                 kind=kind,
@@ -355,20 +343,14 @@ class FleetClient:
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         model = limits.clip_text(str(data.get("model") or self.settings.model_name))
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
-        params = {
-            "max_completion_tokens": req.max_tokens,
-            "temperature": req.temperature,
-            "seed": req.seed,
-            "num_frames": req.frames,
-            "camera": req.camera,
-        }
         provenance = {
             "model": model,
             "prompt_id": req.prompt.get("id"),
             "prompt_name": req.prompt.get("name"),
             "prompt_version": req.prompt.get("version"),
-            "params": params,
-            "frames": req.frames,
+            # the job's parameters under their own names (data.job_params), and the camera the prompt named
+            "params": {**req.params.to_dict(), "camera": req.camera},
+            "frames": req.params.frames,
             "replica": limits.clip_text(replica),
             "decode_backend": limits.clip_text(resp.headers.get("x-decode-backend") or self.decode_backend),
             "latency_ms": round(latency_ms, 1),
@@ -409,19 +391,3 @@ class CaptionClient(Protocol):
     one; tests pass fakes. Whoever makes a client closes it (the runner closes only the ones it makes)."""
 
     async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult: ...
-
-
-__all__ = [
-    "CaptionClient",
-    "CaptionRequest",
-    "CaptionResult",
-    "FleetClient",
-    "backoff",
-    "clip_url",
-    "resolve_clip",
-    "classify_status",
-    "parse_answer",
-    "DECODE_FAILURE_MARKERS",
-    "MISSING_FILE_MARKERS",
-    "DEFAULT_DECODE_BACKEND",
-]

@@ -14,7 +14,7 @@ Older records lack the last three; they were taken with the launcher's defaults 
 bf16) and are read as such.
 
 How an estimate is made, best basis first:
-1. `live`: the running job's own rate (clips/s over its last minute, `data.jobs.progress`) on `live_replicas`
+1. `live`: the running job's own rate (clips/s over its last minute, `data.job_queries.progress`) on `live_replicas`
    replicas with the same settings, scaled per replica. Nothing predicts a fleet better than itself.
 2. `measured`: a record with the same precision and frames: the best per-GPU rate (the launcher's defaults
    are the best measured configuration), times the replicas, times the multi-GPU efficiency measured for
@@ -250,4 +250,11 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Measurement", "Estimate", "estimate", "load_measurements", "from_record", "normalise_precision"]
+__all__ = [
+    "Estimate",
+    "estimate",
+    "from_record",
+    "load_measurements",
+    "Measurement",
+    "normalise_precision",
+]

@@ -80,4 +80,11 @@ class Unreachable(FleetError):
     retryable = True
 
 
-__all__ = ["FleetError", "ClipRejected", "BadAnswer", "ReplicaError", "Overloaded", "Unreachable"]
+__all__ = [
+    "BadAnswer",
+    "ClipRejected",
+    "FleetError",
+    "Overloaded",
+    "ReplicaError",
+    "Unreachable",
+]

@@ -351,16 +351,16 @@ def snapshot(
 
 
 __all__ = [
-    "ReplicaStatus",
-    "RouterStatus",
+    "discover",
+    "fleet_status",
     "parse_metrics",
+    "rates",
+    "replica_status",
+    "ReplicaStatus",
+    "router_status",
+    "router_workers",
+    "RouterStatus",
     "scrape",
     "scrape_async",
-    "replica_status",
-    "fleet_status",
-    "router_status",
-    "rates",
     "snapshot",
-    "discover",
-    "router_workers",
 ]

@@ -7,9 +7,7 @@ the one this launch started (a health check alone cannot tell our router from an
 
 from __future__ import annotations
 
-import argparse
 import errno
-import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -58,16 +56,6 @@ def remote_media_args(settings: Settings, *, sim: bool = False) -> list[str]:
     return ["--allowed-media-domains", domains] if sim else ["--allowed-media-domains", *domains.split(",")]
 
 
-def worker_list(settings: Settings) -> list[str]:
-    urls = [u.strip().rstrip("/") for u in settings.worker_urls.split(",") if u.strip()]
-    bad = [u for u in urls if not re.match(r"^https?://[^/\s]+$", u)]
-    if bad:
-        raise SystemExit(
-            f"launcher: not a replica URL: {', '.join(bad)} (expected http://HOST:PORT, e.g. http://node1:8000)"
-        )
-    return list(dict.fromkeys(urls))
-
-
 def port_free(host: str, port: int) -> bool:
     import socket
 
@@ -101,7 +89,7 @@ def free_block(host: str, n: int, preferred: int, avoid: set[int] = frozenset())
     raise SystemExit(f"launcher: no {n} consecutive free ports found on {host}")
 
 
-def resolve_ports(settings: Settings, args: argparse.Namespace, *, say=print) -> Settings:
+def resolve_ports(settings: Settings, sim_replicas: int, *, dry_run: bool = False, say=print) -> Settings:
     """Ports this launch will really use. A second workbench on this machine (another data dir) must not
     collide with the first: a busy replica, router or router-metrics port is replaced by a free one (and
     said), since the runner and the app learn the URLs from this launch's record, not from the defaults.
@@ -110,15 +98,15 @@ def resolve_ports(settings: Settings, args: argparse.Namespace, *, say=print) ->
     n = (
         0
         if settings.role == "head"
-        else (args.replicas if launch_mode(settings) == "sim" else max(choose_gpus(settings.gpus) or [0]) + 1)
+        else (sim_replicas if launch_mode(settings.fleet_mode) == "sim" else max(choose_gpus(settings.gpus) or [0]) + 1)
     )
     if settings.role == "node":
-        if getattr(args, "dry_run", False):
+        if dry_run:
             return settings  # printing commands for another machine: its ports are checked when it starts
         busy = [
             p for p in range(settings.fleet_port, settings.fleet_port + n) if not port_free(settings.replica_host, p)
         ]
-        if busy and not getattr(args, "dry_run", False):
+        if busy:
             raise SystemExit(
                 f"launcher: port(s) {', '.join(map(str, busy))} on {settings.replica_host} are in use; "
                 "a GPU node keeps the ports the head's worker list names: stop what holds them or "

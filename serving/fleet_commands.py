@@ -12,13 +12,14 @@ bare api_server module ignores `--api-server-count`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
 from typing import Sequence
 
-from data.settings import Settings
+from data.settings import Settings, env_name
 
 HW_DECODERS_SINCE = (0, 25, 1)  # hw_decoders exists in releases after this one
 
@@ -51,20 +52,20 @@ def visible_gpus() -> list[int]:
     return [int(m.group(1)) for m in re.finditer(r"^GPU (\d+):", out, re.M)]
 
 
-def choose_gpus(spec: str) -> list[int]:
-    if spec.strip():
-        return [int(x) for x in re.split(r"[,\s]+", spec.strip()) if x]
-    return visible_gpus()
+def choose_gpus(gpus: Sequence[int]) -> list[int]:
+    """The GPUs a node uses: those named (the GPUS setting), else every visible one."""
+    return list(gpus) or visible_gpus()
 
 
-def launch_mode(settings: Settings) -> str:
-    """What `up` starts: 'gpu' or 'sim' as FLEET_MODE says; 'auto' is 'gpu' on a machine with a GPU, else 'sim'."""
-    if settings.fleet_mode in ("sim", "gpu"):
-        return settings.fleet_mode
+def launch_mode(fleet_mode: str) -> str:
+    """What a fleet mode starts here: 'gpu' or 'sim' as it says; 'auto' is 'gpu' on a machine with a GPU, else
+    'sim'. The one place 'auto' is resolved: the launcher's `up`, and launch.sh through `main` below."""
+    if fleet_mode in ("sim", "gpu"):
+        return fleet_mode
     return "gpu" if visible_gpus() else "sim"
 
 
-def _entry(script: str, module: str) -> list[str]:
+def entry_command(script: str, module: str) -> list[str]:
     """`script` when it is on PATH (or nothing is installed: dry runs print the usual name), else
     `python -m module`: on an offline GPU node the packages are often importable from a bundle on PYTHONPATH
     without their console scripts (`vllm serve` is `python -m vllm.entrypoints.cli.main serve`)."""
@@ -101,7 +102,7 @@ def vllm_command(
     if backend == "pynvvideocodec" and (version is None or version > HW_DECODERS_SINCE):
         video["hw_decoders"] = 2
     cmd = [
-        *_entry("vllm", "vllm.entrypoints.cli.main"),
+        *entry_command("vllm", "vllm.entrypoints.cli.main"),
         "serve",
         settings.model,
         "--host",
@@ -152,7 +153,7 @@ def router_command(
     startup_timeout: int = 1800,
 ) -> list[str]:
     return [
-        *_entry("vllm-router", "vllm_router.launch_router"),
+        *entry_command("vllm-router", "vllm_router.launch_router"),
         "--host",
         "127.0.0.1",
         "--port",
@@ -194,3 +195,27 @@ def mps_env(settings: Settings) -> dict[str, str]:
         "CUDA_MPS_PIPE_DIRECTORY": str(settings.data_dir / "run" / "mps"),
         "CUDA_MPS_LOG_DIRECTORY": str(settings.data_dir / "logs" / "mps"),
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m serving.fleet_commands mode [FLEET_MODE]`: print what a launch starts here, gpu or sim
+    (FLEET_MODE: the argument, else CW_FLEET_MODE, else auto). It needs nothing installed beyond Python, so
+    launch.sh asks it before it installs the packages that mode needs."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m serving.fleet_commands", description=main.__doc__)
+    p.add_argument("command", choices=("mode",))
+    p.add_argument("fleet_mode", nargs="?", help="auto, sim or gpu (default: the FLEET_MODE setting)")
+    args = p.parse_args(argv)
+    try:
+        env = {k: v for k, v in os.environ.items() if k == env_name("fleet_mode")}  # no other setting matters
+        mode = Settings.load({"fleet_mode": args.fleet_mode}, environ=env).fleet_mode
+    except ValueError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(launch_mode(mode))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 from data.settings import Settings
-from serving.fleet_addresses import worker_list
 
 
 # ---- records --------------------------------------------------------------------------------------------------
@@ -39,5 +38,5 @@ def fleet_url(settings: Settings, rec: dict | None = None) -> str:
     if rec:
         return rec.get("router_url") or ",".join(rec.get("replica_urls") or [])
     if settings.role == "head" and not shutil.which("vllm-router"):
-        return ",".join(worker_list(settings))
+        return ",".join(settings.worker_urls)
     return f"http://127.0.0.1:{settings.router_port}"

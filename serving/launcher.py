@@ -4,7 +4,8 @@ examples:
     python -m serving.launcher up --fleet-mode gpu --gpus 0,1,2,3,4,5,6,7 --clip-root /data/clips
     python -m serving.launcher up --fleet-mode gpu --gpus 0,1 --dry-run --vllm-version 0.33.0 \\
         --vllm-arg=--load-format=dummy
-    python -m serving.launcher up --fleet-mode sim --replicas 4
+    python -m serving.launcher up --fleet-mode sim --replicas 4 --fleet-port 9000 --router-port 31000 \\
+        --router-prometheus-port 29100      # the replicas' first port, the router's, the router's metrics
     python -m serving.launcher status
     python -m serving.launcher url            # what the runner and the app should talk to
     python -m serving.launcher down
@@ -18,6 +19,7 @@ shell and a failed start can be cleaned up. Processes are stopped by process gro
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import shutil
@@ -34,64 +36,26 @@ from data.settings import Settings, add_arguments, from_args
 from serving import procs
 from serving.fleet_addresses import (
     advertised_host,
-    free_block,
     local_host,
     no_local_media,
     owns,
-    port_free,
     remote_media_args,
     resolve_ports,
     verify_owners,
-    worker_list,
 )
 from serving.fleet_commands import (
-    HW_DECODERS_SINCE,
-    STRUCTURED_OUTPUTS,
-    _entry,
     choose_gpus,
+    entry_command,
     installed_vllm_version,
     launch_mode,
     mps_env,
     parse_version,
     router_command,
     simfleet_command,
-    visible_gpus,
     vllm_command,
 )
 from serving.fleet_record import fleet_url, load_record, record_path, save_record
 
-# what moved out of this module stays importable from it (benchmarks and tests call launcher.vllm_command ...)
-__all__ = [
-    "HW_DECODERS_SINCE",
-    "STRUCTURED_OUTPUTS",
-    "advertised_host",
-    "choose_gpus",
-    "down",
-    "fleet_url",
-    "free_block",
-    "installed_vllm_version",
-    "launch_mode",
-    "load_record",
-    "local_host",
-    "main",
-    "mps_env",
-    "no_local_media",
-    "owns",
-    "parse_version",
-    "plan",
-    "port_free",
-    "remote_media_args",
-    "resolve_ports",
-    "router_command",
-    "save_record",
-    "simfleet_command",
-    "status",
-    "up",
-    "verify_owners",
-    "visible_gpus",
-    "vllm_command",
-    "worker_list",
-]
 SETTING_NAMES = (
     "data_dir",
     "clip_root",
@@ -112,15 +76,66 @@ SETTING_NAMES = (
 )
 
 
-def plan(settings: Settings, args: argparse.Namespace) -> dict:
+def _option(default, help: str, **argparse_kw):
+    return dataclasses.field(default=default, metadata={"help": help, **argparse_kw})
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """How one `up` / `down` runs, beyond the settings of the installation: each field is a flag of the same
+    name (`vllm_args` is `--vllm-arg`, repeatable), declared here once with its help."""
+
+    dry_run: bool = _option(False, "print every command (with its environment); start nothing")
+    vllm_version: str | None = _option(None, "vLLM version to build flags for (default: the installed one)")
+    vllm_args: tuple[str, ...] = _option(
+        (),
+        "extra argument for every vLLM replica, e.g. --vllm-arg=--load-format=dummy (repeatable)",
+        flag="--vllm-arg",
+        metavar="ARG",
+    )
+    sim_args: tuple[str, ...] = _option(
+        (),
+        "extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)",
+        flag="--sim-arg",
+        metavar="ARG",
+    )
+    replicas: int = _option(4, "replicas of the simulated fleet (default 4)", type=int)
+    no_router: bool = _option(False, "do not start vllm-router; the runner talks to replicas")
+    no_mps: bool = _option(False, "do not start the CUDA MPS daemon")
+    startup_timeout: float | None = _option(
+        None, "seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)", type=float
+    )
+    grace: float = _option(20.0, "seconds between SIGTERM and SIGKILL on down", type=float)
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """One flag per field, with the field's help and default (a bool is a switch, a tuple repeatable)."""
+        for f in dataclasses.fields(cls):
+            meta = dict(f.metadata)
+            flag = meta.pop("flag", "--" + f.name.replace("_", "-"))
+            if isinstance(f.default, bool):
+                parser.add_argument(flag, dest=f.name, action="store_true", **meta)
+            elif isinstance(f.default, tuple):
+                parser.add_argument(flag, dest=f.name, action="append", default=[], **meta)
+            else:
+                parser.add_argument(flag, dest=f.name, default=f.default, **meta)
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "LaunchOptions":
+        """The options `add_arguments` parsed."""
+        values = {f.name: getattr(args, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in values.items()})
+
+
+def plan(settings: Settings, opts: LaunchOptions) -> dict:
     """Everything `up` would start, in order: [{name, cmd, env, log, url, health}], plus the fleet URLs."""
     settings = library.settings_for_path(settings)  # replicas may read only the library's recorded clip root
     logs = settings.data_dir / "logs"
     if settings.role == "head":
-        return head_plan(settings, args)
+        return head_plan(settings, opts)
     if settings.role == "node":  # replicas fetch clips over signed URLs only: file:// reaches an empty folder
         settings = settings.replace(clip_root=no_local_media(settings))
-    fleet = launch_mode(settings)
+    fleet = launch_mode(settings.fleet_mode)
     steps: list[dict] = []
     media_args = remote_media_args(settings)
     mps = None
@@ -128,10 +143,10 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
         gpus = choose_gpus(settings.gpus)
         if not gpus:
             raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet-mode sim")
-        version = parse_version(args.vllm_version or installed_vllm_version())
-        extra = media_args + [t for a in args.vllm_arg for t in shlex.split(a)]
+        version = parse_version(opts.vllm_version or installed_vllm_version())
+        extra = media_args + [t for a in opts.vllm_args for t in shlex.split(a)]
         env_common: dict[str, str] = {}
-        if not args.no_mps:
+        if not opts.no_mps:
             mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
             env_common.update(mps_env(settings))
         replica_urls = []
@@ -149,9 +164,9 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
                     "health": f"http://{local_host(settings.replica_host)}:{port}/health",
                 }
             )
-        timeout = args.startup_timeout or 1800
+        timeout = opts.startup_timeout or 1800
     else:
-        n = args.replicas
+        n = opts.replicas
         replica_urls = [f"http://{advertised_host(settings.replica_host)}:{settings.fleet_port + i}" for i in range(n)]
         steps.append(
             {
@@ -159,7 +174,7 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
                 "cmd": simfleet_command(
                     settings,
                     n,
-                    remote_media_args(settings, sim=True) + [t for a in args.sim_arg for t in shlex.split(a)],
+                    remote_media_args(settings, sim=True) + [t for a in opts.sim_args for t in shlex.split(a)],
                 ),
                 "env": {},
                 "log": str(logs / "simfleet.log"),
@@ -169,14 +184,14 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
                 ],
             }
         )
-        timeout = args.startup_timeout or 60
+        timeout = opts.startup_timeout or 60
     router_url = None
-    router_cmd = _entry("vllm-router", "vllm_router.launch_router")
+    router_cmd = entry_command("vllm-router", "vllm_router.launch_router")
     # the router runs when its script is on PATH or its module is importable (an offline bundle on PYTHONPATH)
     if (
-        not args.no_router
+        not opts.no_router
         and settings.role != "node"
-        and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or args.dry_run)
+        and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or opts.dry_run)
     ):
         router_url = f"http://127.0.0.1:{settings.router_port}"
         steps.append(
@@ -205,9 +220,9 @@ def plan(settings: Settings, args: argparse.Namespace) -> dict:
     }
 
 
-def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
+def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
     """The head: no replicas here, vllm-router over the GPU nodes' replicas (WORKER_URLS)."""
-    workers = worker_list(settings)
+    workers = list(settings.worker_urls)
     if not workers:
         raise SystemExit(
             "launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
@@ -219,7 +234,7 @@ def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
         media_urls.media_base(settings)  # the runner needs it: fail here, not in a restart loop
     except ValueError as e:
         raise SystemExit(f"launcher: {e}") from None
-    timeout = args.startup_timeout or 1800
+    timeout = opts.startup_timeout or 1800
     router_url = f"http://127.0.0.1:{settings.router_port}"
     step = {
         "name": "router",
@@ -246,28 +261,31 @@ def head_plan(settings: Settings, args: argparse.Namespace) -> dict:
 
 
 # ---- commands -------------------------------------------------------------------------------------------------
-def _shell(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> str:
+def shell_line(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> str:
     """One line a shell can run: `ENV=... [setsid] cmd ... [> log 2>&1 &]`."""
     envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     line = (envs + " " if envs else "") + ("setsid " if log else "") + shlex.join(cmd)
     return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
 
 
-def up(settings: Settings, args: argparse.Namespace) -> int:
-    if args.dry_run:
+def up(settings: Settings, opts: LaunchOptions) -> int:
+    """Start the fleet `settings` and `opts` describe, record each process, wait until all are healthy.
+    0 when up; 1 (everything started stopped again) when a process failed to start or to become healthy."""
+    settings = settings.replace(fleet_mode=launch_mode(settings.fleet_mode))  # 'auto' resolved once, here
+    if opts.dry_run:
         # the commands as configured (they may be meant for another machine), plus what `up` would change here
         notes: list[str] = []
-        resolve_ports(settings, args, say=notes.append)
+        resolve_ports(settings, opts.replicas, dry_run=True, say=notes.append)
     else:
-        settings = resolve_ports(settings, args)
-    p = plan(settings, args)
-    if args.dry_run:
+        settings = resolve_ports(settings, opts.replicas)
+    p = plan(settings, opts)
+    if opts.dry_run:
         if p["mps"]:
             m = p["mps"]
             print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
-            print("+ " + _shell(m["cmd"], m["env"]))
+            print("+ " + shell_line(m["cmd"], m["env"]))
         for s in p["steps"]:
-            print("+ " + _shell(s["cmd"], s["env"], s["log"]))
+            print("+ " + shell_line(s["cmd"], s["env"], s["log"]))
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
             print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
@@ -331,7 +349,7 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
     except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
         print(f"launcher: {e}", file=sys.stderr)
         print("launcher: stopping what was started", file=sys.stderr)
-        down(settings, args, quiet=True)
+        down(settings, grace=opts.grace, quiet=True)
         return 1
     print(f"[launcher] fleet up: {fleet_url(settings, rec)}")
     if settings.role == "node":
@@ -339,13 +357,14 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
-def down(settings: Settings, args: argparse.Namespace | None = None, *, quiet: bool = False) -> int:
+def down(settings: Settings, *, grace: float = 20.0, quiet: bool = False) -> int:
+    """Stop every process group the record of `settings`' data dir names (SIGTERM, SIGKILL after `grace`
+    seconds) and the MPS daemon, then remove the record."""
     rec = load_record(settings)
     if not rec:
         if not quiet:
             print("[launcher] nothing recorded: no fleet to stop")
         return 0
-    grace = getattr(args, "grace", 20.0) if args is not None else 20.0
     for c in reversed(rec.get("procs", [])):
         was = procs.stop_group(c["pgid"], c["pid"], grace=grace)
         if not quiet:
@@ -371,7 +390,9 @@ def down(settings: Settings, args: argparse.Namespace | None = None, *, quiet: b
     return 0
 
 
-def status(settings: Settings, args: argparse.Namespace | None = None) -> int:
+def status(settings: Settings) -> int:
+    """Print each recorded process, whether it lives and what its health URL answers. 0: all healthy;
+    1: something is down; 3: nothing recorded."""
     rec = load_record(settings)
     if not rec:
         print("[launcher] no fleet recorded (python -m serving.launcher up)")
@@ -402,36 +423,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "command",
         choices=("up", "down", "status", "url", "owns"),
-        help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh "
-        "checks the app it started with it)",
+        help="what to do (owns: exit 0 if process group --pgid listens on --listen-port; launch.sh checks the "
+        "app it started with it)",
     )
     add_arguments(p, SETTING_NAMES)
-    p.add_argument("--dry-run", action="store_true", help="print every command (with its environment); start nothing")
-    p.add_argument("--vllm-version", default=None, help="vLLM version to build flags for (default: the installed one)")
-    p.add_argument(
-        "--vllm-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra argument for every vLLM replica, e.g. --vllm-arg=--load-format=dummy (repeatable)",
-    )
-    p.add_argument(
-        "--sim-arg",
-        action="append",
-        default=[],
-        metavar="ARG",
-        help="extra argument for the simulated fleet, e.g. --sim-arg='--speed 0.1' (repeatable)",
-    )
-    p.add_argument("--replicas", type=int, default=4, help="replicas of the simulated fleet (default 4)")
-    p.add_argument("--no-router", action="store_true", help="do not start vllm-router; the runner talks to replicas")
-    p.add_argument("--no-mps", action="store_true", help="do not start the CUDA MPS daemon")
-    p.add_argument(
-        "--startup-timeout",
-        type=float,
-        default=None,
-        help="seconds to wait for health (default 1800 for vLLM, 60 for the simulated fleet)",
-    )
-    p.add_argument("--grace", type=float, default=20.0, help="seconds between SIGTERM and SIGKILL on down")
+    LaunchOptions.add_arguments(p)
     p.add_argument("--pgid", type=int, default=None, help="owns: the process group to check")
     p.add_argument("--listen-port", type=int, default=None, help="owns: the TCP port it should listen on")
     return p
@@ -440,12 +436,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = from_args(args)
+    opts = LaunchOptions.from_args(args)
     if args.command == "up":
-        return up(settings, args)
+        return up(settings, opts)
     if args.command == "down":
-        return down(settings, args)
+        return down(settings, grace=opts.grace)
     if args.command == "status":
-        return status(settings, args)
+        return status(settings)
     if args.command == "owns":
         return owns(args.pgid, args.listen_port)
     print(fleet_url(settings))

@@ -120,21 +120,20 @@ def media_base(settings: Any) -> str:
 def media_domains(settings: Any) -> str:
     """vLLM's `--allowed-media-domains` for replicas: `allowed_media_domains` if set, else the host of
     `media_url_base` ('' when clips go as file://)."""
-    explicit = (getattr(settings, "allowed_media_domains", "") or "").strip()
-    if explicit:
-        return ",".join(d.strip().lower() for d in explicit.split(",") if d.strip())
+    if settings.allowed_media_domains:
+        return ",".join(settings.allowed_media_domains)
     base = (getattr(settings, "media_url_base", "") or "").strip()
     return (urlsplit(base).hostname or "").lower() if base else ""
 
 
 __all__ = [
-    "load_key",
-    "signature",
-    "signed_url",
     "check",
+    "KEY_FILE",
+    "load_key",
     "media_base",
     "media_domains",
     "MediaKeyError",
-    "KEY_FILE",
     "ROUTE",
+    "signature",
+    "signed_url",
 ]

@@ -48,11 +48,11 @@ class Supervisor:
         if self.db_path is None:
             return
         try:
-            from data import db as dbmod, jobs
+            from data import db as dbmod, heartbeats
 
             d = dbmod.connect(self.db_path)
             try:
-                jobs.heartbeat(
+                heartbeats.heartbeat(
                     d,
                     f"{self.name}-supervisor",
                     "supervisor",

@@ -1,5 +1,5 @@
 """benchmarks/bench_fleet.py runs only on a GPU node; what can be checked anywhere is the vLLM command line it
-builds: the launcher's production recipe (serving.launcher.vllm_command), the sweep's overrides, and the
+builds: the launcher's production recipe (serving.fleet_commands.vllm_command), the sweep's overrides, and the
 benchmark-only flags, never a copy of the recipe that drifts from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import launcher
+from serving import fleet_commands
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,7 +33,7 @@ def test_the_sweep_runs_the_launchers_recipe_with_its_overrides(bench_fleet, tmp
     s = bench_fleet.bench_settings("/models/qwen", str(tmp_path / "clips"), tmp_path / "var")
     version = (0, 26, 0)
     cmd = bench_fleet.vllm_command(s, 8100, bench_fleet.CONFIGS["nvdec-api8"], version)
-    recipe = launcher.vllm_command(s, 8100, version=version, backend="pynvvideocodec")
+    recipe = fleet_commands.vllm_command(s, 8100, version=version, backend="pynvvideocodec")
     # everything the launcher sets is there, in its order; only the overridden values differ
     assert cmd[: len(recipe)] == bench_fleet.with_flags(
         recipe, {"--api-server-count": "8", "--renderer-num-workers": "8"}

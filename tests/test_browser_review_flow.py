@@ -17,7 +17,9 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from data import clips as clipsmod, db as dbmod, jobs, taxonomy
+from data import clips as clipsmod, db as dbmod, job_queries, jobs, taxonomy
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import AppServer
 
@@ -358,7 +360,7 @@ def api_call(client: httpx.Client, name: str, data: list) -> tuple[str, str]:
 
 
 def test_job_limits_hold_through_the_api(server):
-    before = len(jobs.list_jobs(db_of(server)))
+    before = len(job_queries.list_jobs(db_of(server)))
     c = server.client("lead")
     try:
         kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 64])
@@ -367,7 +369,7 @@ def test_job_limits_hold_through_the_api(server):
         assert "Frames must be 1-128" in body, body
     finally:
         c.close()
-    assert len(jobs.list_jobs(db_of(server))) == before
+    assert len(job_queries.list_jobs(db_of(server))) == before
 
 
 def test_an_over_long_caption_is_refused_through_the_api(server):
@@ -425,7 +427,7 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         assert "cannot hold a complete answer" in page.inner_text("#jobs-msg")
         page.fill("#job-max-tokens input", "320")
         page.fill("#job-name textarea, #job-name input", "triple click")
-        before = len(jobs.list_jobs(db_of(server)))
+        before = len(job_queries.list_jobs(db_of(server)))
         btn = page.locator("#btn-start-job")
         btn.click(click_count=1, no_wait_after=True)
         page.evaluate(
@@ -433,14 +435,14 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         )
         page.wait_for_selector("#jobs-msg .cw-msg-ok, #jobs-msg .cw-msg-info", timeout=30_000)
         time.sleep(1.5)
-        assert len(jobs.list_jobs(db_of(server))) == before + 1
-        job_id = jobs.list_jobs(db_of(server))[0]["id"]
+        assert len(job_queries.list_jobs(db_of(server))) == before + 1
+        job_id = job_queries.list_jobs(db_of(server))[0]["id"]
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=60_000)
         assert page.locator("#job-plot-svg rect").count() >= 1
         # a click on a row shows that job, and the panel stays there when a newer job appears
         older = (
-            next(j["id"] for j in jobs.list_jobs(db_of(server)) if j["id"] != job_id)
-            if len(jobs.list_jobs(db_of(server))) > 1
+            next(j["id"] for j in job_queries.list_jobs(db_of(server)) if j["id"] != job_id)
+            if len(job_queries.list_jobs(db_of(server))) > 1
             else job_id
         )
         # the table is re-rendered on every tick, so click the cell from the page in one step
@@ -449,7 +451,14 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
             if (c) c.click(); return !!c; }""")
         page.wait_for_function(f"document.querySelector('#job-progress')?.innerText.includes('Job {job_id} ')")
         d = db_of(server)
-        jobs.create(d, name="newer", created_by="lead", clip_ids=[library.clip_ids[0]], prompt_id=None)
+        jobs.create(
+            d,
+            name="newer",
+            created_by="lead",
+            selection=Selection.of_clips([library.clip_ids[0]]),
+            prompt_id=None,
+            params=JobParams(),
+        )
         d.close()
         time.sleep(4.5)  # two timer ticks
         assert f"Job {job_id} " in page.inner_text("#job-progress")
@@ -502,9 +511,9 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
                 d,
                 name=name,
                 created_by="lead",
-                clip_ids=ok_ids,
+                selection=Selection.of_clips(ok_ids),
                 prompt_id=None,
-                params={"frames": 16, "max_tokens": 320},
+                params=JobParams(frames=16, max_tokens=320),
             )
             page.fill("#job-id input", str(job_id))
             page.press("#job-id input", "Enter")
@@ -521,7 +530,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         # messages come and go: a button that moves on its way to the pointer takes a click meant for it
         page.evaluate(BUTTON_TOPS_JS)
         deadline = time.monotonic() + 30
-        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+        while job_queries.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         page.click("#btn-pause")
         page.wait_for_function("document.querySelector('#jobs-msg')?.innerText.includes('is now paused')")
@@ -530,7 +539,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         time.sleep(3)  # longer than a caption takes
         assert n_captions(job_id, t_pause) == 0
         shown_done = int(re.search(r"done (\d+)", page.inner_text("#job-progress")).group(1))
-        assert shown_done == jobs.counts(d, job_id)["done"] < len(ok_ids)
+        assert shown_done == job_queries.counts(d, job_id)["done"] < len(ok_ids)
         page.click("#btn-resume")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=90_000)
         assert f"done {len(ok_ids)} " in page.inner_text("#job-progress") + " "
@@ -538,15 +547,15 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
 
         job_id = make("cancel me")
         deadline = time.monotonic() + 30
-        while jobs.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
+        while job_queries.counts(d, job_id)["leased"] == 0 and time.monotonic() < deadline:
             time.sleep(0.1)
         time.sleep(1.0)
         page.click("#btn-cancel")
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'cancelled'")
-        t_cancel = jobs.get(d, job_id)["finished_at"]
+        t_cancel = job_queries.get(d, job_id)["finished_at"]
         time.sleep(3)
         assert n_captions(job_id, t_cancel + 2.0) == 0
-        assert jobs.counts(d, job_id)["leased"] == 0
+        assert job_queries.counts(d, job_id)["leased"] == 0
         assert page.evaluate("window.__buttonTops") == [page.evaluate("window.__buttonTops")[0]], (
             "the job buttons moved while the job was shown (px from the top, in order)"
         )

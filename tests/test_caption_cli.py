@@ -11,9 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, jobs
+from data import captions, heartbeats, job_queries, jobs
+from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import simfleet
-from tests.support.runner_fixtures import real_router, tiny_library
+from tests.support.runner_fixtures import real_router
 
 REPO = Path(__file__).resolve().parent.parent
 BROKEN = {"page.mp4": "not a video file (HTML page)", "empty.mp4": "zero-length file"}
@@ -32,10 +35,10 @@ def cli(*args, **kw):
 
 
 def check_captioned(db, job_id, good_ids, replicas):
-    prog = jobs.progress(db, job_id)
+    prog = job_queries.progress(db, job_id)
     assert prog["state"] == "done"
     assert prog["counts"] == {"pending": 0, "leased": 0, "done": len(good_ids), "failed": len(BROKEN)}
-    reasons = {f["path"].split("/")[-1]: f["last_error"] for f in jobs.failures(db, job_id)}
+    reasons = {f["path"].split("/")[-1]: f["last_error"] for f in job_queries.failures(db, job_id)}
     assert reasons == {k: f"ingest: {v}" for k, v in BROKEN.items()}
     used = set()
     for cid in good_ids:
@@ -75,7 +78,12 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
 
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
     job_id = jobs.create(
-        db, name="from the app", created_by="lead", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"]
+        db,
+        name="from the app",
+        created_by="lead",
+        selection=Selection.of_clips(all_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
     )
     with real_router(fleet.urls, tmp_path) as url:
         r = cli(
@@ -92,7 +100,7 @@ def test_runner_process_runs_a_job_the_app_created(settings, db, fleet, tmp_path
         )
     assert r.returncode == 0, r.stderr
     check_captioned(db, job_id, good, fleet.urls)
-    hb = jobs.heartbeats(db, "runner")
+    hb = heartbeats.heartbeats(db, "runner")
     assert hb[0]["name"] == "e2e" and hb[0]["info"]["state"] == "stopped" and hb[0]["info"]["capacity"] == 4 * 48
 
 
@@ -127,8 +135,8 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
         err = p.communicate(timeout=60)[1]
         assert p.returncode == 130, err
         assert "Resume with" in err and "--resume 1" in err
-        c = jobs.counts(db, 1)
-        assert jobs.get(db, 1)["state"] == "paused" and c["leased"] == 0 and 4 <= c["done"] < 120
+        c = job_queries.counts(db, 1)
+        assert job_queries.get(db, 1)["state"] == "paused" and c["leased"] == 0 and 4 <= c["done"] < 120
         sent = sum(f.stats(i)["chat_requests"] for i in range(2))
         assert sent == c["done"]  # in-flight requests were finished and recorded, nothing else was sent
         f.set_knobs(0, speed=0.01)
@@ -146,7 +154,7 @@ def test_ctrl_c_pauses_and_resume_finishes(settings, db, tmp_path):
             "--no-progress",
         )
         assert r.returncode == 0, r.stderr
-        assert jobs.counts(db, 1)["done"] == 120
+        assert job_queries.counts(db, 1)["done"] == 120
     finally:
         f.stop()
 

@@ -19,7 +19,8 @@ import pytest
 from data import examples, taxonomy
 from serving.client import DEFAULT_DECODE_BACKEND, FleetClient, backoff, clip_url
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
-from tests.support.fleet_fixtures import PROMPT, caption, free_port
+from serving.procs import free_port
+from tests.support.fleet_fixtures import PROMPT, caption
 
 URL = "http://replica.test:8000"
 GOOD = {"caption": "A car drives along an urban street in daylight.", **examples.LABELS}
@@ -104,7 +105,9 @@ def test_provenance_has_every_field_with_defaults_for_real_vllm(fleet_settings):
     assert prov["simulated"] is False
     assert prov["prompt_tokens"] == 1234 and prov["completion_tokens"] == 56
     assert prov["finish_reason"] == "stop" and prov["latency_ms"] >= 0
-    assert prov["params"]["max_completion_tokens"] == 640 and prov["frames"] == 16
+    # the job's parameters under their own names (data.job_params), defaults from JobParams, and the camera
+    assert prov["params"] == {"frames": 16, "max_tokens": 640, "temperature": 0.0, "camera": None}
+    assert prov["frames"] == 16
     assert (prov["prompt_id"], prov["prompt_name"], prov["prompt_version"]) == (1, "av-hazard", 1)
 
 

@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from data import captions, clips, search
+from data import captions, clips, order as orders, search
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, SearchSyntaxError
@@ -273,6 +273,7 @@ def test_search_pages_are_still_driven_by_the_fts_index(db):
     word_library(db)
     db.execute("ANALYZE")
     for text in ("pedestrian OR cyclist", '"turns left"', "pedestr*", "(truck OR bus) NOT waits"):
-        sql, args = clips._page_sql(Filter(text=text, hazard_level="high"), 5, PAGE, False)
-        plan = " | ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
-        assert "SCAN clips_fts VIRTUAL TABLE" in plan and "USE TEMP B-TREE" not in plan, (text, plan)
+        for o in (orders.OLDEST, orders.NEWEST):
+            [(sql, args)] = clips._page_sql(Filter(text=text, hazard_level="high"), o, orders.Cursor(5, 5), PAGE)
+            plan = " | ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
+            assert "SCAN clips_fts VIRTUAL TABLE" in plan and "USE TEMP B-TREE" not in plan, (text, o.name, plan)

@@ -3,9 +3,11 @@ import time
 
 import pytest
 
-from data import captions, clips, db as dbmod, jobs, schema
+from data import captions, clips, db as dbmod, job_items, job_queries, jobs, schema
 from data.db import immediate
 from data.errors import Conflict
+from data.job_params import JobParams
+from data.job_selection import Selection
 
 LABELS = {
     "scenario_category": "hard_braking",
@@ -105,17 +107,21 @@ def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
 
 def test_job_basics_claim_complete_fail(db):
     ids = [add_clip(db, f"c{i}.mp4") for i in range(3)]
-    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids + ids[:1], prompt_id=None)
-    assert jobs.get(db, job)["total"] == 3
-    got = jobs.claim(db, job, "runner-1", 2, lease_seconds=60, max_attempts=3)
-    assert len(got) == 2 and jobs.get(db, job)["state"] == "running"
-    jobs.complete(db, job, got[0]["clip_id"], text="done", labels=LABELS, provenance={"model": "m"})
-    jobs.complete(db, job, got[0]["clip_id"], text="dup", labels=LABELS, provenance={"model": "m"})
+    job = jobs.create(
+        db, name="j", created_by="lead", selection=Selection.of_clips(ids + ids[:1]), prompt_id=None, params=JobParams()
+    )
+    assert job_queries.get(db, job)["total"] == 3
+    got = job_items.claim(db, job, "runner-1", 2, lease_seconds=60, max_attempts=3)
+    assert len(got) == 2 and job_queries.get(db, job)["state"] == "running"
+    job_items.complete(db, job, got[0]["clip_id"], text="done", labels=LABELS, provenance={"model": "m"})
+    job_items.complete(db, job, got[0]["clip_id"], text="dup", labels=LABELS, provenance={"model": "m"})
     assert (
-        jobs.fail(db, job, got[1]["clip_id"], error="HTTP 400", kind="bad_request", retryable=False, max_attempts=3)
+        job_items.fail(
+            db, job, got[1]["clip_id"], error="HTTP 400", kind="bad_request", retryable=False, max_attempts=3
+        )
         == "failed"
     )
-    j = jobs.get(db, job)
+    j = job_queries.get(db, job)
     assert (j["done"], j["failed"]) == (1, 1)
     assert db.execute("SELECT COUNT(*) FROM captions WHERE job_id = ?", [job]).fetchone()[0] == 1
 
@@ -137,14 +143,16 @@ def test_write_lock_stats_count_holds_and_the_longest(db, settings):
 
 def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     ids = [add_clip(db, f"s{i}.mp4") for i in range(3)]
-    job = jobs.create(db, name="j", created_by="lead", clip_ids=ids, prompt_id=None)
-    jobs.claim(db, job, "runner-1", 3, lease_seconds=60, max_attempts=3)
+    job = jobs.create(
+        db, name="j", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+    job_items.claim(db, job, "runner-1", 3, lease_seconds=60, max_attempts=3)
     t0 = 1_000_000.0  # started at t0; results at t0+5 and t0+35, then a stall until it finished at t0+60
     db.execute("UPDATE jobs SET started_at = ?, finished_at = ? WHERE id = ?", [t0, t0 + 60, job])
     db.execute("UPDATE job_items SET finished_at = ? WHERE job_id = ? AND clip_id = ?", [t0 + 5, job, ids[0]])
     db.execute("UPDATE job_items SET finished_at = ? WHERE job_id = ? AND clip_id = ?", [t0 + 35, job, ids[1]])
     db.conn.commit()
-    series = jobs.progress(db, job)["series"]
+    series = job_queries.progress(db, job)["series"]
     assert [p["t"] for p in series] == [t0 + 10 * k for k in range(7)]  # 10 s buckets from start to end
     assert [p["n"] for p in series] == [1, 0, 0, 1, 0, 0, 0]
     assert series[0]["clips_per_s"] == 0.1

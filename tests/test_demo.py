@@ -5,7 +5,7 @@ import sys
 
 import av
 
-from data import demo
+from data import demo, hostile
 
 
 def test_same_seed_gives_same_files_and_sidecars(tmp_path):
@@ -49,14 +49,14 @@ def test_broken_files_are_written(tmp_path):
 
 
 def test_hostile_corpus_has_at_least_30_named_files(tmp_path):
-    expected = demo.write_hostile_corpus(tmp_path)
+    expected = hostile.write_hostile_corpus(tmp_path)
     assert len(expected) >= 30
     on_disk = set(os.listdir(tmp_path))
     assert set(expected) <= on_disk
     assert os.path.islink(tmp_path / "symlink_to_etc_passwd.mp4")
     assert any(not n.isascii() for n in expected)  # the non-UTF-8 name
     # writing twice is fine (launch.sh and tests may re-run it)
-    assert demo.write_hostile_corpus(tmp_path) == expected
+    assert hostile.write_hostile_corpus(tmp_path) == expected
 
 
 def test_cli_help_mentions_an_example():

@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from serving import fleet, procs
-from tests.support.fleet_fixtures import caption, free_port
+from serving.procs import free_port
+from tests.support.fleet_fixtures import caption
 
 # Shaped like vLLM 0.25's exposition with two engines (data parallel): series are summed.
 VLLM_TEXT = """\

@@ -81,13 +81,14 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
     preset v1 schema (uniqueItems), and each kind of bad input. Requests are our client's bodies with the video
     URL swapped; the clip root is written as <root> so the recording is machine-independent."""
     from data import prompts, taxonomy
+    from data.job_params import JobParams
     from data.settings import Settings
     from serving.client import CaptionRequest, FleetClient
 
     settings = Settings.load(environ={}).replace(clip_root=clip_root, served_model_name=served)
     v2 = {**next(p for p in prompts.PRESETS if p["version"] == 2), "id": 2}
     client = FleetClient(settings)
-    good = client.build_body(CaptionRequest(good_rel, v2, max_tokens=2048, camera="front_center"))
+    good = client.build_body(CaptionRequest(good_rel, v2, JobParams(max_tokens=2048), camera="front_center"))
     hostile = clip_root / "hostile"
     trunc = sorted(hostile.glob("truncated_faststart_*pct.mp4"))
     cases: dict[str, tuple[str, dict]] = {

@@ -6,7 +6,7 @@ import sys
 
 from PIL import Image
 
-from data import captions, clips, ingest, media
+from data import captions, clips, ingest, media, walk
 from data.demo import BROKEN_FILES
 from tests.support.clip_fixtures import TINY_COUNT
 
@@ -110,7 +110,7 @@ def test_hostile_corpus_every_file_recorded_with_its_reason(settings, db, hostil
     assert summary["ok"] == 0 and summary["failed"] == len(expected)
     rows = {r["path"]: r["probe_error"] for r in db.query("SELECT path, probe_error FROM clips")}
     for name, keyword in expected.items():
-        stored = ingest.storable_name(name)[0]
+        stored = walk.storable_name(name)[0]
         assert stored in rows, name
         assert keyword in rows[stored].lower(), (name, rows[stored])
 

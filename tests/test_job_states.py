@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from data import jobs, prompts
+from data import job_items, job_queries, jobs, prompts
 from data.errors import DataError, InvalidJobParams
 from data.job_params import MIN_MAX_TOKENS, JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
 from tests.support.fleet_fixtures import write_clip
 
@@ -47,7 +48,12 @@ def make_job(db, root, settings, n=N_CLIPS):
     ids = [r["id"] for r in db.query("SELECT id FROM clips ORDER BY id")]
     p = prompts.latest(db)
     return jobs.create(
-        db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], params=JobParams.resolve(settings).to_dict()
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips(ids),
+        prompt_id=p["id"],
+        params=JobParams.resolve(settings),
     )
 
 
@@ -91,51 +97,58 @@ def fsettings(settings, real_root):
 def test_cancel_stops_new_captions_within_2s_and_aborts_in_flight(fsettings, db, fleet, real_root):
     job_id = make_job(db, real_root, fsettings)
     with RunnerThread(fsettings, fleet.urls) as rt:
-        wait_for(lambda: jobs.counts(db, job_id)["leased"] > 0)
+        wait_for(lambda: job_queries.counts(db, job_id)["leased"] > 0)
         time.sleep(1.0)  # cancel after 1 s, as the lead did
         jobs.change_state(db, job_id, "cancel", "lead")
         # when the cancel took effect: the time its transaction recorded, once it held the write lock. A clock read
         # before the call is earlier by however long the runner's write held the lock, and a caption committed in
         # that gap was made before the cancel (seen once in a CI rehearsal, Python 3.12)
-        t_cancel = jobs.get(db, job_id)["finished_at"]
+        t_cancel = job_queries.get(db, job_id)["finished_at"]
         time.sleep(3.0)
         late = [t for t in model_captions(db, job_id) if t > t_cancel]
         assert late == [], f"{len(late)} captions written after the cancel"
-        c = jobs.counts(db, job_id)
+        c = job_queries.counts(db, job_id)
         assert c["leased"] == 0 and c["done"] < N_CLIPS
-        assert jobs.get(db, job_id)["state"] == "cancelled"
-        assert jobs.get(db, job_id)["done"] == c["done"]  # the counter tells the truth
+        assert job_queries.get(db, job_id)["state"] == "cancelled"
+        assert job_queries.get(db, job_id)["done"] == c["done"]  # the counter tells the truth
         assert rt.runner.stats["aborted"] > 0  # requests in flight were aborted, not awaited
 
 
 def test_pause_starts_nothing_then_resume_ends_done_with_the_true_count(fsettings, db, fleet, real_root):
     job_id = make_job(db, real_root, fsettings)
     with RunnerThread(fsettings, fleet.urls):
-        wait_for(lambda: jobs.counts(db, job_id)["leased"] > 0)
+        wait_for(lambda: job_queries.counts(db, job_id)["leased"] > 0)
         time.sleep(0.5)
         jobs.change_state(db, job_id, "pause", "lead")
-        at_pause = jobs.counts(db, job_id)
+        at_pause = job_queries.counts(db, job_id)
         assert at_pause["leased"] == 0  # nothing in flight counts as started
         time.sleep(2.5)  # longer than a caption takes: anything still running would land now
-        after = jobs.counts(db, job_id)
+        after = job_queries.counts(db, job_id)
         assert after == at_pause, (at_pause, after)
-        job = jobs.get(db, job_id)
+        job = job_queries.get(db, job_id)
         assert job["state"] == "paused" and job["done"] == after["done"] < N_CLIPS
         jobs.change_state(db, job_id, "resume", "lead")
-        wait_for(lambda: jobs.get(db, job_id)["state"] == "done", timeout=60)
-    job = jobs.get(db, job_id)
+        wait_for(lambda: job_queries.get(db, job_id)["state"] == "done", timeout=60)
+    job = job_queries.get(db, job_id)
     assert (job["done"], job["failed"]) == (N_CLIPS, 0)
-    assert jobs.counts(db, job_id) == {"pending": 0, "leased": 0, "done": N_CLIPS, "failed": 0}
+    assert job_queries.counts(db, job_id) == {"pending": 0, "leased": 0, "done": N_CLIPS, "failed": 0}
     assert len(model_captions(db, job_id)) == N_CLIPS
 
 
 def test_resume_of_a_drained_job_is_done_not_running_forever(settings, db):
     with db.conn:
         db["clips"].insert_all([{"path": "x.mp4", "size": 1}])
-    job_id = jobs.create(db, name="t", created_by="lead", clip_ids=[1], prompt_id=prompts.latest(db)["id"])
-    jobs.claim(db, job_id, "r", 10, lease_seconds=60, max_attempts=3)
-    jobs.complete(db, job_id, 1, text="t", labels={**_labels()}, provenance={"replica": "x"})
-    assert jobs.get(db, job_id)["state"] == "done"
+    job_id = jobs.create(
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips([1]),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
+    job_items.claim(db, job_id, "r", 10, lease_seconds=60, max_attempts=3)
+    job_items.complete(db, job_id, 1, text="t", labels={**_labels()}, provenance={"replica": "x"})
+    assert job_queries.get(db, job_id)["state"] == "done"
     # a job paused after its last item was recorded used to stay "running - 100% - ETA 0" once resumed
     db.execute("UPDATE jobs SET state = 'paused' WHERE id = ?", [job_id])
     assert jobs.change_state(db, job_id, "resume", "lead")["state"] == "done"
@@ -164,10 +177,9 @@ def test_three_rapid_starts_make_one_job(settings, db):
                     conn,
                     name="n",
                     created_by="lead",
-                    clip_ids=range(1, 6),
+                    selection=Selection.of_clips(range(1, 6)),
                     prompt_id=pid,
-                    params={"frames": 16, "max_tokens": 320},
-                    selection={"s": 1},
+                    params=JobParams(frames=16, max_tokens=320),
                 )
             )
         except Exception as e:  # noqa: BLE001 - reported below
@@ -200,7 +212,7 @@ def test_job_params_defaults_and_refusals(settings):
     assert issubclass(InvalidJobParams, DataError)
     assert JobParams.resolve(settings, max_tokens=MIN_MAX_TOKENS).max_tokens == MIN_MAX_TOKENS
     # stored jobs from before the checks still run as asked
-    assert JobParams.resolve(settings, {"max_tokens": 64}, validate=False).max_tokens == 64
+    assert JobParams.from_dict({"max_tokens": 64}).max_tokens == 64
 
 
 def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):

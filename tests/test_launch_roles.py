@@ -4,16 +4,19 @@ list, the runner under its supervisor, and the app, and refuses a loopback-only 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import subprocess
 from pathlib import Path
 
+from data.settings import Settings, env_name, flag
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def launch(tmp_path, *args: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
+def launch(tmp_path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = env if env is not None else {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
     return subprocess.run(
         [str(ROOT / "launch.sh"), *args, "--dry-run", "--no-install", "--data-dir", str(tmp_path / "var")],
         capture_output=True,
@@ -103,12 +106,43 @@ def test_fleet_mode_and_fleet_urls_reach_the_runner_and_the_app_each_with_one_me
     assert r.returncode == 2 and "--fleet-urls" in r.stderr
 
 
-def test_the_old_fleet_flag_keeps_its_meaning_and_names_the_new_one(tmp_path):
+def test_the_old_fleet_flag_is_refused(tmp_path):
     r = launch(tmp_path, "--fleet", "sim")
-    assert r.returncode == 0 and "--fleet sim is deprecated: write --fleet-mode sim" in r.stderr
-    assert any("serving.simfleet" in c for c in commands(r.stdout))
-    r = launch(tmp_path, "--fleet", "http://10.0.0.9:30000")
-    assert r.returncode == 0 and "write --fleet-urls http://10.0.0.9:30000" in r.stderr
-    app = [c for c in commands(r.stdout) if "webapp" in c][0]
-    assert _args_after(app, "--fleet-urls") == "http://10.0.0.9:30000"
-    assert "FutureWarning" not in r.stderr  # translated once by launch.sh, not again by each Python command
+    assert r.returncode == 2 and "unrecognized arguments: --fleet sim" in r.stderr and not commands(r.stdout)
+
+
+def test_help_lists_every_setting_with_its_variable_and_default():
+    r = subprocess.run([str(ROOT / "launch.sh"), "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    for f in dataclasses.fields(Settings):
+        assert flag(f.name) in r.stdout and env_name(f.name) in r.stdout, f.name
+    for port in ("--fleet-port", "--router-port", "--router-prometheus-port", "--port"):
+        assert port in r.stdout
+
+
+def test_the_fleet_router_and_metrics_ports_reach_the_commands(tmp_path):
+    r = launch(tmp_path, "--fleet-mode", "sim", "--replicas", "2", "--fleet-port", "9100", "--router-port=31234")
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    sim = [c for c in cmds if "serving.simfleet" in c][0]
+    router = [c for c in cmds if "--worker-urls" in c][0]
+    assert _args_after(sim, "--port") == "9100"
+    assert _args_after(router, "--port") == "31234" and _args_after(router, "--prometheus-port") == "29000"
+    assert router[router.index("--worker-urls") + 1 : router.index("--policy")] == [
+        "http://127.0.0.1:9100",
+        "http://127.0.0.1:9101",
+    ]
+    runner = [c for c in cmds if "serving.runner" in c][0]
+    assert _args_after(runner, "--fleet-urls") == "http://127.0.0.1:31234"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
+    r = launch(tmp_path, "--fleet-mode", "sim", env={**env, "CW_ROUTER_PROMETHEUS_PORT": "29123"})
+    router = [c for c in commands(r.stdout) if "--prometheus-port" in c][0]
+    assert _args_after(router, "--prometheus-port") == "29123"  # the variable, as for every setting
+
+
+def test_the_scripts_own_options_take_both_spellings(tmp_path):
+    for args in (("--vllm-arg", "--load-format=dummy"), ("--vllm-arg=--load-format=dummy",)):
+        r = launch(tmp_path, "--fleet-mode", "gpu", "--gpus", "0", *args)
+        assert r.returncode == 0, r.stderr
+        replica = [c for c in commands(r.stdout) if "serve" in c][0]
+        assert "--load-format=dummy" in replica

@@ -7,7 +7,7 @@ import shlex
 import subprocess
 import sys
 
-from serving import launcher, procs
+from serving import fleet_record, launcher, procs
 
 # NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
 # design notes give it (they live outside this repo; docs/GPU.md, "Running the fleet", describes the command).
@@ -173,16 +173,14 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
 
 def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_path, settings):
     # a "replica" that exits at once: the launcher must notice fast, clean up and fail
-    args = launcher.build_parser().parse_args(
-        ["up", "--fleet-mode", "sim", "--no-router", "--startup-timeout", "30", "--sim-arg=--no-such-flag-for-simfleet"]
-    )
+    opts = launcher.LaunchOptions(no_router=True, startup_timeout=30, sim_args=("--no-such-flag-for-simfleet",))
     s = settings.replace(fleet_mode="sim", fleet_port=procs.free_port())
     import time
 
     t = time.monotonic()
-    assert launcher.up(s, args) == 1
+    assert launcher.up(s, opts) == 1
     assert time.monotonic() - t < 20
-    assert launcher.load_record(s) is None
+    assert fleet_record.load_record(s) is None
 
 
 def test_down_stops_recorded_process_groups(tmp_path, settings):
@@ -192,14 +190,14 @@ def test_down_stops_recorded_process_groups(tmp_path, settings):
         log=tmp_path / "s.log",
         url=f"http://127.0.0.1:{procs.free_port()}",
     )
-    launcher.save_record(
+    fleet_record.save_record(
         settings, {"fleet_mode": "sim", "mps": None, "procs": [child.record()], "replica_urls": [], "router_url": None}
     )
     assert launcher.main(["status", "--data-dir", str(settings.data_dir)]) == 1  # no health URL answers
     assert launcher.main(["down", "--data-dir", str(settings.data_dir), "--grace", "5"]) == 0
     child.popen.wait(timeout=5)
     assert not child.alive()
-    assert launcher.load_record(settings) is None
+    assert fleet_record.load_record(settings) is None
 
 
 def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
@@ -217,7 +215,7 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     # two free ports in a row for two replicas are likely but not certain: use one replica
     assert launcher.main(["up", "--fleet-mode", "sim", "--replicas", "1", *base]) == 0
     try:
-        rec = launcher.load_record(settings)
+        rec = fleet_record.load_record(settings)
         assert [c["name"] for c in rec["procs"]] == ["simfleet", "router"]
         assert launcher.main(["status", *base]) == 0
         capsys.readouterr()
@@ -231,7 +229,10 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     assert launcher.main(["status", *base]) == 3
 
 
-def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tmp_path):
+def test_help_names_the_fleet_router_and_metrics_ports_and_the_old_fleet_flag_is_gone(tmp_path):
+    helptext = launcher.build_parser().format_help()
+    for port in ("--fleet-port", "--router-port", "--router-prometheus-port"):
+        assert port in helptext and f"CW_{port[2:].replace('-', '_').upper()}" in helptext
     out = subprocess.run(
         [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), "--fleet", "sim"],
         capture_output=True,
@@ -239,5 +240,4 @@ def test_old_fleet_flag_still_picks_the_launch_mode_and_says_the_new_spelling(tm
         timeout=60,
         env={"PATH": "/usr/bin:/bin"},
     )
-    assert out.returncode == 0, out.stderr
-    assert "serving.simfleet" in out.stdout and "write --fleet-mode sim" in out.stderr
+    assert out.returncode == 2 and "--fleet" in out.stderr and "serving.simfleet" not in out.stdout

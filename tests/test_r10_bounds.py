@@ -13,8 +13,10 @@ import time
 
 import pytest
 
-from data import captions, clips, errors, export, ingest, jobs, limits, textdiff
+from data import captions, clips, errors, export, ingest, jobs, limits, textdiff, walk
 from data.errors import DataError, NotFound
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 from webapp import render
 
@@ -55,7 +57,14 @@ def test_note_and_nul_refused(db):
 def test_job_name_over_the_limit_is_refused(db):
     cid = _clip(db)
     with pytest.raises(errors.TooLarge, match="job name"):
-        jobs.create(db, name="j" * (limits.MAX_JOB_NAME_CHARS + 1), created_by="lead", clip_ids=[cid], prompt_id=None)
+        jobs.create(
+            db,
+            name="j" * (limits.MAX_JOB_NAME_CHARS + 1),
+            created_by="lead",
+            selection=Selection.of_clips([cid]),
+            prompt_id=None,
+            params=JobParams(),
+        )
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
 
 
@@ -104,15 +113,15 @@ def test_deep_sidecar_nan_and_huge_sidecar_do_not_stop_ingest(tmp_path):
     nan = _write_sidecar(tmp_path, "nan.mp4", '{"speed": NaN, "x": Infinity}')
     big = _write_sidecar(tmp_path, "big.mp4", json.dumps({"k": "v" * limits.MAX_SIDECAR_BYTES}))
     tricky = _write_sidecar(tmp_path, "str.mp4", json.dumps({"s": "[[[[" * 100 + '\\"' + "{{{{" * 100}))
-    assert "deeper than 32" in json.loads(ingest._sidecar(deep))["_sidecar_error"]
-    assert json.loads(ingest._sidecar(just))["a"]
-    assert "not valid JSON" in json.loads(ingest._sidecar(nan))["_sidecar_error"]
-    assert "larger than" in json.loads(ingest._sidecar(big))["_sidecar_error"]
-    assert json.loads(ingest._sidecar(tricky))["s"].startswith("[[[[")  # brackets inside strings do not count
+    assert "deeper than 32" in json.loads(walk.read_sidecar(deep))["_sidecar_error"]
+    assert json.loads(walk.read_sidecar(just))["a"]
+    assert "not valid JSON" in json.loads(walk.read_sidecar(nan))["_sidecar_error"]
+    assert "larger than" in json.loads(walk.read_sidecar(big))["_sidecar_error"]
+    assert json.loads(walk.read_sidecar(tricky))["s"].startswith("[[[[")  # brackets inside strings do not count
     # the depth scan is linear: an unterminated string of escaped quotes (quadratic for a naive regex)
     hostile = _write_sidecar(tmp_path, "esc.mp4", '"' + '\\"' * 400_000)
     t = time.perf_counter()
-    assert "_sidecar_error" in json.loads(ingest._sidecar(hostile))
+    assert "_sidecar_error" in json.loads(walk.read_sidecar(hostile))
     took = time.perf_counter() - t
     print(
         f"R10: sidecar scan of a {os.path.getsize(hostile[:-4] + '.json') / 2**20:.1f} MiB hostile file: "
@@ -243,7 +252,7 @@ def test_fleet_answers_are_bounded_in_bytes_and_provenance(settings, tmp_path):
     from data import db as dbmod
 
     d = dbmod.connect(settings.db)
-    req = CaptionRequest(clip_path="a.mp4", prompt=prompts.latest(d), frames=8, max_tokens=320)
+    req = CaptionRequest(clip_path="a.mp4", prompt=prompts.latest(d), params=JobParams(frames=8, max_tokens=320))
     d.close()
 
     async def go(host):
@@ -268,17 +277,17 @@ def test_annotator_recaption_quota_and_failed_clips(db, settings):
     good = [db["clips"].insert({"path": f"g{i}.mp4", "size": 1, "ingested_at": 0}).last_pk for i in range(40)]
     bad = db["clips"].insert({"path": "bad.mp4", "size": 1, "probe_error": "truncated: moov box missing"}).last_pk
     with pytest.raises(DataError, match="failed ingest"):
-        jobs.create_recaption(db, bad, user="ann", role="annotator", quota=5, prompt_id=None)
-    jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None)
+        jobs.create_recaption(db, bad, user="ann", role="annotator", quota=5, prompt_id=None, params=JobParams())
+    jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None, params=JobParams())
     with pytest.raises(DataError, match="already being captioned"):
-        jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None)
+        jobs.create_recaption(db, good[0], user="ann", role="annotator", quota=5, prompt_id=None, params=JobParams())
     results = []
 
     def spam(ids):  # 4 threads x 10 requests at once, each with its own connection
         d = dbmod.connect(settings.db)
         for cid in ids:
             try:
-                jobs.create_recaption(d, cid, user="ann", role="annotator", quota=5, prompt_id=None)
+                jobs.create_recaption(d, cid, user="ann", role="annotator", quota=5, prompt_id=None, params=JobParams())
                 results.append("ok")
             except DataError as e:
                 results.append(str(e))
@@ -295,4 +304,4 @@ def test_annotator_recaption_quota_and_failed_clips(db, settings):
     # a lead has no quota (on clips of their own: which of the spammed clips got a job depends on the race)
     mine = [db["clips"].insert({"path": f"lead{i}.mp4", "size": 1, "ingested_at": 0}).last_pk for i in range(8)]
     for cid in mine:
-        jobs.create_recaption(db, cid, user="lead", role="lead", quota=5, prompt_id=None)
+        jobs.create_recaption(db, cid, user="lead", role="lead", quota=5, prompt_id=None, params=JobParams())

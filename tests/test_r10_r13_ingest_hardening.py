@@ -44,12 +44,12 @@ def test_the_worker_memory_cap_holds():
 
 
 def test_hostile_corpus_stays_under_the_worker_cap(settings, db, hostile_root):  # noqa: F811
-    summary = ingest.ingest(settings, db=db, workers=2, decoder="pyav", memory_mib=ingest.WORKER_MEMORY_MIB)
+    summary = ingest.ingest(settings, db=db, workers=2, decoder="pyav", memory_mib=worker_pool.WORKER_MEMORY_MIB)
     print(
         f"R10: ingest worker peak RSS over the hostile corpus ({summary['seen']} files): "
-        f"{summary['worker_peak_rss_mib']:.0f} MiB (cap {ingest.WORKER_MEMORY_MIB} MiB address space)"
+        f"{summary['worker_peak_rss_mib']:.0f} MiB (cap {worker_pool.WORKER_MEMORY_MIB} MiB address space)"
     )
-    assert 0 < summary["worker_peak_rss_mib"] <= ingest.WORKER_MEMORY_MIB
+    assert 0 < summary["worker_peak_rss_mib"] <= worker_pool.WORKER_MEMORY_MIB
 
 
 def test_other_footage_under_the_same_name_makes_the_caption_stale(settings, db, tmp_path):
@@ -107,7 +107,7 @@ def test_a_workers_footprint_does_not_grow_with_the_machines_cores(monkeypatch):
     get one thread whatever the parent's environment says (here: what OpenBLAS would take on 16 cores)."""
     monkeypatch.setenv("OPENBLAS_NUM_THREADS", "16")
     monkeypatch.delenv("MALLOC_ARENA_MAX", raising=False)
-    pool = worker_pool.WorkerPool(1, 60, ingest.WORKER_MEMORY_MIB, target=_footprint)
+    pool = worker_pool.WorkerPool(1, 60, worker_pool.WORKER_MEMORY_MIB, target=_footprint)
     try:
         (result,) = list(pool.run(iter([{"rel": "x"}])))
     finally:
@@ -122,10 +122,10 @@ def test_a_1080p_clip_leaves_the_worker_most_of_its_cap(settings, db, monkeypatc
     root = settings.clip_root
     root.mkdir(parents=True)
     clipgen.tiny_clip(root / "hd.mp4", width=1920, height=1088, frames=12, step=10)
-    summary = ingest.ingest(settings, db=db, workers=1, decoder="pyav", memory_mib=ingest.WORKER_MEMORY_MIB)
+    summary = ingest.ingest(settings, db=db, workers=1, decoder="pyav", memory_mib=worker_pool.WORKER_MEMORY_MIB)
     print(f"ingest worker peak address space, one 1080p clip: {summary['worker_peak_vm_mib']:.0f} MiB")
     assert db.execute("SELECT probe_error FROM clips").fetchone()[0] is None
-    assert 0 < summary["worker_peak_vm_mib"] < ingest.WORKER_MEMORY_MIB / 2
+    assert 0 < summary["worker_peak_vm_mib"] < worker_pool.WORKER_MEMORY_MIB / 2
 
 
 def test_a_worker_out_of_memory_is_said_so_and_the_next_ingest_tries_again(settings, db):

@@ -7,7 +7,9 @@ import sqlite3
 import threading
 import time
 
-from data import db as dbmod, jobs
+from data import db as dbmod, job_items, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod
 from serving.errors import ReplicaError
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt
@@ -20,7 +22,14 @@ def test_runner_survives_a_foreign_write_lock_longer_than_the_busy_timeout(setti
     settings = settings.replace(per_replica_inflight=4)
     n = 120
     ids = add_clips(db, n)
-    job_id = jobs.create(db, name="r12", created_by="lead", clip_ids=ids, prompt_id=default_prompt(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="r12",
+        created_by="lead",
+        selection=Selection.of_clips(ids),
+        prompt_id=default_prompt(db)["id"],
+        params=JobParams(),
+    )
     hold_s = dbmod.BUSY_TIMEOUT_MS / 1000 + 5  # 15 s: past the busy timeout
     held = threading.Event()
 
@@ -60,7 +69,14 @@ def test_a_45_second_fleet_outage_fails_no_clip(settings, db):
     settings = settings.replace(max_attempts=4)
     n = 40
     ids = add_clips(db, n)
-    job_id = jobs.create(db, name="outage", created_by="lead", clip_ids=ids, prompt_id=default_prompt(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="outage",
+        created_by="lead",
+        selection=Selection.of_clips(ids),
+        prompt_id=default_prompt(db)["id"],
+        params=JobParams(),
+    )
     outage_s = 6.0  # scaled down from 45 s: with backoff_base 0.01 the old code spent its 4 attempts in < 1 s
     t0 = time.monotonic()
 
@@ -82,19 +98,21 @@ def test_a_45_second_fleet_outage_fails_no_clip(settings, db):
 
 def test_attempts_never_exceed_the_limit_after_runner_kills(db):
     ids = add_clips(db, 3)
-    job_id = jobs.create(db, name="kills", created_by="lead", clip_ids=ids, prompt_id=None)
-    jobs.claim(db, job_id, "r0", 10, lease_seconds=600, max_attempts=3)
+    job_id = jobs.create(
+        db, name="kills", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+    job_items.claim(db, job_id, "r0", 10, lease_seconds=600, max_attempts=3)
     for i in ids:  # one real failed attempt each
-        jobs.fail(db, job_id, i, error="HTTP 503", kind="overloaded", retryable=True, max_attempts=3)
+        job_items.fail(db, job_id, i, error="HTTP 503", kind="overloaded", retryable=True, max_attempts=3)
     for round_ in range(6):  # each round: a runner leases, is SIGKILLed mid-request, the next one recovers
-        jobs.claim(db, job_id, f"host:999999{round_}:1", 10, lease_seconds=600, max_attempts=3)
-        jobs.recover(db, alive=lambda holder: False)
+        job_items.claim(db, job_id, f"host:999999{round_}:1", 10, lease_seconds=600, max_attempts=3)
+        job_items.recover(db, alive=lambda holder: False)
     rows = [dict(r) for r in db.query("SELECT attempts, state FROM job_items WHERE job_id = ?", [job_id])]
     assert all(r["attempts"] == 1 and r["state"] == "pending" for r in rows), rows  # kills are not attempts
     # and an item already at the limit (an older database) is failed, never sent again
     db.execute("UPDATE job_items SET attempts = 3")
     db.conn.commit()
-    assert jobs.claim(db, job_id, "r1", 10, lease_seconds=600, max_attempts=3) == []
+    assert job_items.claim(db, job_id, "r1", 10, lease_seconds=600, max_attempts=3) == []
     rows = [dict(r) for r in db.query("SELECT attempts, state FROM job_items WHERE job_id = ?", [job_id])]
     assert all(r["attempts"] == 3 and r["state"] == "failed" for r in rows), rows
-    assert jobs.get(db, job_id)["state"] == "done"
+    assert job_queries.get(db, job_id)["state"] == "done"

@@ -16,9 +16,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, jobs
+from data import db as dbmod, heartbeats
 from data.settings import Settings
-from serving import fleet_commands, launcher, procs
+from serving import fleet_addresses, fleet_commands, fleet_record, launcher, procs
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
@@ -47,7 +47,7 @@ def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> in
 
 
 def _block(n: int) -> int:
-    return launcher.free_block("127.0.0.1", n, procs.free_port())
+    return fleet_addresses.free_block("127.0.0.1", n, procs.free_port())
 
 
 def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_path, capsys):
@@ -75,7 +75,7 @@ def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_
             assert sorted(w["url"] for w in workers) == sorted(rec["replica_urls"])
         # what `launch.sh` hands the second runner and app is the second router
         s_b = Settings.load({"data_dir": str(b)}, environ={})
-        assert launcher.fleet_url(s_b) == rb["router_url"]
+        assert fleet_record.fleet_url(s_b) == rb["router_url"]
         before_a = [httpx.get(u + "/sim/stats", timeout=5).json()["chat_requests"] for u in ra["replica_urls"]]
         for _ in range(4):
             r = httpx.post(
@@ -112,8 +112,8 @@ def test_launcher_refuses_a_port_answered_by_someone_else(tmp_path):
     try:
         procs.wait_healthy([foreign, ours], timeout=20)  # health alone is fooled
         with pytest.raises(procs.StartupError, match="not by the router this launcher started"):
-            launcher.verify_owners([ours])
-        launcher.verify_owners(
+            fleet_addresses.verify_owners([ours])
+        fleet_addresses.verify_owners(
             [procs.Child("foreign", foreign.pid, foreign.pgid, [], foreign.log, url=f"http://127.0.0.1:{port}")]
         )  # the owner passes
     finally:
@@ -129,15 +129,14 @@ def test_a_gpu_node_keeps_its_ports_and_says_so(tmp_path):
         settings = Settings.load(
             {"data_dir": str(tmp_path), "role": "node", "fleet_mode": "sim", "fleet_port": port}, environ={}
         )
-        args = launcher.build_parser().parse_args(["up", "--replicas", "1"])
         with pytest.raises(SystemExit, match="GPU node keeps the ports"):
-            launcher.resolve_ports(settings, args)
+            fleet_addresses.resolve_ports(settings, 1)
 
 
 def _runner_beats(db_path) -> list[dict]:
     d = dbmod.connect(db_path)
     try:
-        return jobs.heartbeats(d)
+        return heartbeats.heartbeats(d)
     finally:
         d.close()
 
@@ -187,7 +186,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
 
         d = dbmod.connect(settings.db)
         try:
-            line = runner_line(jobs.heartbeats(d, "runner"), settings)
+            line = runner_line(heartbeats.heartbeats(d, "runner"), settings)
         finally:
             d.close()
         assert "Runner alive" in line and str(second) in line

@@ -18,8 +18,10 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, db as dbmod, jobs, prompts
+from data import captions, db as dbmod, job_items, jobs, prompts
 from data.errors import Conflict, DataError
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2
@@ -75,9 +77,9 @@ class Versions(RuleBasedStateMachine):
 
     def _machine_result(self, clip, job_id):
         was_current, was_protected = self._cur(clip), self.protected[clip]
-        items = jobs.claim(self.db, job_id, "r2", 10, lease_seconds=60, max_attempts=4)
+        items = job_items.claim(self.db, job_id, "r2", 10, lease_seconds=60, max_attempts=4)
         assert [i["clip_id"] for i in items] == [clip]
-        row = jobs.complete(
+        row = job_items.complete(
             self.db,
             job_id,
             clip,
@@ -146,7 +148,14 @@ class Versions(RuleBasedStateMachine):
     def recaption(self, i):
         """A new job over the clip (a job result, or a re-caption if it had one)."""
         clip = self.clips[i]
-        job_id = jobs.create(self.db, name="r2", created_by="lead", clip_ids=[clip], prompt_id=self.prompt)
+        job_id = jobs.create(
+            self.db,
+            name="r2",
+            created_by="lead",
+            selection=Selection.of_clips([clip]),
+            prompt_id=self.prompt,
+            params=JobParams(),
+        )
         self._machine_result(clip, job_id)
 
     @precondition(lambda self: self.open_job)
@@ -158,9 +167,12 @@ class Versions(RuleBasedStateMachine):
         before = (self._cur(clip), self._versions(clip))
         first = next(self.db.query("SELECT id FROM captions WHERE job_id=? AND clip_id=?", [job_id, clip]))["id"]
         jobs.retry_failed(self.db, job_id, "lead")
-        row = jobs.complete(self.db, job_id, clip, text="again", labels=LABELS, provenance={"model": "m"})
+        row = job_items.complete(self.db, job_id, clip, text="again", labels=LABELS, provenance={"model": "m"})
         assert row["id"] == first and (self._cur(clip), self._versions(clip)) == before
-        assert jobs.fail(self.db, job_id, clip, error="late", kind="replica", retryable=True, max_attempts=4) == "done"
+        assert (
+            job_items.fail(self.db, job_id, clip, error="late", kind="replica", retryable=True, max_attempts=4)
+            == "done"
+        )
 
     @rule(i=st.integers(0, CLIPS_PER_RUN - 1), stale=st.booleans(), data=st.data())
     def adopt(self, i, stale, data):

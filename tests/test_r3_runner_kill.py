@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from data import jobs, prompts
+from data import job_queries, jobs, prompts
+from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import fleet_commands, procs, simfleet
-from tests.support.runner_fixtures import tiny_library
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -23,7 +25,11 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     ids = tiny_library(settings, db, clips)
     pid = prompts.latest(db)["id"]
     fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=0.2)  # ~0.2 s per request
-    job_ids = [jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid)]
+    job_ids = [
+        jobs.create(
+            db, name="r3", created_by="test", selection=Selection.of_clips(ids), prompt_id=pid, params=JobParams()
+        )
+    ]
     inflight_at_kills = 0
     done_kills = 0
     cmd = fleet_commands.runner_command(
@@ -31,8 +37,17 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
     )
     try:
         while done_kills < kills:
-            if jobs.get(db, job_ids[-1])["state"] == "done":  # re-caption the same clips: a new job
-                job_ids.append(jobs.create(db, name="r3", created_by="test", clip_ids=ids, prompt_id=pid))
+            if job_queries.get(db, job_ids[-1])["state"] == "done":  # re-caption the same clips: a new job
+                job_ids.append(
+                    jobs.create(
+                        db,
+                        name="r3",
+                        created_by="test",
+                        selection=Selection.of_clips(ids),
+                        prompt_id=pid,
+                        params=JobParams(),
+                    )
+                )
             child = procs.start("runner", cmd, log=tmp_path / "runner.log", cwd=REPO)
             time.sleep(rng.uniform(0.3, 1.5))
             procs.kill_group(child.pgid, child.popen)
@@ -46,12 +61,12 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
         fleet.stop()
     n_items = clips * len(job_ids)
     for j in job_ids:
-        c = jobs.counts(db, j)
+        c = job_queries.counts(db, j)
         assert c == {"pending": 0, "leased": 0, "done": clips, "failed": 0}, (j, c)
         per_clip = dict(db.execute("SELECT clip_id, COUNT(*) FROM captions WHERE job_id = ? GROUP BY clip_id", [j]))
         assert sorted(per_clip) == ids, "missing captions"
         assert set(per_clip.values()) == {1}, "duplicate captions"
-        assert jobs.get(db, j)["done"] == clips
+        assert job_queries.get(db, j)["done"] == clips
     attempts = db.execute("SELECT SUM(attempts) FROM job_items").fetchone()[0]
     # every request sent was counted as an attempt, or given back when its runner was found dead (data.jobs.recover:
     # a kill is not the clip's fault, so kills never use up a clip's attempts)

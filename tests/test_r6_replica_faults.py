@@ -8,9 +8,11 @@ import time
 
 import pytest
 
-from data import jobs, prompts
+from data import job_queries, jobs, prompts
+from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
-from tests.support.runner_fixtures import tiny_library
 from tests.support.waiting import wait_until
 
 SPEED = 0.1  # ~0.1 s per tiny clip
@@ -18,7 +20,14 @@ CAPACITY = 2  # requests a replica runs at once
 
 
 def run(settings, db, urls, clip_ids, *, during=None):
-    job_id = jobs.create(db, name="r6", created_by="test", clip_ids=clip_ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="r6",
+        created_by="test",
+        selection=Selection.of_clips(clip_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     out = {}
     stop = threading.Event()
     t0 = time.monotonic()
@@ -31,7 +40,7 @@ def run(settings, db, urls, clip_ids, *, during=None):
         if during:
             during(job_id)
         th.join(timeout=600)
-        assert not th.is_alive(), f"job {job_id} not done in 600 s: {jobs.counts(db, job_id)}"
+        assert not th.is_alive(), f"job {job_id} not done in 600 s: {job_queries.counts(db, job_id)}"
     finally:
         stop.set()  # on a failure above, the runner must not go on retrying a stopped fleet under later tests
         th.join(timeout=60)
@@ -66,7 +75,7 @@ def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db
         stats = [fleet.stats(i) for i in range(1, 8)]
     finally:
         fleet.stop()
-    c = jobs.counts(db, job_id)
+    c = job_queries.counts(db, job_id)
     assert c == {"pending": 0, "leased": 0, "done": n, "failed": 0}
     attempts = db.execute("SELECT SUM(attempts) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
     per_clip = dict(db.execute("SELECT clip_id, COUNT(*) FROM captions WHERE job_id = ? GROUP BY clip_id", [job_id]))

@@ -1,4 +1,4 @@
-"""R7 for captioning: every clip of the hostile corpus (data.demo.write_hostile_corpus, ingested) ends failed
+"""R7 for captioning: every clip of the hostile corpus (data.hostile.write_hostile_corpus, ingested) ends failed
 with a specific reason; clips that slip past ingest are refused by the fleet or the client (4xx / decode 500 /
 outside the root) and never retried; the good clips of the same job are captioned."""
 
@@ -7,17 +7,20 @@ from __future__ import annotations
 import os
 import time
 
-from data import demo, ingest, jobs, prompts
+from data import ingest, jobs, prompts
+from data.clipgen import tiny_clip
+from data.hostile import write_hostile_corpus
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
-from tests.support.runner_fixtures import tiny_clip_bytes
 
 
 def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db):
     root = settings.clip_root
-    expected = demo.write_hostile_corpus(root / "hostile")
+    expected = write_hostile_corpus(root / "hostile")
     (root / "good").mkdir(parents=True)
     for i in range(3):
-        (root / "good" / f"{i}.mp4").write_bytes(tiny_clip_bytes())
+        (root / "good" / f"{i}.mp4").write_bytes(tiny_clip())
     ingest.ingest(settings, db=db, media=False, workers=2)
     # rows that slip past ingest (a file replaced after probing, a row pointing outside the root)
     (root / "late").mkdir()
@@ -31,7 +34,14 @@ def test_r7_hostile_corpus_fails_with_reasons_and_is_never_retried(settings, db)
             ]
         )
     all_ids = [r[0] for r in db.execute("SELECT id FROM clips")]
-    job_id = jobs.create(db, name="r7", created_by="test", clip_ids=all_ids, prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="r7",
+        created_by="test",
+        selection=Selection.of_clips(all_ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     fleet = simfleet.start_fleet(2, 0, root, speed=0.01)
     try:
         t = time.monotonic()

@@ -15,9 +15,11 @@ import json
 import threading
 import time
 
-from data import jobs, prompts
+from data import job_queries, jobs, prompts
+from data.clipgen import tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import runner as runmod, simfleet
-from tests.support.runner_fixtures import tiny_library
 
 TIMEOUT = 1.5
 BACKOFF_BASE = 0.1
@@ -81,9 +83,9 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         db,
         name="r8",
         created_by="test",
-        clip_ids=ids,
+        selection=Selection.of_clips(ids),
         prompt_id=prompts.latest(db)["id"],
-        params={"max_tokens": 321, "frames": 16},
+        params=JobParams(max_tokens=321, frames=16),
     )
     paths = dict(db.execute("SELECT path, id FROM clips"))
     silent, trickle = BadReplica("silent"), BadReplica("trickle")
@@ -102,7 +104,7 @@ def test_r8_hung_replicas_hold_no_clip_past_deadline_plus_backoff(settings, db):
         silent.stop()
         trickle.stop()
     wall = time.monotonic() - t0
-    assert jobs.counts(db, job_id) == {"pending": 0, "leased": 0, "done": n, "failed": 0}
+    assert job_queries.counts(db, job_id) == {"pending": 0, "leased": 0, "done": n, "failed": 0}
     bad = silent.requests + trickle.requests
     assert len(silent.requests) >= 1 and len(trickle.requests) >= 1, "the bad replicas got no traffic"
     finished = dict(db.execute("SELECT clip_id, finished_at FROM job_items WHERE job_id = ?", [job_id]))

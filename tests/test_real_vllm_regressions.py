@@ -16,9 +16,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, errors, ingest, jobs, library, probe, prompts, taxonomy, worker_pool
+from data import db as dbmod, errors, ingest, job_queries, jobs, library, probe, prompts, taxonomy, worker_pool
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import simfleet
-from serving.client import CaptionRequest, FleetClient, parse_answer
+from serving.answers import parse_answer
+from serving.client import CaptionRequest, FleetClient
 from serving.errors import BadAnswer
 from tests.support.fleet_fixtures import PROMPT, caption, write_clip
 
@@ -188,7 +191,14 @@ def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
     from serving import runner as runmod
     from tests.support.runner_fixtures import add_clips
 
-    job_id = jobs.create(db, name="t", created_by="lead", clip_ids=add_clips(db, 2), prompt_id=prompts.latest(db)["id"])
+    job_id = jobs.create(
+        db,
+        name="t",
+        created_by="lead",
+        selection=Selection.of_clips(add_clips(db, 2)),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
     junk = "not json " * 2000
 
     class Junk:
@@ -200,7 +210,7 @@ def test_an_unusable_answer_is_kept_bounded_on_the_failed_item(settings, db):
 
     prog = runmod.run_job(settings, job_id, ["http://r0"], client=Junk())
     assert prog["counts"]["failed"] == 2
-    (f, _) = jobs.failures(db, job_id)
+    (f, _) = job_queries.failures(db, job_id)
     assert f["raw_answer"] == junk[: BadAnswer.RAW_ANSWER_CHARS] and f["error_kind"] == "invalid_json"
 
 

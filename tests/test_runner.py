@@ -12,7 +12,9 @@ import time
 
 import pytest
 
-from data import captions, jobs
+from data import captions, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 from data.settings import Settings
 from serving import fleet_record, runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
@@ -27,12 +29,19 @@ URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 def make_job(db, n, **kw):
     ids = add_clips(db, n, probe_errors=kw.pop("probe_errors", None))
     p = default_prompt(db)
-    return jobs.create(db, name="t", created_by="lead", clip_ids=ids, prompt_id=p["id"], **kw), ids, p
+    params = kw.pop("params", JobParams())
+    return (
+        jobs.create(
+            db, name="t", created_by="lead", selection=Selection.of_clips(ids), prompt_id=p["id"], params=params
+        ),
+        ids,
+        p,
+    )
 
 
 def test_runner_captions_every_clip_within_per_replica_bound(settings, db):
     settings = settings.replace(per_replica_inflight=4)
-    job_id, ids, p = make_job(db, 60, params={"frames": 8, "max_tokens": 200})
+    job_id, ids, p = make_job(db, 60, params=JobParams(frames=8, max_tokens=200))
     client = FakeClient(latency=0.01)
     prog = runmod.run_job(settings, job_id, URLS, client=client)
     assert prog["state"] == "done" and prog["counts"]["done"] == 60
@@ -54,7 +63,7 @@ def test_clips_with_a_probe_error_fail_without_being_sent(settings, db):
     prog = runmod.run_job(settings, job_id, URLS, client=client)
     assert prog["counts"] == {"pending": 0, "leased": 0, "done": 8, "failed": 2}
     assert len(client.calls) == 8
-    reasons = sorted(f["last_error"] for f in jobs.failures(db, job_id))
+    reasons = sorted(f["last_error"] for f in job_queries.failures(db, job_id))
     assert reasons == ["ingest: moov atom not found", "ingest: no video stream"]
 
 
@@ -71,7 +80,7 @@ def test_rejected_clips_fail_at_once_and_retryable_errors_go_elsewhere(settings,
     client = FakeClient(script=script)
     prog = runmod.run_job(settings, job_id, URLS, client=client, backoff_base=0.01)
     assert prog["counts"]["done"] == 29 and prog["counts"]["failed"] == 1
-    f = jobs.failures(db, job_id)[0]
+    f = job_queries.failures(db, job_id)[0]
     assert f["attempts"] == 1 and "decode budget" in f["last_error"] and f["error_kind"] == "rejected"
     # every clip that failed on the bad replica was answered by another one, never twice by the bad one
     per_clip_bad = [p for u, p in client.calls if u == bad_replica]
@@ -92,7 +101,7 @@ def test_retryable_errors_give_up_after_max_attempts(settings, db):
         settings, job_id, URLS, client=FakeClient(script=script), backoff_base=0.01, fleet_down_budget=0
     )
     assert prog["counts"]["failed"] == 3
-    for f in jobs.failures(db, job_id):
+    for f in job_queries.failures(db, job_id):
         assert f["attempts"] == 3 and "gave up after 3 attempts" in f["last_error"]
 
 
@@ -127,12 +136,12 @@ def test_pause_stops_claiming_and_hands_inflight_items_back(settings, db):
     jobs.change_state(db, job_id, "pause", "lead")
     t.join(timeout=20)
     assert not t.is_alive()
-    c = jobs.counts(db, job_id)
+    c = job_queries.counts(db, job_id)
     assert c["leased"] == 0 and 20 <= c["done"] < 200
     # requests in flight at the pause were aborted and their items handed back (issue 10: a paused job
     # shows what was really captioned, and resuming sends those items again)
     assert c["done"] <= len(client.calls) and c["pending"] == 200 - c["done"]
-    assert jobs.get(db, job_id)["state"] == "paused" and jobs.get(db, job_id)["done"] == c["done"]
+    assert job_queries.get(db, job_id)["state"] == "paused" and job_queries.get(db, job_id)["done"] == c["done"]
 
 
 def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
@@ -147,7 +156,7 @@ def test_stop_event_drains_and_leaves_nothing_leased(settings, db):
     time.sleep(0.5)
     stop.set()
     th.join(timeout=20)
-    c = jobs.counts(db, job_id)
+    c = job_queries.counts(db, job_id)
     assert c["leased"] == 0 and c["done"] == len(client.calls) and c["pending"] == 300 - c["done"]
 
 
@@ -192,19 +201,7 @@ def test_without_urls_the_runner_sends_to_what_the_launcher_of_its_data_dir_star
         fleet_record.record_path(settings).unlink()
 
 
-def test_the_old_fleet_spellings_keep_their_meaning_with_a_deprecation_warning(settings):
-    with pytest.warns(FutureWarning, match="write --fleet-mode sim"):
-        s = Settings.load({"fleet": "sim"}, environ={})
-    assert (s.fleet_mode, s.fleet_urls) == ("sim", ())
-    with pytest.warns(FutureWarning, match="write --fleet-urls http://h:9,http://h:10"):
-        s = Settings.load({"fleet": "http://h:9,http://h:10"}, environ={})
-    assert (s.fleet_mode, s.fleet_urls) == ("auto", ("http://h:9", "http://h:10"))
-    with pytest.warns(FutureWarning, match="write CW_FLEET_MODE=gpu"):
-        s = Settings.load({}, environ={"CW_FLEET": "gpu"})
-    assert s.fleet_mode == "gpu"
-    with pytest.warns(FutureWarning):  # the new name wins over the old one
-        s = Settings.load({"fleet": "sim"}, environ={"CW_FLEET_MODE": "gpu", "CW_FLEET": "sim"})
-    assert s.fleet_mode == "sim"  # a flag beats the environment, as for every setting
+def test_the_runner_refuses_a_url_given_as_the_fleet_mode_with_a_message(settings):
     r = subprocess.run(
         [sys.executable, "-m", "serving.runner", "--data-dir", str(settings.data_dir), "--fleet-mode", "http://h:9"],
         capture_output=True,

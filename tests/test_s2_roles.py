@@ -13,7 +13,9 @@ import httpx
 import pytest
 from starlette.routing import Mount
 
-from data import db as dbmod, jobs
+from data import db as dbmod, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import PASSWORD
 
@@ -99,7 +101,14 @@ def deps(server, cookies):  # noqa: F811
 def job_id(web_settings):  # noqa: F811
     db = dbmod.connect(web_settings.db)
     try:
-        return jobs.create(db, name="S2 target job", created_by="lead", clip_ids=[1, 2], prompt_id=None)
+        return jobs.create(
+            db,
+            name="S2 target job",
+            created_by="lead",
+            selection=Selection.of_clips([1, 2]),
+            prompt_id=None,
+            params=JobParams(),
+        )
     finally:
         db.close()
 
@@ -204,11 +213,11 @@ def test_table_lists_every_endpoint(server, deps):  # noqa: F811
 def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):  # noqa: F811
     db = dbmod.connect(web_settings.db)
     try:
-        before = (len(jobs.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        before = (len(job_queries.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
         for endpoint in ("/start_job", "/job_cancel", "/job_pause", "/job_retry"):
             assert call_event(server, deps, cookies["annotator"], endpoint, 1) == "deny"
         assert call_route(server, cookies["annotator"], "GET /export") == "deny"
-        after = (len(jobs.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        after = (len(job_queries.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
         assert after == before
     finally:
         db.close()

@@ -10,7 +10,9 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, db as dbmod, jobs, users
+from data import captions, db as dbmod, job_items, jobs, users
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.browser_fixtures import login
 from tests.support.webapp_fixtures import LABELS, PASSWORD, machine_provenance
 
@@ -98,10 +100,12 @@ def hostile(web_settings, library):  # noqa: F811
             )
     users.create(db, '<img src=x onerror="' + HIT + '">', role="lead", password=PASSWORD)
     for p in PAYLOADS[:10]:
-        job_id = jobs.create(db, name=p, created_by=p[:60], clip_ids=ids[:3], prompt_id=None)
-        jobs.claim(db, job_id, "r", 3, lease_seconds=60, max_attempts=1)
+        job_id = jobs.create(
+            db, name=p, created_by=p[:60], selection=Selection.of_clips(ids[:3]), prompt_id=None, params=JobParams()
+        )
+        job_items.claim(db, job_id, "r", 3, lease_seconds=60, max_attempts=1)
         for cid in ids[:3]:
-            jobs.fail(db, job_id, cid, error=p, kind=p, retryable=False, max_attempts=1)
+            job_items.fail(db, job_id, cid, error=p, kind=p, retryable=False, max_attempts=1)
     db.close()
     return ids
 

@@ -14,8 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, jobs, prompts
-from serving import launcher, procs
+from data import db as dbmod, heartbeats, job_queries, jobs, prompts
+from data.job_params import JobParams
+from data.job_selection import Selection
+from serving import fleet_addresses, procs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -33,7 +35,7 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
     base = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
     base.update(PYTHONPATH=str(ROOT), CW_AUTH="off")
     app_port = procs.free_port()
-    fleet_port = launcher.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
+    fleet_port = fleet_addresses.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
     node, head = tmp_path / "node", tmp_path / "head"
     try:
         r = sh(
@@ -71,22 +73,34 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
             str(head),
             env={**base, "CW_ROUTER_PORT": str(procs.free_port()), "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port())},
         )
+        # the interpreter this launch ran with, for `stop` and `status` from another shell (tests/test_launch_shell.py)
+        recorded = (head / "run" / "python").read_text().strip()
+        assert Path(recorded).is_absolute() and os.access(recorded, os.X_OK), recorded
         d = dbmod.connect(head / "workbench.db")
         try:
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]
-            job = jobs.create(d, name="e2e", created_by="test", clip_ids=ids, prompt_id=prompts.latest(d)["id"])
+            job = jobs.create(
+                d,
+                name="e2e",
+                created_by="test",
+                selection=Selection.of_clips(ids),
+                prompt_id=prompts.latest(d)["id"],
+                params=JobParams(),
+            )
             deadline = time.monotonic() + 90
-            while jobs.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
+            while job_queries.progress(d, job)["state"] in ("queued", "running") and time.monotonic() < deadline:
                 time.sleep(0.5)
-            prog = jobs.progress(d, job)
+            prog = job_queries.progress(d, job)
             assert prog["state"] == "done" and prog["counts"]["done"] == len(ids) >= 6, prog
             stats = [httpx.get(u + "/sim/stats", timeout=5).json()["media_fetches"] for u in workers.split(",")]
             assert sum(s["http"] for s in stats) >= len(ids) and sum(s["file"] for s in stats) == 0, stats
-            first = [b for b in jobs.heartbeats(d, "runner")][0]["pid"]
+            first = [b for b in heartbeats.heartbeats(d, "runner")][0]["pid"]
             os.kill(first, signal.SIGKILL)
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline:
-                beats = [b for b in jobs.heartbeats(d, "runner") if b["pid"] != first and procs.pid_alive(b["pid"])]
+                beats = [
+                    b for b in heartbeats.heartbeats(d, "runner") if b["pid"] != first and procs.pid_alive(b["pid"])
+                ]
                 if beats:
                     break
                 time.sleep(0.3)

@@ -12,8 +12,11 @@ import httpx
 import pytest
 
 from data import db as dbmod, jobs, prompts
+from data.clipgen import tiny_clip, tiny_library
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import media_urls, runner as runmod, simfleet
-from tests.support.runner_fixtures import real_router, tiny_clip_bytes, tiny_library
+from tests.support.runner_fixtures import real_router
 from tests.support.webapp_fixtures import AppServer
 
 
@@ -69,7 +72,7 @@ def head(tmp_path_factory):
     settings = Settings.load({"data_dir": str(base / "var"), "fleet_mode": "sim"}, environ={})
     db = dbmod.connect(settings.db)
     ids = tiny_library(settings, db, N_CLIPS)
-    (base / "outside.mp4").write_bytes(tiny_clip_bytes())
+    (base / "outside.mp4").write_bytes(tiny_clip())
     (settings.clip_root / "lib" / "link_out.mp4").symlink_to(base / "outside.mp4")
     with db.conn:
         db["clips"].insert_all([{"path": "../outside.mp4"}, {"path": "lib/link_out.mp4"}])
@@ -157,7 +160,12 @@ def test_two_nodes_on_loopback_caption_a_job_over_signed_urls_only(head, tmp_pat
         db = dbmod.connect(settings.db)
         try:
             job_id = jobs.create(
-                db, name="two nodes", created_by="test", clip_ids=head["ids"], prompt_id=prompts.latest(db)["id"]
+                db,
+                name="two nodes",
+                created_by="test",
+                selection=Selection.of_clips(head["ids"]),
+                prompt_id=prompts.latest(db)["id"],
+                params=JobParams(),
             )
         finally:
             db.close()

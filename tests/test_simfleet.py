@@ -278,7 +278,7 @@ def test_unknown_knob_is_refused(sim):
 
 
 def test_cli_process_mode_binds_consecutive_ports_and_stops_its_group(clip_root, fleet_settings):
-    from tests.support.fleet_fixtures import free_port
+    from serving.procs import free_port
 
     for _ in range(5):  # two consecutive free ports: another process may take port + 1 between check and bind
         port = free_port()

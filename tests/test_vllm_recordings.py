@@ -17,7 +17,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from data import demo, taxonomy
+from data import hostile, taxonomy
+from data.job_params import JobParams
 from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
@@ -68,7 +69,9 @@ def replay(settings, answer: dict, *, max_tokens: int):
     async def go():
         client = FleetClient(settings, transport=transport)
         try:
-            return await client.caption("http://replica", CaptionRequest("a.mp4", PROMPT_V2, max_tokens=max_tokens))
+            return await client.caption(
+                "http://replica", CaptionRequest("a.mp4", PROMPT_V2, JobParams(max_tokens=max_tokens))
+            )
         except FleetError as e:
             return e
         finally:
@@ -114,7 +117,7 @@ def sim_root(tmp_path_factory):
     """A clip root laid out like the GPU test's: a library clip and the hostile corpus."""
     root = tmp_path_factory.mktemp("rec") / "clips"
     clip = write_clip(root / "library" / "R001" / "front_center_0000.mp4", 640, 360, seconds=2)
-    demo.write_hostile_corpus(root / "hostile")
+    hostile.write_hostile_corpus(root / "hostile")
     data = clip.read_bytes()
     (root / "hostile" / "library_clip_cut_in_half.mp4").write_bytes(data[: len(data) // 2])
     return root
@@ -131,7 +134,9 @@ def request_for(case: str, root: Path) -> dict:
     """The recorded request of `case`, re-pointed at `root`."""
     settings = Settings.load(environ={}).replace(clip_root=root, served_model_name=REC.get("served_model_name", "m"))
     good = FleetClient(settings).build_body(
-        CaptionRequest("library/R001/front_center_0000.mp4", PROMPT_V2, max_tokens=2048, camera="front_center")
+        CaptionRequest(
+            "library/R001/front_center_0000.mp4", PROMPT_V2, JobParams(max_tokens=2048), camera="front_center"
+        )
     )
     if case == "unsupported_schema":
         good["response_format"]["json_schema"]["schema"] = taxonomy.CAPTION_SCHEMA

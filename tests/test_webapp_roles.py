@@ -10,7 +10,9 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from data import db as dbmod, jobs
+from data import db as dbmod, job_queries, jobs
+from data.job_params import JobParams
+from data.job_selection import Selection
 
 
 def client_as(server, user: str) -> Client:  # noqa: F811
@@ -21,7 +23,7 @@ def client_as(server, user: str) -> Client:  # noqa: F811
 def job_count(settings) -> int:
     db = dbmod.connect(settings.db)
     try:
-        return len(jobs.list_jobs(db, limit=1000))
+        return len(job_queries.list_jobs(db, limit=1000))
     finally:
         db.close()
 
@@ -39,11 +41,18 @@ def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # 
 @pytest.mark.parametrize("endpoint", ["/job_pause", "/job_resume", "/job_cancel", "/job_retry"])
 def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa: F811
     db = dbmod.connect(web_settings.db)
-    job_id = jobs.create(db, name="a lead's job", created_by="lead", clip_ids=[1], prompt_id=None)
-    state = jobs.get(db, job_id)["state"]
+    job_id = jobs.create(
+        db,
+        name="a lead's job",
+        created_by="lead",
+        selection=Selection.of_clips([1]),
+        prompt_id=None,
+        params=JobParams(),
+    )
+    state = job_queries.get(db, job_id)["state"]
     with pytest.raises(Exception, match="lead role"):
         client_as(server, "ann").predict(job_id, api_name=endpoint)
-    assert jobs.get(db, job_id)["state"] == state
+    assert job_queries.get(db, job_id)["state"] == state
     db.close()
 
 

@@ -12,7 +12,7 @@ import pytest
 from data import users
 from data.errors import DataError
 from webapp import auth, render
-from webapp.media import resolve_inside
+from webapp.media_routes import resolve_inside
 
 
 def test_password_is_hashed_with_a_salt_and_verified(db):
@@ -46,7 +46,7 @@ def test_users_cli_adds_and_lists(tmp_path):
     pw = tmp_path / "pw"
     pw.write_text("a fine password\n")
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    base = [sys.executable, "-m", "webapp.users", "--data-dir", str(tmp_path / "var")]
+    base = [sys.executable, "-m", "webapp.accounts", "--data-dir", str(tmp_path / "var")]
     out = subprocess.run(
         base + ["add", "root", "--role", "admin", "--password-file", str(pw)],
         env=env,
@@ -59,7 +59,7 @@ def test_users_cli_adds_and_lists(tmp_path):
     again = subprocess.run(base + ["add", "root", "--password-file", str(pw)], env=env, capture_output=True, text=True)
     assert again.returncode == 1 and "already exists" in again.stderr
     helptext = subprocess.run(base + ["--help"], env=env, capture_output=True, text=True).stdout
-    assert "python -m webapp.users add" in helptext
+    assert "python -m webapp.accounts add" in helptext
 
 
 def test_sessions_are_server_side_and_end(db):

@@ -7,7 +7,7 @@ Examples:
   python -m webapp --fleet-mode sim                    # the simulated fleet: banner and [SIMULATED] marks
 
 Binds 127.0.0.1 unless --host says otherwise; refuses a non-loopback host without login. Create the first
-admin with `python -m webapp.users add NAME --role admin`.
+admin with `python -m webapp.accounts add NAME --role admin`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     if settings.auth_required and not users.list_users(db):
         print(
             "warning: no users yet: nobody can log in. Create the first admin with "
-            "`python -m webapp.users add NAME --role admin`",
+            "`python -m webapp.accounts add NAME --role admin`",
             file=sys.stderr,
         )
     db.close()
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.
-    trusted = settings.trusted_proxies.strip()
+    trusted = ",".join(settings.trusted_proxies)
     uvicorn.run(
         app,
         host=settings.host,

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import library, order
-from webapp import browse, exports, media, render
+from webapp import browse, exports, media_routes, render
 from webapp.auth import Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
@@ -233,8 +233,8 @@ def build_app(settings) -> FastAPI:
             return JSONResponse({"detail": "log in first"}, status_code=401)
         return await call_next(request)
 
-    media.install(app, ctx, auth.user_name)
-    media.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
+    media_routes.install(app, ctx, auth.user_name)
+    media_routes.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
     app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")
     bench = Workbench(ctx)

@@ -3,7 +3,7 @@
 Session state holds ids only: the filter (its dict form, `Filter.to_dict`), the sort order's name, the stack
 of page anchors (the cursor each page starts after, data.order: opaque strings passed back untouched) and the
 cursor of the next page. The filter inputs reach the handlers as one dict keyed by Filter field (`read_form`),
-not by position. Thumbnails are <img src="/thumb/ID"> served by webapp.media, never copied into
+not by position. Thumbnails are <img src="/thumb/ID"> served by webapp.media_routes, never copied into
 Gradio's cache.
 """
 

@@ -94,7 +94,7 @@ class FleetTab:
             "simulated (PyAV probe, no decode)"
             if self.ctx.simulated_fleet
             else "pynvvideocodec (NVDEC), as the launcher starts replicas"
-            if s.fleet_mode in ("gpu", "auto")
+            if s.fleet_mode == "gpu"
             else "set by whoever started the fleet (the launcher uses pynvvideocodec)"
         )
         gr.Markdown(

@@ -66,7 +66,7 @@ def _is_ip(name: str) -> bool:
 
 def allowed_hosts(settings: Settings) -> set[str]:
     names = set(LOOPBACK_NAMES)
-    names |= {h.strip().lower() for h in settings.allowed_hosts.split(",") if h.strip()}
+    names |= set(settings.allowed_hosts)
     if settings.host not in WILDCARDS:
         names.add(settings.host.lower())
     else:  # bound to every interface: the machine's own names too

@@ -17,9 +17,10 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-from data import clips, events, jobs, prompts
+from data import clips, events, heartbeats, job_queries, jobs, prompts
 from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
+from data.job_selection import Selection
 from serving import cost
 from serving.fleet import router_workers
 from webapp import render
@@ -162,13 +163,13 @@ class JobsTab:
     def refresh(self, job_id, request: gr.Request):
         user = self.ctx.user(request)
         db = self.ctx.db()
-        out = {self.runner: runner_line(jobs.heartbeats(db, "runner"), self.ctx.settings)}
+        out = {self.runner: runner_line(heartbeats.heartbeats(db, "runner"), self.ctx.settings)}
         if not user.can("lead"):
             out[self.msg] = render.message("Jobs are run by leads. Ask a lead to start one.", "info")
             return out
         rows, focus = [], None
-        for j in jobs.list_jobs(db):
-            p = jobs.progress(db, j["id"])
+        for j in job_queries.list_jobs(db):
+            p = job_queries.progress(db, j["id"])
             rows.append(
                 [
                     j["id"],
@@ -189,7 +190,7 @@ class JobsTab:
         if focus is None and rows and not job_id:
             # nothing chosen yet: show the newest, and keep showing it (job_id is set), so the panel does not
             # jump when a newer job appears
-            focus = jobs.progress(db, rows[0][0])
+            focus = job_queries.progress(db, rows[0][0])
             out[self.job_id] = rows[0][0]
         if focus is not None:
             c = focus["counts"]
@@ -207,14 +208,14 @@ class JobsTab:
             out[self.failures] = pd.DataFrame(
                 [
                     [f["clip_id"], f["path"], f["attempts"], f["error_kind"], f["last_error"]]
-                    for f in jobs.failures(db, focus["id"], limit=50)
+                    for f in job_queries.failures(db, focus["id"], limit=50)
                 ],
                 columns=["clip", "path", "attempts", "kind", "error"],
             )
             out[self.replicas] = pd.DataFrame(
                 [
                     [r["replica"], r["done"], round(r["mean_latency_ms"] or 0)]
-                    for r in jobs.replica_load(db, focus["id"])
+                    for r in job_queries.replica_load(db, focus["id"])
                 ],
                 columns=["replica", "done", "mean latency ms"],
             )
@@ -291,14 +292,13 @@ class JobsTab:
                 db,
                 name=name or f"{source} by {user.name}",
                 created_by=user.name,
-                clip_ids=clips.iter_ids(db, f),
+                selection=Selection(filter=f, origin=source),
                 prompt_id=pid,
-                params=params.to_dict(),
-                selection={"source": source, "filter": f.to_dict()},
+                params=params,
             )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error")}
-        total = jobs.get(db, job_id)["total"]
+        total = job_queries.get(db, job_id)["total"]
         if not created:
             return {
                 self.msg: render.message(

@@ -296,7 +296,7 @@ class ReviewTab:
                 role=user.role,
                 quota=self.ctx.settings.job_quota,
                 prompt_id=prompt["id"],
-                params=JobParams.resolve(self.ctx.settings).to_dict(),
+                params=JobParams.resolve(self.ctx.settings),
             )
         except DataError as e:
             return render.message(str(e), "error")

@@ -21,7 +21,7 @@ Stages (`all` runs them in this order; a failed stage is reported and the next o
   report   table.md (for docs/BENCHMARKS.md) and scaling.png (clips/s vs GPUs, both decoders) from the JSON
 
 Everything lands in --out: <stage>.json, logs/<stage>-*.log, table.md, scaling.png. Replica command lines come
-from serving.launcher.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
+from serving.fleet_commands.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
 process groups and stopped by group, never by name. With --fleet sim the replicas are `python -m
 serving.simfleet --replicas 1` processes (one process group each, so one can be killed like a GPU replica);
 the simulator has no video decoder, so the two decoder columns run the same simulator and every report says

@@ -17,7 +17,7 @@ from benchmarks.node.kill import stage_kill
 from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
-from serving import launcher, procs
+from serving import fleet_commands, launcher, procs
 
 
 def preflight(ctx: Ctx, stages: list[str]) -> None:
@@ -30,7 +30,7 @@ def preflight(ctx: Ctx, stages: list[str]) -> None:
         if "nvdec" in ctx.decoders and importlib.util.find_spec("PyNvVideoCodec") is None:
             say("warning: PyNvVideoCodec not importable here; vLLM's NVDEC backend will fail to decode")
         if (
-            launcher._entry("vllm-router", "vllm_router.launch_router") == ["vllm-router"]
+            fleet_commands.entry_command("vllm-router", "vllm_router.launch_router") == ["vllm-router"]
             and not shutil.which("vllm-router")
             and not ctx.a.no_router
         ):
@@ -56,13 +56,13 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
     for dec in ctx.decoders:
         for slot in ctx.gpus[:2]:
             cmd, env = ctx.replica(s, slot, dec, benchmark=True)
-            print(f"# scaling replica ({dec}, slot {slot}):\n" + launcher._shell(cmd, env))
+            print(f"# scaling replica ({dec}, slot {slot}):\n" + launcher.shell_line(cmd, env))
     print(
         "# router:\n"
-        + shlex.join(launcher.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}" for g in ctx.gpus]))
+        + shlex.join(fleet_commands.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}" for g in ctx.gpus]))
     )
     cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False)
-    print("# kill-stage replica:\n" + launcher._shell(cmd, env))
+    print("# kill-stage replica:\n" + launcher.shell_line(cmd, env))
     print("# launch:\n" + shlex.join(launch_command(ctx)))
     print(
         f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"

@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-from serving import launcher, procs
+from data.settings import gpu_list
+from serving import fleet_commands, procs
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,9 +48,9 @@ class Ctx:
         self.logs.mkdir(parents=True, exist_ok=True)
         self.work = Path(a.work).resolve()
         self.work.mkdir(parents=True, exist_ok=True)
-        self.fleet = a.fleet if a.fleet != "auto" else ("gpu" if launcher.visible_gpus() else "sim")
+        self.fleet = fleet_commands.launch_mode(a.fleet)
         if self.fleet == "gpu":
-            self.gpus = launcher.choose_gpus(a.gpus)
+            self.gpus = fleet_commands.choose_gpus(gpu_list(a.gpus))
             if not self.gpus:
                 raise SystemExit("node_run: no GPU found (nvidia-smi -L); pass --gpus or use --fleet sim")
         else:
@@ -81,7 +82,7 @@ class Ctx:
         if Path("/usr/local/nvidia/bin").is_dir():  # the lent GPU machines keep nvidia-smi and MPS there
             self.env["PATH"] = self.env.get("PATH", "") + ":/usr/local/nvidia/bin"
             os.environ["PATH"] = self.env["PATH"]
-        self.vllm_version = launcher.parse_version(a.vllm_version or launcher.installed_vllm_version())
+        self.vllm_version = fleet_commands.parse_version(a.vllm_version or fleet_commands.installed_vllm_version())
 
     @property
     def sim(self) -> bool:
@@ -121,9 +122,11 @@ class Ctx:
         """(command, environment) of the replica for GPU `slot` (or simulated replica `slot`)."""
         port = settings.fleet_port + slot
         if self.sim:
-            cmd = launcher.simfleet_command(settings.replace(fleet_port=port), 1, ["--speed", str(self.a.sim_speed)])
+            cmd = fleet_commands.simfleet_command(
+                settings.replace(fleet_port=port), 1, ["--speed", str(self.a.sim_speed)]
+            )
             return cmd, {}
-        cmd = launcher.vllm_command(
+        cmd = fleet_commands.vllm_command(
             settings,
             port,
             version=self.vllm_version,
@@ -132,7 +135,7 @@ class Ctx:
         )
         env = {"CUDA_VISIBLE_DEVICES": str(slot)}
         if not self.a.no_mps:
-            env.update(launcher.mps_env(settings))
+            env.update(fleet_commands.mps_env(settings))
         return cmd, env
 
 
@@ -172,7 +175,7 @@ def host_info() -> dict:
         "cpus": os.cpu_count(),
         "memory_gb": round(psutil.virtual_memory().total / 2**30),
         "python": platform.python_version(),
-        "vllm": launcher.installed_vllm_version(),
+        "vllm": fleet_commands.installed_vllm_version(),
     }
     smi = shutil.which("nvidia-smi")
     if smi:

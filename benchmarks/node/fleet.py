@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.node.context import CHILDREN, ROOT, Ctx, say
-from serving import launcher, procs
+from serving import fleet_commands, procs
 
 
 # ---- MPS ---------------------------------------------------------------------------------------------------
@@ -22,7 +22,7 @@ def mps_daemon(ctx: Ctx, settings):
     if ctx.sim or ctx.a.no_mps:
         yield None
         return
-    env = launcher.mps_env(settings)
+    env = fleet_commands.mps_env(settings)
     for d in env.values():
         Path(d).mkdir(parents=True, exist_ok=True)
     r = subprocess.run(["nvidia-cuda-mps-control", "-d"], env={**ctx.env, **env}, capture_output=True, text=True)
@@ -104,7 +104,7 @@ class Fleet:
 def router(ctx: Ctx, settings, worker_urls: list[str], tag: str):
     """vllm-router (round robin, as the launcher starts it) over `worker_urls`; yields (fleet URLs, note).
     Without vllm-router on the simulated fleet the runner talks to the replicas itself (and says so)."""
-    cmd = launcher.router_command(
+    cmd = fleet_commands.router_command(
         settings,
         worker_urls,
         prometheus_port=ctx.a.router_prometheus_port,

@@ -34,6 +34,8 @@ def good_clip_ids(settings) -> list[int]:
 
 def new_job(settings, name: str, clip_ids: list[int]) -> int:
     from data import db as dbmod, jobs, prompts
+    from data.job_params import JobParams
+    from data.job_selection import Selection
 
     db = dbmod.connect(settings.db)
     try:
@@ -42,9 +44,9 @@ def new_job(settings, name: str, clip_ids: list[int]) -> int:
             db,
             name=name,
             created_by="node_run",
-            clip_ids=clip_ids,
+            selection=Selection.of_clips(clip_ids),
             prompt_id=prompt["id"],
-            params={"frames": settings.frames, "max_tokens": settings.max_tokens, "temperature": settings.temperature},
+            params=JobParams(frames=settings.frames, max_tokens=settings.max_tokens, temperature=settings.temperature),
         )
     finally:
         db.close()
@@ -61,12 +63,12 @@ def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[
 
 def job_check(settings, job_id: int) -> dict:
     """What the job left: items per state, clips without a caption, clips with more than one."""
-    from data import db as dbmod, jobs
+    from data import db as dbmod, job_queries
 
     db = dbmod.connect(settings.db)
     try:
-        c = jobs.counts(db, job_id)
-        state = jobs.get(db, job_id)["state"]
+        c = job_queries.counts(db, job_id)
+        state = job_queries.get(db, job_id)["state"]
         missing = [
             r["clip_id"]
             for r in db.query(
@@ -91,7 +93,7 @@ def job_check(settings, job_id: int) -> dict:
         attempts = db.execute("SELECT COALESCE(SUM(attempts), 0) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[
             0
         ]
-        job = jobs.get(db, job_id)
+        job = job_queries.get(db, job_id)
         last = db.execute("SELECT MAX(finished_at) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
         span = (last - job["started_at"]) if last and job.get("started_at") else None
         replicas = {

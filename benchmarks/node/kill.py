@@ -29,13 +29,13 @@ def stage_kill(ctx: Ctx) -> dict:
                 done_flag = threading.Event()
 
                 def killer() -> None:
-                    from data import db as dbmod, jobs
+                    from data import db as dbmod, job_queries
 
                     db = dbmod.connect(settings.db)
                     try:
                         t0 = time.time()
                         while not done_flag.wait(0.1):
-                            c = jobs.counts(db, job)
+                            c = job_queries.counts(db, job)
                             if c["done"] + c["failed"] >= ctx.a.kill_at * len(ids):
                                 # kill while the victim has requests in flight (they die with it), or give up
                                 # waiting for that after 15 s and kill anyway

@@ -128,13 +128,13 @@ def stage_launch(ctx: Ctx) -> dict:
 
 def runner_heartbeat(data_dir: Path, t0: float, deadline: float) -> float | None:
     """Seconds from t0 to the job runner's first heartbeat in the database (its sign of life), or None."""
-    from data import db as dbmod, jobs
+    from data import db as dbmod, heartbeats
 
     while time.time() < deadline:
         try:
             db = dbmod.connect(data_dir / "workbench.db")
             try:
-                beats = jobs.heartbeats(db, "runner")
+                beats = heartbeats.heartbeats(db, "runner")
             finally:
                 db.close()
             if beats:

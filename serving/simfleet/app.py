@@ -21,7 +21,7 @@ from starlette.types import Receive, Scope, Send
 
 from serving.simfleet.errors import SimError
 from serving.simfleet.metrics import CONTENT_TYPE as METRICS_TYPE
-from serving.simfleet.replica import Replica
+from serving.simfleet.replica import SimReplica
 
 DECODE_BACKEND = "simulated"
 JSON = "application/json"
@@ -42,7 +42,7 @@ class _NoAnswer(Response):
 NO_ANSWER = _NoAnswer()
 
 
-def build_app(replica: Replica) -> Starlette:
+def build_app(replica: SimReplica) -> Starlette:
     """The ASGI app serving `replica`."""
     r = replica
     headers = {"x-simulated": "1", "x-decode-backend": DECODE_BACKEND}

@@ -26,7 +26,7 @@ from serving.simfleet.metrics import ReplicaMetrics
 from serving.simfleet.probe import ClipInfo, ProbeCache, probe_file
 
 
-class Replica:
+class SimReplica:
     """State, knobs, metrics and request handling of one simulated vLLM server."""
 
     def __init__(self, index: int, *, root: Path, model: str, knobs: Knobs, probe: ProbeCache, seed: int = 0):

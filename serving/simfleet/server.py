@@ -14,7 +14,7 @@ from typing import Any, Callable
 from serving.simfleet.app import build_app
 from serving.simfleet.knobs import Knobs
 from serving.simfleet.probe import ProbeCache
-from serving.simfleet.replica import Replica
+from serving.simfleet.replica import SimReplica
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-8B-Instruct"
 
@@ -65,7 +65,7 @@ async def serve_fleet(
     for i in range(spec.replicas):
         k = Knobs()
         k.update(dict(spec.knobs))
-        rep = Replica(i, root=root, model=spec.model, knobs=k, probe=probe, seed=spec.seed)
+        rep = SimReplica(i, root=root, model=spec.model, knobs=k, probe=probe, seed=spec.seed)
         sock = _bind(host, spec.port + i if spec.port else 0)
         bound = sock.getsockname()[1]
         rep.url = f"http://{host if ':' not in host else '[' + host + ']'}:{bound}"

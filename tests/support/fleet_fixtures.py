@@ -4,14 +4,15 @@ a clip root, a simulated fleet on loopback (ephemeral ports, stopped in teardown
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from data import clipgen, examples
+from data.job_params import JobParams
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
-from serving.procs import free_port  # noqa: F401 - re-exported for the tests
 
 PROMPT = examples.PROMPT
 
@@ -51,8 +52,10 @@ def sim(clip_root):
 
 
 def caption(settings, url: str, clip: str, **kw):
-    """Run one FleetClient.caption to completion (the client lives on this call's event loop)."""
+    """Run one FleetClient.caption to completion (the client lives on this call's event loop). Keywords: the
+    client's (transport, ...), the job's parameters (frames, max_tokens, ...), the request's (prompt, camera)."""
     ctor = {k: kw.pop(k) for k in ("transport", "media_base_url", "decode_backend") if k in kw}
+    kw["params"] = JobParams(**{f.name: kw.pop(f.name) for f in dataclasses.fields(JobParams) if f.name in kw})
 
     async def go():
         client = FleetClient(settings, **ctor)

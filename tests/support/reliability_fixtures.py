@@ -27,6 +27,8 @@ from pathlib import Path
 import httpx
 
 from data import db as dbmod, examples, taxonomy, users
+from data.job_params import JobParams
+from data.job_selection import Selection
 from serving import fleet_commands, procs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -320,7 +322,7 @@ class AnnotatorLoad:
 @contextlib.contextmanager
 def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
     """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
-    from data import jobs
+    from data import job_queries, jobs
 
     created = []
 
@@ -328,14 +330,15 @@ def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id
         d = dbmod.connect(db_path)
         try:
             while not stop.is_set():
-                if not created or jobs.get(d, created[-1])["state"] in ("done", "cancelled"):
+                if not created or job_queries.get(d, created[-1])["state"] in ("done", "cancelled"):
                     created.append(
                         jobs.create(
                             d,
                             name=f"r1 machine pass {len(created) + 1}",
                             created_by="lead",
-                            clip_ids=clip_ids,
+                            selection=Selection.of_clips(clip_ids),
                             prompt_id=prompt_id,
+                            params=JobParams(),
                         )
                     )
                 stop.wait(period)

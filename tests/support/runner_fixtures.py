@@ -8,9 +8,7 @@ import collections
 import random
 
 from data import examples, prompts
-from data.clipgen import tiny_clip as tiny_clip_bytes, tiny_library  # noqa: F401 - re-exported for the tests
 from serving.client import CaptionResult
-from serving.errors import ClipRejected, FleetError
 
 LABELS = examples.LABELS
 
@@ -72,8 +70,8 @@ class FakeClient:
                     "prompt_id": req.prompt["id"],
                     "prompt_name": req.prompt["name"],
                     "prompt_version": req.prompt["version"],
-                    "params": {"max_completion_tokens": req.max_tokens},
-                    "frames": req.frames,
+                    "params": req.params.to_dict(),
+                    "frames": req.params.frames,
                     "replica": url,
                     "decode_backend": "none",
                     "latency_ms": 1.0,
@@ -88,9 +86,6 @@ class FakeClient:
 
     async def aclose(self):
         self.closed = True
-
-
-__all__ = ["add_clips", "default_prompt", "FakeClient", "LABELS", "ClipRejected", "FleetError"]
 
 
 # ---- real clips, a real simulated fleet, the real router ------------------------------------------------------

@@ -1,13 +1,13 @@
-"""Manage web app users from the command line.
+"""The web app's accounts from the command line: add users, set roles and passwords (data.users holds them).
 
 Examples:
-  python -m webapp.users add alice --role admin            # prompts for the password twice
-  python -m webapp.users add bob --role annotator --password-file /run/secrets/bob
-  python -m webapp.users list
-  python -m webapp.users set-role bob lead
-  python -m webapp.users passwd bob
-  python -m webapp.users disable bob
-  python -m webapp.users ensure-admin      # first run: an `admin` with a random password, if there is no user
+  python -m webapp.accounts add alice --role admin          # prompts for the password twice
+  python -m webapp.accounts add bob --role annotator --password-file /run/secrets/bob
+  python -m webapp.accounts list
+  python -m webapp.accounts set-role bob lead
+  python -m webapp.accounts passwd bob
+  python -m webapp.accounts disable bob
+  python -m webapp.accounts ensure-admin    # first run: an `admin` with a random password, if there is no user
 """
 
 from __future__ import annotations
@@ -44,13 +44,13 @@ def ensure_admin(db, data_dir: Path) -> None:
         f.write(password + "\n")
     print(
         f"created user 'admin' with password {password} (kept in {path}; change it with "
-        f"`python -m webapp.users passwd admin`)"
+        f"`python -m webapp.accounts passwd admin`)"
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m webapp.users", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m webapp.accounts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     settings_mod.add_arguments(p, ["data_dir", "db"])
     sub = p.add_subparsers(dest="command", required=True)

@@ -1,30 +1,5 @@
-"""The job runner: claims job items from SQLite, keeps the fleet busy with bounded concurrency, writes results.
-
-    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001
-    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --replicas 8 --until-idle
-
-How it works (a job survives a runner kill, a dying or hung replica and a silent one: docs/RELIABILITY.md R3/R6/R8):
-- One asyncio loop does the HTTP; one thread with its own SQLite connection does every database call,
-  in order (claims, results, heartbeats: serving.runner_db, serving.runner_store). No HTTP call ever happens
-  inside a transaction.
-- Each replica URL gets a bound of `per_replica_inflight` requests. With a single router URL the bound is
-  `per_replica_inflight x replicas behind it` (`--replicas N`, or the router's `/workers`, asked when the runner
-  starts). Items are claimed only for free slots, so what is leased is what is in flight: a SIGKILL re-sends at
-  most that. Without fleet URLs the runner sends to what the launcher of this data dir started
-  (serving.fleet_record.fleet_url).
-- Dispatch and replica health (least-loaded, cool-down and probe after a retryable error, fleet down) are
-  serving.replica_health; the failed clip goes back to pending with jittered backoff (`serving.client.backoff`)
-  and is sent elsewhere when another replica can take it.
-- Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
-  ingest probe failed are never sent: they fail with "ingest: <probe error>".
-- Results are written in batches through `data.jobs.complete` (serving.runner_store): a machine caption never
-  replaces a human or approved one, and a result is written once per (job, clip).
-- pause / cancel are read before each claim (`data.jobs.claim` refuses inactive jobs), and every
-  ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
-  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
-- SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.
-  SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
-"""
+"""The runner's event loop: claim items for free slots, send them, write the outcomes, drain on stop
+(how and why: the package docstring, serving/runner/__init__.py)."""
 
 from __future__ import annotations
 
@@ -38,15 +13,15 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from data import db as dbmod, jobs, library, prompts
+from data import db as dbmod, job_items, job_queries, library, prompts
 from data.settings import Settings, url_list
 from serving import fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet import router_workers
-from serving.replica_health import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
-from serving.runner_db import RunnerDB
-from serving.runner_store import JobStore, Outcome
+from serving.runner.dbthread import RunnerDB
+from serving.runner.replicas import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
+from serving.runner.store import JobConfig, JobStore, Outcome
 
 log = logging.getLogger("serving.runner")
 
@@ -101,7 +76,7 @@ class Runner:
             fleet_down_budget=fleet_down_budget,
             rng=rng,
         )
-        self.identity = jobs.runner_identity()
+        self.identity = job_items.runner_identity()
         self.store = JobStore(
             settings,
             self.identity,
@@ -137,15 +112,11 @@ class Runner:
         return self.health.capacity
 
     # ---- the request side ------------------------------------------------------------------------------
-    def _request(self, cfg: dict, item: dict) -> CaptionRequest:
-        p = cfg["params"]
+    def _request(self, cfg: JobConfig, item: dict) -> CaptionRequest:
         req = CaptionRequest(
             clip_path=item["path"],
-            prompt=cfg["prompt"],
-            frames=int(p["frames"]),
-            max_tokens=int(p["max_tokens"]),
-            temperature=float(p["temperature"]),
-            seed=p.get("seed"),
+            prompt=cfg.prompt,
+            params=cfg.params,
             job_id=item["job_id"],
             camera=prompts.camera_of(item["path"], item.get("sidecar")),
         )
@@ -155,7 +126,7 @@ class Runner:
         url = media_urls.signed_url(self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl)
         return dataclasses.replace(req, media_url=url)
 
-    async def _send(self, cfg: dict, item: dict, rep: Replica) -> None:
+    async def _send(self, cfg: JobConfig, item: dict, rep: Replica) -> None:
         out = Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
@@ -227,7 +198,7 @@ class Runner:
                 self.capacity,
                 ", ".join(r.url for r in self.replicas),
             )
-            recovered = await self._db(jobs.recover)
+            recovered = await self._db(job_items.recover)
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
             self.state = "running"
@@ -255,9 +226,9 @@ class Runner:
         inflight = {job_id for job_id, _ in self._tasks.values() if job_id}
         if not inflight:
             return
-        state = await self._db(jobs.states, inflight)
+        state = await self._db(job_queries.states, inflight)
         for task, (job_id, _) in list(self._tasks.items()):
-            if job_id and state.get(job_id) not in jobs.ACTIVE:
+            if job_id and state.get(job_id) not in job_queries.ACTIVE:
                 task.cancel()
                 self.stats["aborted"] += 1
 
@@ -289,7 +260,7 @@ class Runner:
                 prog = await self._heartbeat()
                 if prog is not None:
                     self.progress_cb(prog)
-                    if self.exit_when_idle and prog["state"] not in jobs.ACTIVE and not self._tasks:
+                    if self.exit_when_idle and prog["state"] not in job_queries.ACTIVE and not self._tasks:
                         return
             if claimed_any and self.health.free_slots(time.monotonic()) >= threshold:
                 continue
@@ -325,7 +296,7 @@ class Runner:
             self.stats["ingest_failed"] += len(unsendable)
             self._bg(self._db(self.store.fail_unsendable, unsendable))
         for job_id, clip_id in leftovers:
-            self._bg(self._db(jobs.release, job_id, [clip_id], self.identity))
+            self._bg(self._db(job_items.release, job_id, [clip_id], self.identity))
 
     def _bg(self, aw: Awaitable) -> None:
         task = asyncio.ensure_future(aw)
@@ -349,11 +320,12 @@ class Runner:
         for job_id, clip_id in unfinished:
             by_job[job_id].append(clip_id)
         for job_id, clip_ids in by_job.items():
-            n = await self._db(jobs.release, job_id, clip_ids, self.identity)
+            n = await self._db(job_items.release, job_id, clip_ids, self.identity)
             self.stats["released"] += n
 
 
-async def _main_async(runner: Runner) -> dict:
+async def serve(runner: Runner) -> dict:
+    """Run `runner` until SIGTERM or SIGINT (in the main thread), then drain; returns its final `info()`."""
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         try:
@@ -376,7 +348,7 @@ def run_job(
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
     drain_seconds, backoff_base, fleet_down_budget ...). `progress_cb(progress)` is called about every
-    `HEARTBEAT_S` and at the end with `data.jobs.progress`. Returns the final progress.
+    `HEARTBEAT_S` and at the end with `data.job_queries.progress`. Returns the final progress.
     """
     runner = Runner(
         settings,
@@ -391,28 +363,15 @@ def run_job(
 
     async def go():
         if threading.current_thread() is threading.main_thread() and stop_event is None:
-            return await _main_async(runner)
+            return await serve(runner)
         return await runner.run()
 
     asyncio.run(go())
     d = dbmod.connect(settings.db)
     try:
-        prog = jobs.progress(d, job_id)
+        prog = job_queries.progress(d, job_id)
     finally:
         d.close()
     if progress_cb:
         progress_cb(prog)
     return prog
-
-
-def main(argv: list[str] | None = None) -> int:
-    """`python -m serving.runner` (the command line lives in serving.runner_cli)."""
-    from serving.runner_cli import main as cli_main
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    import sys
-
-    sys.exit(main())

@@ -1,6 +1,6 @@
 """What the job runner reads and writes in SQLite: claims, results, unsendable clips, heartbeats.
 
-Every method runs on the runner's database thread (serving.runner_db.RunnerDB), with that thread's connection
+Every method runs on the runner's database thread (dbthread.RunnerDB), with that thread's connection
 as its first argument, and is one transaction: a retry after a locked database repeats nothing. Results are
 written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through `data.jobs.complete`, which
 goes through `data.captions.add_machine`: a machine caption never replaces a human or approved one, and a result
@@ -16,13 +16,21 @@ import random
 import sqlite3
 from typing import Iterable
 
-from data import db as dbmod, jobs, prompts
+from data import db as dbmod, heartbeats, job_items, job_queries, prompts
 from data.job_params import JobParams
 from data.settings import Settings
 from serving.client import CaptionResult, backoff
 from serving.errors import FleetError
 
 log = logging.getLogger("serving.runner")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    """What every request of one job carries: its prompt version and its parameters."""
+
+    prompt: dict
+    params: JobParams
 
 
 @dataclasses.dataclass
@@ -58,24 +66,23 @@ class JobStore:
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
         self.rng = rng or random.Random()
-        self.jobcfg: dict[int, dict] = {}  # job id -> {"prompt", "params"}, read once per job
+        self.jobcfg: dict[int, JobConfig] = {}  # read once per job
 
-    def _job_config(self, db, job: dict) -> dict:
+    def _job_config(self, db, job: dict) -> JobConfig:
         prompt = prompts.get(db, job["prompt_id"]) if job.get("prompt_id") else prompts.latest(db)
-        p = JobParams.resolve(self.settings, job.get("params"), validate=False)
-        return {"prompt": prompt, "params": {**p.to_dict(), "seed": p.seed}}
+        return JobConfig(prompt, job["params"])  # the job's own, as it was started: not checked again
 
     def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
         out = []
-        for job in jobs.runnable(db):
+        for job in job_queries.runnable(db):
             if self.job_ids is not None and job["id"] not in self.job_ids:
                 continue
             if want <= 0:
                 break
             if job["id"] not in self.jobcfg:
                 self.jobcfg[job["id"]] = self._job_config(db, job)
-            items = jobs.claim(
+            items = job_items.claim(
                 db,
                 job["id"],
                 self.identity,
@@ -104,7 +111,7 @@ class JobStore:
                 except Exception as exc:  # a result that cannot be stored (e.g. labels off the taxonomy)
                     log.exception("storing the result of clip %s failed", o.clip_id)
                     with db.atomic():
-                        jobs.fail(
+                        job_items.fail(
                             db,
                             o.job_id,
                             o.clip_id,
@@ -118,12 +125,12 @@ class JobStore:
 
     def _store_result(self, db, o: Outcome) -> str:
         prov = dict(o.result.provenance)
-        prompt = self.jobcfg[o.job_id]["prompt"]
+        prompt = self.jobcfg[o.job_id].prompt
         prov.setdefault("prompt_id", prompt["id"])
         prov.setdefault("prompt_name", prompt["name"])
         prov.setdefault("prompt_version", prompt["version"])
         prov.setdefault("replica", o.replica)
-        row = jobs.complete(db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels, provenance=prov)
+        row = job_items.complete(db, o.job_id, o.clip_id, text=o.result.text, labels=o.result.labels, provenance=prov)
         return "done" if row is not None else "discarded"
 
     def _store_error(self, db, o: Outcome, fleet_down: bool) -> str:
@@ -135,7 +142,7 @@ class JobStore:
         msg = str(e) or type(e).__name__
         if e.status and str(e.status) not in msg:
             msg = f"HTTP {e.status}: {msg}"
-        return jobs.fail(
+        return job_items.fail(
             db,
             o.job_id,
             o.clip_id,
@@ -152,7 +159,7 @@ class JobStore:
         """Clips whose ingest probe failed are never sent: they fail with "ingest: <probe error>"."""
         with dbmod.immediate(db):
             for it in items:
-                jobs.fail(
+                job_items.fail(
                     db,
                     it["job_id"],
                     it["clip_id"],
@@ -164,7 +171,7 @@ class JobStore:
 
     def heartbeat(self, db, info: dict, progress: bool = False) -> dict | None:
         """Report the runner in `heartbeats`; with `progress` (and one job), return that job's progress."""
-        jobs.heartbeat(db, self.name, "runner", info=info)
+        heartbeats.heartbeat(db, self.name, "runner", info=info)
         if progress and self.job_ids and len(self.job_ids) == 1:
-            return jobs.progress(db, next(iter(self.job_ids)))
+            return job_queries.progress(db, next(iter(self.job_ids)))
         return None

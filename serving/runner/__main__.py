@@ -1,5 +1,5 @@
 """`python -m serving.runner`: run captioning jobs from the database against a vLLM fleet (or the simulated
-one), as a process (launch.sh runs it under serving.supervisor; how the runner works: serving.runner).
+one), as a process (launch.sh runs it under serving.supervisor; how the runner works: the package docstring).
 
 examples:
     python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --replicas 8
@@ -16,7 +16,7 @@ import sys
 
 from data.errors import DataError
 from data.settings import add_arguments, from_args
-from serving.runner import Runner, _main_async
+from serving.runner.loop import Runner, serve
 
 # options of this command that are Runner arguments of the same name
 RUNNER_OPTIONS = ("replicas", "exit_when_idle", "drain_seconds", "backoff_base", "name")
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    info = asyncio.run(_main_async(runner))
+    info = asyncio.run(serve(runner))
     print(json.dumps({k: v for k, v in info.items() if k != "replicas"}, default=str), file=sys.stderr)
     return 0
 

@@ -1,0 +1,39 @@
+"""The job runner: claims job items from SQLite, keeps the fleet busy with bounded concurrency, writes results.
+
+    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001
+    python -m serving.runner --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --replicas 8 --until-idle
+
+How it works (a job survives a runner kill, a dying or hung replica and a silent one: docs/RELIABILITY.md R3/R6/R8):
+- One asyncio loop does the HTTP; one thread with its own SQLite connection does every database call,
+  in order (claims, results, heartbeats: dbthread.py, store.py). No HTTP call ever happens
+  inside a transaction.
+- Each replica URL gets a bound of `per_replica_inflight` requests. With a single router URL the bound is
+  `per_replica_inflight x replicas behind it` (`--replicas N`, or the router's `/workers`, asked when the runner
+  starts). Items are claimed only for free slots, so what is leased is what is in flight: a SIGKILL re-sends at
+  most that. Without fleet URLs the runner sends to what the launcher of this data dir started
+  (serving.fleet_record.fleet_url).
+- Dispatch and replica health (least-loaded, cool-down and probe after a retryable error, fleet down) are
+  replicas.py; the failed clip goes back to pending with jittered backoff (`serving.client.backoff`)
+  and is sent elsewhere when another replica can take it.
+- Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
+  ingest probe failed are never sent: they fail with "ingest: <probe error>".
+- Results are written in batches through `data.jobs.complete` (store.py): a machine caption never
+  replaces a human or approved one, and a result is written once per (job, clip).
+- pause / cancel are read before each claim (`data.job_items.claim` refuses inactive jobs), and every
+  ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
+  handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
+- SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.
+  SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
+
+The modules, from the loop outwards:
+- loop.py      `Runner` (the event loop: claim, dispatch, write, drain), `serve` (with signal handlers),
+               `run_job` (one job in the calling thread), `fleet_targets`
+- replicas.py  where requests go: each replica's bound, what it has in flight, its health
+- store.py     what the runner reads and writes in SQLite (claims, results, heartbeats), one transaction each
+- dbthread.py  the thread that owns the runner's SQLite connection
+- __main__.py  the command line
+"""
+
+from serving.runner.loop import Runner, fleet_targets, run_job, serve
+
+__all__ = ["fleet_targets", "run_job", "Runner", "serve"]

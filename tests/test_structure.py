@@ -1,0 +1,193 @@
+"""The code's structure, read from its source (nothing is run): no import cycle, the layers point one way, every
+name is imported from the module that defines it, and each package's public surface is pinned by its `__all__`
+(as httpx's tests/test_exported_members.py pins httpx's)."""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("data", "serving", "webapp")  # the product; tests and benchmarks import from it
+READERS = (*PACKAGES, "tests", "benchmarks")
+LAYERS = {"data": set(), "serving": {"data"}, "webapp": {"data", "serving"}}  # what each may import
+
+
+def _path(module: str) -> Path | None:
+    base = ROOT.joinpath(*module.split("."))
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py"
+    return base.with_suffix(".py") if base.with_suffix(".py").is_file() else None
+
+
+def _module_of(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _files(tops: tuple[str, ...]) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py"))
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), filename=str(path))
+
+
+@functools.cache
+def _defined(module: str) -> frozenset[str]:
+    """Names a module binds itself at top level (functions, classes, assignments), not those it imports."""
+    names: set[str] = set()
+    for node in _tree(_path(module)).body:
+        for sub in ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else [node]:
+            if isinstance(sub, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(sub.name)
+            elif isinstance(sub, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target]
+                names |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+    return frozenset(names)
+
+
+@functools.cache
+def _exported(module: str) -> tuple[str, ...] | None:
+    """A module's `__all__`, read from its source (None without one)."""
+    for node in _tree(_path(module)).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    return None
+
+
+def _project(module: str | None, tops: tuple[str, ...]) -> bool:
+    return bool(module) and module.split(".")[0] in tops and _path(module) is not None
+
+
+def _imports(path: Path) -> list[tuple[int, str, str | None]]:
+    """(line, module, name) for every import of a project module in `path`, at any depth (function-level
+    imports are imports too); name is None for `import a.b`."""
+    out = []
+    for node in ast.walk(_tree(path)):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and _project(node.module, READERS):
+            out += [(node.lineno, node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, None) for a in node.names if _project(a.name, READERS)]
+    return out
+
+
+def _edges(path: Path) -> set[str]:
+    """The project modules `path` imports (a submodule named in `from pkg import sub` counts as itself)."""
+    out = set()
+    for _, module, name in _imports(path):
+        sub = f"{module}.{name}" if name else None
+        out.add(sub if sub and _path(sub) else module)
+    return out
+
+
+def test_no_module_imports_itself_back_through_others():
+    graph = {_module_of(p): _edges(p) for p in _files(PACKAGES)}
+    cycles, done, stack = [], set(), []
+
+    def visit(m: str) -> None:
+        if m in stack:
+            cycles.append(stack[stack.index(m) :] + [m])
+            return
+        if m in done:
+            return
+        stack.append(m)
+        for n in sorted(graph.get(m, ())):
+            visit(n)
+        stack.pop()
+        done.add(m)
+
+    for m in sorted(graph):
+        visit(m)
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_layers_point_one_way_data_below_serving_below_webapp():
+    wrong = []
+    for path in _files(PACKAGES):
+        top = _module_of(path).split(".")[0]
+        for line, module, _ in _imports(path):
+            if module.split(".")[0] not in LAYERS[top] | {top}:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module}")
+    assert not wrong, wrong
+
+
+def _home_ok(module: str, name: str) -> bool:
+    """`name` may be taken from `module`: the module defines it, it is a submodule, or `module` is a package
+    that exports it (its pinned `__all__`)."""
+    if name in _defined(module) or _path(f"{module}.{name}"):
+        return True
+    return _path(module).name == "__init__.py" and name in (_exported(module) or ())
+
+
+def test_every_name_is_imported_from_the_module_that_defines_it():
+    """No compatibility re-exports: `from a import n` and `a.n` (a an imported project module) name n's home."""
+    wrong = []
+    for path in _files(READERS):
+        where = path.relative_to(ROOT)
+        aliases: dict[str, str] = {}
+        for line, module, name in _imports(path):
+            if name is None:
+                continue
+            if _path(f"{module}.{name}"):
+                aliases[name] = f"{module}.{name}"
+            elif not _home_ok(module, name):
+                wrong.append(f"{where}:{line}: from {module} import {name}")
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and _project(node.module, READERS):
+                aliases.update({a.asname: f"{node.module}.{a.name}" for a in node.names if a.asname})
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname: a.name for a in node.names if a.asname and _project(a.name, READERS)})
+        # a name the file also binds otherwise (a parameter `db`, a variable `fleet`) is not read as the module
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.arg) or (isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store)):
+                aliases.pop(getattr(node, "arg", None) or getattr(node, "id", None), None)
+        for node in ast.walk(_tree(path)):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases:
+                module = aliases[node.value.id]
+                if _path(module) and not node.attr.startswith("__") and not _home_ok(module, node.attr):
+                    wrong.append(f"{where}:{node.lineno}: {node.value.id}.{node.attr} (not defined in {module})")
+    assert not wrong, "\n".join(sorted(set(wrong)))
+
+
+MODULES_WITH_ALL = sorted(_module_of(p) for p in _files(PACKAGES) if _exported(_module_of(p)) is not None)
+
+
+@pytest.mark.parametrize("module", MODULES_WITH_ALL)
+def test_a_declared_surface_is_sorted_and_exactly_what_the_module_offers(module):
+    """A package's `__all__` is every public name of its namespace (its face); a module's names only what it
+    defines itself."""
+    exported = _exported(module)
+    assert list(exported) == sorted(exported, key=str.casefold), f"{module}.__all__ is not sorted"
+    if _path(module).name == "__init__.py":
+        mod = importlib.import_module(module)
+        public = {k for k, v in vars(mod).items() if not k.startswith("_") and not isinstance(v, types.ModuleType)} - {
+            "annotations"
+        }
+        assert set(exported) == public, f"{module}: exported {sorted(set(exported) - public)}, "
+        f"not exported {sorted(public - set(exported))}"
+    else:
+        assert set(exported) <= _defined(module), f"{module} exports names it does not define: " + ", ".join(
+            sorted(set(exported) - _defined(module))
+        )
+
+
+def test_the_packages_with_a_face_are_the_runner_and_the_simulated_fleet():
+    faces = [m for m in MODULES_WITH_ALL if _path(m).name == "__init__.py"]
+    assert faces == ["serving.runner", "serving.simfleet"]
+    assert set(_exported("serving.runner")) == {"Runner", "fleet_targets", "run_job", "serve"}
+
+
+def test_every_package_is_shipped():
+    """pyproject lists the packages a wheel carries: a package missing there imports from a checkout only."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {_module_of(p) for p in _files(PACKAGES) if p.name == "__init__.py"}
+    assert found == listed
