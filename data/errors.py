@@ -8,6 +8,8 @@
     ├── TooLarge               an input over one of data.limits' bounds (the message names the limit)
     ├── InvalidLabels          labels, or a model's answer, that do not fit the taxonomy's schema
     ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
+    ├── InvalidPrompt          a prompt version that cannot be saved: its schema is refused by the fleet's
+    │                          structured-output backend, or its answers would not be the taxonomy's labels
     ├── BadCursor              a page cursor that data.order did not make for that order (tampered,
     │                          truncated, or from another order)
     ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
@@ -55,6 +57,10 @@ class InvalidJobParams(DataError):
     """A job parameter out of range; the message says which and what to use."""
 
 
+class InvalidPrompt(DataError):
+    """A prompt version that cannot be saved; the message lists every change it needs."""
+
+
 class BadCursor(DataError):
     """A page cursor that is not one data.order made for the order it is used with."""
 
@@ -80,6 +86,7 @@ __all__ = [
     "TooLarge",
     "InvalidLabels",
     "InvalidJobParams",
+    "InvalidPrompt",
     "BadCursor",
     "SearchSyntaxError",
     "RootMismatch",
