@@ -79,16 +79,16 @@ class RootMissing(DataError):
 
 
 __all__ = [
-    "DataError",
-    "NotFound",
-    "Conflict",
-    "Forbidden",
-    "TooLarge",
-    "InvalidLabels",
-    "InvalidJobParams",
-    "InvalidPrompt",
     "BadCursor",
-    "SearchSyntaxError",
+    "Conflict",
+    "DataError",
+    "Forbidden",
+    "InvalidJobParams",
+    "InvalidLabels",
+    "InvalidPrompt",
+    "NotFound",
     "RootMismatch",
     "RootMissing",
+    "SearchSyntaxError",
+    "TooLarge",
 ]

@@ -362,7 +362,8 @@ def m017_samples(db: sqlite_utils.Database) -> None:
       is the machine caption they are shown (the origin of the first reviewer's work); their answer is `labels`
       (taxonomy-valid JSON) and `decision` (approved | rejected), and changes nothing of the clip. One per
       (sample, clip); pending ones may be handed to someone else, answered ones are never changed (triggers).
-    Samples, strata and members are written once (triggers refuse updates and deletes)."""
+    Samples, strata and members are written once (triggers refuse updates and deletes), and so are prompt
+    versions from now on: a new prompt is a new version (data.prompts), which the comparison of versions relies on."""
     db.execute("""
     CREATE TABLE samples (
         id INTEGER PRIMARY KEY,
@@ -422,3 +423,7 @@ def m017_samples(db: sqlite_utils.Database) -> None:
                   BEGIN SELECT RAISE(ABORT, 'an answered second review is never changed'); END""")
     db.execute("""CREATE TRIGGER second_reviews_no_delete BEFORE DELETE ON second_reviews
                   BEGIN SELECT RAISE(ABORT, 'second reviews are never deleted'); END""")
+    # prompt versions are compared with each other (data.prompt_compare): a version is never edited in place
+    for verb in ("UPDATE", "DELETE"):
+        db.execute(f"""CREATE TRIGGER prompts_never_edited_{verb.lower()} BEFORE {verb} ON prompts
+                       BEGIN SELECT RAISE(ABORT, 'a prompt version is never edited: save a new version'); END""")
