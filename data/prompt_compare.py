@@ -65,21 +65,23 @@ def start_on_ground_truth(
     )
 
 
-_PAIRS_SQL = """
-WITH va AS (SELECT clip_id, MAX(id) AS id FROM captions
-            WHERE source = 'model' AND prompt_name = ? AND prompt_version = ? GROUP BY clip_id),
-     vb AS (SELECT clip_id, MAX(id) AS id FROM captions
-            WHERE source = 'model' AND prompt_name = ? AND prompt_version = ? GROUP BY clip_id)
-SELECT c.id AS clip_id, t.id AS truth_id, t.labels AS truth, ka.id AS a_id, ka.labels AS a_labels,
-       kb.id AS b_id, kb.labels AS b_labels
-FROM va JOIN vb ON vb.clip_id = va.clip_id
-JOIN clips c ON c.id = va.clip_id
-JOIN captions t ON t.id = c.current_caption_id
-JOIN captions ka ON ka.id = va.id
-JOIN captions kb ON kb.id = vb.id
-WHERE c.review_status = 'approved' AND c.id IN ({ids})
-ORDER BY c.id
-"""
+# the newest machine caption of a prompt version on clip c (parameters: prompt name, version): looked up through
+# captions' (clip_id, version) index per ground-truth clip, so the cost follows the clips compared, not the table
+_NEWEST = (
+    "(SELECT MAX(k.id) FROM captions k WHERE k.clip_id = c.id AND k.source = 'model' "
+    "AND k.prompt_name = ? AND k.prompt_version = ?)"
+)
+
+
+def _clip_set(db: sqlite_utils.Database, a: int, b: int, f: clips.Filter) -> tuple[str, list[Any], dict, dict]:
+    """The SQL of the compared clips (clip_id, truth_id, a_id, b_id), its parameters, and the two versions."""
+    va, vb = _version(db, a), _version(db, b)
+    if va["id"] == vb["id"]:
+        raise DataError("Pick two different prompt versions to compare.")
+    columns = f"c.id AS clip_id, c.current_caption_id AS truth_id, {_NEWEST} AS a_id, {_NEWEST} AS b_id"
+    sql, args = clips.id_query(ground_truth(f), columns=columns)
+    inner = f"SELECT * FROM ({sql}) WHERE a_id IS NOT NULL AND b_id IS NOT NULL"
+    return inner, [va["name"], va["version"], vb["name"], vb["version"], *args], va, vb
 
 
 def _version(db: sqlite_utils.Database, prompt_id: int) -> dict:
@@ -91,12 +93,13 @@ def pairs(db: sqlite_utils.Database, a: int, b: int, f: clips.Filter = clips.Fil
     """For each approved clip of `f` with a machine caption of both prompt versions `a` and `b` (prompt ids), in
     clip order: `clip_id`, `truth_id`/`truth` (the approved caption and its labels), `a_id`/`a` and `b_id`/`b`
     (each version's newest caption of the clip and its labels). Streamed."""
-    va, vb = _version(db, a), _version(db, b)
-    if va["id"] == vb["id"]:
-        raise DataError("Pick two different prompt versions to compare.")
-    ids, args = clips.id_query(ground_truth(f))
-    sql = _PAIRS_SQL.format(ids=ids)
-    for r in db.query(sql, [va["name"], va["version"], vb["name"], vb["version"], *args]):
+    inner, args, _, _ = _clip_set(db, a, b, f)
+    sql = (
+        f"SELECT p.clip_id, p.truth_id, t.labels AS truth, p.a_id, ka.labels AS a_labels, p.b_id, "
+        f"kb.labels AS b_labels FROM ({inner}) p JOIN captions t ON t.id = p.truth_id "
+        "JOIN captions ka ON ka.id = p.a_id JOIN captions kb ON kb.id = p.b_id ORDER BY p.clip_id"
+    )
+    for r in db.query(sql, args):
         yield {
             "clip_id": r["clip_id"],
             "truth_id": r["truth_id"],
@@ -108,42 +111,66 @@ def pairs(db: sqlite_utils.Database, a: int, b: int, f: clips.Filter = clips.Fil
         }
 
 
-def _same(name: str, x: Any, y: Any) -> bool:
-    if name in taxonomy.MULTI:
-        return set(x or []) == set(y or [])
-    return x == y
+def _set_key(labels: str, name: str) -> str:
+    """A multi-choice label of a labels column as one comparable text: its distinct values, sorted."""
+    return (
+        f"(SELECT group_concat(value, char(31)) FROM (SELECT DISTINCT value FROM json_each({labels}, '$.{name}') "
+        "ORDER BY value))"
+    )
 
 
-def _jaccard(x: Any, y: Any) -> float:
-    x, y = set(x or []), set(y or [])
-    return 1.0 if not (x | y) else len(x & y) / len(x | y)
+def _count(labels: str, name: str) -> str:
+    return f"(SELECT COUNT(DISTINCT value) FROM json_each({labels}, '$.{name}'))"
+
+
+def _jaccard(side: str, name: str) -> str:
+    """|side and truth| / |side or truth| of a multi-choice label (`side`: a labels column), 1 when both are empty."""
+    both = (
+        f"(SELECT COUNT(DISTINCT x.value) FROM json_each({side}, '$.{name}') x "
+        f"WHERE x.value IN (SELECT value FROM json_each(tl, '$.{name}')))"
+    )
+    either = f"({_count(side, name)} + {_count('tl', name)} - {both})"
+    return f"CASE WHEN {either} = 0 THEN 1.0 ELSE 1.0 * {both} / {either} END"
+
+
+SINGLE = [name for name in taxonomy.ENUMS if name not in taxonomy.MULTI]
+
+
+def _compare_sql(inner: str) -> str:
+    """One statement: per single-choice label (each caption's labels parsed once, by json_each) and per
+    multi-choice label (sets and Jaccard) the clips each version got right. Rows: label, clips, a right, b right,
+    a Jaccard sum, b Jaccard sum. Parameters: the clip set's, then SINGLE."""
+    multi = [
+        f"SELECT '{name}', COUNT(*), TOTAL({_set_key('al', name)} IS {_set_key('tl', name)}), "
+        f"TOTAL({_set_key('bl', name)} IS {_set_key('tl', name)}), TOTAL({_jaccard('al', name)}), "
+        f"TOTAL({_jaccard('bl', name)}) FROM j"
+        for name in taxonomy.MULTI
+    ]
+    return (
+        f"WITH j AS MATERIALIZED (SELECT t.labels AS tl, ka.labels AS al, kb.labels AS bl FROM ({inner}) p "
+        "JOIN captions t ON t.id = p.truth_id JOIN captions ka ON ka.id = p.a_id JOIN captions kb ON kb.id = p.b_id) "
+        "SELECT x.key, COUNT(*), TOTAL(a.value IS x.value), TOTAL(b.value IS x.value), 0, 0 FROM j "
+        "JOIN json_each(j.tl) x LEFT JOIN json_each(j.al) a ON a.key = x.key LEFT JOIN json_each(j.bl) b "
+        f"ON b.key = x.key WHERE x.key IN ({','.join('?' * len(SINGLE))}) GROUP BY x.key UNION ALL "
+        + " UNION ALL ".join(multi)
+        + " UNION ALL SELECT '', COUNT(*), 0, 0, 0, 0 FROM j"
+    )
 
 
 def compare(db: sqlite_utils.Database, a: int, b: int, f: clips.Filter = clips.Filter()) -> dict:
     """Versions `a` and `b` side by side on the clips of `pairs`: `a` and `b` (id, name, version), `clips` (how
     many), and per label of the taxonomy `a_correct`, `b_correct`, `a_accuracy`, `b_accuracy` (None on no clip);
-    a multi-choice label also has `a_jaccard` and `b_jaccard` (means)."""
-    counts = {name: {"a_correct": 0, "b_correct": 0, "a_jaccard": 0.0, "b_jaccard": 0.0} for name in taxonomy.ENUMS}
-    n = 0
-    for p in pairs(db, a, b, f):
-        n += 1
-        for name, c in counts.items():
-            truth = p["truth"].get(name)
-            for side in ("a", "b"):
-                got = p[side].get(name)
-                c[f"{side}_correct"] += _same(name, got, truth)
-                if name in taxonomy.MULTI:
-                    c[f"{side}_jaccard"] += _jaccard(got, truth)
+    a multi-choice label also has `a_jaccard` and `b_jaccard` (means). Counted in one SQL statement (SQLite's JSON
+    functions), no caption reaches Python. Labels are complete (every schema requires all of them)."""
+    inner, args, va, vb = _clip_set(db, a, b, f)
+    rows = {r[0]: r[1:] for r in db.execute(_compare_sql(inner), [*args, *SINGLE])}
+    n = rows[""][0]
     labels = {}
-    for name, c in counts.items():
-        row = {
-            "a_correct": c["a_correct"],
-            "b_correct": c["b_correct"],
-            "a_accuracy": c["a_correct"] / n if n else None,
-            "b_accuracy": c["b_correct"] / n if n else None,
-        }
+    for name in taxonomy.ENUMS:
+        _, a_ok, b_ok, a_jac, b_jac = rows.get(name, (0, 0, 0, 0, 0))
+        out = {"a_correct": int(a_ok), "b_correct": int(b_ok)}
+        out.update({"a_accuracy": a_ok / n if n else None, "b_accuracy": b_ok / n if n else None})
         if name in taxonomy.MULTI:
-            row["a_jaccard"] = c["a_jaccard"] / n if n else None
-            row["b_jaccard"] = c["b_jaccard"] / n if n else None
-        labels[name] = row
-    return {"a": _version(db, a), "b": _version(db, b), "clips": n, "labels": labels}
+            out.update({"a_jaccard": a_jac / n if n else None, "b_jaccard": b_jac / n if n else None})
+        labels[name] = out
+    return {"a": va, "b": vb, "clips": n, "labels": labels}

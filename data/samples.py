@@ -5,7 +5,7 @@ someone chose them (the queue's order, a search, a hunch) are not a sample. So a
 and its clips are marked as its members; only members count as a random sample (data.quality reads them).
 
 Drawing (`draw`): a lead draws `size` clips from a filter (a job's clips: `Filter(job_id=J)`) and assigns them to
-one or more people, in one transaction.
+one or more people, in one write transaction (the population is read just before it, in one consistent SELECT).
 - The population is the filter's clips whose current caption is a machine caption nobody has reviewed yet
   (unreviewed, ingest ok): what "the unreviewed rest" means. A filter that asks for something else (approved
   clips, human captions) is refused with what to change.
@@ -164,13 +164,18 @@ def _assignees(names: Iterable[str] | str | None) -> list[str]:
     return out
 
 
-def _population(db: sqlite_utils.Database, f: clips.Filter, stratify: str) -> dict[str, array.array]:
-    """Stratum -> the ids of its clips, ascending (compact arrays: a population of a million clips is 8 MB)."""
-    sql, args = clips.id_query(f)
-    out: dict[str, array.array] = {}
-    for cid, level in db.execute(f"SELECT id, hazard_level FROM clips WHERE id IN ({sql}) ORDER BY id", args):
+def _population(
+    db: sqlite_utils.Database, f: clips.Filter, stratify: str
+) -> dict[str, tuple[array.array, array.array]]:
+    """Stratum -> (the ids of its clips, ascending; their current caption ids), read in one SELECT: one consistent
+    snapshot. Compact arrays: a population of a million clips is 16 MB."""
+    sql, args = clips.id_query(f, columns="c.id, c.hazard_level, c.current_caption_id")
+    out: dict[str, tuple[array.array, array.array]] = {}
+    for cid, level, caption_id in db.execute(sql, args):
         key = ALL if stratify == "none" else (level if level in taxonomy.HAZARD_LEVELS else NO_LEVEL)
-        out.setdefault(key, array.array("q")).append(cid)
+        ids, caps = out.setdefault(key, (array.array("q"), array.array("q")))
+        ids.append(cid)
+        caps.append(caption_id)
     return out
 
 
@@ -186,7 +191,7 @@ def draw(
     seed: int | None = None,
 ) -> dict:
     """Draw a random review sample of `size` clips from the population of `f` (`population_filter`), record it and
-    assign its members to `assignees` (round-robin in draw order), in one transaction. Returns the sample as `get`
+    assign its members to `assignees` (round-robin in draw order), in one write transaction. Returns the sample as `get`
     does, plus `assigned` (person -> clips) and `reassigned` (clips taken from someone else). Raises Forbidden
     for a non-lead, DataError for a bad size, seed, stratify, person or filter, or an empty population."""
     _check_lead(role, "draws review samples")
@@ -194,22 +199,26 @@ def draw(
     if stratify not in STRATIFY:
         raise DataError(f"Stratify: one of {', '.join(STRATIFY)} (got {str(stratify)[:20]!r}).")
     pop_f = population_filter(f)
+    # The population is read before the write transaction, in one SELECT (a consistent snapshot): reading a
+    # million clips under the write lock would stall every other writer for seconds. The draw, N_h and each
+    # member's caption are those of that snapshot; a member reviewed in the meantime is still a random member.
+    strata = _population(db, pop_f, stratify)
+    total = sum(len(ids) for ids, _ in strata.values())
+    if not total:
+        raise DataError(
+            "No clip of this filter can be sampled: a sample takes clips whose machine caption nobody has "
+            "reviewed yet (and whose ingest succeeded). Widen the filter, or caption the clips first."
+        )
+    keys = [ALL] if stratify == "none" else [h for h in STRATA if h in strata]
+    sizes = {h: len(strata[h][0]) for h in keys}
+    counts = allocate(size, sizes, stratify)
+    rng = random.Random(seed)
+    picked: list[tuple[int, str, int]] = []  # (clip id, stratum, caption id at the draw)
+    for h in keys:
+        ids, caps = strata[h]
+        picked += [(ids[i], h, caps[i]) for i in rng.sample(range(sizes[h]), counts[h])]
+    rng.shuffle(picked)
     with immediate(db):
-        strata = _population(db, pop_f, stratify)
-        total = sum(len(ids) for ids in strata.values())
-        if not total:
-            raise DataError(
-                "No clip of this filter can be sampled: a sample takes clips whose machine caption nobody has "
-                "reviewed yet (and whose ingest succeeded). Widen the filter, or caption the clips first."
-            )
-        keys = [ALL] if stratify == "none" else [h for h in STRATA if h in strata]
-        sizes = {h: len(strata[h]) for h in keys}
-        counts = allocate(size, sizes, stratify)
-        rng = random.Random(seed)
-        picked: list[tuple[int, str]] = []
-        for h in keys:
-            picked += [(strata[h][i], h) for i in rng.sample(range(sizes[h]), counts[h])]
-        rng.shuffle(picked)
         t = now()
         sample_id = db.execute(
             "INSERT INTO samples (created_by, created_at, source, job_id, population, size, drawn, stratify, seed, "
@@ -231,16 +240,15 @@ def draw(
             "INSERT INTO sample_strata (sample_id, stratum, population, drawn) VALUES (?, ?, ?, ?)",
             [(sample_id, h, sizes[h], counts[h]) for h in keys],
         )
-        current = _current_captions(db, [cid for cid, _ in picked])
         db.conn.executemany(
             "INSERT INTO sample_members (sample_id, clip_id, stratum, draw_order, assignee, caption_id) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [(sample_id, cid, h, k, people[k % len(people)], current.get(cid)) for k, (cid, h) in enumerate(picked)],
+            [(sample_id, cid, h, k, people[k % len(people)], cap) for k, (cid, h, cap) in enumerate(picked)],
         )
         shares: dict[str, int] = {}
         reassigned = 0
         for j, person in enumerate(people):
-            share = [cid for k, (cid, _) in enumerate(picked) if k % len(people) == j]
+            share = [cid for k, (cid, _, _) in enumerate(picked) if k % len(people) == j]
             if share:
                 out = assignments.assign_ids(db, share, person, actor=actor, role=role)
                 shares[out["assignee"]] = len(share)
@@ -258,15 +266,6 @@ def draw(
             assignees=people,
         )
     return {**get(db, sample_id), "assigned": shares, "reassigned": reassigned}
-
-
-def _current_captions(db: sqlite_utils.Database, ids: list[int]) -> dict[int, int | None]:
-    out: dict[int, int | None] = {}
-    for i in range(0, len(ids), 500):  # SQLite's variable limit
-        chunk = ids[i : i + 500]
-        sql = f"SELECT id, current_caption_id FROM clips WHERE id IN ({','.join('?' * len(chunk))})"
-        out.update({r[0]: r[1] for r in db.execute(sql, chunk)})
-    return out
 
 
 def _decode_sample(row: dict) -> dict:

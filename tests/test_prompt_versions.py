@@ -225,3 +225,10 @@ def test_a_new_version_runs_over_the_approved_clips_as_candidates_and_compares_w
     # a filter narrows the clip set: the same clips for both versions
     one = prompt_compare.compare(db, v2["id"], v3["id"], clips.Filter(weather=clips.get(db, ids[0])["weather"]))
     assert 1 <= one["clips"] < 8
+    none = prompt_compare.compare(db, v2["id"], v3["id"], clips.Filter(job_id=first + second + 1))
+    assert none["clips"] == 0 and none["labels"]["weather"] == {
+        "a_correct": 0,
+        "b_correct": 0,
+        "a_accuracy": None,
+        "b_accuracy": None,
+    }
