@@ -36,17 +36,7 @@ def _check_actor(role: str | None) -> None:
 
 
 def _check_assignee(db: sqlite_utils.Database, name: str | None) -> str:
-    name = (name or "").strip()
-    user = users.get(db, name) if name else None
-    if user is None:
-        raise DataError(
-            f"There is no user named {name[:64]!r}: pick a person from the list."
-            if name
-            else "Pick the person to assign the clips to."
-        )
-    if user["disabled"]:
-        raise DataError(f"{name} is disabled: pick someone else, or enable them first (Users).")
-    return name
+    return users.enabled_name(db, name, ask="Pick the person to assign the clips to.")
 
 
 def _current(db: sqlite_utils.Database, ids: list[int]) -> dict[int, str]:

@@ -329,20 +329,6 @@ def of_clip(db: sqlite_utils.Database, clip_id: int) -> list[int]:
 # -- second reviews --------------------------------------------------------------------------------------------
 
 
-def _check_reviewer(db: sqlite_utils.Database, name: str | None) -> str:
-    name = (name or "").strip()
-    user = users.get(db, name) if name else None
-    if user is None:
-        raise DataError(
-            f"There is no user named {name[:64]!r}: pick a person from the list."
-            if name
-            else "Pick the second reviewer."
-        )
-    if user["disabled"]:
-        raise DataError(f"{name} is disabled: pick someone else.")
-    return name
-
-
 def send_to_second(
     db: sqlite_utils.Database,
     sample_id: int,
@@ -360,7 +346,7 @@ def send_to_second(
     _check_lead(role, "sends clips to a second reviewer")
     with immediate(db):
         sample = get(db, sample_id)
-        reviewer = _check_reviewer(db, reviewer)
+        reviewer = users.enabled_name(db, reviewer, ask="Pick the second reviewer.")
         rows = list(
             db.query(
                 "SELECT m.clip_id, m.assignee, m.caption_id, c.review_status, c.reviewed_by, k.origin_id, "
