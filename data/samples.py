@@ -339,18 +339,19 @@ def send_to_second(
     reviewed_only: bool = False,
 ) -> dict:
     """Send the members of sample `sample_id` (with `reviewed_only`, those whose first review is done) to
-    `reviewer` for a blind second review. A member `reviewer` reviewed first, or was given to review, is skipped
-    (`own`), as is one already answered (`answered`); a pending one of someone else moves to `reviewer` (`moved`).
-    Returns those counts with `sent` (new), `unchanged` and `unreviewed` (skipped by `reviewed_only`). One audit
-    event per clip sent or moved."""
+    `reviewer` for a blind second review. A member `reviewer` reviewed first, or was given to review (by the draw
+    or since), is skipped (`own`), as is one already answered (`answered`); a pending one of someone else moves to
+    `reviewer` (`moved`). Returns those counts with `sent` (new), `unchanged` and `unreviewed` (skipped by
+    `reviewed_only`). One audit event per clip sent or moved."""
     _check_lead(role, "sends clips to a second reviewer")
     with immediate(db):
         sample = get(db, sample_id)
         reviewer = users.enabled_name(db, reviewer, ask="Pick the second reviewer.")
         rows = list(
             db.query(
-                "SELECT m.clip_id, m.assignee, m.caption_id, c.review_status, c.reviewed_by, k.origin_id, "
-                "r.id AS review_id, r.state, r.reviewer FROM sample_members m JOIN clips c ON c.id = m.clip_id "
+                "SELECT m.clip_id, m.assignee, a.assignee AS assignee_now, m.caption_id, c.review_status, "
+                "c.reviewed_by, k.origin_id, r.id AS review_id, r.state, r.reviewer FROM sample_members m "
+                "JOIN clips c ON c.id = m.clip_id LEFT JOIN assignments a ON a.clip_id = m.clip_id "
                 "LEFT JOIN captions k ON k.id = c.current_caption_id "
                 "LEFT JOIN second_reviews r ON r.sample_id = m.sample_id AND r.clip_id = m.clip_id "
                 "WHERE m.sample_id = ? ORDER BY m.draw_order",
@@ -365,7 +366,7 @@ def send_to_second(
             if reviewed_only and not first_done:
                 counts["unreviewed"] += 1
                 continue
-            if reviewer in (r["assignee"], r["reviewed_by"]):
+            if reviewer in (r["assignee"], r["assignee_now"], r["reviewed_by"]):
                 counts["own"] += 1
                 continue
             if r["state"] == "done":

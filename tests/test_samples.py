@@ -250,6 +250,15 @@ def test_sending_skips_the_first_reviewer_and_unreviewed_clips_when_asked(review
         samples.send_to_second(db, 999, "ann3", actor="lead", role="lead")
 
 
+def test_a_person_given_a_member_since_the_draw_is_not_its_second_reviewer(reviewed):
+    db = reviewed
+    moved = next(m for m in reviewed.members if m["assignee"] == "ann2")
+    assignments.assign_clip(db, moved["clip_id"], "ann3", actor="lead", role="lead")
+    out = samples.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead")
+    assert (out["own"], out["sent"]) == (1, 5)
+    assert not samples.is_blind(db, moved["clip_id"], "ann3")
+
+
 def test_the_second_reviewer_gets_the_origin_machine_caption_and_nothing_of_the_first_review(reviewed):
     db, clip_id = reviewed, reviewed.first["clip_id"]
     samples.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
