@@ -1,6 +1,6 @@
 """Random review samples and the prompt-version comparison at scale (issue 19): what a draw and a comparison cost.
 
-    python benchmarks/bench_samples.py --db /tmp/samples-1m.db --clips 1000000 --repeat 5
+    python benchmarks/bench_samples.py --db /tmp/samples-1m.db --clips 1000000 --repeat 3
 
 Builds the library with benchmarks/bench_browse.build (reused if it already holds --clips rows: 70 % captioned by
 the model, of those 60 % unreviewed, 35 % approved), adds users, and for the approved clips among the first
