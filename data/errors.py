@@ -73,15 +73,15 @@ class RootMissing(DataError):
 
 
 __all__ = [
-    "DataError",
-    "NotFound",
-    "Conflict",
-    "Forbidden",
-    "TooLarge",
-    "InvalidLabels",
-    "InvalidJobParams",
     "BadCursor",
-    "SearchSyntaxError",
+    "Conflict",
+    "DataError",
+    "Forbidden",
+    "InvalidJobParams",
+    "InvalidLabels",
+    "NotFound",
     "RootMismatch",
     "RootMissing",
+    "SearchSyntaxError",
+    "TooLarge",
 ]
