@@ -93,9 +93,40 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (strict parsers reject it)")
 
 
+_NONZERO_MANTISSA = re.compile(r"[1-9]")
+
+
+class Unstorable(ValueError):
+    """JSON that parses but would not be stored as the value it holds."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    mantissa = re.split("[eE]", text, maxsplit=1)[0]
+    if math.isinf(value) or (value == 0.0 and _NONZERO_MANTISSA.search(mantissa)):
+        # 1e400 parses as inf and 1e-400 as 0.0: storing either would store another number than the file's
+        raise Unstorable(f"the number {text[:40]} is out of range (it would be stored as {value})")
+    return value
+
+
 def strict_json_loads(text: str | bytes) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not)."""
-    return json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not), and
+    numbers a double cannot hold (1e400 would become inf, 1e-400 would become 0.0)."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def storable_json(value: Any) -> str:
+    """`value` as the JSON text SQLite stores, guaranteed to read back (json.loads) as the same value.
+
+    Raises Unstorable saying why not: a lone UTF-16 surrogate (a JSON "\\ud800" escape parses, but is not
+    text SQLite can store: the INSERT fails), a non-finite number, or anything else that does not survive the
+    round trip."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    if _SURROGATE.search(text):
+        raise Unstorable("it holds text that is not valid Unicode (a lone UTF-16 surrogate such as \\ud800)")
+    if json.loads(text) != value:
+        raise Unstorable("its values do not read back as written")
+    return text
 
 
 def finite(value: Any) -> bool:
