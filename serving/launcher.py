@@ -31,7 +31,7 @@ import httpx
 
 from data import library
 from data.settings import Settings, add_arguments, from_args
-from serving import procs
+from serving import bounded, procs
 from serving.fleet_addresses import (
     advertised_host,
     free_block,
@@ -385,8 +385,9 @@ def status(settings: Settings, args: argparse.Namespace | None = None) -> int:
             for u in urls:
                 path = "/liveness" if c["name"] == "router" else "/health"
                 try:
-                    health.append(f"{u} {http.get(u + path).status_code}")
-                except httpx.HTTPError as e:
+                    r = bounded.fetch_sync(http, "GET", u + path, max_bytes=procs.HEALTH_BYTES, seconds=2.0)
+                    health.append(f"{u} {r.status_code}")
+                except (httpx.HTTPError, bounded.ReadRefused) as e:
                     health.append(f"{u} {type(e).__name__}")
             ok = alive and all(h.endswith(" 200") for h in health)
             bad += not ok
