@@ -20,6 +20,7 @@ import fcntl
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from pathlib import Path
@@ -93,13 +94,26 @@ class Forbidden(DataError):
 
 
 def secure_dir(path: str | Path) -> None:
-    """Make a data folder private to its owner (0700): it holds the database (password hashes, sessions),
-    the clip library's media and logs (S9). Only folders we own are changed."""
+    """Make a data folder private to its owner (0700) and the files directly in it 0600: it holds the
+    database (password hashes, sessions), the clip library's thumbnails and filmstrips, and logs (S9). Every
+    entry point that uses the folder calls this (the app, ingest, the launcher), so an existing folder made
+    0755 by hand or by an older version is closed by whichever runs first. Only what we own is changed; what
+    is below (thumbnails, logs) is out of other users' reach once the folder is 0700."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = path.stat()
-    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+    if st.st_uid != os.getuid():
+        return
+    if st.st_mode & 0o077:
         os.chmod(path, 0o700)
+    with os.scandir(path) as entries:
+        for e in entries:
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(est.st_mode) and est.st_uid == os.getuid() and est.st_mode & 0o077:
+                os.chmod(e.path, stat.S_IMODE(est.st_mode) & 0o700)
 
 
 def _private_files(path: Path) -> None:

@@ -16,6 +16,8 @@ Tables
 
 from __future__ import annotations
 
+import time
+
 import sqlite_utils
 
 MIGRATIONS = sqlite_utils.Migrations("workbench")
@@ -284,3 +286,19 @@ def m010_assignments(db: sqlite_utils.Database) -> None:
         assigned_at REAL NOT NULL
     )""")
     db["assignments"].create_index(["assignee", "clip_id"])
+
+
+@MIGRATIONS()
+def m012_hardening2(db: sqlite_utils.Database) -> None:
+    """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions), and
+    the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
+    are in the review queue again (data.assignments.release does this at every disable from now on)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
+    db.execute(
+        "INSERT INTO events (at, actor, action, clip_id, detail) "
+        "SELECT ?, 'migration', 'clip.unassign', a.clip_id, "
+        "json_object('previous', a.assignee, 'why', 'user disabled') "
+        "FROM assignments a JOIN users u ON u.name = a.assignee WHERE u.disabled = 1 ORDER BY a.clip_id",
+        [time.time()],
+    )
+    db.execute("DELETE FROM assignments WHERE assignee IN (SELECT name FROM users WHERE disabled = 1)")

@@ -30,6 +30,7 @@ from typing import Sequence
 import httpx
 
 from data import library
+from data.db import secure_dir
 from data.settings import Settings, add_arguments, from_args
 from serving import bounded, procs
 from serving.fleet_addresses import (
@@ -289,6 +290,7 @@ def up(settings: Settings, args: argparse.Namespace) -> int:
         "router_url": p["router_url"],
         "started_at": time.time(),
     }
+    secure_dir(settings.data_dir)  # S9: its logs and run records, before anything is written there
     save_record(settings, rec)
     children: list[procs.Child] = []
     try:

@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from data import library
 from webapp import exports, media, render
-from webapp.auth import Auth
+from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
@@ -98,7 +98,7 @@ class Workbench:
     def userline_html(self, request: gr.Request) -> str:
         user = self.ctx.user(request)
         logout = (
-            ' · <a href="/logout" id="logout">Sign out</a>'
+            f" · {LOGOUT_FORM}"  # a POST: a cross-site link cannot sign anyone out
             if self.ctx.settings.auth_required
             else " · login is off (local use only)"
         )

@@ -35,6 +35,14 @@ COOKIE = "cw_session"
 STATIC = Path(__file__).parent / "static"
 HASH_THREADS = 1  # scrypt at ~50 ms: 20 checks/s, and at most one core of the machine on logins
 HASH_QUEUE = 32  # checks waiting beyond this are answered 429 at once
+LOGOUT_FORM = (
+    '<form method="post" action="/logout" class="cw-logout"><button type="submit" id="logout">Sign out</button></form>'
+)
+LOGOUT_PAGE = (
+    '<!doctype html><html><head><meta charset="utf-8"><title>Sign out</title>'
+    '<link rel="stylesheet" href="/cw-static/login.css"></head><body><main class="login">'
+    f'<h1>Sign out?</h1>{LOGOUT_FORM}<p><a href="/">Back to the workbench</a></p></main></body></html>'
+)
 
 
 class LoginLimiter:
@@ -197,7 +205,14 @@ class Auth:
             return resp
 
         @app.get("/logout", include_in_schema=False)
+        def logout_page() -> Response:
+            # A GET changes nothing: a link or an image on another site (a cross-site navigation carries the
+            # Lax cookie) must not end a session. Signing out is the POST below, from this page or the app's.
+            return HTMLResponse(LOGOUT_PAGE, headers={"Cache-Control": "no-store"})
+
+        @app.post("/logout", include_in_schema=False)
         def logout(request: Request) -> Response:
+            # the Guard refuses a POST whose Origin names another site (S8)
             sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")
