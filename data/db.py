@@ -158,11 +158,13 @@ def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
 
 
 @contextlib.contextmanager
-def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+def immediate(db: sqlite_utils.Database, *, wait: bool = True) -> Iterator[sqlite_utils.Database]:
     """A write transaction that holds the write lock from its first statement.
 
     Nested use (already in a transaction) becomes a savepoint via `db.atomic()`.
     Never make a network call inside one: the lock is held until it ends.
+    `wait=False`: a best-effort write that takes the lock only if it is free now, else raises
+    sqlite3.OperationalError at once (what a read must not wait for: a session's last_seen).
     """
     conn = db.conn
     if conn.in_transaction:
@@ -170,10 +172,17 @@ def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
             yield db
         return
     wl = getattr(db, "_cw_write_lock", None)
-    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000 if wait else 0):
         raise sqlite3.OperationalError("database is locked (waited for another thread's write)")
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        if wait:
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         began = time.perf_counter()
         try:
             yield db

@@ -290,10 +290,21 @@ def m010_assignments(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m012_hardening2(db: sqlite_utils.Database) -> None:
-    """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions), and
+    """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions); the
+    browsers and addresses each account signed in from (data.sessions.remember: the login limiter does not
+    hold back a person at a browser or address they used before, so an attacker cannot lock them out); and
     the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
     are in the review queue again (data.assignments.release does this at every disable from now on)."""
     db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
+    db.execute("""
+    CREATE TABLE login_trust (
+        user TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('device', 'address')),
+        value_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used REAL NOT NULL,
+        PRIMARY KEY (user, kind, value_hash)
+    ) WITHOUT ROWID""")
     db.execute(
         "INSERT INTO events (at, actor, action, clip_id, detail) "
         "SELECT ?, 'migration', 'clip.unassign', a.clip_id, "
