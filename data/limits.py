@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from data.db import DataError
@@ -34,6 +35,27 @@ MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason
 
 class TooLarge(DataError):
     """An input over its bound: refused with a message naming the limit."""
+
+
+class TooFast(DataError):
+    """Saves faster than a person makes them: refused with how long to wait (the edit stays in the form)."""
+
+
+@dataclass(frozen=True)
+class SaveRate:
+    """Human caption versions one person may save per `window` seconds: on one clip, and over all clips.
+    A person saves a clip a few times while editing it; a script saving in a loop grew one clip's history to
+    806 versions (18.7 MB per open, issue 21). The web app passes SAVE_RATE; None (scripts, tests of the
+    version rules) is no limit."""
+
+    per_clip: int = 30
+    per_person: int = 600
+    window: float = 60.0
+
+
+SAVE_RATE = SaveRate()
+HISTORY_PAGE = 20  # caption versions one open or save shows; older ones come a page at a time, on demand
+HISTORY_PAGE_CHARS = 250_000  # and at most this much of the page's HTML (20 versions at the caption limit)
 
 
 def check_text(value: str, limit: int, what: str) -> str:
