@@ -213,8 +213,13 @@ class ReviewTab:
         db = self.ctx.db()
         if not form.differs_from(captions.get(db, form.base) if form.base is not None else None):
             return form.base, None
-        cap = captions.save_human(
-            db,
+        cap = self._save_form(form, user)
+        return cap["id"], cap
+
+    def _save_form(self, form: ReviewForm, user) -> dict:
+        """The form as a new human version (data.captions.save_human: Conflict, TooFast, DataError)."""
+        return captions.save_human(
+            self.ctx.db(),
             int(form.clip_id),
             text=form.text,
             labels=form.labels(),
@@ -222,7 +227,6 @@ class ReviewTab:
             base_caption_id=form.base,
             rate=self._rate(),
         )
-        return cap["id"], cap
 
     def _leave(self, form: ReviewForm, request: gr.Request, go) -> dict:
         """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
@@ -249,15 +253,7 @@ class ReviewTab:
         if form.clip_id is None:
             raise gr.Error("Open a clip first.")
         try:
-            cap = captions.save_human(
-                self.ctx.db(),
-                int(form.clip_id),
-                text=form.text,
-                labels=form.labels(),
-                author=user.name,
-                base_caption_id=form.base,
-                rate=self._rate(),
-            )
+            cap = self._save_form(form, user)
         except Conflict as e:
             return self._conflict(form.clip_id, e, request)
         except (DataError, taxonomy.InvalidLabels) as e:
