@@ -297,7 +297,7 @@ def m012_hardening2(db: sqlite_utils.Database) -> None:
     are in the review queue again (data.assignments.release does this at every disable from now on)."""
     db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
     db.execute("""
-    CREATE TABLE login_trust (
+    CREATE TABLE IF NOT EXISTS login_trust (
         user TEXT NOT NULL,
         kind TEXT NOT NULL CHECK (kind IN ('device', 'address')),
         value_hash TEXT NOT NULL,
