@@ -132,7 +132,6 @@ def test_the_fleet_tab_reads_hostile_metrics_within_a_bounded_memory(mode):
     for r in rows:
         # refused past the size bound (or, on a loaded machine, the time bound)
         assert "longer than" in (r["error"] or "") or "no complete answer" in (r["error"] or ""), r["error"]
-    assert any("longer than" in (r["error"] or "") for r in rows)
     bound = fleet.SCRAPE_CONCURRENCY * fleet.MAX_METRICS_BYTES
     assert peak < bound + 32 * MiB  # before: 64-400 MiB per replica, 40 replicas at once
 

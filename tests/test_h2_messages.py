@@ -45,22 +45,25 @@ def test_reads_are_answered_while_another_process_holds_the_write_lock(lib, srv)
         foreign.commit()
         foreign.execute("BEGIN IMMEDIATE")  # another process's write lock, held past the busy timeout
         jar = {"cw_session": cookie}
-        t = time.monotonic()
+        took = []
         for path in ("/config", "/thumb/1", "/media/1", "/filmstrip/1"):
+            t = time.monotonic()
             r = httpx.get(srv.url + path, cookies=jar, timeout=60, trust_env=False)
+            took.append(time.monotonic() - t)
             assert r.status_code == 200, (path, r.status_code, r.text[:200])  # before: 500 after 10 s
         tab = GradioSession(srv.url, cookie, deps)
         try:
+            t = time.monotonic()
             out = tab.call("open_clip", event_data={"clip": 2})  # a read through Gradio's queue
+            took.append(time.monotonic() - t)
         finally:
             tab.close()
-        took = time.monotonic() - t
         assert any("version" in v for v in out if isinstance(v, str))
     finally:
         foreign.rollback()
         foreign.close()
-    print(f"4 reads and a clip opened under a foreign write lock: {took:.2f} s")
-    assert took < dbmod.BUSY_TIMEOUT_MS / 1000  # none of them waited for the lock
+    print(f"4 reads and a clip opened under a foreign write lock: {sum(took):.2f} s, longest {max(took):.2f} s")
+    assert max(took) < dbmod.BUSY_TIMEOUT_MS / 1000  # none of them waited for the lock (10 s, then a 500)
 
 
 def test_a_refresh_missed_under_the_lock_is_made_later(lib):
