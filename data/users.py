@@ -135,7 +135,14 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, actor: 
 
 
 def set_disabled(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str = "cli") -> dict:
-    return _update(db, name, actor, "user.disable" if disabled else "user.enable", {"disabled": int(disabled)})
+    """Disable or enable `name`. Disabling ends their sessions and gives their assigned clips back to the
+    review queue (`released_clips` says how many), in one transaction."""
+    from data import assignments  # it imports this module
+
+    with immediate(db):
+        user = _update(db, name, actor, "user.disable" if disabled else "user.enable", {"disabled": int(disabled)})
+        released = assignments.release(db, name, actor=actor, why="user disabled") if disabled else 0
+    return {**user, "released_clips": released}
 
 
 def at_least(role: str | None, needed: str) -> bool:

@@ -52,7 +52,7 @@ def test_s6_old_cookies_are_refused_after_logout_password_role_and_disable(lib_s
         checks = 0
         # logout: that cookie dies; another session of the same user lives on
         c1, c2 = _login(srv.url, "ann").cookies["cw_session"], _login(srv.url, "ann").cookies["cw_session"]
-        httpx.get(srv.url + "/logout", cookies={"cw_session": c1}, timeout=30, trust_env=False)
+        httpx.post(srv.url + "/logout", cookies={"cw_session": c1}, timeout=30, trust_env=False)
         accepted += _alive(srv.url, c1)
         checks += 1
         assert _alive(srv.url, c2)
