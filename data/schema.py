@@ -344,12 +344,13 @@ def m011_lineage(db: sqlite_utils.Database) -> None:
                   BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
 
 
+@MIGRATIONS()
 def m012_hardening2(db: sqlite_utils.Database) -> None:
     """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions); the
     browsers and addresses each account signed in from (data.sessions.remember: the login limiter does not
     hold back a person at a browser or address they used before, so an attacker cannot lock them out); and
     the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
-    are in the review queue again (data.assignments.release does this at every disable from now on)."""
+    are in the review queue again (data.team.set_disabled does this at every disable from now on)."""
     db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
     db.execute("""
     CREATE TABLE IF NOT EXISTS login_trust (

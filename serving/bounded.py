@@ -286,16 +286,16 @@ def fetch_sync(
 
 
 __all__ = [
-    "HEADERS",
     "BadEncoding",
-    "ReadRefused",
-    "Reader",
-    "TooLarge",
-    "TooSlow",
     "decoded",
     "decoder_for",
     "fetch",
     "fetch_sync",
+    "HEADERS",
     "read_async",
     "read_sync",
+    "Reader",
+    "ReadRefused",
+    "TooLarge",
+    "TooSlow",
 ]

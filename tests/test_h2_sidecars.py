@@ -13,7 +13,7 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from data import clips, ingest
+from data import clips, ingest, walk
 from data.walk import Entry
 
 # tokens that a JSON parser accepts (or nearly) but that a naive store or read-back gets wrong
@@ -84,7 +84,7 @@ def _ingest_one(db, root, n: int, raw: bytes) -> dict:
     (root / f"c{n}.json").write_bytes(raw)
     clip = root / f"c{n}.mp4"
     clip.write_bytes(b"\0")
-    side = ingest._sidecar(str(clip))  # never raises
+    side = walk.read_sidecar(str(clip))  # never raises
     entry = Entry(f"c{n}.mp4", str(clip), 1, 0.0, sidecar=side)
     p = ingest.plan({}, [entry])
     ingest._write(db, [p.place({"rel": entry.rel, "sha256": f"{n:064x}", "probe_error": "not a video"})])
@@ -137,7 +137,7 @@ _COUNTER = itertools.count()
 )
 def test_each_unstorable_kind_is_a_sidecar_error_naming_why(tmp_path, raw, why):
     (tmp_path / "a.json").write_bytes(raw)
-    note = json.loads(ingest._sidecar(str(tmp_path / "a.mp4")))
+    note = json.loads(walk.read_sidecar(str(tmp_path / "a.mp4")))
     assert why in note["_sidecar_error"]
 
 
@@ -146,7 +146,7 @@ def test_values_that_can_be_stored_are_kept_exactly(tmp_path):
     (tmp_path / "a.json").write_text(
         json.dumps({"big": big, "neg0": -0.0, "max": 1.7976931348623157e308, "emoji": "😀", "nul": "a\x00b"})
     )
-    stored = json.loads(ingest._sidecar(str(tmp_path / "a.mp4")))
+    stored = json.loads(walk.read_sidecar(str(tmp_path / "a.mp4")))
     assert stored == {"big": big, "neg0": -0.0, "max": 1.7976931348623157e308, "emoji": "😀", "nul": "a\x00b"}
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import assignments, clips, events, ingest, library, schema, users
+from data import assignments, clips, events, ingest, library, schema, team as people, users
 from data.db import immediate
 from data.errors import DataError
 from serving import cost
@@ -96,12 +96,12 @@ def team(db):
 def test_disabling_a_user_gives_their_clips_back_to_the_queue_with_an_event(team):
     assignments.assign(team, clips.Filter(), "ann2", actor="lead", role="lead")  # every clip
     assert assignments.next_in_queue(team, clips.Filter(), "ann") is None  # all of them are ann2's
-    u = users.set_disabled(team, "ann2", True, actor="admin")
+    u = people.set_disabled(team, "ann2", True, actor="admin")
     assert u["released_clips"] == 6 and u["disabled"]
     assert assignments.next_in_queue(team, clips.Filter(), "ann") is not None  # before: None, for everyone
     given_back = list(events.iter_all(team, "clip.unassign"))
     assert len(given_back) == 6 and all('"why": "user disabled"' in e["detail"] for e in given_back)
-    assert users.set_disabled(team, "ann2", False)["released_clips"] == 0
+    assert people.set_disabled(team, "ann2", False)["released_clips"] == 0
 
 
 def test_the_migration_gives_back_clips_of_users_disabled_before_it(team):

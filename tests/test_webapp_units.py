@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from data import users
+from data import team, users
 from data.errors import DataError
 from webapp import auth, render
 from webapp.media_routes import resolve_inside
@@ -23,7 +23,7 @@ def test_password_is_hashed_with_a_salt_and_verified(db):
     assert users.verify(db, "alice", "s3cret-pass")["role"] == "admin"
     assert users.verify(db, "alice", "wrong") is None
     assert users.verify(db, "nobody", "s3cret-pass") is None
-    users.set_disabled(db, "bob", True)
+    team.set_disabled(db, "bob", True)
     assert users.verify(db, "bob", "s3cret-pass") is None
 
 

@@ -19,7 +19,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from data import db as dbmod, settings as settings_mod, users
+from data import db as dbmod, settings as settings_mod, team, users
 from data.errors import DataError
 
 
@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
             users.set_password(db, args.name, _password(args))
             print(f"password of {args.name} changed")
         else:
-            u = users.set_disabled(db, args.name, args.command == "disable")
+            u = team.set_disabled(db, args.name, args.command == "disable")
             back = f"; {u['released_clips']} assigned clip(s) back in the review queue" if u["released_clips"] else ""
             print(f"{args.name} {args.command}d{back}")
     except DataError as e:
