@@ -203,3 +203,16 @@ def next_in_queue(
             if rows:
                 return rows[0]["id"]
     return None
+
+
+def release(db: sqlite_utils.Database, assignee: str, *, actor: str, why: str) -> int:
+    """Give every clip of `assignee` back to nobody (inside the caller's transaction, or one of its own), one
+    `clip.unassign` event each naming `why`. Called when a user is disabled: their clips would otherwise drop
+    out of every queue (theirs is closed, and everyone else's skips clips assigned to another person)."""
+    with immediate(db):
+        rows = list(db.query("SELECT clip_id, assignee FROM assignments WHERE assignee = ?", [assignee]))
+        db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
+        events.record_many(
+            db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"], "why": why}) for r in rows]
+        )
+    return len(rows)

@@ -6,6 +6,7 @@
     │                          first (.current holds what is there now)
     ├── Forbidden              the user's role does not allow the action
     ├── TooLarge               an input over one of data.limits' bounds (the message names the limit)
+    ├── TooFast                saves faster than a person makes them (data.limits.SaveRate; says how long to wait)
     ├── InvalidLabels          labels, or a model's answer, that do not fit the taxonomy's schema
     ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
     ├── InvalidPrompt          a prompt version that cannot be saved: its schema is refused by the fleet's
@@ -49,6 +50,10 @@ class TooLarge(DataError):
     """An input over its bound: refused with a message naming the limit."""
 
 
+class TooFast(DataError):
+    """Saves faster than a person makes them: refused with how long to wait (the edit stays in the form)."""
+
+
 class InvalidLabels(DataError):
     """Labels or a model answer that do not fit the taxonomy's schema; the message names the first problem."""
 
@@ -90,5 +95,6 @@ __all__ = [
     "RootMismatch",
     "RootMissing",
     "SearchSyntaxError",
+    "TooFast",
     "TooLarge",
 ]

@@ -21,6 +21,7 @@ Tables
 from __future__ import annotations
 
 import json
+import time
 
 import sqlite_utils
 
@@ -343,6 +344,33 @@ def m011_lineage(db: sqlite_utils.Database) -> None:
         start = db.execute("SELECT MIN(clip_id) FROM captions WHERE clip_id >= ?", [start + span]).fetchone()[0]
     db.execute("""CREATE TRIGGER captions_lineage_append_only BEFORE UPDATE OF derived_from_id, origin_id ON captions
                   BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+
+
+@MIGRATIONS()
+def m012_hardening2(db: sqlite_utils.Database) -> None:
+    """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions); the
+    browsers and addresses each account signed in from (data.sessions.remember: the login limiter does not
+    hold back a person at a browser or address they used before, so an attacker cannot lock them out); and
+    the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
+    are in the review queue again (data.team.set_disabled does this at every disable from now on)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
+    db.execute("""
+    CREATE TABLE IF NOT EXISTS login_trust (
+        user TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('device', 'address')),
+        value_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used REAL NOT NULL,
+        PRIMARY KEY (user, kind, value_hash)
+    ) WITHOUT ROWID""")
+    db.execute(
+        "INSERT INTO events (at, actor, action, clip_id, detail) "
+        "SELECT ?, 'migration', 'clip.unassign', a.clip_id, "
+        "json_object('previous', a.assignee, 'why', 'user disabled') "
+        "FROM assignments a JOIN users u ON u.name = a.assignee WHERE u.disabled = 1 ORDER BY a.clip_id",
+        [time.time()],
+    )
+    db.execute("DELETE FROM assignments WHERE assignee IN (SELECT name FROM users WHERE disabled = 1)")
 
 
 @MIGRATIONS()

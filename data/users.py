@@ -146,7 +146,9 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, actor: 
     return _update(db, name, actor, "user.password", {"password_hash": hash_password(_check_password(password))})
 
 
-def set_disabled(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str = "cli") -> dict:
+def set_disabled_flag(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str) -> dict:
+    """The `disabled` flag alone (ending the user's sessions, audited), inside the caller's transaction or one
+    of its own. Disabling a person is data.team.set_disabled, which also gives their clips back."""
     return _update(db, name, actor, "user.disable" if disabled else "user.enable", {"disabled": int(disabled)})
 
 

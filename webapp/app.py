@@ -15,8 +15,8 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import library, order
-from webapp import browse, exports, media_routes, render
-from webapp.auth import Auth
+from webapp import browse, exports, failures, media_routes, render
+from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
@@ -103,6 +103,9 @@ class Workbench:
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
         demo.queue(default_concurrency_limit=CONCURRENCY)
+        direct = sorted(str(f.api_name) for f in demo.fns.values() if not f.queue)
+        if direct:  # the page would call Gradio's /run route for them, which webapp.guard keeps closed
+            raise RuntimeError(f"events must go through the queue (queue=False on {', '.join(direct)})")
         # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
         # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 50 ms / 250 ms cost an event
         # at most 50 ms of extra wait (25 ms on average; our handlers take 5-100 ms) and bring idle use under
@@ -117,7 +120,7 @@ class Workbench:
     def userline_html(self, request: gr.Request) -> str:
         user = self.ctx.user(request)
         logout = (
-            ' · <a href="/logout" id="logout">Sign out</a>'
+            f" · {LOGOUT_FORM}"  # a POST: a cross-site link cannot sign anyone out
             if self.ctx.settings.auth_required
             else " · login is off (local use only)"
         )
@@ -187,7 +190,7 @@ class Workbench:
             def timers_for(active=active):
                 return [gr.Timer(active=t is active) for t in timers]
 
-            tab.select(timers_for, None, timers, queue=False, show_progress="hidden", api_name=f"timers_{tab.id}")
+            tab.select(timers_for, None, timers, show_progress="hidden", api_name=f"timers_{tab.id}")
         self.tab_browse.select(
             shows_errors(self.browse.refresh),
             [self.filter_state, self.browse.anchors, self.sort_state],
@@ -229,6 +232,7 @@ def build_app(settings) -> FastAPI:
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
+    failures.install(app)  # a message and a status for every failure of our own routes, never a traceback
     app.state.ctx = ctx
     app.state.auth = auth
     auth.install(app)
@@ -275,5 +279,5 @@ def build_app(settings) -> FastAPI:
         return user is not None and user.can("lead")
 
     # outermost: Host allow-list, Origin checks, no CORS, security headers, queue sessions bound to users (S8)
-    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead)
+    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead, auth_required=auth.required)
     return app

@@ -349,7 +349,6 @@ class JobsTab:
             detail,
             api_name="jobs_refresh",
             show_progress="hidden",
-            queue=False,
         )
         self.job_id.change(shows_errors(self.refresh), [self.job_id], detail, show_progress="hidden")
         self.table.select(
@@ -371,12 +370,14 @@ class JobsTab:
         def start_ready():
             return gr.Button(interactive=True)
 
-        self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
+        # every event goes through the queue: the page then never uses Gradio's direct-call route (/run), which
+        # the Guard keeps closed (it took another user's session id, issue 21)
+        self.start_btn.click(start_busy, None, [self.start_btn], api_name="start_busy").then(
             shows_errors(self.start),
             [self.name, self.source, self.prompt, self.frames, self.max_tokens, filter_state],
             [self.msg, self.job_id],
             api_name="start_job",
-        ).then(start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
+        ).then(start_ready, None, [self.start_btn], api_name="start_ready")
         gr.on(
             [self.team_btn.click, self.team_window.change],
             shows_errors(self.team_stats),
