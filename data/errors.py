@@ -9,6 +9,8 @@
     ├── TooFast                saves faster than a person makes them (data.limits.SaveRate; says how long to wait)
     ├── InvalidLabels          labels, or a model's answer, that do not fit the taxonomy's schema
     ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
+    ├── InvalidPrompt          a prompt version that cannot be saved: its schema is refused by the fleet's
+    │                          structured-output backend, or its answers would not be the taxonomy's labels
     ├── BadCursor              a page cursor that data.order did not make for that order (tampered,
     │                          truncated, or from another order)
     ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
@@ -60,6 +62,10 @@ class InvalidJobParams(DataError):
     """A job parameter out of range; the message says which and what to use."""
 
 
+class InvalidPrompt(DataError):
+    """A prompt version that cannot be saved; the message lists every change it needs."""
+
+
 class BadCursor(DataError):
     """A page cursor that is not one data.order made for the order it is used with."""
 
@@ -84,6 +90,7 @@ __all__ = [
     "Forbidden",
     "InvalidJobParams",
     "InvalidLabels",
+    "InvalidPrompt",
     "NotFound",
     "RootMismatch",
     "RootMissing",

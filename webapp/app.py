@@ -1,7 +1,7 @@
 """The web app: Gradio Blocks mounted in FastAPI, next to the login, media and export routes.
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
-fleet), a user line, four tabs (Browse, Review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
+fleet), a user line, five tabs (Browse, Review, Second review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
 module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
 """
 
@@ -23,6 +23,7 @@ from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
+from webapp.second_review import SecondReviewTab
 
 HERE = Path(__file__).parent
 IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
@@ -66,6 +67,7 @@ class Workbench:
         self.ctx = ctx
         self.browse = BrowseTab(ctx)
         self.review = ReviewTab(ctx)
+        self.second = SecondReviewTab(ctx)
         self.jobs = JobsTab(ctx)
         self.fleet = FleetTab(ctx)
 
@@ -83,6 +85,9 @@ class Workbench:
                     self.browse.render()
                 with gr.Tab("Review", id="review", elem_id="tab-review") as self.tab_review:
                     self.review.render()
+                with gr.Tab("Second review", id="second", elem_id="tab-second") as self.tab_second:
+                    tab_heading("Blind second review")
+                    self.second.render()
                 with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs") as self.tab_jobs:
                     tab_heading("Jobs")
                     self.jobs.render()
@@ -93,6 +98,7 @@ class Workbench:
             self.browse.wire(self.filter_state, self.sort_state)
             self.review.wire(self.filter_state, self.sort_state)
             self.jobs.wire(self.filter_state)
+            self.second.wire()
             self.fleet.wire(self.banner)
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
@@ -136,6 +142,7 @@ class Workbench:
         out.update(b.set_inputs(form, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
+        out.update(self.jobs.prompts.for_user(self.ctx.user(request)))
         clip = str(params.get("clip") or "").strip()
         if clip:  # the clip, or Review saying why there is none (never a silent Browse)
             out.update(self.review.open_link(clip, request))
@@ -159,6 +166,7 @@ class Workbench:
             + self.browse.apply_outputs
             + self.browse.first_paint_outputs
             + [self.review.assign.row, self.review.assign.person]
+            + self.jobs.prompts.first_paint_outputs
             + review_outs
         )
         self.browse.grid.click(
@@ -174,6 +182,7 @@ class Workbench:
         for tab, active in (
             (self.tab_browse, None),
             (self.tab_review, None),
+            (self.tab_second, None),
             (self.tab_jobs, self.jobs.timer),
             (self.tab_fleet, self.fleet.timer),
         ):
@@ -195,6 +204,13 @@ class Workbench:
             self.jobs.refresh_outputs + [self.jobs.preview],
             show_progress="hidden",
             api_name="jobs_show",
+        )
+        self.tab_second.select(
+            shows_errors(self.second.show),
+            [self.second.task],
+            self.second.outputs,
+            show_progress="hidden",
+            api_name="second_show",
         )
         self.tab_fleet.select(
             shows_errors(self.fleet.refresh), None, self.fleet.outputs, show_progress="hidden", api_name="fleet_show"

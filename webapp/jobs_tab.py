@@ -25,6 +25,7 @@ from serving import cost
 from serving.fleet import router_workers
 from webapp import render
 from webapp.context import AppContext, shows_errors
+from webapp.prompt_panel import PromptPanel
 
 RUNNER_STALE_S = 15.0
 JOB_COLUMNS = ["id", "name", "state", "by", "total", "done", "failed", "pending", "clips/s", "ETA"]
@@ -91,6 +92,8 @@ class JobsTab:
                 )
             self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
+        self.prompts = PromptPanel(self.ctx)  # leads only: shown on first paint (webapp/app.py)
+        self.prompts.render()
         with gr.Row():
             self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
@@ -339,6 +342,7 @@ class JobsTab:
 
     def wire(self, filter_state: gr.State) -> None:
         detail = self.refresh_outputs
+        self.prompts.wire(self.prompt, self.job_id)
         self.timer.tick(
             shows_errors(self.refresh),
             [self.job_id],

@@ -12,6 +12,10 @@ review state it showed (`review_base`, data.captions.review_token) stay in gr.St
 save or decision based on a stale one with `Conflict`, which we show with who and when plus a Reload button.
 Nothing is overwritten silently.
 
+Blind mode: a clip the person has a pending blind second review of (data.samples) is shown without its caption,
+labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or decide
+on it (`_blind`); they answer on the Second review tab (webapp.second_review).
+
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate
 version they can adopt. Starting jobs over many clips stays a lead's action (Jobs tab).
@@ -21,10 +25,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, limits, order as orders, prompts, taxonomy
+from data import assignments, captions, clips, jobs, limits, order as orders, prompts, samples, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
-from webapp import render
+from webapp import render, second_review
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
@@ -183,7 +187,28 @@ class ReviewTab:
             out[self.text] = (cap or {}).get("text", "")
             for name, comp in self.labels.items():
                 out[comp] = labels.get(name, [] if name in taxonomy.MULTI else None)
+        if samples.is_blind(db, clip["id"], user.name):
+            out.update(self._blind(clip))
         return out
+
+    def _blind(self, clip: dict) -> dict:
+        """Blind mode: the person has a pending blind second review of this clip (data.samples), so the view hides
+        its caption, labels, review, assignee, provenance and history, and holds no clip in the form's state, so
+        that no save or decision here can touch it (they answer on the Second review tab)."""
+        return {
+            self.header: second_review.blind_header(clip),
+            self.provenance: "",
+            self.history: "",
+            self.adopt_choice: gr.update(choices=[], value=None),
+            self.older_btn: gr.update(visible=False),
+            self.newest_btn: gr.update(visible=False),
+            self.history_before: None,
+            self.text: "",
+            **{comp: [] if name in taxonomy.MULTI else None for name, comp in self.labels.items()},
+            self.clip_id: None,
+            self.base: None,
+            self.review_base: None,
+        }
 
     def open_link(self, raw: str, request: gr.Request) -> dict:
         """The Review view for a link's `?clip=RAW`: that clip, or a header saying there is no such clip (an id
