@@ -28,9 +28,10 @@ RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
 # Alternatives per generated token asked of vLLM for the labels' confidence (serving.logprobs, docs/CONFIDENCE.md).
-# vLLM refuses more than its --max-logprobs (default 20) with a 400. 5 sees every value the model gives weight to
-# at a label's deciding token, while each alternative costs ~60 bytes per token of the answer (benchmarks/
-# bench_confidence.py: 5 alternatives add ~110 KB to a 300-token answer, 20 add ~420 KB).
+# vLLM refuses more than its --max-logprobs (default 20) with a 400. At a label's decision 5 show the sampled value
+# and the 4 likeliest others; every alternative is listed for every token of the answer, caption included
+# (benchmarks/bench_confidence.py, a 202-token answer: 5 make it 100 KB and cost the runner 1.8 ms of CPU to parse
+# and read, 20 make it 295 KB and 6.5 ms).
 DEFAULT_TOP_LOGPROBS = 5
 MAX_TOP_LOGPROBS = 20
 # names that captions' provenance used before it took the names of the fields (rows written then keep them)
