@@ -1,5 +1,6 @@
 """What a simulated replica answers: the request read as vLLM reads it, a deterministic schema-valid answer
-derived from the clip, and the response bodies of vLLM 0.25, key for key.
+derived from the clip, with token logprobs when asked (serving.simfleet.logprobs), and the response bodies of
+vLLM 0.25, key for key.
 
 Pure functions, no I/O. The caption always starts with "[SIMULATED]" and the served model id ends with
 " (simulated)", so a simulated caption can never pass for a real one.
