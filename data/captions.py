@@ -17,6 +17,18 @@ Lineage (what a training pipeline needs to know about where a text came from, ke
 - `parent_id` is something else: the version that was current when this one was written (the version a save
   or an adopt replaced), which the history view diffs against.
 `lineage` walks a chain back to its origin: who edited the text, when, and what each edit changed.
+
+What the model thought of its labels, and whether the text agrees with them (issue 19, migration m014):
+- `confidence` (a machine caption's provenance, JSON; NULL on human versions, on versions written before m014
+  and when the job asked for no logprobs): `{"labels": {label: p or null}, "items": {list label: {value: p}},
+  "end": {list label: p}}`. `labels[name]` is the model's probability of the value it generated for that label
+  (for a list label: of exactly that list), read from vLLM's token logprobs by serving.logprobs; `items` the
+  probability of each list item, `end` that the list ended where it did; `note` says why, when the logprobs
+  could not be read (then every label is null). `confidence_of(row)` reads it as {label: p or None}.
+- `conflicts` (every version, JSON list of sentences; [] when none): where the text and the labels disagree,
+  found by data.consistency when the version is written.
+The clip mirrors its current caption's lowest label confidence (`clips.confidence_min`) and its number of
+conflicts (`clips.label_conflicts`), kept in step here like the facet columns: the risk order reads them.
 """
 
 from __future__ import annotations
@@ -27,7 +39,7 @@ from typing import Any
 
 import sqlite_utils
 
-from data import events, limits, taxonomy
+from data import consistency, events, limits, taxonomy
 from data.db import immediate, now
 from data.errors import Conflict, DataError, NotFound, TooFast
 from data.job_params import current_names
@@ -46,6 +58,7 @@ PROVENANCE_FIELDS = (
     "completion_tokens",
     "finish_reason",
     "simulated",
+    "confidence",  # per label, from the model's token logprobs (see the module docstring); None when not asked
 )
 REVIEW_STATES = ("unreviewed", "approved", "rejected")
 # What a version changed compared with the one it was derived from (or an export record with its origin):
@@ -83,6 +96,9 @@ def get(db: sqlite_utils.Database, caption_id: int | None) -> dict | None:
 def _decode(row: dict) -> dict:
     row = dict(row)
     row["labels"] = json.loads(row["labels"]) if row.get("labels") else {}
+    for key in ("confidence", "conflicts"):
+        if isinstance(row.get(key), str):
+            row[key] = json.loads(row[key])
     if row.get("params"):
         row["params"] = current_names(json.loads(row["params"]))  # rows written before one naming read the same
     return row
@@ -130,6 +146,7 @@ def _insert_version(
     parent_id: int | None,
     derived_from_id: int | None,
     job_id: int | None = None,
+    conflicts: list[str],
     note: str | None = None,
     provenance: dict | None = None,
 ) -> int:
@@ -159,6 +176,7 @@ def _insert_version(
         "job_id": job_id,
         "note": note,
         "created_at": now(),
+        "conflicts": json.dumps(conflicts, ensure_ascii=False),
     }
     for key in PROVENANCE_FIELDS:
         if provenance and key in provenance:
@@ -177,6 +195,8 @@ def _make_current(
     text: str,
     labels: dict,
     source: str,
+    conflicts: list[str],
+    confidence: dict | None = None,
     review_status: str | None = None,
 ) -> None:
     values = {
@@ -185,6 +205,8 @@ def _make_current(
         "caption_text": text,
         "labels_text": taxonomy.labels_text(labels),
         **taxonomy.facet_values(labels),
+        "confidence_min": lowest_confidence(confidence),
+        "label_conflicts": len(conflicts),
         "updated_at": now(),
     }
     if review_status is not None:
@@ -212,6 +234,7 @@ def save_human(
     limits.check_text(note, limits.MAX_NOTE_CHARS, "The note")
     limits.check_labels(labels)
     taxonomy.validate_labels(labels)
+    found = consistency.conflicts(text, labels)
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
@@ -225,10 +248,11 @@ def save_human(
             author=author,
             parent_id=base_caption_id,
             derived_from_id=base_caption_id,
+            conflicts=found,
             note=note,
         )
         status = "unreviewed" if clip["review_status"] == "rejected" else None
-        _make_current(db, clip_id, cid, text=text, labels=labels, source="human", review_status=status)
+        _make_current(db, clip_id, cid, text=text, labels=labels, source="human", conflicts=found, review_status=status)
         events.record(db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id)
     return get(db, cid)
 
@@ -251,6 +275,7 @@ def adopt(
         src = get(db, caption_id)
         if src is None or src["clip_id"] != clip_id:
             raise NotFound(f"caption {caption_id} is not a version of clip {clip_id}")
+        found = consistency.conflicts(src["text"], src["labels"])
         cid = _insert_version(
             db,
             clip_id,
@@ -260,9 +285,10 @@ def adopt(
             author=author,
             parent_id=base_caption_id,
             derived_from_id=src["id"],
+            conflicts=found,
             note=f"adopted version {src['version']}",
         )
-        _make_current(db, clip_id, cid, text=src["text"], labels=src["labels"], source="human")
+        _make_current(db, clip_id, cid, text=src["text"], labels=src["labels"], source="human", conflicts=found)
         events.record(
             db, author, "caption.adopt", clip_id=clip_id, caption_id=cid, previous=base_caption_id, adopted=caption_id
         )
@@ -286,6 +312,8 @@ def add_machine(
     """
     limits.check_text(text, limits.MAX_CAPTION_CHARS, "The model's caption")
     limits.check_labels(labels)
+    found = consistency.conflicts(text, labels)
+    confidence = provenance.get("confidence") if isinstance(provenance.get("confidence"), dict) else None
     with immediate(db):
         if job_id is not None:
             existing = next(
@@ -307,10 +335,21 @@ def add_machine(
             parent_id=clip["current_caption_id"],
             derived_from_id=None,
             job_id=job_id,
-            provenance=provenance,
+            conflicts=found,
+            provenance={**provenance, "confidence": confidence},
         )
         if replace:
-            _make_current(db, clip_id, cid, text=text, labels=labels, source="model", review_status="unreviewed")
+            _make_current(
+                db,
+                clip_id,
+                cid,
+                text=text,
+                labels=labels,
+                source="model",
+                conflicts=found,
+                confidence=confidence,
+                review_status="unreviewed",
+            )
         events.record(
             db,
             author,
@@ -321,6 +360,30 @@ def add_machine(
             previous=clip["current_caption_id"],
         )
     return get(db, cid), replace
+
+
+def confidence_of(row: dict | None) -> dict[str, float | None]:
+    """{label: the model's probability of its value} for a caption row (of `get`, or raw with `confidence` as
+    stored): every taxonomy label, None where nothing is known (a human version, a caption written before
+    confidence was recorded, a label whose logprobs could not be read)."""
+    conf = (row or {}).get("confidence")
+    if isinstance(conf, str):
+        conf = json.loads(conf)
+    labels = conf.get("labels") if isinstance(conf, dict) else None
+    labels = labels if isinstance(labels, dict) else {}
+    return {name: _probability(labels.get(name)) for name in taxonomy.ENUMS}
+
+
+def lowest_confidence(confidence: dict | None) -> float | None:
+    """The lowest label probability of a stored confidence (what `clips.confidence_min` mirrors), None when no
+    label has one."""
+    found = [p for p in confidence_of({"confidence": confidence}).values() if p is not None]
+    return min(found) if found else None
+
+
+def _probability(value: Any) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 <= value <= 1.0
+    return float(value) if ok else None
 
 
 def review_token(clip: dict) -> str:

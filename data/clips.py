@@ -43,6 +43,7 @@ class Filter:
     text: str | None = None  # full-text query over path, caption and labels
     assignee: str | None = None  # assigned to this user (data.assignments)
     unassigned: bool | None = None  # True: assigned to nobody
+    disagrees: bool | None = None  # the current caption's text and labels disagree (data.consistency); False: agree
     include_missing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -134,6 +135,10 @@ def _where(f: Filter, *, with_text: bool = True, with_assignee: bool = True) -> 
         args.append(f.assignee)
     if f.unassigned:
         where.append("c.id NOT IN (SELECT clip_id FROM assignments)")
+    if f.disagrees is True:
+        where.append("c.label_conflicts > 0")
+    elif f.disagrees is False:
+        where.append("c.label_conflicts = 0")  # checked and agreeing (NULL: never checked, no caption)
     q = fts_query(f.text) if with_text and f.text else ""
     if q:
         where.append("c.id IN (SELECT rowid FROM clips_fts WHERE clips_fts MATCH ?)")

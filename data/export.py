@@ -162,7 +162,41 @@ ORIGIN_FIELDS: tuple[Field, ...] = (
     Field("completion_tokens", "o.completion_tokens", _null("integer"), "tokens out"),
     Field("finish_reason", "o.finish_reason", _null("string"), "why the model stopped"),
     Field("simulated", "o.simulated", {"type": "boolean"}, "written by the simulated fleet", bool),
+    Field(
+        "confidence",
+        "o.confidence",
+        {"oneOf": [{"type": "null"}, {"$ref": "#/$defs/confidence"}]},
+        "the model's probability of each label value it generated, from its token logprobs; null when not "
+        "recorded (captioned without logprobs, or before confidence was recorded)",
+        _json,
+    ),
 )
+
+_P = {"oneOf": [{"type": "null"}, {"type": "number", "minimum": 0, "maximum": 1}]}
+CONFIDENCE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "labels": {
+            "type": "object",
+            "properties": {name: _P for name in taxonomy.ENUMS},
+            "description": "per label, the probability of the value generated (a list label: of exactly that "
+            "list); null where it could not be read",
+        },
+        "items": {
+            "type": "object",
+            "additionalProperties": {"type": "object", "additionalProperties": _P},
+            "description": "per list label, the probability of each item generated",
+        },
+        "end": {
+            "type": "object",
+            "additionalProperties": _P,
+            "description": "per list label, the probability that the list ended where it did",
+        },
+        "note": {"type": "string", "description": "why no label has a confidence, when the logprobs were unreadable"},
+    },
+    "required": ["labels", "items", "end"],
+    "additionalProperties": False,
+}
 
 EDIT_SCHEMA = {
     "type": "object",
@@ -196,7 +230,7 @@ def json_schema() -> dict:
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "A clip's current caption with its labels and lineage (one JSON Lines record)",
         **obj(FIELDS),
-        "$defs": {"origin": obj(ORIGIN_FIELDS), "edit": EDIT_SCHEMA},
+        "$defs": {"origin": obj(ORIGIN_FIELDS), "edit": EDIT_SCHEMA, "confidence": CONFIDENCE_SCHEMA},
     }
 
 

@@ -27,8 +27,17 @@ MIN_MAX_TOKENS = 256  # the shortest complete answer measured (~190) plus a marg
 RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
+# Alternatives per generated token asked of vLLM for the labels' confidence (serving.logprobs, docs/CONFIDENCE.md).
+# vLLM refuses more than its --max-logprobs (default 20) with a 400. At a label's decision 5 show the sampled value
+# and the 4 likeliest others; every alternative is listed for every token of the answer, caption included
+# (benchmarks/bench_confidence.py, a 202-token answer: 5 make it 100 KB and cost the runner 1.8 ms of CPU to parse
+# and read, 20 make it 295 KB and 6.5 ms).
+DEFAULT_TOP_LOGPROBS = 5
+MAX_TOP_LOGPROBS = 20
 # names that captions' provenance used before it took the names of the fields (rows written then keep them)
 FORMER_NAMES = {"max_completion_tokens": "max_tokens", "num_frames": "frames"}
+# what a stored params dict from before a field existed asked for: jobs then asked for no logprobs
+BEFORE_FIELDS = {"top_logprobs": 0}
 
 
 def _whole(label: str, value: Any) -> int:
@@ -77,6 +86,16 @@ def _seed(value: Any) -> int | None:
     return None if value in (None, "") else _whole("Seed", value)
 
 
+def _top_logprobs(value: Any) -> int:
+    k = _whole("Top logprobs", value)
+    if not 0 <= k <= MAX_TOP_LOGPROBS:
+        raise InvalidJobParams(
+            f"Top logprobs must be 0-{MAX_TOP_LOGPROBS} (got {k}): vLLM refuses more than its --max-logprobs "
+            f"(default {MAX_TOP_LOGPROBS}); 0 asks for none (no label confidence)."
+        )
+    return k
+
+
 def _optional_int(value: Any) -> int | None:
     return None if value in (None, "") else int(value)
 
@@ -100,6 +119,12 @@ class JobParams:
     max_tokens: int = knob(_max_tokens, int, "output token limit of each request", _DEPLOYMENT["max_tokens"])
     temperature: float = knob(_temperature, float, "sampling temperature", _DEPLOYMENT["temperature"])
     seed: int | None = knob(_seed, _optional_int, "sampling seed (none: the server's)")
+    top_logprobs: int = knob(
+        _top_logprobs,
+        int,
+        "alternatives per token asked of vLLM, from which each label's confidence is read (0: none)",
+        DEFAULT_TOP_LOGPROBS,
+    )
 
     @classmethod
     def resolve(cls, settings: Any, given: Mapping[str, Any] | None = None, **overrides: Any) -> "JobParams":
@@ -123,8 +148,9 @@ class JobParams:
     @classmethod
     def from_dict(cls, stored: Mapping[str, Any] | None) -> "JobParams":
         """What `to_dict` stored (a job row, a caption's provenance, also under its former names), unchecked;
-        other keys (a provenance's camera) are ignored and missing ones take the field's default."""
-        values = current_names(stored)
+        other keys (a provenance's camera) are ignored; a field stored before it existed reads as what was asked
+        then (BEFORE_FIELDS: no logprobs), other missing ones take the field's default."""
+        values = {**BEFORE_FIELDS, **current_names(stored)}
         return cls(**{f.name: f.metadata["read"](values[f.name]) for f in dataclasses.fields(cls) if f.name in values})
 
     def to_dict(self) -> dict[str, Any]:

@@ -172,6 +172,18 @@ def register(order: Order) -> Order:
 
 NEWEST = register(Order("newest", descending=True, label="newest"))
 OLDEST = register(Order("oldest", label="oldest"))
+
+# The review queue by risk (issue 19), riskiest first: the hazard level first (critical, high, medium, low, none,
+# 10,000 apart), within it captions whose text and labels disagree (data.consistency: +2,000), then the model's
+# doubt, 1,000 x (1 - the lowest label confidence; a caption without one, a person's or an old one, counts as
+# half sure: 500). Clips without a caption have no hazard level and come last. Migration m014 indexes exactly
+# this expression (idx_clips_risk): change one, change both.
+RISK_KEY = (
+    "CASE c.hazard_level WHEN 'critical' THEN 4 WHEN 'high' THEN 3 WHEN 'medium' THEN 2 WHEN 'low' THEN 1 "
+    "WHEN 'none' THEN 0 END * 10000 + (COALESCE(c.label_conflicts, 0) > 0) * 2000 "
+    "+ CAST(ROUND((1.0 - COALESCE(c.confidence_min, 0.5)) * 1000) AS INTEGER)"
+)
+RISK = register(Order("risk", key=RISK_KEY, descending=True, label="risk"))
 DEFAULT = NEWEST.name  # what the UI shows first (the grid, the review queue)
 
 

@@ -16,6 +16,9 @@ Tables
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
   second reviews of their clips (data.samples; m017_samples documents each column).
+- Confidence and consistency (m014): captions.confidence (a machine caption's per-label probabilities, JSON) and
+  captions.conflicts (where text and labels disagree, JSON list), mirrored onto clips.confidence_min and
+  clips.label_conflicts for the risk order (m014_confidence documents each column).
 """
 
 from __future__ import annotations
@@ -455,3 +458,36 @@ def m017_samples(db: sqlite_utils.Database) -> None:
     for verb in ("UPDATE", "DELETE"):
         db.execute(f"""CREATE TRIGGER prompts_never_edited_{verb.lower()} BEFORE {verb} ON prompts
                        BEGIN SELECT RAISE(ABORT, 'a prompt version is never edited: save a new version'); END""")
+
+
+@MIGRATIONS()
+def m014_confidence(db: sqlite_utils.Database) -> None:
+    """The model's confidence per label, and whether a caption's text and labels agree (issue 19).
+
+    - captions.confidence: JSON, what the model's token probabilities say of each label of a machine caption
+      (serving.logprobs writes it, data.confidence reads it): `{"labels": {label: p or null}, "items": {list
+      label: {value: p}}, "end": {list label: p}}`, p in [0, 1], plus `"note"` when the logprobs could not be
+      read. NULL for a human version, for a caption written before this migration, and when the job asked for
+      no logprobs.
+    - captions.conflicts: JSON list of the disagreements data.consistency found between the version's text and
+      its labels ([] when none); NULL for versions written before this migration.
+    - clips.confidence_min (the lowest label confidence of the current caption; NULL when it has none) and
+      clips.label_conflicts (how many disagreements its current caption has; NULL without a caption or for a
+      caption written before this migration) mirror the current caption, kept in step by data.captions in the
+      same transaction as the other facet columns.
+    - idx_clips_risk: the key of the "risk" order (data.order.RISK_KEY, which must stay this expression for the
+      index to serve it), so a page of the risk-ordered queue is an index seek on a million clips.
+    Both new caption columns are append-only like the rest of a version. Existing rows keep NULL: nothing is
+    backfilled (a caption's confidence cannot be known after the fact; its check runs when it is next stored)."""
+    db.execute("ALTER TABLE captions ADD COLUMN confidence TEXT")
+    db.execute("ALTER TABLE captions ADD COLUMN conflicts TEXT")
+    db.execute("ALTER TABLE clips ADD COLUMN confidence_min REAL")
+    db.execute("ALTER TABLE clips ADD COLUMN label_conflicts INTEGER")
+    db.execute(
+        "CREATE INDEX idx_clips_risk ON clips(("
+        "CASE hazard_level WHEN 'critical' THEN 4 WHEN 'high' THEN 3 WHEN 'medium' THEN 2 WHEN 'low' THEN 1 "
+        "WHEN 'none' THEN 0 END * 10000 + (COALESCE(label_conflicts, 0) > 0) * 2000 "
+        "+ CAST(ROUND((1.0 - COALESCE(confidence_min, 0.5)) * 1000) AS INTEGER)), id)"
+    )
+    db.execute("""CREATE TRIGGER captions_confidence_append_only BEFORE UPDATE OF confidence, conflicts ON captions
+                  BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")

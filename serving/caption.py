@@ -86,7 +86,12 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
     prompt = pick_prompt(db, args.prompt)
     selection = Selection(filter=f, limit=args.limit, origin="command line")
     params = JobParams.resolve(
-        settings, frames=args.frames, max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+        settings,
+        frames=args.frames,
+        max_tokens=args.max_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        top_logprobs=args.top_logprobs,
     )
     n = sum(1 for _ in selection.clip_ids_in(db))
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
@@ -157,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--max-tokens", type=int, default=None, help="output token limit (default: settings)")
     how.add_argument("--temperature", type=float, default=None)
     how.add_argument("--seed", type=int, default=None)
+    how.add_argument(
+        "--top-logprobs",
+        type=int,
+        default=None,
+        help="alternatives per token asked of vLLM for each label's confidence, 0-20; 0: none (default: "
+        f"{JobParams().top_logprobs})",
+    )
     how.add_argument("--name", help="job name")
     how.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who the job is created by")
     how.add_argument(

@@ -23,6 +23,9 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
   server's recipe already passes min/max_frames to the NVDEC backend), and leave the backend to the server.
 - `response_format={"type": "json_schema", ...}` for structured output, `max_completion_tokens`,
   `temperature`, `seed`.
+- `logprobs: true, top_logprobs: k` (the job's `top_logprobs`; none when it is 0): the tokens of the answer with
+  their k likeliest alternatives, from which serving.logprobs reads each label's confidence (docs/CONFIDENCE.md).
+  vLLM refuses k above its `--max-logprobs` (default 20) with a 400.
 """
 
 from __future__ import annotations
@@ -47,10 +50,14 @@ from data.job_params import JobParams
 from serving import bounded
 from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
+from serving.logprobs import label_confidence
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
 POOL_SLOTS = 8  # requests in flight per connection pool at most (FleetClient._pool)
 MAX_ANSWER_BYTES = limits.MAX_ANSWER_BYTES
+# An answer with logprobs carries, per generated token, the token and k alternatives (~60 bytes each in practice,
+# a long token's a few hundred): the bound grows with what was asked, and no further.
+LOGPROB_ENTRY_BYTES = 256
 URL_SCHEMES = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 
 
@@ -142,6 +149,14 @@ def clip_url(settings: Any, clip_path: str, *, media_base_url: str | None = None
         rel = target.relative_to(Path(settings.clip_root).resolve())
         return media_base_url.rstrip("/") + "/" + quote(os.fsencode(rel.as_posix()), safe="/")
     return "file://" + quote(os.fsencode(str(target)), safe="/")
+
+
+def answer_limit(params: JobParams) -> int:
+    """The most bytes an answer to a request with `params` may take before it is refused unread (R10): the
+    answer itself, plus room for the token logprobs asked for."""
+    if not params.top_logprobs:
+        return MAX_ANSWER_BYTES
+    return MAX_ANSWER_BYTES + params.max_tokens * (params.top_logprobs + 1) * LOGPROB_ENTRY_BYTES
 
 
 def _schema_name(prompt: dict) -> str:
@@ -244,6 +259,9 @@ class FleetClient:
         }
         if p.seed is not None:
             body["seed"] = p.seed
+        if p.top_logprobs:
+            body["logprobs"] = True
+            body["top_logprobs"] = p.top_logprobs
         return body
 
     @staticmethod
@@ -264,7 +282,7 @@ class FleetClient:
         deadline = float(self.settings.request_timeout)
         try:
             async with asyncio.timeout(deadline):
-                resp = await self._read_bounded(replica_url, body)
+                resp = await self._read_bounded(replica_url, body, answer_limit(req.params))
         except TimeoutError:
             raise Unreachable(
                 f"no complete answer from {replica_url} within {deadline:.0f} s", replica=replica_url, kind="timeout"
@@ -292,18 +310,19 @@ class FleetClient:
             raise classify_status(resp.status_code, error_message(resp), replica)
         return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
 
-    async def _read_bounded(self, replica_url: str, body: dict) -> httpx.Response:
-        """POST and read the answer, at most MAX_ANSWER_BYTES of it, counted after decompression as it
-        streams (serving.bounded): an answer is a few KiB at any max_tokens we send, and three 400 MB answers
-        took the runner to 3.8 GB (R10), compressed ones to 1.74 GB (issue 21). Larger, or in an encoding we
-        do not decode under that bound, is a ReplicaError (retried elsewhere), read no further."""
+    async def _read_bounded(self, replica_url: str, body: dict, limit: int = MAX_ANSWER_BYTES) -> httpx.Response:
+        """POST and read the answer, at most `limit` bytes of it (`answer_limit`), counted after decompression
+        as it streams (serving.bounded): an answer is a few KiB at any max_tokens we send (a few hundred with
+        logprobs), and three 400 MB answers took the runner to 3.8 GB (R10), compressed ones to 1.74 GB (issue
+        21). Larger, or in an encoding we do not decode under that bound, is a ReplicaError (retried elsewhere),
+        read no further."""
         url = self._endpoint(replica_url, "/v1/chat/completions")
         async with (
             self._pool(replica_url) as client,
             client.stream("POST", url, json=body, headers=bounded.HEADERS) as resp,
         ):
             try:
-                content = await bounded.read_async(resp, MAX_ANSWER_BYTES, what=f"answer from {replica_url}")
+                content = await bounded.read_async(resp, limit, what=f"answer from {replica_url}")
             except bounded.ReadRefused as e:
                 raise ReplicaError(str(e), status=resp.status_code, replica=replica_url, kind=e.kind) from None
             return bounded.decoded(resp, content)
@@ -314,6 +333,7 @@ class FleetClient:
             choice = data["choices"][0]
             finish = choice.get("finish_reason")
             content = (choice.get("message") or {}).get("content")
+            logprobs = choice.get("logprobs")
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             raise ReplicaError(
                 f"HTTP 200 without a chat completion body: {resp.text[:200]!r}", status=200, replica=replica
@@ -328,7 +348,8 @@ class FleetClient:
                 kind=kind,
                 raw=content if isinstance(content, str) else None,
             )
-        text, labels = parse_answer(content, req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA, replica=replica)
+        schema = req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA
+        text, labels = parse_answer(content, schema, replica=replica)
         usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
         model = limits.clip_text(str(data.get("model") or self.settings.model_name))
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
@@ -347,6 +368,9 @@ class FleetClient:
             "completion_tokens": token_count(usage.get("completion_tokens")),
             "finish_reason": limits.clip_text(finish),
             "simulated": bool(simulated),
+            # what the model's token probabilities say of each label (None: not asked for; a note when asked for
+            # and not returned, e.g. a fleet that ignores logprobs)
+            "confidence": label_confidence(content, logprobs or {}, schema) if req.params.top_logprobs else None,
         }
         return CaptionResult(text=text, labels=labels, provenance=provenance)
 

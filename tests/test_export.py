@@ -393,4 +393,27 @@ def test_simulated_fleet_caption_fixed_approved_and_exported(fleet_settings, sim
     assert (origin["prompt_name"], origin["prompt_version"]) == (prompt["name"], prompt["version"])
     assert rec["changed"] == "labels" and rec["labels_changed"] == ["lighting"]
     assert [e["author"] for e in rec["edits"]] == ["anna"]
+    # the model's confidence in the labels it generated travels with its origin (a person's fix has none)
+    assert origin["confidence"] == result.provenance["confidence"]
+    assert set(origin["confidence"]["labels"]) == set(taxonomy.ENUMS)
+    assert all(0 < p <= 1 for p in origin["confidence"]["labels"].values())
     jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text())).validate(rec)
+
+
+def test_the_origin_s_confidence_is_exported_and_null_where_there_is_none(db):
+    conf = {"labels": {**dict.fromkeys(taxonomy.ENUMS, 0.9), "weather": None}, "items": {}, "end": {}}
+    a, b, c = make_clips(db, 3, prefix="conf")
+    m, _ = captions.add_machine(db, a, job_id=None, text="t", labels=LABELS, provenance={"confidence": conf})
+    captions.save_human(db, a, text="t fixed", labels=CALM, author="anna", base_caption_id=m["id"])
+    captions.add_machine(db, b, job_id=None, text="t", labels=LABELS, provenance={"model": "no logprobs"})
+    captions.save_human(db, c, text="written by hand", labels=LABELS, author="anna", base_caption_id=None)
+    recs = {r["clip_id"]: r for r in exported(db)}
+    assert recs[a]["origin"]["confidence"] == conf and recs[a]["source"] == "human"
+    assert recs[b]["origin"]["confidence"] is None and recs[c]["origin"] is None
+    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+    for rec in recs.values():
+        validator.validate(rec)
+    bad = {**recs[a], "origin": {**recs[a]["origin"], "confidence": {**conf, "labels": {"weather": 1.5}}}}
+    assert list(validator.iter_errors(bad))  # a probability above 1 is caught
+    rows = {int(r["clip_id"]): r for r in exported(db, fmt="csv")}
+    assert json.loads(rows[a]["origin_confidence"]) == conf and rows[b]["origin_confidence"] == ""

@@ -76,19 +76,32 @@ def _post(url: str, body: dict) -> dict:
     return {"status": r.status_code, "body": parsed}
 
 
+# the caption bound of the recorded answer with logprobs: random weights fill it, and each of its tokens carries
+# top_logprobs alternatives; the labels, whose confidence is read, come after it whatever its length
+LOGPROBS_CAPTION_CHARS = 120
+
+
 def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) -> dict:
     """Ask the fleet what tests/test_vllm_recordings.py replays: one good request as the runner builds it, the
-    preset v1 schema (uniqueItems), and each kind of bad input. Requests are our client's bodies with the video
-    URL swapped; the clip root is written as <root> so the recording is machine-independent."""
+    preset v1 schema (uniqueItems), each kind of bad input, and an answer with token logprobs (the job's
+    default top_logprobs) and the 400 for more than --max-logprobs allows. Requests are our client's bodies with
+    the video URL swapped; the clip root is written as <root> so the recording is machine-independent."""
     from data import prompts, taxonomy
-    from data.job_params import JobParams
+    from data.job_params import MAX_TOP_LOGPROBS, JobParams
     from data.settings import Settings
     from serving.client import CaptionRequest, FleetClient
 
     settings = Settings.load(environ={}).replace(clip_root=clip_root, served_model_name=served)
     v2 = {**next(p for p in prompts.PRESETS if p["version"] == 2), "id": 2}
     client = FleetClient(settings)
-    good = client.build_body(CaptionRequest(good_rel, v2, JobParams(max_tokens=2048), camera="front_center"))
+    # the good answer as recorded before logprobs existed (and the bad inputs made from it): without them
+    plain = JobParams(max_tokens=2048, top_logprobs=0)
+    good = client.build_body(CaptionRequest(good_rel, v2, plain, camera="front_center"))
+    short = json.loads(json.dumps(v2))
+    short["schema"]["properties"]["caption"]["maxLength"] = LOGPROBS_CAPTION_CHARS
+    with_logprobs = client.build_body(
+        CaptionRequest(good_rel, short, JobParams(max_tokens=2048), camera="front_center")
+    )
     hostile = clip_root / "hostile"
     trunc = sorted(hostile.glob("truncated_faststart_*pct.mp4"))
     cases: dict[str, tuple[str, dict]] = {
@@ -121,6 +134,8 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
         body["messages"][1]["content"][0]["video_url"]["url"] = url
         body["max_completion_tokens"] = 16 if name != "truncated_library_half" else 2048
         cases[name] = (url, body)
+    cases["good_logprobs"] = ("file", with_logprobs)
+    cases["logprobs_over_max"] = ("file", {**good, "logprobs": True, "top_logprobs": MAX_TOP_LOGPROBS + 1})
     out: dict = {}
     for name, (_url, body) in cases.items():
         t = time.time()
@@ -131,6 +146,9 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
             ans["request_schema_features"] = sorted(
                 taxonomy.unsupported_features(body["response_format"]["json_schema"]["schema"])
             )
+        if name == "good_logprobs":  # what tests/test_vllm_recordings.py reads the confidence against
+            ans["request"] = {k: body[k] for k in ("logprobs", "top_logprobs", "max_completion_tokens")}
+            ans["request"]["schema"] = body["response_format"]["json_schema"]["schema"]
         out[name] = json.loads(json.dumps(ans).replace(str(root), "<root>"))
     return out
 
@@ -247,7 +265,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
                     round(time.time() - t, 1) if p.returncode == 0 else f"exit {p.returncode}"
                 )
 
-        from data import db as dbmod
+        from data import db as dbmod, taxonomy
 
         db = dbmod.connect(data_dir / "workbench.db")
         rows = list(db.query("SELECT id, path, probe_error, filmstrip, media_decoder FROM clips"))
@@ -370,6 +388,10 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             ):
                 assert c[key] not in (None, ""), (key, dict(c))
             assert c["finish_reason"] == "stop"
+            # the job asked for token logprobs (JobParams' default): every label has the model's confidence
+            conf = json.loads(c["confidence"] or "null")
+            assert conf and "note" not in conf, (c["id"], conf)
+            assert set(conf["labels"]) == set(taxonomy.ENUMS) and None not in conf["labels"].values(), conf
             assert c["simulated"] == (1 if REHEARSE else 0)
         sample_cap = dict(caps[0])
         report["provenance_example"] = {
@@ -423,6 +445,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
         assert answers["good"]["status"] == 200, answers["good"]
         assert answers["unsupported_schema"]["status"] == 400
+        assert answers["good_logprobs"]["status"] == 200, answers["good_logprobs"]
+        assert answers["good_logprobs"]["body"]["choices"][0]["logprobs"]["content"]
+        assert answers["logprobs_over_max"]["status"] == 400, answers["logprobs_over_max"]
     finally:
         if launcher.poll() is None:
             launcher.kill()

@@ -22,8 +22,8 @@ from tests.support.fleet_fixtures import PROMPT
 from tests.support.runner_fixtures import LABELS, add_clips
 
 # a value for each field that differs from its default, and one its check refuses
-GOOD = {"frames": 8, "max_tokens": 900, "temperature": 0.7, "seed": 42}
-BAD = {"frames": 0, "max_tokens": 64, "temperature": 3, "seed": "x"}
+GOOD = {"frames": 8, "max_tokens": 900, "temperature": 0.7, "seed": 42, "top_logprobs": 10}
+BAD = {"frames": 0, "max_tokens": 64, "temperature": 3, "seed": "x", "top_logprobs": 21}
 
 
 def test_every_parameter_has_a_good_and_a_bad_example_here():
@@ -143,7 +143,8 @@ def test_selections_stored_before_one_shape_read_the_same(db, stored, expected):
     db.execute("UPDATE jobs SET selection = ?, params = ? WHERE id = ?", [json.dumps(stored), '{"frames": 8}', job_id])
     job = job_queries.get(db, job_id)
     assert job["selection"] == expected
-    assert job["params"] == JobParams(frames=8)  # what was stored; the rest are the defaults
+    # what was stored; a knob added since reads as what was asked then (no logprobs), the rest are the defaults
+    assert job["params"] == JobParams(frames=8, top_logprobs=0)
 
 
 def test_a_selection_is_a_filter_or_a_list_not_both():
@@ -195,7 +196,9 @@ def test_provenance_names_the_params_as_jobparams_does_and_old_rows_read_the_sam
     for clip, prov in zip(ids, (now, {**before, "model": "m"})):
         job_items.complete(db, job_id, clip, text="t", labels=LABELS, provenance=prov)
     read = [captions.history(db, c)[0]["params"] for c in ids]
-    assert read[0] == read[1] == {**GOOD, "camera": "front"}
-    assert JobParams.from_dict(read[1]) == JobParams(**GOOD)
+    assert read[0] == {**GOOD, "camera": "front"}
+    assert read[1] == {k: v for k, v in read[0].items() if k != "top_logprobs"}  # asked before that knob existed
+    assert JobParams.from_dict(read[0]) == JobParams(**GOOD)
+    assert JobParams.from_dict(read[1]) == JobParams(**{**GOOD, "top_logprobs": 0})  # it asked for no logprobs
     exported = [r["origin"]["params"] for r in export.iter_rows(db)]
     assert exported == read

@@ -5,6 +5,10 @@ kind of bad input; its metric names). Two checks replay it on the CPU:
   an error that is not retried (the clip's fault never costs more GPU time);
 - the simulated fleet answers the same requests the same way: same status, same error type, the same message
   once the clip root is written as <root>, and a good answer of the same shape.
+
+The answer with token logprobs (`good_logprobs`) and the 400 for too many (`logprobs_over_max`) are checked the
+same way once a GPU run has recorded them (tests/test_gpu_fleet.py records both): until then their tests are not
+defined, so they are neither collected nor reported as passing.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from data import hostile, taxonomy
-from data.job_params import JobParams
+from data.job_params import MAX_TOP_LOGPROBS, JobParams
 from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
@@ -28,7 +32,8 @@ from tests.support.fleet_fixtures import write_clip
 RECORDINGS = sorted((Path(__file__).parent / "data").glob("vllm-*-answers.json"))
 REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}
 ANSWERS = REC.get("answers", {})
-BAD = sorted(k for k in ANSWERS if k != "good")
+LOGPROB_CASES = ("good_logprobs", "logprobs_over_max")
+BAD = sorted(k for k in ANSWERS if k not in ("good", *LOGPROB_CASES))
 # metric samples the fleet view reads (serving.fleet); vLLM names the KV-cache gauge one of two ways
 USED_METRICS = {
     "vllm:num_requests_running",
@@ -185,3 +190,74 @@ def test_the_simulated_fleet_exposes_the_metrics_we_read_under_real_names(sim_fl
     assert USED_METRICS <= real, USED_METRICS - real  # what we read exists on real vLLM
     assert USED_METRICS <= names, USED_METRICS - names
     assert {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} & real & names
+
+
+# ---- token logprobs (docs/CONFIDENCE.md), once a GPU run recorded them -------------------------------------------
+def logprobs_request(root: Path, top_logprobs: int, schema: dict) -> dict:
+    """The recorded good request, re-pointed at `root`, asking for token logprobs under `schema`."""
+    body = request_for("good", root)
+    body["response_format"]["json_schema"]["schema"] = schema
+    return body | {"logprobs": True, "top_logprobs": top_logprobs}
+
+
+def check_logprobs_shape(body: dict, k: int) -> None:
+    """What docs/CONFIDENCE.md says vLLM 0.25 returns: the sampled tokens spell the text, each with exactly k
+    alternatives, the sampled one first, `bytes` the UTF-8 of the token string, -9999.0 for forbidden tokens."""
+    choice = body["choices"][0]
+    entries = choice["logprobs"]["content"]
+    assert "".join(e["token"] for e in entries) == choice["message"]["content"]
+    for e in entries:
+        assert {"token", "logprob", "bytes", "top_logprobs"} <= set(e)
+        assert e["bytes"] == list(e["token"].encode("utf-8", "replace"))
+        assert len(e["top_logprobs"]) == k and e["top_logprobs"][0]["token"] == e["token"]
+        for a in e["top_logprobs"]:
+            assert a["logprob"] == -9999.0 or -9999.0 < a["logprob"] <= 0.0
+
+
+if "good_logprobs" in ANSWERS:  # recorded by tests/test_gpu_fleet.py on a GPU: see the module docstring
+    REAL_LOGPROBS = ANSWERS["good_logprobs"]
+
+    def test_real_vllm_logprobs_have_the_shape_docs_confidence_describes():
+        assert REAL_LOGPROBS["status"] == 200
+        check_logprobs_shape(REAL_LOGPROBS["body"], REAL_LOGPROBS["request"]["top_logprobs"])
+        forced = [e for e in REAL_LOGPROBS["body"]["choices"][0]["logprobs"]["content"] if e["logprob"] == 0.0]
+        assert any(a["logprob"] == -9999.0 for e in forced for a in e["top_logprobs"]), "no forbidden alternative"
+
+    def test_the_client_reads_a_confidence_for_every_label_from_real_vllm(fleet_settings):
+        asked = REAL_LOGPROBS["request"]
+        transport = httpx.MockTransport(lambda req: httpx.Response(200, json=REAL_LOGPROBS["body"]))
+
+        async def go():
+            client = FleetClient(fleet_settings, transport=transport)
+            try:
+                prompt = {**PROMPT_V2, "schema": asked["schema"]}
+                params = JobParams(max_tokens=asked["max_completion_tokens"], top_logprobs=asked["top_logprobs"])
+                return await client.caption("http://replica", CaptionRequest("a.mp4", prompt, params))
+            finally:
+                await client.aclose()
+
+        conf = asyncio.run(go()).provenance["confidence"]
+        assert "note" not in conf, conf
+        assert set(conf["labels"]) == set(taxonomy.ENUMS) and None not in conf["labels"].values(), conf
+
+    def test_the_simulated_fleet_answers_logprobs_in_the_recorded_shape(sim_fleet, sim_root):
+        asked = REAL_LOGPROBS["request"]
+        body = logprobs_request(sim_root, asked["top_logprobs"], asked["schema"])
+        r = httpx.post(sim_fleet.urls[0] + "/v1/chat/completions", json=body, timeout=30, trust_env=False)
+        assert r.status_code == 200, r.text[:300]
+        check_logprobs_shape(r.json(), asked["top_logprobs"])
+        real = REAL_LOGPROBS["body"]["choices"][0]["logprobs"]
+        sim = r.json()["choices"][0]["logprobs"]
+        assert set(sim) == set(real)
+        assert set(sim["content"][0]) == set(real["content"][0])
+        assert set(sim["content"][0]["top_logprobs"][0]) == set(real["content"][0]["top_logprobs"][0])
+
+
+if "logprobs_over_max" in ANSWERS:  # recorded by tests/test_gpu_fleet.py on a GPU: see the module docstring
+
+    def test_the_simulated_fleet_refuses_too_many_logprobs_as_real_vllm_did(sim_fleet, sim_root):
+        real = ANSWERS["logprobs_over_max"]
+        body = request_for("good", sim_root) | {"logprobs": True, "top_logprobs": MAX_TOP_LOGPROBS + 1}
+        r = httpx.post(sim_fleet.urls[0] + "/v1/chat/completions", json=body, timeout=30, trust_env=False)
+        assert r.status_code == real["status"] == 400
+        assert r.json() == real["body"]

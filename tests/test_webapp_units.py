@@ -437,3 +437,34 @@ def test_provenance_says_where_the_text_came_from_and_who_changed_it(db):
     typed = captions.save_human(db, other, text="by hand", labels=LABELS, author="bo", base_caption_id=None)
     html_out = render.provenance(typed, captions.lineage(db, typed))
     assert f"Written by bo {render.when(typed['created_at'])}" in html_out and "SIMULATED" not in html_out
+
+
+def test_provenance_shows_the_model_s_least_sure_labels_and_where_text_and_labels_disagree(db):
+    from data import captions, taxonomy
+    from tests.support.webapp_fixtures import LABELS, machine_provenance
+    from webapp import render
+
+    cid = db.execute("INSERT INTO clips (path) VALUES ('c.mp4')").lastrowid
+    db.conn.commit()
+    conf = {"labels": {**dict.fromkeys(taxonomy.ENUMS, 0.97), "weather": 0.42, "lighting": 0.71}, "items": {}}
+    m, _ = captions.add_machine(
+        db,
+        cid,
+        job_id=None,
+        text="A pedestrian waits.",
+        labels={**LABELS, "road_users": ["car"]},
+        provenance=machine_provenance(confidence=conf | {"end": {}}),
+    )
+    html_out = render.provenance(m, captions.lineage(db, m))
+    least = "weather 0.42, lighting 0.71, ego maneuver 0.97 (least sure first; 4 more above)"
+    assert f"<th>model confidence</th><td>{least}</td>" in html_out
+    assert "<th>text vs labels</th><td>the text names a pedestrian but road users lacks pedestrian</td>" in html_out
+    fixed = captions.save_human(
+        db, cid, text="A car waits.", labels={**LABELS, "road_users": ["car"]}, author="ann", base_caption_id=m["id"]
+    )
+    html_out = render.provenance(fixed, captions.lineage(db, fixed))
+    assert f"<th>model confidence</th><td>{least}</td>" in html_out  # the origin's, kept through the edit
+    assert "text vs labels" not in html_out
+    unread = {"labels": dict.fromkeys(taxonomy.ENUMS), "items": {}, "end": {}, "note": "the tokens do not spell it"}
+    assert render.confidence_summary(unread) == "the tokens do not spell it"
+    assert render.confidence_summary(None) is None

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any, Iterable
 
-from data import limits, taxonomy, textdiff
+from data import captions, limits, taxonomy, textdiff
 
 
 def esc(value: Any) -> str:
@@ -250,6 +250,18 @@ def provenance_summary(cap: dict, lineage: dict) -> str:
     return head + ("; " + ", ".join(tail) if tail else "")
 
 
+def confidence_summary(confidence: dict | None, shown: int = 3) -> str | None:
+    """The origin's label confidence in a few words, least sure first ("weather 0.42, lighting 0.71, ..."), or
+    why it has none; None when it was never recorded."""
+    if not confidence:
+        return None
+    known = sorted((p, n) for n, p in captions.confidence_of({"confidence": confidence}).items() if p is not None)
+    if not known:
+        return str(confidence.get("note") or "not readable")
+    words = [f"{n.replace('_', ' ')} {p:.2f}" for p, n in known[:shown]]
+    return ", ".join(words) + (f" (least sure first; {len(known) - shown} more above)" if len(known) > shown else "")
+
+
 def provenance(cap: dict | None, lineage: dict | None = None) -> str:
     """The current caption's provenance and lineage (`lineage` from data.captions.lineage): a summary line,
     then this version, what it was derived from, its origin machine caption and that caption's details."""
@@ -280,6 +292,10 @@ def provenance(cap: dict | None, lineage: dict | None = None) -> str:
             ("finish", origin.get("finish_reason")),
             ("parameters", _params(origin.get("params"))),
         ]
+    if origin:
+        rows.append(("model confidence", confidence_summary(origin.get("confidence"))))
+    if cap.get("conflicts"):
+        rows.append(("text vs labels", "; ".join(cap["conflicts"])))
     if cap.get("note"):
         rows.append(("note", cap["note"]))
     sim = ""

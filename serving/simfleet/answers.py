@@ -1,5 +1,6 @@
 """What a simulated replica answers: the request read as vLLM reads it, a deterministic schema-valid answer
-derived from the clip, and the response bodies of vLLM 0.25, key for key.
+derived from the clip, with token logprobs when asked (serving.simfleet.logprobs), and the response bodies of
+vLLM 0.25, key for key.
 
 Pure functions, no I/O. The caption always starts with "[SIMULATED]" and the served model id ends with
 " (simulated)", so a simulated caption can never pass for a real one.
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from data import taxonomy
+from serving.simfleet import logprobs
 from serving.simfleet.costs import DEFAULT_FRAMES
 from serving.simfleet.errors import XGRAMMAR_REFUSAL, SimError
 from serving.simfleet.probe import ClipInfo
@@ -33,6 +35,7 @@ class ChatRequest:
     schema: dict | None
     frames: int
     max_tokens: Any  # as sent: read as an int only after the clip is opened, so a bad clip is reported first
+    top_logprobs: int | None = None  # alternatives per token asked for; None: no logprobs (`logprobs` not true)
 
 
 def read_request(body: dict) -> ChatRequest:
@@ -57,7 +60,9 @@ def read_request(body: dict) -> ChatRequest:
     if isinstance(mik, dict) and isinstance(mik.get("video"), dict):
         frames = int(mik["video"].get("num_frames") or mik["video"].get("max_frames") or DEFAULT_FRAMES)
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
-    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens)
+    # vLLM's chat request: `logprobs=top_logprobs if logprobs else None`, top_logprobs defaulting to 0
+    top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else None
+    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens, top)
 
 
 def _pick(h: bytes, i: int, options: list | tuple) -> Any:
@@ -174,17 +179,38 @@ def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> in
     return 12 + text // 4 + video
 
 
-def answer_text(clip_key: str, info: ClipInfo | None, req: ChatRequest) -> tuple[str, int, str]:
-    """The message content, its completion tokens and the finish reason (`length` past max tokens)."""
-    content = json.dumps(synthetic_answer(clip_key, info, req.schema), ensure_ascii=False)
+@dataclass(frozen=True)
+class Answer:
+    """What the model "generated": the message content, its completion tokens, the finish reason (`length` past
+    max tokens) and, when asked for, the token logprobs (`choices[0].logprobs`)."""
+
+    content: str
+    tokens: int
+    finish: str
+    logprobs: dict | None = None
+
+
+def answer_text(clip_key: str, info: ClipInfo | None, req: ChatRequest) -> Answer:
+    """The answer to `req` for this clip (deterministic: the same clip gets the same answer and logprobs)."""
+    answer = synthetic_answer(clip_key, info, req.schema)
+    content = json.dumps(answer, ensure_ascii=False)
     completion_tokens = max(1, math.ceil(len(content) / CHARS_PER_TOKEN))
     max_tokens = int(req.max_tokens)
+    finish = "stop"
     if completion_tokens > max_tokens:
-        return content[: int(max_tokens * CHARS_PER_TOKEN)], max_tokens, "length"
-    return content, completion_tokens, "stop"
+        content, completion_tokens, finish = content[: int(max_tokens * CHARS_PER_TOKEN)], max_tokens, "length"
+        answer = {}  # cut short: no label was generated whole
+    lp = None
+    if req.top_logprobs is not None:
+        seed = f"{clip_key}|{info.size if info else 0}".encode("utf-8", "surrogatepass")
+        schema = req.schema if isinstance(req.schema, dict) and req.schema.get("type") == "object" else None
+        lp = logprobs.answer_logprobs(content, answer, schema or taxonomy.CAPTION_SCHEMA, req.top_logprobs, seed)
+        if finish == "stop":
+            completion_tokens = len(lp["content"])  # as on real vLLM: one entry per generated token
+    return Answer(content, completion_tokens, finish, lp)
 
 
-def completion_body(served: str, index: int, content: str, finish: str, prompt_tokens: int, tokens: int) -> dict:
+def completion_body(served: str, index: int, answer: Answer, prompt_tokens: int) -> dict:
     """The body real vLLM 0.25 answers, key for key (tests/data/vllm-0.25.0-answers.json), plus "simulated"."""
     return {
         "id": "chatcmpl-" + uuid.uuid4().hex,
@@ -196,15 +222,15 @@ def completion_body(served: str, index: int, content: str, finish: str, prompt_t
                 "index": 0,
                 "message": {
                     "role": "assistant",
-                    "content": content,
+                    "content": answer.content,
                     "refusal": None,
                     "annotations": None,
                     "audio": None,
                     "function_call": None,
                     "reasoning": None,
                 },
-                "logprobs": None,
-                "finish_reason": finish,
+                "logprobs": answer.logprobs,
+                "finish_reason": answer.finish,
                 "stop_reason": None,
                 "token_ids": None,
                 "routed_experts": None,
@@ -214,8 +240,8 @@ def completion_body(served: str, index: int, content: str, finish: str, prompt_t
         "system_fingerprint": f"vllm-simulated-{index}",
         "usage": {
             "prompt_tokens": prompt_tokens,
-            "total_tokens": prompt_tokens + tokens,
-            "completion_tokens": tokens,
+            "total_tokens": prompt_tokens + answer.tokens,
+            "completion_tokens": answer.tokens,
             "prompt_tokens_details": None,
         },
         "prompt_logprobs": None,

@@ -18,7 +18,7 @@ from urllib.request import url2pathname
 
 import httpx
 
-from serving.simfleet import answers, costs
+from serving.simfleet import answers, costs, logprobs
 from serving.simfleet.answers import SIM_SUFFIX
 from serving.simfleet.errors import SimError
 from serving.simfleet.knobs import Knobs
@@ -193,7 +193,11 @@ class SimReplica:
                     f"frames, more than the decode budget of {costs.DECODE_BUDGET_BYTES} bytes per API "
                     "server (--mm-ipc-gpu-memory-gb)",
                 )
-        content, tokens, finish = answers.answer_text(clip_key, info, req)
+        refused = logprobs.too_many(req.top_logprobs or 0)  # checked after the media, as vLLM's engine does
+        if refused:
+            raise SimError(400, refused, "BadRequestError", "logprobs")
+        answer = answers.answer_text(clip_key, info, req)
+        tokens, finish = answer.tokens, answer.finish
         prompt_tokens = answers.estimate_prompt_tokens(body, info, req.frames)
         # latency: queue for a slot, then decode + prefill + generation
         factor = self.knobs.slow * self.knobs.speed
@@ -202,7 +206,7 @@ class SimReplica:
         if self.dead.is_set() or disconnected.is_set():
             raise ConnectionAbortedError
         self.metrics.observe(prompt_tokens, tokens, finish, ttft, time.monotonic() - started)
-        return 200, answers.completion_body(self.served, self.index, content, finish, prompt_tokens, tokens)
+        return 200, answers.completion_body(self.served, self.index, answer, prompt_tokens)
 
     def models(self) -> dict:
         return answers.models_body(self.model)
