@@ -137,7 +137,7 @@ def _check_base(db: sqlite_utils.Database, clip: dict, base_caption_id: int | No
         raise Conflict(f"clip {clip['id']}: the caption you edited is no longer current; reload", current={})
     raise Conflict(
         f"This caption was changed by {cur['author']} at {_when(cur['created_at'])} (version {cur['version']}) "
-        "after you opened it. Reload to see their version, then re-apply your edit.",
+        "after you opened it; nothing was saved.",
         current=cur,
     )
 

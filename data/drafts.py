@@ -54,6 +54,11 @@ def check_labels(labels: Any) -> dict[str, Any]:
     return out
 
 
+def same_as(draft: dict, cap: dict | None) -> bool:
+    """Does `draft` (as `get` returns it) say what caption version `cap` says? (Then there is nothing to offer.)"""
+    return _same(draft["text"], draft["labels"], cap)
+
+
 def _same(text: str, labels: dict[str, Any], cap: dict | None) -> bool:
     """Does the draft say what caption version `cap` says (the form unchanged)?"""
     if cap is None:

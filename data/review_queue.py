@@ -24,6 +24,7 @@ import sqlite_utils
 
 from data import assignments, clips, limits, order as orders
 from data.db import immediate, now
+from data.errors import NotFound
 
 
 def _live_others(db: sqlite_utils.Database, user: str, t: float) -> dict[int, str]:
@@ -65,9 +66,11 @@ def take_next(
 
 def visit(db: sqlite_utils.Database, clip_id: int, user: str, *, ttl: float) -> str | None:
     """`user` has clip `clip_id` open: it becomes theirs (or their lease is renewed) unless someone else holds a
-    live lease on it, whose name is then returned (None: the clip is `user`'s now)."""
+    live lease on it, whose name is then returned (None: the clip is `user`'s now). NotFound for no such clip."""
     clip_id = limits.sql_int(clip_id, "clip id")
     with immediate(db):
+        if next(db.query("SELECT 1 FROM clips WHERE id = ?", [clip_id]), None) is None:
+            raise NotFound(f"clip {clip_id} does not exist")
         t = now()
         row = next(db.query("SELECT holder, expires_at FROM review_leases WHERE clip_id = ?", [clip_id]), None)
         if row is not None and row["holder"] != user and row["expires_at"] > t:
