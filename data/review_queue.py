@@ -9,7 +9,7 @@ edit: saves stay optimistic, data.captions). The rules:
   are served one after the other, and the second sees the first one's lease.
 - A person holds one lease at a time: taking a clip gives back the one they were on (they moved on).
 - A lease lasts `ttl` seconds (the `review_lease_seconds` setting) from the holder's last activity on the clip:
-  opening it, a save, a draft written as they type, the page's activity pings (each a `visit`). A browser that dies
+  opening it (`visit`), a save, a draft written as they type, the page's activity pings (`renew`). A browser that dies
   sends nothing, so its lease runs out on its own: nothing hides a clip for longer than `ttl` after its holder
   stopped.
 - Signing out gives the person's lease back at once (`release`).
@@ -79,6 +79,21 @@ def visit(db: sqlite_utils.Database, clip_id: int, user: str, *, ttl: float) -> 
             return row["holder"]
         _hold(db, clip_id, user, t, ttl)
     return None
+
+
+def renew(db: sqlite_utils.Database, clip_id: int, user: str, *, ttl: float) -> bool:
+    """Activity of `user` on `clip_id` (typing, playing the video): their lease on it lasts `ttl` from now. Only a
+    lease they hold is renewed (an expired one too, if nobody took the clip since): activity never takes a clip
+    or gives one back, so a late ping for the clip they just left cannot take it back from the one they are on.
+    Returns whether there was a lease to renew."""
+    clip_id = limits.sql_int(clip_id, "clip id")
+    with immediate(db):
+        return (
+            db.execute(
+                "UPDATE review_leases SET expires_at = ? WHERE clip_id = ? AND holder = ?", [now() + ttl, clip_id, user]
+            ).rowcount
+            > 0
+        )
 
 
 def release(db: sqlite_utils.Database, user: str) -> int:

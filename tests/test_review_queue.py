@@ -145,13 +145,18 @@ def test_a_lease_runs_out_when_its_holder_stops(team):
     assert review_queue.holder(team, first) == "bob"
 
 
-def test_activity_renews_a_lease(team):
-    ids = make_queue(team, 1)
-    assert review_queue.take_next(team, clips.Filter(), "ann", ttl=1.0) == ids[0]
+def test_activity_renews_a_lease_and_a_late_ping_for_a_clip_left_changes_nothing(team):
+    ids = make_queue(team, 3)
+    assert review_queue.take_next(team, clips.Filter(), "ann", ttl=1.0) == ids[-1]
     for _ in range(4):  # 2 s of activity, each within the lease
         time.sleep(0.5)
-        assert review_queue.visit(team, ids[0], "ann", ttl=1.0) is None
-    assert review_queue.take_next(team, clips.Filter(), "bob", ttl=1.0) is None  # still hers
+        assert review_queue.renew(team, ids[-1], "ann", ttl=1.0) is True
+    assert review_queue.take_next(team, clips.Filter(), "bob", ttl=1.0) == ids[-2]  # not hers: still live
+    # ann moves on; the ping her page sent for the old clip arrives afterwards
+    assert review_queue.take_next(team, clips.Filter(), "ann", ttl=TTL, after=ids[-1]) == ids[0]
+    assert review_queue.renew(team, ids[-1], "ann", ttl=TTL) is False
+    assert review_queue.renew(team, ids[-2], "ann", ttl=TTL) is False  # nor someone else's
+    assert review_queue.leases(team) == {ids[0]: "ann", ids[-2]: "bob"}
 
 
 def test_clips_nobody_can_review_are_not_in_the_queue(team):

@@ -3,9 +3,10 @@
 - `PUT /drafts/{clip_id}` with `{"base": <caption id or null>, "text": "...", "labels": {...}}`: the person's
   unsaved edit of the clip (data.drafts), written as they type. 200 `{"saved_at": t}`, or `{"dropped": true}`
   when the edit says what the current caption says (no draft any more). The draft also counts as activity on
-  the clip (its review lease is renewed).
+  the clip (the person's review lease on it is renewed).
 - `POST /leases/{clip_id}`: the person is active on the clip (keys, clicks, the video playing): their review
-  lease is renewed (data.review_queue). 200 `{"holder": <who is on it>}`.
+  lease on it is renewed (data.review_queue.renew: never taken, so a ping that arrives after the person moved on
+  changes nothing). 200 `{"holder": <who is on it, or null>}`.
 
 Why routes and not Gradio events: the page needs a plain answer it can act on. A 401 means the session ended
 (signed out in another tab, or expired): the page then keeps the draft in the browser, says so, and pushes it
@@ -80,7 +81,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             draft = drafts.put(
                 db, name, clip_id, base_caption_id=body.get("base"), text=text, labels=body.get("labels")
             )
-            review_queue.visit(db, clip_id, name, ttl=ttl)
+            review_queue.renew(db, clip_id, name, ttl=ttl)
             return draft
 
         try:
@@ -96,7 +97,9 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             return JSONResponse({"detail": "your session has ended: log in again"}, status_code=401)
 
         def renew():
-            return review_queue.visit(ctx.db(), clip_id, name, ttl=ttl) or name
+            db = ctx.db()
+            review_queue.renew(db, clip_id, name, ttl=ttl)
+            return review_queue.holder(db, clip_id)
 
         try:
             holder = await anyio.to_thread.run_sync(renew)

@@ -160,6 +160,8 @@
   // "discard" and "take theirs" drop the edit on purpose: the browser's copy goes too
   document.addEventListener("click", (ev) => {
     if (!(ev.target.closest && ev.target.closest("#btn-draft-discard, #btn-take-theirs"))) return;
+    clearTimeout(timer);  // a write about to go would bring the edit back
+    timer = null;
     const at = open();
     if (at && user()) unstash(user(), at.clip);
   }, true);

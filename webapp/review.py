@@ -683,7 +683,7 @@ class ReviewTab:
 
     def clear_broken(self, clip_id, request: gr.Request):
         """A lead clears the broken flag: the clip is unreviewed and back in the queue."""
-        user = self.ctx.user(request)
+        user = self.ctx.require(request, "lead")  # data.captions checks it too: a refusal here is the API's
         if clip_id is None:
             return gr.skip()
         try:
