@@ -103,7 +103,9 @@ def test_an_unsaved_edit_survives_sign_out_reload_and_a_closed_tab(browser, serv
         assert versions(server, cid) == before
 
         # 1. signed out in another tab; she goes on typing in this one
-        other = open_page(ctx, server.url + "/logout")
+        other = open_page(ctx, server.url + "/logout")  # the sign-out page: its button POSTs
+        other.click("#logout")
+        other.wait_for_selector("#username")
         other.close()
         page.fill("#caption-text textarea", "A cyclist brakes hard behind the bus, in the snow")
         page.wait_for_selector("#session-ended", state="visible", timeout=30_000)

@@ -14,6 +14,8 @@ from urllib.parse import quote
 import pytest
 
 from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, users
+from data.job_params import JobParams
+from data.job_selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import LABELS, PASSWORD, AppServer, build_library, machine_provenance
 
@@ -185,7 +187,14 @@ def test_a_killed_browsers_clip_comes_back_when_its_lease_runs_out(browser, web_
     d = dbmod.connect(server.settings.db)
     try:
         pair = [queue.clip_ids[20], queue.clip_ids[21]]
-        job = jobs.create(d, name="two clips", created_by="lead", clip_ids=pair, prompt_id=None)
+        job = jobs.create(
+            d,
+            name="two clips",
+            created_by="lead",
+            selection=Selection.of_clips(pair),
+            prompt_id=None,
+            params=JobParams(),
+        )
     finally:
         d.close()
     f = quote(json.dumps({"job_id": job}))
