@@ -58,6 +58,8 @@ from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
 from webapp.review_form import LABELS, ReviewForm
 
+# the queue is empty for this person: clips others are on are not theirs to take (data.review_queue)
+NONE_LEFT = "No unreviewed clips left in this filter that nobody else is on."
 CONFLICT_NEXT = (
     " Your edit is kept: compare the two below, then keep yours, take theirs, or edit yours on top of theirs."
 )
@@ -323,7 +325,7 @@ class ReviewTab:
             return self._conflict(clip_id, e, request, form)
         return {self.msg: render.message(stay + str(e), "error")}
 
-    def _conflict(self, clip_id: int, e: Conflict, request: gr.Request, form=None, *, note: str = "") -> dict:
+    def _conflict(self, clip_id: int, e: Conflict, request: gr.Request, form=None) -> dict:
         """The conflict view; the form keeps the person's edit and its stale bases (a plain save would conflict
         again). A caption conflict with the form at hand shows theirs beside yours and the three ways out; a
         review-state conflict (or one without the form) offers a reload."""
@@ -334,11 +336,11 @@ class ReviewTab:
         theirs = e.current if e.current.get("text") is not None else None
         if theirs is None or form is None:
             reload = " Reload to see their version." if theirs else ""
-            out[self.msg] = render.message(note + str(e) + reload, "conflict")
+            out[self.msg] = render.message(str(e) + reload, "conflict")
             out[self.reload_btn] = gr.update(visible=True)
             return out
         mine = form.draft_labels()
-        out[self.msg] = render.message(note + str(e) + CONFLICT_NEXT, "conflict")
+        out[self.msg] = render.message(str(e) + CONFLICT_NEXT, "conflict")
         out[self.conflict_view] = render.conflict(theirs, form.text or "", mine)
         out[self.conflict_box] = gr.update(visible=True)
         out[self.theirs] = theirs["id"]
@@ -391,9 +393,7 @@ class ReviewTab:
         """After a decision on `clip_id`: the next clip of the queue with `done` said, or this clip if none is left."""
         target = self._take_next(fdict, sort, clip_id, user)
         if target is None:
-            return self.view(
-                clip_id, request, message=done + " No unreviewed clips left in this filter.", kind="ok", keep_media=True
-            )
+            return self.view(clip_id, request, message=done + f" {NONE_LEFT}", kind="ok", keep_media=True)
         return self.view(target, request, message=done, kind="ok")
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
@@ -522,7 +522,7 @@ class ReviewTab:
             after = int(form.clip_id) if form.clip_id is not None else None
             target = self._take_next(fdict, sort, after, user)
             if target is None:
-                return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
+                return {self.msg: render.message(note + NONE_LEFT, "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
 
         return self._leave(form, request, go)
