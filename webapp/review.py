@@ -410,32 +410,35 @@ class ReviewTab:
             form.clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True
         )
 
+    def _decide_and_next(self, request: gr.Request, form: ReviewForm, fdict: dict, sort: str, act) -> dict:
+        """A decision on the clip the form shows: save an edit first, then `act(clip_id, user, base, review_base)`
+        (data/ raises DataError to refuse it; it returns what was done, as "marked clip 3 approved"), then the next
+        clip of the queue. A refusal, or a conflict, keeps the person on the clip with their edit."""
+        user = self.ctx.user(request)
+        if form.clip_id is None:
+            raise gr.Error("Open a clip first.")
+        clip_id = int(form.clip_id)
+        try:
+            new_base, saved = self._autosave(form, user)
+            did = act(clip_id, user, new_base, None if saved else form.review_base)
+        except DataError as e:
+            return self._refused(clip_id, e, request, form=form)
+        done = (f"Saved your edit as version {saved['version']} and " if saved else "") + did + "."
+        return self._then_next(clip_id, done[0].upper() + done[1:], fdict, sort, user, request)
+
     def decide(self, status: str):
         """Approve / reject what the form shows (saving an edit first), then move to the next unreviewed
         clip of the filter (approve-and-next: one key per clip)."""
 
+        def act(clip_id, user, base, review_base) -> str:
+            captions.set_review(
+                self.ctx.db(), clip_id, status=status, user=user.name, base_caption_id=base, base_review=review_base
+            )
+            return f"marked clip {clip_id} {status}"
+
         def handler(request: gr.Request, *values):
             form, (fdict, sort) = ReviewForm.split(values)
-            user = self.ctx.user(request)
-            if form.clip_id is None:
-                raise gr.Error("Open a clip first.")
-            clip_id = int(form.clip_id)
-            try:
-                new_base, saved = self._autosave(form, user)
-                captions.set_review(
-                    self.ctx.db(),
-                    clip_id,
-                    status=status,
-                    user=user.name,
-                    base_caption_id=new_base,
-                    base_review=None if saved else form.review_base,
-                )
-            except DataError as e:
-                return self._refused(clip_id, e, request, form=form)
-            done = (
-                f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
-            ) + f" clip {clip_id} {status}."
-            return self._then_next(clip_id, done, fdict, sort, user, request)
+            return self._decide_and_next(request, form, fdict, sort, act)
 
         handler.__name__ = f"review_{status}"
         return handler
@@ -663,23 +666,15 @@ class ReviewTab:
         """Flag the clip as broken (the video, not the caption: counted apart from rejections), saving an edit
         first, then move to the next clip of the queue."""
         form, (fdict, sort, reason) = ReviewForm.split(values)
-        user = self.ctx.user(request)
-        if form.clip_id is None:
-            raise gr.Error("Open a clip first.")
-        clip_id = int(form.clip_id)
-        try:
-            new_base, saved = self._autosave(form, user)
-            captions.flag_broken(
-                self.ctx.db(),
-                clip_id,
-                user=user.name,
-                reason=reason or "",
-                base_review=None if saved else form.review_base,
-            )
-        except DataError as e:
-            return self._refused(clip_id, e, request, form=form)
-        done = f"Flagged clip {clip_id} as broken (counted apart from rejections)."
-        return {**self._then_next(clip_id, done, fdict, sort, user, request), self.broken_reason: ""}
+        flagged = []
+
+        def act(clip_id, user, base, review_base) -> str:
+            captions.flag_broken(self.ctx.db(), clip_id, user=user.name, reason=reason or "", base_review=review_base)
+            flagged.append(clip_id)
+            return f"flagged clip {clip_id} as broken (counted apart from rejections)"
+
+        out = self._decide_and_next(request, form, fdict, sort, act)
+        return {**out, self.broken_reason: ""} if flagged else out  # a refused flag keeps the reason typed
 
     def clear_broken(self, clip_id, request: gr.Request):
         """A lead clears the broken flag: the clip is unreviewed and back in the queue."""
