@@ -12,12 +12,14 @@
 - `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`, in the grid's order: their clips of the
   filter first, then clips nobody has; clips assigned to someone else are theirs to review, so they are
   skipped (unless the filter itself names an assignee or asks for unassigned clips: then it is the queue as
-  asked).
+  asked). Only clips a person can review are in it: unreviewed (not approved, rejected or flagged broken)
+  and read by ingest (an ingest failure has nothing to play). data.review_queue adds the leases on top.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from typing import Collection
 
 import sqlite_utils
 
@@ -176,7 +178,7 @@ def workload(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
 
 def queue_tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
     """The filters "next unreviewed" walks for `user`, in order (see the module docstring)."""
-    base = dataclasses.replace(f, review_status="unreviewed")
+    base = dataclasses.replace(f, review_status="unreviewed", failed=False)
     if f.assignee or f.unassigned:
         return [base]
     return [dataclasses.replace(base, assignee=user), dataclasses.replace(base, unassigned=True)]
@@ -189,17 +191,22 @@ def next_in_queue(
     *,
     after: int | None = None,
     order: orders.Order | str = orders.DEFAULT,
+    skip: Collection[int] = (),
 ) -> int | None:
     """The next clip of `user`'s review queue within `f` after clip `after` in `order` (the grid's), wrapping
     around; None when the queue is empty. `after` places us only in its own tier: moving on from the last of
-    your clips to the unassigned ones starts at the top of those, not where your clip happened to be."""
+    your clips to the unassigned ones starts at the top of those, not where your clip happened to be. Clips in
+    `skip` (others are on them, data.review_queue) are passed over: a page reads that many rows more, and there
+    are at most as many as people reviewing."""
     tiers = queue_tiers(f, user)
     holder = assignee_of(db, after) if after is not None and len(tiers) > 1 else None
     here = clips.cursor_at(db, order, after) if after is not None else None
+    passed = {after, *skip}
     for tier in tiers:
         own = len(tiers) == 1 or (tier.assignee or None) == holder
         for anchor in (here, None) if here is not None and own else (None,):
-            rows = [r for r in clips.page(db, tier, order=order, after=anchor, limit=2).rows if r["id"] != after]
+            page = clips.page(db, tier, order=order, after=anchor, limit=len(passed) + 1).rows
+            rows = [r for r in page if r["id"] not in passed]
             if rows:
                 return rows[0]["id"]
     return None

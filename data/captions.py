@@ -7,6 +7,10 @@ Rules (the project's rule "a human's work is never lost"; tested in tests/test_r
 - A machine result becomes current only when the clip has no caption, or its current caption is a machine
   one that nobody approved. Otherwise it is stored as a *candidate* version that a human can adopt.
 - A machine result of a job is written once: (job_id, clip_id) is unique, a repeat returns the first.
+- A human save drops that person's draft of the clip (data.drafts): the edit is a version now.
+- Review states: approved and rejected judge the caption; broken (`flag_broken`, cleared by a lead) says the
+  video cannot be reviewed, and is counted apart. A clip that failed at ingest or is flagged broken cannot be
+  approved or rejected.
 Each function runs in one `BEGIN IMMEDIATE` transaction and records an event in it.
 
 Lineage (what a training pipeline needs to know about where a text came from, kept through any number of edits):
@@ -39,9 +43,9 @@ from typing import Any
 
 import sqlite_utils
 
-from data import consistency, events, limits, taxonomy
+from data import consistency, drafts, events, limits, taxonomy, users
 from data.db import immediate, now
-from data.errors import Conflict, DataError, NotFound, TooFast
+from data.errors import Conflict, DataError, Forbidden, NotFound, TooFast
 from data.job_params import current_names
 
 PROVENANCE_FIELDS = (
@@ -60,7 +64,8 @@ PROVENANCE_FIELDS = (
     "simulated",
     "confidence",  # per label, from the model's token logprobs (see the module docstring); None when not asked
 )
-REVIEW_STATES = ("unreviewed", "approved", "rejected")
+REVIEW_STATES = ("unreviewed", "approved", "rejected", "broken")
+DECISIONS = ("unreviewed", "approved", "rejected")  # what set_review records; 'broken' is flag_broken's
 # What a version changed compared with the one it was derived from (or an export record with its origin):
 # "written" is text with nothing to compare with (written from scratch).
 CHANGE_KINDS = ("unchanged", "text", "labels", "both", "written")
@@ -77,7 +82,9 @@ def _clip(db: sqlite_utils.Database, clip_id: int) -> dict:
     clip_id = limits.sql_int(clip_id, "clip id")
     row = next(
         db.query(
-            "SELECT id, current_caption_id, review_status, reviewed_by, reviewed_at FROM clips WHERE id = ?", [clip_id]
+            "SELECT id, current_caption_id, review_status, reviewed_by, reviewed_at, review_note, probe_error "
+            "FROM clips WHERE id = ?",
+            [clip_id],
         ),
         None,
     )
@@ -130,7 +137,7 @@ def _check_base(db: sqlite_utils.Database, clip: dict, base_caption_id: int | No
         raise Conflict(f"clip {clip['id']}: the caption you edited is no longer current; reload", current={})
     raise Conflict(
         f"This caption was changed by {cur['author']} at {_when(cur['created_at'])} (version {cur['version']}) "
-        "after you opened it. Reload to see their version, then re-apply your edit.",
+        "after you opened it; nothing was saved.",
         current=cur,
     )
 
@@ -254,6 +261,7 @@ def save_human(
         status = "unreviewed" if clip["review_status"] == "rejected" else None
         _make_current(db, clip_id, cid, text=text, labels=labels, source="human", conflicts=found, review_status=status)
         events.record(db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id)
+        drafts.drop(db, author, clip_id)  # saved: the edit is a version now, not a draft
     return get(db, cid)
 
 
@@ -407,19 +415,15 @@ def set_review(
     base_review: str | None = None,
 ) -> dict:
     """Approve or reject the caption the reviewer saw (Conflict if it, or its review, changed meanwhile).
-    `base_review` is `review_token` of the clip as the reviewer loaded it (None skips that check)."""
-    if status not in REVIEW_STATES:
-        raise DataError(f"unknown review status {status!r}; expected one of {', '.join(REVIEW_STATES)}")
+    `base_review` is `review_token` of the clip as the reviewer loaded it (None skips that check). A clip that
+    failed at ingest or is flagged broken is refused with what to do instead (`_check_reviewable`)."""
+    if status not in DECISIONS:
+        raise DataError(f"unknown review decision {status!r}; expected one of {', '.join(DECISIONS)}")
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
-        if base_review is not None and review_token(clip) != base_review:
-            raise Conflict(
-                f"This clip was marked {clip['review_status']} by {clip['reviewed_by'] or 'someone'} at "
-                f"{_when(clip['reviewed_at'])} after you opened it; nothing was changed. Reload to see it, "
-                "then decide again.",
-                current={"review_status": clip["review_status"], "reviewed_by": clip["reviewed_by"]},
-            )
+        _check_review_base(clip, base_review)
+        _check_reviewable(clip, status)
         if status == "approved" and clip["current_caption_id"] is None:
             raise DataError("There is no caption to approve yet: write one or caption the clip first.")
         db.execute(
@@ -604,3 +608,97 @@ def history_page(
         "newer": total - older - len(rows),
         "current_id": clip["current_caption_id"],
     }
+
+
+def _check_review_base(clip: dict, base_review: str | None) -> None:
+    if base_review is not None and review_token(clip) != base_review:
+        raise Conflict(
+            f"This clip was marked {clip['review_status']} by {clip['reviewed_by'] or 'someone'} at "
+            f"{_when(clip['reviewed_at'])} after you opened it; nothing was changed. Reload to see it, "
+            "then decide again.",
+            current={"review_status": clip["review_status"], "reviewed_by": clip["reviewed_by"]},
+        )
+
+
+def _check_reviewable(clip: dict, status: str) -> None:
+    """A clip nobody can watch gets no approval or rejection: it is counted as what it is (ingest failed, or
+    flagged broken), never as a rejection of its caption. The message says what to do instead."""
+    verb = {"approved": "approve", "rejected": "reject"}.get(status, "decide on")
+    if clip.get("probe_error"):
+        raise DataError(
+            f"Nothing to {verb}: this clip failed at ingest ({str(clip['probe_error'])[:200]}), so it is counted as "
+            "ingest failed, not reviewed, and the queue does not serve it. Press n for the next clip; a lead can "
+            "replace the file and ingest it again."
+        )
+    if clip["review_status"] == "broken":
+        raise DataError(
+            f"Nothing to {verb}: {clip['reviewed_by'] or 'someone'} flagged this clip as broken "
+            f"({clip.get('review_note') or 'no reason given'}), which is counted apart from rejections. Press n for "
+            "the next clip; if the video plays fine, a lead can clear the flag."
+        )
+
+
+def flag_broken(
+    db: sqlite_utils.Database, clip_id: int, *, user: str, reason: str, base_review: str | None = None
+) -> dict:
+    """Flag a clip whose video cannot be reviewed although ingest passed (it does not play, shows nothing, is
+    other footage): review status 'broken', the reason kept and audited. Counted apart from rejections; the queue
+    skips it. `base_review` (data.captions.review_token) makes it optimistic like a decision."""
+    reason = (reason or "").strip()
+    limits.check_text(reason, limits.MAX_NOTE_CHARS, "The reason")
+    if not reason:
+        raise DataError("Say why the video is broken (e.g. 'black frames only', 'does not play'), then flag it.")
+    with immediate(db):
+        clip = _clip(db, clip_id)
+        _check_review_base(clip, base_review)
+        if clip.get("probe_error"):
+            raise DataError("This clip failed at ingest: it is counted as ingest failed already, nothing to flag.")
+        if clip["review_status"] == "broken":
+            raise DataError(
+                f"{clip['reviewed_by'] or 'Someone'} flagged this clip as broken already "
+                f"({clip.get('review_note') or 'no reason given'})."
+            )
+        t = now()
+        db.execute(
+            "UPDATE clips SET review_status = 'broken', reviewed_by = ?, reviewed_at = ?, review_note = ?, "
+            "updated_at = ? WHERE id = ?",
+            [user, t, reason, t, clip["id"]],
+        )
+        events.record(
+            db,
+            user,
+            "review.broken",
+            clip_id=clip["id"],
+            caption_id=clip["current_caption_id"],
+            previous=clip["review_status"],
+            reason=reason,
+        )
+    return {**clip, "review_status": "broken", "reviewed_by": user, "review_note": reason}
+
+
+def clear_broken(db: sqlite_utils.Database, clip_id: int, *, user: str, role: str | None) -> dict:
+    """A lead clears a broken flag (the video plays after all, or the file was replaced): the clip is unreviewed
+    again and back in the queue. Audited with the reason it had."""
+    if not users.at_least(role, "lead"):
+        raise Forbidden(f"Only a lead clears a broken flag; you are {role or 'not signed in'}.")
+    with immediate(db):
+        clip = _clip(db, clip_id)
+        if clip["review_status"] != "broken":
+            raise DataError(f"Clip {clip['id']} is not flagged as broken (it is {clip['review_status']}).")
+        t = now()
+        db.execute(
+            "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL, "
+            "review_note = NULL, updated_at = ? WHERE id = ?",
+            [t, clip["id"]],
+        )
+        events.record(
+            db,
+            user,
+            "review.unbroken",
+            clip_id=clip["id"],
+            caption_id=clip["current_caption_id"],
+            previous="broken",
+            reason=clip.get("review_note"),
+            flagged_by=clip["reviewed_by"],
+        )
+    return {**clip, "review_status": "unreviewed", "reviewed_by": None, "review_note": None}

@@ -382,6 +382,7 @@ def summary(db: sqlite_utils.Database) -> dict[str, int]:
             "SUM(current_caption_id IS NOT NULL) AS captioned, "
             "SUM(review_status = 'approved') AS approved, "
             "SUM(review_status = 'rejected') AS rejected, "
+            "SUM(review_status = 'broken') AS broken, "
             "SUM(probe_error IS NOT NULL) AS failed "
             "FROM clips WHERE missing = 0"
         )

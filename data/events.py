@@ -47,18 +47,20 @@ def record_many(db: sqlite_utils.Database, actor: str, action: str, rows: list[t
 
 
 def team_stats(db: sqlite_utils.Database, *, since: float) -> list[dict]:
-    """Per person since `since`: caption edits saved, clips approved and rejected, and the approval rate
-    (approved / reviewed). Machine authors are left out. Reads the audit trail, so it counts what happened,
-    not what a counter was told."""
+    """Per person since `since`: caption edits saved, clips approved and rejected, clips flagged broken (apart:
+    a broken video says nothing of the caption), and the approval rate (approved / (approved + rejected)).
+    Machine authors are left out. Reads the audit trail, so it counts what happened, not what a counter was
+    told."""
     rows = db.query(
         "SELECT actor, "
         "SUM(action IN ('caption.save', 'caption.adopt')) AS edits, "
         "SUM(action = 'review.approved') AS approved, "
         "SUM(action = 'review.rejected') AS rejected, "
+        "SUM(action = 'review.broken') AS broken, "
         "COUNT(DISTINCT clip_id) AS clips, MAX(at) AS last_at "
         "FROM events WHERE at >= ? AND action IN "
-        "('caption.save', 'caption.adopt', 'review.approved', 'review.rejected') "
-        "GROUP BY actor ORDER BY edits + approved + rejected DESC",
+        "('caption.save', 'caption.adopt', 'review.approved', 'review.rejected', 'review.broken') "
+        "GROUP BY actor ORDER BY edits + approved + rejected + broken DESC",
         [since],
     )
     out = []

@@ -78,7 +78,7 @@ FIELDS: tuple[Field, ...] = (
         "review_status",
         "c.review_status",
         {"enum": list(captions.REVIEW_STATES)},
-        "the clip's review decision",
+        "the clip's review decision ('broken': a person flagged the video as unreviewable, apart from rejections)",
     ),
     Field("reviewed_by", "c.reviewed_by", _null("string"), "who decided it"),
     Field("reviewed_at", "c.reviewed_at", _null("number"), "when (Unix seconds)"),
@@ -373,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
     parser.add_argument(
-        "--status", dest="review_status", choices=("unreviewed", "approved", "rejected"), help="review status to export"
+        "--status", dest="review_status", choices=captions.REVIEW_STATES, help="review status to export"
     )
     for name in ("scenario", "hazard_level", "weather", "lighting", "road_type"):
         parser.add_argument("--" + name.replace("_", "-"), dest=name, help=f"only clips whose {name} is this")

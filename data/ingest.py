@@ -169,7 +169,8 @@ def _content_changed(db: sqlite_utils.Database, clip_id: int, old_sha: str, new_
         return
     if clip["review_status"] != "unreviewed":
         db.execute(
-            "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL WHERE id = ?",
+            "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL, review_note = NULL "
+            "WHERE id = ?",
             [clip_id],
         )
     events.record(

@@ -19,11 +19,14 @@ Tables
 - Confidence and consistency (m014): captions.confidence (a machine caption's per-label probabilities, JSON) and
   captions.conflicts (where text and labels disagree, JSON list), mirrored onto clips.confidence_min and
   clips.label_conflicts for the risk order (m014_confidence documents each column).
+- review_leases: which person is on which clip (the shared queue skips clips others are on); drafts: edits not
+  saved yet, per person and clip (m013).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import sqlite_utils
@@ -491,3 +494,86 @@ def m014_confidence(db: sqlite_utils.Database) -> None:
     )
     db.execute("""CREATE TRIGGER captions_confidence_append_only BEFORE UPDATE OF confidence, conflicts ON captions
                   BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+
+
+# The review states a clip can be in. 'broken' (added by m013): a person saw that the video cannot be reviewed
+# (it does not play, shows nothing, is another clip's footage) although ingest passed; it is counted apart
+# from rejections, and the review queue never serves it.
+_REVIEW_CHECK_BEFORE = "CHECK (review_status IN ('unreviewed', 'approved', 'rejected'))"
+_REVIEW_CHECK_AFTER = "CHECK (review_status IN ('unreviewed', 'approved', 'rejected', 'broken'))"
+
+
+def _rebuild_with(db: sqlite_utils.Database, table: str, old: str, new: str) -> None:
+    """Rebuild `table` with `old` replaced by `new` in its CREATE statement (SQLite cannot alter a CHECK), by SQLite's
+    twelve-step procedure, generic over the columns, indexes and triggers the table has now (other migrations add
+    columns; sqlite-utils' `transform()` would drop the CHECKs and the triggers). The caller holds a write
+    transaction and has turned foreign keys off: dropping a parent table inside a transaction with them on leaves
+    violations counted that no re-insert clears. Foreign keys are checked before the caller commits."""
+    sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = ?", [table]).fetchone()[0]
+    if sql.count(old) != 1:
+        raise RuntimeError(f"{table}: expected {old!r} once in its schema, found it {sql.count(old)} times")
+    head = re.match(rf'CREATE TABLE\s+("?){table}\1\s*\(', sql)  # a rebuilt table's name is quoted
+    if head is None:
+        raise RuntimeError(f"{table}: unexpected schema text {sql[:60]!r}")
+    extras = [
+        r[0]
+        for r in db.execute(
+            "SELECT sql FROM sqlite_master WHERE tbl_name = ? AND type IN ('index', 'trigger') AND sql IS NOT NULL "
+            "ORDER BY type, name",
+            [table],
+        )
+    ]
+    tmp = f"_{table}_rebuild"
+    db.execute(f"CREATE TABLE {tmp} (" + sql[head.end() :].replace(old, new))
+    db.execute(f"INSERT INTO {tmp} SELECT * FROM {table}")
+    db.execute(f"DROP TABLE {table}")
+    db.execute(f"ALTER TABLE {tmp} RENAME TO {table}")
+    for statement in extras:
+        db.execute(statement)
+    broken = db.execute("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise RuntimeError(f"{table}: the rebuild broke {len(broken)} foreign key(s), e.g. {tuple(broken[0])}")
+
+
+@MIGRATIONS(transactional=False)
+def m013_review_queue(db: sqlite_utils.Database) -> None:
+    """The shared review queue (data.review_queue), broken clips and drafts (data.drafts).
+
+    - clips.review_status may be 'broken' (flagged by a person, with the reason in review_note), counted apart
+      from rejections; the queue serves only unreviewed clips that ingest could read.
+    - review_leases: the clip a person was served (or opened) is theirs until they move on or stop being
+      active on it (expires_at); the others' "next" skips it. One row per clip; a person holds at most one.
+    - drafts: an edit not yet saved, per person and clip, with the version it started from (base_caption_id);
+      written as the person types, never a caption version. Labels as typed (JSON; may be incomplete).
+
+    Not in the migrations' own transaction: rebuilding `clips` needs foreign keys off, which SQLite only allows
+    outside one. It runs in a transaction of its own, and again from the start if the process died before
+    sqlite-utils recorded it (each step checks whether it is done)."""
+    db.execute("PRAGMA foreign_keys = OFF")
+    try:
+        with db.atomic():
+            clips_sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'clips'").fetchone()
+            if _REVIEW_CHECK_AFTER not in clips_sql[0]:
+                _rebuild_with(db, "clips", _REVIEW_CHECK_BEFORE, _REVIEW_CHECK_AFTER)
+            if "review_note" not in db["clips"].columns_dict:
+                db.execute("ALTER TABLE clips ADD COLUMN review_note TEXT")
+            db.execute("""
+            CREATE TABLE IF NOT EXISTS review_leases (
+                clip_id INTEGER PRIMARY KEY REFERENCES clips(id),
+                holder TEXT NOT NULL,
+                taken_at REAL NOT NULL,
+                expires_at REAL NOT NULL
+            )""")
+            db.execute("CREATE INDEX IF NOT EXISTS idx_review_leases_holder ON review_leases(holder)")
+            db.execute("""
+            CREATE TABLE IF NOT EXISTS drafts (
+                user TEXT NOT NULL,
+                clip_id INTEGER NOT NULL REFERENCES clips(id),
+                base_caption_id INTEGER,
+                text TEXT NOT NULL,
+                labels TEXT NOT NULL,
+                saved_at REAL NOT NULL,
+                PRIMARY KEY (user, clip_id)
+            ) WITHOUT ROWID""")
+    finally:
+        db.execute("PRAGMA foreign_keys = ON")

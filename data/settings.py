@@ -207,6 +207,11 @@ class Settings:
         parse=name_list,
     )
     job_quota: int = setting(20, "re-caption jobs an annotator may start per hour (leads and admins: no quota)")
+    review_lease_seconds: float = setting(
+        300.0,
+        "how long a clip the review queue served (or a person opened) stays theirs without activity on it: "
+        "meanwhile the others' next-unreviewed skips it; moving on or signing out gives it back at once",
+    )
 
     def __post_init__(self) -> None:
         # the paths left empty follow the data dir; words are checked here, so no Settings holds an unknown one

@@ -144,7 +144,7 @@ def test_two_annotators_get_a_conflict(browser, server, library):  # noqa: F811
         b.wait_for_selector("#review-msg .cw-msg-conflict")
         assert "changed by ann at" in b.inner_text("#review-msg")
         assert b.input_value("#caption-text textarea") == "Version from B."  # B's edit is still there
-        b.click("#btn-reload")
+        b.click("#btn-take-theirs")
         b.wait_for_function("document.querySelector('#caption-text textarea').value === 'Version from A.'")
     finally:
         ctx_a.close()

@@ -36,6 +36,14 @@ REVIEW = {
     "/recaption",
     "/next_unreviewed",
     "/goto_clip",
+    "/draft_restore",
+    "/draft_discard",
+    "/draft_check",
+    "/conflict_keep_mine",
+    "/conflict_take_theirs",
+    "/conflict_edit_merged",
+    "/flag_broken",
+    "/clear_broken",
 }
 
 
@@ -74,6 +82,8 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return [None, None, None], None
     if name == "goto_clip":
         return ["3"], None
+    if name == "flag_broken":  # the form as a script sends it (no edit), the filter, the sort, the reason
+        return [None] * 11 + [None, "newest", "S2: the role test flags this video"], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
         return [job_id], None
     if name == "team_stats":
@@ -145,6 +155,8 @@ def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa:
     kwargs = {}
     if endpoint == "POST /login":
         kwargs["data"] = {"username": "ann", "password": PASSWORD}
+    if endpoint == "PUT /drafts/{clip_id}":
+        kwargs["json"] = {"base": None, "text": "S2: a draft written by the role test", "labels": {}}
     if endpoint == "POST /gradio_api/upload":
         kwargs["files"] = {"files": ("s2.txt", b"role test")}
     with httpx.Client(

@@ -201,11 +201,12 @@ def test_a_label_picker_refuses_an_option_it_cannot_carry(monkeypatch):
         template("weather", 5)
 
 
-def test_the_page_scripts_are_the_picker_then_the_keys():
+def test_the_page_scripts_are_the_picker_then_the_keys_then_the_drafts():
     from webapp.app import head_html
 
     out = head_html()
-    assert out.count("<script>") == 2 and out.index("window.cwPicker") < out.index("window.__cwShortcuts")
+    assert out.count("<script>") == 3
+    assert out.index("window.cwPicker") < out.index("window.__cwShortcuts") < out.index("window.__cwDrafts")
 
 
 def test_word_diff_marks_changes():
@@ -317,7 +318,8 @@ def test_browse_pages_by_cursor_and_refuses_a_bad_order_or_cursor_with_a_message
 
 def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     """Labels outside the taxonomy (InvalidLabels), a missing label, a stale base (Conflict): each is a
-    DataError, shown as a message by the one place Review catches them; a conflict offers the reload."""
+    DataError, shown as a message by the one place Review catches them; a caption conflict shows theirs beside
+    the edit and offers the three ways out (keep mine, take theirs, edit merged), with the edit still unsaved."""
     from data import captions, examples
     from webapp.review_form import LABELS, ReviewForm
 
@@ -333,7 +335,9 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     assert "Choose a value for weather" in out[r.msg]
     captions.save_human(db, 1, text="Someone else's.", labels=examples.LABELS, author="bob", base_caption_id=cap["id"])
     out = r.save(None, *ReviewForm(1, cap["id"], None, "Mine.", tuple(good)).values())
-    assert "changed by bob" in out[r.msg] and out[r.reload_btn]["visible"] is True
+    assert "changed by bob" in out[r.msg] and out[r.conflict_box]["visible"] is True
+    assert "Someone" in out[r.conflict_view] and "<ins>Mine.</ins>" in out[r.conflict_view]
+    assert out[r.theirs] == db["clips"].get(1)["current_caption_id"] and r.text not in out  # the edit stays
     assert captions.get(db, db["clips"].get(1)["current_caption_id"])["text"] == "Someone else's."
 
 
@@ -468,3 +472,18 @@ def test_provenance_shows_the_model_s_least_sure_labels_and_where_text_and_label
     unread = {"labels": dict.fromkeys(taxonomy.ENUMS), "items": {}, "end": {}, "note": "the tokens do not spell it"}
     assert render.confidence_summary(unread) == "the tokens do not spell it"
     assert render.confidence_summary(None) is None
+
+
+def test_conflict_and_draft_views_escape_every_piece_of_text():
+    """S3 for the views added with the shared queue: their text, a name and labels are never markup."""
+    evil = '<img src=x onerror="alert(1)">'
+    theirs = {"id": 1, "version": 2, "author": evil, "created_at": 0, "text": f"a {evil} b", "labels": {}}
+    out = render.conflict(theirs, f"a b {evil}", {"weather": evil})
+    assert "<img" not in out and "&lt;img" in out
+    draft = {"clip_id": 1, "saved_at": 1.0, "text": evil, "labels": {"weather": "fog"}}
+    out = render.draft_offer(draft, {**theirs, "labels": {"weather": "rain"}}, stale=True)
+    assert "<img" not in out and "(caption, weather)" in out and "saved version 2 since" in out
+    header = render.header(
+        {"id": 1, "path": evil, "review_status": "broken", "review_note": evil}, "u", "lead", holder=evil
+    )
+    assert "<img" not in header and header.count("&lt;img") == 3

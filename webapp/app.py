@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import library, order
-from webapp import browse, exports, failures, media_routes, render
+from webapp import activity, browse, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
@@ -40,13 +40,16 @@ HELP = """
 <tr><td><kbd>←</kbd> / <kbd>→</kbd></td><td>one frame back / forward</td></tr>
 <tr><td><kbd>shift</kbd>+<kbd>←</kbd> / <kbd>→</kbd></td><td>one second back / forward</td></tr>
 <tr><td><kbd>c</kbd></td><td>edit the caption (<kbd>Esc</kbd> leaves it)</td></tr>
+<tr><td><kbd>b</kbd></td><td>the video is broken: type why, <kbd>Enter</kbd> flags it and opens the next clip</td></tr>
 <tr><td><kbd>1</kbd>…<kbd>7</kbd></td><td>fix a label: type its first letters or its number, <kbd>Enter</kbd>
 (<kbd>Esc</kbd> cancels; road users: <kbd>shift</kbd>+<kbd>Enter</kbd> adds and stays open,
 <kbd>Delete</kbd> removes)</td></tr>
 <tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
 <tr><td><kbd>/</kbd></td><td>search</td></tr>
 <tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
-</table>Edits are saved when you move to another clip; leaving the page with an unsaved edit asks first.</div>
+</table>Edits are saved when you move to another clip. An edit not saved yet is kept as a draft (also if your
+session ends) and offered back when you return to the clip. The clip you are on is yours: the others'
+<kbd>n</kbd> skips it.</div>
 """
 
 
@@ -56,8 +59,10 @@ def tab_heading(text: str) -> None:
 
 
 def head_html() -> str:
-    """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys."""
-    return "".join(f"<script>\n{(HERE / name).read_text()}\n</script>" for name in ("picker.js", "shortcuts.js"))
+    """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys, then
+    drafts and the session (it wraps fetch before Gradio's client starts)."""
+    names = ("picker.js", "shortcuts.js", "drafts.js")
+    return "".join(f"<script>\n{(HERE / name).read_text()}\n</script>" for name in names)
 
 
 class Workbench:
@@ -256,6 +261,7 @@ def build_app(settings) -> FastAPI:
     media_routes.install(app, ctx, auth.user_name)
     media_routes.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
+    activity.install(app, ctx, auth.user_name)  # drafts and review-lease activity from the page script
     app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")
     bench = Workbench(ctx)
     demo = bench.build()

@@ -29,7 +29,7 @@ from urllib.parse import quote
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
-from data import sessions, users
+from data import review_queue, sessions, users
 from data.db import immediate
 from webapp import failures
 from webapp.context import LOCAL_ADMIN, AppContext
@@ -198,7 +198,10 @@ class Auth:
         @app.post("/logout", include_in_schema=False)
         def logout(request: Request) -> Response:
             # the Guard refuses a POST whose Origin names another site (S8)
+            name = self.user_name(request) if self.required else None
             sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
+            if name:  # the clip they were on is free for the others' "next" at once, not when its lease runs out
+                review_queue.release(self.ctx.db(), name)
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")
             return resp

@@ -57,7 +57,7 @@ def runner_line(beats: list[dict], settings) -> str:
     )
 
 
-TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "clips", "approval rate", "last active"]
+TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "broken", "clips", "approval rate", "last active"]
 
 
 class JobsTab:
@@ -131,7 +131,7 @@ class JobsTab:
                 headers=TEAM_COLUMNS,
                 interactive=False,
                 elem_id="team-table",
-                label="Edits saved, clips approved and rejected, approval rate",
+                label="Edits saved, clips approved, rejected and flagged broken, approval rate (approved of decided)",
             )
         self.timer = gr.Timer(2.0, active=False)  # on only while this tab is shown (app.py)
 
@@ -147,6 +147,7 @@ class JobsTab:
                     r["edits"],
                     r["approved"],
                     r["rejected"],
+                    r["broken"],  # flagged videos: apart from rejections, outside the approval rate
                     r["clips"],
                     "" if r["approval_rate"] is None else f"{r['approval_rate']:.0%}",
                     render.when(r["last_at"]),

@@ -425,6 +425,10 @@
     value(name) {
       return all().find((p) => p.name === name)?.value();
     },
+    /** Every label's value, by name (what a save would send): for the page's drafts (webapp/drafts.js). */
+    values() {
+      return Object.fromEntries(all().map((p) => [p.name, p.value()]));
+    },
     /** Open the picker whose shortcut is `key` ("1"-"7"); false if there is none on show. */
     openKey(key) {
       const p = all().find((x) => x.hotkey === key && x.input.offsetParent !== null);

@@ -70,6 +70,7 @@ def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
         f"{summary.get('captioned', 0):,} captioned",
         f"{summary.get('approved', 0):,} approved",
         f"{summary.get('rejected', 0):,} rejected",
+        f"{summary.get('broken', 0):,} broken",
         f"{summary.get('failed', 0):,} ingest failed",
     ]
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>"
@@ -170,10 +171,13 @@ def loaded_key(clip_id: int, caption_id: int | None, review_status: str | None) 
     return f"{int(clip_id)}:{caption_id or 0}:{esc(review_status or '')}"
 
 
-def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> str:
+def header(
+    clip: dict, user: str, role: str, *, loaded: str | None = None, holder: str | None = None, dirty: bool = False
+) -> str:
     """The Review header. `loaded` (default: the clip's stored caption and review state, `loaded_key`) is what the
     page script compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the
-    form's."""
+    form's. `dirty`: the form was filled with an edit that is not saved (a restored draft, your text on top of
+    theirs after a conflict). `holder`: someone else is on this clip (data.review_queue)."""
     # the Review tab's h2: the clip it shows
     bits = [
         f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{int(clip["id"])}</b> '
@@ -189,6 +193,12 @@ def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> st
     status = clip.get("review_status") or "unreviewed"
     reviewed = f" by {esc(clip.get('reviewed_by'))} {when(clip.get('reviewed_at'))}" if clip.get("reviewed_by") else ""
     bits.append(f'<span class="cw-badge cw-{esc(status)}" id="review-status">{esc(status)}</span>{reviewed}')
+    if status == "broken" and clip.get("review_note"):
+        bits.append(f'<span id="review-note">“{esc(clip["review_note"])}”</span>')
+    if clip.get("probe_error"):
+        bits.append('<span class="cw-badge cw-failed" id="review-failed">ingest failed</span>')
+    if holder:
+        bits.append(f'<span class="cw-badge cw-lease" id="review-lease">{esc(holder)} is on this clip</span>')
     if clip.get("assignee"):
         by = f" by {esc(clip['assigned_by'])}" if clip.get("assigned_by") else ""
         bits.append(f'<span id="review-assignee">{assignee_badge(clip["assignee"])} assigned{by}</span>')
@@ -196,7 +206,9 @@ def header(clip: dict, user: str, role: str, *, loaded: str | None = None) -> st
     if loaded is None:
         loaded = loaded_key(clip["id"], clip.get("current_caption_id"), clip.get("review_status"))
     return (
-        f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}">'
+        f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}"'
+        + (' data-dirty="1"' if dirty else "")
+        + ">"
         + " · ".join(bits)
         + "</div>"
     )
@@ -314,6 +326,74 @@ def provenance(cap: dict | None, lineage: dict | None = None) -> str:
 HISTORY_DIFF_BUDGET_S = 0.15  # word diffs of one history view; older versions past it are shown without a diff
 HISTORY_CUT = "(older version: diff not computed, the history is long; the text is shown as saved)"
 DIFF_TOO_LONG = "(too long to diff word by word: part of the change is shown as replaced)"
+
+
+def draft_offer(draft: dict, current: dict | None, *, stale: bool = False) -> str:
+    """ "Your unsaved edit from 14:02 (caption, weather)": what a person sees when they come back to a clip they left
+    an edit on (data.drafts), naming what it changes against the `current` version. `stale`: someone saved
+    `current` after the edit was started (restoring then shows theirs beside yours)."""
+    cur_labels = (current or {}).get("labels") or {}
+    changed = ["caption"] if (draft.get("text") or "").strip() != ((current or {}).get("text") or "").strip() else []
+    for name, value in (draft.get("labels") or {}).items():
+        before = cur_labels.get(name)
+        if (sorted(value or []) != sorted(before or [])) if isinstance(value, list) else (value or None) != before:
+            changed.append(name.replace("_", " "))
+    since = (
+        f" {esc(current['author'])} saved version {int(current['version'])} since: restoring shows theirs beside it."
+        if stale and current
+        else ""
+    )
+    what = f" ({esc(', '.join(changed))})" if changed else ""
+    return (
+        f'<div class="cw-draft" id="draft-note" role="status" data-clip="{int(draft["clip_id"])}">'
+        f"Your unsaved edit from {local_time(draft['saved_at'])}{what}.{since}</div>"
+    )
+
+
+def local_time(ts: float | None) -> str:
+    """A time the page script shows in the reader's own time zone (HH:MM); UTC until it does."""
+    if not ts:
+        return ""
+    d = dt.datetime.fromtimestamp(ts, dt.timezone.utc)
+    return f'<time class="cw-local-time" datetime="{d.isoformat()}">{d.strftime("%H:%M")} UTC</time>'
+
+
+def conflict(theirs: dict, mine_text: str, mine_labels: dict) -> str:
+    """A caption conflict, side by side: their version (left, with the words yours does not have struck) and your
+    unsaved edit (right, with your words marked), then the labels that differ. Every piece escaped."""
+    a, b, ops, cut = textdiff.word_diff(theirs.get("text") or "", mine_text or "")
+    left, right = [], []
+    for op, i1, i2, j1, j2 in ops:
+        if op == "equal":
+            left.append(esc(" ".join(a[i1:i2])))
+            right.append(esc(" ".join(b[j1:j2])))
+        if op in ("delete", "replace"):
+            left.append(f"<del>{esc(' '.join(a[i1:i2]))}</del>")
+        if op in ("insert", "replace"):
+            right.append(f"<ins>{esc(' '.join(b[j1:j2]))}</ins>")
+    rows = []
+    for key in taxonomy.ENUMS:
+        t, m = _label(theirs.get("labels"), key), _label(mine_labels, key)
+        if t != m:
+            name = esc(key.replace("_", " "))
+            rows.append(f"<tr><th>{name}</th><td><del>{esc(t)}</del></td><td><ins>{esc(m)}</ins></td></tr>")
+    labels = (
+        '<table class="cw-conflict-labels" id="conflict-labels"><tr><th>label</th><th>theirs</th><th>yours</th></tr>'
+        + "".join(rows)
+        + "</table>"
+        if rows
+        else '<p class="cw-muted" id="conflict-labels">Same labels.</p>'
+    )
+    who = f"v{int(theirs['version'])} by {esc(theirs['author'])}, {when(theirs.get('created_at'))}"
+    return (
+        '<div class="cw-conflict" id="conflict-view"><div class="cw-sbs">'
+        f'<section><h3>Theirs: {who}</h3><div class="cw-diff" id="conflict-theirs">{" ".join(left)}</div></section>'
+        f'<section><h3>Yours (not saved)</h3><div class="cw-diff" id="conflict-mine">{" ".join(right)}</div>'
+        "</section></div>"
+        + labels
+        + (f'<p class="cw-muted cw-diff-cut">{esc(DIFF_TOO_LONG)}</p>' if cut else "")
+        + "</div>"
+    )
 
 
 def word_diff(old: str, new: str) -> str:

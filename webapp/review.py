@@ -9,8 +9,30 @@ keeps the form as it is; leaving the page with an unsaved edit asks first (befor
 
 Saves and review decisions are optimistic: the caption version the form was loaded from (`base`) and the
 review state it showed (`review_base`, data.captions.review_token) stay in gr.State; data.captions refuses a
-save or decision based on a stale one with `Conflict`, which we show with who and when plus a Reload button.
-Nothing is overwritten silently.
+save or decision based on a stale one with `Conflict`. Nothing is overwritten silently, and the person's text
+is never thrown away: a caption conflict shows their version beside yours with a word diff and offers "keep
+mine" (yours saved as a new version on top of theirs, knowingly), "take theirs" and "edit merged" (your text
+stays in the box, their version becomes the base); a review-state conflict offers a reload (there is no text
+to lose: a decision with an edit saves the edit first).
+
+The shared queue (data.review_queue): the clip a person is served by n (or approve/reject-and-next, or flag-
+broken-and-next) or opens is leased to them; the others' n skips it, and those who open it anyway see who is on
+it in the header. Every view of a clip renews the lease; the page script renews it on activity and the lease
+runs out on its own after `review_lease_seconds` without any.
+
+Drafts (data.drafts): the page script (webapp/drafts.js) writes the form to /drafts/{clip} as the person types,
+and keeps it in the browser if the session has ended. When a person opens a clip they left an unsaved edit on,
+the view offers it back ("restore / discard"); restoring an edit whose base someone replaced since is the
+conflict view. Nothing becomes a caption version until the person saves (or leaves the clip, which saves).
+
+Broken clips: a person flags a clip whose video cannot be reviewed (with a reason; it then counts apart from
+rejections and leaves the queue); a lead can clear the flag. Approve and reject on such clips, and on clips that
+failed at ingest, say what to do instead (data.captions).
+
+Structure, for whoever adds a review mode: `render` builds the regions, `wire` connects them; `view` is the one
+function that fills every region for a clip (handlers add to or override what it returns), and
+`view_outputs`/`form_inputs` are the lists every handler shares. Handlers that may leave a clip go through
+`_leave` (save first) and the queue through `_take_next` (pick + lease).
 
 Blind mode: a clip the person has a pending blind second review of (data.samples) is shown without its caption,
 labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or decide
@@ -23,9 +45,11 @@ version they can adopt. Starting jobs over many clips stays a lead's action (Job
 
 from __future__ import annotations
 
+import dataclasses
+
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, limits, order as orders, prompts, samples, taxonomy
+from data import captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, samples, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from webapp import render, second_review
@@ -34,10 +58,17 @@ from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
 from webapp.review_form import LABELS, ReviewForm
 
+# the queue is empty for this person: clips others are on are not theirs to take (data.review_queue)
+NONE_LEFT = "No unreviewed clips left in this filter that nobody else is on."
+CONFLICT_NEXT = (
+    " Your edit is kept: compare the two below, then keep yours, take theirs, or edit yours on top of theirs."
+)
+
 
 class ReviewTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
+        self.lease_ttl = ctx.settings.review_lease_seconds
 
     def render(self) -> None:
         self.header = gr.HTML(render.no_clip(), elem_id="review-header")
@@ -56,6 +87,24 @@ class ReviewTab:
                 self.reload_btn = gr.Button(
                     "Reload the current version", elem_id="btn-reload", visible=False, variant="secondary", size="sm"
                 )
+                # an unsaved edit left on this clip (data.drafts), offered back when the person returns to it
+                with gr.Row(visible=False, elem_id="draft-offer", elem_classes="cw-offer") as self.offer_row:
+                    self.offer_note = gr.HTML("", elem_id="draft-offer-note", padding=False)
+                    self.restore_btn = gr.Button(
+                        "Restore", elem_id="btn-draft-restore", size="sm", variant="primary", scale=0, min_width=90
+                    )
+                    self.discard_btn = gr.Button(
+                        "Discard", elem_id="btn-draft-discard", size="sm", scale=0, min_width=90
+                    )
+                # a caption conflict: theirs beside yours, and the three ways out
+                with gr.Column(visible=False, elem_id="conflict", elem_classes="cw-conflict-box") as self.conflict_box:
+                    self.conflict_view = gr.HTML("", elem_id="conflict-diff")
+                    with gr.Row(elem_classes="cw-actions"):
+                        self.keep_mine_btn = gr.Button(
+                            "Keep mine", elem_id="btn-keep-mine", size="sm", variant="primary"
+                        )
+                        self.take_theirs_btn = gr.Button("Take theirs", elem_id="btn-take-theirs", size="sm")
+                        self.edit_merged_btn = gr.Button("Edit merged", elem_id="btn-edit-merged", size="sm")
                 # a fixed height: a long caption scrolls inside the box instead of pushing the buttons and labels down
                 self.text = gr.Textbox(
                     label="Caption (c to edit, Esc to leave)", lines=7, max_lines=7, elem_id="caption-text"
@@ -71,6 +120,19 @@ class ReviewTab:
             self.recaption_btn = gr.Button("Re-caption this clip", elem_id="btn-recaption", size="sm")
             self.adopt_choice = gr.Dropdown([], label="Version to adopt", elem_id="adopt-choice", min_width=160)
             self.adopt_btn = gr.Button("Adopt version", elem_id="btn-adopt", size="sm")
+        # the video itself is bad although ingest passed: flag it (counted apart from rejections), then the next clip
+        with gr.Row(elem_id="broken-row", elem_classes="cw-broken-row"):
+            self.broken_reason = gr.Textbox(
+                label="Video broken? Say why (b), then Enter",
+                placeholder="e.g. black frames only, does not play, another clip's footage",
+                elem_id="broken-reason",
+                scale=4,
+                max_lines=1,
+            )
+            self.broken_btn = gr.Button("Flag as broken + next", elem_id="btn-broken", size="sm", scale=1)
+            self.unbreak_btn = gr.Button(
+                "Clear the broken flag", elem_id="btn-clear-broken", size="sm", visible=False, scale=1
+            )
         self.assign = ClipAssign(self.ctx)  # leads only: shown on first paint (webapp/app.py)
         self.assign.render()
         with gr.Accordion("Provenance", open=True):
@@ -83,10 +145,13 @@ class ReviewTab:
         # navigation asked for by the page script (browser Back/Forward): a clip id, then a click
         self.nav_target = gr.Textbox("", visible="hidden", elem_id="nav-target")
         self.nav_btn = gr.Button("go", visible="hidden", elem_id="btn-nav")
+        # the page script pushed drafts kept in the browser (after a login): offer the open clip's, if any
+        self.draft_check_btn = gr.Button("drafts", visible="hidden", elem_id="btn-draft-check")
         self.clip_id = gr.State(None)
         self.base = gr.State(None)
         self.review_base = gr.State(None)
         self.history_before = gr.State(None)  # the oldest version shown: "Older versions" starts below it
+        self.theirs = gr.State(None)  # the caption version a conflict showed (what "keep mine" saves on top of)
 
     # -- what every action returns -------------------------------------------------------------------
     def view_outputs(self) -> list:
@@ -101,9 +166,15 @@ class ReviewTab:
             self.adopt_choice,
             self.msg,
             self.reload_btn,
+            self.offer_row,
+            self.offer_note,
+            self.conflict_box,
+            self.conflict_view,
+            self.unbreak_btn,
             self.clip_id,
             self.base,
             self.review_base,
+            self.theirs,
             *self.history_outputs(),
         ]
 
@@ -169,24 +240,26 @@ class ReviewTab:
         except (NotFound, ValueError, TypeError, OverflowError):
             raise gr.Error(f"There is no clip {clip_id!s:.40}.") from None
         cap = clip["caption"]
+        holder = review_queue.visit(db, clip["id"], user.name, ttl=self.lease_ttl)
         out = {
-            self.header: render.header(clip, user.name, user.role),
+            self.header: render.header(clip, user.name, user.role, holder=holder),
             self.provenance: render.provenance(cap, captions.lineage(db, cap)),
             **self._history(db, clip["id"]),
             self.msg: render.message(message, kind),
             self.reload_btn: gr.update(visible=False),
+            self.conflict_box: gr.update(visible=False),
+            self.unbreak_btn: gr.update(visible=clip["review_status"] == "broken" and user.can("lead")),
             self.clip_id: clip["id"],
             self.base: clip["current_caption_id"],
             self.review_base: captions.review_token(clip),
+            self.theirs: None,
+            **self._offer(db, user, clip, show=not keep_form),
         }
         if not keep_media:
             out[self.player] = render.player(clip)
             out[self.filmstrip] = render.filmstrip(clip)
         if not keep_form:
-            labels = (cap or {}).get("labels") or {}
-            out[self.text] = (cap or {}).get("text", "")
-            for name, comp in self.labels.items():
-                out[comp] = labels.get(name, [] if name in taxonomy.MULTI else None)
+            out.update(self._fill(cap))
         if samples.is_blind(db, clip["id"], user.name):
             out.update(self._blind(clip))
         return out
@@ -208,7 +281,31 @@ class ReviewTab:
             self.clip_id: None,
             self.base: None,
             self.review_base: None,
+            self.theirs: None,
+            self.offer_row: gr.update(visible=False),
+            self.offer_note: "",
+            self.conflict_box: gr.update(visible=False),
+            self.unbreak_btn: gr.update(visible=False),
         }
+
+    def _fill(self, source: dict | None) -> dict:
+        """The form's text and labels from a caption version or a draft (None: empty)."""
+        labels = (source or {}).get("labels") or {}
+        out = {self.text: (source or {}).get("text", "")}
+        for name, comp in self.labels.items():
+            value = labels.get(name)
+            out[comp] = (list(value) if value else []) if name in taxonomy.MULTI else (value or None)
+        return out
+
+    def _offer(self, db, user, clip: dict, *, show: bool = True) -> dict:
+        """The draft offer for `clip`: shown when `user` left an unsaved edit on it that differs from the current
+        caption (and the form is being filled from the stored version: `show`)."""
+        draft = drafts.get(db, user.name, clip["id"]) if show else None
+        cap = clip.get("caption") if "caption" in clip else captions.get(db, clip["current_caption_id"])
+        if draft is None or drafts.same_as(draft, cap):
+            return {self.offer_row: gr.update(visible=False), self.offer_note: ""}
+        stale = draft["base_caption_id"] != clip["current_caption_id"]
+        return {self.offer_row: gr.update(visible=True), self.offer_note: render.draft_offer(draft, cap, stale=stale)}
 
     def open_link(self, raw: str, request: gr.Request) -> dict:
         """The Review view for a link's `?clip=RAW`: that clip, or a header saying there is no such clip (an id
@@ -220,21 +317,33 @@ class ReviewTab:
                 pass
         return {self.header: render.no_clip(raw), self.msg: ""}
 
-    def _refused(self, clip_id, e: DataError, request: gr.Request, *, stay: str = "") -> dict:
-        """What the view shows when data/ refuses an action: a conflict shows who changed what and offers a
-        reload (the form keeps the edit); any other refusal (a label missing or out of the taxonomy, a limit)
-        its message, after `stay` (why we are still on this clip)."""
+    def _refused(self, clip_id, e: DataError, request: gr.Request, *, stay: str = "", form=None) -> dict:
+        """What the view shows when data/ refuses an action: a conflict shows who changed what (with `form`, the
+        person's edit beside their version); any other refusal (a label missing or out of the taxonomy, a limit,
+        a clip nobody can review) its message, after `stay` (why we are still on this clip)."""
         if isinstance(e, Conflict):
-            return self._conflict(clip_id, e, request)
+            return self._conflict(clip_id, e, request, form)
         return {self.msg: render.message(stay + str(e), "error")}
 
-    def _conflict(self, clip_id: int, e: Conflict, request: gr.Request) -> dict:
+    def _conflict(self, clip_id: int, e: Conflict, request: gr.Request, form=None) -> dict:
+        """The conflict view; the form keeps the person's edit and its stale bases (a plain save would conflict
+        again). A caption conflict with the form at hand shows theirs beside yours and the three ways out; a
+        review-state conflict (or one without the form) offers a reload."""
         out = self.view(clip_id, request, keep_form=True, keep_media=True)
-        out[self.base] = gr.skip()  # keep the stale bases: the user must reload to adopt the new version
+        out[self.base] = gr.skip()
         out[self.review_base] = gr.skip()
         out[self.header] = gr.skip()  # the page script reads "unsaved" from the header: it still is
-        out[self.msg] = render.message(str(e), "conflict")
-        out[self.reload_btn] = gr.update(visible=True)
+        theirs = e.current if e.current.get("text") is not None else None
+        if theirs is None or form is None:
+            reload = " Reload to see their version." if theirs else ""
+            out[self.msg] = render.message(str(e) + reload, "conflict")
+            out[self.reload_btn] = gr.update(visible=True)
+            return out
+        mine = form.draft_labels()
+        out[self.msg] = render.message(str(e) + CONFLICT_NEXT, "conflict")
+        out[self.conflict_view] = render.conflict(theirs, form.text or "", mine)
+        out[self.conflict_box] = gr.update(visible=True)
+        out[self.theirs] = theirs["id"]
         return out
 
     def _autosave(self, form: ReviewForm, user) -> tuple[int | None, dict | None]:
@@ -268,17 +377,24 @@ class ReviewTab:
             _, saved = self._autosave(form, user)
         except DataError as e:
             return self._refused(
-                form.clip_id, e, request, stay="Your edit is not saved yet, so you stay on this clip: "
+                form.clip_id, e, request, stay="Your edit is not saved yet, so you stay on this clip: ", form=form
             )
         note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
         return go(note)
 
-    def next_unreviewed_id(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
+    def _take_next(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
         """The review queue: the next unreviewed clip of the filter after `after` in the grid's order (`sort`,
-        an order name), the clips assigned to `user` first, then unassigned ones (data.assignments), wrapping
-        around."""
+        an order name), the clips assigned to `user` first, then unassigned ones, that nobody else is on; leased
+        to `user` in the same transaction (data.review_queue)."""
         f = clips.Filter.from_dict(fdict or {})
-        return assignments.next_in_queue(self.ctx.db(), f, user.name, after=after, order=sort)
+        return review_queue.take_next(self.ctx.db(), f, user.name, ttl=self.lease_ttl, after=after, order=sort)
+
+    def _then_next(self, clip_id: int, done: str, fdict: dict, sort: str, user, request: gr.Request) -> dict:
+        """After a decision on `clip_id`: the next clip of the queue with `done` said, or this clip if none is left."""
+        target = self._take_next(fdict, sort, clip_id, user)
+        if target is None:
+            return self.view(clip_id, request, message=done + f" {NONE_LEFT}", kind="ok", keep_media=True)
+        return self.view(target, request, message=done, kind="ok")
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
     def save(self, request: gr.Request, *values):
@@ -289,46 +405,40 @@ class ReviewTab:
         try:
             cap = self._save_form(form, user)
         except DataError as e:
-            return self._refused(form.clip_id, e, request)
+            return self._refused(form.clip_id, e, request, form=form)
         return self.view(
             form.clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True
         )
+
+    def _decide_and_next(self, request: gr.Request, form: ReviewForm, fdict: dict, sort: str, act) -> dict:
+        """A decision on the clip the form shows: save an edit first, then `act(clip_id, user, base, review_base)`
+        (data/ raises DataError to refuse it; it returns what was done, as "marked clip 3 approved"), then the next
+        clip of the queue. A refusal, or a conflict, keeps the person on the clip with their edit."""
+        user = self.ctx.user(request)
+        if form.clip_id is None:
+            raise gr.Error("Open a clip first.")
+        clip_id = int(form.clip_id)
+        try:
+            new_base, saved = self._autosave(form, user)
+            did = act(clip_id, user, new_base, None if saved else form.review_base)
+        except DataError as e:
+            return self._refused(clip_id, e, request, form=form)
+        done = (f"Saved your edit as version {saved['version']} and " if saved else "") + did + "."
+        return self._then_next(clip_id, done[0].upper() + done[1:], fdict, sort, user, request)
 
     def decide(self, status: str):
         """Approve / reject what the form shows (saving an edit first), then move to the next unreviewed
         clip of the filter (approve-and-next: one key per clip)."""
 
+        def act(clip_id, user, base, review_base) -> str:
+            captions.set_review(
+                self.ctx.db(), clip_id, status=status, user=user.name, base_caption_id=base, base_review=review_base
+            )
+            return f"marked clip {clip_id} {status}"
+
         def handler(request: gr.Request, *values):
             form, (fdict, sort) = ReviewForm.split(values)
-            user = self.ctx.user(request)
-            if form.clip_id is None:
-                raise gr.Error("Open a clip first.")
-            clip_id = int(form.clip_id)
-            try:
-                new_base, saved = self._autosave(form, user)
-                captions.set_review(
-                    self.ctx.db(),
-                    clip_id,
-                    status=status,
-                    user=user.name,
-                    base_caption_id=new_base,
-                    base_review=None if saved else form.review_base,
-                )
-            except DataError as e:
-                return self._refused(clip_id, e, request)
-            done = (
-                f"Saved your edit as version {saved['version']} and marked" if saved else "Marked"
-            ) + f" clip {clip_id} {status}."
-            target = self.next_unreviewed_id(fdict, sort, clip_id, user)
-            if target is None:
-                return self.view(
-                    clip_id,
-                    request,
-                    message=done + " No unreviewed clips left in this filter.",
-                    kind="ok",
-                    keep_media=True,
-                )
-            return self.view(target, request, message=done, kind="ok")
+            return self._decide_and_next(request, form, fdict, sort, act)
 
         handler.__name__ = f"review_{status}"
         return handler
@@ -413,9 +523,9 @@ class ReviewTab:
 
         def go(note):
             after = int(form.clip_id) if form.clip_id is not None else None
-            target = self.next_unreviewed_id(fdict, sort, after, user)
+            target = self._take_next(fdict, sort, after, user)
             if target is None:
-                return {self.msg: render.message(note + "No unreviewed clips in this filter.", "info")}
+                return {self.msg: render.message(note + NONE_LEFT, "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
 
         return self._leave(form, request, go)
@@ -430,6 +540,153 @@ class ReviewTab:
         return self._leave(
             form, request, lambda note: self.view(int(target), request, message=note, kind="ok" if note else "info")
         )
+
+    # -- drafts: an unsaved edit left on a clip, offered back (data.drafts) -------------------------------------
+    def restore_draft(self, clip_id, request: gr.Request):
+        """Put the person's unsaved edit of this clip back in the form. If someone saved another version since
+        the edit was started, the form gets the edit and the conflict view shows theirs beside it."""
+        user = self.ctx.user(request)
+        if clip_id is None:
+            return gr.skip()
+        db = self.ctx.db()
+        draft = drafts.get(db, user.name, int(clip_id))
+        if draft is None:
+            out = self.view(
+                clip_id, request, message="There is no unsaved edit of this clip any more.", keep_media=True
+            )
+            return out
+        clip = clips.get(db, int(clip_id))
+        form = ReviewForm.from_draft(draft)
+        if draft["base_caption_id"] != clip["current_caption_id"]:
+            cur = clip["caption"] or {}
+            e = Conflict(
+                f"Your edit was based on an earlier version; {cur.get('author', 'someone')} saved version "
+                f"{cur.get('version', '?')} since.",
+                current=cur,
+            )
+            out = self._conflict(clip_id, e, request, form)
+            out.update(self._fill(draft))
+            out[self.base] = draft["base_caption_id"]
+            out[self.review_base] = captions.review_token(clip)
+            out[self.header] = self._header(clip, user, draft["base_caption_id"], dirty=True)
+            return out
+        out = self.view(
+            clip_id,
+            request,
+            message="Restored your unsaved edit: it is not saved yet (ctrl+s saves it; moving on saves it too).",
+            kind="ok",
+            keep_form=True,
+            keep_media=True,
+        )
+        out.update(self._fill(draft))
+        out[self.header] = self._header(clip, user, clip["current_caption_id"], dirty=True)
+        return out
+
+    def discard_draft(self, clip_id, request: gr.Request):
+        """Drop the person's unsaved edit of this clip (they chose to)."""
+        user = self.ctx.user(request)
+        if clip_id is None:
+            return gr.skip()
+        had = drafts.discard(self.ctx.db(), user.name, int(clip_id))
+        note = "Discarded your unsaved edit." if had else "There was no unsaved edit of this clip any more."
+        return {self.offer_row: gr.update(visible=False), self.offer_note: "", self.msg: render.message(note, "ok")}
+
+    def check_draft(self, clip_id, request: gr.Request):
+        """The draft offer of the open clip, again (the page script pushed drafts kept in the browser)."""
+        user = self.ctx.user(request)
+        if clip_id is None:
+            return gr.skip()
+        db = self.ctx.db()
+        return self._offer(db, user, clips.get(db, int(clip_id)))
+
+    def _header(self, clip: dict, user, base: int | None, *, dirty: bool) -> str:
+        """The header for a form filled with an edit (`dirty`) based on version `base`."""
+        holder = review_queue.holder(self.ctx.db(), clip["id"])
+        return render.header(
+            clip,
+            user.name,
+            user.role,
+            loaded=render.loaded_key(clip["id"], base, clip.get("review_status")),
+            holder=holder if holder != user.name else None,
+            dirty=dirty,
+        )
+
+    # -- a caption conflict's three ways out ---------------------------------------------------------------
+    def keep_mine(self, request: gr.Request, theirs, *values):
+        """Save the person's edit as a new version on top of the version the conflict showed them (knowingly);
+        if that changed again meanwhile, the conflict view shows the newer one."""
+        form, _ = ReviewForm.split(values)
+        user = self.ctx.user(request)
+        if form.clip_id is None or theirs is None:
+            return gr.skip()
+        try:
+            cap = self._save_form(dataclasses.replace(form, base=int(theirs)), user)
+        except DataError as e:
+            return self._refused(form.clip_id, e, request, form=form)
+        return self.view(
+            form.clip_id,
+            request,
+            message=f"Kept yours: saved as version {cap['version']}, on top of theirs (still in the history).",
+            kind="ok",
+            keep_media=True,
+        )
+
+    def take_theirs(self, clip_id, request: gr.Request):
+        """Show their version in the form; the person's edit (and its draft) is dropped, as they chose."""
+        user = self.ctx.user(request)
+        if clip_id is None:
+            return gr.skip()
+        drafts.discard(self.ctx.db(), user.name, int(clip_id))
+        return self.view(clip_id, request, message="Took their version; your edit was dropped.", keep_media=True)
+
+    def edit_merged(self, request: gr.Request, theirs, *values):
+        """Keep the person's text in the box with their version as the new base: a save is then an ordinary
+        save on top of theirs, after the person merged by hand what they want of it."""
+        form, _ = ReviewForm.split(values)
+        user = self.ctx.user(request)
+        if form.clip_id is None or theirs is None:
+            return gr.skip()
+        clip = clips.get(self.ctx.db(), int(form.clip_id))
+        version = captions.get(self.ctx.db(), int(theirs))
+        out = self.view(
+            form.clip_id,
+            request,
+            message=f"Your text stays in the box, now based on version {version['version']} by "
+            f"{version['author']} (shown in the history below): merge what you want of theirs, then save.",
+            kind="info",
+            keep_form=True,
+            keep_media=True,
+        )
+        out[self.base] = int(theirs)
+        out[self.header] = self._header(clip, user, int(theirs), dirty=True)
+        return out
+
+    # -- broken clips --------------------------------------------------------------------------------------
+    def flag_broken(self, request: gr.Request, *values):
+        """Flag the clip as broken (the video, not the caption: counted apart from rejections), saving an edit
+        first, then move to the next clip of the queue."""
+        form, (fdict, sort, reason) = ReviewForm.split(values)
+        flagged = []
+
+        def act(clip_id, user, base, review_base) -> str:
+            captions.flag_broken(self.ctx.db(), clip_id, user=user.name, reason=reason or "", base_review=review_base)
+            flagged.append(clip_id)
+            return f"flagged clip {clip_id} as broken (counted apart from rejections)"
+
+        out = self._decide_and_next(request, form, fdict, sort, act)
+        return {**out, self.broken_reason: ""} if flagged else out  # a refused flag keeps the reason typed
+
+    def clear_broken(self, clip_id, request: gr.Request):
+        """A lead clears the broken flag: the clip is unreviewed and back in the queue."""
+        user = self.ctx.require(request, "lead")  # data.captions checks it too: a refusal here is the API's
+        if clip_id is None:
+            return gr.skip()
+        try:
+            captions.clear_broken(self.ctx.db(), int(clip_id), user=user.name, role=user.role)
+        except DataError as e:
+            return {self.msg: render.message(str(e), "error")}
+        note = f"Cleared the broken flag: clip {int(clip_id)} is unreviewed and back in the queue."
+        return self.view(clip_id, request, message=note, kind="ok", keep_media=True)
 
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.view_outputs()
@@ -457,4 +714,32 @@ class ReviewTab:
         self.newest_btn.click(
             shows_errors(self.newest), [self.clip_id], self.history_outputs(), api_name="history_newest"
         )
+        # drafts
+        self.restore_btn.click(shows_errors(self.restore_draft), [self.clip_id], outs, api_name="draft_restore")
+        self.discard_btn.click(shows_errors(self.discard_draft), [self.clip_id], outs, api_name="draft_discard", **nav)
+        self.draft_check_btn.click(
+            shows_errors(self.check_draft),
+            [self.clip_id],
+            [self.offer_row, self.offer_note],
+            api_name="draft_check",
+            **nav,
+        )
+        # a caption conflict's three ways out
+        mine = [self.theirs] + form
+        self.keep_mine_btn.click(shows_errors(self.keep_mine), mine, outs, api_name="conflict_keep_mine")
+        self.take_theirs_btn.click(
+            shows_errors(self.take_theirs), [self.clip_id], outs, api_name="conflict_take_theirs"
+        )
+        self.edit_merged_btn.click(shows_errors(self.edit_merged), mine, outs, api_name="conflict_edit_merged")
+        # broken clips: Enter in the reason box or the button; a lead clears a flag
+        flag = walk + [self.broken_reason]
+        gr.on(
+            [self.broken_btn.click, self.broken_reason.submit],
+            shows_errors(self.flag_broken),
+            flag,
+            outs + [self.broken_reason],
+            api_name="flag_broken",
+            **nav,
+        )
+        self.unbreak_btn.click(shows_errors(self.clear_broken), [self.clip_id], outs, api_name="clear_broken")
         self.assign.wire(self.header, self.msg, self.clip_id, self.base, self.review_base)

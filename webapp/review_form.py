@@ -43,6 +43,24 @@ class ReviewForm:
         labels = list(self.label_values) or [None] * len(LABELS)
         return [self.clip_id, self.base, self.review_base, self.text, *labels]
 
+    @classmethod
+    def from_draft(cls, draft: dict) -> ReviewForm:
+        """The form a draft (data.drafts.get) fills in: for showing it beside a conflicting version."""
+        return cls(
+            draft["clip_id"],
+            draft["base_caption_id"],
+            None,
+            draft["text"],
+            tuple(draft["labels"].get(name) for name in LABELS),
+        )
+
+    def draft_labels(self) -> dict:
+        """The labels as typed, none refused (an empty one stays empty): what a conflict view or a draft shows."""
+        return {
+            name: list(value or []) if name in taxonomy.MULTI else (value or None)
+            for name, value in zip(LABELS, self.label_values)
+        }
+
     def labels(self) -> dict:
         """The labels as data.captions stores them; a DataError names the first single-choice label left empty."""
         labels = {}

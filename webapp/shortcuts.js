@@ -51,7 +51,8 @@
   document.addEventListener("cw-label-change", () => { dirty = true; });
   window.cwUnsaved = () => dirty;  // for the browser tests and anyone curious
   window.addEventListener("beforeunload", (ev) => {
-    if (!dirty) return undefined;
+    // once the session has ended the edit is kept in the browser (webapp/drafts.js) and offered after login
+    if (!dirty || window.cwSessionEnded) return undefined;
     ev.preventDefault();
     ev.returnValue = "You have an unsaved edit.";  // browsers show their own text; older ones need this
     return ev.returnValue;
@@ -84,9 +85,12 @@
     const q = new URLSearchParams(location.search);
     const filter = state ? state.dataset.filter : q.get("f");
     const sort = state ? state.dataset.sort : q.get("sort");
-    if (header && header.dataset.loaded !== loaded) {
-      loaded = header.dataset.loaded;
-      dirty = false;  // the form was just (re)filled from, or saved to, the server
+    // the form was just (re)filled by the server: from the stored version (clean), or with an edit that is not
+    // saved (data-dirty: a restored draft, your text on top of theirs after a conflict)
+    const key = header ? `${header.dataset.loaded}|${header.dataset.dirty || ""}` : null;
+    if (header && key !== loaded) {
+      loaded = key;
+      dirty = header.dataset.dirty === "1";
       window.cwPicker?.resetAll();  // no list or typed text of the old form stays on show
     }
     const clip = header ? header.dataset.clip : null;
@@ -125,7 +129,8 @@
   // settled before that (taken if it names one option; if not, the click is refused and the field says why).
   document.addEventListener("click", (ev) => {
     const leaving = ev.target.closest &&
-      ev.target.closest("#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed");
+      ev.target.closest("#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed, " +
+                        "#btn-broken, #btn-keep-mine, #btn-edit-merged");
     if (!leaving || !window.cwPicker || window.cwPicker.settleAll()) return;
     ev.preventDefault();
     ev.stopImmediatePropagation();
@@ -157,6 +162,15 @@
       case "c": {
         const box = $("#caption-text textarea");
         if (box && visible(box)) { box.focus(); done = true; }
+        break;
+      }
+      case "b": {  // the video is broken: say why, Enter flags it and opens the next clip
+        const box = $("#broken-reason textarea, #broken-reason input");
+        if (box && visible(box) && reviewShown()) {
+          box.scrollIntoView({block: "nearest", behavior: "instant"});
+          box.focus({preventScroll: true});
+          done = true;
+        }
         break;
       }
       case " ":
