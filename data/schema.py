@@ -341,3 +341,18 @@ def m011_lineage(db: sqlite_utils.Database) -> None:
         start = db.execute("SELECT MIN(clip_id) FROM captions WHERE clip_id >= ?", [start + span]).fetchone()[0]
     db.execute("""CREATE TRIGGER captions_lineage_append_only BEFORE UPDATE OF derived_from_id, origin_id ON captions
                   BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+
+
+@MIGRATIONS()
+def m018_deployment(db: sqlite_utils.Database) -> None:
+    """Where the fleet fetches clips from (data.deployment): one row once a head has been launched on this
+    library; none on a single machine."""
+    db.execute("""
+    CREATE TABLE deployment (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        role TEXT NOT NULL CHECK (role IN ('all', 'head')),
+        media_url_base TEXT NOT NULL,
+        media_url_ttl REAL NOT NULL,
+        recorded_at REAL NOT NULL,
+        recorded_by TEXT NOT NULL
+    )""")

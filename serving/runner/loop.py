@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from data import db as dbmod, job_items, job_queries, library, prompts
+from data import db as dbmod, deployment, job_items, job_queries, library, prompts
 from data.settings import Settings, url_list
 from serving import fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
@@ -100,7 +100,7 @@ class Runner:
         self.started_at = time.monotonic()
         self.state = "new"
         # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
-        self._media_base = media_urls.media_base(settings)
+        self._media_base = deployment.media_base(settings)
         self._media_key = media_urls.load_key(settings.data_dir) if self._media_base else b""
 
     @property

@@ -9,6 +9,7 @@ answered. The order of the checks is vLLM's, so that each bad input gets the err
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import time
 from pathlib import Path
@@ -24,6 +25,53 @@ from serving.simfleet.errors import SimError
 from serving.simfleet.knobs import Knobs
 from serving.simfleet.metrics import ReplicaMetrics
 from serving.simfleet.probe import ClipInfo, ProbeCache, probe_file
+
+FETCH_TIMEOUT_ENV = "VLLM_VIDEO_FETCH_TIMEOUT"  # vLLM's name and default (vllm/envs.py): seconds per fetch
+FETCH_TIMEOUT_DEFAULT_S = 30.0
+MAX_MEDIA_BYTES = 512 << 20  # the simulator's own bound on a fetched clip (it holds the bytes to probe them)
+
+
+async def fetch_media(url: str) -> bytes:
+    """A clip over http(s), failing as vLLM 0.25's MediaConnector fails (vllm/multimodal/media/connector.py,
+    `_wrap_media_fetch_error`): an answer of 4xx other than 408/429 is the request's fault, a 422
+    `Failed to fetch media from URL: HTTP <status> error` naming the URL; a 5xx, 408 or 429 is aiohttp's
+    ClientResponseError and a timeout or refused connection its own error, each reaching the client as a 500
+    (`create_error_response`), which our client retries."""
+    timeout = float(os.environ.get(FETCH_TIMEOUT_ENV) or FETCH_TIMEOUT_DEFAULT_S)
+    try:
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=None, trust_env=False) as c:
+            async with c.stream("GET", url) as r:
+                if r.status_code >= 400:
+                    if r.status_code < 500 and r.status_code not in (408, 429):
+                        raise SimError(
+                            422,
+                            f"Failed to fetch media from URL: HTTP {r.status_code} error "
+                            f"(parameter=image_url, value={url})",
+                            "UnprocessableEntityError",
+                            "image_url",
+                        )
+                    raise SimError(
+                        500,
+                        f"{r.status_code}, message={r.reason_phrase!r}, url={url!r}",
+                        "InternalServerError",
+                    )
+                data = bytearray()
+                async for chunk in r.aiter_raw():
+                    data += chunk
+                    if len(data) > MAX_MEDIA_BYTES:
+                        raise SimError(
+                            422,
+                            f"Failed to fetch media from URL: the body is larger than {MAX_MEDIA_BYTES} bytes "
+                            f"(parameter=image_url, value={url})",
+                            "UnprocessableEntityError",
+                            "image_url",
+                        )
+                return bytes(data)
+    except TimeoutError:
+        raise SimError(500, "", "InternalServerError") from None  # asyncio.TimeoutError's text is empty
+    except httpx.HTTPError as e:
+        host = urlsplit(url).netloc
+        raise SimError(500, f"Cannot connect to host {host} ssl:default [{e}]", "InternalServerError") from None
 
 
 class SimReplica:
@@ -98,22 +146,17 @@ class SimReplica:
             return str(resolved.relative_to(self.root)), info
         if parts.scheme in ("http", "https"):
             allowed = [d for d in self.knobs.allowed_media_domains.split(",") if d]
+            if not allowed:
+                # vLLM with no --allowed-media-domains fetches anything; the simulator fetches nothing (S4: no SSRF)
+                raise SimError(400, "http(s) video URLs are refused: no --allowed-media-domains given (S4)")
             if (parts.hostname or "").lower() not in allowed:
-                # never fetch a URL the operator did not allow (cloud metadata, the host's own services)
+                # vLLM's MediaConnector._assert_url_in_allowed_media_domains, a ValueError: 400
                 raise SimError(
                     400,
-                    f"The URL's domain {parts.hostname!r} is not in --allowed-media-domains "
-                    f"({', '.join(allowed) or 'none allowed'}).",
+                    f"The URL must be from one of the allowed domains: {allowed}. Input URL domain: {parts.hostname}",
                 )
-            try:
-                async with httpx.AsyncClient(timeout=10, trust_env=False) as c:
-                    r = await c.get(url)
-                    r.raise_for_status()
-            except httpx.HTTPError as e:
-                raise SimError(
-                    422, f"Failed to fetch media from URL: {e}", "UnprocessableEntityError", "video_url"
-                ) from None
-            info = await asyncio.to_thread(probe_file, Path(parts.path), len(r.content), r.content)
+            data = await fetch_media(url)
+            info = await asyncio.to_thread(probe_file, Path(parts.path), len(data), data)
             if isinstance(info, SimError):
                 raise info
             self.media_fetches["http"] += 1
