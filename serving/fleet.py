@@ -12,7 +12,8 @@ label sets (engines, API servers) are summed. The router (vllm-router) is probed
 `/readiness` and `/workers` (its `/health` is 503 as soon as any one worker is down).
 
 Sync helpers (`scrape`, `fleet_status`, `router_status`, `snapshot`) take a short timeout for the web app;
-async ones (`scrape_async`, `replica_status`) share one AsyncClient.
+async ones (`scrape_async`, `replica_status`) share one AsyncClient. Each takes `headers` for every request:
+the fleet key (serving.fleet_key), which the router gate requires and the replicas accept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -197,6 +198,7 @@ async def replica_status(
     urls: Iterable[str] | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
 ) -> list[ReplicaStatus]:
     """Status of every replica, scraped concurrently: `replica_status(urls)` or
     `replica_status(async_client, urls)` to reuse a client."""
@@ -204,7 +206,7 @@ async def replica_status(
         client, own = client_or_urls, False
         url_list = list(urls or [])
     else:
-        client, own = httpx.AsyncClient(timeout=timeout, trust_env=False), True
+        client, own = httpx.AsyncClient(timeout=timeout, trust_env=False, headers=headers), True
         url_list = list(client_or_urls)
     try:
         return list(await asyncio.gather(*(scrape_async(client, u, timeout=timeout) for u in url_list)))
@@ -214,11 +216,15 @@ async def replica_status(
 
 
 def scrape(
-    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    transport: httpx.BaseTransport | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> ReplicaStatus:
     """Sync status of one replica (for the web app: short timeout, never raises for a dead replica)."""
     base = _base(url)
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
+    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
 
         def get(path: str) -> httpx.Response | BaseException:
             try:
@@ -229,7 +235,9 @@ def scrape(
         return _apply(ReplicaStatus(url=url), get("/health"), get("/metrics"))
 
 
-def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> list[ReplicaStatus]:
+def fleet_status(
+    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
+) -> list[ReplicaStatus]:
     """Sync status of every replica, scraped concurrently (total time ~ one timeout, not N)."""
     url_list = list(urls)
     if not url_list:
@@ -237,19 +245,23 @@ def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> li
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(replica_status(url_list, timeout=timeout))
+        return asyncio.run(replica_status(url_list, timeout=timeout, headers=headers))
     # called from inside an event loop (e.g. an async handler): scrape one by one, synchronously
-    return [scrape(u, timeout=timeout) for u in url_list]
+    return [scrape(u, timeout=timeout, headers=headers) for u in url_list]
 
 
 def router_status(
-    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    transport: httpx.BaseTransport | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> RouterStatus:
     """vllm-router liveness, readiness and worker list (each part best effort)."""
     base = url.rstrip("/")
     st = RouterStatus(url=url)
     errors = []
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
+    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
         try:
             st.live = c.get(base + "/liveness").status_code == 200
         except httpx.HTTPError as e:
@@ -297,10 +309,10 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
     }
 
 
-def router_workers(url: str, timeout: float = 3.0) -> int | None:
+def router_workers(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> int | None:
     """How many workers a vllm-router at `url` has (GET /workers), or None if `url` is not a router."""
     try:
-        r = httpx.get(url.rstrip("/") + "/workers", timeout=timeout)
+        r = httpx.get(url.rstrip("/") + "/workers", timeout=timeout, headers=headers)
         if r.status_code != 200:
             return None
         data = r.json()
@@ -317,13 +329,15 @@ def router_workers(url: str, timeout: float = 3.0) -> int | None:
     return None
 
 
-def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
+def discover(
+    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
+) -> tuple[list[str], str | None]:
     """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
     `/liveness` and lists its workers on `/workers`; anything else is taken as a replica."""
     replicas: list[str] = []
     router = None
     for url in urls:
-        st = router_status(url, timeout=timeout)
+        st = router_status(url, timeout=timeout, headers=headers)
         if st.live and st.workers:
             router = router or url
             replicas += [w["url"] if isinstance(w, dict) else str(w) for w in st.workers]
@@ -333,11 +347,15 @@ def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[
 
 
 def snapshot(
-    replica_urls: Iterable[str], router_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT
+    replica_urls: Iterable[str],
+    router_url: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One dict for the UI: replicas (list of dicts), router (dict or None), and fleet totals."""
-    reps = fleet_status(replica_urls, timeout=timeout)
-    router = router_status(router_url, timeout=timeout).to_dict() if router_url else None
+    reps = fleet_status(replica_urls, timeout=timeout, headers=headers)
+    router = router_status(router_url, timeout=timeout, headers=headers).to_dict() if router_url else None
     return {
         "replicas": [r.to_dict() for r in reps],
         "router": router,

@@ -126,8 +126,10 @@ def test_the_fleet_router_and_metrics_ports_reach_the_commands(tmp_path):
     cmds = commands(r.stdout)
     sim = [c for c in cmds if "serving.simfleet" in c][0]
     router = [c for c in cmds if "--worker-urls" in c][0]
+    gate = [c for c in cmds if "serving.router_gate" in c][0]
     assert _args_after(sim, "--port") == "9100"
-    assert _args_after(router, "--port") == "31234" and _args_after(router, "--prometheus-port") == "29000"
+    assert _args_after(gate, "--port") == "31234" and _args_after(router, "--prometheus-port") == "29000"
+    assert _args_after(gate, "--upstream") == f"http://{_args_after(router, '--host')}:{_args_after(router, '--port')}"
     assert router[router.index("--worker-urls") + 1 : router.index("--policy")] == [
         "http://127.0.0.1:9100",
         "http://127.0.0.1:9101",

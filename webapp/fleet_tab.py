@@ -9,7 +9,7 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
-from serving import fleet
+from serving import fleet, fleet_key
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -71,11 +71,13 @@ def _plain(v) -> str:
     return str(v)
 
 
-def snapshot(urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
+def snapshot(
+    urls: list[str], timeout: float = TIMEOUT_S, headers: dict[str, str] | None = None
+) -> tuple[list[dict], dict | None]:
     """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
-    to its workers. Never raises: an unreachable replica is a row."""
-    replicas, router_url = fleet.discover(urls, timeout=timeout)
-    snap = fleet.snapshot(replicas, router_url, timeout=timeout)
+    to its workers; `headers` (the fleet key) go with every read. Never raises: an unreachable replica is a row."""
+    replicas, router_url = fleet.discover(urls, timeout=timeout, headers=headers)
+    snap = fleet.snapshot(replicas, router_url, timeout=timeout, headers=headers)
     return snap["replicas"], snap["router"]
 
 
@@ -111,7 +113,7 @@ class FleetTab:
 
     def refresh(self, request: gr.Request):
         self.ctx.user(request)
-        rows, router = snapshot(self.ctx.fleet_urls)
+        rows, router = snapshot(self.ctx.fleet_urls, headers=fleet_key.headers(self.ctx.settings))
         df = pd.DataFrame([row(r) for r in rows], columns=COLUMNS)
         healthy = sum(1 for r in rows if r.get("healthy"))
         summary = (
