@@ -186,9 +186,9 @@ def router_command(
     ]
 
 
-def gate_command(settings: Settings, upstream: str) -> list[str]:
-    """serving.router_gate on ROUTER_PORT in front of the router at `upstream` (it reads the fleet key from
-    the data dir)."""
+def gate_command(settings: Settings, upstream: str, workers: Sequence[str]) -> list[str]:
+    """serving.router_gate on ROUTER_PORT in front of the router at `upstream`, keeping its worker list
+    `workers` (it reads the fleet key from the data dir)."""
     return [
         sys.executable,
         "-m",
@@ -197,6 +197,8 @@ def gate_command(settings: Settings, upstream: str) -> list[str]:
         str(settings.router_port),
         "--upstream",
         upstream,
+        "--keep-workers",
+        ",".join(workers),
         "--data-dir",
         str(settings.data_dir),
     ]

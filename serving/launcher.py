@@ -266,7 +266,7 @@ def router_steps(settings: Settings, workers: Sequence[str], *, health_interval:
         },
         {
             "name": "router-gate",
-            "cmd": gate_command(settings, private),
+            "cmd": gate_command(settings, private, workers),
             "env": {},
             "log": str(logs / "router-gate.log"),
             "url": public,

@@ -19,6 +19,12 @@ and puts this gate on the router's usual address (`--router-port`). The gate for
   starting the router with its worker list.
 Refusals are JSON in vLLM's error shape; no answer carries an `Access-Control-*` header.
 
+The router's private address is hidden from web pages, not from other accounts on the head (every local process
+can reach a loopback socket). So the gate also keeps the router's worker list what the launcher gave it: every
+WATCH_S it reads the router's `/workers`, removes any worker the launcher did not start it with, and adds back one
+that was removed (each change said on stderr, in the gate's log). A worker added behind its back gets requests
+for at most that long; docs/SCALE.md says what remains.
+
 Bodies stream both ways (a request body is read whole first, up to MAX_BODY_BYTES: ours are a few KiB); the
 runner bounds what it reads of an answer. `python -m serving.router_gate` is started by the launcher:
 
@@ -28,11 +34,12 @@ runner bounds what it reads of an answer. `python -m serving.router_gate` is sta
 from __future__ import annotations
 
 import argparse
+import asyncio
 import hashlib
 import hmac
 import json
 import sys
-from typing import Any
+from typing import Any, Iterable
 
 import httpx
 
@@ -40,6 +47,8 @@ from data.settings import add_arguments, from_args
 from serving import fleet_key
 
 MAX_BODY_BYTES = 16 << 20
+WATCH_S = 1.0  # how often the router's worker list is compared with the launcher's
+MAX_WORKERS_BYTES = 1 << 20  # the router's /workers answer: a few hundred bytes per worker
 FORWARDED = {
     "POST": {"/v1/chat/completions", "/v1/completions"},
     "GET": {
@@ -66,8 +75,13 @@ def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
 class RouterGate:
     """The ASGI app: checks each request (see the module docstring) and forwards what passes to `upstream`."""
 
-    def __init__(self, upstream: str, key: str, *, port: int, host: str = "127.0.0.1"):
+    def __init__(
+        self, upstream: str, key: str, *, port: int, host: str = "127.0.0.1", workers: Iterable[str] | None = None
+    ):
         self.upstream = upstream.rstrip("/")
+        # the worker list the launcher started the router with (None: not watched)
+        self.workers = None if workers is None else {w.rstrip("/") for w in workers}
+        self._adding: set[str] = set()
         self._key = hashlib.sha256(key.encode()).digest()
         self.hosts = {f"{h}:{port}".encode() for h in {host, "127.0.0.1", "localhost"}} | {f"[::1]:{port}".encode()}
         self.client = httpx.AsyncClient(
@@ -98,11 +112,16 @@ class RouterGate:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
+            watcher = None
             while True:
                 kind = (await receive())["type"]
                 if kind == "lifespan.startup":
+                    if self.workers is not None:
+                        watcher = asyncio.ensure_future(self.watch())
                     await send({"type": "lifespan.startup.complete"})
                 elif kind == "lifespan.shutdown":
+                    if watcher is not None:
+                        watcher.cancel()
                     await self.client.aclose()
                     await send({"type": "lifespan.shutdown.complete"})
                     return
@@ -159,6 +178,53 @@ class RouterGate:
         finally:
             await resp.aclose()
 
+    async def listed(self) -> set[str] | None:
+        """The workers the router lists now (None: no readable answer)."""
+        try:
+            async with self.client.stream("GET", self.upstream + "/workers", timeout=5.0) as r:
+                body = b""
+                async for chunk in r.aiter_raw():
+                    body += chunk
+                    if len(body) > MAX_WORKERS_BYTES:
+                        return None
+            data = json.loads(body)
+            return {str(w["url"]).rstrip("/") for w in data["workers"]}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+
+    async def _add_back(self, url: str) -> None:
+        try:  # the router answers once the worker is healthy: this may take a while, so it runs on its own
+            r = await self.client.post(self.upstream + "/add_worker", params={"url": url})
+            _say(f"worker {url} was removed behind the launcher's back: added it again ({r.status_code})")
+        except httpx.HTTPError as e:
+            _say(f"worker {url} was removed behind the launcher's back; adding it again failed: {e}")
+        finally:
+            self._adding.discard(url)
+
+    async def watch_once(self) -> None:
+        """Make the router's worker list the launcher's again: foreign workers removed, missing ones added."""
+        now = await self.listed()
+        if now is None or self.workers is None:
+            return
+        for url in sorted(now - self.workers):
+            try:
+                r = await self.client.post(self.upstream + "/remove_worker", params={"url": url})
+                _say(f"removed worker {url}: not one the launcher started this router with ({r.status_code})")
+            except httpx.HTTPError as e:
+                _say(f"worker {url} is not the launcher's, and removing it failed: {e}")
+        for url in sorted(self.workers - now - self._adding):
+            self._adding.add(url)
+            asyncio.ensure_future(self._add_back(url))
+
+    async def watch(self) -> None:
+        while True:
+            await self.watch_once()
+            await asyncio.sleep(WATCH_S)
+
+
+def _say(msg: str) -> None:
+    print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
@@ -169,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--host", dest="listen_host", default="127.0.0.1", help="address to listen on (loopback)")
     p.add_argument("--port", dest="listen_port", type=int, required=True, help="port to listen on (the router's)")
     p.add_argument("--upstream", required=True, help="the router's private URL")
+    p.add_argument(
+        "--keep-workers",
+        dest="keep_workers",
+        default=None,
+        help="comma-separated worker URLs the router was started with: its list is kept so",
+    )
     add_arguments(p, ("data_dir",))
     args = p.parse_args(argv)
     settings = from_args(args)
@@ -178,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import uvicorn
 
-    gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host)
+    workers = None if args.keep_workers is None else [w for w in args.keep_workers.split(",") if w]
+    gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host, workers=workers)
     uvicorn.run(
         gate,
         host=args.listen_host,
