@@ -141,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
             "request_timeout",
             "max_attempts",
             "lease_seconds",
+            # where the nodes fetch clips: the library's record says it (data.deployment); given, they must agree
+            "role",
+            "media_url_base",
+            "media_url_ttl",
         ),
     )
     sel = p.add_argument_group("which clips")
