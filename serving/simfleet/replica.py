@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -28,15 +29,18 @@ from serving.simfleet.probe import ClipInfo, ProbeCache, probe_file
 
 FETCH_TIMEOUT_ENV = "VLLM_VIDEO_FETCH_TIMEOUT"  # vLLM's name and default (vllm/envs.py): seconds per fetch
 FETCH_TIMEOUT_DEFAULT_S = 30.0
-MAX_MEDIA_BYTES = 512 << 20  # the simulator's own bound on a fetched clip (it holds the bytes to probe them)
+# vLLM 0.25 reads a fetched clip whole, with no bound of its own; the simulator spools it to a temporary file (so a
+# large one costs disk, not memory) and stops at this many bytes, far above any clip
+MAX_MEDIA_BYTES = 4 << 30
 
 
-async def fetch_media(url: str) -> bytes:
-    """A clip over http(s), failing as vLLM 0.25's MediaConnector fails (vllm/multimodal/media/connector.py,
-    `_wrap_media_fetch_error`): an answer of 4xx other than 408/429 is the request's fault, a 422
-    `Failed to fetch media from URL: HTTP <status> error` naming the URL; a 5xx, 408 or 429 is aiohttp's
-    ClientResponseError and a timeout or refused connection its own error, each reaching the client as a 500
-    (`create_error_response`), which our client retries."""
+async def fetch_media(url: str, into: Path) -> int:
+    """Fetch a clip over http(s) into the file `into`; its size. Fails as vLLM 0.25's MediaConnector fails
+    (vllm/multimodal/media/connector.py, `_wrap_media_fetch_error`; vllm/entrypoints/utils.py,
+    `create_error_response`): an answer of 4xx other than 408/429 is the request's fault, a 422
+    `Failed to fetch media from URL: HTTP <status> error (parameter=image_url, value=<url>)`; a 5xx, 408 or 429 is
+    aiohttp's ClientResponseError, a timeout (VLLM_VIDEO_FETCH_TIMEOUT) or a refused connection aiohttp's own
+    error, each answered 500 InternalServerError with the exception's text, which our client retries."""
     timeout = float(os.environ.get(FETCH_TIMEOUT_ENV) or FETCH_TIMEOUT_DEFAULT_S)
     try:
         async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=None, trust_env=False) as c:
@@ -55,18 +59,18 @@ async def fetch_media(url: str) -> bytes:
                         f"{r.status_code}, message={r.reason_phrase!r}, url={url!r}",
                         "InternalServerError",
                     )
-                data = bytearray()
-                async for chunk in r.aiter_raw():
-                    data += chunk
-                    if len(data) > MAX_MEDIA_BYTES:
-                        raise SimError(
-                            422,
-                            f"Failed to fetch media from URL: the body is larger than {MAX_MEDIA_BYTES} bytes "
-                            f"(parameter=image_url, value={url})",
-                            "UnprocessableEntityError",
-                            "image_url",
-                        )
-                return bytes(data)
+                size = 0
+                with into.open("wb") as f:
+                    async for chunk in r.aiter_raw():
+                        size += len(chunk)
+                        if size > MAX_MEDIA_BYTES:
+                            raise SimError(
+                                500,
+                                f"the simulator reads at most {MAX_MEDIA_BYTES} bytes of a clip",
+                                "InternalServerError",
+                            )
+                        f.write(chunk)
+                return size
     except TimeoutError:
         raise SimError(500, "", "InternalServerError") from None  # asyncio.TimeoutError's text is empty
     except httpx.HTTPError as e:
@@ -155,8 +159,13 @@ class SimReplica:
                     400,
                     f"The URL must be from one of the allowed domains: {allowed}. Input URL domain: {parts.hostname}",
                 )
-            data = await fetch_media(url)
-            info = await asyncio.to_thread(probe_file, Path(parts.path), len(data), data)
+            fd, name = tempfile.mkstemp(prefix="simfleet-", suffix=".mp4")
+            os.close(fd)
+            try:
+                size = await fetch_media(url, Path(name))
+                info = await asyncio.to_thread(probe_file, Path(name), size)
+            finally:
+                os.unlink(name)
             if isinstance(info, SimError):
                 raise info
             self.media_fetches["http"] += 1
