@@ -17,7 +17,7 @@ and puts this gate on the router's usual address (`--router-port`). The gate for
   (`/health`, `/liveness`, `/readiness`, `/workers`, `/list_workers`, `/get_loads`, `/get_server_info`,
   `/get_model_info`). Anything else, `/add_worker` included, is refused: only the launcher changes a fleet, by
   starting the router with its worker list.
-Refusals are JSON in vLLM's error shape; no answer carries an `Access-Control-*` header.
+Refusals are JSON in vLLM's error shape, and the connection is closed after one.
 
 The router's private address is hidden from web pages, not from other accounts on the head (every local process
 can reach a loopback socket). So the gate also keeps the router's worker list what the launcher gave it: every
@@ -25,8 +25,12 @@ WATCH_S it reads the router's `/workers`, removes any worker the launcher did no
 that was removed (each change said on stderr, in the gate's log). A worker added behind its back gets requests
 for at most that long; docs/SCALE.md says what remains.
 
-Bodies stream both ways (a request body is read whole first, up to MAX_BODY_BYTES: ours are a few KiB); the
-runner bounds what it reads of an answer. `python -m serving.router_gate` is started by the launcher:
+How: a small asyncio proxy, one connection to the router per client connection. Each request is read with h11
+(strict framing; a body up to MAX_BODY_BYTES, ours are a few KiB), checked, and written again for the router with
+a Content-Length of its own, so that the router can only read what the gate read; the router's answers are copied
+back byte for byte (the runner bounds what it reads). A gate of uvicorn + httpx cost ~3.6 ms of CPU per request,
+twice the runner's own; this one is measured by benchmarks/bench_gate.py (docs/BENCHMARKS.md). It is started by
+the launcher:
 
     python -m serving.router_gate --port 30000 --upstream http://127.83.21.9:41234 --data-dir var
 """
@@ -38,60 +42,72 @@ import asyncio
 import hashlib
 import hmac
 import json
+import socket
 import sys
-from typing import Any, Iterable
+from typing import Iterable
+from urllib.parse import urlsplit
 
+import h11
 import httpx
 
 from data.settings import add_arguments, from_args
 from serving import fleet_key
 
 MAX_BODY_BYTES = 16 << 20
+MAX_HEAD_BYTES = 64 << 10
 WATCH_S = 1.0  # how often the router's worker list is compared with the launcher's
 MAX_WORKERS_BYTES = 1 << 20  # the router's /workers answer: a few hundred bytes per worker
 FORWARDED = {
-    "POST": {"/v1/chat/completions", "/v1/completions"},
-    "GET": {
-        "/v1/models",
-        "/health",
-        "/liveness",
-        "/readiness",
-        "/workers",
-        "/list_workers",
-        "/get_loads",
-        "/get_server_info",
-        "/get_model_info",
+    b"POST": {b"/v1/chat/completions", b"/v1/completions"},
+    b"GET": {
+        b"/v1/models",
+        b"/health",
+        b"/liveness",
+        b"/readiness",
+        b"/workers",
+        b"/list_workers",
+        b"/get_loads",
+        b"/get_server_info",
+        b"/get_model_info",
     },
 }
-# hop-by-hop headers (RFC 9110 7.6.1) and the ones the gate sets itself
-_DROP_REQUEST = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade", b"host"}
-_DROP_RESPONSE = {b"connection", b"keep-alive", b"transfer-encoding", b"trailer", b"upgrade"}
+# hop-by-hop headers (RFC 9110 7.6.1) and the framing the gate writes itself
+_DROP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade", b"host"}
+_DROP |= {b"content-length", b"transfer-encoding"}
+_REASONS = {401: "Unauthorized", 403: "Forbidden", 400: "Bad Request", 413: "Content Too Large", 502: "Bad Gateway"}
 
 
 def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
     return status, json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
 
 
+def _answer(status: int, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
+    return (head + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+
+
+def _say(msg: str) -> None:
+    print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+
+
 class RouterGate:
-    """The ASGI app: checks each request (see the module docstring) and forwards what passes to `upstream`."""
+    """Checks each request (see the module docstring) and forwards what passes to the router at `upstream`."""
 
     def __init__(
         self, upstream: str, key: str, *, port: int, host: str = "127.0.0.1", workers: Iterable[str] | None = None
     ):
         self.upstream = upstream.rstrip("/")
+        u = urlsplit(self.upstream)
+        self.up_host, self.up_port = u.hostname or "127.0.0.1", u.port or 80
+        self._key = hashlib.sha256(key.encode()).digest()
+        self.hosts = {f"{h}:{port}".encode() for h in {host, "127.0.0.1", "localhost"}} | {f"[::1]:{port}".encode()}
         # the worker list the launcher started the router with (None: not watched)
         self.workers = None if workers is None else {w.rstrip("/") for w in workers}
         self._adding: set[str] = set()
-        self._key = hashlib.sha256(key.encode()).digest()
-        self.hosts = {f"{h}:{port}".encode() for h in {host, "127.0.0.1", "localhost"}} | {f"[::1]:{port}".encode()}
-        self.client = httpx.AsyncClient(
-            timeout=httpx.Timeout(connect=10.0, read=1800.0, write=60.0, pool=None),
-            limits=httpx.Limits(max_connections=8192, max_keepalive_connections=1024),
-            trust_env=False,
-        )
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None), trust_env=False)  # the watchdog's
 
-    def refusal(self, method: str, path: str, headers: dict[bytes, bytes]) -> tuple[int, bytes] | None:
-        """(status, body) when the request is refused, else None."""
+    def refusal(self, method: bytes, target: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes] | None:
+        """(status, body) when the request is refused, else None. `headers`: lower-case names."""
         if headers.get(b"host", b"").lower() not in self.hosts:
             return _error(403, "the router gate answers loopback names only", "Forbidden")
         site = headers.get(b"sec-fetch-site")
@@ -101,83 +117,96 @@ class RouterGate:
         given = hashlib.sha256(token.encode("latin-1")).digest()
         if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._key):
             return 401, json.dumps({"error": "Unauthorized"}).encode()  # vLLM's answer to a wrong key
+        path = target.split(b"?", 1)[0]
         if path not in FORWARDED.get(method, ()):
+            name = f"{method.decode('latin-1')} {path.decode('latin-1')[:200]}"
             return _error(
                 403,
-                f"{method} {path} is not forwarded: the router gate passes the OpenAI API and read-only status; "
+                f"{name} is not forwarded: the router gate passes the OpenAI API and read-only status; "
                 "only the launcher changes the fleet (restart the head with another --worker-urls)",
                 "Forbidden",
             )
         return None
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "lifespan":
-            watcher = None
-            while True:
-                kind = (await receive())["type"]
-                if kind == "lifespan.startup":
-                    if self.workers is not None:
-                        watcher = asyncio.ensure_future(self.watch())
-                    await send({"type": "lifespan.startup.complete"})
-                elif kind == "lifespan.shutdown":
-                    if watcher is not None:
-                        watcher.cancel()
-                    await self.client.aclose()
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
-        if scope["type"] != "http":
-            return
-        headers = dict(scope["headers"])
-        no = self.refusal(scope["method"], scope["path"], headers)
-        body = b""
-        if no is None:
-            more = True
-            while more:
-                msg = await receive()
-                if msg["type"] == "http.disconnect":
-                    return
-                body += msg.get("body", b"")
-                more = msg.get("more_body", False)
+    async def _request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple | None:
+        """The next request on the connection, checked: (request, body), (status, refusal body), or None when the
+        client is gone."""
+        req, body = None, bytearray()
+        while True:
+            ev = conn.next_event()
+            if ev is h11.NEED_DATA:
+                data = await reader.read(65536)
+                conn.receive_data(data)
+                if not data and req is None:
+                    return None
+                continue
+            if isinstance(ev, h11.Request):
+                req = ev
+                no = self.refusal(ev.method, ev.target, dict(ev.headers))
+                if no is not None:
+                    return no
+            elif isinstance(ev, h11.Data):
+                body += ev.data
                 if len(body) > MAX_BODY_BYTES:
-                    no = _error(413, f"request body over {MAX_BODY_BYTES} bytes", "RequestEntityTooLarge")
-                    break
-        if no is not None:
-            status, text = no
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(text)).encode())],
-                }
-            )
-            await send({"type": "http.response.body", "body": text})
-            return
-        url = self.upstream + scope["path"] + ("?" + scope["query_string"].decode() if scope["query_string"] else "")
-        fwd = [(k, v) for k, v in scope["headers"] if k.lower() not in _DROP_REQUEST]
-        try:
-            resp = await self.client.send(
-                self.client.build_request(scope["method"], url, headers=fwd, content=body), stream=True
-            )
-        except httpx.HTTPError as e:
-            status, text = _error(502, f"the router is not answering: {type(e).__name__}", "BadGateway")
-            await send(
-                {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
-            )
-            await send({"type": "http.response.body", "body": text})
-            return
-        try:
-            out = [
-                (k, v)
-                for k, v in resp.headers.raw
-                if k.lower() not in _DROP_RESPONSE and not k.lower().startswith(b"access-control-")
-            ]
-            await send({"type": "http.response.start", "status": resp.status_code, "headers": out})
-            async for chunk in resp.aiter_raw():
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
-        finally:
-            await resp.aclose()
+                    return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "RequestEntityTooLarge")
+            elif isinstance(ev, h11.EndOfMessage):
+                return req, bytes(body)
+            else:  # ConnectionClosed, or PAUSED
+                return None
 
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: its requests in order, each checked, over one connection to the router."""
+        _nodelay(writer)
+        up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        pump: asyncio.Task | None = None
+        rest = b""
+        try:
+            while True:
+                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+                if rest:  # what the client sent after the last request (h11 reads b"" as the end of the stream)
+                    conn.receive_data(rest)
+                try:
+                    got = await self._request(conn, reader)
+                except h11.RemoteProtocolError as e:
+                    got = _error(400, f"not a request the gate forwards: {e}", "BadRequestError")
+                if got is None:
+                    return
+                if isinstance(got[0], int):  # refused: said (unless an answer may still be streaming), then closed
+                    if pump is None or pump.done():
+                        writer.write(_answer(*got))
+                        await writer.drain()
+                    return
+                req, body = got
+                rest = conn.trailing_data[0]
+                if up is None:
+                    try:
+                        up = await asyncio.open_connection(self.up_host, self.up_port)
+                    except OSError as e:
+                        writer.write(_answer(*_error(502, f"the router is not answering: {e}", "BadGateway")))
+                        await writer.drain()
+                        return
+                    _nodelay(up[1])
+                    pump = asyncio.ensure_future(_copy(up[0], writer))
+                out = h11.Connection(h11.CLIENT)
+                headers = [(k, v) for k, v in req.headers if k not in _DROP]
+                headers += [
+                    (b"host", f"{self.up_host}:{self.up_port}".encode()),
+                    (b"content-length", b"%d" % len(body)),
+                ]
+                data = out.send(h11.Request(method=req.method, target=req.target, headers=headers))
+                data += (out.send(h11.Data(data=body)) if body else b"") + out.send(h11.EndOfMessage())
+                up[1].write(data)
+                await up[1].drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            if pump is not None:
+                pump.cancel()
+            for w in (writer, up[1] if up else None):
+                if w is not None:
+                    w.close()
+
+    # ---- the worker list ------------------------------------------------------------------------------------
     async def listed(self) -> set[str] | None:
         """The workers the router lists now (None: no readable answer)."""
         try:
@@ -221,9 +250,35 @@ class RouterGate:
             await self.watch_once()
             await asyncio.sleep(WATCH_S)
 
+    async def serve(self, host: str, port: int, stop: asyncio.Event | None = None) -> None:
+        """Listen on host:port until `stop` is set (or forever), keeping the worker list if one was given."""
+        server = await asyncio.start_server(self.handle, host, port, backlog=2048)
+        watcher = asyncio.ensure_future(self.watch()) if self.workers is not None else None
+        try:
+            async with server:
+                await (stop.wait() if stop is not None else server.serve_forever())
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            await self.client.aclose()
 
-def _say(msg: str) -> None:
-    print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The router's answers back to the client, as they come; the client's connection ends with the router's."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -248,20 +303,23 @@ def main(argv: list[str] | None = None) -> int:
     if not key:
         print(f"router_gate: no fleet key in {fleet_key.path(settings)}: the launcher makes it", file=sys.stderr)
         return 2
-    import uvicorn
-
     workers = None if args.keep_workers is None else [w for w in args.keep_workers.split(",") if w]
     gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host, workers=workers)
-    uvicorn.run(
-        gate,
-        host=args.listen_host,
-        port=args.listen_port,
-        log_level="warning",
-        access_log=False,
-        http="h11",
-        lifespan="on",
-        timeout_keep_alive=75,
-    )
+
+    async def run() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await gate.serve(args.listen_host, args.listen_port, stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as e:
+        print(f"router_gate: {e}", file=sys.stderr)
+        return 2
     return 0
 
 
