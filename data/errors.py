@@ -79,16 +79,16 @@ class DeploymentMismatch(DataError):
 
 
 __all__ = [
-    "DataError",
-    "NotFound",
-    "Conflict",
-    "Forbidden",
-    "TooLarge",
-    "InvalidLabels",
-    "InvalidJobParams",
     "BadCursor",
-    "SearchSyntaxError",
+    "Conflict",
+    "DataError",
+    "DeploymentMismatch",
+    "Forbidden",
+    "InvalidJobParams",
+    "InvalidLabels",
+    "NotFound",
     "RootMismatch",
     "RootMissing",
-    "DeploymentMismatch",
+    "SearchSyntaxError",
+    "TooLarge",
 ]

@@ -618,7 +618,15 @@ def node_and_head(tmp_path: Path) -> None:
         workers = [ln for ln in p.stdout.splitlines() if "worker URLs for the head" in ln][0].split(": ", 1)[1].strip()
         report["workers"] = workers
         head_args = ["--role", "head", "--host", HEAD_HOST, "--port", str(app_port), "--worker-urls", workers]
-        head_args += ["--clip-root", str(clip_root), "--detach", "--no-install", "--data-dir", str(head_dir)]
+        # the library alone: a kept CW_GPU_CLIP_ROOT may also hold the hostile corpus of the single topology
+        head_args += [
+            "--clip-root",
+            str(clip_root / "library"),
+            "--detach",
+            "--no-install",
+            "--data-dir",
+            str(head_dir),
+        ]
         head_env = {
             **env,
             "CW_ROUTER_PORT": str(procs.free_port()),
@@ -674,7 +682,9 @@ def node_and_head(tmp_path: Path) -> None:
         from data import library
 
         head_settings = library.settings_for(db, head_settings)
-        clip = (clip_root / next(db.query("SELECT path FROM clips WHERE id = ?", [good[0]]))["path"]).read_bytes()
+        clip = (
+            head_settings.clip_root / next(db.query("SELECT path FROM clips WHERE id = ?", [good[0]]))["path"]
+        ).read_bytes()
         db.close()
         replica = workers.split(",")[0]
         answers = record_http_media(replica, {"authorization": f"Bearer {key.strip()}"}, head_settings, good[0], clip)
