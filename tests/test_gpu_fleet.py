@@ -75,9 +75,9 @@ def _run(cmd: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
     return p
 
 
-def _post(url: str, body: dict) -> dict:
+def _post(url: str, body: dict, headers: dict) -> dict:
     try:
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+        r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=300)
     except httpx.HTTPError as e:
         return {"status": None, "body": f"{type(e).__name__}: {e}"}
     try:
@@ -87,7 +87,7 @@ def _post(url: str, body: dict) -> dict:
     return {"status": r.status_code, "body": parsed}
 
 
-def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) -> dict:
+def record_answers(replica: str, served: str, clip_root: Path, good_rel: str, headers: dict) -> dict:
     """Ask the fleet what tests/test_vllm_recordings.py replays: one good request as the runner builds it, the
     preset v1 schema (uniqueItems), and each kind of bad input. Requests are our client's bodies with the video
     URL swapped; the clip root is written as <root> so the recording is machine-independent."""
@@ -135,7 +135,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
     out: dict = {}
     for name, (_url, body) in cases.items():
         t = time.time()
-        ans = _post(replica, body)
+        ans = _post(replica, body, headers)
         ans["seconds"] = round(time.time() - t, 2)
         ans["video_url"] = body["messages"][1]["content"][0]["video_url"]["url"].replace(root.as_uri(), "file://<root>")
         if name == "good" and isinstance(ans["body"], dict):
@@ -144,6 +144,23 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
             )
         out[name] = json.loads(json.dumps(ans).replace(str(root), "<root>"))
     return out
+
+
+def _vllm_version(py: str) -> str:
+    if REHEARSE:
+        return "simulated"
+    return subprocess.run(
+        [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _fleet_logs(logs: Path, into: Path, prefix: str = "") -> None:
+    """The start (flags, quantization, memory) and the end of each log of the fleet, appended to `into`."""
+    for f in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+        lines = f.read_text(errors="replace").splitlines(keepends=True)
+        with into.open("a") as o:
+            o.write(f"===== {prefix}{f.name} (first 150 and last 80 of {len(lines)} lines)\n")
+            o.writelines(lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :])
 
 
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
@@ -405,20 +422,18 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         # 5. how the fleet answers: a good request, the v1 schema, bad input; its metric names and model list
         replica = "http://127.0.0.1:8000"
+        from data.settings import Settings
+        from serving import fleet_key
+
+        auth = fleet_key.headers(Settings.load({"data_dir": str(data_dir)}, environ={}))  # replicas require it
         answers = record_answers(
-            replica, served, clip_root, next(r["path"] for r in good if r["path"].startswith("library/"))
+            replica, served, clip_root, next(r["path"] for r in good if r["path"].startswith("library/")), auth
         )
         report["answers"] = {k: {"status": v["status"], "body": str(v["body"])[:300]} for k, v in answers.items()}
         metrics = httpx.get(replica + "/metrics", timeout=10).text
         metric_names = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines() if ln.startswith("vllm:")})
-        models = httpx.get(replica + "/v1/models", timeout=10).json()
-        version = (
-            "simulated"
-            if REHEARSE
-            else subprocess.run(
-                [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
-            ).stdout.strip()
-        )
+        models = httpx.get(replica + "/v1/models", headers=auth, timeout=10).json()
+        version = _vllm_version(py)
         (out / "vllm-answers.json").write_text(
             json.dumps(
                 {
@@ -434,7 +449,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
                 default=str,
             )
         )
-        report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
+        report["router_workers"] = httpx.get(router + "/workers", headers=auth, timeout=10).text[:500]
         assert answers["good"]["status"] == 200, answers["good"]
         assert answers["unsupported_schema"]["status"] == 400
     finally:
@@ -443,13 +458,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         _run(
             [py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env, cwd=ROOT
         )
-        for f in sorted((data_dir / "logs").glob("*.log")):
-            lines = f.read_text(errors="replace").splitlines(keepends=True)
-            with (out / "fleet-logs.txt").open("a") as o:  # the start (flags, quantization, memory) and the end
-                o.write(f"===== {f.name} (first 150 and last 80 of {len(lines)} lines)\n")
-                o.writelines(
-                    lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :]
-                )
+        _fleet_logs(data_dir / "logs", out / "fleet-logs.txt")
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
 
 
@@ -692,13 +701,7 @@ def node_and_head(tmp_path: Path) -> None:
             k: {"status": v["status"], "client": v["client"], "runner_sends": v["runner_sends"]}
             for k, v in answers.items()
         }
-        version = (
-            "simulated"
-            if REHEARSE
-            else subprocess.run(
-                [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
-            ).stdout.strip()
-        )
+        version = _vllm_version(py)
         (out / "vllm-answers.json").write_text(
             json.dumps(
                 {"vllm_version": version, "recorded": report["date"], "topology": "nodehead", "http_media": answers},
@@ -722,11 +725,5 @@ def node_and_head(tmp_path: Path) -> None:
         for d in (head_dir, node_dir):
             _launch(["stop", "--data-dir", str(d)], env, out / "launcher.log", timeout=300)
         for d in (node_dir, head_dir):
-            for f in sorted((d / "logs").glob("*.log")) if (d / "logs").is_dir() else []:
-                lines = f.read_text(errors="replace").splitlines(keepends=True)
-                with (out / "fleet-logs.txt").open("a") as o:
-                    o.write(f"===== {d.name}/{f.name} (first 150 and last 80 of {len(lines)} lines)\n")
-                    o.writelines(
-                        lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :]
-                    )
+            _fleet_logs(d / "logs", out / "fleet-logs.txt", prefix=f"{d.name}/")
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
