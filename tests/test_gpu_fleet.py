@@ -473,8 +473,13 @@ def _launch(args: list[str], env: dict, log: Path, timeout: float) -> subprocess
     p = subprocess.run(
         [str(ROOT / "launch.sh"), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout
     )
+    # the first admin's password of a throwaway head: not for a report that may be committed
+    text = "".join(
+        ln.split("password")[0] + "password <redacted>\n" if "password" in ln else ln + "\n"
+        for ln in (p.stdout + p.stderr).splitlines()
+    )
     with log.open("a") as f:
-        f.write(p.stdout + p.stderr + f"[exit {p.returncode}]\n")
+        f.write(text + f"[exit {p.returncode}]\n")
     return p
 
 
