@@ -28,6 +28,8 @@ examples:
   ./launch.sh --clip-root /data/clips --fleet-mode gpu --gpus 0,1,2,3,4,5,6,7
   ./launch.sh --fleet-urls http://10.0.0.5:30000    # use a fleet that is already running
   ./launch.sh --port 7870 --fleet-port 9000 --router-port 31000 --router-prometheus-port 29100  # other ports
+  python -m serving.fleet_key show --data-dir var         # on the head, once: the key the nodes require
+  python -m serving.fleet_key set --data-dir var          # on each GPU node: paste it
   ./launch.sh --role node --replica-host 10.0.0.5 --media-url-base http://10.0.0.1:7860   # on each GPU node
   ./launch.sh --role head --host 10.0.0.1 --worker-urls http://10.0.0.5:8000,http://10.0.0.5:8001
   ./launch.sh stop
@@ -219,12 +221,26 @@ if [ -f "$RUN/app.pid" ] && alive app; then
   trap - EXIT; exit 1
 fi
 
+# the replica options of this script, for every role that starts replicas (all, node)
+replica_args=()
+[ -n "$GPUS" ] && replica_args+=(--gpus "$GPUS")
+[ "$FLEET_MODE" = sim ] && [ -n "$REPLICAS" ] && replica_args+=(--replicas "$REPLICAS")
+[ "$FLEET_MODE" = gpu ] && replica_args+=(${VLLM_ARGS[@]+"${VLLM_ARGS[@]}"})
+
+if [ "$ROLE" != node ] && [ -f "$CW_DB" ]; then
+  # a library that was launched as a head stays one (data.deployment): its record gives the role, and a flag that
+  # contradicts it is refused with the command that changes the record
+  resolved=$("$PY" -m data.deployment env) || exit 2
+  eval "$resolved"
+  ROLE=$CW_ROLE
+  [ "$ROLE" = head ] && START=head
+fi
+
 if [ "$ROLE" = node ]; then
   # a GPU node: MPS and the replicas, nothing else; the head sends work and clips (signed URLs) to them
   [ -z "$FLEET_URLS" ] || { echo "launch.sh: --role node starts replicas (--fleet-mode gpu or sim), it takes no --fleet-urls" >&2; exit 2; }
   say "starting the $FLEET_MODE replicas of this node"
-  node_args=(--data-dir "$DATA_DIR" --fleet-mode "$FLEET_MODE" --role node)
-  [ -n "$GPUS" ] && node_args+=(--gpus "$GPUS")
+  node_args=(--data-dir "$DATA_DIR" --fleet-mode "$FLEET_MODE" --role node ${replica_args[@]+"${replica_args[@]}"})
   [ "$DRY" = 1 ] && node_args+=(--dry-run)
   "$PY" -m serving.launcher up "${node_args[@]}"
   if [ "$DRY" = 1 ]; then say "dry run: nothing was started"; exit 0; fi
@@ -248,13 +264,11 @@ case "$START" in
     [ "$DRY" = 1 ] && head_args+=(--dry-run)
     "$PY" -m serving.launcher up "${head_args[@]}"
     FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --role head)
+    say "the GPU nodes' replicas require this head's fleet key: python -m serving.fleet_key show --data-dir $DATA_DIR"
     ;;
   sim|gpu)
     say "starting the $FLEET_MODE fleet"
-    fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet-mode "$FLEET_MODE")
-    [ -n "$GPUS" ] && fleet_args+=(--gpus "$GPUS")
-    [ "$FLEET_MODE" = sim ] && [ -n "$REPLICAS" ] && fleet_args+=(--replicas "$REPLICAS")
-    [ "$FLEET_MODE" = gpu ] && fleet_args+=(${VLLM_ARGS[@]+"${VLLM_ARGS[@]}"})
+    fleet_args=(--data-dir "$DATA_DIR" --clip-root "$CLIP_ROOT" --fleet-mode "$FLEET_MODE" ${replica_args[@]+"${replica_args[@]}"})
     [ "$DRY" = 1 ] && fleet_args+=(--dry-run)
     "$PY" -m serving.launcher up "${fleet_args[@]}"
     FLEET_URLS=$("$PY" -m serving.launcher url --data-dir "$DATA_DIR" --fleet-mode "$FLEET_MODE")

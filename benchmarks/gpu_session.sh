@@ -5,7 +5,9 @@
 #   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
 #   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
-#             router), extra replica flags in VLLM_ARGS, CAPTION_CHARS bounds the caption (random weights fill
+#             router; TOPOLOGY=nodehead: a --role node and a --role head on two loopback addresses, the README's
+#             terminal command on the head, real vLLM's answers to http media), extra replica flags in VLLM_ARGS,
+#             CAPTION_CHARS bounds the caption (random weights fill
 #             it), a CPU profile beside it (benchmarks/cpu_profile.py); clips are generated into /tmp/gpuclips by
 #             the first run (while vLLM starts) and reused by later ones -> $OUT (report.json, vllm-answers.json,
 #             cpu-profile.json, logs)
@@ -38,7 +40,7 @@ case "$step" in
   gputest)
     export PYTHONPATH=$PYTHONPATH:$PWD CW_GPU_OUT="$OUT" CW_GPU_MODEL=${CW_GPU_MODEL:-/tmp/model} CW_GPU_DUMMY=1
     export CW_GPU_CLIP_ROOT=/tmp/gpuclips CW_GPU_GPUS=${GPUS:-0} CW_GPU_VLLM_ARGS=${VLLM_ARGS:-}
-    export CW_GPU_CAPTION_CHARS=${CAPTION_CHARS:-}
+    export CW_GPU_CAPTION_CHARS=${CAPTION_CHARS:-} CW_GPU_TOPOLOGY=${TOPOLOGY:-single}
     nvidia-smi -L
     set -o pipefail
     # where the CPU goes while it captions (per role and thread, py-spy on the busiest processes)

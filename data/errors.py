@@ -15,7 +15,9 @@
     │                          truncated, or from another order)
     ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
     ├── RootMismatch           ingest asked to scan a folder that is not the library's clip root
-    └── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
+    ├── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
+    └── DeploymentMismatch     a setting (role, media base, TTL) that contradicts the recorded deployment
+                               (data.deployment; the message names the command that changes the record)
 
 The edges catch `DataError` once and show its message (webapp: `gr.Error` or an inline message; CLIs: one
 line on stderr and a non-zero exit); a subclass is caught apart only where the edge does something else with
@@ -83,10 +85,15 @@ class RootMissing(DataError):
     """The recorded clip root is not a folder any more (moved, unmounted)."""
 
 
+class DeploymentMismatch(DataError):
+    """A role, media base or TTL that says something else than the library's recorded deployment."""
+
+
 __all__ = [
     "BadCursor",
     "Conflict",
     "DataError",
+    "DeploymentMismatch",
     "Forbidden",
     "InvalidJobParams",
     "InvalidLabels",

@@ -5,6 +5,9 @@ clip's relative path into a file -- the job runner's `file://` URLs, the web app
 `--allowed-local-media-path` -- starts from `settings_for(db, settings)`, which puts the recorded root in the
 settings. Nothing finds a clip from the current directory or a default once a root is recorded.
 
+The same call applies the library's recorded deployment (data.deployment: a head's media base, so that every
+runner sends signed URLs there).
+
 A second, different root is refused with a message (one library, one root: relative paths must stay unique);
 a root that was moved is named in a clear error, and `python -m data.library move-root NEW` re-points the
 library after checking that NEW holds the same files.
@@ -23,7 +26,7 @@ from pathlib import Path
 
 import sqlite_utils
 
-from data import events, settings as settings_mod
+from data import deployment, events, settings as settings_mod
 from data.db import connect, immediate, now
 from data.errors import DataError, RootMismatch, RootMissing
 
@@ -111,8 +114,10 @@ def record_root(db: sqlite_utils.Database, root: str | Path, *, actor: str = "in
 
 
 def settings_for(db: sqlite_utils.Database, settings: settings_mod.Settings) -> settings_mod.Settings:
-    """`settings` with clip_root set to the library's recorded root (unchanged if none is recorded yet).
-    Raises RootMissing if the recorded root is gone."""
+    """`settings` with clip_root set to the library's recorded root (unchanged if none is recorded yet), and the
+    recorded deployment's role, media base and TTL (data.deployment). Raises RootMissing if the recorded root is
+    gone, DeploymentMismatch if a setting contradicts the recorded deployment."""
+    settings = deployment.settings_for(db, settings)
     root = recorded_root(db)
     if root is None:
         return settings

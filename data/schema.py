@@ -577,3 +577,18 @@ def m013_review_queue(db: sqlite_utils.Database) -> None:
             ) WITHOUT ROWID""")
     finally:
         db.execute("PRAGMA foreign_keys = ON")
+
+
+@MIGRATIONS()
+def m018_deployment(db: sqlite_utils.Database) -> None:
+    """Where the fleet fetches clips from (data.deployment): one row once a head has been launched on this
+    library; none on a single machine."""
+    db.execute("""
+    CREATE TABLE deployment (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        role TEXT NOT NULL CHECK (role IN ('all', 'head')),
+        media_url_base TEXT NOT NULL,
+        media_url_ttl REAL NOT NULL,
+        recorded_at REAL NOT NULL,
+        recorded_by TEXT NOT NULL
+    )""")

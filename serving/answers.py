@@ -59,6 +59,11 @@ def classify_status(status: int, message: str, replica: str | None = None) -> Fl
     few times elsewhere, except a 500 whose message shows a decode failure or a missing file: that is the
     clip's fault."""
     text = f"HTTP {status}: {message}"
+    if status == 401:  # a replica or the router gate refused our fleet key: the same for every clip
+        text += (
+            " (the fleet refused the fleet key: the key in this data dir must be the one the replicas were started "
+            "with; see python -m serving.fleet_key)"
+        )
     if status in (400, 413, 422):
         return ClipRejected(text, status=status, replica=replica, kind="bad_request")
     if status in (429, 503):

@@ -14,6 +14,12 @@ It writes the same job rows the web app writes and executes them with the runner
 (`serving.runner.run_job`), so a job started here can be watched, paused or resumed from the app, and the
 other way round. Ctrl-C pauses the job cleanly (requests in flight are finished and recorded) and prints the
 command that resumes it.
+
+The same command works on a head (`./launch.sh --role head`): the library records where the GPU nodes fetch
+clips (data.deployment), so this runner sends signed URLs of the head's app like the supervised one, and it sends
+the fleet key of the data dir (serving.fleet_key). Two runners on one job -- this one and the head's supervised
+runner -- share it: items are claimed with leases in SQLite, so each clip is sent by one of them and written
+once, and this command waits, showing everyone's progress, until the job is done (Ctrl-C pauses the job for both).
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ import signal
 import sys
 import threading
 
-from data import clips, db as dbmod, job_queries, jobs, prompts
+from data import clips, db as dbmod, job_queries, jobs, library, prompts
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
 from data.job_selection import Selection
@@ -140,6 +146,10 @@ def build_parser() -> argparse.ArgumentParser:
             "request_timeout",
             "max_attempts",
             "lease_seconds",
+            # where the nodes fetch clips: the library's record says it (data.deployment); given, they must agree
+            "role",
+            "media_url_base",
+            "media_url_ttl",
         ),
     )
     sel = p.add_argument_group("which clips")
@@ -195,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = from_args(args)
     db = dbmod.connect(settings.db)
     try:
+        # the library's clip root and deployment (a head's signed URLs): refused here, with the message, if a flag
+        # contradicts them
+        settings = library.settings_for(db, settings)
         if args.resume:
             job = job_queries.get(db, args.resume)
             if args.retry_failed:

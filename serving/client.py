@@ -41,13 +41,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, AsyncIterator, Protocol
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from data import limits, prompts, taxonomy
+from data import deployment, limits, prompts, taxonomy
 from data.job_params import JobParams
-from serving import bounded
+from serving import bounded, fleet_key
 from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 from serving.logprobs import label_confidence
@@ -159,6 +159,20 @@ def answer_limit(params: JobParams) -> int:
     return MAX_ANSWER_BYTES + params.max_tokens * (params.top_logprobs + 1) * LOGPROB_ENTRY_BYTES
 
 
+def origin(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of an http(s) URL, the port spelled out (80/443 when the URL leaves it out): two
+    URLs of one origin compare equal. None for anything else."""
+    try:
+        u = urlsplit(url)
+        port = u.port
+    except ValueError:
+        return None
+    scheme = (u.scheme or "").lower()
+    if scheme not in ("http", "https") or not u.hostname:
+        return None
+    return scheme, u.hostname.lower(), port or (443 if scheme == "https" else 80)
+
+
 def _schema_name(prompt: dict) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(prompt.get("name") or "caption"))[:48] or "caption"
     return f"{name}_v{prompt.get('version', 1)}"
@@ -180,6 +194,15 @@ class FleetClient:
     ):
         self.settings = settings
         self.media_base_url = media_base_url
+        # replicas fetch http(s) clips only from the app's origin, port included: --allowed-media-domains checks
+        # the host alone, so a URL at another port of that host would reach whatever listens there
+        try:
+            allowed = media_base_url or deployment.media_base(settings)
+        except (ValueError, AttributeError):
+            allowed = ""
+        self.media_origin = origin(allowed) if allowed else None
+        # the key every replica the launcher starts requires (serving.fleet_key); none: a fleet that wants none
+        self._auth = fleet_key.headers(settings) if hasattr(settings, "data_dir") else {}
         self.decode_backend = decode_backend
         self.timeout = timeout or httpx.Timeout(
             connect=5.0, read=float(settings.request_timeout), write=30.0, pool=None
@@ -221,7 +244,7 @@ class FleetClient:
             transport=transport,
             timeout=self.timeout,
             limits=self._limits,
-            headers={"user-agent": "clip-workbench"},
+            headers={"user-agent": "clip-workbench", **self._auth},
             trust_env=False,
         )
 
@@ -230,6 +253,12 @@ class FleetClient:
         url = clip_url(self.settings, req.clip_path, media_base_url=self.media_base_url)  # refuses bad paths
         if req.media_url:
             url = req.media_url
+        if not url.startswith("file://") and (self.media_origin is None or origin(url) != self.media_origin):
+            where = "{}://{}:{}".format(*self.media_origin) if self.media_origin else "nowhere (clips go as file://)"
+            raise ClipRejected(
+                f"refused to send {url.split('?', 1)[0]}: replicas fetch clips only from the app's origin, {where}",
+                kind="origin",
+            )
         prompt, p = req.prompt, req.params
         body: dict[str, Any] = {
             "model": self.settings.model_name,

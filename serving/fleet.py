@@ -12,7 +12,8 @@ label sets (engines, API servers) are summed. The router (vllm-router) is probed
 `/readiness` and `/workers` (its `/health` is 503 as soon as any one worker is down).
 
 Sync helpers (`scrape`, `fleet_status`, `router_status`, `snapshot`) take a short timeout for the web app;
-async ones (`scrape_async`, `replica_status`) share one AsyncClient.
+async ones (`scrape_async`, `replica_status`) share one AsyncClient. Each takes `headers` for every request:
+the fleet key (serving.fleet_key), which the router gate requires and the replicas accept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, Mapping
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
@@ -214,9 +215,12 @@ def _get_sync(client: httpx.Client, url: str, max_bytes: int, timeout: float) ->
         return e
 
 
-def _async_client(timeout: float) -> httpx.AsyncClient:
+def _async_client(timeout: float, headers: Mapping[str, str] | None = None) -> httpx.AsyncClient:
     return httpx.AsyncClient(
-        timeout=timeout, trust_env=False, limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY)
+        timeout=timeout,
+        trust_env=False,
+        headers=headers,
+        limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY),
     )
 
 
@@ -236,6 +240,7 @@ async def replica_status(
     urls: Iterable[str] | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
 ) -> list[ReplicaStatus]:
     """Status of every replica, scraped concurrently (at most SCRAPE_CONCURRENCY at a time):
     `replica_status(urls)` or `replica_status(async_client, urls)` to reuse a client."""
@@ -243,7 +248,7 @@ async def replica_status(
         client, own = client_or_urls, False
         url_list = list(urls or [])
     else:
-        client, own = _async_client(timeout), True
+        client, own = _async_client(timeout, headers), True
         url_list = list(client_or_urls)
     gate = asyncio.Semaphore(SCRAPE_CONCURRENCY)
 
@@ -259,11 +264,15 @@ async def replica_status(
 
 
 def scrape(
-    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    transport: httpx.BaseTransport | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> ReplicaStatus:
     """Sync status of one replica (for the web app: short timeout, never raises for a dead replica)."""
     base = _base(url)
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
+    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
         health = _get_sync(c, base + "/health", MAX_STATUS_BYTES, timeout)
         metrics = _get_sync(c, base + "/metrics", MAX_METRICS_BYTES, timeout)
         return _apply(ReplicaStatus(url=url), health, metrics)
@@ -278,13 +287,17 @@ def _run(coro_fn, fallback):
     return fallback()
 
 
-def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> list[ReplicaStatus]:
-    """Sync status of every replica, scraped concurrently (total time ~ one timeout per SCRAPE_CONCURRENCY)."""
+def fleet_status(
+    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
+) -> list[ReplicaStatus]:
+    """Sync status of every replica, scraped concurrently (total time ~ one timeout per SCRAPE_CONCURRENCY);
+    `headers` (the fleet key) go with every read."""
     url_list = list(urls)
     if not url_list:
         return []
     return _run(
-        lambda: replica_status(url_list, timeout=timeout), lambda: [scrape(u, timeout=timeout) for u in url_list]
+        lambda: replica_status(url_list, timeout=timeout, headers=headers),
+        lambda: [scrape(u, timeout=timeout, headers=headers) for u in url_list],
     )
 
 
@@ -367,12 +380,16 @@ def _router_parts(
 
 
 def router_status(
-    url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
+    url: str,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    transport: httpx.BaseTransport | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> RouterStatus:
     """vllm-router liveness, readiness and worker list (each part best effort, each answer bounded)."""
     base = url.rstrip("/")
     st = RouterStatus(url=url)
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
+    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
         live = _get_sync(c, base + "/liveness", MAX_STATUS_BYTES, timeout)
         if not isinstance(live, httpx.Response):
             st.error = f"/liveness: {_why(live)}"
@@ -403,9 +420,9 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
     }
 
 
-def router_workers(url: str, timeout: float = 3.0) -> int | None:
+def router_workers(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> int | None:
     """How many workers a vllm-router at `url` has (GET /workers, bounded), or None if `url` is not a router."""
-    with httpx.Client(timeout=timeout, trust_env=False) as c:
+    with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as c:
         r = _get_sync(c, url.rstrip("/") + "/workers", MAX_WORKERS_BYTES, timeout)
     if not isinstance(r, httpx.Response) or r.status_code != 200:
         return None
@@ -431,25 +448,29 @@ async def _discover(
     return list(dict.fromkeys(replicas)), (router.url if router else None), router
 
 
-def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
+def discover(
+    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
+) -> tuple[list[str], str | None]:
     """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
     `/liveness` and lists its workers on `/workers`; anything else is taken as a replica. The configured URLs
     are checked concurrently; a router's list is returned whole (`snapshot` bounds what is scraped)."""
     url_list = list(dict.fromkeys(urls))[:MAX_SCRAPED]
 
     async def go():
-        async with _async_client(timeout) as c:
+        async with _async_client(timeout, headers) as c:
             return await _discover(c, url_list, timeout)
 
-    replicas, router, _ = _run(go, lambda: _discover_sync(url_list, timeout))
+    replicas, router, _ = _run(go, lambda: _discover_sync(url_list, timeout, headers))
     return replicas, router
 
 
-def _discover_sync(urls: list[str], timeout: float) -> tuple[list[str], str | None, None]:
+def _discover_sync(
+    urls: list[str], timeout: float, headers: Mapping[str, str] | None = None
+) -> tuple[list[str], str | None, None]:
     replicas: list[str] = []
     router = None
     for url in urls:
-        st = router_status(url, timeout=timeout)
+        st = router_status(url, timeout=timeout, headers=headers)
         if st.live and st.workers:
             router = router or url
             replicas += [w.get("url") for w in st.workers if isinstance(w.get("url"), str)]
@@ -473,17 +494,23 @@ def _summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dic
 
 
 def snapshot(
-    replica_urls: Iterable[str], router_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT
+    replica_urls: Iterable[str],
+    router_url: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """One dict for the UI: replicas (list of dicts, the first MAX_SCRAPED), router (dict or None), and fleet
     totals (`listed` says how many replicas there are in all)."""
     urls = list(dict.fromkeys(replica_urls))
-    reps = fleet_status(urls[:MAX_SCRAPED], timeout=timeout)
-    router = router_status(router_url, timeout=timeout).to_dict() if router_url else None
+    reps = fleet_status(urls[:MAX_SCRAPED], timeout=timeout, headers=headers)
+    router = router_status(router_url, timeout=timeout, headers=headers).to_dict() if router_url else None
     return _summary(reps, router, len(urls))
 
 
-def watch(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+def watch(
+    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh: routers found among
     them (their workers looked through), at most MAX_SCRAPED replicas scraped, every answer read under its
     size bound, and the whole refresh within REFRESH_ROUNDS x `timeout` (what has not answered by then is
@@ -491,7 +518,7 @@ def watch(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str,
     configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
 
     async def go() -> dict[str, Any]:
-        async with _async_client(timeout) as c:
+        async with _async_client(timeout, headers) as c:
             try:
                 async with asyncio.timeout(REFRESH_ROUNDS * timeout):
                     replicas, _, router = await _discover(c, configured, timeout)
@@ -501,7 +528,9 @@ def watch(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str,
                 return _summary([ReplicaStatus(url=u, error=late) for u in configured], None, len(configured))
             return _summary(reps, router.to_dict() if router else None, len(replicas))
 
-    return _run(go, lambda: snapshot(*_discover_sync(configured, timeout)[:2], timeout=timeout))
+    return _run(
+        go, lambda: snapshot(*_discover_sync(configured, timeout, headers)[:2], timeout=timeout, headers=headers)
+    )
 
 
 __all__ = [

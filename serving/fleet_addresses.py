@@ -56,6 +56,25 @@ def remote_media_args(settings: Settings, *, sim: bool = False) -> list[str]:
     return ["--allowed-media-domains", domains] if sim else ["--allowed-media-domains", *domains.split(",")]
 
 
+def private_loopback() -> str:
+    """A loopback address for a server only this machine's processes should find (vllm-router behind the router
+    gate): 127.a.b.c at random, so that a web page cannot guess it (Linux answers all of 127/8); 127.0.0.1 on a
+    system that answers only that one."""
+    import random
+    import socket
+
+    rng = random.SystemRandom()
+    for _ in range(20):
+        host = f"127.{rng.randrange(1, 255)}.{rng.randrange(0, 256)}.{rng.randrange(1, 255)}"
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, 0))
+            except OSError:
+                continue
+        return host
+    return "127.0.0.1"
+
+
 def port_free(host: str, port: int) -> bool:
     import socket
 

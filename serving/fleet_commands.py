@@ -144,20 +144,29 @@ def vllm_command(
     return cmd + list(extra)
 
 
+# vllm-router answers every origin with `Access-Control-Allow-Origin: *` unless given origins; this one no web page
+# can have (.invalid never resolves, RFC 6761), so no page may read its answers or send it a preflighted request
+NO_CORS_ORIGIN = "http://no-page.invalid"
+
+
 def router_command(
     settings: Settings,
     worker_urls: Sequence[str],
     *,
+    host: str = "127.0.0.1",
+    port: int | None = None,
     prometheus_port: int = 29000,
     health_interval: int = 10,
     startup_timeout: int = 1800,
 ) -> list[str]:
+    """vllm-router over `worker_urls`, listening on `host`:`port` (default: the ROUTER_PORT setting); the
+    launcher gives it a private loopback address and puts serving.router_gate on ROUTER_PORT."""
     return [
         *entry_command("vllm-router", "vllm_router.launch_router"),
         "--host",
-        "127.0.0.1",
+        host,
         "--port",
-        str(settings.router_port),
+        str(settings.router_port if port is None else port),
         "--worker-urls",
         *worker_urls,
         "--policy",
@@ -172,6 +181,26 @@ def router_command(
         "2",
         "--prometheus-port",
         str(prometheus_port),
+        "--cors-allowed-origins",
+        NO_CORS_ORIGIN,
+    ]
+
+
+def gate_command(settings: Settings, upstream: str, workers: Sequence[str]) -> list[str]:
+    """serving.router_gate on ROUTER_PORT in front of the router at `upstream`, keeping its worker list
+    `workers` (it reads the fleet key from the data dir)."""
+    return [
+        sys.executable,
+        "-m",
+        "serving.router_gate",
+        "--port",
+        str(settings.router_port),
+        "--upstream",
+        upstream,
+        "--keep-workers",
+        ",".join(workers),
+        "--data-dir",
+        str(settings.data_dir),
     ]
 
 

@@ -14,6 +14,11 @@ The command lines come from serving.fleet_commands (NVIDIA's recipe, docs/GPU.md
 serving.fleet_addresses. Every process gets its own process group and log file under DATA_DIR/logs; its pid/pgid
 go to DATA_DIR/run/fleet.json (serving.fleet_record) as soon as it starts, so `down` and `status` work from another
 shell and a failed start can be cleaned up. Processes are stopped by process group, never by name.
+
+Only the launcher changes a fleet: every replica it starts requires the fleet key (serving.fleet_key, given as
+VLLM_API_KEY), and vllm-router listens on a private loopback address behind serving.router_gate, which takes no
+worker changes and no cross-site request. A head's first `up` records the deployment (data.deployment), so that
+every runner on its library sends signed URLs.
 """
 
 from __future__ import annotations
@@ -31,15 +36,17 @@ from typing import Sequence
 
 import httpx
 
-from data import library
+from data import db as dbmod, deployment, library
 from data.db import secure_dir
+from data.errors import DataError
 from data.settings import Settings, add_arguments, from_args
-from serving import bounded, procs
+from serving import bounded, fleet_key, procs
 from serving.fleet_addresses import (
     advertised_host,
     local_host,
     no_local_media,
     owns,
+    private_loopback,
     remote_media_args,
     resolve_ports,
     verify_owners,
@@ -47,6 +54,7 @@ from serving.fleet_addresses import (
 from serving.fleet_commands import (
     choose_gpus,
     entry_command,
+    gate_command,
     installed_vllm_version,
     launch_mode,
     mps_env,
@@ -160,6 +168,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
                     "name": f"replica-{i}",
                     "cmd": vllm_command(settings, port, version=version, extra=extra, host=settings.replica_host),
                     "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common},
+                    "secret_env": {fleet_key.ENV: str(fleet_key.path(settings))},
                     "log": str(logs / f"replica-{i}.log"),
                     "url": url,
                     "health": f"http://{local_host(settings.replica_host)}:{port}/health",
@@ -178,6 +187,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
                     remote_media_args(settings, sim=True) + [t for a in opts.sim_args for t in shlex.split(a)],
                 ),
                 "env": {},
+                "secret_env": {fleet_key.ENV: str(fleet_key.path(settings))},
                 "log": str(logs / "simfleet.log"),
                 "url": ",".join(replica_urls),
                 "health": [
@@ -195,22 +205,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or opts.dry_run)
     ):
         router_url = f"http://127.0.0.1:{settings.router_port}"
-        steps.append(
-            {
-                "name": "router",
-                "cmd": router_command(
-                    settings,
-                    replica_urls,
-                    prometheus_port=settings.router_prometheus_port,
-                    health_interval=10 if fleet == "gpu" else 1,
-                    startup_timeout=int(timeout),
-                ),
-                "env": {},
-                "log": str(logs / "router.log"),
-                "url": router_url,
-                "health": router_url + "/liveness",
-            }
-        )
+        steps += router_steps(settings, replica_urls, health_interval=10 if fleet == "gpu" else 1, timeout=timeout)
     return {
         "fleet": fleet,
         "mps": mps,
@@ -229,42 +224,66 @@ def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
             "launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
             "`./launch.sh --role node` printed on each GPU node)"
         )
-    from serving import media_urls
-
     try:
-        media_urls.media_base(settings)  # the runner needs it: fail here, not in a restart loop
+        deployment.media_base(settings)  # the runner needs it: fail here, not in a restart loop
     except ValueError as e:
         raise SystemExit(f"launcher: {e}") from None
     timeout = opts.startup_timeout or 1800
-    router_url = f"http://127.0.0.1:{settings.router_port}"
-    step = {
-        "name": "router",
-        "cmd": router_command(
-            settings,
-            workers,
-            prometheus_port=settings.router_prometheus_port,
-            health_interval=10,
-            startup_timeout=int(timeout),
-        ),
-        "env": {},
-        "log": str(settings.data_dir / "logs" / "router.log"),
-        "url": router_url,
-        "health": router_url + "/liveness",
-    }
     return {
         "fleet": "remote",
         "mps": None,
-        "steps": [step],
+        "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
         "replica_urls": workers,
-        "router_url": router_url,
+        "router_url": f"http://127.0.0.1:{settings.router_port}",
         "timeout": timeout,
     }
 
 
+def router_steps(settings: Settings, workers: Sequence[str], *, health_interval: int, timeout: float) -> list[dict]:
+    """vllm-router over `workers` on a private loopback address (a random 127.x.y.z and port: vllm-router lets
+    anyone add workers), then serving.router_gate on ROUTER_PORT in front of it (the only way in: the fleet key,
+    no cross-site request, no worker changes)."""
+    logs = settings.data_dir / "logs"
+    host = private_loopback()
+    private = f"http://{host}:{procs.free_port(host)}"
+    public = f"http://127.0.0.1:{settings.router_port}"
+    router = router_command(
+        settings,
+        workers,
+        host=host,
+        port=int(private.rsplit(":", 1)[1]),
+        prometheus_port=settings.router_prometheus_port,
+        health_interval=health_interval,
+        startup_timeout=int(timeout),
+    )
+    return [
+        {
+            "name": "router",
+            "cmd": router,
+            "env": {},
+            "log": str(logs / "router.log"),
+            "url": private,
+            "health": private + "/liveness",
+        },
+        {
+            "name": "router-gate",
+            "cmd": gate_command(settings, private, workers),
+            "env": {},
+            "log": str(logs / "router-gate.log"),
+            "url": public,
+            "health": public + "/liveness",
+        },
+    ]
+
+
 # ---- commands -------------------------------------------------------------------------------------------------
-def shell_line(cmd: Sequence[str], env: dict[str, str], log: str | None = None) -> str:
-    """One line a shell can run: `ENV=... [setsid] cmd ... [> log 2>&1 &]`."""
-    envs = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
+def shell_line(
+    cmd: Sequence[str], env: dict[str, str], log: str | None = None, secret_env: dict[str, str] | None = None
+) -> str:
+    """One line a shell can run: `ENV=... [setsid] cmd ... [> log 2>&1 &]`. A secret is never printed: it is
+    read from its file when the line runs (`KEY="$(cat FILE)"`)."""
+    secrets = [f'{k}="$(cat {shlex.quote(v)})"' for k, v in (secret_env or {}).items()]
+    envs = " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + secrets)
     line = (envs + " " if envs else "") + ("setsid " if log else "") + shlex.join(cmd)
     return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
 
@@ -286,10 +305,12 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
             print("+ " + shell_line(m["cmd"], m["env"]))
         for s in p["steps"]:
-            print("+ " + shell_line(s["cmd"], s["env"], s["log"]))
+            print("+ " + shell_line(s["cmd"], s["env"], s["log"], s.get("secret_env")))
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
             print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
+            if fleet_key.load(settings) is None:
+                notes.append(f"this node has no fleet key yet ({fleet_key.path(settings)}): `up` would refuse")
         for msg in notes:  # last, so that the command lines keep their places
             print(
                 "# note: "
@@ -300,6 +321,15 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     if old and any(procs.pid_alive(c["pid"]) for c in old.get("procs", [])):
         print("launcher: a fleet is already running (python -m serving.launcher status / down)", file=sys.stderr)
         return 1
+    try:
+        # a node's replicas require the head's key; elsewhere the key is this data dir's own, made once
+        key = fleet_key.require_for_node(settings) if settings.role == "node" else fleet_key.load(settings, create=True)
+        if settings.role == "head":
+            record_head(settings)
+    except (fleet_key.FleetKeyError, DataError, ValueError) as e:
+        print(f"launcher: {e}", file=sys.stderr)
+        return 1
+    auth = {"authorization": f"Bearer {key}"}
     rec = {
         "fleet": p["fleet"],
         "mps": None,
@@ -325,13 +355,13 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             print(f"[launcher] CUDA MPS daemon started (pipes in {p['mps']['env']['CUDA_MPS_PIPE_DIRECTORY']})")
         for s in p["steps"]:
             if s["name"] == "router":  # the router needs its workers up first
-                procs.wait_healthy(children, timeout=p["timeout"])
+                procs.wait_healthy(children, timeout=p["timeout"], headers=auth)
             health = s["health"]
             c = procs.start(
                 s["name"],
                 s["cmd"],
                 log=s["log"],
-                env=s["env"],
+                env={**s["env"], **{k: key for k in s.get("secret_env", {})}},
                 url=s["url"],
                 health=health if isinstance(health, str) else None,
             )
@@ -346,7 +376,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
                             name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd, log=c.log, health=h, popen=c.popen
                         )
                     )
-        procs.wait_healthy(children, timeout=p["timeout"])
+        procs.wait_healthy(children, timeout=p["timeout"], headers=auth)
         verify_owners([c for c in children if "[" not in c.name])
     except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
         print(f"launcher: {e}", file=sys.stderr)
@@ -357,6 +387,17 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     if settings.role == "node":
         print("[launcher] worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
     return 0
+
+
+def record_head(settings: Settings) -> None:
+    """Record this head in its library (data.deployment), before anything starts: from then on every runner on
+    it sends signed URLs of the recorded media base. Raises DeploymentMismatch (another head is recorded) or
+    ValueError (an app the nodes cannot reach)."""
+    db = dbmod.connect(settings.db)
+    try:
+        deployment.record_head(db, settings)
+    finally:
+        db.close()
 
 
 def down(settings: Settings, *, grace: float = 20.0, quiet: bool = False) -> int:
@@ -400,13 +441,13 @@ def status(settings: Settings) -> int:
         print("[launcher] no fleet recorded (python -m serving.launcher up)")
         return 3
     bad = 0
-    with httpx.Client(timeout=2.0, trust_env=False) as http:
+    with httpx.Client(timeout=2.0, trust_env=False, headers=fleet_key.headers(settings)) as http:
         for c in rec.get("procs", []):
             alive = procs.pid_alive(c["pid"])
             urls = [u for u in (c.get("url") or "").split(",") if u]
             health = []
             for u in urls:
-                path = "/liveness" if c["name"] == "router" else "/health"
+                path = "/liveness" if c["name"].startswith("router") else "/health"
                 try:
                     r = bounded.fetch_sync(http, "GET", u + path, max_bytes=procs.HEALTH_BYTES, seconds=2.0)
                     health.append(f"{u} {r.status_code}")
@@ -441,7 +482,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = from_args(args)
     opts = LaunchOptions.from_args(args)
     if args.command == "up":
-        return up(settings, opts)
+        try:
+            return up(settings, opts)
+        except DataError as e:  # the library's record says otherwise (data.deployment, data.library)
+            print(f"launcher: {e}", file=sys.stderr)
+            return 2
     if args.command == "down":
         return down(settings, grace=opts.grace)
     if args.command == "status":

@@ -20,14 +20,14 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import re
 import secrets
-import stat
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
+
+from serving import keyfile
 
 KEY_FILE = "media-url.key"
 KEY_BYTES = 32
@@ -48,19 +48,7 @@ def key_path(data_dir: str | Path) -> Path:
 def load_key(data_dir: str | Path) -> bytes:
     """The signing key of this installation, created (0600) on first use."""
     path = key_path(data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(KEY_BYTES))
-    st = path.stat()
-    if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        # a key others can read lets them mint URLs: tighten it rather than refuse to start
-        os.chmod(path, 0o600)
-    key = path.read_bytes()
+    key = keyfile.read_or_make(path, lambda: secrets.token_bytes(KEY_BYTES)) or b""
     if len(key) < KEY_BYTES:
         raise MediaKeyError(
             f"{path} holds {len(key)} bytes, not a {KEY_BYTES}-byte key: delete it and start "
@@ -103,27 +91,6 @@ def check(key: bytes, clip_id: int, exp: Any, sig: Any, *, now: float | None = N
     return None
 
 
-def media_base(settings: Any) -> str:
-    """Where replicas fetch clips from: `media_url_base` if set; on a head without it, the app's own address
-    (it must then bind an address the nodes reach); otherwise '' (file:// under the clip root)."""
-    base = (getattr(settings, "media_url_base", "") or "").strip()
-    if base:
-        return base.rstrip("/")
-    if getattr(settings, "role", "all") == "head":
-        host = settings.host
-        if host in ("127.0.0.1", "localhost", "::1"):
-            raise ValueError(
-                "the head's app binds 127.0.0.1, which GPU nodes cannot reach: pass --host with an "
-                "address they reach (login is then required) or --media-url-base"
-            )
-        if host in ("0.0.0.0", "::"):
-            import socket
-
-            host = socket.getfqdn()
-        return f"http://{host}:{settings.port}"
-    return ""
-
-
 def media_domains(settings: Any) -> str:
     """vLLM's `--allowed-media-domains` for replicas: `allowed_media_domains` if set, else the host of
     `media_url_base` ('' when clips go as file://)."""
@@ -137,7 +104,6 @@ __all__ = [
     "check",
     "KEY_FILE",
     "load_key",
-    "media_base",
     "media_domains",
     "MediaKeyError",
     "ROUTE",

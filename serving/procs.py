@@ -112,12 +112,13 @@ def wait_healthy(
     timeout: float,
     interval: float = 0.25,
     ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
+    headers: Mapping[str, str] | None = None,
 ) -> None:
     """Poll each child's `health` URL until it answers; raise StartupError at the deadline or as soon as a
-    child has exited (with the end of its log)."""
+    child has exited (with the end of its log). `headers` go with every poll (the fleet key)."""
     deadline = time.monotonic() + timeout
     pending = [c for c in children if c.health]
-    with httpx.Client(timeout=2.0, trust_env=False) as http:
+    with httpx.Client(timeout=2.0, trust_env=False, headers=headers) as http:
         while pending:
             for c in list(pending):
                 if not c.alive():

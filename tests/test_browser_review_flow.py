@@ -20,7 +20,7 @@ import pytest
 from data import clips as clipsmod, db as dbmod, job_queries, jobs, taxonomy
 from data.job_params import JobParams
 from data.job_selection import Selection
-from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.browser_fixtures import SCREENSHOTS, login, set_knobs
 from tests.support.webapp_fixtures import AppServer
 
 pytestmark = pytest.mark.browser
@@ -498,7 +498,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
     for url in simfleet:
         # realistic latency, and 2 at a time per replica so that 21 clips take ~13 s, not ~2.5 s: long enough
         # for a pause or a cancel to land in the middle of the job
-        httpx.post(url + "/sim/knobs", json={"speed": 1.0, "capacity": 2}, timeout=5).raise_for_status()
+        set_knobs(url, speed=1.0, capacity=2).raise_for_status()
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     d = db_of(server)
     try:
@@ -562,7 +562,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         page.screenshot(path=str(SCREENSHOTS / "jobs-cancelled.png"))
     finally:
         for url in simfleet:
-            httpx.post(url + "/sim/knobs", json={"speed": 0.05, "capacity": 6}, timeout=5)
+            set_knobs(url, speed=0.05, capacity=6)
         d.close()
         ctx.close()
 

@@ -165,7 +165,17 @@ def test_cli_rejects_an_empty_selection_with_a_message(settings, db):
 
 
 @pytest.mark.parametrize(
-    "module", ["serving.caption", "serving.runner", "serving.launcher", "serving.supervisor", "serving.cost"]
+    "module",
+    [
+        "serving.caption",
+        "serving.runner",
+        "serving.launcher",
+        "serving.supervisor",
+        "serving.cost",
+        "serving.fleet_key",
+        "serving.router_gate",
+        "data.deployment",
+    ],
 )
 def test_every_command_has_help_with_an_example(module):
     r = cli(module, "--help")

@@ -17,6 +17,16 @@ CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8
 prompt whose caption is bounded to this many characters: random weights always fill the bound), CW_GPU_OUT
 (report + logs + vllm-answers.json, the recording of how the fleet answered that tests/test_vllm_recordings.py
 replays), CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU).
+
+CW_GPU_TOPOLOGY=nodehead runs docs/SCALE.md's deployment instead, through launch.sh on one machine: a `--role node`
+(the replicas, vLLM with NVDEC and the same model knobs) bound to 127.0.0.2 holding the head's fleet key, and a
+`--role head` (router behind its gate, supervised runner, app) on 127.0.0.3. The README's terminal command, run on
+the head with only --data-dir and --fleet-urls while the head's supervised runner runs, must caption every clip
+(>= 200 on a GPU) with 0 failed, each fetched by vLLM over the app's signed URL. Then real vLLM's answers to http
+media are recorded under "http_media" of vllm-answers.json (good, tampered, expired, unsigned, unknown clip, the
+origin failing, slow past VLLM_VIDEO_FETCH_TIMEOUT, oversized, another port and another host), each with what
+our client makes of it; copy that key into tests/data/vllm-<version>-answers.json, where
+tests/test_vllm_recordings.py replays it against the simulated fleet.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 REHEARSE = os.environ.get("CW_GPU_REHEARSE") == "sim"
+TOPOLOGY = os.environ.get("CW_GPU_TOPOLOGY", "single")
 
 
 def _gpu_reason() -> str | None:
@@ -64,9 +75,9 @@ def _run(cmd: list[str], log: Path, **kw) -> subprocess.CompletedProcess:
     return p
 
 
-def _post(url: str, body: dict) -> dict:
+def _post(url: str, body: dict, headers: dict) -> dict:
     try:
-        r = httpx.post(url + "/v1/chat/completions", json=body, timeout=300)
+        r = httpx.post(url + "/v1/chat/completions", json=body, headers=headers, timeout=300)
     except httpx.HTTPError as e:
         return {"status": None, "body": f"{type(e).__name__}: {e}"}
     try:
@@ -81,7 +92,7 @@ def _post(url: str, body: dict) -> dict:
 LOGPROBS_CAPTION_CHARS = 120
 
 
-def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) -> dict:
+def record_answers(replica: str, served: str, clip_root: Path, good_rel: str, headers: dict) -> dict:
     """Ask the fleet what tests/test_vllm_recordings.py replays: one good request as the runner builds it, the
     preset v1 schema (uniqueItems), each kind of bad input, and an answer with token logprobs (the job's
     default top_logprobs) and the 400 for more than --max-logprobs allows. Requests are our client's bodies with
@@ -139,7 +150,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
     out: dict = {}
     for name, (_url, body) in cases.items():
         t = time.time()
-        ans = _post(replica, body)
+        ans = _post(replica, body, headers)
         ans["seconds"] = round(time.time() - t, 2)
         ans["video_url"] = body["messages"][1]["content"][0]["video_url"]["url"].replace(root.as_uri(), "file://<root>")
         if name == "good" and isinstance(ans["body"], dict):
@@ -153,7 +164,27 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
     return out
 
 
+def _vllm_version(py: str) -> str:
+    if REHEARSE:
+        return "simulated"
+    return subprocess.run(
+        [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
+    ).stdout.strip()
+
+
+def _fleet_logs(logs: Path, into: Path, prefix: str = "") -> None:
+    """The start (flags, quantization, memory) and the end of each log of the fleet, appended to `into`."""
+    for f in sorted(logs.glob("*.log")) if logs.is_dir() else []:
+        lines = f.read_text(errors="replace").splitlines(keepends=True)
+        with into.open("a") as o:
+            o.write(f"===== {prefix}{f.name} (first 150 and last 80 of {len(lines)} lines)\n")
+            o.writelines(lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :])
+
+
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
+    assert TOPOLOGY in ("single", "nodehead"), f"CW_GPU_TOPOLOGY={TOPOLOGY}: single or nodehead"
+    if TOPOLOGY == "nodehead":
+        return node_and_head(tmp_path)
     out = Path(os.environ.get("CW_GPU_OUT") or tmp_path / "out")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "gpu-test.log"
@@ -413,20 +444,18 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         # 5. how the fleet answers: a good request, the v1 schema, bad input; its metric names and model list
         replica = "http://127.0.0.1:8000"
+        from data.settings import Settings
+        from serving import fleet_key
+
+        auth = fleet_key.headers(Settings.load({"data_dir": str(data_dir)}, environ={}))  # replicas require it
         answers = record_answers(
-            replica, served, clip_root, next(r["path"] for r in good if r["path"].startswith("library/"))
+            replica, served, clip_root, next(r["path"] for r in good if r["path"].startswith("library/")), auth
         )
         report["answers"] = {k: {"status": v["status"], "body": str(v["body"])[:300]} for k, v in answers.items()}
         metrics = httpx.get(replica + "/metrics", timeout=10).text
         metric_names = sorted({ln.split("{")[0].split(" ")[0] for ln in metrics.splitlines() if ln.startswith("vllm:")})
-        models = httpx.get(replica + "/v1/models", timeout=10).json()
-        version = (
-            "simulated"
-            if REHEARSE
-            else subprocess.run(
-                [py, "-c", "import vllm; print(vllm.__version__)"], capture_output=True, text=True
-            ).stdout.strip()
-        )
+        models = httpx.get(replica + "/v1/models", headers=auth, timeout=10).json()
+        version = _vllm_version(py)
         (out / "vllm-answers.json").write_text(
             json.dumps(
                 {
@@ -442,7 +471,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
                 default=str,
             )
         )
-        report["router_workers"] = httpx.get(router + "/workers", timeout=10).text[:500]
+        report["router_workers"] = httpx.get(router + "/workers", headers=auth, timeout=10).text[:500]
         assert answers["good"]["status"] == 200, answers["good"]
         assert answers["unsupported_schema"]["status"] == 400
         assert answers["good_logprobs"]["status"] == 200, answers["good_logprobs"]
@@ -454,11 +483,277 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         _run(
             [py, "-m", "serving.launcher", "down", "--data-dir", str(data_dir)], out / "launcher.log", env=env, cwd=ROOT
         )
-        for f in sorted((data_dir / "logs").glob("*.log")):
-            lines = f.read_text(errors="replace").splitlines(keepends=True)
-            with (out / "fleet-logs.txt").open("a") as o:  # the start (flags, quantization, memory) and the end
-                o.write(f"===== {f.name} (first 150 and last 80 of {len(lines)} lines)\n")
-                o.writelines(
-                    lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :]
-                )
+        _fleet_logs(data_dir / "logs", out / "fleet-logs.txt")
+        (out / "report.json").write_text(json.dumps(report, indent=1, default=str))
+
+
+# ---- CW_GPU_TOPOLOGY=nodehead: docs/SCALE.md's deployment on one machine ---------------------------------------
+NODE_HOST, HEAD_HOST, FOREIGN_HOST = "127.0.0.2", "127.0.0.3", "127.0.0.9"
+FETCH_TIMEOUT_S = 8  # VLLM_VIDEO_FETCH_TIMEOUT on the node, so that the "slow" case ends in seconds
+
+
+def _launch(args: list[str], env: dict, log: Path, timeout: float) -> subprocess.CompletedProcess:
+    with log.open("a") as f:
+        f.write(f"\n$ ./launch.sh {' '.join(args)}\n")
+    p = subprocess.run(
+        [str(ROOT / "launch.sh"), *args], capture_output=True, text=True, env=env, cwd=ROOT, timeout=timeout
+    )
+    # the first admin's password of a throwaway head: not for a report that may be committed
+    text = "".join(
+        ln.split("password")[0] + "password <redacted>\n" if "password" in ln else ln + "\n"
+        for ln in (p.stdout + p.stderr).splitlines()
+    )
+    with log.open("a") as f:
+        f.write(text + f"[exit {p.returncode}]\n")
+    return p
+
+
+def record_http_media(replica: str, auth: dict, head_settings, good_id: int, clip: bytes) -> dict:
+    """How the node's replica answers a clip URL of each kind, asked directly (with the fleet key), what our
+    client makes of that answer (a caption, or a failure and whether it is retried), and whether our runner would
+    send such a URL at all. The origin's failures (an error, slowness, a huge body) are played by a stand-in on
+    the app's host at another port (tests/support/media_origin.py). Messages carry the URL as <url>, the app's
+    host as <app-host>, the foreign one as <foreign-host>."""
+    from data import prompts
+    from data.job_params import JobParams
+    from serving import media_urls
+    from serving.answers import classify_status, error_message
+    from serving.client import CaptionRequest, FleetClient
+    from serving.errors import FleetError
+    from tests.support.media_origin import MediaOrigin, spec_url
+
+    app = head_settings.media_url_base
+    key = media_urls.load_key(head_settings.data_dir)
+    client = FleetClient(head_settings)
+    prompt = {**prompts.PRESETS[-1], "id": 2}
+    good = media_urls.signed_url(app, key, good_id, ttl=600)
+    body = client.build_body(CaptionRequest("x.mp4", prompt, JobParams(max_tokens=2048), media_url=good))
+    out: dict = {}
+    with MediaOrigin(HEAD_HOST, clip) as other, MediaOrigin(FOREIGN_HOST, clip) as foreign:
+        cases = {
+            "good": (good, {"serve": "clip"}),
+            "tampered": (good[:-4] + ("0000" if not good.endswith("0000") else "1111"), {"status": 403}),
+            "expired": (media_urls.signed_url(app, key, good_id, ttl=60, now=time.time() - 600), {"status": 403}),
+            "unsigned": (f"{app}{media_urls.ROUTE}/{good_id}", {"status": 403}),
+            "unknown_clip": (media_urls.signed_url(app, key, 10**9, ttl=600), {"status": 404}),
+            "origin_error": (spec_url(other, {"status": 500}), {"status": 500}),
+            "slow": (spec_url(other, {"delay_s": FETCH_TIMEOUT_S * 3}), {"delay_s": FETCH_TIMEOUT_S * 3}),
+            "oversized": (spec_url(other, {"bytes": 300 << 20}), {"bytes": 300 << 20}),
+            "another_port": (spec_url(other, {"serve": "clip"}), {"serve": "clip", "port": "other"}),
+            "another_host": (spec_url(foreign, {"serve": "clip"}), {"serve": "clip", "host": "foreign"}),
+        }
+        for name, (url, origin) in cases.items():
+            b = json.loads(json.dumps(body))
+            b["messages"][1]["content"][0]["video_url"]["url"] = url
+            t = time.time()
+            try:
+                r = httpx.post(replica + "/v1/chat/completions", json=b, headers=auth, timeout=600)
+                status, text = r.status_code, r.text
+                message = error_message(r) if r.status_code != 200 else ""
+            except httpx.HTTPError as e:
+                status, text, message = None, f"{type(e).__name__}: {e}", ""
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                parsed = text[:2000]
+            ans = {"status": status, "body": parsed, "seconds": round(time.time() - t, 2), "origin": origin}
+            # the job's outcome were the runner to send it: a caption, or a failure and whether it is retried
+            if status == 200:
+                ans["client"] = {"outcome": "caption"}
+            elif status is None:
+                ans["client"] = {"outcome": "unreachable", "retryable": True}
+            else:
+                err: FleetError = classify_status(status, message, replica)
+                ans["client"] = {"outcome": "failed", "kind": err.kind, "retryable": err.retryable}
+            try:  # and whether our runner sends such a URL at all (only the app's origin, port included)
+                client.build_body(CaptionRequest("x.mp4", prompt, media_url=url))
+                ans["runner_sends"] = True
+            except FleetError as e:
+                ans["runner_sends"] = False
+                ans["runner_refusal"] = e.kind
+            text = json.dumps(ans, default=str).replace(url, "<url>")
+            out[name] = json.loads(text.replace(HEAD_HOST, "<app-host>").replace(FOREIGN_HOST, "<foreign-host>"))
+    return out
+
+
+def node_and_head(tmp_path: Path) -> None:
+    from data.settings import Settings
+    from serving import fleet_addresses, procs
+
+    out = Path(os.environ.get("CW_GPU_OUT") or tmp_path / "out")
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "gpu-test.log"
+    report: dict = {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "rehearsal": REHEARSE,
+        "topology": "nodehead",
+    }
+    node_dir, head_dir = tmp_path / "node", tmp_path / "head"
+    clip_root = Path(os.environ.get("CW_GPU_CLIP_ROOT") or tmp_path / "clips").resolve()
+    count = int(os.environ.get("CW_GPU_CLIPS", "208"))
+    model = os.environ.get("CW_GPU_MODEL", "Qwen/Qwen3-VL-8B-Instruct")
+    # the node serves the name every command sends by default, so the terminal command needs no --served-model-name
+    served = Settings.load(environ={}).model_name
+    py = sys.executable
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CW_")}
+    env.update(PYTHONUNBUFFERED="1", PYTHON=py, PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
+    gpus = os.environ.get("CW_GPU_GPUS", "0" if not REHEARSE else "0,1")
+    n_rep = len([g for g in gpus.split(",") if g.strip()])
+    app_port = procs.free_port(HEAD_HOST)
+    app = f"http://{HEAD_HOST}:{app_port}"
+    try:
+        # 1. the clips (the library only: every clip is good, so the job must end with 0 failed)
+        t = time.time()
+        if not (clip_root / "library").is_dir():
+            small = ["--height", "360", "--max-seconds", "11"] if REHEARSE else ["--max-seconds", "12"]
+            p = _run(
+                [py, "-m", "data.demo", str(clip_root / "library"), "--count", str(count), "--realistic", "--no-broken"]
+                + small,
+                log,
+                env=env,
+                cwd=ROOT,
+            )
+            assert p.returncode == 0
+        report["clip_generation_s"] = round(time.time() - t, 1)
+
+        # 2. the head's fleet key, stored on the node (docs/SCALE.md's order), then the node, then the head
+        key = subprocess.run(
+            [py, "-m", "serving.fleet_key", "show", "--data-dir", str(head_dir)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        ).stdout
+        subprocess.run(
+            [py, "-m", "serving.fleet_key", "set", "--data-dir", str(node_dir)],
+            input=key,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=ROOT,
+            check=True,
+        )
+        node_args = ["--role", "node", "--replica-host", NODE_HOST, "--media-url-base", app, "--model", model]
+        node_args += ["--served-model-name", served, "--detach", "--no-install", "--data-dir", str(node_dir)]
+        if REHEARSE:
+            node_args += ["--fleet-mode", "sim", "--replicas", str(n_rep)]
+        else:
+            node_args += ["--fleet-mode", "gpu", "--gpus", gpus]
+            if os.environ.get("CW_GPU_DUMMY"):
+                node_args += ["--vllm-arg=--load-format=dummy"]
+            node_args += [f"--vllm-arg={a}" for a in os.environ.get("CW_GPU_VLLM_ARGS", "").split()]
+        port = fleet_addresses.free_block(NODE_HOST, max(int(g) for g in gpus.split(",")) + 1, 8000)
+        node_env = {
+            **env,
+            "CW_FLEET_PORT": str(port),
+            "VLLM_VIDEO_FETCH_TIMEOUT": str(FETCH_TIMEOUT_S),
+            "VLLM_MEDIA_FETCH_MAX_RETRIES": "1",  # releases that retry a fetch would otherwise multiply "slow"
+        }
+        t = time.time()
+        p = _launch(node_args, node_env, out / "launcher.log", timeout=2400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        report["node_up_s"] = round(time.time() - t, 1)
+        workers = [ln for ln in p.stdout.splitlines() if "worker URLs for the head" in ln][0].split(": ", 1)[1].strip()
+        report["workers"] = workers
+        head_args = ["--role", "head", "--host", HEAD_HOST, "--port", str(app_port), "--worker-urls", workers]
+        # the library alone: a kept CW_GPU_CLIP_ROOT may also hold the hostile corpus of the single topology
+        head_args += [
+            "--clip-root",
+            str(clip_root / "library"),
+            "--detach",
+            "--no-install",
+            "--data-dir",
+            str(head_dir),
+        ]
+        head_env = {
+            **env,
+            "CW_ROUTER_PORT": str(procs.free_port()),
+            "CW_ROUTER_PROMETHEUS_PORT": str(procs.free_port()),
+        }
+        t = time.time()
+        p = _launch(head_args, head_env, out / "launcher.log", timeout=2400)
+        assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
+        report["head_up_s"] = round(time.time() - t, 1)  # ingest included
+        router = json.loads((head_dir / "run" / "fleet.json").read_text())["router_url"]
+
+        # 3. the README's terminal command on the head, with only --data-dir and --fleet-urls, while the head's
+        #    supervised runner runs too
+        from data import db as dbmod, heartbeats
+
+        db = dbmod.connect(head_dir / "workbench.db")
+        good = [r["id"] for r in db.query("SELECT id FROM clips WHERE probe_error IS NULL")]
+        report["clips"] = {
+            "good": len(good),
+            "bad_at_ingest": db.execute("SELECT COUNT(*) FROM clips").fetchone()[0] - len(good),
+        }
+        assert len(good) >= 200 or REHEARSE, report["clips"]
+        t = time.time()
+        cap = [py, "-m", "serving.caption", "--data-dir", str(head_dir), "--fleet-urls", router, "--has-caption", "no"]
+        p = _run(cap + ["--no-progress"], out / "caption.log", env=env, cwd=ROOT)
+        report["caption_s"] = round(time.time() - t, 1)
+        assert p.returncode == 0, (out / "caption.log").read_text()[-3000:]
+        job = next(db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT 1"))
+        states = {
+            r["state"]: r["n"]
+            for r in db.query("SELECT state, COUNT(*) AS n FROM job_items WHERE job_id = ? GROUP BY state", [job["id"]])
+        }
+        report["job"] = {"total": job["total"], "state": job["state"], **states}
+        report["job"]["clips_per_s"] = round(states.get("done", 0) / max(1e-9, report["caption_s"]), 2)
+        runners = [b for b in heartbeats.heartbeats(db, "runner") if procs.pid_alive(b["pid"])]
+        report["runners_alive"] = [b["name"] for b in runners]
+        failures = {
+            r["path"]: r["last_error"][:300]
+            for r in db.query(
+                "SELECT c.path, i.last_error FROM job_items i JOIN clips c ON c.id = i.clip_id "
+                "WHERE i.job_id = ? AND i.state = 'failed' LIMIT 20",
+                [job["id"]],
+            )
+        }
+        report["failures"] = failures
+        assert job["state"] == "done" and states.get("done", 0) == len(good) and not states.get("failed"), report
+        assert "runner" in report["runners_alive"], "the head's supervised runner was not running"
+        sims = db.execute("SELECT SUM(simulated) FROM captions WHERE job_id = ?", [job["id"]]).fetchone()[0]
+        assert sims == (len(good) if REHEARSE else 0)
+
+        # 4. how real vLLM answers http media, asked on the node's first replica with the head's key
+        head_settings = Settings.load({"data_dir": str(head_dir)}, environ={})
+        from data import library
+
+        head_settings = library.settings_for(db, head_settings)
+        clip = (
+            head_settings.clip_root / next(db.query("SELECT path FROM clips WHERE id = ?", [good[0]]))["path"]
+        ).read_bytes()
+        db.close()
+        replica = workers.split(",")[0]
+        answers = record_http_media(replica, {"authorization": f"Bearer {key.strip()}"}, head_settings, good[0], clip)
+        report["http_media"] = {
+            k: {"status": v["status"], "client": v["client"], "runner_sends": v["runner_sends"]}
+            for k, v in answers.items()
+        }
+        version = _vllm_version(py)
+        (out / "vllm-answers.json").write_text(
+            json.dumps(
+                {"vllm_version": version, "recorded": report["date"], "topology": "nodehead", "http_media": answers},
+                indent=1,
+                default=str,
+            )
+        )
+        a = answers
+        assert a["good"]["status"] == 200 and a["good"]["client"]["outcome"] == "caption", a["good"]
+        for name in ("tampered", "expired", "unsigned", "unknown_clip"):  # the app refused: the clip's fault
+            assert 400 <= (a[name]["status"] or 0) < 500 and a[name]["client"]["retryable"] is False, (name, a[name])
+        for name in ("origin_error", "slow"):  # the origin's trouble, not the clip's: retried
+            assert a[name]["status"] and a[name]["status"] >= 500 and a[name]["client"]["retryable"], (name, a[name])
+        assert a["oversized"]["status"] != 200, a["oversized"]
+        for name in ("good", "tampered", "expired", "unsigned", "unknown_clip"):  # the app's own origin
+            assert a[name]["runner_sends"], (name, a[name])
+        for name in ("another_port", "another_host"):  # never sent by our runner, whatever vLLM would do with it
+            assert not a[name]["runner_sends"] and a[name]["runner_refusal"] == "origin", (name, a[name])
+        assert a["another_host"]["status"] == 400, a["another_host"]  # --allowed-media-domains: host checked
+    finally:
+        for d in (head_dir, node_dir):
+            _launch(["stop", "--data-dir", str(d)], env, out / "launcher.log", timeout=300)
+        for d in (node_dir, head_dir):
+            _fleet_logs(d / "logs", out / "fleet-logs.txt", prefix=f"{d.name}/")
         (out / "report.json").write_text(json.dumps(report, indent=1, default=str))

@@ -126,8 +126,10 @@ def test_the_fleet_router_and_metrics_ports_reach_the_commands(tmp_path):
     cmds = commands(r.stdout)
     sim = [c for c in cmds if "serving.simfleet" in c][0]
     router = [c for c in cmds if "--worker-urls" in c][0]
+    gate = [c for c in cmds if "serving.router_gate" in c][0]
     assert _args_after(sim, "--port") == "9100"
-    assert _args_after(router, "--port") == "31234" and _args_after(router, "--prometheus-port") == "29000"
+    assert _args_after(gate, "--port") == "31234" and _args_after(router, "--prometheus-port") == "29000"
+    assert _args_after(gate, "--upstream") == f"http://{_args_after(router, '--host')}:{_args_after(router, '--port')}"
     assert router[router.index("--worker-urls") + 1 : router.index("--policy")] == [
         "http://127.0.0.1:9100",
         "http://127.0.0.1:9101",
@@ -146,3 +148,42 @@ def test_the_scripts_own_options_take_both_spellings(tmp_path):
         assert r.returncode == 0, r.stderr
         replica = [c for c in commands(r.stdout) if "serve" in c][0]
         assert "--load-format=dummy" in replica
+
+
+def test_a_node_takes_every_replica_option_the_single_machine_takes(tmp_path):
+    """Issue 23: `./launch.sh --role node` dropped --vllm-arg. Both spellings reach the replica's command, as do
+    --gpus, and --replicas for a simulated node; the key comes from the node's key file, never a flag."""
+    node = ("--role", "node", "--replica-host", "127.0.0.2", "--media-url-base", "http://10.9.8.7:7860")
+    for args in (("--vllm-arg", "--load-format=dummy"), ("--vllm-arg=--load-format=dummy",)):
+        r = launch(tmp_path, *node, "--fleet-mode", "gpu", "--gpus", "0,1", *args, "--vllm-arg=--quantization=fp8")
+        assert r.returncode == 0, r.stderr
+        replicas = [c for c in commands(r.stdout) if "serve" in c]
+        assert len(replicas) == 2, r.stdout
+        for c in replicas:
+            assert "--load-format=dummy" in c and "--quantization=fp8" in c
+            assert c[c.index("--host") + 1] == "127.0.0.2" and "--api-key" not in c
+        assert 'VLLM_API_KEY="$(cat ' in r.stdout and "no fleet key yet" in r.stdout  # the node has none yet
+    r = launch(tmp_path, *node, "--fleet-mode", "sim", "--replicas", "3")
+    assert r.returncode == 0, r.stderr
+    sim = [c for c in commands(r.stdout) if "serving.simfleet" in c][0]
+    assert _args_after(sim, "--replicas") == "3"
+
+
+def test_a_library_launched_as_a_head_stays_a_head(tmp_path):
+    """Issue 23: the head's record gives the role to a plain `./launch.sh`, and a flag that contradicts it is
+    refused before anything runs, with the command that changes the record."""
+    from data import db as dbmod, deployment
+
+    s = Settings.load({"data_dir": str(tmp_path / "var")}, environ={})
+    db = dbmod.connect(s.db)
+    try:
+        deployment.record_head(db, s.replace(role="head", media_url_base="http://10.0.0.1:7860"))
+    finally:
+        db.close()
+    r = launch(tmp_path, "--worker-urls", "http://10.0.0.5:8000")  # no --role: the record says head
+    assert r.returncode == 0, r.stderr
+    cmds = commands(r.stdout)
+    assert any("serving.router_gate" in c for c in cmds) and not any("serving.simfleet" in c for c in cmds)
+    r = launch(tmp_path, "--worker-urls", "http://10.0.0.5:8000", "--media-url-base", "http://10.0.0.2:7860")
+    assert r.returncode == 2 and "python -m data.deployment set --role head" in r.stderr, r.stderr
+    assert not commands(r.stdout)

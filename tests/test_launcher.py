@@ -32,8 +32,7 @@ ROUTER = {
     "--request-timeout-secs": "1800",
     "--retry-max-retries": "2",
     "--prometheus-port": "29000",
-    "--host": "127.0.0.1",
-    "--port": "30000",
+    "--cors-allowed-origins": "http://no-page.invalid",  # no web page may read its answers
 }
 
 
@@ -116,6 +115,8 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
         assert f["--allowed-local-media-path"] == str(tmp_path / "clips")
         assert f["--load-format"] == "dummy"
         assert "VLLM_VIDEO_LOADER_BACKEND" not in env
+        assert env["VLLM_API_KEY"] == f"$(cat {tmp_path}/fleet.key)"  # the fleet key, read when it runs
+        assert "--api-key" not in argv  # never on a command line: every process list shows those
         assert f"> {tmp_path}/logs/replica-{i}.log" in line
     env, router = split(lines[10])
     # `vllm-router` from PATH, or `python -m vllm_router.launch_router` where only the module is importable
@@ -127,6 +128,12 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
         assert f[k] == v, k
     workers = router[router.index("--worker-urls") + 1 : router.index("--policy")]
     assert workers == [f"http://127.0.0.1:{8000 + i}" for i in range(8)]
+    # the router listens on a private loopback address; the gate on the router's port is the way in
+    assert f["--host"].startswith("127.") and f["--port"] != "30000"
+    _, gate = split(lines[11])
+    g = flags(gate[3:])
+    assert gate[1:3] == ["-m", "serving.router_gate"] and g["--port"] == "30000"
+    assert g["--upstream"] == f"http://{f['--host']}:{f['--port']}" and g["--data-dir"] == str(tmp_path)
 
 
 def test_hw_decoders_only_after_0_25_1(tmp_path):
@@ -154,7 +161,7 @@ def test_served_model_name_and_gpu_subset(tmp_path):
         "--model",
         "org/other",
     )
-    assert len(lines) == 3
+    assert len(lines) == 4  # two replicas, the router, its gate
     envs = [split(line)[0]["CUDA_VISIBLE_DEVICES"] for line in lines[:2]]
     assert envs == ["2", "5"]
     argv = split(lines[0])[1]
@@ -216,7 +223,7 @@ def test_sim_fleet_up_status_url_down_with_the_real_router(settings, capsys):
     assert launcher.main(["up", "--fleet-mode", "sim", "--replicas", "1", *base]) == 0
     try:
         rec = fleet_record.load_record(settings)
-        assert [c["name"] for c in rec["procs"]] == ["simfleet", "router"]
+        assert [c["name"] for c in rec["procs"]] == ["simfleet", "router", "router-gate"]
         assert launcher.main(["status", *base]) == 0
         capsys.readouterr()
         launcher.main(["url", *base])

@@ -18,7 +18,7 @@ import pytest
 
 from data import db as dbmod, heartbeats
 from data.settings import Settings
-from serving import fleet_addresses, fleet_commands, fleet_record, launcher, procs
+from serving import fleet_addresses, fleet_commands, fleet_key, fleet_record, launcher, procs
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
@@ -67,12 +67,16 @@ def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_
         assert not set(ra["replica_urls"]) & set(rb["replica_urls"])
         prom_b = [c for c in rb["procs"] if c["name"] == "router"][0]["cmd"]
         assert prom_b[prom_b.index("--prometheus-port") + 1] != str(prom_port)
-        # each router is its launcher's own process and routes only to its own replicas
-        for rec in (ra, rb):
+        # each router (behind its gate) is its launcher's own process and routes only to its own replicas
+        keys = {d: fleet_key.headers(Settings.load({"data_dir": str(d)}, environ={})) for d in (a, b)}
+        for d, rec in ((a, ra), (b, rb)):
+            gate = [c for c in rec["procs"] if c["name"] == "router-gate"][0]
             router = [c for c in rec["procs"] if c["name"] == "router"][0]
-            assert procs.group_listens(router["pgid"], httpx.URL(rec["router_url"]).port)
-            workers = httpx.get(rec["router_url"] + "/workers", timeout=5).json()["workers"]
+            assert procs.group_listens(gate["pgid"], httpx.URL(rec["router_url"]).port)
+            assert procs.group_listens(router["pgid"], httpx.URL(router["url"]).port)
+            workers = httpx.get(rec["router_url"] + "/workers", headers=keys[d], timeout=5).json()["workers"]
             assert sorted(w["url"] for w in workers) == sorted(rec["replica_urls"])
+        assert keys[a] != keys[b]  # each workbench's fleet takes its own key
         # what `launch.sh` hands the second runner and app is the second router
         s_b = Settings.load({"data_dir": str(b)}, environ={})
         assert fleet_record.fleet_url(s_b) == rb["router_url"]
@@ -81,6 +85,7 @@ def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_
             r = httpx.post(
                 rb["router_url"] + "/v1/chat/completions",
                 timeout=10,
+                headers=keys[b],
                 json={"messages": [{"role": "user", "content": "hello"}]},
             )
             assert r.status_code == 200, r.text

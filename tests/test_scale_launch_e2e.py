@@ -1,13 +1,18 @@
 """The whole deployment of docs/SCALE.md through launch.sh itself, on loopback: a GPU-node role (simulated
-replicas on 127.0.0.2) and a head role (router over its worker URLs, supervised runner, app), a job captioned
-with every clip fetched over a signed URL, the runner SIGKILLed and restarted, everything stopped.
-Marked slow (~1 min: demo library, ingest, the app's start-up); the fast rehearsal is test_scale_multinode.py."""
+replicas on 127.0.0.2, holding the head's fleet key) and a head role (router over its worker URLs behind the
+router gate, supervised runner, app). The README's terminal command, run on the head with only --data-dir and
+--fleet-urls, captions every clip over signed URLs while the head's supervised runner runs too (issue 23); then
+a job from the database, the runner SIGKILLed and restarted, everything stopped.
+Marked slow (~1 min: demo library, ingest, the app's start-up); the fast rehearsals are test_scale_multinode.py
+and test_deployment.py."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +42,24 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
     app_port = procs.free_port()
     fleet_port = fleet_addresses.free_block("127.0.0.2", 2, procs.free_port("127.0.0.2"))
     node, head = tmp_path / "node", tmp_path / "head"
+    # the docs' order: the head's key first (made once), stored on the node, then the node, then the head
+    key = subprocess.run(
+        [sys.executable, "-m", "serving.fleet_key", "show", "--data-dir", str(head)],
+        capture_output=True,
+        text=True,
+        env=base,
+        cwd=ROOT,
+        check=True,
+    ).stdout
+    subprocess.run(
+        [sys.executable, "-m", "serving.fleet_key", "set", "--data-dir", str(node)],
+        input=key,
+        text=True,
+        env=base,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+    )
     try:
         r = sh(
             "--role",
@@ -76,6 +99,42 @@ def test_node_and_head_roles_caption_a_job_over_signed_urls(tmp_path):
         # the interpreter this launch ran with, for `stop` and `status` from another shell (tests/test_launch_shell.py)
         recorded = (head / "run" / "python").read_text().strip()
         assert Path(recorded).is_absolute() and os.access(recorded, os.X_OK), recorded
+        router = json.loads((head / "run" / "fleet.json").read_text())["router_url"]
+        # the README's terminal command on the head, from a shell without the launch's variables
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "serving.caption",
+                "--data-dir",
+                str(head),
+                "--fleet-urls",
+                router,
+                "--has-caption",
+                "no",
+                "--no-progress",
+            ],
+            capture_output=True,
+            text=True,
+            env=base,
+            cwd=ROOT,
+            timeout=240,
+        )
+        assert cli.returncode == 0, cli.stderr[-3000:]
+        d = dbmod.connect(head / "workbench.db")
+        try:
+            n_good = d.execute("SELECT COUNT(*) FROM clips WHERE probe_error IS NULL").fetchone()[0]
+            n_bad = d.execute("SELECT COUNT(*) FROM clips WHERE probe_error IS NOT NULL").fetchone()[0]
+            # every clip that can be captioned is; the demo's broken files fail for their ingest reason alone
+            assert f"{n_good} captioned, {n_bad} failed" in cli.stderr, cli.stderr[-2000:]
+            errors = [r[0] for r in d.execute("SELECT last_error FROM job_items WHERE state = 'failed'")]
+            assert len(errors) == n_bad and all(e.startswith("ingest: ") for e in errors), errors
+            beats = heartbeats.heartbeats(d, "runner")
+            assert any(b["name"] == "runner" and procs.pid_alive(b["pid"]) for b in beats), beats  # it ran too
+        finally:
+            d.close()
+        stats = [httpx.get(u + "/sim/stats", timeout=5).json()["media_fetches"] for u in workers.split(",")]
+        assert sum(s["http"] for s in stats) >= n_good and sum(s["file"] for s in stats) == 0, stats
         d = dbmod.connect(head / "workbench.db")
         try:
             ids = [r[0] for r in d.execute("SELECT id FROM clips WHERE probe_error IS NULL")]

@@ -11,7 +11,7 @@ import time
 import httpx
 import pytest
 
-from data import db as dbmod, jobs, prompts
+from data import db as dbmod, deployment, jobs, prompts
 from data.clipgen import tiny_clip, tiny_library
 from data.job_params import JobParams
 from data.job_selection import Selection
@@ -49,14 +49,14 @@ def test_check_accepts_only_the_signed_clip_until_its_expiry():
 
 
 def test_media_base_and_domains_follow_the_settings(settings):
-    assert media_urls.media_base(settings) == ""  # one machine: file://
+    assert deployment.media_base(settings) == ""  # one machine: file://
     s = settings.replace(media_url_base="https://head.example:8443/")
-    assert media_urls.media_base(s) == "https://head.example:8443"
+    assert deployment.media_base(s) == "https://head.example:8443"
     assert media_urls.media_domains(s) == "head.example"
     assert media_urls.media_domains(s.replace(allowed_media_domains="A.example, b.example")) == "a.example,b.example"
     with pytest.raises(ValueError, match="cannot reach"):
-        media_urls.media_base(settings.replace(role="head"))
-    assert media_urls.media_base(settings.replace(role="head", host="10.0.0.9", port=7861)) == "http://10.0.0.9:7861"
+        deployment.media_base(settings.replace(role="head"))
+    assert deployment.media_base(settings.replace(role="head", host="10.0.0.9", port=7861)) == "http://10.0.0.9:7861"
 
 
 # ---- the app's route and the rehearsal ------------------------------------------------------------------------
@@ -155,7 +155,7 @@ def test_two_nodes_on_loopback_caption_a_job_over_signed_urls_only(head, tmp_pat
                 ]
             },
         )
-        assert r.status_code == 400 and "allowed-media-domains" in r.text
+        assert r.status_code == 400 and "must be from one of the allowed domains" in r.text
         head_settings = settings.replace(media_url_base=app.url, media_url_ttl=120.0)
         db = dbmod.connect(settings.db)
         try:

@@ -273,7 +273,9 @@ def test_kill_replica_and_slow_factor(fleet_settings, clip_root):
 
 
 def test_unknown_knob_is_refused(sim):
-    r = httpx.post(sim.urls[0] + "/sim/knobs", json={"explode": True}, trust_env=False)
+    with pytest.raises(httpx.HTTPStatusError) as e:
+        sim.set_knobs(0, explode=True)
+    r = e.value.response
     assert r.status_code == 400 and "explode" in r.json()["error"]["message"]
 
 

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from data import db as dbmod, users
+    from data.errors import DataError
     from webapp.app import build_app
 
     db = dbmod.connect(settings.db)
@@ -45,7 +46,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     db.close()
-    app = build_app(settings)
+    try:
+        app = build_app(settings)
+    except DataError as e:  # e.g. a setting the library's recorded deployment contradicts (data.deployment)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import library, order
+from serving import fleet_key
 from webapp import activity, browse, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse import BrowseTab
@@ -233,7 +234,9 @@ def build_app(settings) -> FastAPI:
     # simulated or not is decided once, here, so the banner is part of the first paint (it used to appear
     # only after the Fleet tab's first scrape, ~10 s later): launched as `--fleet-mode sim`, or a fleet
     # that says so in its /metrics
-    simulated = settings.fleet_mode == "sim" or (bool(urls) and any_simulated(snapshot(urls, timeout=1.0)[0]))
+    simulated = settings.fleet_mode == "sim" or (
+        bool(urls) and any_simulated(snapshot(urls, timeout=1.0, headers=fleet_key.headers(settings))[0])
+    )
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)

@@ -12,7 +12,7 @@ import time
 import gradio as gr
 import pandas as pd
 
-from serving import fleet
+from serving import fleet, fleet_key
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -81,11 +81,14 @@ def _cell(v) -> str:
     return render.esc(text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…")
 
 
-def snapshot(urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
+def snapshot(
+    urls: list[str], timeout: float = TIMEOUT_S, headers: dict[str, str] | None = None
+) -> tuple[list[dict], dict | None]:
     """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
-    to its workers, bounded in size, time and fan-out (serving.fleet.watch). Never raises: an unreachable
-    replica is a row. The router dict carries `listed`: how many replicas there are in all."""
-    snap = fleet.watch(urls, timeout=timeout)
+    to its workers, bounded in size, time and fan-out (serving.fleet.watch); `headers` (the fleet key) go with
+    every read. Never raises: an unreachable replica is a row. The router dict carries `listed`: how many
+    replicas there are in all."""
+    snap = fleet.watch(urls, timeout=timeout, headers=headers)
     router = dict(snap["router"]) if snap["router"] else None
     if router is not None:
         router["listed"] = snap["listed"]
@@ -130,7 +133,7 @@ class FleetTab:
         with self._lock:
             t, rows, router = self._cache
             if time.monotonic() - t > CACHE_S:
-                rows, router = snapshot(self.ctx.fleet_urls)
+                rows, router = snapshot(self.ctx.fleet_urls, headers=fleet_key.headers(self.ctx.settings))
                 self._cache = (time.monotonic(), rows, router)
             return rows, router
 

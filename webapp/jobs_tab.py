@@ -21,7 +21,7 @@ from data import clips, events, heartbeats, job_queries, jobs, prompts
 from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
 from data.job_selection import Selection
-from serving import cost
+from serving import cost, fleet_key
 from serving.fleet import router_workers
 from webapp import render
 from webapp.context import AppContext, shows_errors
@@ -249,7 +249,8 @@ class JobsTab:
         if hit and time.monotonic() - hit[1] < 60:
             return hit[0]
         urls = self.ctx.fleet_urls
-        n = (router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
+        key = fleet_key.headers(self.ctx.settings)
+        n = (router_workers(urls[0], timeout=1.0, headers=key) or 1) if len(urls) == 1 else max(1, len(urls))
         self._replica_cache = (n, time.monotonic())
         return n
 

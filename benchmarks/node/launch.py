@@ -13,7 +13,7 @@ import httpx
 
 from benchmarks.node.clips import fresh_clips
 from benchmarks.node.context import ANSI, ROOT, Ctx, interrupt_group, say
-from serving import procs
+from serving import fleet_key, procs
 
 
 def launch_command(ctx: Ctx, *where: str) -> list[str]:
@@ -55,8 +55,8 @@ def stage_launch(ctx: Ctx) -> dict:
                 for name, url in probes.items():
                     if name in ready:
                         continue
-                    try:
-                        if http.get(url).status_code == 200:
+                    try:  # the router's address is its gate's, which takes the fleet key (made by the launch)
+                        if http.get(url, headers=fleet_key.headers(s)).status_code == 200:
                             ready[name] = round(time.time() - t0, 1)
                     except httpx.HTTPError:
                         pass

@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable
 
-from data import db as dbmod, job_items, job_queries, library, prompts
+from data import db as dbmod, deployment, job_items, job_queries, library, prompts
 from data.settings import Settings, url_list
-from serving import fleet_record, media_urls
+from serving import fleet_key, fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet import router_workers
@@ -100,7 +100,7 @@ class Runner:
         self.started_at = time.monotonic()
         self.state = "new"
         # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
-        self._media_base = media_urls.media_base(settings)
+        self._media_base = deployment.media_base(settings)
         self._media_key = media_urls.load_key(settings.data_dir) if self._media_base else b""
 
     @property
@@ -191,7 +191,8 @@ class Runner:
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
-                self.health.behind_router(await asyncio.to_thread(router_workers, url) or 1)
+                auth = fleet_key.headers(self.settings)
+                self.health.behind_router(await asyncio.to_thread(router_workers, url, 3.0, auth) or 1)
             log.info(
                 "runner %s: %d replica slot(s) over %s",
                 self.identity,

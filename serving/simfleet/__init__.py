@@ -14,8 +14,12 @@ starts with "[SIMULATED]", the served model id ends with " (simulated)" and ever
 `x-simulated: 1`, so a simulated caption can never pass for a real one. Real vLLM is the reference: the
 answers are checked against a recording of it (tests/test_vllm_recordings.py), never more lenient.
 
-Failure knobs, as flags and at run time per replica (`POST /sim/knobs` with a JSON object): see knobs.py.
-`GET /sim/stats` returns the knobs and counters. In-process API for tests: `start_fleet(replicas, port, root,
+With an API key (`--api-key`, or VLLM_API_KEY as vLLM reads it) `/v1` needs `Authorization: Bearer <key>`, and a
+missing or wrong one gets vLLM's 401 `{"error": "Unauthorized"}`. Failure knobs, as flags and at run time per
+replica (`POST /sim/knobs` with a JSON object and `Authorization: Bearer <knobs token>`, the token from
+SIMFLEET_KNOBS_TOKEN or else the API key): see knobs.py. `GET /sim/stats` returns the knobs and counters. The
+controls take no request a browser sends for a page, and a fleet bound beyond loopback serves them on 127.0.0.1
+only (`FleetHandle.knob_urls`). In-process API for tests: `start_fleet(replicas, port, root,
 ...)` returns a `FleetHandle` with `.urls`, `.stop()`, `.kill_replica(i)`, `.set_knobs(i, **knobs)`, `.stats(i)`.
 
 The modules, from the clip outwards:
@@ -26,7 +30,7 @@ The modules, from the clip outwards:
 - knobs.py    the failure knobs and their command-line flags
 - metrics.py  the Prometheus series (vLLM's names) and the exact busy-time integrals
 - replica.py  one replica: faults, clip loading, the capacity queue, the chat request end to end
-- app.py      the Starlette app around a replica (the same ASGI stack as the web app)
+- app.py      the Starlette app around a replica (the same ASGI stack as the web app), its key and its controls' guard
 - server.py   `FleetSpec` and `serve_fleet`: N replicas, one uvicorn server each, on one event loop
 - harness.py  `start_fleet` / `FleetHandle`: a fleet in a child process or a thread, for tests
 - cli.py      the command line, read (`main`) and written (`command`, used by the launcher too)

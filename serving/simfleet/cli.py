@@ -4,7 +4,9 @@
     python -m serving.simfleet --replicas 2 --port 0 --allowed-local-media-path DIR --speed 0 --ready-file f.json
 
 `command(spec)` is the one place that writes this command line: the launcher and the test harness start a
-fleet through it, so the flags they pass are the flags `build_parser` reads.
+fleet through it, so the flags they pass are the flags `build_parser` reads. Secrets never go on it: the API key
+is read from VLLM_API_KEY (as vLLM reads it; `--api-key` also works, as on vLLM) and the knobs token from
+SIMFLEET_KNOBS_TOKEN (default: the API key), both from the environment (`secret_env(spec)`).
 """
 
 from __future__ import annotations
@@ -47,6 +49,16 @@ def command(spec: FleetSpec, extra: Sequence[str] = ()) -> list[str]:
     return cmd + as_flags(spec.knobs) + list(extra)
 
 
+API_KEY_ENV = "VLLM_API_KEY"
+KNOBS_TOKEN_ENV = "SIMFLEET_KNOBS_TOKEN"
+
+
+def secret_env(spec: FleetSpec) -> dict[str, str]:
+    """The environment that gives the process of `spec` its API key and knobs token."""
+    env = {API_KEY_ENV: spec.api_key} if spec.api_key else {}
+    return env | ({KNOBS_TOKEN_ENV: spec.knobs_token} if spec.knobs_token else {})
+
+
 def build_parser() -> argparse.ArgumentParser:
     from data.settings import Settings
 
@@ -69,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
         else:
             p.add_argument(flag(knob), type=kind, default=default, help=text)
     p.add_argument("--seed", type=int, default=0, help="seed of the error-rate dice")
+    p.add_argument(
+        "--api-key",
+        default=None,
+        help=f"/v1 requests need `Authorization: Bearer KEY`, as with vLLM's --api-key (default: ${API_KEY_ENV})",
+    )
     p.add_argument("--ready-file", default=None, help='write {"urls": [...]} here once every replica listens')
     return p
 
@@ -79,16 +96,18 @@ def main(argv: list[str] | None = None) -> int:
         **{field: getattr(args, _dest(name)) for field, name, *_ in SPEC_FLAGS},
         seed=args.seed,
         knobs={knob: getattr(args, knob) for knob, *_ in FLAGS},
+        api_key=args.api_key or os.environ.get(API_KEY_ENV) or None,
+        knobs_token=os.environ.get(KNOBS_TOKEN_ENV) or args.api_key or os.environ.get(API_KEY_ENV) or None,
     )
 
-    def on_ready(urls: list[str]) -> None:
+    def on_ready(urls: list[str], knob_urls: list[str]) -> None:
         print(
             f"simulated fleet ready ({len(urls)} replicas, model {args.model}{SIM_SUFFIX}): " + " ".join(urls),
             flush=True,
         )
         if args.ready_file:
             tmp = args.ready_file + ".tmp"
-            Path(tmp).write_text(json.dumps({"urls": urls, "pid": os.getpid()}))
+            Path(tmp).write_text(json.dumps({"urls": urls, "knob_urls": knob_urls, "pid": os.getpid()}))
             os.replace(tmp, args.ready_file)
 
     async def run() -> None:

@@ -2,6 +2,10 @@
 
     with start_fleet(2, 0, clip_root, speed=0) as fleet:   # ephemeral ports, a child process
         fleet.urls; fleet.set_knobs(0, hang=True); fleet.kill_replica(1); fleet.stats(0)
+    start_fleet(1, 0, root, api_key="k")     # /v1 then needs `Authorization: Bearer k` (fleet.headers has it)
+
+Every fleet started here has a knobs token of its own (random, unless given), which the handle sends: the
+controls take no change from anyone else.
 
 Like vLLM's `RemoteOpenAIServer` test helper: the fleet runs in a child process in its own process group (or on
 an event loop in a daemon thread, `mode="thread"`), readiness is every replica listening, with a deadline, and a
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import signal
 import subprocess
 import tempfile
@@ -24,19 +29,33 @@ from typing import Any, Callable
 
 import httpx
 
-from serving.simfleet.cli import command
+from serving.simfleet.cli import command, secret_env
 from serving.simfleet.server import DEFAULT_MODEL, FleetSpec, serve_fleet
 
 
 class FleetHandle:
     """A running simulated fleet (in a thread or a child process) and its controls."""
 
-    def __init__(self, urls: list[str], stop: Callable[[], None]):
+    def __init__(
+        self,
+        urls: list[str],
+        stop: Callable[[], None],
+        *,
+        knob_urls: list[str] | None = None,
+        knobs_token: str | None = None,
+        api_key: str | None = None,
+    ):
         self.urls = urls
+        self.knob_urls = knob_urls or urls  # where each replica's controls answer (loopback only)
+        self._knobs_auth = {"authorization": f"Bearer {knobs_token}"} if knobs_token else {}
+        # what a client of this fleet sends on /v1 requests ({} for a fleet without an API key)
+        self.headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
         self._stop = stop
 
     def _post_knobs(self, i: int, knobs: dict) -> dict:
-        r = httpx.post(self.urls[i] + "/sim/knobs", json=knobs, timeout=5, trust_env=False)
+        r = httpx.post(
+            self.knob_urls[i] + "/sim/knobs", json=knobs, headers=self._knobs_auth, timeout=5, trust_env=False
+        )
         r.raise_for_status()
         return r.json()
 
@@ -58,7 +77,7 @@ class FleetHandle:
         raise RuntimeError(f"replica {i} still answers after kill")
 
     def stats(self, i: int) -> dict:
-        return httpx.get(self.urls[i] + "/sim/stats", timeout=5, trust_env=False).json()
+        return httpx.get(self.knob_urls[i] + "/sim/stats", timeout=5, trust_env=False).json()
 
     def stop(self) -> None:
         self._stop()
@@ -80,14 +99,25 @@ def start_fleet(
     mode: str = "process",
     timeout: float = 30.0,
     seed: int = 0,
+    api_key: str | None = None,
     **knobs: Any,
 ) -> FleetHandle:
     """Start a simulated fleet and wait until every replica answers /health.
 
     `port=0` picks free ephemeral ports (what tests want). `mode="process"` runs it in a child process in
     its own process group (real parallelism, killable); `mode="thread"` runs it on an event loop in a
-    daemon thread of this process (cheaper to start)."""
-    spec = FleetSpec(replicas, port, root, host=host, model=model, seed=seed, knobs=knobs)
+    daemon thread of this process (cheaper to start). `api_key`: /v1 requests then need it, as on vLLM."""
+    spec = FleetSpec(
+        replicas,
+        port,
+        root,
+        host=host,
+        model=model,
+        seed=seed,
+        knobs=knobs,
+        api_key=api_key,
+        knobs_token=secrets.token_urlsafe(16),
+    )
     if mode == "thread":
         return _start_thread(spec, timeout)
     return _start_process(spec, timeout)
@@ -98,7 +128,8 @@ def _start_process(spec: FleetSpec, timeout: float) -> FleetHandle:
     ready.unlink()
     # the child imports serving from this checkout, whatever the caller's working directory
     repo = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    inherited = {k: v for k, v in os.environ.items() if k not in ("VLLM_API_KEY", "SIMFLEET_KNOBS_TOKEN")}
+    env = {**inherited, "PYTHONPATH": repo + os.pathsep + os.environ.get("PYTHONPATH", ""), **secret_env(spec)}
     proc = subprocess.Popen(
         command(spec, ["--ready-file", str(ready)]),
         start_new_session=True,
@@ -130,11 +161,12 @@ def _start_process(spec: FleetSpec, timeout: float) -> FleetHandle:
             raise RuntimeError(f"simulated fleet exited with {proc.returncode}: {err}")
         if ready.exists():
             try:
-                urls = json.loads(ready.read_text())["urls"]
+                got = json.loads(ready.read_text())
+                urls, knob_urls = got["urls"], got["knob_urls"]
             except (ValueError, KeyError):
                 time.sleep(0.02)
                 continue
-            handle = FleetHandle(urls, stop)
+            handle = FleetHandle(urls, stop, knob_urls=knob_urls, knobs_token=spec.knobs_token, api_key=spec.api_key)
             handle.process = proc  # type: ignore[attr-defined]
             return handle
         time.sleep(0.02)
@@ -155,8 +187,8 @@ def _start_thread(spec: FleetSpec, timeout: float) -> FleetHandle:
             nonlocal stop_event
             stop_event = asyncio.Event()
 
-            def on_ready(urls: list[str]) -> None:
-                box["urls"] = urls
+            def on_ready(urls: list[str], knob_urls: list[str]) -> None:
+                box["urls"], box["knob_urls"] = urls, knob_urls
                 ready.set()
 
             try:
@@ -180,6 +212,8 @@ def _start_thread(spec: FleetSpec, timeout: float) -> FleetHandle:
             loop.call_soon_threadsafe(stop_event.set)
             thread.join(10)
 
-    handle = FleetHandle(box["urls"], stop)
+    handle = FleetHandle(
+        box["urls"], stop, knob_urls=box["knob_urls"], knobs_token=spec.knobs_token, api_key=spec.api_key
+    )
     handle.thread = thread  # type: ignore[attr-defined]
     return handle

@@ -9,7 +9,9 @@ answered. The order of the checks is vLLM's, so that each bad input gets the err
 from __future__ import annotations
 
 import asyncio
+import os
 import random
+import tempfile
 import time
 from pathlib import Path
 from typing import Callable
@@ -24,6 +26,56 @@ from serving.simfleet.errors import SimError
 from serving.simfleet.knobs import Knobs
 from serving.simfleet.metrics import ReplicaMetrics
 from serving.simfleet.probe import ClipInfo, ProbeCache, probe_file
+
+FETCH_TIMEOUT_ENV = "VLLM_VIDEO_FETCH_TIMEOUT"  # vLLM's name and default (vllm/envs.py): seconds per fetch
+FETCH_TIMEOUT_DEFAULT_S = 30.0
+# vLLM 0.25 reads a fetched clip whole, with no bound of its own; the simulator spools it to a temporary file (so a
+# large one costs disk, not memory) and stops at this many bytes, far above any clip
+MAX_MEDIA_BYTES = 4 << 30
+
+
+async def fetch_media(url: str, into: Path) -> int:
+    """Fetch a clip over http(s) into the file `into`; its size. Fails as vLLM 0.25's MediaConnector fails
+    (vllm/multimodal/media/connector.py, `_wrap_media_fetch_error`; vllm/entrypoints/utils.py,
+    `create_error_response`): an answer of 4xx other than 408/429 is the request's fault, a 422
+    `Failed to fetch media from URL: HTTP <status> error (parameter=image_url, value=<url>)`; a 5xx, 408 or 429 is
+    aiohttp's ClientResponseError, a timeout (VLLM_VIDEO_FETCH_TIMEOUT) or a refused connection aiohttp's own
+    error, each answered 500 InternalServerError with the exception's text, which our client retries."""
+    timeout = float(os.environ.get(FETCH_TIMEOUT_ENV) or FETCH_TIMEOUT_DEFAULT_S)
+    try:
+        async with asyncio.timeout(timeout), httpx.AsyncClient(timeout=None, trust_env=False) as c:
+            async with c.stream("GET", url) as r:
+                if r.status_code >= 400:
+                    if r.status_code < 500 and r.status_code not in (408, 429):
+                        raise SimError(
+                            422,
+                            f"Failed to fetch media from URL: HTTP {r.status_code} error "
+                            f"(parameter=image_url, value={url})",
+                            "UnprocessableEntityError",
+                            "image_url",
+                        )
+                    raise SimError(
+                        500,
+                        f"{r.status_code}, message={r.reason_phrase!r}, url={url!r}",
+                        "InternalServerError",
+                    )
+                size = 0
+                with into.open("wb") as f:
+                    async for chunk in r.aiter_raw():
+                        size += len(chunk)
+                        if size > MAX_MEDIA_BYTES:
+                            raise SimError(
+                                500,
+                                f"the simulator reads at most {MAX_MEDIA_BYTES} bytes of a clip",
+                                "InternalServerError",
+                            )
+                        f.write(chunk)
+                return size
+    except TimeoutError:
+        raise SimError(500, "", "InternalServerError") from None  # asyncio.TimeoutError's text is empty
+    except httpx.HTTPError as e:
+        host = urlsplit(url).netloc
+        raise SimError(500, f"Cannot connect to host {host} ssl:default [{e}]", "InternalServerError") from None
 
 
 class SimReplica:
@@ -98,22 +150,22 @@ class SimReplica:
             return str(resolved.relative_to(self.root)), info
         if parts.scheme in ("http", "https"):
             allowed = [d for d in self.knobs.allowed_media_domains.split(",") if d]
+            if not allowed:
+                # vLLM with no --allowed-media-domains fetches anything; the simulator fetches nothing (S4: no SSRF)
+                raise SimError(400, "http(s) video URLs are refused: no --allowed-media-domains given (S4)")
             if (parts.hostname or "").lower() not in allowed:
-                # never fetch a URL the operator did not allow (cloud metadata, the host's own services)
+                # vLLM's MediaConnector._assert_url_in_allowed_media_domains, a ValueError: 400
                 raise SimError(
                     400,
-                    f"The URL's domain {parts.hostname!r} is not in --allowed-media-domains "
-                    f"({', '.join(allowed) or 'none allowed'}).",
+                    f"The URL must be from one of the allowed domains: {allowed}. Input URL domain: {parts.hostname}",
                 )
+            fd, name = tempfile.mkstemp(prefix="simfleet-", suffix=".mp4")
+            os.close(fd)
             try:
-                async with httpx.AsyncClient(timeout=10, trust_env=False) as c:
-                    r = await c.get(url)
-                    r.raise_for_status()
-            except httpx.HTTPError as e:
-                raise SimError(
-                    422, f"Failed to fetch media from URL: {e}", "UnprocessableEntityError", "video_url"
-                ) from None
-            info = await asyncio.to_thread(probe_file, Path(parts.path), len(r.content), r.content)
+                size = await fetch_media(url, Path(name))
+                info = await asyncio.to_thread(probe_file, Path(name), size)
+            finally:
+                os.unlink(name)
             if isinstance(info, SimError):
                 raise info
             self.media_fetches["http"] += 1

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from serving import procs
@@ -80,8 +82,19 @@ def login(context, url: str, user: str):
     return page, watch
 
 
+# the simulated fleet takes knob changes only with its token (serving/simfleet/app.py)
+KNOBS_TOKEN = secrets.token_urlsafe(16)
+
+
+def set_knobs(url: str, **knobs) -> httpx.Response:
+    """Change the knobs of the simulated replica at `url` (the fleet of the `simfleet` fixture)."""
+    return httpx.post(
+        url + "/sim/knobs", json=knobs, headers={"authorization": f"Bearer {KNOBS_TOKEN}"}, timeout=5, trust_env=False
+    )
+
+
 def _child(cmd: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SIMFLEET_KNOBS_TOKEN": KNOBS_TOKEN}
     return subprocess.Popen(
         cmd, cwd=REPO, stdout=open(log, "wb"), stderr=subprocess.STDOUT, env=env, start_new_session=True
     )

@@ -1,0 +1,327 @@
+"""The router gate: the only way to vllm-router, which itself lets anyone drive it.
+
+vllm-router 0.1.17 authenticates nobody: `/add_worker`, `/remove_worker` and `/flush_cache` take any caller, and
+`--api-key` only names a key for workers (it is not checked on requests, and chat requests reach the workers
+with the caller's own `Authorization` header). Unless `--cors-allowed-origins` is given, every answer carries
+`Access-Control-Allow-Origin: *`, so any web page a browser on the head opens may read it and post to it.
+A worker added that way receives a share of every job and its answers are stored as ordinary model captions.
+
+So the launcher starts the router on a private loopback address (a random 127.x.y.z and port, recorded in
+`DATA_DIR/run/fleet.json`, whose folder only the owner reads) with CORS limited to an origin no page can have,
+and puts this gate on the router's usual address (`--router-port`). The gate forwards a request only if:
+- its `Host` is a loopback name at the gate's port (a page on a DNS-rebound name is refused);
+- no browser sent it for a page (no `Origin`; `Sec-Fetch-Site` absent or `none`);
+- it carries the fleet key (`Authorization: Bearer`, serving.fleet_key), which vllm-router then passes on to the
+  replicas, which require it too;
+- it is the OpenAI API (`POST /v1/chat/completions`, `/v1/completions`, `GET /v1/models`) or a read-only status
+  (`/health`, `/liveness`, `/readiness`, `/workers`, `/list_workers`, `/get_loads`, `/get_server_info`,
+  `/get_model_info`). Anything else, `/add_worker` included, is refused: only the launcher changes a fleet, by
+  starting the router with its worker list.
+Refusals are JSON in vLLM's error shape, and the connection is closed after one.
+
+The router's private address is hidden from web pages, not from other accounts on the head (every local process
+can reach a loopback socket). So the gate also keeps the router's worker list what the launcher gave it: every
+WATCH_S it reads the router's `/workers`, removes any worker the launcher did not start it with, and adds back one
+that was removed (each change said on stderr, in the gate's log). A worker added behind its back gets requests
+for at most that long; docs/SCALE.md says what remains.
+
+How: a small asyncio proxy, one connection to the router per client connection. Each request is read with h11
+(strict framing; a body up to MAX_BODY_BYTES, ours are a few KiB), checked, and written again for the router with
+a Content-Length of its own, so that the router can only read what the gate read; the router's answers are copied
+back byte for byte (the runner bounds what it reads). A gate of uvicorn + httpx cost ~3.6 ms of CPU per request,
+twice the runner's own; this one is measured by benchmarks/bench_gate.py (docs/BENCHMARKS.md). It is started by
+the launcher:
+
+    python -m serving.router_gate --port 30000 --upstream http://127.83.21.9:41234 --data-dir var
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import socket
+import sys
+from typing import Iterable
+from urllib.parse import urlsplit
+
+import h11
+import httpx
+
+from data.settings import add_arguments, from_args
+from serving import fleet_key
+
+MAX_BODY_BYTES = 16 << 20
+MAX_HEAD_BYTES = 64 << 10
+WATCH_S = 1.0  # how often the router's worker list is compared with the launcher's
+MAX_WORKERS_BYTES = 1 << 20  # the router's /workers answer: a few hundred bytes per worker
+FORWARDED = {
+    b"POST": {b"/v1/chat/completions", b"/v1/completions"},
+    b"GET": {
+        b"/v1/models",
+        b"/health",
+        b"/liveness",
+        b"/readiness",
+        b"/workers",
+        b"/list_workers",
+        b"/get_loads",
+        b"/get_server_info",
+        b"/get_model_info",
+    },
+}
+# hop-by-hop headers (RFC 9110 7.6.1) and the framing the gate writes itself
+_DROP = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"trailer", b"upgrade", b"host"}
+_DROP |= {b"content-length", b"transfer-encoding"}
+_REASONS = {401: "Unauthorized", 403: "Forbidden", 400: "Bad Request", 413: "Content Too Large", 502: "Bad Gateway"}
+
+
+def _error(status: int, message: str, kind: str) -> tuple[int, bytes]:
+    return status, json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
+
+
+def _answer(status: int, body: bytes) -> bytes:
+    head = f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\ncontent-type: application/json\r\n"
+    return (head + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
+
+
+def _say(msg: str) -> None:
+    print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+
+
+class RouterGate:
+    """Checks each request (see the module docstring) and forwards what passes to the router at `upstream`."""
+
+    def __init__(
+        self, upstream: str, key: str, *, port: int, host: str = "127.0.0.1", workers: Iterable[str] | None = None
+    ):
+        self.upstream = upstream.rstrip("/")
+        u = urlsplit(self.upstream)
+        self.up_host, self.up_port = u.hostname or "127.0.0.1", u.port or 80
+        self._key = hashlib.sha256(key.encode()).digest()
+        self.hosts = {f"{h}:{port}".encode() for h in {host, "127.0.0.1", "localhost"}} | {f"[::1]:{port}".encode()}
+        # the worker list the launcher started the router with (None: not watched)
+        self.workers = None if workers is None else {w.rstrip("/") for w in workers}
+        self._adding: set[str] = set()
+        self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None), trust_env=False)  # the watchdog's
+
+    def refusal(self, method: bytes, target: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes] | None:
+        """(status, body) when the request is refused, else None. `headers`: lower-case names."""
+        if headers.get(b"host", b"").lower() not in self.hosts:
+            return _error(403, "the router gate answers loopback names only", "Forbidden")
+        site = headers.get(b"sec-fetch-site")
+        if b"origin" in headers or (site is not None and site != b"none"):
+            return _error(403, "the router gate takes no request a browser sends for a page", "Forbidden")
+        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        given = hashlib.sha256(token.encode("latin-1")).digest()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._key):
+            return 401, json.dumps({"error": "Unauthorized"}).encode()  # vLLM's answer to a wrong key
+        path = target.split(b"?", 1)[0]
+        if path not in FORWARDED.get(method, ()):
+            name = f"{method.decode('latin-1')} {path.decode('latin-1')[:200]}"
+            return _error(
+                403,
+                f"{name} is not forwarded: the router gate passes the OpenAI API and read-only status; "
+                "only the launcher changes the fleet (restart the head with another --worker-urls)",
+                "Forbidden",
+            )
+        return None
+
+    async def _request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple | None:
+        """The next request on the connection, checked: (request, body), (status, refusal body), or None when the
+        client is gone."""
+        req, body = None, bytearray()
+        while True:
+            ev = conn.next_event()
+            if ev is h11.NEED_DATA:
+                data = await reader.read(65536)
+                conn.receive_data(data)
+                if not data and req is None:
+                    return None
+                continue
+            if isinstance(ev, h11.Request):
+                req = ev
+                no = self.refusal(ev.method, ev.target, dict(ev.headers))
+                if no is not None:
+                    return no
+            elif isinstance(ev, h11.Data):
+                body += ev.data
+                if len(body) > MAX_BODY_BYTES:
+                    return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "RequestEntityTooLarge")
+            elif isinstance(ev, h11.EndOfMessage):
+                return req, bytes(body)
+            else:  # ConnectionClosed, or PAUSED
+                return None
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One client connection: its requests in order, each checked, over one connection to the router."""
+        _nodelay(writer)
+        up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        pump: asyncio.Task | None = None
+        rest = b""
+        try:
+            while True:
+                conn = h11.Connection(h11.SERVER, max_incomplete_event_size=MAX_HEAD_BYTES)
+                if rest:  # what the client sent after the last request (h11 reads b"" as the end of the stream)
+                    conn.receive_data(rest)
+                try:
+                    got = await self._request(conn, reader)
+                except h11.RemoteProtocolError as e:
+                    got = _error(400, f"not a request the gate forwards: {e}", "BadRequestError")
+                if got is None:
+                    return
+                if isinstance(got[0], int):  # refused: said (unless an answer may still be streaming), then closed
+                    if pump is None or pump.done():
+                        writer.write(_answer(*got))
+                        await writer.drain()
+                    return
+                req, body = got
+                rest = conn.trailing_data[0]
+                if up is None:
+                    try:
+                        up = await asyncio.open_connection(self.up_host, self.up_port)
+                    except OSError as e:
+                        writer.write(_answer(*_error(502, f"the router is not answering: {e}", "BadGateway")))
+                        await writer.drain()
+                        return
+                    _nodelay(up[1])
+                    pump = asyncio.ensure_future(_copy(up[0], writer))
+                out = h11.Connection(h11.CLIENT)
+                headers = [(k, v) for k, v in req.headers if k not in _DROP]
+                headers += [
+                    (b"host", f"{self.up_host}:{self.up_port}".encode()),
+                    (b"content-length", b"%d" % len(body)),
+                ]
+                data = out.send(h11.Request(method=req.method, target=req.target, headers=headers))
+                data += (out.send(h11.Data(data=body)) if body else b"") + out.send(h11.EndOfMessage())
+                up[1].write(data)
+                await up[1].drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            return
+        finally:
+            if pump is not None:
+                pump.cancel()
+            for w in (writer, up[1] if up else None):
+                if w is not None:
+                    w.close()
+
+    # ---- the worker list ------------------------------------------------------------------------------------
+    async def listed(self) -> set[str] | None:
+        """The workers the router lists now (None: no readable answer)."""
+        try:
+            async with self.client.stream("GET", self.upstream + "/workers", timeout=5.0) as r:
+                body = b""
+                async for chunk in r.aiter_raw():
+                    body += chunk
+                    if len(body) > MAX_WORKERS_BYTES:
+                        return None
+            data = json.loads(body)
+            return {str(w["url"]).rstrip("/") for w in data["workers"]}
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+
+    async def _add_back(self, url: str) -> None:
+        try:  # the router answers once the worker is healthy: this may take a while, so it runs on its own
+            r = await self.client.post(self.upstream + "/add_worker", params={"url": url})
+            _say(f"worker {url} was removed behind the launcher's back: added it again ({r.status_code})")
+        except httpx.HTTPError as e:
+            _say(f"worker {url} was removed behind the launcher's back; adding it again failed: {e}")
+        finally:
+            self._adding.discard(url)
+
+    async def watch_once(self) -> None:
+        """Make the router's worker list the launcher's again: foreign workers removed, missing ones added."""
+        now = await self.listed()
+        if now is None or self.workers is None:
+            return
+        for url in sorted(now - self.workers):
+            try:
+                r = await self.client.post(self.upstream + "/remove_worker", params={"url": url})
+                _say(f"removed worker {url}: not one the launcher started this router with ({r.status_code})")
+            except httpx.HTTPError as e:
+                _say(f"worker {url} is not the launcher's, and removing it failed: {e}")
+        for url in sorted(self.workers - now - self._adding):
+            self._adding.add(url)
+            asyncio.ensure_future(self._add_back(url))
+
+    async def watch(self) -> None:
+        while True:
+            await self.watch_once()
+            await asyncio.sleep(WATCH_S)
+
+    async def serve(self, host: str, port: int, stop: asyncio.Event | None = None) -> None:
+        """Listen on host:port until `stop` is set (or forever), keeping the worker list if one was given."""
+        server = await asyncio.start_server(self.handle, host, port, backlog=2048)
+        watcher = asyncio.ensure_future(self.watch()) if self.workers is not None else None
+        try:
+            async with server:
+                await (stop.wait() if stop is not None else server.serve_forever())
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+            await self.client.aclose()
+
+
+def _nodelay(writer: asyncio.StreamWriter) -> None:
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The router's answers back to the client, as they come; the client's connection ends with the router's."""
+    try:
+        while data := await reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+    except ConnectionError:
+        pass
+    finally:
+        writer.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(
+        prog="python -m serving.router_gate",
+        description=__doc__.split("\n\n")[0],
+        epilog="example: python -m serving.router_gate --port 30000 --upstream http://127.83.21.9:41234 --data-dir var",
+    )
+    p.add_argument("--host", dest="listen_host", default="127.0.0.1", help="address to listen on (loopback)")
+    p.add_argument("--port", dest="listen_port", type=int, required=True, help="port to listen on (the router's)")
+    p.add_argument("--upstream", required=True, help="the router's private URL")
+    p.add_argument(
+        "--keep-workers",
+        dest="keep_workers",
+        default=None,
+        help="comma-separated worker URLs the router was started with: its list is kept so",
+    )
+    add_arguments(p, ("data_dir",))
+    args = p.parse_args(argv)
+    settings = from_args(args)
+    key = fleet_key.load(settings)
+    if not key:
+        print(f"router_gate: no fleet key in {fleet_key.path(settings)}: the launcher makes it", file=sys.stderr)
+        return 2
+    workers = None if args.keep_workers is None else [w for w in args.keep_workers.split(",") if w]
+    gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host, workers=workers)
+
+    async def run() -> None:
+        import signal
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await gate.serve(args.listen_host, args.listen_port, stop)
+
+    try:
+        asyncio.run(run())
+    except OSError as e:
+        print(f"router_gate: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
