@@ -540,3 +540,33 @@ def test_cli_prints_the_report_and_json_equal_to_the_library(settings, db, hist)
     assert bad.returncode == 2 and "error: A prompt version is a whole number" in bad.stderr
     bad = run_cli("--data-dir", data_dir, "--filter", "{not json")
     assert bad.returncode == 2 and "--filter takes a JSON object" in bad.stderr
+
+
+# -- the export's review flags ------------------------------------------------------------------------------------
+
+
+def test_export_says_which_records_were_reviewed_sampled_and_reviewed_twice(batch):
+    from data import export
+
+    db = batch
+    users.create(db, "ann3", role="annotator", password=PASSWORD)
+    s = samples.draw(db, Filter(job_id=db.job), 6, ["ann"], actor="lead", role="lead", seed=3)
+    members = [m["clip_id"] for m in samples.members(db, s["id"])]
+    for clip_id in members[:4]:
+        review(db, clip_id)
+    chosen = next(c for c in range(1, 101) if c not in members)
+    review(db, chosen, status="rejected")  # reviewed because someone chose it: not a sample
+    samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
+    t = samples.next_task(db, "ann3")
+    samples.answer(db, t["id"], "ann3", labels=t["origin"]["labels"], decision="approved")
+    pending = samples.next_task(db, "ann3")  # sent but not answered: not double-reviewed yet
+    assert pending is not None and pending["clip_id"] != t["clip_id"]
+    recs = {r["clip_id"]: r for r in export.iter_rows(db)}
+    assert len(recs) == 100
+    for cid, r in recs.items():
+        reviewed = cid in members[:4] or cid == chosen
+        assert (r["human_reviewed"], r["random_sample"], r["double_reviewed"]) == (
+            reviewed,
+            cid in members,
+            cid == t["clip_id"],
+        ), cid
