@@ -20,15 +20,16 @@ What is measured (each figure's meaning, and how a lead decides from it, is in t
 - **Agreement between reviewers** (`agreement`): Cohen's kappa per label between the first reviewer (the
   approved caption) and a blind second reviewer (data.samples' second reviews); linear weights for the hazard
   level. The reviewers' own agreement is the ceiling of the model's accuracy.
-- **Prompt versions on the same clips** (`compare`): two prompt versions, each measured against the approved
-  caption on exactly the clips where both have a machine caption.
+Prompt versions on the same clips are data.prompt_compare's; the Quality tab (webapp.quality_tab) shows both.
 
-Cost: the label figures are SQL aggregates (GROUP BY over the pairs, JSON read by SQLite), so memory is bounded
-by the number of distinct (label, value, value) triples, not by the clips. The edit ratio needs a word diff, too
-slow to redo for 100,000 clips on every view (~0.4 ms each): it is kept in `quality_edit_ratios`, one row per
-(approved version, machine version) pair, filled for the pairs a report reads that lack one. Caption versions are
-append-only, so a stored ratio never goes stale; deleting rows of that table is always safe (they come back).
-docs/BENCHMARKS.md has the figures at a million clips.
+Cost, for a library of millions: what a report needs of a pair (the machine caption's provenance, each label's
+value on both sides, the word-level edit ratio of the texts) is stored once in `quality_pairs` (m019), because a
+word diff per pair (~0.4 ms) and two JSON parses are too slow to redo for 100,000 approved clips on every view.
+Caption versions are append-only, so a stored pair never goes stale; a clip approved or edited since the last
+report has none yet, and `fill` stores it (a few ms of diff each, written in short transactions). A report is then
+one pass: the approved clips of the filter from a covering index, each joined to its pair by primary key, counted
+in chunks (memory holds the distinct (group, label, value, value) keys, not the clips). docs/BENCHMARKS.md has the
+figures at a million clips.
 """
 
 from __future__ import annotations
@@ -376,31 +377,43 @@ def _approved_filter(f: Filter) -> Filter:
     return dataclasses.replace(f, review_status="approved", has_caption=None)
 
 
-def _clip_where(f: Filter) -> tuple[list[str], list[Any]]:
-    """WHERE terms over `c` for the approved clips of `f`."""
-    return clips._where(_approved_filter(f))
+# The index m019 made for this module: it holds every column a report's WHERE reads of an approved clip, unless
+# the filter has a text search (its FTS index then drives). Named, because with statistics SQLite prefers a facet's
+# own index and reads each clip's row from the table (a wide row: its caption text), 3-7 times slower.
+QUALITY_INDEX = "idx_clips_quality"
+
+
+def _clip_where(f: Filter) -> tuple[str, list[str], list[Any]]:
+    """(FROM `clips c` with its index, WHERE terms over `c`, arguments) of the approved clips of `f`."""
+    where, args = clips._where(_approved_filter(f))
+    return ("clips c" if f.text else f"clips c INDEXED BY {QUALITY_INDEX}"), where, args
 
 
 @dataclass(frozen=True)
 class Pairs:
-    """Measured pairs as SQL: `c` an approved clip of the filter, `q` the row of quality_pairs of its current
-    caption (what was approved) with the machine caption it derives from (its origin), within the scope."""
+    """The approved clips of a filter with their stored pairs, as SQL: `c` the clip, `q` (LEFT JOIN: none while
+    not stored yet) the quality_pairs row of its current caption (what was approved) with the machine caption it
+    derives from (its origin). The scope narrows the pairs; rows without a pair yet, or without an origin, stay,
+    so that one pass over them also counts those."""
 
+    table: str
     where: list[str]
     args: list[Any]
 
     def sql(self, select: str, *, tail: str = "") -> str:
-        """`SELECT select FROM <the pairs> WHERE <their terms> tail` (tail: GROUP BY ...)."""
+        """`SELECT select FROM <the clips and pairs> WHERE <their terms> tail`."""
         return (
-            f"SELECT {select} FROM clips c JOIN quality_pairs q ON q.truth_id = c.current_caption_id AND q.origin = 1 "
-            f"WHERE {' AND '.join(self.where)} {tail}"
-        )
+            "SELECT {select} FROM {table} LEFT JOIN quality_pairs q ON q.truth_id = c.current_caption_id "
+            "AND q.origin = 1 WHERE {where} {tail}"
+        ).format(select=select, table=self.table, where=" AND ".join(self.where), tail=tail)
 
 
 def _pairs(f: Filter, scope: Scope) -> Pairs:
-    where, args = _clip_where(f)
+    table, where, args = _clip_where(f)
     more, more_args = scope.where()
-    return Pairs([*where, "q.machine_id <> 0", *more], args + more_args)
+    if more:
+        where = [*where, f"(q.truth_id IS NULL OR q.machine_id = 0 OR ({' AND '.join(more)}))"]
+    return Pairs(table, where, args + more_args)
 
 
 def _as_set(value: Any, cache: dict) -> frozenset[str]:
@@ -458,9 +471,9 @@ def fill(db: sqlite_utils.Database, f: Filter = Filter()) -> int:
     """Store the pair of every approved clip of `f` whose current caption has none yet (it and its origin
     machine caption, with their edit ratio); returns how many were added. Batches of FILL_BATCH, each read,
     measured, then written in one short transaction: memory stays bounded whatever the library."""
-    where, args = _clip_where(f)
+    table, where, args = _clip_where(f)
     missing = (
-        f"SELECT c.current_caption_id FROM clips c WHERE {' AND '.join(where)} AND c.current_caption_id > ? "
+        f"SELECT c.current_caption_id FROM {table} WHERE {' AND '.join(where)} AND c.current_caption_id > ? "
         "AND NOT EXISTS (SELECT 1 FROM quality_pairs q WHERE q.truth_id = c.current_caption_id AND q.origin = 1) "
         "ORDER BY c.current_caption_id LIMIT ?"
     )
@@ -505,21 +518,28 @@ def _tally(counts: Counter, names: list[str], group_of: Any, label: str, cache: 
         group_of(key).labels[label] = LabelStats(label, classes, matrix)
 
 
-def _aggregate(db: sqlite_utils.Database, pairs: Pairs, by: tuple[str, ...]) -> list[Group]:
-    """The groups of `by` over `pairs` (already filled), in one pass over them: rows are read in chunks and
-    counted per label by `Counter` (C loops), so memory holds the distinct (key, value, value) triples only."""
+def _aggregate(db: sqlite_utils.Database, pairs: Pairs, by: tuple[str, ...]) -> tuple[list[Group], Counter]:
+    """The groups of `by` over `pairs`, in one pass: rows are read in chunks and counted per label by `Counter`
+    (C loops), so memory holds the distinct (key, value, value) triples only. Also returns how many rows were
+    read (`rows`), had no pair stored yet (`missing`) and had no origin (`without`)."""
     cols, names = _key_columns(by)
     k = len(cols)
     values = [f"q.s_{n}, q.a_{n}" for n in LABELS]
-    cursor = db.execute(pairs.sql(", ".join([*cols, *values, "q.ratio"])), pairs.args)
-    pick = {label: operator.itemgetter(*range(k), k + 2 * i, k + 2 * i + 1) for i, label in enumerate(LABELS)}
-    pick_ratio = operator.itemgetter(*range(k), k + 2 * len(LABELS))
+    flags = "q.truth_id IS NULL, q.machine_id = 0"
+    cursor = db.execute(pairs.sql(", ".join([flags, *cols, *values, "q.ratio"])), pairs.args)
+    pick = {
+        label: operator.itemgetter(*range(2, k + 2), k + 2 + 2 * i, k + 3 + 2 * i) for i, label in enumerate(LABELS)
+    }
+    pick_ratio = operator.itemgetter(*range(2, k + 2), k + 2 + 2 * len(LABELS))
+    pick_flags = operator.itemgetter(0, 1)
     counts = {label: Counter() for label in LABELS}
     ratios: Counter = Counter()
+    seen: Counter = Counter()
     while chunk := cursor.fetchmany(CHUNK):
         for label, get in pick.items():
             counts[label].update(map(get, chunk))
         ratios.update(map(pick_ratio, chunk))
+        seen.update(map(pick_flags, chunk))
     groups: dict[tuple, Group] = {}
 
     def group_of(key: tuple) -> Group:
@@ -537,7 +557,12 @@ def _aggregate(db: sqlite_utils.Database, pairs: Pairs, by: tuple[str, ...]) -> 
             text[float(ratio)] = text.get(float(ratio), 0) + count
     for g in groups.values():
         g.labels = {name: g.labels[name] for name in LABELS if name in g.labels}
-    return sorted(groups.values(), key=lambda g: (-g.n, g.name))
+    totals = Counter(
+        rows=sum(seen.values()),
+        missing=sum(c for (missing, _), c in seen.items() if missing),
+        without=sum(c for (_, without), c in seen.items() if without),
+    )
+    return sorted(groups.values(), key=lambda g: (-g.n, g.name)), totals
 
 
 def report(
@@ -548,17 +573,20 @@ def report(
     by: Iterable[str] = DEFAULT_BY,
 ) -> Report:
     """The model against its reviewers over the approved clips of `f`, per group of machine captions (`by`:
-    any of "model", "prompt", "job"; () for one group of everything). Fills the pairs it lacks first."""
+    any of "model", "prompt", "job"; () for one group of everything). One pass over the clips and their stored
+    pairs; when some have none yet (newly approved or edited), `fill` stores them and the pass runs again (a clip
+    approved meanwhile is left for the next report)."""
     by = _by(by)
-    fill(db, f)
-    groups = _aggregate(db, _pairs(f, scope), by)
-    where, args = _clip_where(f)
-    approved = db.execute(f"SELECT COUNT(*) FROM clips c WHERE {' AND '.join(where)}", args).fetchone()[0]
-    without = db.execute(
-        Pairs(where, args).sql("COUNT(*)", tail="AND q.machine_id = 0"),
-        args,
-    ).fetchone()[0]
-    return Report(groups, approved, without, by)
+    pairs = _pairs(f, scope)
+    groups, seen = _aggregate(db, pairs, by)
+    if seen["missing"]:
+        fill(db, f)
+        groups, seen = _aggregate(db, pairs, by)
+    approved = seen["rows"]
+    if scope != Scope():  # the pass read the scope's clips only: count the filter's
+        table, where, args = _clip_where(f)
+        approved = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {' AND '.join(where)}", args).fetchone()[0]
+    return Report(groups, approved, seen["without"], by)
 
 
 def _correct(label: str, said: dict, approved: dict) -> bool | None:

@@ -591,7 +591,9 @@ def m019_quality(db: sqlite_utils.Database) -> None:
     written from scratch has one such row with `machine_id` 0 and nothing else. Rows are filled when a report
     first needs them; both versions are append-only, so a row never goes stale and the table is a cache whose
     rows may be deleted at any time (a change of the taxonomy's labels empties it in the migration that adds the
-    columns). Clips are found by review status with their current caption and missing flag from an index."""
+    columns). `idx_clips_quality` covers what a report reads of an approved clip (its current caption, missing
+    flag and facets), so a report reads neither the clips' rows nor their captions: one index entry and one pair
+    per approved clip (docs/BENCHMARKS.md)."""
     # the taxonomy's labels as they are at this migration (a migration never follows later changes)
     labels = ("scenario_category", "hazard_level", "road_users", "ego_maneuver", "weather", "lighting", "road_type")
     label_cols = "".join(f"s_{name} TEXT, a_{name} TEXT, " for name in labels)
@@ -608,4 +610,7 @@ def m019_quality(db: sqlite_utils.Database) -> None:
         {label_cols}
         PRIMARY KEY (truth_id, machine_id)
     ) WITHOUT ROWID""")
-    db.execute("CREATE INDEX idx_clips_review_caption ON clips(review_status, missing, current_caption_id)")
+    db.execute(
+        "CREATE INDEX idx_clips_quality ON clips(review_status, missing, current_caption_id, scenario, hazard_level, "
+        "weather, lighting, road_type, caption_source)"
+    )

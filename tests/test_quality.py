@@ -29,7 +29,7 @@ from sklearn.metrics import (
 )
 from sklearn.preprocessing import MultiLabelBinarizer
 
-from data import captions, jobs, quality, samples, stats, taxonomy, textdiff, users
+from data import captions, clips, jobs, quality, samples, stats, taxonomy, textdiff, users
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, NotFound
@@ -570,3 +570,20 @@ def test_export_says_which_records_were_reviewed_sampled_and_reviewed_twice(batc
             cid in members,
             cid == t["clip_id"],
         ), cid
+
+
+def test_a_report_reads_the_covering_index_and_the_pairs_only(db, hist):
+    """The plan of a report's pass, with and without facets: the approved clips from idx_clips_quality (no clip
+    row read, no caption), each pair by its primary key; a text search is driven by its own index instead."""
+    for f in (Filter(), Filter(weather="rain", lighting="daylight"), Filter(hazard_level="high", job_id=1)):
+        p = quality._pairs(f, quality.Scope(job_id=1))
+        plan = " / ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + p.sql("q.s_weather"), p.args))
+        assert "SEARCH c USING COVERING INDEX idx_clips_quality (review_status=? AND missing=?)" in plan, plan
+        assert "SEARCH q USING PRIMARY KEY (truth_id=?)" in plan and "captions" not in plan, plan
+    p = quality._pairs(Filter(text="pedestrian"), quality.Scope())
+    assert "INDEXED BY" not in p.sql("1")
+    found = set(clips.iter_ids(db, Filter(text="pedestrian")))
+    want = [x for x in hist.pairs if x["clip"] in found]
+    [g] = quality.report(db, Filter(text="pedestrian"), by=()).groups
+    assert 0 < g.n == len(want) < len(hist.pairs)
+    check_single(g.labels["weather"], want, "weather")
