@@ -45,7 +45,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from data import clips, limits, samples, stats, taxonomy, textdiff
+from data import calibration, clips, limits, samples, stats, taxonomy, textdiff
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError
@@ -966,6 +966,21 @@ def format_text(r: Report, agree: Agreement | None, est: Estimate | None, *, det
     return "\n".join(out)
 
 
+def format_calibration(rows: list[dict]) -> str:
+    """data.calibration's rows as a table per label (buckets that hold clips only)."""
+    out = ["\nCalibration (accuracy by the model's confidence, every prompt version of the filter):"]
+    for label in LABELS:
+        mine = [r for r in rows if r["label"] == label and r["n"]]
+        if not mine:
+            out.append(f"{label}: no recorded confidence")
+            continue
+        table = [
+            [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", _pct(r["accuracy"]), _pct(r["confidence"])] for r in mine
+        ]
+        out.append(_table([label, "clips", "accuracy", "mean confidence"], table))
+    return "\n".join(out)
+
+
 def main(argv: list[str] | None = None) -> int:
     from data import settings as settings_mod
     from data.db import connect
@@ -1025,10 +1040,13 @@ def main(argv: list[str] | None = None) -> int:
                 "report": r.to_dict(),
                 "agreement": agree.to_dict(),
                 "estimate": est.to_dict() if est else None,
+                "calibration": calibration.calibration(db, f),
             }
             print(json.dumps(out, indent=1, ensure_ascii=False))
         else:
             print(format_text(r, agree, est, detail=args.detail))
+            if args.detail:
+                print(format_calibration(calibration.calibration(db, f)))
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

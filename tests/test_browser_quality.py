@@ -143,6 +143,8 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
         w = g.labels["weather"]
         want = ["-" if x is None else f"{x:.3f}" for x in (w.precision(fixed[1]), w.recall(fixed[1]))]
         assert w.recall(fixed[1]) < 1 and [cell(lead, "quality-classes", fixed[1], k) for k in (1, 2)] == want
+        # this library's machine captions were written without token logprobs: calibration says so
+        assert "has a recorded confidence for weather" in lead.inner_text("#quality-cal-note")
         for plot in ("quality-accuracy-plot", "quality-matrix", "quality-text"):
             lead.wait_for_selector(f"#{plot} img", timeout=WAIT)
         # the sample's estimate: Wilson's interval on 4 reviews

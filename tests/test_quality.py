@@ -587,3 +587,39 @@ def test_a_report_reads_the_covering_index_and_the_pairs_only(db, hist):
     [g] = quality.report(db, Filter(text="pedestrian"), by=()).groups
     assert 0 < g.n == len(want) < len(hist.pairs)
     check_single(g.labels["weather"], want, "weather")
+
+
+def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
+    """A hand-worked case: three approved hazard levels the model gave at confidence 0.95 (two right) and one at
+    0.35 (wrong): the tab's table has the two buckets, the plot draws, and --json carries data.calibration."""
+    from data import calibration
+    from webapp import quality_tab
+
+    ids = make_clips(db, 4)
+    for cid, (p, right) in zip(ids, ((0.95, True), (0.95, True), (0.95, False), (0.35, False))):
+        said = {**random_labels(random.Random(cid)), "hazard_level": "low"}
+        conf = {"labels": {"hazard_level": p}}
+        cap, _ = captions.add_machine(
+            db, cid, job_id=None, text="t", labels=said, provenance={**provenance(2), "confidence": conf}
+        )
+        review_caption = cap
+        if not right:
+            review_caption = captions.save_human(
+                db, cid, text="t", labels={**said, "hazard_level": "high"}, author="ann", base_caption_id=cap["id"]
+            )
+        captions.set_review(db, cid, status="approved", user="lee", base_caption_id=review_caption["id"])
+    rows = calibration.calibration(db, label="hazard_level", buckets=10)
+    assert quality_tab.calibration_rows(rows) == [
+        ["0.3 - 0.4", "1", "0", "0.000", "0.350"],
+        ["0.9 - 1.0", "3", "2", "0.667", "0.950"],
+    ]
+    import io
+
+    buf = io.BytesIO()
+    quality_tab.calibration_figure("hazard_level", rows).savefig(buf, format="png")
+    assert buf.tell() > 1000
+    out = run_cli("--data-dir", str(settings.data_dir), "--json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["calibration"] == json.loads(json.dumps(calibration.calibration(db)))
+    text = run_cli("--data-dir", str(settings.data_dir), "--detail")
+    assert ["0.9-1.0", "3", "0.667", "0.950"] in [line.split() for line in text.stdout.splitlines()], text.stdout

@@ -19,7 +19,7 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from data import prompt_compare, prompts, quality
+from data import calibration, prompt_compare, prompts, quality, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from webapp import render
@@ -31,6 +31,8 @@ CLASS_COLUMNS = ["value", "precision", "recall", "approved as", "model said"]
 ITEM_COLUMNS = ["item", "precision", "recall", "both", "model only", "reviewer only"]
 ESTIMATE_COLUMNS = quality.ESTIMATE_COLUMNS
 COMPARE_COLUMNS = ["label", "version A", "version B", "change", "clips"]
+CALIBRATION_COLUMNS = ["confidence", "clips", "right", "accuracy", "mean confidence"]
+CALIBRATION_BUCKETS = 10
 GREEN, GREY, BLUE = "#2e7d32", "#9e9e9e", "#1565c0"
 
 
@@ -122,6 +124,41 @@ def edit_ratio_figure(t: quality.TextStats):
     ax.set_xlabel("word-level edit ratio (0: kept as written, 1: rewritten)")
     ax.set_ylabel("clips")
     return fig
+
+
+def calibration_figure(label: str, rows: list[dict]):
+    """Accuracy against the model's confidence, bucket by bucket (a calibrated model sits on the diagonal), with
+    how many clips each bucket holds."""
+    fig, ax = _figure(5.5, 4.0)
+    ax.plot([0, 1], [0, 1], color=GREY, linestyle="--", label="calibrated")
+    full = [r for r in rows if r["n"]]
+    ax.plot([r["confidence"] for r in full], [r["accuracy"] for r in full], marker="o", color=BLUE, label="the model")
+    for r in full:
+        ax.annotate(
+            f"{r['n']:,}", (r["confidence"], r["accuracy"]), textcoords="offset points", xytext=(4, -10), fontsize=7
+        )
+    ax.set_xlim(0, 1)
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("the model's confidence in its value")
+    ax.set_ylabel("share approved as it said")
+    ax.set_title(f"{label}: accuracy by confidence (clips per point)", fontsize=10)
+    ax.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def calibration_rows(rows: list[dict]) -> list[list[Any]]:
+    """The calibration table: a row per bucket that holds clips."""
+    return [
+        [
+            f"{r['low']:.1f} - {r['high']:.1f}",
+            f"{r['n']:,}",
+            f"{r['correct']:,}",
+            f"{r['accuracy']:.3f}",
+            f"{r['confidence']:.3f}",
+        ]
+        for r in rows
+        if r["n"]
+    ]
 
 
 def compare_figure(cmp: dict):
@@ -247,6 +284,15 @@ class QualityTab:
                     headers=CLASS_COLUMNS, interactive=False, label="Per value", elem_id="quality-classes"
                 )
             self.text_plot = gr.Plot(label="How much reviewers changed the text", elem_id="quality-text", format="png")
+            with gr.Accordion(
+                "Calibration: does the model's confidence say when it is right?", open=True, elem_id="quality-cal-box"
+            ):
+                self.cal_note = gr.HTML("", elem_id="quality-cal-note")
+                with gr.Row():
+                    self.cal_plot = gr.Plot(elem_id="quality-cal-plot", format="png")
+                    self.cal_table = gr.Dataframe(
+                        headers=CALIBRATION_COLUMNS, interactive=False, elem_id="quality-cal-table"
+                    )
             with gr.Accordion("Prompt versions on the same clips", open=True, elem_id="quality-compare-box"):
                 with gr.Row():
                     self.ver_a = gr.Dropdown([], label="Version A", elem_id="quality-ver-a")
@@ -291,6 +337,9 @@ class QualityTab:
             self.matrix_plot,
             self.classes,
             self.text_plot,
+            self.cal_note,
+            self.cal_plot,
+            self.cal_table,
         ]
 
     def refresh(self, by, job, prompt, use_filter, fdict, group, label, request: gr.Request):
@@ -322,8 +371,10 @@ class QualityTab:
             out[self.summary] += render.message(
                 "No approved clip here has a machine caption to measure: approve some, or widen the scope.", "info"
             )
-            for c in (self.accuracy_plot, self.matrix_plot, self.text_plot):
+            for c in (self.accuracy_plot, self.matrix_plot, self.text_plot, self.cal_plot):
                 out[c] = None
+            out[self.cal_note] = ""
+            out[self.cal_table] = pd.DataFrame([], columns=CALIBRATION_COLUMNS)
             out[self.labels] = pd.DataFrame([], columns=quality.LABEL_COLUMNS)
             out[self.classes] = pd.DataFrame([], columns=CLASS_COLUMNS)
             return out
@@ -334,7 +385,32 @@ class QualityTab:
         columns, rows = class_rows(s)
         out[self.classes] = pd.DataFrame(rows, columns=columns)
         out[self.text_plot] = edit_ratio_figure(g.text)
+        out.update(self._calibration(f, s.label))
         return out
+
+    def _calibration(self, f: Filter, label: str) -> dict:
+        """Accuracy by confidence bucket for one label, over the approved clips of the filter (data.calibration:
+        every prompt version together; captions without recorded confidence are left out)."""
+        rows = calibration.calibration(self.ctx.db(), f, label, CALIBRATION_BUCKETS)
+        n = sum(r["n"] for r in rows)
+        if not n:
+            return {
+                self.cal_note: render.message(
+                    f"No approved clip here has a recorded confidence for {label}: captions of jobs run without "
+                    "token logprobs (or before they were recorded) have none.",
+                    "info",
+                ),
+                self.cal_plot: None,
+                self.cal_table: pd.DataFrame([], columns=CALIBRATION_COLUMNS),
+            }
+        what = "each road user the model listed" if label in taxonomy.MULTI else "each clip"
+        return {
+            self.cal_note: f'<div class="cw-counts" id="quality-cal-text">{render.esc(label)}: {n:,} values '
+            f"({render.esc(what)}), every prompt version of the filter. Points under the diagonal: the model is "
+            "surer than it is right.</div>",
+            self.cal_plot: calibration_figure(label, rows),
+            self.cal_table: pd.DataFrame(calibration_rows(rows), columns=CALIBRATION_COLUMNS),
+        }
 
     def show(self, by, job, prompt, use_filter, fdict, group, label, request: gr.Request):
         """The tab shown: its choices (prompt versions, samples) and the report."""
