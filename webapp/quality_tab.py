@@ -1,11 +1,12 @@
 """Quality tab (leads): how good the machine captions are, measured against what reviewers approved.
 
-Thin over data.quality (the figures), data.prompt_compare (prompt versions on the same clips) and data.samples
-(the random samples an estimate rests on). Regions, top to bottom: the scope (group by, job, prompt, the Browse
-filter or not); the accuracy of every group on every label; one group in detail (its per-label table with the
-reviewers' agreement beside the model's accuracy, a bar chart of both, the confusion matrix of one label as a
-heatmap with per-class precision and recall, how much reviewers changed the text); prompt versions compared on
-exactly the same clips; and what an unreviewed batch is worth, from a random sample, for a margin the lead picks.
+Thin over data.quality (the figures), data.calibration (accuracy by the model's confidence), data.prompt_compare
+(prompt versions on the same clips) and data.samples (the random samples an estimate rests on). Regions, top to
+bottom: the scope (group by, job, prompt, the Browse filter or not); the accuracy of every group on every label;
+one group in detail (its per-label table with the reviewers' agreement beside the model's accuracy, a bar chart of
+both, the confusion matrix of one label as a heatmap with per-class precision and recall, how much reviewers
+changed the text, that label's calibration); prompt versions compared on exactly the same clips; and what an
+unreviewed batch is worth, from a random sample, for a margin the lead picks.
 
 Every handler checks the lead role itself (each event is an HTTP endpoint); non-leads get a note instead of the
 tab's content. Plots are matplotlib figures (gr.Plot), made with the object API, never pyplot's global state.
@@ -541,7 +542,6 @@ class QualityTab:
         return [*self.outputs, self.note, self.body, self.ver_a, self.ver_b, self.sample]
 
     def wire(self, filter_state: gr.State) -> None:
-        self.filter_state = filter_state
         gr.on(
             [self.refresh_btn.click, self.group.input, self.label.input],
             shows_errors(self.refresh),
