@@ -58,7 +58,7 @@ DEFAULT_BY = ("model", "prompt")
 HISTOGRAM_BINS = 10  # the edit ratio's distribution: [0, 0.1), ..., [0.9, 1.0]
 DEFAULT_MARGIN = 0.05
 CHUNK = 5_000  # pair rows read at a time
-FILL_BATCH = 2_000  # edit ratios computed per write transaction (each a few ms of diffs, done before it)
+FILL_BATCH = 2_000  # pairs stored per write transaction (their diffs are done before it, outside any lock)
 
 
 @dataclass(frozen=True)
@@ -83,7 +83,8 @@ class Scope:
                 raise DataError(f"A job is its number, not {str(job)[:40]!r}.") from None
             if not 0 < job_id < 2**63:
                 raise DataError(f"There is no job {job_id}.")
-        return cls(job_id, name, version, (model or "").strip() or None)
+        model = limits.check_text((model or "").strip(), limits.MAX_SEARCH_CHARS, "The model name") or None
+        return cls(job_id, name, version, model)
 
     def where(self) -> tuple[list[str], list[Any]]:
         where: list[str] = []
@@ -101,7 +102,8 @@ class Scope:
 
 
 def parse_prompt(text: str) -> tuple[str, int | None]:
-    """ "NAME" or "NAME:VERSION" -> (name, version or None); DataError with what to write otherwise."""
+    """A prompt as people write it, NAME or NAME:VERSION -> (name, version or None); DataError with what to write
+    otherwise."""
     name, sep, version = str(text).strip().rpartition(":")
     if not sep:
         name, version = version, ""
