@@ -74,14 +74,16 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
         ann.locator("#tab-review-button").click()
         ann.locator("body").click(position={"x": 3, "y": 3})
         ann.keyboard.press("n")
-        fixed = None
+        fixed, done = None, []
         for i in range(4):
+            # the next clip of her queue: a member she has not approved yet ('a' approves, then opens the next)
             ann.wait_for_function(
-                "(() => { const c = document.querySelector('#clip-header')?.dataset.clip;"
-                f" return c && {members}.includes(Number(c)); }})()",
+                "(() => { const c = Number(document.querySelector('#clip-header')?.dataset.clip);"
+                f" return {members}.includes(c) && !{done}.includes(c); }})()",
                 timeout=WAIT,
             )
             cid = int(ann.evaluate("document.querySelector('#clip-header').dataset.clip"))
+            done.append(cid)
             if i == 1:
                 weather = clips.get(db, cid)["caption"]["labels"]["weather"]
                 fixed = (cid, next(w for w in taxonomy.WEATHER if w != weather and w != "unknown"))
