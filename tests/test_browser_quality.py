@@ -9,26 +9,10 @@ from __future__ import annotations
 import pytest
 
 from data import clips, db as dbmod, quality, samples, taxonomy
-from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.browser_fixtures import SCREENSHOTS, choose, choose_starting, login
 
 pytestmark = pytest.mark.browser
 WAIT = 60_000
-
-
-def choose(page, elem_id: str, value: str) -> None:
-    """Choose `value` in a Gradio dropdown: type it, click the option named exactly so."""
-    page.locator(f"#{elem_id} input").click()
-    page.keyboard.press("Control+a")
-    page.keyboard.type(value)
-    page.locator(f'[role=listbox] li[aria-label="{value}"]').first.click()
-    page.keyboard.press("Escape")
-
-
-def choose_starting(page, elem_id: str, text: str) -> None:
-    """Choose the first option of a Gradio dropdown whose name starts with `text`."""
-    page.locator(f"#{elem_id} input").click()
-    page.locator(f'[role=listbox] li[aria-label^="{text}"]').first.click()
-    page.keyboard.press("Escape")
 
 
 # Gradio's Dataframe draws its rows as grid cells (a hidden <table> row beside them only sizes the columns)
@@ -41,9 +25,8 @@ CELL = """([table, name, col]) => {
 }"""
 
 
-def cell(page, table: str, row_name: str, column: int) -> str | None:
-    """The text of one cell of a Gradio Dataframe: the row whose first cell is `row_name` (None: no such row
-    yet), waiting for the table to have that row."""
+def cell(page, table: str, row_name: str, column: int) -> str:
+    """The text of one cell of a Gradio Dataframe, in the row whose first cell is `row_name`, once it is shown."""
     page.wait_for_function(f"(a) => ({CELL})(a) !== null", arg=[table, row_name, column], timeout=WAIT)
     return page.evaluate(CELL, [table, row_name, column])
 
