@@ -624,8 +624,9 @@ class LabelEstimate:
 @dataclass
 class Estimate:
     """What sample `sample` (data.samples.get) says about its population: `method` "wilson" (drawn without
-    strata) or "stratified"; `reviewed` members approved (measured), `rejected` (no approved labels to measure
-    against: not counted, and shown), `pending` (not reviewed yet); per label a LabelEstimate for `margin`."""
+    strata) or "stratified"; `reviewed` members approved (measured), `rejected` (rejected, or marked broken: no
+    approved labels to measure against, so not counted, and shown), `pending` (not reviewed yet); per label a
+    LabelEstimate for `margin`."""
 
     sample: dict
     method: str
@@ -675,7 +676,7 @@ def check_margin(margin: Any) -> float:
 
 def samples_for(db: sqlite_utils.Database, scope: Scope = Scope()) -> list[dict]:
     """Samples drawn (newest first), those of the scope's job when it names one: what an estimate can rest on.
-    Each with `reviewed` (members reviewed, approved or rejected)."""
+    Each with `reviewed` (members a person decided on: approved, rejected or broken)."""
     where, args = ("WHERE s.job_id = ?", [scope.job_id]) if scope.job_id is not None else ("", [])
     return [
         dict(r)
@@ -734,7 +735,7 @@ def estimate(db: sqlite_utils.Database, sample_id: int, margin: float = DEFAULT_
         method,
         list(sizes),
         counts["approved"],
-        counts["rejected"],
+        counts["rejected"] + counts.get("broken", 0),
         counts["unreviewed"],
         margin,
         labels,
@@ -954,8 +955,8 @@ def format_text(r: Report, agree: Agreement | None, est: Estimate | None, *, det
         )
         out.append(
             f"\nSample {s['id']}{' of job %s' % s['job_id'] if s.get('job_id') else ''}: {s['drawn']:,} of "
-            f"{s['population']:,} clips drawn at random, {how}; {est.reviewed:,} reviewed, {est.rejected:,} rejected "
-            f"(not counted), {est.pending:,} pending. Margin +/- {est.margin:.1%}: "
+            f"{s['population']:,} clips drawn at random, {how}; {est.reviewed:,} reviewed, {est.rejected:,} "
+            f"rejected or broken (not counted), {est.pending:,} pending. Margin +/- {est.margin:.1%}: "
             + (
                 "no more reviews needed."
                 if est.more == 0

@@ -415,11 +415,12 @@ def test_estimate_from_a_simple_random_sample_is_wilson(batch):
             right += 1
             review(db, m["clip_id"])
     review(db, members[25]["clip_id"], status="rejected")  # not counted, and said so
+    captions.flag_broken(db, members[26]["clip_id"], user="ann", reason="black frames only")  # likewise
     # a clip reviewed because someone chose it, outside the sample, changes nothing
     outside = next(c for c in range(1, 101) if c not in {m["clip_id"] for m in members})
     review(db, outside, {"weather": "fog"})
     e = quality.estimate(db, s["id"], margin=5)
-    assert (e.method, e.reviewed, e.rejected, e.pending) == ("wilson", 25, 1, 4)
+    assert (e.method, e.reviewed, e.rejected, e.pending) == ("wilson", 25, 2, 3)
     w = e.labels["weather"]
     ci = binomtest(right, 25).proportion_ci(method="wilson")
     assert w.interval.p == right / 25 and (w.interval.low, w.interval.high) == (

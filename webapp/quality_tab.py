@@ -523,7 +523,7 @@ class QualityTab:
         )
         text = (
             f"Sample {int(s['id'])}: {s['drawn']:,} of {s['population']:,} clips drawn at random, {how}. "
-            f"{e.reviewed:,} reviewed; {e.rejected:,} rejected (no approved labels: not counted); "
+            f"{e.reviewed:,} reviewed; {e.rejected:,} rejected or broken (no approved labels: not counted); "
             f"{e.pending:,} not reviewed yet. "
         )
         return {
