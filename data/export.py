@@ -83,6 +83,28 @@ FIELDS: tuple[Field, ...] = (
     Field("reviewed_by", "c.reviewed_by", _null("string"), "who decided it"),
     Field("reviewed_at", "c.reviewed_at", _null("number"), "when (Unix seconds)"),
     Field(
+        "human_reviewed",
+        "c.review_status <> 'unreviewed'",
+        {"type": "boolean"},
+        "true when a person decided on the clip (approved, rejected, or marked it broken)",
+        bool,
+    ),
+    Field(
+        "random_sample",
+        "EXISTS (SELECT 1 FROM sample_members sm WHERE sm.clip_id = c.id)",
+        {"type": "boolean"},
+        "true when the clip was drawn into a random review sample (a clip reviewed because someone chose it is "
+        "not one): only such clips tell what the unreviewed rest is worth",
+        bool,
+    ),
+    Field(
+        "double_reviewed",
+        "EXISTS (SELECT 1 FROM second_reviews sr WHERE sr.clip_id = c.id AND sr.state = 'done')",
+        {"type": "boolean"},
+        "true when a second reviewer also answered for the clip, blind to the first review",
+        bool,
+    ),
+    Field(
         "sidecar",
         "c.sidecar",
         {"type": "object"},

@@ -21,6 +21,8 @@ Tables
   clips.label_conflicts for the risk order (m014_confidence documents each column).
 - review_leases: which person is on which clip (the shared queue skips clips others are on); drafts: edits not
   saved yet, per person and clip (m013).
+- quality_pairs (m019): a machine caption measured against an approved one, cached per pair of versions
+  (data.quality).
 """
 
 from __future__ import annotations
@@ -592,3 +594,38 @@ def m018_deployment(db: sqlite_utils.Database) -> None:
         recorded_at REAL NOT NULL,
         recorded_by TEXT NOT NULL
     )""")
+
+
+@MIGRATIONS()
+def m019_quality(db: sqlite_utils.Database) -> None:
+    """The quality view's pairs (data.quality): one row per (approved caption version `truth_id`, machine caption
+    version `machine_id` measured against it), with what a report reads of both: the machine caption's model,
+    prompt name and version and job, each label's value as the machine said it (`s_<label>`) and as approved
+    (`a_<label>`; the multi-choice label as a sorted JSON array), and the word-level edit ratio of the texts.
+    `origin` is 1 for the pair of a version with the machine caption it derives from (its origin); a version
+    written from scratch has one such row with `machine_id` 0 and nothing else. Rows are filled when a report
+    first needs them; both versions are append-only, so a row never goes stale and the table is a cache whose
+    rows may be deleted at any time (a change of the taxonomy's labels empties it in the migration that adds the
+    columns). `idx_clips_quality` covers what a report reads of an approved clip (its current caption, missing
+    flag and facets), so a report reads neither the clips' rows nor their captions: one index entry and one pair
+    per approved clip (docs/BENCHMARKS.md)."""
+    # the taxonomy's labels as they are at this migration (a migration never follows later changes)
+    labels = ("scenario_category", "hazard_level", "road_users", "ego_maneuver", "weather", "lighting", "road_type")
+    label_cols = "".join(f"s_{name} TEXT, a_{name} TEXT, " for name in labels)
+    db.execute(f"""
+    CREATE TABLE quality_pairs (
+        truth_id INTEGER NOT NULL,
+        machine_id INTEGER NOT NULL,
+        origin INTEGER NOT NULL,
+        model TEXT,
+        prompt_name TEXT,
+        prompt_version INTEGER,
+        job_id INTEGER,
+        ratio REAL,
+        {label_cols}
+        PRIMARY KEY (truth_id, machine_id)
+    ) WITHOUT ROWID""")
+    db.execute(
+        "CREATE INDEX idx_clips_quality ON clips(review_status, missing, current_caption_id, scenario, hazard_level, "
+        "weather, lighting, road_type, caption_source)"
+    )

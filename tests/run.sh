@@ -11,7 +11,7 @@ if [ ! -x /usr/bin/chromium ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
 fi
-if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, hypothesis, playwright, pytest_timeout, data.settings" 2>/dev/null \
+if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, hypothesis, playwright, pytest_timeout, sklearn, scipy, data.settings" 2>/dev/null \
    || ! "$PY" -m ruff --version >/dev/null 2>&1; then
   echo "[tests] installing the project and its test extra"
   "$PY" -m pip install -q -e ".[test]"

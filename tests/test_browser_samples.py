@@ -8,19 +8,10 @@ from __future__ import annotations
 import pytest
 
 from data import captions, clips, db as dbmod, samples, taxonomy
-from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.browser_fixtures import SCREENSHOTS, choose, login
 
 pytestmark = pytest.mark.browser
 FIRST_TEXT = "The first reviewer's own words: a cyclist, not a bus."
-
-
-def choose(page, elem_id: str, value: str) -> None:
-    """Choose `value` in a Gradio dropdown (single or multiple choice): type it, click the option named exactly so."""
-    page.locator(f"#{elem_id} input").click()
-    page.keyboard.press("Control+a")  # a current choice is typed over
-    page.keyboard.type(value)
-    page.locator(f'[role=listbox] li[aria-label="{value}"]').first.click()
-    page.locator("body").click(position={"x": 3, "y": 3})  # closes the list
 
 
 def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, server, library):  # noqa: F811

@@ -86,6 +86,12 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return [None] * 11 + [None, "newest", "S2: the role test flags this video"], None
     if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
         return [job_id], None
+    if name in ("quality_show", "quality_refresh"):
+        return [["model", "prompt"], "", "", True, None, None, "hazard_level"], None
+    if name == "quality_compare":
+        return [None, None, True, None], None
+    if name == "quality_estimate":
+        return [None, 5], None
     if name == "team_stats":
         return ["all time"], None
     if name == "open_clip":

@@ -1,8 +1,8 @@
 """The web app: Gradio Blocks mounted in FastAPI, next to the login, media and export routes.
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
-fleet), a user line, five tabs (Browse, Review, Second review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
-module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
+fleet), a user line, six tabs (Browse, Review, Second review, Jobs, Quality, Fleet) and a keyboard-shortcut help panel.
+Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
+from webapp.quality_tab import QualityTab
 from webapp.review import ReviewTab
 from webapp.second_review import SecondReviewTab
 
@@ -75,6 +76,7 @@ class Workbench:
         self.review = ReviewTab(ctx)
         self.second = SecondReviewTab(ctx)
         self.jobs = JobsTab(ctx)
+        self.quality = QualityTab(ctx)
         self.fleet = FleetTab(ctx)
 
     def build(self) -> gr.Blocks:
@@ -97,6 +99,9 @@ class Workbench:
                 with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs") as self.tab_jobs:
                     tab_heading("Jobs")
                     self.jobs.render()
+                with gr.Tab("Quality", id="quality", elem_id="tab-quality") as self.tab_quality:
+                    tab_heading("Quality: the model measured against its reviewers")
+                    self.quality.render()
                 with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet") as self.tab_fleet:
                     tab_heading("Fleet")
                     self.fleet.render()
@@ -105,6 +110,7 @@ class Workbench:
             self.review.wire(self.filter_state, self.sort_state)
             self.jobs.wire(self.filter_state)
             self.second.wire()
+            self.quality.wire(self.filter_state)
             self.fleet.wire(self.banner)
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
@@ -190,6 +196,7 @@ class Workbench:
             (self.tab_review, None),
             (self.tab_second, None),
             (self.tab_jobs, self.jobs.timer),
+            (self.tab_quality, None),
             (self.tab_fleet, self.fleet.timer),
         ):
 
@@ -210,6 +217,13 @@ class Workbench:
             self.jobs.refresh_outputs + [self.jobs.preview],
             show_progress="hidden",
             api_name="jobs_show",
+        )
+        self.tab_quality.select(
+            shows_errors(self.quality.show),
+            self.quality.inputs(self.filter_state),
+            self.quality.show_outputs,
+            show_progress="minimal",
+            api_name="quality_show",
         )
         self.tab_second.select(
             shows_errors(self.second.show),

@@ -93,6 +93,22 @@ def set_knobs(url: str, **knobs) -> httpx.Response:
     )
 
 
+def choose(page, elem_id: str, value: str) -> None:
+    """Choose `value` in a Gradio dropdown (single or multiple choice): type it, click the option named exactly so."""
+    page.locator(f"#{elem_id} input").click()
+    page.keyboard.press("Control+a")  # a current choice is typed over
+    page.keyboard.type(value)
+    page.locator(f'[role=listbox] li[aria-label="{value}"]').first.click()
+    page.locator("body").click(position={"x": 3, "y": 3})  # closes the list
+
+
+def choose_starting(page, elem_id: str, text: str) -> None:
+    """Choose the first option of a Gradio dropdown whose name starts with `text` (names that carry counts)."""
+    page.locator(f"#{elem_id} input").click()
+    page.locator(f'[role=listbox] li[aria-label^="{text}"]').first.click()
+    page.locator("body").click(position={"x": 3, "y": 3})
+
+
 def _child(cmd: list[str], log: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "SIMFLEET_KNOBS_TOKEN": KNOBS_TOKEN}
     return subprocess.Popen(
