@@ -27,6 +27,12 @@ MIN_MAX_TOKENS = 256  # the shortest complete answer measured (~190) plus a marg
 RECOMMENDED_MAX_TOKENS = 600  # the longest answer measured (~530) plus a margin
 MAX_MAX_TOKENS = 8192
 MAX_TEMPERATURE = 2.0
+# Qwen3-VL's video processor resizes the sampled frames so that frames x height x width stays within
+# size.longest_edge pixels (at least size.shortest_edge). The replicas start with NVIDIA's recipe
+# (serving.fleet_commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
+# clip, never more: the server sized its encoder budget for the recipe.
+RECIPE_MAX_PIXELS = 9_437_184
+MIN_PIXELS = 65_536
 # names that captions' provenance used before it took the names of the fields (rows written then keep them)
 FORMER_NAMES = {"max_completion_tokens": "max_tokens", "num_frames": "frames"}
 
@@ -73,6 +79,17 @@ def _temperature(value: Any) -> float:
     return temperature
 
 
+def _max_pixels(value: Any) -> int:
+    pixels = _whole("Pixels per clip", value)
+    if not MIN_PIXELS <= pixels <= RECIPE_MAX_PIXELS:
+        raise InvalidJobParams(
+            f"Pixels per clip must be {MIN_PIXELS:,}-{RECIPE_MAX_PIXELS:,} (got {pixels:,}): the budget of all "
+            f"sampled frames together; {RECIPE_MAX_PIXELS:,} is the fleet's own (16 frames of 1024x576), half or a "
+            "quarter of it cost fewer vision tokens."
+        )
+    return pixels
+
+
 def _seed(value: Any) -> int | None:
     return None if value in (None, "") else _whole("Seed", value)
 
@@ -100,6 +117,12 @@ class JobParams:
     max_tokens: int = knob(_max_tokens, int, "output token limit of each request", _DEPLOYMENT["max_tokens"])
     temperature: float = knob(_temperature, float, "sampling temperature", _DEPLOYMENT["temperature"])
     seed: int | None = knob(_seed, _optional_int, "sampling seed (none: the server's)")
+    max_pixels: int = knob(
+        _max_pixels,
+        int,
+        "pixel budget of the sampled frames together (Qwen3-VL's size.longest_edge)",
+        RECIPE_MAX_PIXELS,
+    )
 
     @classmethod
     def resolve(cls, settings: Any, given: Mapping[str, Any] | None = None, **overrides: Any) -> "JobParams":

@@ -21,6 +21,12 @@ The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
   clamps `total / fps * 2` to `[min_frames, max_frames]` (the recipe starts the server with 16/16). So we
   send `{"video": {"num_frames": N, "min_frames": N, "max_frames": N}}`: N frames with either sampler (the
   server's recipe already passes min/max_frames to the NVDEC backend), and leave the backend to the server.
+- `mm_processor_kwargs` is a top-level request field too, merged over the server's `--mm-processor-kwargs`
+  key by key and handed to the HF processor; Qwen3-VL's video processor reads `size`
+  (`{"shortest_edge", "longest_edge"}`, both required: a request's `size` replaces the server's whole) and
+  keeps frames x height x width within `longest_edge` pixels. So a job's `max_pixels` is sent as
+  `{"size": {"shortest_edge": MIN_PIXELS, "longest_edge": max_pixels}}`, what the recipe starts the server
+  with at the recipe's value.
 - `response_format={"type": "json_schema", ...}` for structured output, `max_completion_tokens`,
   `temperature`, `seed`.
 """
@@ -43,7 +49,7 @@ from urllib.parse import quote, unquote
 import httpx
 
 from data import limits, prompts, taxonomy
-from data.job_params import JobParams
+from data.job_params import MIN_PIXELS, JobParams
 from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
@@ -238,6 +244,7 @@ class FleetClient:
                 },
             },
             "media_io_kwargs": {"video": {"num_frames": p.frames, "min_frames": p.frames, "max_frames": p.frames}},
+            "mm_processor_kwargs": {"size": {"shortest_edge": MIN_PIXELS, "longest_edge": p.max_pixels}},
             "max_completion_tokens": p.max_tokens,
             "temperature": p.temperature,
         }

@@ -19,9 +19,11 @@ import subprocess
 import sys
 from typing import Sequence
 
+from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
 from data.settings import Settings, env_name
 
 HW_DECODERS_SINCE = (0, 25, 1)  # hw_decoders exists in releases after this one
+API_SERVERS = 4  # the recipe's --api-server-count (and --renderer-num-workers)
 
 
 # ---- versions, GPUs, the launch mode -----------------------------------------------------------------------
@@ -118,16 +120,16 @@ def vllm_command(
         "--max-num-batched-tokens",
         "32768",
         "--api-server-count",
-        "4",
+        str(API_SERVERS),
         "--renderer-num-workers",
-        "4",
+        str(API_SERVERS),
         "--async-scheduling",
         "--mm-ipc-gpu-memory-gb",
         "2",
         "--media-io-kwargs",
         json.dumps({"video": video}, separators=(",", ":")),
         "--mm-processor-kwargs",
-        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}, separators=(",", ":")),
+        json.dumps({"size": {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}}, separators=(",", ":")),
         "--allowed-local-media-path",
         str(settings.clip_root),
         # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on

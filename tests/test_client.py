@@ -106,7 +106,13 @@ def test_provenance_has_every_field_with_defaults_for_real_vllm(fleet_settings):
     assert prov["prompt_tokens"] == 1234 and prov["completion_tokens"] == 56
     assert prov["finish_reason"] == "stop" and prov["latency_ms"] >= 0
     # the job's parameters under their own names (data.job_params), defaults from JobParams, and the camera
-    assert prov["params"] == {"frames": 16, "max_tokens": 640, "temperature": 0.0, "camera": None}
+    assert prov["params"] == {
+        "frames": 16,
+        "max_tokens": 640,
+        "temperature": 0.0,
+        "max_pixels": 9_437_184,
+        "camera": None,
+    }
     assert prov["frames"] == 16
     assert (prov["prompt_id"], prov["prompt_name"], prov["prompt_version"]) == (1, "av-hazard", 1)
 

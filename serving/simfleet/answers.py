@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from data import taxonomy
+from data.job_params import RECIPE_MAX_PIXELS
+from serving.flops import vision_grid, vision_tokens
 from serving.simfleet.costs import DEFAULT_FRAMES
 from serving.simfleet.errors import XGRAMMAR_REFUSAL, SimError
 from serving.simfleet.probe import ClipInfo
@@ -33,6 +35,7 @@ class ChatRequest:
     schema: dict | None
     frames: int
     max_tokens: Any  # as sent: read as an int only after the clip is opened, so a bad clip is reported first
+    max_pixels: int = RECIPE_MAX_PIXELS  # mm_processor_kwargs.size.longest_edge, else the recipe's (the server's)
 
 
 def read_request(body: dict) -> ChatRequest:
@@ -57,7 +60,12 @@ def read_request(body: dict) -> ChatRequest:
     if isinstance(mik, dict) and isinstance(mik.get("video"), dict):
         frames = int(mik["video"].get("num_frames") or mik["video"].get("max_frames") or DEFAULT_FRAMES)
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
-    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens)
+    max_pixels = RECIPE_MAX_PIXELS
+    mpk = body.get("mm_processor_kwargs")
+    size = mpk.get("size") if isinstance(mpk, dict) else None
+    if isinstance(size, dict) and isinstance(size.get("longest_edge"), int) and size["longest_edge"] > 0:
+        max_pixels = size["longest_edge"]
+    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens, max_pixels)
 
 
 def _pick(h: bytes, i: int, options: list | tuple) -> Any:
@@ -159,7 +167,9 @@ def _caption(h: bytes, labels: dict, info: ClipInfo | None) -> str:
     return " ".join(words[: 100 + variant])
 
 
-def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> int:
+def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int, max_pixels: int = RECIPE_MAX_PIXELS) -> int:
+    """Prompt tokens as Qwen3-VL counts them: the text (~4 characters a token) plus the vision tokens of
+    `frames` frames resized within the `max_pixels` budget (serving.flops.vision_grid)."""
     text = 0
     for msg in body.get("messages") or []:
         content = msg.get("content") if isinstance(msg, dict) else None
@@ -168,9 +178,8 @@ def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> in
         elif isinstance(content, list):
             text += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
     video = 0
-    if info:
-        # Qwen3-VL: 32x32 pixels per token after merging, two frames per temporal patch
-        video = max(1, frames // 2) * max(1, math.ceil(info.height / 32)) * max(1, math.ceil(info.width / 32))
+    if info and info.height > 0 and info.width > 0:
+        video = vision_tokens(vision_grid(max(1, frames), info.height, info.width, max_pixels))
     return 12 + text // 4 + video
 
 

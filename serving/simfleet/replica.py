@@ -194,7 +194,7 @@ class SimReplica:
                     "server (--mm-ipc-gpu-memory-gb)",
                 )
         content, tokens, finish = answers.answer_text(clip_key, info, req)
-        prompt_tokens = answers.estimate_prompt_tokens(body, info, req.frames)
+        prompt_tokens = answers.estimate_prompt_tokens(body, info, req.frames, req.max_pixels)
         # latency: queue for a slot, then decode + prefill + generation
         factor = self.knobs.slow * self.knobs.speed
         first_s = (costs.decode_s(info, req.frames) + costs.prefill_s(prompt_tokens)) * factor
