@@ -146,3 +146,14 @@ def test_the_scripts_own_options_take_both_spellings(tmp_path):
         assert r.returncode == 0, r.stderr
         replica = [c for c in commands(r.stdout) if "serve" in c][0]
         assert "--load-format=dummy" in replica
+
+
+def test_launch_sh_dry_run_shows_each_gpu_replicas_thread_budget(tmp_path):
+    r = launch(tmp_path, "--fleet-mode", "gpu", "--gpus", "0,1", "--replica-threads", "2", "--pin-replicas", "on")
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stdout.splitlines() if ln.startswith("# replica-")]
+    assert len(notes) == 2 and all("2 thread(s) per pool" in n and "pinned to cores" in n for n in notes), r.stdout
+    replicas = [ln for ln in r.stdout.splitlines() if ln.startswith("+ ") and " serve " in ln]
+    assert len(replicas) == 2
+    for ln in replicas:
+        assert "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2" in ln and "setsid taskset -c " in ln
