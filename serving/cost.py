@@ -93,9 +93,12 @@ def normalise_precision(value: str | None) -> str:
 
 
 def from_record(rec: dict, source: str = "") -> Measurement | None:
-    """A Measurement from one bench_fleet JSON line, or None for a failed or partial run."""
+    """A Measurement from one record (a bench_fleet JSON line, a work-per-clip point), or None for a failed or
+    partial run, a simulated one, or a point not yet measured."""
     rate = rec.get("clips_per_s")
-    if rec.get("error") or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+    if rec.get("error") or rec.get("simulated") or not isinstance(rate, (int, float)):
+        return None  # a failed run, a simulated rehearsal (no GPU figure) or a point not yet measured
+    if not math.isfinite(rate) or rate <= 0:
         return None
     return Measurement(
         clips_per_s=float(rate),

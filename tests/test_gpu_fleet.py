@@ -16,7 +16,9 @@ CW_GPU_VLLM_ARGS (extra replica flags, space-separated, e.g. "--quantization=fp8
 (also time NVDEC vs PyAV thumbnails on 24 clips), CW_GPU_CAPTION_CHARS (caption with a new version of the
 prompt whose caption is bounded to this many characters: random weights always fill the bound), CW_GPU_OUT
 (report + logs + vllm-answers.json, the recording of how the fleet answered that tests/test_vllm_recordings.py
-replays), CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU).
+replays), CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU),
+CW_GPU_PEAK (benchmarks/gpu_peak.py's JSON, measured before the fleet started; default CW_GPU_OUT/peak.json, else
+the recorded peaks): the denominator of the compute efficiency the report gives (report.json "job.efficiency").
 """
 
 from __future__ import annotations
@@ -133,6 +135,36 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str) ->
             )
         out[name] = json.loads(json.dumps(ans).replace(str(root), "<root>"))
     return out
+
+
+def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
+    """Model FLOPs per clip and the share of the GPUs' peak the job achieved, at its steady rate (else the
+    whole job's), from each caption's tokens, frames and pixel budget and the clip's size (serving.flops)."""
+    from data import job_queries
+    from serving import flops
+
+    work = [
+        flops.ClipWork(
+            w["prompt_tokens"], w["completion_tokens"], w["frames"], w["height"], w["width"], w["max_pixels"]
+        )
+        for w in job_queries.work_per_clip(db, job_id)
+        if w["width"] and w["height"]
+    ]
+    args = os.environ.get("CW_GPU_VLLM_ARGS", "").replace("=", " ").split()
+    precision = "fp8" if "--quantization" in args and "fp8" in args else "bf16"
+    peak_file = Path(os.environ.get("CW_GPU_PEAK") or out / "peak.json")
+    try:
+        peak = json.loads(peak_file.read_text())
+    except (OSError, ValueError):
+        peak = None
+    gpus = 1 if REHEARSE else len([g for g in str(report.get("gpus", "0")).split(",") if g.strip()])
+    rate = report["job"].get("steady_clips_per_s") or report["job"]["clips_per_s"]
+    eff = flops.efficiency(rate, work, precision, measured_peak=peak, gpus=gpus)
+    eff["rate"] = "steady" if report["job"].get("steady_clips_per_s") else "whole job"
+    if REHEARSE:
+        eff["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"
+    eff["summary"] = flops.summary(eff)
+    return eff
 
 
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
@@ -342,6 +374,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             report["job"]["steady_clips_per_s"] = round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 2)
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
+        report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)
+        with log.open("a") as f:
+            f.write(f"compute efficiency: {report['job']['efficiency'].get('summary')}\n")
         report["failures"] = {i["path"]: i["last_error"][:200] for i in failed}
         report["failure_kinds"] = sorted({i["error_kind"] or "" for i in failed})
         assert job["state"] == "done"
