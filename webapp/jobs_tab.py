@@ -29,9 +29,9 @@ RUNNER_STALE_S = 15.0
 JOB_COLUMNS = ["id", "name", "state", "by", "total", "done", "failed", "pending", "clips/s", "ETA"]
 # the work-per-clip sweep's pixel budgets (docs/work-per-clip.json); any other value may be typed in
 PIXEL_CHOICES = [
-    (f"{RECIPE_MAX_PIXELS:,} (the recipe: 16 frames of 1024x576)", RECIPE_MAX_PIXELS),
+    (f"{RECIPE_MAX_PIXELS:,} (recipe)", RECIPE_MAX_PIXELS),  # 16 frames of 1024x576
     (f"{RECIPE_MAX_PIXELS // 2:,} (half)", RECIPE_MAX_PIXELS // 2),
-    (f"{RECIPE_MAX_PIXELS // 4:,} (a quarter)", RECIPE_MAX_PIXELS // 4),
+    (f"{RECIPE_MAX_PIXELS // 4:,} (quarter)", RECIPE_MAX_PIXELS // 4),
 ]
 
 
@@ -242,7 +242,7 @@ class JobsTab:
             return f, f"the Browse filter ({desc})"
         return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
 
-    def preview_html(self, source, fdict, frames=None, max_pixels=None, request: gr.Request = None) -> str:
+    def preview_html(self, source, frames, max_pixels, fdict, request: gr.Request) -> str:
         """How many clips a start would caption, and what that costs at the frames and pixels chosen, before any
         GPU is committed."""
         self.ctx.user(request)
@@ -287,9 +287,9 @@ class JobsTab:
             f"{e.gpu_hours(n):.1f} GPU-hours; {render.esc(e.basis)}: {render.esc(e.note[:240])}).</span>"
         )
 
-    def on_show(self, job_id, source, fdict, frames=None, max_pixels=None, request: gr.Request = None):
+    def on_show(self, job_id, source, frames, max_pixels, fdict, request: gr.Request):
         out = self.refresh(job_id, request)
-        out[self.preview] = self.preview_html(source, fdict, frames, max_pixels, request)
+        out[self.preview] = self.preview_html(source, frames, max_pixels, fdict, request)
         return out
 
     def select_row(self, evt: gr.SelectData, request: gr.Request):
@@ -303,7 +303,7 @@ class JobsTab:
         except (TypeError, ValueError):
             return gr.skip()
 
-    def start(self, name, source, prompt_id, frames, max_tokens, fdict, max_pixels=None, request: gr.Request = None):
+    def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, request: gr.Request):
         user = self._lead(request)
         db = self.ctx.db()
         f, _ = self._selection(source, fdict)
@@ -378,7 +378,7 @@ class JobsTab:
         gr.on(
             [self.source.change, filter_state.change, self.frames.change, self.max_pixels.change],
             shows_errors(self.preview_html),
-            [self.source, filter_state, self.frames, self.max_pixels],
+            [self.source, self.frames, self.max_pixels, filter_state],
             [self.preview],
             show_progress="hidden",
             api_name="job_preview",
@@ -393,8 +393,7 @@ class JobsTab:
 
         self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
             shows_errors(self.start),
-            # the pixel budget last: callers of the API from before it existed send one input less
-            [self.name, self.source, self.prompt, self.frames, self.max_tokens, filter_state, self.max_pixels],
+            [self.name, self.source, self.prompt, self.frames, self.max_tokens, self.max_pixels, filter_state],
             [self.msg, self.job_id],
             api_name="start_job",
         ).then(start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
