@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules,
 from fleet_clips import cmd_clips  # noqa: E402
 from fleet_probe import cmd_hostile, probe  # noqa: E402
 
+from benchmarks.node.cpu import group_cpu_seconds  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import fleet, fleet_commands, procs  # noqa: E402
 
@@ -101,21 +102,6 @@ def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, .
         extra=BENCH_FLAGS + fp8,
     )
     return with_flags(cmd, {flag: str(cfg[key]) for key, flag in FLAGS.items() if key in cfg})
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU seconds (user + system, children included) of every process in the group: vLLM's API servers,
-    renderer workers and engine core."""
-    import psutil
-
-    total = 0.0
-    for pid in procs.group_pids(pgid):
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            pass
-    return total
 
 
 PROMPT = (
@@ -271,14 +257,14 @@ def measure(
     import psutil
 
     m0 = fleet.scrape(url, timeout=10)
-    cpu0 = group_cpu_seconds(pgid)
+    cpu0 = group_cpu_seconds([pgid])
     sys0 = psutil.cpu_times()
     sampler = GpuSampler()
     t0 = time.time()
     res = asyncio.run(drive(url, clips, concurrency, max_tokens, frames))
     wall = time.time() - t0
     gpu = sampler.stop()
-    cpu = group_cpu_seconds(pgid) - cpu0
+    cpu = group_cpu_seconds([pgid]) - cpu0
     sys1 = psutil.cpu_times()
     busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
     prompt_tok = fleet.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
