@@ -63,9 +63,9 @@ class Fleet:
     def urls(self, n: int | None = None) -> list[str]:
         return [c.url for c in self.children[:n]]
 
-    def launch(self) -> float:
-        """Start every replica (not waiting for health: `wait` does); the time it started."""
-        self.t0 = time.time()
+    def start(self) -> float:
+        """Start every replica and wait until all are healthy; seconds it took."""
+        t0 = time.time()
         for slot, budget in zip(self.slots, self.budgets):
             cmd, env = self.ctx.replica(self.settings, slot, self.decoder, benchmark=self.benchmark, budget=budget)
             url = f"http://127.0.0.1:{self.settings.fleet_port + slot}"
@@ -89,16 +89,6 @@ class Fleet:
                 f"{b.describe() if b else 'no thread variables (vLLM sizes its own pools)'}); first command: "
                 f"{shlex.join(self.children[0].cmd)}"
             )
-        return self.t0
-
-    def start(self) -> float:
-        """Start every replica and wait until all are healthy; seconds it took."""
-        self.launch()
-        return self.wait()
-
-    def wait(self) -> float:
-        """Wait until every started replica answers /health; seconds since `launch`."""
-        t0 = self.t0
         deadline = t0 + self.ctx.a.startup_timeout
         with httpx.Client(timeout=2.0, trust_env=False) as http:
             while len(self.ready_s) < len(self.children):

@@ -11,13 +11,15 @@ from benchmarks.node.clips import fresh_clips, ingest
 from benchmarks.node.context import Ctx, say
 
 
-def prepare_db(ctx: Ctx, name: str, clips: int) -> tuple[object, Path]:
-    """A data dir with `clips` cached clips linked in and ingested; returns (settings, data_dir)."""
+def prepare_db(ctx: Ctx, name: str, clips: int, *, media: bool = True) -> tuple[object, Path]:
+    """A data dir with `clips` cached clips linked in and ingested (`media=False`: probed only, no thumbnails or
+    filmstrips, seconds instead of a minute); returns (settings, data_dir). The data dir is emptied first: call it
+    before anything of this stage (the MPS daemon's pipes, a replica) lives in it."""
     data_dir = ctx.work / name
     clip_root = data_dir / "clips"
     fresh_clips(ctx, data_dir, "clips", clips)
     t = time.time()
-    ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log")
+    ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log", media=media)
     say(f"{name}: {clips} clips ingested in {time.time() - t:.1f} s")
     return ctx.settings(data_dir, clip_root), data_dir
 

@@ -84,11 +84,16 @@ def stage_threads(ctx: Ctx) -> dict:
     }
     rows: list[dict] = []
     report["rows"] = rows
-    settings = None
     peak = ctx.gpu_peak()
     report["peak"] = peak
     earlier = earlier_rows(ctx, "threads")
-    with mps_daemon(ctx, ctx.settings(ctx.work / "threads", ctx.work / "threads" / "clips")) as mps:
+    # the clips first: preparing empties the stage's data dir, where the MPS pipes are about to live
+    settings, _ = prepare_db(ctx, "threads", (warm + per) * n, media=False)
+    ids = good_clip_ids(settings)
+    if len(ids) < (warm + per) * n:
+        raise RuntimeError(f"{len(ids)} good clips, {(warm + per) * n} needed")
+    warm_ids, measured = ids[: warm * n], ids[warm * n : (warm + per) * n]
+    with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
         last_cost = None
         for k, config in enumerate(configs):
@@ -99,19 +104,17 @@ def stage_threads(ctx: Ctx) -> dict:
                 say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
                 continue
             t_cfg = time.time()
-            s = ctx.settings(ctx.work / "threads", ctx.work / "threads" / "clips")
             fleet = Fleet(
-                ctx, s, ctx.decoders[0], slots, f"threads-{config}", benchmark=False, budgets=budgets(config, s, n)
+                ctx,
+                settings,
+                ctx.decoders[0],
+                slots,
+                f"threads-{config}",
+                benchmark=False,
+                budgets=budgets(config, settings, n),
             )
             try:
-                fleet.launch()
-                if settings is None:  # the clips are linked and ingested while the first replicas start
-                    settings, _ = prepare_db(ctx, "threads", (warm + per) * n)
-                    ids = good_clip_ids(settings)
-                    if len(ids) < (warm + per) * n:
-                        raise RuntimeError(f"{len(ids)} good clips, {(warm + per) * n} needed")
-                    warm_ids, measured = ids[: warm * n], ids[warm * n : (warm + per) * n]
-                startup = fleet.wait()
+                startup = fleet.start()
                 with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
                     if warm_ids:
                         caption_job(settings, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
@@ -126,8 +129,8 @@ def stage_threads(ctx: Ctx) -> dict:
                 steady = steady_rate(work)
                 row = {
                     "config": config,
-                    "cpu_budget": describe(config, s, n),
-                    "threads": (budgets(config, s, n)[0].threads if config != "unset" else None),
+                    "cpu_budget": describe(config, settings, n),
+                    "threads": (budgets(config, settings, n)[0].threads if config != "unset" else None),
                     "clips": len(measured),
                     "done": done,
                     "failed": check["failed"],

@@ -73,17 +73,16 @@ def stage_workload(ctx: Ctx) -> dict:
     peak = ctx.gpu_peak()
     report["peak"] = peak
     earlier = earlier_rows(ctx, "workload")
-    s = ctx.settings(ctx.work / "workload", ctx.work / "workload" / "clips")
-    with mps_daemon(ctx, s) as mps:
+    # the clips first: preparing empties the stage's data dir, where the MPS pipes are about to live
+    settings, _ = prepare_db(ctx, "workload", warm + per, media=False)
+    ids = good_clip_ids(settings)
+    if len(ids) < warm + per:
+        raise RuntimeError(f"{len(ids)} good clips, {warm + per} needed")
+    with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
-        fleet = Fleet(ctx, s, ctx.decoders[0], ctx.gpus[:1], "workload", benchmark=False)
+        fleet = Fleet(ctx, settings, ctx.decoders[0], ctx.gpus[:1], "workload", benchmark=False)
         try:
-            fleet.launch()
-            settings, _ = prepare_db(ctx, "workload", warm + per)  # while the replica starts
-            ids = good_clip_ids(settings)
-            if len(ids) < warm + per:
-                raise RuntimeError(f"{len(ids)} good clips, {warm + per} needed")
-            report["fleet_startup_s"] = fleet.wait()
+            report["fleet_startup_s"] = fleet.start()
             urls = fleet.urls()
             if warm:
                 caption_job(settings, new_job(settings, "warm-up workload", ids[:warm]), urls, 1)
