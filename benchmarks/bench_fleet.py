@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # its sibling modules,
 from fleet_clips import cmd_clips  # noqa: E402
 from fleet_probe import cmd_hostile, probe  # noqa: E402
 
+from benchmarks.node.cpu import group_cpu_seconds  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import fleet, fleet_commands, procs  # noqa: E402
 
@@ -55,6 +56,7 @@ CONFIGS: dict[str, dict] = {
     "nvdec-8f": {"backend": "pynvvideocodec", "frames": 8},
     "nvdec-32f": {"backend": "pynvvideocodec", "frames": 32},
     "nvdec-nomps": {"backend": "pynvvideocodec", "mps": False},
+    "nvdec-fp8": {"backend": "pynvvideocodec", "precision": "fp8"},
 }
 
 
@@ -90,30 +92,16 @@ def with_flags(cmd: list[str], values: dict[str, str]) -> list[str]:
 def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, ...] | None) -> list[str]:
     """The replica command line: serving.fleet_commands.vllm_command (the production recipe) for this
     configuration's video backend and frame count, its other knobs (FLAGS) overridden, plus BENCH_FLAGS."""
+    fp8 = ("--quantization", "fp8") if cfg.get("precision") == "fp8" else ()
     cmd = fleet_commands.vllm_command(
         settings,
         port,
         version=version,
         frames=cfg.get("frames", settings.frames),
         backend=cfg["backend"],
-        extra=BENCH_FLAGS,
+        extra=BENCH_FLAGS + fp8,
     )
     return with_flags(cmd, {flag: str(cfg[key]) for key, flag in FLAGS.items() if key in cfg})
-
-
-def group_cpu_seconds(pgid: int) -> float:
-    """CPU seconds (user + system, children included) of every process in the group: vLLM's API servers,
-    renderer workers and engine core."""
-    import psutil
-
-    total = 0.0
-    for pid in procs.group_pids(pgid):
-        try:
-            t = psutil.Process(pid).cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-        except psutil.Error:
-            pass
-    return total
 
 
 PROMPT = (
@@ -129,6 +117,7 @@ async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, 
     lat: list[float] = []
     errors: dict[str, int] = {}
     usage = {"prompt_tokens": 0, "completion_tokens": 0}
+    per_clip: list[tuple[Path, int, int]] = []  # (clip, prompt tokens, completion tokens) of each answer
     limits = httpx.Limits(max_connections=concurrency + 8, max_keepalive_connections=concurrency + 8)
     async with httpx.AsyncClient(
         timeout=httpx.Timeout(connect=5, read=900, write=60, pool=None), limits=limits
@@ -167,6 +156,7 @@ async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, 
                 u = r.json().get("usage") or {}
                 usage["prompt_tokens"] += u.get("prompt_tokens", 0)
                 usage["completion_tokens"] += u.get("completion_tokens", 0)
+                per_clip.append((clip, u.get("prompt_tokens", 0), u.get("completion_tokens", 0)))
 
         await asyncio.gather(*(one(c) for c in clips))
     lat.sort()
@@ -174,6 +164,7 @@ async def drive(url: str, clips: list[Path], concurrency: int, max_tokens: int, 
         "ok": len(lat),
         "errors": errors,
         "usage": usage,
+        "per_clip": per_clip,
         "p50_s": lat[len(lat) // 2] if lat else None,
         "p95_s": lat[int(len(lat) * 0.95)] if lat else None,
     }
@@ -225,24 +216,63 @@ class GpuSampler:
         }
 
 
-def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens: int, frames: int) -> dict:
+def clip_size(path: Path) -> tuple[int, int]:
+    """(height, width) of a clip's video stream, from its header (PyAV, nothing decoded)."""
+    import av
+
+    with av.open(str(path)) as c:
+        v = c.streams.video[0].codec_context
+        return v.height, v.width
+
+
+def efficiency(per_clip: list, frames: int, clips_per_s: float | None, precision: str, peak: dict | None) -> dict:
+    """serving.flops.efficiency of the answered clips (their tokens, frames and size; the recipe's pixels)."""
+    from serving import flops
+
+    sizes: dict[Path, tuple[int, int]] = {}
+    work = []
+    for clip, prompt, completion in per_clip:
+        if clip not in sizes:
+            try:
+                sizes[clip] = clip_size(clip)
+            except Exception:  # noqa: BLE001 - an unreadable header: that clip is left out of the count
+                continue
+        h, w = sizes[clip]
+        work.append(flops.ClipWork(prompt, completion, frames, h, w))
+    eff = flops.efficiency(clips_per_s, work, precision, measured_peak=peak)
+    eff["summary"] = flops.summary(eff)
+    return eff
+
+
+def measure(
+    url: str,
+    pgid: int,
+    clips: list[Path],
+    concurrency: int,
+    max_tokens: int,
+    frames: int,
+    precision: str = "bf16",
+    peak: dict | None = None,
+) -> dict:
     import psutil
 
     m0 = fleet.scrape(url, timeout=10)
-    cpu0 = group_cpu_seconds(pgid)
+    cpu0 = group_cpu_seconds([pgid])
     sys0 = psutil.cpu_times()
     sampler = GpuSampler()
     t0 = time.time()
     res = asyncio.run(drive(url, clips, concurrency, max_tokens, frames))
     wall = time.time() - t0
     gpu = sampler.stop()
-    cpu = group_cpu_seconds(pgid) - cpu0
+    cpu = group_cpu_seconds([pgid]) - cpu0
     sys1 = psutil.cpu_times()
     busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
     prompt_tok = fleet.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
     n = res["ok"]
+    eff = efficiency(res.pop("per_clip"), frames, n / wall if wall else None, precision, peak)
     return {
         **res,
+        "efficiency": eff,
         "concurrency": concurrency,
         "requests": len(clips),
         "wall_s": round(wall, 2),
@@ -256,26 +286,15 @@ def measure(url: str, pgid: int, clips: list[Path], concurrency: int, max_tokens
     }
 
 
-def bf16_tflops() -> float | None:
-    """Measured dense bf16 matmul rate of this GPU (the compute ceiling for the estimate)."""
+def gpu_peaks(log_dir: Path) -> dict:
+    """The GPU's bf16 and FP8 matmul peaks (benchmarks/gpu_peak.py in a child process, so that no CUDA context
+    of this one holds memory while vLLM runs)."""
+    out = log_dir / "peak.json"
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_peak.py"), "--out", str(out)], timeout=300)
     try:
-        import torch
-
-        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-        for _ in range(3):
-            a @ b
-        torch.cuda.synchronize()
-        t = time.time()
-        for _ in range(20):
-            a @ b
-        torch.cuda.synchronize()
-        rate = 20 * 2 * 8192**3 / (time.time() - t) / 1e12
-        del a, b
-        torch.cuda.empty_cache()
-        return round(rate, 1)
-    except Exception:
-        return None
+        return json.loads(out.read_text())
+    except (OSError, ValueError):
+        return {"error": "benchmarks/gpu_peak.py wrote nothing"}
 
 
 def mps(on: bool, env: dict) -> str:
@@ -309,20 +328,31 @@ def cmd_sweep(a) -> None:
         **fleet_commands.mps_env(settings),  # the MPS daemon and vLLM meet on the launcher's pipe folder
     }
     concurrencies = [int(c) for c in str(a.concurrency).split(",")]
-    if a.tflops:
-        print(json.dumps({"bf16_tflops": bf16_tflops()}), flush=True)
+    peak = None
+    if a.tflops and not a.dry_run:
+        peak = gpu_peaks(log_dir)
+        print(json.dumps({"peak": peak}), flush=True)
+    # the launcher's CPU budget for one replica on this node (serving.fleet_commands.replica_budgets)
+    budget = fleet_commands.replica_budgets(settings, 1)[0]
+    env.update(budget.env())
     for name in a.configs.split(","):
         cfg = CONFIGS[name]
         frames = cfg.get("frames", settings.frames)
         argv = vllm_command(settings, a.port, cfg, version)
-        print(f"[{name}] {' '.join(argv)}", flush=True)
+        print(f"[{name}] {' '.join(f'{k}={v}' for k, v in budget.env().items())} {' '.join(argv)}", flush=True)
         if a.dry_run:
             continue
         mps_state = mps(cfg.get("mps", True), env)
         url = f"http://127.0.0.1:{a.port}"
         t0 = time.monotonic()
         p = procs.start(f"vllm-{name}", argv, log=log_dir / f"vllm-{name}.log", env=env, health=url + "/health")
-        row = {"config": name, **cfg, "mps": mps_state, "date": time.strftime("%Y-%m-%d %H:%M")}
+        row = {
+            "config": name,
+            **cfg,
+            "mps": mps_state,
+            "cpu_budget": budget.describe(),
+            "date": time.strftime("%Y-%m-%d %H:%M"),
+        }
         try:
             procs.wait_healthy([p], timeout=a.start_timeout, interval=1.0)
             row["startup_s"] = round(time.monotonic() - t0, 1)
@@ -334,7 +364,7 @@ def cmd_sweep(a) -> None:
                 Path(a.probe).write_text(json.dumps(found, indent=1))
             asyncio.run(drive(url, warm, min(len(warm), 16), a.max_tokens, frames))
             for c in concurrencies:
-                res = measure(url, p.pgid, measured, c, a.max_tokens, frames)
+                res = measure(url, p.pgid, measured, c, a.max_tokens, frames, cfg.get("precision", "bf16"), peak)
                 line = {**row, **res}
                 print(json.dumps(line), flush=True)
                 with out.open("a") as f:
@@ -360,18 +390,20 @@ def cmd_report(a) -> None:
     rows = [r for r in rows if "config" in r]
     print(
         "| config | backend | conc. | clips/s | vLLM core-s/clip | vLLM cores busy | machine cores busy | "
-        "GPU util % | NVDEC util % | prompt tok/clip | p50 s | errors |"
+        "GPU util % | NVDEC util % | prompt tok/clip | p50 s | % of peak | errors |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
-            print(f"| {r['config']} | {r.get('backend')} | | failed: {r['error'][:80]} | | | | | | | | |")
+            print(f"| {r['config']} | {r.get('backend')} | | failed: {r['error'][:80]} | | | | | | | | | |")
             continue
+        frac = (r.get("efficiency") or {}).get("fraction_of_peak")
         print(
             f"| {r['config']} | {r['backend']} | {r['concurrency']} | {r['clips_per_s']} | "
             f"{r['vllm_cpu_core_s_per_clip']} | {r['vllm_cores_busy']} | {r['machine_cores_busy']} | "
             f"{r.get('gpu_util_mean', '')} | {r.get('nvdec_util_mean', '')} | {r['prompt_tokens_per_clip']} | "
-            f"{r['p50_s'] and round(r['p50_s'], 1)} | {sum(r['errors'].values()) if r['errors'] else 0} |"
+            f"{r['p50_s'] and round(r['p50_s'], 1)} | {'' if frac is None else f'{frac:.0%}'} | "
+            f"{sum(r['errors'].values()) if r['errors'] else 0} |"
         )
     if a.png:
         import matplotlib
@@ -423,7 +455,9 @@ def main(argv: list[str] | None = None) -> None:
     s.add_argument("--max-tokens", type=int, default=150)
     s.add_argument("--port", type=int, default=8100)
     s.add_argument("--start-timeout", type=float, default=400)
-    s.add_argument("--tflops", action="store_true", help="measure the bf16 matmul rate first")
+    s.add_argument(
+        "--tflops", action="store_true", help="measure the bf16 and FP8 matmul peaks first (benchmarks/gpu_peak.py)"
+    )
     s.add_argument("--probe", help="write real vLLM's answers to bad input, metric names etc. to this JSON file")
     s.add_argument("--hostile", default="/tmp/hostile", help="folder of hostile clips for --probe")
     s.add_argument("--dry-run", action="store_true", help="print each configuration's vLLM command line, start nothing")

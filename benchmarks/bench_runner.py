@@ -1,13 +1,18 @@
-"""The job runner's own ceiling and how busy it keeps a fleet.
+"""The job runner's own ceiling, its overhead over a bare HTTP loop, and how busy it keeps a fleet.
 
-    python benchmarks/bench_runner.py                 # both figures, default sizes
-    python benchmarks/bench_runner.py --clips 20000 --replicas 8
+    python benchmarks/bench_runner.py                 # all three figures, default sizes
+    python benchmarks/bench_runner.py --clips 20000 --replicas 8 --rounds 3
     python benchmarks/bench_runner.py --pools --clips 4000 --rounds 3   # the two connection-pool mechanisms
 
 1. Ceiling: zero-latency simulated replicas (`--speed 0`, in a separate process); the runner (in this process,
    through `serving.runner.run_job`) captions `--clips` clips. Prints requests/s and the CPU seconds per
    request of this process (the runner: its loop, httpx, JSON checks and SQLite writes).
-2. Busy share: 8 simulated replicas that each caption 7 clips/s (capacity 1, latency 1/7 s); the share of the
+2. Overhead: in the same run, on the same replicas, a bare httpx loop sends the same request bodies (built
+   beforehand by the runner's request builder) with the same in-flight bound per replica and the same pools
+   of at most POOL_SLOTS requests, and reads each answer's JSON: no SQLite, no checks, no retries. The runner's
+   CPU per request as a multiple of the loop's is the figure (goal <= 2x: absolute figures differ 3-5x between
+   machines, the ratio much less). The two alternate for `--rounds` rounds; the median ratio is reported.
+3. Busy share: 8 simulated replicas that each caption 7 clips/s (capacity 1, latency 1/7 s); the share of the
    fleet's capacity the runner keeps busy = achieved clips/s / (8 x 7).
 """
 
@@ -33,7 +38,7 @@ from serving import (
     runner as runmod,  # noqa: E402
     simfleet,  # noqa: E402
 )
-from serving.client import CaptionRequest, FleetClient  # noqa: E402
+from serving.client import POOL_SLOTS, CaptionRequest, FleetClient  # noqa: E402
 
 
 def cpu() -> float:
@@ -142,6 +147,100 @@ def compare_pools(settings, db, ids, args) -> None:
     print(f"median CPU per clip: runner shards {a:.3f} ms, FleetClient pools {b:.3f} ms, ratio {b / a:.2f}")
 
 
+def bare_loop(settings, urls: list[str], bodies: list[dict], inflight: int) -> tuple[float, float]:
+    """Send every body once over plain httpx, `inflight` at a time per replica (pools of at most POOL_SLOTS
+    in flight, TCP_NODELAY, as FleetClient does), reading each answer's JSON; (wall s, CPU s of this process)."""
+    import asyncio
+    import socket
+
+    import httpx
+
+    async def go() -> None:
+        ssl_ctx = httpx.create_ssl_context()
+        limits = httpx.Limits(max_connections=4096, max_keepalive_connections=1024, keepalive_expiry=30.0)
+        # a generous connect timeout: hundreds of connections open at once on a loaded 2-core machine
+        timeout = httpx.Timeout(connect=60.0, read=float(settings.request_timeout), write=30.0, pool=None)
+        clients: dict[str, list[httpx.AsyncClient]] = {
+            u: [
+                httpx.AsyncClient(
+                    transport=httpx.AsyncHTTPTransport(
+                        verify=ssl_ctx, limits=limits, socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)]
+                    ),
+                    timeout=timeout,
+                    limits=limits,
+                    trust_env=False,
+                )
+                for _ in range(-(-inflight // POOL_SLOTS))
+            ]
+            for u in urls
+        }
+        todo = iter(bodies)
+        errors = []
+
+        async def worker(url: str, client: httpx.AsyncClient) -> None:
+            for body in todo:  # one shared iterator: each body is sent once, by whichever worker is free
+                for attempt in range(3):  # the runner retries a connection failure too
+                    try:
+                        r = await client.post(url + "/v1/chat/completions", json=body)
+                        break
+                    except httpx.TransportError as e:
+                        if attempt == 2:
+                            raise
+                        errors.append(type(e).__name__)
+                if r.status_code != 200 or not r.json()["choices"][0]["message"]["content"]:
+                    errors.append(r.status_code)
+
+        try:
+            await asyncio.gather(
+                *(worker(u, clients[u][k // POOL_SLOTS]) for u in urls for k in range(inflight)),
+            )
+        finally:
+            for cs in clients.values():
+                for c in cs:
+                    await c.aclose()
+        assert not [e for e in errors if isinstance(e, int)], errors[:5]
+        if errors:
+            print(f"bare loop: {len(errors)} connection failures retried ({errors[:3]})", flush=True)
+
+    c0, t0 = cpu(), time.perf_counter()
+    asyncio.run(go())
+    return time.perf_counter() - t0, cpu() - c0
+
+
+def request_bodies(settings, db, ids: list[int]) -> list[dict]:
+    """The bodies the runner sends for these clips, built by its own request builder (serving.client)."""
+    prompt = prompts.latest(db)
+    builder = FleetClient(settings)
+    paths = {r["id"]: r["path"] for r in db.query("SELECT id, path FROM clips")}
+    return [builder.build_body(CaptionRequest(clip_path=paths[i], prompt=prompt, params=JobParams())) for i in ids]
+
+
+def overhead(settings, db, ids: list[int], args) -> None:
+    """Runner vs the bare loop, alternating, on one zero-latency fleet: CPU per request and the ratio."""
+    n = args.clips
+    fleet = simfleet.start_fleet(args.replicas, 0, settings.clip_root, speed=0)
+    bodies = request_bodies(settings, db, ids[:n])
+    ratios = []
+    try:
+        for r in range(args.rounds):
+            wall, cpu_s, _ = one_job(settings, db, fleet.urls, ids[:n])
+            bwall, bcpu = bare_loop(settings, fleet.urls, bodies, args.inflight)
+            ratios.append((cpu_s / n) / (bcpu / n))
+            print(
+                f"round {r}: runner {n / wall:.0f} requests/s, {cpu_s / n * 1000:.2f} ms CPU per request; bare "
+                f"httpx loop {n / bwall:.0f} requests/s, {bcpu / n * 1000:.2f} ms CPU per request; ratio "
+                f"{ratios[-1]:.2f}",
+                flush=True,
+            )
+    finally:
+        fleet.stop()
+    mid = sorted(ratios)[len(ratios) // 2]
+    print(
+        f"overhead: the runner's CPU per request is {mid:.2f}x the bare httpx loop's (median of {len(ratios)} "
+        f"rounds; goal <= 2x)"
+    )
+
+
 def latency_at_speed_1(settings) -> float:
     """Seconds one tiny clip takes on a simulated replica at speed 1 (to size the 7 clips/s fleet)."""
     import asyncio
@@ -172,7 +271,10 @@ def main() -> int:
     ap.add_argument("--busy-clips", type=int, default=1200, help="clips for the busy-share run")
     ap.add_argument("--inflight", type=int, default=48, help="per-replica in-flight bound")
     ap.add_argument("--pools", action="store_true", help="only compare the connection-pool mechanisms")
-    ap.add_argument("--rounds", type=int, default=3, help="--pools: alternating rounds of each mechanism")
+    ap.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds: runner vs bare loop, or (--pools) the mechanisms"
+    )
+    ap.add_argument("--no-busy", action="store_true", help="skip the busy-share run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="bench-runner-"))
     settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": args.inflight}, environ={})
@@ -195,8 +297,13 @@ def main() -> int:
     n = args.clips
     print(
         f"ceiling: {n} requests in {wall:.2f} s = {n / wall:.0f} requests/s; runner CPU {cpu_s:.2f} s "
-        f"= {cpu_s / n * 1000:.2f} ms per request ({cpu_s / wall:.2f} cores)"
+        f"= {cpu_s / n * 1000:.2f} ms per request ({cpu_s / wall:.2f} cores)",
+        flush=True,
     )
+    overhead(settings, db, ids, args)
+    if args.no_busy:
+        db.close()
+        return 0
 
     lat = latency_at_speed_1(settings)
     speed = 1 / (7 * lat)

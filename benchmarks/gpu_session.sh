@@ -13,8 +13,15 @@
 #             cpu-profile.json, logs)
 #   bench     NVDEC vs OpenCV side by side (+ real vLLM's answers to bad input, metric names) -> $OUT
 #   sweep C   more configurations (comma-separated names from benchmarks/bench_fleet.py CONFIGS) -> $OUT
-#   node S .. a stage of benchmarks/node_run.py (clips, launch, gputest, scaling, kill, report, all) with the dummy
-#             model, clips cached in /tmp/clips-node, reports in $OUT (extra arguments go to node_run.py)
+#   node S .. a stage of benchmarks/node_run.py (clips, launch, gputest, scaling, kill, threads, workload, report,
+#             all) with the dummy model, clips cached in /tmp/clips-node, reports in $OUT (extra arguments go to
+#             node_run.py)
+#   peak      the GPU's bf16 and FP8 matmul peaks (benchmarks/gpu_peak.py) -> $OUT/peak.json
+#   perfclips the 128 realistic clips `threads` and `workload` share (node_run's clip cache; ~3 min the first time)
+#   threads   a fresh replica per CPU budget (THREADS, default 1,2,4,budget), the same 120 clips through our runner
+#             against each: clips/s, core-s per clip, cores busy, % of peak -> $OUT/threads.{json,md}
+#   workload  one replica, a job of 120 clips per frames x pixels point (8,16,32 x the recipe's, half, a quarter)
+#             -> $OUT/workload.{json,md}, $OUT/work-per-clip.{json,png} (copy both over docs/)
 set -euo pipefail
 step=${1:?step}
 export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 PYTHONUNBUFFERED=1
@@ -43,6 +50,8 @@ case "$step" in
     export CW_GPU_CAPTION_CHARS=${CAPTION_CHARS:-} CW_GPU_TOPOLOGY=${TOPOLOGY:-single}
     nvidia-smi -L
     set -o pipefail
+    # the GPU's peaks while it is still free: the denominators of the report's compute efficiency
+    python3 benchmarks/gpu_peak.py --out "$OUT/peak.json" || true
     # where the CPU goes while it captions (per role and thread, py-spy on the busiest processes)
     python3 benchmarks/cpu_profile.py --out "$OUT/cpu-profile.json" >"$OUT/cpu-profile.log" 2>&1 &
     prof=$!
@@ -68,5 +77,18 @@ case "$step" in
     export PYTHONPATH=$PYTHONPATH:$PWD
     python3 benchmarks/node_run.py "$stage" --fleet gpu --model "${CW_GPU_MODEL:-/tmp/model}" --dummy \
       --clip-cache /tmp/clips-node --work /tmp/node-work --out "$OUT" "$@" 2>&1 | tee -a "$OUT/console.log" ;;
+  peak)
+    python3 benchmarks/gpu_peak.py --out "$OUT/peak.json" ;;
+  perfclips|threads|workload)
+    shift
+    case "$step" in
+      perfclips) stage=clips; extra=(--clips 128) ;;
+      threads) stage=threads; extra=(--threads-configs "${THREADS:-1,2,4,budget}") ;;
+      workload) stage=workload; extra=() ;;
+    esac
+    export PYTHONPATH=$PYTHONPATH:$PWD
+    python3 benchmarks/node_run.py "$stage" --fleet gpu --gpus "${GPUS:-0}" --model "${CW_GPU_MODEL:-/tmp/model}" \
+      --dummy --clip-cache /tmp/clips-node --work /tmp/node-work --out "$OUT" "${extra[@]}" "$@" 2>&1 \
+      | tee -a "$OUT/console.log" ;;
   *) echo "unknown step $step"; exit 2 ;;
 esac

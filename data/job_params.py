@@ -34,6 +34,12 @@ MAX_TEMPERATURE = 2.0
 # and read, 20 make it 295 KB and 6.5 ms).
 DEFAULT_TOP_LOGPROBS = 5
 MAX_TOP_LOGPROBS = 20
+# Qwen3-VL's video processor resizes the sampled frames so that frames x height x width stays within
+# size.longest_edge pixels (at least size.shortest_edge). The replicas start with NVIDIA's recipe
+# (serving.fleet_commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
+# clip, never more: the server sized its encoder budget for the recipe.
+RECIPE_MAX_PIXELS = 9_437_184
+MIN_PIXELS = 65_536
 # names that captions' provenance used before it took the names of the fields (rows written then keep them)
 FORMER_NAMES = {"max_completion_tokens": "max_tokens", "num_frames": "frames"}
 # what a stored params dict from before a field existed asked for: jobs then asked for no logprobs
@@ -82,6 +88,17 @@ def _temperature(value: Any) -> float:
     return temperature
 
 
+def _max_pixels(value: Any) -> int:
+    pixels = _whole("Pixels per clip", value)
+    if not MIN_PIXELS <= pixels <= RECIPE_MAX_PIXELS:
+        raise InvalidJobParams(
+            f"Pixels per clip must be {MIN_PIXELS:,}-{RECIPE_MAX_PIXELS:,} (got {pixels:,}): the budget of all "
+            f"sampled frames together; {RECIPE_MAX_PIXELS:,} is the fleet's own (16 frames of 1024x576), half or a "
+            "quarter of it cost fewer vision tokens."
+        )
+    return pixels
+
+
 def _seed(value: Any) -> int | None:
     return None if value in (None, "") else _whole("Seed", value)
 
@@ -124,6 +141,12 @@ class JobParams:
         int,
         "alternatives per token asked of vLLM, from which each label's confidence is read (0: none)",
         DEFAULT_TOP_LOGPROBS,
+    )
+    max_pixels: int = knob(
+        _max_pixels,
+        int,
+        "pixel budget of the sampled frames together (Qwen3-VL's size.longest_edge)",
+        RECIPE_MAX_PIXELS,
     )
 
     @classmethod

@@ -127,3 +127,30 @@ def replica_load(db: sqlite_utils.Database, job_id: int) -> list[dict]:
             [job_id],
         )
     ]
+
+
+def work_per_clip(db: sqlite_utils.Database, job_id: int) -> list[dict]:
+    """What each clip the job captioned asked of the model, for its FLOPs (serving.flops): prompt and output
+    tokens, frames and pixel budget (the caption's params; rows written before the budget existed ran at the
+    recipe's), the clip's size, and when the caption was written. Captions without token counts are left out."""
+    rows = []
+    for r in db.query(
+        "SELECT c.prompt_tokens, c.completion_tokens, c.frames, c.params, c.created_at, k.width, k.height "
+        "FROM captions c JOIN job_items i ON i.caption_id = c.id JOIN clips k ON k.id = c.clip_id "
+        "WHERE i.job_id = ? AND c.prompt_tokens IS NOT NULL AND c.completion_tokens IS NOT NULL "
+        "ORDER BY c.created_at",
+        [job_id],
+    ):
+        params = JobParams.from_dict(json.loads(r["params"]) if r["params"] else None)
+        rows.append(
+            {
+                "prompt_tokens": r["prompt_tokens"],
+                "completion_tokens": r["completion_tokens"],
+                "frames": r["frames"] or params.frames,
+                "max_pixels": params.max_pixels,
+                "width": r["width"],
+                "height": r["height"],
+                "created_at": r["created_at"],
+            }
+        )
+    return rows

@@ -81,6 +81,13 @@ def _int(value: Any) -> int:
         raise ValueError(f"not a whole number: {value!r}") from None
 
 
+def _non_negative(value: Any) -> int:
+    n = _int(value)
+    if n < 0:
+        raise ValueError(f"must be 0 or more, not {n}")
+    return n
+
+
 def _float(value: Any) -> float:
     try:
         return float(value)
@@ -176,6 +183,19 @@ class Settings:
     model: str = setting("Qwen/Qwen3-VL-8B-Instruct", "model the replicas serve")
     served_model_name: str = setting("", "name requests use for the model (default: MODEL)")
     frames: int = setting(16, "frames sampled from each clip for the model (and for the filmstrip)")
+    replica_threads: int = setting(
+        0,
+        "CPU threads per thread pool (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS: torch's intra-op "
+        "pool among them) in every process of a vLLM replica (default 0: the node's cores / replicas / 5 busy "
+        "processes per replica, 1-4)",
+        parse=_non_negative,
+    )
+    pin_replicas: str = setting(
+        "off",
+        "'on': pin each vLLM replica to its share of the node's cores (a contiguous block of cores / replicas); "
+        "'off': let the kernel place them",
+        choices=("off", "on"),
+    )
     max_tokens: int = setting(
         640,
         "output token limit of every caption request (a caption at its 1,500-character bound plus the labels "

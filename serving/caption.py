@@ -6,6 +6,8 @@ examples:
     python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --has-caption no
     python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:8000,http://127.0.0.1:8001 \\
         --status unreviewed --text rain --prompt av-hazard@1 --frames 16 --limit 500
+    python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --has-caption no \
+        --frames 8 --max-pixels 4718592     # fewer frames, half the pixels: what it costs, `python -m serving.cost`
     python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --job 3 --job-state failed
     python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --resume 12
     python -m serving.caption --db var/workbench.db --fleet-urls http://127.0.0.1:30000 --resume 12 --retry-failed
@@ -33,7 +35,7 @@ import threading
 
 from data import clips, db as dbmod, job_queries, jobs, library, prompts
 from data.errors import DataError, NotFound
-from data.job_params import JobParams
+from data.job_params import RECIPE_MAX_PIXELS, JobParams
 from data.job_selection import Selection
 from data.settings import add_arguments, from_args
 
@@ -98,6 +100,7 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
         temperature=args.temperature,
         seed=args.seed,
         top_logprobs=args.top_logprobs,
+        max_pixels=args.max_pixels,
     )
     n = sum(1 for _ in selection.clip_ids_in(db))
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
@@ -170,6 +173,13 @@ def build_parser() -> argparse.ArgumentParser:
     how.add_argument("--prompt", help="prompt name (newest version), name@version, or id (default: av-hazard)")
     how.add_argument("--frames", type=int, default=None, help="frames per clip (default: settings)")
     how.add_argument("--max-tokens", type=int, default=None, help="output token limit (default: settings)")
+    how.add_argument(
+        "--max-pixels",
+        type=int,
+        default=None,
+        help="pixel budget of all sampled frames together, Qwen3-VL's size.longest_edge (default and most: "
+        f"{RECIPE_MAX_PIXELS:,}, the fleet's recipe; half or a quarter of it cost fewer vision tokens)",
+    )
     how.add_argument("--temperature", type=float, default=None)
     how.add_argument("--seed", type=int, default=None)
     how.add_argument(

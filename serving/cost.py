@@ -1,30 +1,29 @@
 """What a captioning job will cost: clips/s for a fleet, from recorded GPU measurements or a job's live rate.
 
     python -m serving.cost --replicas 8 --frames 16 --precision bf16 --clips 100000
+    python -m serving.cost --replicas 8 --frames 8 --max-pixels 4718592 --clips 100000
 
     from serving import cost
-    ms = cost.load_measurements("docs/gpu-runs")
-    e = cost.estimate(replicas=8, frames=16, precision="bf16", measurements=ms)
+    ms = cost.default_measurements()
+    e = cost.estimate(replicas=8, frames=16, precision="bf16", measurements=ms, max_pixels=9_437_184)
     e.clips_per_s, e.seconds_for(100_000), e.gpu_hours(100_000), e.basis, e.note
 
 Pure functions over plain records, so the job form, the CLI and the docs can all show the same figure. The
-records are the JSON lines `benchmarks/bench_fleet.py sweep` writes (docs/gpu-runs/*/ *.jsonl): `clips_per_s`
-measured on distinct clips with caches off, and where present `gpus`, `frames`, `precision`, `backend`.
-Older records lack the last three; they were taken with the launcher's defaults then (1 GPU, 16 frames,
-bf16) and are read as such.
+records are the work-per-clip table (docs/work-per-clip.json, written by `benchmarks/node_run.py workload`: one
+point per frames x pixel budget x precision, clips/s per GPU through our runner, or "not yet measured") and the
+JSON lines of recorded runs (docs/gpu-runs/*/ *.jsonl: `bench_fleet.py sweep`, node_run's scaling). A record's
+`frames`, `max_pixels`, `precision`, `backend` and `gpus` say what it measured; where one lacks them it was taken
+with the launcher's defaults then (1 GPU, 16 frames, the recipe's 9,437,184 pixels, bf16).
 
 How an estimate is made, best basis first:
 1. `live`: the running job's own rate (clips/s over its last minute, `data.job_queries.progress`) on `live_replicas`
    replicas with the same settings, scaled per replica. Nothing predicts a fleet better than itself.
-2. `measured`: a record with the same precision and frames: the best per-GPU rate (the launcher's defaults
-   are the best measured configuration), times the replicas, times the multi-GPU efficiency measured for
-   that configuration (per-GPU rate at N GPUs / at 1), else linear, and the note says so.
-3. `scaled`: same precision, other frames: the nearest record's rate scaled by frames_measured / frames.
-   Vision tokens, and so the arithmetic per clip that bounds the GPU (docs/BENCHMARKS.md), grow with frames;
-   the text part of the prompt (~5 % of its tokens) does not, so this errs slightly pessimistic for more
-   frames and optimistic for fewer. The note says it is scaled.
-Otherwise (no record of that precision) there is no estimate: `clips_per_s` is None and the note says which
-run would give one. FP8 is not derived from bf16: the speed-up is what the GPU runs are for.
+2. `measured`: a record of the same frames, pixel budget and precision: the best per-GPU rate (through our runner
+   where there is one, else vLLM alone), times the replicas, times the multi-GPU efficiency measured in one run
+   (per-GPU rate at N GPUs / at 1 GPU, the same series), else linear, and the note says so.
+Otherwise there is no estimate: `clips_per_s` is None and the note names the run that would give one. Nothing is
+derived from another point: at the recipe's pixel budget more frames means smaller frames, not more vision tokens
+(serving.flops.vision_grid), so no ratio of frames predicts a rate; and FP8 is not derived from bf16.
 """
 
 from __future__ import annotations
@@ -35,10 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from data.job_params import RECIPE_MAX_PIXELS
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK_TABLE = ROOT / "docs" / "work-per-clip.json"  # the work-per-clip sweep's points
+RUNS = ROOT / "docs" / "gpu-runs"  # recorded GPU runs (.jsonl)
 DEFAULT_BACKEND = "pynvvideocodec"  # the production decoder; CPU-decode records describe another fleet
 PRECISIONS = ("bf16", "fp8")
 MAX_REPLICAS = 100_000  # 100 nodes of 8 GPUs is 800: this is a typo guard, not a plan
 MAX_FRAMES = 4_096
+MAX_PIXELS = 10**12
 MAX_CLIPS = 10**12
 
 
@@ -70,6 +75,8 @@ class Measurement:
     date: str = ""
     source: str = ""
     via: str = "vllm"  # "runner": measured through our runner and router (what a job sees); "vllm": vLLM alone
+    max_pixels: int = RECIPE_MAX_PIXELS
+    series: str = ""  # records of one run (node_run's scaling rows): the multi-GPU efficiency pairs them
 
     @property
     def per_gpu(self) -> float:
@@ -82,9 +89,10 @@ class Estimate:
     replicas: int
     frames: int
     precision: str
-    basis: str  # "live" | "measured" | "scaled" | "none"
+    basis: str  # "live" | "measured" | "none"
     note: str
     per_replica: float | None = None
+    max_pixels: int = RECIPE_MAX_PIXELS
 
     def seconds_for(self, clips: int) -> float | None:
         """Wall time for `clips` clips at this rate (None without an estimate). ValueError for a count that is
@@ -108,9 +116,12 @@ def normalise_precision(value: str | None) -> str:
 
 
 def from_record(rec: dict, source: str = "") -> Measurement | None:
-    """A Measurement from one bench_fleet JSON line, or None for a failed or partial run."""
+    """A Measurement from one record (a bench_fleet JSON line, a work-per-clip point), or None for a failed or
+    partial run, a simulated one, or a point not yet measured."""
     rate = rec.get("clips_per_s")
-    if rec.get("error") or not isinstance(rate, (int, float)) or not math.isfinite(rate) or rate <= 0:
+    if rec.get("error") or rec.get("simulated") or not isinstance(rate, (int, float)):
+        return None  # a failed run, a simulated rehearsal (no GPU figure) or a point not yet measured
+    if not math.isfinite(rate) or rate <= 0:
         return None
     return Measurement(
         clips_per_s=float(rate),
@@ -122,17 +133,35 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
         date=str(rec.get("date") or ""),
         source=source,
         via=str(rec.get("via") or "vllm"),
+        max_pixels=int(rec.get("max_pixels") or RECIPE_MAX_PIXELS),
+        series=f"{source.rsplit(':', 1)[0]}#{rec['report']}" if rec.get("report") else "",
     )
 
 
+def load_table(path: str | Path = WORK_TABLE) -> dict:
+    """The work-per-clip table ({"points": [...], ...}); an empty one where the file is missing or unreadable."""
+    try:
+        table = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return {"points": []}
+    return table if isinstance(table, dict) and isinstance(table.get("points"), list) else {"points": []}
+
+
 def load_measurements(*paths: str | Path) -> list[Measurement]:
-    """Every usable record in the given .jsonl files or folders (searched recursively)."""
+    """Every usable record in the given .jsonl files, work-per-clip tables (.json) or folders (searched
+    recursively for .jsonl). Points "not yet measured" (no rate) are not records."""
     files: list[Path] = []
     for p in paths:
         p = Path(p)
         files += sorted(p.rglob("*.jsonl")) if p.is_dir() else [p]
     out: list[Measurement] = []
     for f in files:
+        if f.suffix == ".json":
+            for i, point in enumerate(load_table(f)["points"], 1):
+                m = from_record(point, f"{f}#{i}") if isinstance(point, dict) else None
+                if m:
+                    out.append(m)
+            continue
         try:
             lines = f.read_text().splitlines()
         except OSError:
@@ -148,15 +177,30 @@ def load_measurements(*paths: str | Path) -> list[Measurement]:
     return out
 
 
+def default_measurements() -> list[Measurement]:
+    """The work-per-clip table and the recorded runs of this repository."""
+    return load_measurements(WORK_TABLE, RUNS)
+
+
 def _efficiency(ms: list[Measurement], replicas: int) -> tuple[float, str]:
-    """Per-GPU rate at the largest measured GPU count <= replicas over the 1-GPU rate, for one configuration."""
-    one = [m.per_gpu for m in ms if m.gpus == 1]
-    multi = [m for m in ms if 1 < m.gpus <= replicas]
-    if replicas <= 1 or not one or not multi:
-        return 1.0, "linear in replicas" + ("" if replicas <= 1 else " (no multi-GPU measurement)")
-    n = max(m.gpus for m in multi)
-    eff = min(1.0, max(m.per_gpu for m in multi if m.gpus == n) / max(one))
-    return eff, f"x{eff:.2f} per-GPU efficiency measured at {n} GPUs"
+    """Per-GPU rate at the largest GPU count <= replicas over the 1-GPU rate, both from one run (a series), so
+    that a steady rate is never divided by a whole-job one."""
+    if replicas <= 1:
+        return 1.0, "one GPU"
+    best: tuple[int, float, str] | None = None
+    for series in {m.series for m in ms if m.series}:
+        runs = [m for m in ms if m.series == series]
+        one = [m.per_gpu for m in runs if m.gpus == 1]
+        multi = [m for m in runs if 1 < m.gpus <= replicas]
+        if one and multi:
+            n = max(m.gpus for m in multi)
+            eff = min(1.0, max(m.per_gpu for m in multi if m.gpus == n) / max(one))
+            if best is None or n > best[0]:
+                best = (n, eff, series)
+    if best is None:
+        return 1.0, "linear in replicas (no multi-GPU measurement)"
+    n, eff, series = best
+    return eff, f"x{eff:.2f} per-GPU efficiency measured at {n} GPUs ({series.rsplit('#', 1)[-1]})"
 
 
 def estimate(
@@ -165,16 +209,18 @@ def estimate(
     precision: str = "bf16",
     measurements: Iterable[Measurement] = (),
     *,
+    max_pixels: int = RECIPE_MAX_PIXELS,
     live_rate: float | None = None,
     live_replicas: int | None = None,
     backend: str = DEFAULT_BACKEND,
 ) -> Estimate:
-    """Clips/s of `replicas` replicas (one per GPU) at `frames` frames and `precision` (see the module doc).
-    ValueError, saying which, for an input out of range: replicas and frames at least 1, a live rate finite
-    and not negative (0: none yet) and given with its replicas; nothing negative, NaN or infinite reaches an
-    answer."""
+    """Clips/s of `replicas` replicas (one per GPU) at `frames` frames, `max_pixels` pixels per clip and
+    `precision` (see the module doc). ValueError, saying which, for an input out of range: replicas, frames and
+    max_pixels at least 1, a live rate finite and not negative (0: none yet) and given with its replicas;
+    nothing negative, NaN or infinite reaches an answer."""
     replicas = _whole(replicas, "replicas", 1, MAX_REPLICAS)
     frames = _whole(frames, "frames", 1, MAX_FRAMES)
+    max_pixels = _whole(max_pixels, "max_pixels", 1, MAX_PIXELS)
     if live_rate is not None:
         live_rate = _rate(live_rate, "the live rate")
         if live_rate is not None and live_replicas is None:
@@ -182,6 +228,7 @@ def estimate(
     if live_replicas is not None:
         live_replicas = _whole(live_replicas, "live replicas", 1, MAX_REPLICAS)
     precision = normalise_precision(precision)
+    point = f"{frames} frames, {max_pixels:,} pixels, {precision}"
     if live_rate is not None and live_replicas:
         per = live_rate / live_replicas
         return Estimate(
@@ -192,68 +239,61 @@ def estimate(
             "live",
             f"the running job's rate, {live_rate:.2f} clips/s on {live_replicas} replica(s), per replica",
             per,
+            max_pixels,
         )
-    same = [m for m in measurements if m.precision == precision and m.backend == backend]
-    if any(m.via == "runner" for m in same):  # what a job sees beats vLLM alone on another workload
-        same = [m for m in same if m.via == "runner"]
-    exact = [m for m in same if m.frames == frames]
-    if exact:
-        best = max((m for m in exact if m.gpus == 1), key=lambda m: m.per_gpu, default=None) or max(
-            exact, key=lambda m: m.per_gpu
-        )
-        eff, how = _efficiency(exact, replicas)
-        per = best.per_gpu * eff
+    ms = [m for m in measurements if m.precision == precision and m.backend == backend]
+    exact = [m for m in ms if m.frames == frames and m.max_pixels == max_pixels]
+    if any(m.via == "runner" for m in exact):  # what a job sees beats vLLM alone on another workload
+        exact = [m for m in exact if m.via == "runner"]
+    if not exact:
         return Estimate(
-            per * replicas,
+            None,
             replicas,
             frames,
             precision,
-            "measured",
-            f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'} {best.date}, {best.source}); {how}",
-            per,
+            "none",
+            f"not yet measured at {point}: `benchmarks/gpu_session.sh node workload` measures the frames x pixels "
+            "points on a GPU (docs/GPU.md), or start the job and use its live rate",
+            None,
+            max_pixels,
         )
-    if same:
-        near = min(same, key=lambda m: (abs(m.frames - frames), -m.per_gpu))
-        at_frames = [m for m in same if m.frames == near.frames]
-        best = max(at_frames, key=lambda m: (m.gpus == 1, m.per_gpu))
-        eff, how = _efficiency(at_frames, replicas)
-        per = best.per_gpu * best.frames / frames * eff
-        return Estimate(
-            per * replicas,
-            replicas,
-            frames,
-            precision,
-            "scaled",
-            f"scaled from {best.per_gpu:.2f} clips/s per GPU measured at {best.frames} frames "
-            f"({best.source}) by {best.frames}/{frames} frames; {how}; not measured at {frames} "
-            "frames",
-            per,
-        )
+    best = max((m for m in exact if m.gpus == 1), key=lambda m: m.per_gpu, default=None) or max(
+        exact, key=lambda m: m.per_gpu
+    )
+    eff, how = _efficiency(ms, replicas)
+    per = best.per_gpu * eff
     return Estimate(
-        None,
+        per * replicas,
         replicas,
         frames,
         precision,
-        "none",
-        f"no {precision} measurement recorded: run `benchmarks/bench_fleet.py sweep` with {precision} "
-        "on a GPU node (docs/GPU.md), or start the job and use its live rate",
+        "measured",
+        f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'}, {best.date}); {how}",
+        per,
+        max_pixels,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    root = Path(__file__).resolve().parents[1]
     p = argparse.ArgumentParser(
         prog="python -m serving.cost",
         description="Clips/s, wall time and GPU-hours for a fleet, from recorded GPU runs.",
-        epilog="example: python -m serving.cost --replicas 8 --frames 16 --clips 100000",
+        epilog="example: python -m serving.cost --replicas 8 --frames 8 --max-pixels 4718592 --clips 100000",
     )
     p.add_argument("--replicas", type=int, required=True, help="replicas (one per GPU), at least 1")
     p.add_argument("--frames", type=int, default=16, help="frames per clip (default 16)")
+    p.add_argument(
+        "--max-pixels",
+        type=int,
+        default=RECIPE_MAX_PIXELS,
+        help=f"pixel budget of a clip's frames together (default {RECIPE_MAX_PIXELS:,}, the recipe's)",
+    )
     p.add_argument("--precision", default="bf16", help="bf16 or fp8 (default bf16)")
     p.add_argument("--clips", type=int, default=0, help="clips in the job, for wall time and GPU-hours")
-    p.add_argument("--runs", default=str(root / "docs" / "gpu-runs"), help="folder or .jsonl of recorded runs")
+    p.add_argument("--table", default=str(WORK_TABLE), help="the work-per-clip table (default docs/work-per-clip.json)")
+    p.add_argument("--runs", default=str(RUNS), help="folder or .jsonl of recorded runs (default docs/gpu-runs)")
     p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
     p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
     a = p.parse_args(argv)
@@ -263,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
             a.replicas,
             a.frames,
             a.precision,
-            load_measurements(a.runs),
+            load_measurements(a.table, a.runs),
+            max_pixels=a.max_pixels,
             live_rate=a.live_rate,
             live_replicas=a.live_replicas,
         )
@@ -272,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
             "live replicas must": "--live-replicas must",
             "replicas must": "--replicas must",
             "frames must": "--frames must",
+            "max_pixels must": "--max-pixels must",
             "the live rate": "--live-rate",
             "(live_replicas)": "(--live-replicas)",
         }
@@ -284,8 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no estimate: {e.note}")
         return 1
     print(
-        f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.precision} ({e.basis}: "
-        f"{e.note})"
+        f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.max_pixels:,} pixels, "
+        f"{e.precision} ({e.basis}: {e.note})"
     )
     if a.clips:
         print(f"{a.clips} clips: {e.seconds_for(a.clips) / 3600:.2f} h wall, {e.gpu_hours(a.clips):.1f} GPU-hours")
@@ -297,10 +339,12 @@ if __name__ == "__main__":
 
 
 __all__ = [
+    "default_measurements",
     "Estimate",
     "estimate",
     "from_record",
     "load_measurements",
+    "load_table",
     "Measurement",
     "normalise_precision",
 ]

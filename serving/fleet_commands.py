@@ -11,6 +11,7 @@ bare api_server module ignores `--api-server-count`).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -19,9 +20,11 @@ import subprocess
 import sys
 from typing import Sequence
 
+from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
 from data.settings import Settings, env_name
 
 HW_DECODERS_SINCE = (0, 25, 1)  # hw_decoders exists in releases after this one
+API_SERVERS = 4  # the recipe's --api-server-count (and --renderer-num-workers)
 
 
 # ---- versions, GPUs, the launch mode -----------------------------------------------------------------------
@@ -80,6 +83,84 @@ def entry_command(script: str, module: str) -> list[str]:
     return [sys.executable, "-m", module] if found else [script]
 
 
+# ---- the CPU budget of a replica ------------------------------------------------------------------------------
+# Each vLLM process sizes its thread pools by the cores it sees: torch's intra-op pool (read from OMP_NUM_THREADS,
+# MKL_NUM_THREADS winning where both are set), OpenMP's and the BLAS libraries'. vLLM shrinks torch's pool to one
+# thread only in its multiprocessing executor (tensor/pipeline parallel, `set_multiprocessing_worker_envs`,
+# and only when OMP_NUM_THREADS is unset); a one-GPU replica runs the "uni" executor inside the engine core
+# (vllm/config/parallel.py: world_size 1 -> "uni"), so every process of every replica keeps a pool of every core.
+# One run on one H200 / 16 cores (docs/BENCHMARKS.md, "CPU threads per replica"): OMP_NUM_THREADS=1 cut the CPU
+# per clip from 1.83 to 1.02 core-s at the same clips/s; `benchmarks/node_run.py threads` measures 1, 2, 4 and
+# this budget side by side.
+THREAD_POOL_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
+MAX_BUDGET_THREADS = 4  # the ops these pools run are short: more threads mostly spin (OpenMP waits busy)
+
+
+def node_cpus() -> list[int]:
+    """The CPUs this process may run on (its affinity: a container's or taskset's limit, not the host's)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return list(range(os.cpu_count() or 1))
+
+
+def thread_budget(cores: int, replicas: int, processes: int = API_SERVERS + 1) -> int:
+    """Threads per thread pool in each process of a replica: the node's cores shared by its replicas, that
+    share shared by the replica's busy processes (the API servers and the engine core), at least 1 and at most
+    MAX_BUDGET_THREADS. 16 cores, 1 replica: 3; 112 cores, 8 replicas: 2."""
+    share = max(1, cores) // max(1, replicas)
+    return max(1, min(MAX_BUDGET_THREADS, share // max(1, processes)))
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaBudget:
+    """The CPU budget of one replica: threads per pool, and the cores it is pinned to (None: not pinned)."""
+
+    threads: int
+    cpus: tuple[int, ...] | None
+    why: str
+
+    def env(self) -> dict[str, str]:
+        """The environment that sets every pool of every process of the replica to `threads`."""
+        return {var: str(self.threads) for var in THREAD_POOL_VARS}
+
+    def describe(self) -> str:
+        pinned = f"pinned to cores {cpu_list(self.cpus)}" if self.cpus else "not pinned"
+        return f"{self.threads} thread(s) per pool ({', '.join(THREAD_POOL_VARS)}; {self.why}), {pinned}"
+
+
+def cpu_list(cpus: Sequence[int]) -> str:
+    """CPUs as taskset writes them: 0-13,28-41."""
+    out, run = [], []
+    for c in sorted(cpus):
+        if run and c != run[-1] + 1:
+            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+            run = []
+        run.append(c)
+    if run:
+        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
+    return ",".join(out)
+
+
+def replica_budgets(settings: Settings, replicas: int, cpus: Sequence[int] | None = None) -> list[ReplicaBudget]:
+    """The budget of each of `replicas` replicas on a node with `cpus` (default: this process's): the
+    REPLICA_THREADS setting, else `thread_budget`; with PIN_REPLICAS on, replica i gets the i-th contiguous block
+    of len(cpus) // replicas cores."""
+    cpus = list(cpus if cpus is not None else node_cpus())
+    replicas = max(1, replicas)
+    if settings.replica_threads > 0:
+        threads, why = settings.replica_threads, "the REPLICA_THREADS setting"
+    else:
+        threads = thread_budget(len(cpus), replicas)
+        why = f"{len(cpus)} cores / {replicas} replica(s) / {API_SERVERS + 1} processes, 1-{MAX_BUDGET_THREADS}"
+    share = max(1, len(cpus) // replicas)
+    out = []
+    for i in range(replicas):
+        block = tuple(cpus[i * share : (i + 1) * share]) or tuple(cpus)
+        out.append(ReplicaBudget(threads, block if settings.pin_replicas == "on" else None, why))
+    return out
+
+
 STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}, separators=(",", ":"))
 
 
@@ -118,16 +199,16 @@ def vllm_command(
         "--max-num-batched-tokens",
         "32768",
         "--api-server-count",
-        "4",
+        str(API_SERVERS),
         "--renderer-num-workers",
-        "4",
+        str(API_SERVERS),
         "--async-scheduling",
         "--mm-ipc-gpu-memory-gb",
         "2",
         "--media-io-kwargs",
         json.dumps({"video": video}, separators=(",", ":")),
         "--mm-processor-kwargs",
-        json.dumps({"size": {"shortest_edge": 65536, "longest_edge": 9437184}}, separators=(",", ":")),
+        json.dumps({"size": {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}}, separators=(",", ":")),
         "--allowed-local-media-path",
         str(settings.clip_root),
         # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on

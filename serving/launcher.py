@@ -53,12 +53,14 @@ from serving.fleet_addresses import (
 )
 from serving.fleet_commands import (
     choose_gpus,
+    cpu_list,
     entry_command,
     gate_command,
     installed_vllm_version,
     launch_mode,
     mps_env,
     parse_version,
+    replica_budgets,
     router_command,
     simfleet_command,
     vllm_command,
@@ -75,6 +77,9 @@ SETTING_NAMES = (
     "model",
     "served_model_name",
     "frames",
+    # the CPU budget of each replica (thread pools, pinning)
+    "replica_threads",
+    "pin_replicas",
     # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
     "router_prometheus_port",
     "role",
@@ -137,7 +142,8 @@ class LaunchOptions:
 
 
 def plan(settings: Settings, opts: LaunchOptions) -> dict:
-    """Everything `up` would start, in order: [{name, cmd, env, log, url, health}], plus the fleet URLs."""
+    """Everything `up` would start, in order: [{name, cmd, env, log, url, health}] (a replica also with its CPU
+    budget: `budget`, and `cpus` where it is pinned), plus the fleet URLs."""
     settings = library.settings_for_path(settings)  # replicas may read only the library's recorded clip root
     logs = settings.data_dir / "logs"
     if settings.role == "head":
@@ -159,7 +165,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
             mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
             env_common.update(mps_env(settings))
         replica_urls = []
-        for i in gpus:
+        for i, budget in zip(gpus, replica_budgets(settings, len(gpus))):
             port = settings.fleet_port + i
             url = f"http://{advertised_host(settings.replica_host)}:{port}"
             replica_urls.append(url)
@@ -167,11 +173,13 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
                 {
                     "name": f"replica-{i}",
                     "cmd": vllm_command(settings, port, version=version, extra=extra, host=settings.replica_host),
-                    "env": {"CUDA_VISIBLE_DEVICES": str(i), **env_common},
+                    "env": {"CUDA_VISIBLE_DEVICES": str(i), **budget.env(), **env_common},
                     "secret_env": {fleet_key.ENV: str(fleet_key.path(settings))},
                     "log": str(logs / f"replica-{i}.log"),
                     "url": url,
                     "health": f"http://{local_host(settings.replica_host)}:{port}/health",
+                    "budget": budget.describe(),
+                    "cpus": budget.cpus,
                 }
             )
         timeout = opts.startup_timeout or 1800
@@ -278,13 +286,19 @@ def router_steps(settings: Settings, workers: Sequence[str], *, health_interval:
 
 # ---- commands -------------------------------------------------------------------------------------------------
 def shell_line(
-    cmd: Sequence[str], env: dict[str, str], log: str | None = None, secret_env: dict[str, str] | None = None
+    cmd: Sequence[str],
+    env: dict[str, str],
+    log: str | None = None,
+    secret_env: dict[str, str] | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> str:
-    """One line a shell can run: `ENV=... [setsid] cmd ... [> log 2>&1 &]`. A secret is never printed: it is
-    read from its file when the line runs (`KEY="$(cat FILE)"`)."""
+    """One line a shell can run: `ENV=... [setsid] [taskset -c CPUS] cmd ... [> log 2>&1 &]`. A secret is never
+    printed: it is read from its file when the line runs (`KEY="$(cat FILE)"`). The launcher pins with
+    os.sched_setaffinity; taskset is the shell's way to the same."""
     secrets = [f'{k}="$(cat {shlex.quote(v)})"' for k, v in (secret_env or {}).items()]
     envs = " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + secrets)
-    line = (envs + " " if envs else "") + ("setsid " if log else "") + shlex.join(cmd)
+    pin = f"taskset -c {cpu_list(cpus)} " if cpus else ""
+    line = (envs + " " if envs else "") + ("setsid " if log else "") + pin + shlex.join(cmd)
     return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
 
 
@@ -305,7 +319,9 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
             print("+ " + shell_line(m["cmd"], m["env"]))
         for s in p["steps"]:
-            print("+ " + shell_line(s["cmd"], s["env"], s["log"], s.get("secret_env")))
+            if s.get("budget"):
+                print(f"# {s['name']}: {s['budget']}")
+            print("+ " + shell_line(s["cmd"], s["env"], s["log"], s.get("secret_env"), s.get("cpus")))
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
             print("# worker URLs for the head (--worker-urls): " + ",".join(p["replica_urls"]))
@@ -364,6 +380,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
                 env={**s["env"], **{k: key for k in s.get("secret_env", {})}},
                 url=s["url"],
                 health=health if isinstance(health, str) else None,
+                cpus=s.get("cpus"),
             )
             children.append(c)
             rec["procs"].append(c.record())

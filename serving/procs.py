@@ -77,8 +77,10 @@ def start(
     url: str | None = None,
     health: str | None = None,
     cwd: str | Path | None = None,
+    cpus: Sequence[int] | None = None,
 ) -> Child:
-    """Start `cmd` in a new session (own process group), stdout+stderr appended to `log`."""
+    """Start `cmd` in a new session (own process group), stdout+stderr appended to `log`; with `cpus`, pinned
+    to those CPUs (its children inherit the affinity)."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = dict(os.environ)
@@ -92,6 +94,7 @@ def start(
             env=full_env,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
     return Child(name=name, pid=p.pid, pgid=p.pid, cmd=list(cmd), log=str(log), url=url, health=health, popen=p)
 

@@ -94,3 +94,32 @@ def test_sweep_dry_run_prints_each_command_and_starts_nothing(tmp_path):
     assert [line.split("]")[0] for line in lines] == ["[nvdec", "[opencv"]
     assert all(" serve /models/qwen " in line and "--load-format dummy" in line for line in lines)
     assert not (tmp_path / "results.jsonl").exists() and not list((tmp_path / "logs").glob("vllm-*.log"))
+
+
+def test_each_configuration_reports_its_compute_efficiency_from_the_clips_it_answered(bench_fleet, tiny_library):
+    clips = sorted(tiny_library.rglob("*.mp4"))[:2]
+    assert bench_fleet.clip_size(clips[0]) == (90, 160)
+    from serving import flops
+
+    eff = bench_fleet.efficiency([(c, 400, 150) for c in clips], 16, 4.0, "bf16", {"bf16_tflops": 780.0})
+    one = flops.work_flops(flops.ClipWork(400, 150, 16, 90, 160)).total
+    assert eff["clips"] == 2 and eff["tflop_per_clip"] == pytest.approx(one / 1e12, abs=0.01)
+    assert eff["fraction_of_peak"] == pytest.approx(4.0 * one / 1e12 / 780.0, rel=1e-2)
+    assert eff["peak_source"].startswith("measured in this run") and "of bf16 peak" in eff["summary"]
+
+
+def test_an_fp8_configuration_quantizes_and_the_dry_run_shows_the_cpu_budget(bench_fleet, tmp_path):
+    s = bench_fleet.bench_settings("/models/qwen", str(tmp_path), tmp_path / "var")
+    cmd = bench_fleet.vllm_command(s, 8100, bench_fleet.CONFIGS["nvdec-fp8"], (0, 25, 0))
+    assert flag(cmd, "--quantization") == "fp8"
+    out = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "bench_fleet.py"), "sweep", "--model", "/m", "--clips"]
+        + [str(tmp_path), "--out", str(tmp_path / "r.jsonl"), "--log-dir", str(tmp_path / "logs")]
+        + ["--configs", "nvdec", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "OMP_NUM_THREADS=" in out.stdout and "MKL_NUM_THREADS=" in out.stdout

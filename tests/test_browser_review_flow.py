@@ -363,10 +363,13 @@ def test_job_limits_hold_through_the_api(server):
     before = len(job_queries.list_jobs(db_of(server)))
     c = server.client("lead")
     try:
-        kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 64])
+        # name, clips, prompt, frames, max tokens, pixels per clip (the Browse filter is session state)
+        kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 64, None])
         assert "cannot hold a complete answer" in body, body
-        kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 500, 320])
+        kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 500, 320, None])
         assert "Frames must be 1-128" in body, body
+        kind, body = api_call(c, "start_job", ["api job", "everything uncaptioned", None, 16, 640, 99_000_000])
+        assert "Pixels per clip must be 65,536-9,437,184" in body, body
     finally:
         c.close()
     assert len(job_queries.list_jobs(db_of(server))) == before

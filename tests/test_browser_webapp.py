@@ -195,9 +195,21 @@ def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner)
         page.click("#tab-jobs-button")
         page.locator("#job-source").get_by_text("everything uncaptioned", exact=True).click()
         page.fill("#job-name textarea, #job-name input", "uncaptioned from the browser test")
+        # the work per clip is the lead's choice: half the recipe's pixels, chosen as a person would
+        page.locator("#job-max-pixels input").click()
+        page.locator("[role=listbox] li", has_text="(half)").first.click()
+        page.wait_for_function("document.querySelector('#job-max-pixels input').value.includes('(half)')")
         page.click("#btn-start-job")
         page.wait_for_selector("#jobs-msg .cw-msg-ok", timeout=30_000)
         assert "over 2 clips" in page.inner_text("#jobs-msg")
+        job_id = int(re.search(r"Started job (\d+)", page.inner_text("#jobs-msg")).group(1))
+        from data import db as dbmod, job_queries
+
+        d = dbmod.connect(server.settings.db)
+        try:
+            assert job_queries.get(d, job_id)["params"].max_pixels == 4_718_592  # what the requests will ask
+        finally:
+            d.close()
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.pct === '100'", timeout=60_000)
         assert "done 2" in page.inner_text("#job-progress")
         page.wait_for_selector("#runner-status.cw-ok", timeout=30_000)

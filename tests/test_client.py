@@ -106,7 +106,14 @@ def test_provenance_has_every_field_with_defaults_for_real_vllm(fleet_settings):
     assert prov["prompt_tokens"] == 1234 and prov["completion_tokens"] == 56
     assert prov["finish_reason"] == "stop" and prov["latency_ms"] >= 0
     # the job's parameters under their own names (data.job_params), defaults from JobParams, and the camera
-    assert prov["params"] == {"frames": 16, "max_tokens": 640, "temperature": 0.0, "top_logprobs": 5, "camera": None}
+    assert prov["params"] == {
+        "frames": 16,
+        "max_tokens": 640,
+        "temperature": 0.0,
+        "top_logprobs": 5,
+        "max_pixels": 9_437_184,
+        "camera": None,
+    }
     # logprobs were asked for (JobParams' default) and this answer has none: every label unknown, and why
     assert set(prov["confidence"]["labels"]) == set(taxonomy.ENUMS)
     assert not any(prov["confidence"]["labels"].values()) and "no token logprobs" in prov["confidence"]["note"]

@@ -27,6 +27,9 @@ media are recorded under "http_media" of vllm-answers.json (good, tampered, expi
 origin failing, slow past VLLM_VIDEO_FETCH_TIMEOUT, oversized, another port and another host), each with what
 our client makes of it; copy that key into tests/data/vllm-<version>-answers.json, where
 tests/test_vllm_recordings.py replays it against the simulated fleet.
+replays), CW_GPU_REHEARSE=sim (run the same flow against the simulated fleet on a machine without a GPU),
+CW_GPU_PEAK (benchmarks/gpu_peak.py's JSON, measured before the fleet started; default CW_GPU_OUT/peak.json, else
+the recorded peaks): the denominator of the compute efficiency the report gives (report.json "job.efficiency").
 """
 
 from __future__ import annotations
@@ -179,6 +182,36 @@ def _fleet_logs(logs: Path, into: Path, prefix: str = "") -> None:
         with into.open("a") as o:
             o.write(f"===== {prefix}{f.name} (first 150 and last 80 of {len(lines)} lines)\n")
             o.writelines(lines[:150] + (["[...]\n"] if len(lines) > 230 else []) + lines[max(150, len(lines) - 80) :])
+
+
+def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
+    """Model FLOPs per clip and the share of the GPUs' peak the job achieved, at its steady rate (else the
+    whole job's), from each caption's tokens, frames and pixel budget and the clip's size (serving.flops)."""
+    from data import job_queries
+    from serving import flops
+
+    work = [
+        flops.ClipWork(
+            w["prompt_tokens"], w["completion_tokens"], w["frames"], w["height"], w["width"], w["max_pixels"]
+        )
+        for w in job_queries.work_per_clip(db, job_id)
+        if w["width"] and w["height"]
+    ]
+    args = os.environ.get("CW_GPU_VLLM_ARGS", "").replace("=", " ").split()
+    precision = "fp8" if "--quantization" in args and "fp8" in args else "bf16"
+    peak_file = Path(os.environ.get("CW_GPU_PEAK") or out / "peak.json")
+    try:
+        peak = json.loads(peak_file.read_text())
+    except (OSError, ValueError):
+        peak = None
+    gpus = 1 if REHEARSE else len([g for g in str(report.get("gpus", "0")).split(",") if g.strip()])
+    rate = report["job"].get("steady_clips_per_s") or report["job"]["clips_per_s"]
+    eff = flops.efficiency(rate, work, precision, measured_peak=peak, gpus=gpus)
+    eff["rate"] = "steady" if report["job"].get("steady_clips_per_s") else "whole job"
+    if REHEARSE:
+        eff["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"
+    eff["summary"] = flops.summary(eff)
+    return eff
 
 
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
@@ -391,6 +424,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             report["job"]["steady_clips_per_s"] = round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 2)
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
+        report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)
+        with log.open("a") as f:
+            f.write(f"compute efficiency: {report['job']['efficiency'].get('summary')}\n")
         report["failures"] = {i["path"]: i["last_error"][:200] for i in failed}
         report["failure_kinds"] = sorted({i["error_kind"] or "" for i in failed})
         assert job["state"] == "done"

@@ -22,8 +22,8 @@ from tests.support.fleet_fixtures import PROMPT
 from tests.support.runner_fixtures import LABELS, add_clips
 
 # a value for each field that differs from its default, and one its check refuses
-GOOD = {"frames": 8, "max_tokens": 900, "temperature": 0.7, "seed": 42, "top_logprobs": 10}
-BAD = {"frames": 0, "max_tokens": 64, "temperature": 3, "seed": "x", "top_logprobs": 21}
+GOOD = {"frames": 8, "max_tokens": 900, "temperature": 0.7, "seed": 42, "top_logprobs": 10, "max_pixels": 2_359_296}
+BAD = {"frames": 0, "max_tokens": 64, "temperature": 3, "seed": "x", "top_logprobs": 21, "max_pixels": 20_000_000}
 
 
 def test_every_parameter_has_a_good_and_a_bad_example_here():
@@ -90,6 +90,23 @@ def test_the_request_takes_its_defaults_from_jobparams(fleet_settings):
     body = FleetClient(fleet_settings).build_body(CaptionRequest("a.mp4", PROMPT, JobParams(**GOOD)))
     assert (body["max_completion_tokens"], body["temperature"], body["seed"]) == (900, 0.7, 42)
     assert body["media_io_kwargs"]["video"] == {"num_frames": 8, "min_frames": 8, "max_frames": 8}
+    # the whole `size` (vLLM replaces the server's per key; Qwen3-VL's processor needs both edges)
+    assert body["mm_processor_kwargs"] == {"size": {"shortest_edge": 65_536, "longest_edge": 2_359_296}}
+
+
+def test_the_pixel_budget_is_the_recipes_by_default_and_never_above_it(fleet_settings):
+    from data.job_params import RECIPE_MAX_PIXELS
+    from serving import fleet_commands
+
+    assert JobParams().max_pixels == RECIPE_MAX_PIXELS == 9_437_184
+    argv = fleet_commands.vllm_command(fleet_settings, 8000, version=(0, 25, 0))
+    server = json.loads(argv[argv.index("--mm-processor-kwargs") + 1])
+    body = FleetClient(fleet_settings).build_body(CaptionRequest("a.mp4", PROMPT))
+    assert body["mm_processor_kwargs"] == server  # a default job asks exactly what the server starts with
+    for bad, why in (("9437185", "9,437,184"), ("1000", "65,536"), ("half", "whole number"), ("9.5e6", "9,500,000")):
+        with pytest.raises(InvalidJobParams, match=why):
+            JobParams.checked(max_pixels=bad)
+    assert JobParams.from_dict({"frames": 16}).max_pixels == RECIPE_MAX_PIXELS  # jobs stored before the knob
 
 
 def test_a_job_stores_its_params_and_selection_and_get_returns_them_typed(db):
@@ -163,8 +180,8 @@ def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings
 
     cookie = server.client("lead").cookies["cw_session"]
     lead = Client(server.url, download_files=False, headers={"Cookie": f"cw_session={cookie}"}, verbose=False)
-    # the Jobs tab's inputs: name, clips, prompt, frames, max tokens, the Browse filter
-    _, ui_job = lead.predict("uncaptioned", "everything uncaptioned", None, 16, 640, {}, api_name="/start_job")
+    # the Jobs tab's inputs through the API: name, clips, prompt, frames, max tokens, pixels (the filter is state)
+    _, ui_job = lead.predict("uncaptioned", "everything uncaptioned", None, 16, 640, None, api_name="/start_job")
     args = caption_cli.build_parser().parse_args(["--has-caption", "no", "--ingest-failed", "no", "--limit", "2"])
     db = dbmod.connect(web_settings.db)
     try:
@@ -197,8 +214,11 @@ def test_provenance_names_the_params_as_jobparams_does_and_old_rows_read_the_sam
         job_items.complete(db, job_id, clip, text="t", labels=LABELS, provenance=prov)
     read = [captions.history(db, c)[0]["params"] for c in ids]
     assert read[0] == {**GOOD, "camera": "front"}
-    assert read[1] == {k: v for k, v in read[0].items() if k != "top_logprobs"}  # asked before that knob existed
+    # a row written before the logprobs and pixel knobs is read as it was written: it asked for no logprobs, and
+    # its job ran at the recipe's pixel budget
+    old = {k: v for k, v in GOOD.items() if k not in ("top_logprobs", "max_pixels")}
+    assert read[1] == {**old, "camera": "front"}
     assert JobParams.from_dict(read[0]) == JobParams(**GOOD)
-    assert JobParams.from_dict(read[1]) == JobParams(**{**GOOD, "top_logprobs": 0})  # it asked for no logprobs
-    exported = [r["origin"]["params"] for r in export.iter_rows(db)]
+    assert JobParams.from_dict(read[1]) == JobParams(**{**old, "top_logprobs": 0, "max_pixels": 9_437_184})
+    exported = [r["origin"]["params"] for r in export.iter_rows(db)]  # a machine caption is its own origin
     assert exported == read

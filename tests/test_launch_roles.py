@@ -187,3 +187,14 @@ def test_a_library_launched_as_a_head_stays_a_head(tmp_path):
     r = launch(tmp_path, "--worker-urls", "http://10.0.0.5:8000", "--media-url-base", "http://10.0.0.2:7860")
     assert r.returncode == 2 and "python -m data.deployment set --role head" in r.stderr, r.stderr
     assert not commands(r.stdout)
+
+
+def test_launch_sh_dry_run_shows_each_gpu_replicas_thread_budget(tmp_path):
+    r = launch(tmp_path, "--fleet-mode", "gpu", "--gpus", "0,1", "--replica-threads", "2", "--pin-replicas", "on")
+    assert r.returncode == 0, r.stderr
+    notes = [ln for ln in r.stdout.splitlines() if ln.startswith("# replica-")]
+    assert len(notes) == 2 and all("2 thread(s) per pool" in n and "pinned to cores" in n for n in notes), r.stdout
+    replicas = [ln for ln in r.stdout.splitlines() if ln.startswith("+ ") and " serve " in ln]
+    assert len(replicas) == 2
+    for ln in replicas:
+        assert "OMP_NUM_THREADS=2 MKL_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2" in ln and "setsid taskset -c " in ln

@@ -7,6 +7,8 @@ import shlex
 import subprocess
 import sys
 
+import pytest
+
 from serving import fleet_record, launcher, procs
 
 # NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
@@ -248,3 +250,76 @@ def test_help_names_the_fleet_router_and_metrics_ports_and_the_old_fleet_flag_is
         env={"PATH": "/usr/bin:/bin"},
     )
     assert out.returncode == 2 and "--fleet" in out.stderr and "serving.simfleet" not in out.stdout
+
+
+def test_thread_budget_shares_the_nodes_cores_among_replicas_and_their_busy_processes():
+    from serving.fleet_commands import API_SERVERS, thread_budget
+
+    assert API_SERVERS + 1 == 5  # 4 API servers and the engine core keep busy per replica
+    assert thread_budget(16, 1) == 3  # one H200 node of 16 cores: 16 // 5
+    assert thread_budget(32, 2) == 3  # two H200s, 32 cores
+    assert thread_budget(112, 8) == 2  # eight GPUs, 14 cores each
+    assert thread_budget(256, 1) == 4  # never more than MAX_BUDGET_THREADS
+    assert thread_budget(2, 8) == thread_budget(0, 1) == 1  # never fewer than one
+
+
+def test_replica_budgets_take_the_setting_and_pin_contiguous_blocks(settings):
+    from serving.fleet_commands import cpu_list, replica_budgets
+
+    cpus = list(range(16))
+    auto = replica_budgets(settings, 2, cpus)
+    assert [b.threads for b in auto] == [1, 1] and all(b.cpus is None for b in auto)  # 8 cores each / 5
+    assert auto[0].env() == {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    pinned = replica_budgets(settings.replace(pin_replicas="on", replica_threads="4"), 2, cpus)
+    assert [b.threads for b in pinned] == [4, 4] and "REPLICA_THREADS setting" in pinned[0].why
+    assert [cpu_list(b.cpus) for b in pinned] == ["0-7", "8-15"]
+    assert "pinned to cores 8-15" in pinned[1].describe()
+    assert cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8"
+    with pytest.raises(ValueError, match="--pin-replicas must be off or on"):
+        settings.replace(pin_replicas="yes")
+    with pytest.raises(ValueError):
+        settings.replace(replica_threads="-1")
+
+
+def test_dry_run_shows_each_replicas_budget_and_passes_it_in_its_environment(tmp_path):
+    import os
+
+    from serving.fleet_commands import thread_budget
+
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path)]
+        + ["--fleet-mode", "gpu", "--gpus", "0,1", "--vllm-version", "0.25.0", "--no-mps"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert out.returncode == 0, out.stderr
+    want = thread_budget(len(os.sched_getaffinity(0)), 2)
+    notes = [ln for ln in out.stdout.splitlines() if ln.startswith("# replica-")]
+    assert [n.split(":")[0] for n in notes] == ["# replica-0", "# replica-1"]
+    assert all(f"{want} thread(s) per pool" in n and "not pinned" in n for n in notes)
+    for line in dry_run(tmp_path, "--fleet-mode", "gpu", "--gpus", "0,1", "--no-mps", "--replica-threads", "2")[:2]:
+        env, argv = split(line)
+        assert {k: env[k] for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")} == dict.fromkeys(
+            ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"), "2"
+        )
+        assert argv[:2] == ["vllm", "serve"]
+    # pinned: `taskset -c` in the printed line, one block of this machine's cores per replica
+    lines = dry_run(tmp_path, "--fleet-mode", "gpu", "--gpus", "0", "--no-mps", "--pin-replicas", "on")
+    argv = split(lines[0])[1]
+    assert argv[:2] == ["taskset", "-c"] and argv[3:5] == ["vllm", "serve"]
+
+
+def test_a_pinned_child_runs_on_its_cpus_only(tmp_path):
+    import os
+
+    first = min(os.sched_getaffinity(0))
+    child = procs.start(
+        "pinned",
+        [sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        log=tmp_path / "p.log",
+        cpus=[first],
+    )
+    child.popen.wait(timeout=30)
+    assert (tmp_path / "p.log").read_text().strip() == f"[{first}]"

@@ -118,3 +118,112 @@ def test_rehearsal_scaling_kill_and_report(tmp_path):
     assert "| 2 | " in table and "0 missing, 0 duplicated" in table
     assert (out / "scaling.png").stat().st_size > 10_000
     assert list((out / "logs").glob("kill-replica-*.log"))
+
+
+def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
+    p = subprocess.run(
+        [sys.executable, "benchmarks/node_run.py", "threads,workload", "--fleet", "gpu", "--gpus", "0", "--dry-run"]
+        + ["--vllm-version", "0.25.0", "--threads-configs", "1,4,unset", "--out", str(tmp_path / "o")]
+        + ["--work", str(tmp_path / "w"), "--workload-frames", "8,32", "--workload-pixels", "9437184,2359296"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "7"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    for config, env in (("1", "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1"), ("4", "OMP_NUM_THREADS=4 MKL_NUM_THREADS=4")):
+        i = next(k for k, ln in enumerate(lines) if ln.startswith(f"# threads {config} ("))
+        assert env in lines[i + 1] and " serve " in lines[i + 1]
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads unset (no thread variables"))
+    assert "NUM_THREADS" not in lines[i + 1]  # no thread variable: vLLM sizes its own pools
+    assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
+    bad = subprocess.run(
+        [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]
+        + ["--out", str(tmp_path / "o"), "--work", str(tmp_path / "w")],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode != 0 and "Pixels per clip must be 65,536-9,437,184" in bad.stderr
+
+
+@pytest.mark.load
+def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
+    """The two one-GPU measurements of issue 20 against a simulated replica: a replica per thread configuration
+    and the same clips through our runner; then one replica and a job per frames x pixels point."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    cmd = [
+        sys.executable,
+        "benchmarks/node_run.py",
+        "clips,threads,workload",
+        "--fleet",
+        "sim",
+        "--sim-replicas",
+        "1",
+        "--clips",
+        "7",
+        "--small-clips",
+        "--workers",
+        "2",
+        "--warmup",
+        "1",
+        "--threads-configs",
+        "1,budget",
+        "--threads-clips",
+        "6",
+        "--workload-frames",
+        "16",
+        # tiny clips (160x90) fit the recipe's budget: 65,536 pixels for 16 frames must shrink them
+        "--workload-pixels",
+        "9437184,65536",
+        "--workload-clips",
+        "6",
+        "--sim-speed",
+        "0.3",
+        "--base-port",
+        str(_free_block(1)),
+        "--router-port",
+        str(free_port()),
+        "--router-prometheus-port",
+        str(free_port()),
+        "--out",
+        str(out),
+        "--work",
+        str(work),
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    p = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stdout[-4000:] + p.stderr[-2000:]
+
+    threads = json.loads((out / "threads.json").read_text())
+    assert threads["ok"] is True and threads["simulated"] is True
+    rows = {r["config"]: r for r in threads["rows"]}
+    assert set(rows) == {"1", "budget"}
+    for r in rows.values():
+        assert r["done"] == r["clips"] == 6 and r["failed"] == 0
+        assert r["clips_per_s"] > 0 and r["core_s_per_clip"] > 0 and r["cores_busy"] > 0
+        assert r["efficiency"]["tflop_per_clip"] > 0 and "SIMULATED" in r["efficiency"]["simulated"]
+    assert rows["1"]["cpu_budget"].startswith("1 thread(s) per pool") and "REPLICA_THREADS" in rows["1"]["cpu_budget"]
+    assert "cores / 1 replica(s)" in rows["budget"]["cpu_budget"]
+    assert "| budget |" in (out / "threads.md").read_text()
+
+    wl = json.loads((out / "workload.json").read_text())
+    assert wl["ok"] is True
+    points = {r["max_pixels"]: r for r in wl["rows"]}
+    full, small = points[9_437_184], points[65_536]
+    assert full["done"] == small["done"] == 6
+    # the budget reached the replica: fewer vision tokens, fewer prompt tokens, and the check says so
+    assert small["vision_tokens"] < full["vision_tokens"] and small["prompt_tokens"] < full["prompt_tokens"]
+    assert small["size_honoured"] is True
+    table = json.loads((out / "work-per-clip.json").read_text())
+    assert "SIMULATED" in table["simulated"]
+    measured = [p for p in table["points"] if p.get("simulated")]
+    assert {(p["frames"], p["max_pixels"]) for p in measured} == {(16, 9_437_184), (16, 65_536)}
+    from serving import cost
+
+    assert not [m for m in cost.load_measurements(out / "work-per-clip.json") if m.max_pixels == 65_536]
+    assert (out / "work-per-clip.png").stat().st_size > 10_000

@@ -28,7 +28,8 @@ def job_count(settings) -> int:
         db.close()
 
 
-START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, {})
+# name, clips, prompt, frames, max tokens, pixels per clip (None: the default); the Browse filter is session state
+START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None)
 
 
 def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # noqa: F811

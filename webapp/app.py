@@ -213,7 +213,7 @@ class Workbench:
         )
         self.tab_jobs.select(
             shows_errors(self.jobs.on_show),
-            [self.jobs.job_id, self.jobs.source, self.filter_state],
+            [self.jobs.job_id, self.jobs.source, self.jobs.frames, self.jobs.max_pixels, self.filter_state],
             self.jobs.refresh_outputs + [self.jobs.preview],
             show_progress="hidden",
             api_name="jobs_show",

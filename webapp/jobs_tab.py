@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import functools
 import time
-from pathlib import Path
 
 import gradio as gr
 import pandas as pd
 
 from data import clips, events, heartbeats, job_queries, jobs, prompts
 from data.errors import DataError, NotFound
-from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, JobParams
+from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.job_selection import Selection
 from serving import cost, fleet_key
 from serving.fleet import router_workers
@@ -29,6 +28,12 @@ from webapp.prompt_panel import PromptPanel
 
 RUNNER_STALE_S = 15.0
 JOB_COLUMNS = ["id", "name", "state", "by", "total", "done", "failed", "pending", "clips/s", "ETA"]
+# the work-per-clip sweep's pixel budgets (docs/work-per-clip.json); any other value may be typed in
+PIXEL_CHOICES = [
+    (f"{RECIPE_MAX_PIXELS:,} (recipe)", RECIPE_MAX_PIXELS),  # 16 frames of 1024x576
+    (f"{RECIPE_MAX_PIXELS // 2:,} (half)", RECIPE_MAX_PIXELS // 2),
+    (f"{RECIPE_MAX_PIXELS // 4:,} (quarter)", RECIPE_MAX_PIXELS // 4),
+]
 
 
 def _eta(seconds: float | None) -> str:
@@ -89,6 +94,14 @@ class JobsTab:
                     label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})",
                     precision=0,
                     elem_id="job-max-tokens",
+                )
+                # all frames of a clip share this budget: more frames are smaller frames (docs/BENCHMARKS.md)
+                self.max_pixels = gr.Dropdown(
+                    PIXEL_CHOICES,
+                    value=JobParams.resolve(self.ctx.settings).max_pixels,
+                    label="Pixels per clip (all frames)",
+                    allow_custom_value=True,
+                    elem_id="job-max-pixels",
                 )
             self.preview = gr.HTML("", elem_id="job-preview")
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
@@ -233,14 +246,15 @@ class JobsTab:
             return f, f"the Browse filter ({desc})"
         return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
 
-    def preview_html(self, source, fdict, request: gr.Request) -> str:
-        """How many clips a start would caption, before any GPU is committed."""
+    def preview_html(self, source, frames, max_pixels, fdict, request: gr.Request) -> str:
+        """How many clips a start would caption, and what that costs at the frames and pixels chosen, before any
+        GPU is committed."""
         self.ctx.user(request)
         f, desc = self._selection(source, fdict)
         n = clips.count(self.ctx.db(), f)
         return (
             f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
-            f"clips: {render.esc(desc)}.{self._cost_html(n)}</div>"
+            f"clips: {render.esc(desc)}.{self._cost_html(n, frames, max_pixels)}</div>"
         )
 
     def _replicas(self) -> int:
@@ -254,24 +268,33 @@ class JobsTab:
         self._replica_cache = (n, time.monotonic())
         return n
 
-    def _cost_html(self, n: int) -> str:
-        """What the job will cost on this fleet, from the recorded GPU runs (serving.cost), for the default
-        frames; simulated fleets get no estimate (their speed says nothing about GPUs)."""
+    def _cost_html(self, n: int, frames=None, max_pixels=None) -> str:
+        """What the job will cost on this fleet at the frames and pixels chosen (the form's values; empty: the
+        defaults), from the work-per-clip table and the recorded GPU runs (serving.cost). A point nobody measured
+        says so; values the job would refuse say that; simulated fleets get nothing (their speed says nothing
+        about GPUs)."""
         if not n or self.ctx.simulated_fleet:
             return ""
+        try:
+            p = JobParams.resolve(self.ctx.settings, frames=frames, max_pixels=max_pixels)
+        except DataError as e:
+            return f' <span class="cw-cost cw-cost-none" id="job-cost">{render.esc(str(e))}</span>'
         replicas = self._replicas()
-        e = cost.estimate(replicas, JobParams.resolve(self.ctx.settings).frames, "bf16", _measurements())
+        e = cost.estimate(replicas, p.frames, "bf16", _measurements(), max_pixels=p.max_pixels)
         if not e.clips_per_s:
-            return ""
+            return (
+                f' <span class="cw-cost cw-cost-none" id="job-cost">No cost estimate for {p.frames} frames at '
+                f"{p.max_pixels:,} pixels: {render.esc(e.note[:200])}.</span>"
+            )
         return (
             f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
-            f"{replicas} GPU(s) ({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; "
-            f"{render.esc(e.basis)}: {render.esc(e.note[:160])}).</span>"
+            f"{replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels ({e.clips_per_s:.1f} clips/s, "
+            f"{e.gpu_hours(n):.1f} GPU-hours; {render.esc(e.basis)}: {render.esc(e.note[:240])}).</span>"
         )
 
-    def on_show(self, job_id, source, fdict, request: gr.Request):
+    def on_show(self, job_id, source, frames, max_pixels, fdict, request: gr.Request):
         out = self.refresh(job_id, request)
-        out[self.preview] = self.preview_html(source, fdict, request)
+        out[self.preview] = self.preview_html(source, frames, max_pixels, fdict, request)
         return out
 
     def select_row(self, evt: gr.SelectData, request: gr.Request):
@@ -285,12 +308,12 @@ class JobsTab:
         except (TypeError, ValueError):
             return gr.skip()
 
-    def start(self, name, source, prompt_id, frames, max_tokens, fdict, request: gr.Request):
+    def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, request: gr.Request):
         user = self._lead(request)
         db = self.ctx.db()
         f, _ = self._selection(source, fdict)
         try:
-            params = JobParams.resolve(self.ctx.settings, frames=frames, max_tokens=max_tokens)
+            params = JobParams.resolve(self.ctx.settings, frames=frames, max_tokens=max_tokens, max_pixels=max_pixels)
             pid = int(prompt_id) if prompt_id not in (None, "") else prompts.latest(db)["id"]
             prompts.get(db, pid)
             job_id, created = jobs.create_once(
@@ -356,10 +379,11 @@ class JobsTab:
         self.table.select(
             shows_errors(self.select_row), None, [self.job_id], show_progress="hidden", api_name="job_select"
         )
+        # the cost line follows what the lead chooses: the clips, and the work per clip (frames, pixels)
         gr.on(
-            [self.source.change, filter_state.change],
+            [self.source.change, filter_state.change, self.frames.change, self.max_pixels.change],
             shows_errors(self.preview_html),
-            [self.source, filter_state],
+            [self.source, self.frames, self.max_pixels, filter_state],
             [self.preview],
             show_progress="hidden",
             api_name="job_preview",
@@ -376,7 +400,7 @@ class JobsTab:
         # the Guard keeps closed (it took another user's session id, issue 21)
         self.start_btn.click(start_busy, None, [self.start_btn], api_name="start_busy").then(
             shows_errors(self.start),
-            [self.name, self.source, self.prompt, self.frames, self.max_tokens, filter_state],
+            [self.name, self.source, self.prompt, self.frames, self.max_tokens, self.max_pixels, filter_state],
             [self.msg, self.job_id],
             api_name="start_job",
         ).then(start_ready, None, [self.start_btn], api_name="start_ready")
@@ -404,8 +428,8 @@ class JobsTab:
 
 @functools.lru_cache(maxsize=1)
 def _measurements() -> tuple:
-    """The GPU runs recorded in the repository (docs/gpu-runs), read once per process."""
-    return tuple(cost.load_measurements(Path(__file__).resolve().parents[1] / "docs" / "gpu-runs"))
+    """The work-per-clip table and the GPU runs recorded in the repository, read once per process."""
+    return tuple(cost.default_measurements())
 
 
 def _duration(seconds: float | None) -> str:

@@ -19,6 +19,13 @@ Stages (`all` runs them in this order; a failed stage is reported and the next o
   kill     a caption job over the whole fleet; one replica SIGKILLed (its process group) mid-job; the job must
            finish with 0 clips missing and 0 duplicated captions
   report   table.md (for docs/BENCHMARKS.md) and scaling.png (clips/s vs GPUs, both decoders) from the JSON
+Not in `all` (one-GPU measurements of issue 20, one lent-machine call each):
+  threads  a fresh replica per CPU budget (--threads-configs: threads per pool, the launcher's budget, pinned, or
+           vLLM's own pools), the same clips through our runner against each: clips/s, core-s per clip, cores busy
+  workload one replica, a job per frames x pixel budget point (--workload-frames x --workload-pixels): clips/s,
+           prompt tokens, compute efficiency; work-per-clip.json and .png for docs/
+Every stage that runs replicas on GPUs reports the model FLOPs per clip and the share of the peak (serving.flops;
+the peaks measured once per machine by benchmarks/gpu_peak.py).
 
 Everything lands in --out: <stage>.json, logs/<stage>-*.log, table.md, scaling.png. Replica command lines come
 from serving.fleet_commands.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
@@ -37,6 +44,8 @@ The command is `python3 benchmarks/node_run.py`; the code is this package, one m
   cpu      whole-machine CPU time over a job
   scaling  the scaling stage and its goals
   kill     a replica killed mid-job (stage `kill`)
+  threads  the CPU budgets side by side (stage `threads`)
+  workload the frames x pixels sweep (stage `workload`)
   report   table.md and scaling.png (stage `report`)
   cli      options, preflight, dry run, the stage loop
 """

@@ -11,12 +11,14 @@ import time
 
 from benchmarks import node
 from benchmarks.node.clips import stage_clips
-from benchmarks.node.context import CHILDREN, SIM_NOTE, STAGES, Ctx, say, write
+from benchmarks.node.context import ALL_STAGES, CHILDREN, SIM_NOTE, STAGES, Ctx, say, write
 from benchmarks.node.gputest import stage_gputest
 from benchmarks.node.kill import stage_kill
 from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
+from benchmarks.node.threads import budgets as thread_budgets, parse_configs, stage_threads
+from benchmarks.node.workload import parse_points, stage_workload
 from serving import fleet_commands, launcher, procs
 
 
@@ -53,16 +55,34 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
         f"# fleet {ctx.fleet}: {ctx.size} {'GPUs ' + str(ctx.gpus) if not ctx.sim else 'simulated replicas'}; "
         f"scaling counts {ctx.counts}; decoders {ctx.decoders}; stages {', '.join(stages)}"
     )
+    budgets = fleet_commands.replica_budgets(s, ctx.size)
     for dec in ctx.decoders:
-        for slot in ctx.gpus[:2]:
-            cmd, env = ctx.replica(s, slot, dec, benchmark=True)
-            print(f"# scaling replica ({dec}, slot {slot}):\n" + launcher.shell_line(cmd, env))
+        for slot, budget in list(zip(ctx.gpus, budgets))[:2]:
+            cmd, env = ctx.replica(s, slot, dec, benchmark=True, budget=budget)
+            print(
+                f"# scaling replica ({dec}, slot {slot}; {budget.describe()}):\n"
+                + launcher.shell_line(cmd, env, cpus=budget.cpus)
+            )
     print(
         "# router:\n"
         + shlex.join(fleet_commands.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}" for g in ctx.gpus]))
     )
-    cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False)
-    print("# kill-stage replica:\n" + launcher.shell_line(cmd, env))
+    cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False, budget=budgets[0])
+    print("# kill-stage replica:\n" + launcher.shell_line(cmd, env, cpus=budgets[0].cpus))
+    if "threads" in stages:
+        for config in parse_configs(ctx.a.threads_configs):
+            b = thread_budgets(config, s, ctx.size)[0]
+            cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False, budget=b)
+            print(
+                f"# threads {config} ({b.describe() if b else 'no thread variables'}; {ctx.a.threads_clips} clips "
+                f"per replica):\n" + launcher.shell_line(cmd, env, cpus=b.cpus if b else None)
+            )
+    if "workload" in stages:
+        points = parse_points(ctx)
+        print(
+            f"# workload: one replica as the kill stage's; {len(points)} jobs of {ctx.a.workload_clips} clips, "
+            "frames x pixels: " + ", ".join(f"{f}x{p:,}" for f, p in points)
+        )
     print("# launch:\n" + shlex.join(launch_command(ctx)))
     print(
         f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
@@ -107,6 +127,26 @@ OPTIONS: tuple[tuple[str, object, str], ...] = (
     ("--no-mps", False, "no CUDA MPS daemon in the scaling and kill stages"),
     ("--startup-timeout", 1800.0, "seconds for a fleet to come up"),
     ("--dry-run", False, "print the commands the stages would start; start nothing"),
+    (
+        "--threads-configs",
+        "1,2,4,budget",
+        "threads: CPU budgets to compare, in order: threads per pool (1, 2, 4, ...), budget (the launcher's), "
+        "pinned (the budget, each replica on its share of cores), unset (vLLM's own pools) (default 1,2,4,budget)",
+    ),
+    ("--threads-clips", 120, "threads: clips per replica in each configuration's job (default 120)"),
+    ("--workload-frames", "8,16,32", "workload: frames per clip of the sweep (default 8,16,32)"),
+    (
+        "--workload-pixels",
+        "9437184,4718592,2359296",
+        "workload: pixel budgets per clip of the sweep (default: the recipe's 9437184, half, a quarter)",
+    ),
+    ("--workload-clips", 120, "workload: clips in each point's job (default 120)"),
+    (
+        "--stage-deadline",
+        570.0,
+        "threads, workload: seconds after which no further configuration or point is started (0: none; default "
+        "570, the lent machines' 10 minutes per command less a margin)",
+    ),
     ("--stage-timeout", 5400.0, "seconds for the GPU test (default 90 min)"),
 )
 
@@ -117,7 +157,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "stage",
-        help=f"what to run: all (every stage in order), one of {', '.join(STAGES)}, or several "
+        help=f"what to run: all ({', '.join(ALL_STAGES)}, in order), one of {', '.join(STAGES)}, or several "
         "comma-separated (e.g. scaling,report)",
     )
     p.add_argument("--out", required=True, help="folder for the reports, logs, table and plot")
@@ -140,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    stages = list(STAGES) if a.stage == "all" else [x.strip() for x in a.stage.split(",") if x.strip()]
+    stages = list(ALL_STAGES) if a.stage == "all" else [x.strip() for x in a.stage.split(",") if x.strip()]
     unknown = [x for x in stages if x not in STAGES]
     if unknown or not stages:
         raise SystemExit(
@@ -169,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         "gputest": stage_gputest,
         "scaling": stage_scaling,
         "kill": stage_kill,
+        "threads": stage_threads,
+        "workload": stage_workload,
         "report": stage_report,
     }
     t_all = time.time()

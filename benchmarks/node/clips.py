@@ -93,7 +93,9 @@ def stage_clips(ctx: Ctx) -> dict:
     }
 
 
-def ingest(ctx: Ctx, data_dir: Path, clip_root: Path, log: Path) -> None:
+def ingest(ctx: Ctx, data_dir: Path, clip_root: Path, log: Path, *, media: bool = True) -> None:
     # PyAV on the CPU: the NVDEC path is slower for thumbnails (docs/GPU.md) and the GPUs are not up yet
     args = [str(clip_root), "--data-dir", str(data_dir), "--decoder", "pyav", "--quiet", "--workers", str(ctx.workers)]
+    if not media:  # captioning needs the probe, not the review's thumbnails and filmstrips
+        args.append("--no-media")
     run_module(ctx, "data.ingest", args, log, "ingest")

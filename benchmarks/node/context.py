@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-STAGES = ("clips", "launch", "gputest", "scaling", "kill", "report")
+STAGES = ("clips", "launch", "gputest", "scaling", "kill", "threads", "workload", "report")
+# stages `all` runs; `threads` and `workload` are one-GPU measurements of their own (one device call each)
+ALL_STAGES = ("clips", "launch", "gputest", "scaling", "kill", "report")
 DECODERS = {"nvdec": "pynvvideocodec", "opencv": "opencv"}
 SIM_NOTE = (
     "SIMULATED REHEARSAL: replicas are serving.simfleet processes on a CPU machine; the simulator has no "
@@ -79,6 +81,10 @@ class Ctx:
             }
         )
         self.env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+        # replicas get their thread pools from their budget (serving.fleet_commands), never from this shell
+        for var in fleet_commands.THREAD_POOL_VARS:
+            self.env.pop(var, None)
+            os.environ.pop(var, None)
         if Path("/usr/local/nvidia/bin").is_dir():  # the lent GPU machines keep nvidia-smi and MPS there
             self.env["PATH"] = self.env.get("PATH", "") + ":/usr/local/nvidia/bin"
             os.environ["PATH"] = self.env["PATH"]
@@ -89,9 +95,40 @@ class Ctx:
         return self.fleet == "sim"
 
     @property
+    def precision(self) -> str:
+        """fp8 when the replicas quantize (--vllm-arg=--quantization=fp8), else bf16: the peak efficiency uses."""
+        args = " ".join(self.a.vllm_arg).replace("=", " ").split()
+        return "fp8" if "--quantization" in args and "fp8" in args[args.index("--quantization") :][:2] else "bf16"
+
+    @property
     def workers(self) -> int:
         """Processes for clip generation and ingest: --workers, or every core."""
         return self.a.workers or os.cpu_count() or 1
+
+    def gpu_peak(self) -> dict | None:
+        """The GPU's measured bf16 and FP8 matmul peaks (benchmarks/gpu_peak.py, in a child process: a CUDA
+        context in this one would hold GPU memory the replicas need), once per machine (kept in --work); None
+        for a simulated fleet."""
+        if self.sim:
+            return None
+        cached = self.work / "peak.json"
+        try:
+            return json.loads(cached.read_text())
+        except (OSError, ValueError):
+            pass
+        say("measuring the GPU's bf16 and FP8 matmul peaks (benchmarks/gpu_peak.py)")
+        rc = run_logged(
+            [sys.executable, str(ROOT / "benchmarks" / "gpu_peak.py"), "--out", str(cached)],
+            self.logs / "gpu-peak.log",
+            self.env,
+            timeout=300,
+        )
+        try:
+            got = json.loads(cached.read_text())
+        except (OSError, ValueError):
+            return {"error": f"benchmarks/gpu_peak.py failed (exit {rc}); see {self.logs / 'gpu-peak.log'}"}
+        say(f"GPU peaks: bf16 {got.get('bf16_tflops')} TFLOP/s, FP8 {got.get('fp8_tflops')} TFLOP/s")
+        return got
 
     def settings(self, data_dir: Path, clip_root: Path):
         from data.settings import Settings
@@ -118,14 +155,18 @@ class Ctx:
             extra += ["--no-enable-prefix-caching"]
         return extra
 
-    def replica(self, settings, slot: int, decoder: str, *, benchmark: bool) -> tuple[list[str], dict]:
-        """(command, environment) of the replica for GPU `slot` (or simulated replica `slot`)."""
+    def replica(
+        self, settings, slot: int, decoder: str, *, benchmark: bool, budget: fleet_commands.ReplicaBudget | None
+    ) -> tuple[list[str], dict]:
+        """(command, environment) of the replica for GPU `slot` (or simulated replica `slot`), with the thread
+        pools of `budget` (None: no thread variables, vLLM's own pools)."""
         port = settings.fleet_port + slot
+        threads = budget.env() if budget else {}
         if self.sim:
             cmd = fleet_commands.simfleet_command(
                 settings.replace(fleet_port=port), 1, ["--speed", str(self.a.sim_speed)]
             )
-            return cmd, {}
+            return cmd, threads
         cmd = fleet_commands.vllm_command(
             settings,
             port,
@@ -133,7 +174,7 @@ class Ctx:
             backend=DECODERS[decoder],
             extra=self.vllm_extra(benchmark=benchmark),
         )
-        env = {"CUDA_VISIBLE_DEVICES": str(slot)}
+        env = {"CUDA_VISIBLE_DEVICES": str(slot), **threads}
         if not self.a.no_mps:
             env.update(fleet_commands.mps_env(settings))
         return cmd, env

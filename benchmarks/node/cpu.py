@@ -25,3 +25,21 @@ class CpuMeter:
 
 def _busy(t) -> float:
     return sum(t) - t.idle - getattr(t, "iowait", 0.0)
+
+
+def group_cpu_seconds(pgids) -> float:
+    """CPU seconds (user + system, reaped children included) of every process in the process groups `pgids`:
+    a vLLM replica's API servers, renderer workers and engine core."""
+    import psutil
+
+    from serving import procs
+
+    total = 0.0
+    for pgid in pgids:
+        for pid in procs.group_pids(pgid):
+            try:
+                t = psutil.Process(pid).cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+            except psutil.Error:
+                pass
+    return total

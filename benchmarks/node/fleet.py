@@ -41,9 +41,22 @@ def mps_daemon(ctx: Ctx, settings):
 class Fleet:
     """One replica per GPU (or simulated replica), each in its own process group, started in parallel."""
 
-    def __init__(self, ctx: Ctx, settings, decoder: str, slots: list[int], tag: str, *, benchmark: bool):
+    def __init__(
+        self,
+        ctx: Ctx,
+        settings,
+        decoder: str,
+        slots: list[int],
+        tag: str,
+        *,
+        benchmark: bool,
+        budgets: list | None = None,
+    ):
+        """`budgets`: each replica's CPU budget (serving.fleet_commands.ReplicaBudget, None for vLLM's own
+        pools); default: what the launcher gives len(slots) replicas on this node."""
         self.ctx, self.settings, self.decoder, self.slots, self.tag = ctx, settings, decoder, slots, tag
         self.benchmark = benchmark
+        self.budgets = budgets if budgets is not None else fleet_commands.replica_budgets(settings, len(slots))
         self.children: list[procs.Child] = []
         self.ready_s: dict[str, float] = {}
 
@@ -51,19 +64,29 @@ class Fleet:
         return [c.url for c in self.children[:n]]
 
     def start(self) -> float:
+        """Start every replica and wait until all are healthy; seconds it took."""
         t0 = time.time()
-        for slot in self.slots:
-            cmd, env = self.ctx.replica(self.settings, slot, self.decoder, benchmark=self.benchmark)
+        for slot, budget in zip(self.slots, self.budgets):
+            cmd, env = self.ctx.replica(self.settings, slot, self.decoder, benchmark=self.benchmark, budget=budget)
             url = f"http://127.0.0.1:{self.settings.fleet_port + slot}"
             log = self.ctx.logs / f"{self.tag}-replica-{slot}.log"
             c = procs.start(
-                f"replica-{slot}", cmd, log=log, env={**self.ctx.env, **env}, url=url, health=url + "/health", cwd=ROOT
+                f"replica-{slot}",
+                cmd,
+                log=log,
+                env={**self.ctx.env, **env},
+                url=url,
+                health=url + "/health",
+                cwd=ROOT,
+                cpus=budget.cpus if budget else None,
             )
             self.children.append(c)
             CHILDREN.append(c)
         if self.slots:
+            b = self.budgets[0]
             say(
-                f"{self.tag}: started {len(self.slots)} replica(s) ({self.decoder}); first command: "
+                f"{self.tag}: started {len(self.slots)} replica(s) ({self.decoder}; CPU: "
+                f"{b.describe() if b else 'no thread variables (vLLM sizes its own pools)'}); first command: "
                 f"{shlex.join(self.children[0].cmd)}"
             )
         deadline = t0 + self.ctx.a.startup_timeout

@@ -19,6 +19,7 @@ def stage_gputest(ctx: Ctx) -> dict:
     fresh_clips(ctx, clip_root, "library", ctx.a.clips)
     out = ctx.out / "gputest"
     out.mkdir(exist_ok=True)
+    peak = ctx.gpu_peak()  # before the test's fleet takes the GPUs; the test reads it for its efficiency
     env = {
         **ctx.env,
         "CW_GPU_GPUS": ",".join(map(str, ctx.gpus)),
@@ -32,6 +33,10 @@ def stage_gputest(ctx: Ctx) -> dict:
         env["CW_GPU_DUMMY"] = "1"
     if ctx.sim:
         env["CW_GPU_REHEARSE"] = "sim"
+    if peak:
+        env["CW_GPU_PEAK"] = str(ctx.work / "peak.json")
+    if ctx.a.vllm_arg:  # e.g. --quantization=fp8: the test's replicas run it, its efficiency uses the FP8 peak
+        env["CW_GPU_VLLM_ARGS"] = " ".join(ctx.a.vllm_arg)
     cmd = [
         sys.executable,
         "-m",

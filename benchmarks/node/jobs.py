@@ -11,13 +11,15 @@ from benchmarks.node.clips import fresh_clips, ingest
 from benchmarks.node.context import Ctx, say
 
 
-def prepare_db(ctx: Ctx, name: str, clips: int) -> tuple[object, Path]:
-    """A data dir with `clips` cached clips linked in and ingested; returns (settings, data_dir)."""
+def prepare_db(ctx: Ctx, name: str, clips: int, *, media: bool = True) -> tuple[object, Path]:
+    """A data dir with `clips` cached clips linked in and ingested (`media=False`: probed only, no thumbnails or
+    filmstrips, seconds instead of a minute); returns (settings, data_dir). The data dir is emptied first: call it
+    before anything of this stage (the MPS daemon's pipes, a replica) lives in it."""
     data_dir = ctx.work / name
     clip_root = data_dir / "clips"
     fresh_clips(ctx, data_dir, "clips", clips)
     t = time.time()
-    ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log")
+    ingest(ctx, data_dir, clip_root, ctx.logs / f"{name}-ingest.log", media=media)
     say(f"{name}: {clips} clips ingested in {time.time() - t:.1f} s")
     return ctx.settings(data_dir, clip_root), data_dir
 
@@ -32,7 +34,9 @@ def good_clip_ids(settings) -> list[int]:
         db.close()
 
 
-def new_job(settings, name: str, clip_ids: list[int]) -> int:
+def new_job(settings, name: str, clip_ids: list[int], **params) -> int:
+    """A caption job over `clip_ids` with the settings' frames, max tokens and temperature, and `params` over
+    them (the workload sweep's frames and pixels per point)."""
     from data import db as dbmod, jobs, prompts
     from data.job_params import JobParams
     from data.job_selection import Selection
@@ -46,7 +50,14 @@ def new_job(settings, name: str, clip_ids: list[int]) -> int:
             created_by="node_run",
             selection=Selection.of_clips(clip_ids),
             prompt_id=prompt["id"],
-            params=JobParams(frames=settings.frames, max_tokens=settings.max_tokens, temperature=settings.temperature),
+            params=JobParams(
+                **{
+                    "frames": settings.frames,
+                    "max_tokens": settings.max_tokens,
+                    "temperature": settings.temperature,
+                    **params,
+                }
+            ),
         )
     finally:
         db.close()
@@ -115,3 +126,40 @@ def job_check(settings, job_id: int) -> dict:
         "captions_by_replica": replicas,
         "span_s": round(span, 3) if span else None,
     }
+
+
+def job_work(settings, job_id: int) -> list[dict]:
+    """Per captioned clip: tokens, frames, pixel budget, size, when written (data.job_queries.work_per_clip)."""
+    from data import db as dbmod, job_queries
+
+    db = dbmod.connect(settings.db)
+    try:
+        return job_queries.work_per_clip(db, job_id)
+    finally:
+        db.close()
+
+
+def steady_rate(work: list[dict]) -> float | None:
+    """Clips/s over the middle 80 % of results (the GPU test's 'steady'): without the ramp and the tail."""
+    ends = sorted(w["created_at"] for w in work)
+    if len(ends) < 20:
+        return None
+    lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
+    return round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 3) if hi > lo else None
+
+
+def efficiency(ctx: Ctx, work: list[dict], clips_per_s: float | None, gpus: int, peak: dict | None) -> dict:
+    """serving.flops.efficiency of a job's captioned clips at `clips_per_s` on `gpus` GPUs (simulated: marked)."""
+    from serving import flops
+
+    clips = [
+        flops.ClipWork(
+            w["prompt_tokens"], w["completion_tokens"], w["frames"], w["height"], w["width"], w["max_pixels"]
+        )
+        for w in work
+        if w["width"] and w["height"]
+    ]
+    out = flops.efficiency(clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus)
+    if ctx.sim:
+        out["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"
+    return out

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 from benchmarks.node.context import DECODERS, SIM_NOTE, Ctx
+from serving import flops
 
 
 def stage_report(ctx: Ctx) -> dict:
@@ -19,7 +20,8 @@ def stage_report(ctx: Ctx) -> dict:
             return None
 
     scaling, launch, gputest, kill = load("scaling"), load("launch"), load("gputest"), load("kill")
-    found = [r for r in (launch, gputest, scaling, kill) if r]
+    threads, workload = load("threads"), load("workload")
+    found = [r for r in (launch, gputest, scaling, kill, threads, workload) if r]
     sim = any(r.get("simulated") for r in found) if found else ctx.sim  # what ran, not what this call says
     size = next((r.get("size") for r in found if r.get("size")), ctx.size)
     md = [
@@ -41,9 +43,11 @@ def stage_report(ctx: Ctx) -> dict:
         ]
     if gputest:
         tr = gputest.get("test_report") if isinstance(gputest.get("test_report"), dict) else {}
+        eff = (tr.get("job") or {}).get("efficiency") if isinstance(tr.get("job"), dict) else None
         md += [
             f"- GPU test (`tests/test_gpu_fleet.py`, {gputest.get('clips_asked')} clips, GPUs "
             f"{gputest.get('gpus')}): {'passed' if gputest.get('ok') else 'FAILED'}; job {tr.get('job')}"
+            + (f"; compute: {flops.summary(eff)}" if eff else "")
         ]
     if kill:
         j = kill.get("job") or {}
@@ -63,6 +67,9 @@ def stage_report(ctx: Ctx) -> dict:
         png = plot(ctx, scaling)
         if png:
             md += ["", f"![clips/s vs GPUs]({png.name})"]
+    for name, rep in (("CPU threads per replica", threads), ("Work per clip", workload)):
+        if rep and rep.get("table"):
+            md += ["", f"{name}: {rep.get('method')}.", "", rep["table"]]
     text = "\n".join(md) + "\n"
     (ctx.out / "table.md").write_text(text)
     print(text)
@@ -82,23 +89,25 @@ def table(scaling: dict) -> list[str]:
     decs = [d for d in DECODERS if any(r["decoder"] == d for r in rows)]
     head = (
         "| GPUs (replicas) | "
-        + " | ".join(f"{d} clips/s (x 1 GPU) | {d} cores busy | {d} core-s/clip" for d in decs)
+        + " | ".join(f"{d} clips/s (x 1 GPU) | {d} cores busy | {d} core-s/clip | {d} % of peak" for d in decs)
         + " | clips per run | failed |"
     )
-    out = [head, "|" + "---|" * (3 + 3 * len(decs))]
+    out = [head, "|" + "---|" * (3 + 4 * len(decs))]
     for n in sorted({r["replicas"] for r in rows}):
         cells, clips, failed = [], set(), 0
         for d in decs:
             r = next((r for r in rows if r["decoder"] == d and r["replicas"] == n), None)
             if r is None:
-                cells += ["", "", ""]
+                cells += ["", "", "", ""]
                 continue
             clips.add(r["clips"])
             failed += r["failed"]
+            frac = (r.get("efficiency") or {}).get("fraction_of_peak")
             cells += [
                 f"{r['clips_per_s']} ({r.get('vs_1_replica', '?')}x)",
                 str(r["cores_busy"]),
                 str(r["core_s_per_clip"]),
+                "" if frac is None else f"{frac:.0%}",
             ]
         out.append(f"| {n} | " + " | ".join(cells) + f" | {'/'.join(map(str, sorted(clips)))} | {failed} |")
     out += [f"| failed: {r['decoder']} | {r['error'][:100]} |" for r in scaling["rows"] if "error" in r]

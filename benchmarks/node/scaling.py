@@ -7,7 +7,17 @@ import json
 from benchmarks.node.context import DECODERS, Ctx, say
 from benchmarks.node.cpu import CpuMeter
 from benchmarks.node.fleet import Fleet, mps_daemon, router
-from benchmarks.node.jobs import caption_job, good_clip_ids, job_check, new_job, prepare_db
+from benchmarks.node.jobs import (
+    caption_job,
+    efficiency,
+    good_clip_ids,
+    job_check,
+    job_work,
+    new_job,
+    prepare_db,
+    steady_rate,
+)
+from serving import flops
 
 
 def stage_scaling(ctx: Ctx) -> dict:
@@ -31,6 +41,8 @@ def stage_scaling(ctx: Ctx) -> dict:
         ),
     }
     slots = ctx.gpus[: max(ctx.counts)]
+    peak = ctx.gpu_peak()  # before any replica takes the GPUs
+    report["peak"] = peak
     with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
         for decoder in ctx.decoders:
@@ -49,6 +61,8 @@ def stage_scaling(ctx: Ctx) -> dict:
                             prog, wall = caption_job(settings, job, urls, n)
                     check = job_check(settings, job)
                     done = check["counts"]["done"]
+                    work = job_work(settings, job)
+                    steady = steady_rate(work)
                     row = {
                         "decoder": decoder,
                         "backend": DECODERS[decoder],
@@ -63,14 +77,17 @@ def stage_scaling(ctx: Ctx) -> dict:
                         "clips_per_s_in_job": round(done / check["span_s"], 3) if check["span_s"] else None,
                         "cores_busy": round(cpu.busy / cpu.wall, 2),
                         "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
+                        "steady_clips_per_s": steady,
                         "via": via,
                         "fleet_startup_s": startup,
                         "job_state": check["state"],
+                        "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
                     }
                     rows.append(row)
                     say(
                         f"scaling: {decoder} x{n}: {row['clips_per_s']} clips/s, {row['cores_busy']} cores busy, "
-                        f"{row['core_s_per_clip']} core-s/clip ({done}/{len(sel)} done, {check['failed']} failed)"
+                        f"{row['core_s_per_clip']} core-s/clip ({done}/{len(sel)} done, {check['failed']} failed); "
+                        f"{flops.summary(row['efficiency'])}"
                     )
             except Exception as e:  # noqa: BLE001 - record, stop this decoder's fleet, go on with the next
                 rows.append({"decoder": decoder, "error": f"{type(e).__name__}: {e}"})

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from data import taxonomy
+from data.job_params import RECIPE_MAX_PIXELS
+from serving.flops import vision_grid, vision_tokens
 from serving.simfleet import logprobs
 from serving.simfleet.costs import DEFAULT_FRAMES
 from serving.simfleet.errors import XGRAMMAR_REFUSAL, SimError
@@ -36,6 +38,7 @@ class ChatRequest:
     frames: int
     max_tokens: Any  # as sent: read as an int only after the clip is opened, so a bad clip is reported first
     top_logprobs: int | None = None  # alternatives per token asked for; None: no logprobs (`logprobs` not true)
+    max_pixels: int = RECIPE_MAX_PIXELS  # mm_processor_kwargs.size.longest_edge, else the recipe's (the server's)
 
 
 def read_request(body: dict) -> ChatRequest:
@@ -62,7 +65,12 @@ def read_request(body: dict) -> ChatRequest:
     max_tokens = body.get("max_completion_tokens") or body.get("max_tokens") or 4096
     # vLLM's chat request: `logprobs=top_logprobs if logprobs else None`, top_logprobs defaulting to 0
     top = int(body.get("top_logprobs") or 0) if body.get("logprobs") else None
-    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens, top)
+    max_pixels = RECIPE_MAX_PIXELS
+    mpk = body.get("mm_processor_kwargs")
+    size = mpk.get("size") if isinstance(mpk, dict) else None
+    if isinstance(size, dict) and isinstance(size.get("longest_edge"), int) and size["longest_edge"] > 0:
+        max_pixels = size["longest_edge"]
+    return ChatRequest(str(video_url) if video_url else None, schema, frames, max_tokens, top, max_pixels)
 
 
 def _pick(h: bytes, i: int, options: list | tuple) -> Any:
@@ -164,7 +172,9 @@ def _caption(h: bytes, labels: dict, info: ClipInfo | None) -> str:
     return " ".join(words[: 100 + variant])
 
 
-def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> int:
+def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int, max_pixels: int = RECIPE_MAX_PIXELS) -> int:
+    """Prompt tokens as Qwen3-VL counts them: the text (~4 characters a token) plus the vision tokens of
+    `frames` frames resized within the `max_pixels` budget (serving.flops.vision_grid)."""
     text = 0
     for msg in body.get("messages") or []:
         content = msg.get("content") if isinstance(msg, dict) else None
@@ -173,9 +183,8 @@ def estimate_prompt_tokens(body: dict, info: ClipInfo | None, frames: int) -> in
         elif isinstance(content, list):
             text += sum(len(p.get("text") or "") for p in content if isinstance(p, dict))
     video = 0
-    if info:
-        # Qwen3-VL: 32x32 pixels per token after merging, two frames per temporal patch
-        video = max(1, frames // 2) * max(1, math.ceil(info.height / 32)) * max(1, math.ceil(info.width / 32))
+    if info and info.height > 0 and info.width > 0:
+        video = vision_tokens(vision_grid(max(1, frames), info.height, info.width, max_pixels))
     return 12 + text // 4 + video
 
 

@@ -250,7 +250,7 @@ class SimReplica:
             raise SimError(400, refused, "BadRequestError", "logprobs")
         answer = answers.answer_text(clip_key, info, req)
         tokens, finish = answer.tokens, answer.finish
-        prompt_tokens = answers.estimate_prompt_tokens(body, info, req.frames)
+        prompt_tokens = answers.estimate_prompt_tokens(body, info, req.frames, req.max_pixels)
         # latency: queue for a slot, then decode + prefill + generation
         factor = self.knobs.slow * self.knobs.speed
         first_s = (costs.decode_s(info, req.frames) + costs.prefill_s(prompt_tokens)) * factor

@@ -1,0 +1,207 @@
+"""Stage `threads`: a replica per configuration of its CPU budget (threads per pool 1, 2, 4, the launcher's
+budget, pinned, or vLLM's own pools), the same clips through our runner against each, side by side.
+
+For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands,
+the launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips
+per replica, the same for every configuration), then one job of --threads-clips clips per replica (the same clips
+for every configuration, distinct from the warm-up's; each configuration's replicas start fresh, so nothing is
+cached across them), then the replicas stop. Per configuration: clips/s over the whole job and steady (the middle
+80 % of results), CPU core-s per clip and cores busy (the whole machine from psutil, and vLLM's own processes),
+and the compute efficiency. A configuration that would end past --stage-deadline is not started (the report
+says which, and a later call with `--threads-configs` of the rest adds them to the same table while the machine
+keeps its /tmp).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from benchmarks.node.context import Ctx, say
+from benchmarks.node.cpu import CpuMeter, group_cpu_seconds
+from benchmarks.node.fleet import Fleet, mps_daemon, router
+from benchmarks.node.jobs import (
+    caption_job,
+    efficiency,
+    good_clip_ids,
+    job_check,
+    job_work,
+    new_job,
+    prepare_db,
+    steady_rate,
+)
+from serving import fleet_commands
+
+CONFIG_WORDS = ("budget", "pinned", "unset")
+
+
+def parse_configs(text: str) -> list[str]:
+    """'1,2,4,budget' -> ['1', '2', '4', 'budget']; each a whole number of threads or one of CONFIG_WORDS."""
+    out = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in out if not (c.isdigit() and int(c) > 0) and c not in CONFIG_WORDS]
+    if bad or not out:
+        raise SystemExit(
+            f"node_run: --threads-configs takes threads per pool (1, 2, 4, ...) and {', '.join(CONFIG_WORDS)}; "
+            f"not {', '.join(bad) or repr(text)}"
+        )
+    return out
+
+
+def budgets(config: str, settings, replicas: int) -> list:
+    """Each replica's budget under `config` (None: no thread variables at all, vLLM's own pools)."""
+    if config == "unset":
+        return [None] * replicas
+    if config == "budget":
+        return fleet_commands.replica_budgets(settings.replace(replica_threads=0, pin_replicas="off"), replicas)
+    if config == "pinned":
+        return fleet_commands.replica_budgets(settings.replace(replica_threads=0, pin_replicas="on"), replicas)
+    return fleet_commands.replica_budgets(settings.replace(replica_threads=config, pin_replicas="off"), replicas)
+
+
+def describe(config: str, settings, replicas: int) -> str:
+    b = budgets(config, settings, replicas)[0]
+    return b.describe() if b else "no thread variables (vLLM sizes its own pools: one thread per core it sees)"
+
+
+def stage_threads(ctx: Ctx) -> dict:
+    configs = parse_configs(ctx.a.threads_configs)
+    slots = ctx.gpus
+    n = len(slots)
+    per, warm = ctx.a.threads_clips, ctx.a.warmup
+    t_stage = time.time()
+    deadline = t_stage + ctx.a.stage_deadline if ctx.a.stage_deadline else None
+    report: dict = {
+        "configs": configs,
+        "replicas": n,
+        "clips_per_config": per * n,
+        "precision": ctx.precision,
+        "method": (
+            "a fresh replica per GPU per configuration (the launcher's recipe, prefix caching on as in production), "
+            f"{warm} warm-up clips per replica, then one job of {per} clips per replica through our runner "
+            "(serving.runner.run_job), the same clips for every configuration; CPU from psutil over the job: the "
+            "whole machine and vLLM's own process groups"
+        ),
+    }
+    rows: list[dict] = []
+    report["rows"] = rows
+    peak = ctx.gpu_peak()
+    report["peak"] = peak
+    earlier = earlier_rows(ctx, "threads")
+    # the clips first: preparing empties the stage's data dir, where the MPS pipes are about to live
+    settings, _ = prepare_db(ctx, "threads", (warm + per) * n, media=False)
+    ids = good_clip_ids(settings)
+    if len(ids) < (warm + per) * n:
+        raise RuntimeError(f"{len(ids)} good clips, {(warm + per) * n} needed")
+    warm_ids, measured = ids[: warm * n], ids[warm * n : (warm + per) * n]
+    with mps_daemon(ctx, settings) as mps:
+        report["mps"] = mps
+        last_cost = None
+        for k, config in enumerate(configs):
+            if deadline and last_cost and time.time() + last_cost > deadline:
+                rows.append(
+                    {"config": config, "skipped": f"would end past --stage-deadline {ctx.a.stage_deadline:g} s"}
+                )
+                say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
+                continue
+            t_cfg = time.time()
+            fleet = Fleet(
+                ctx,
+                settings,
+                ctx.decoders[0],
+                slots,
+                f"threads-{config}",
+                benchmark=False,
+                budgets=budgets(config, settings, n),
+            )
+            try:
+                startup = fleet.start()
+                with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
+                    if warm_ids:
+                        caption_job(settings, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
+                    job = new_job(settings, f"threads {config}", measured)
+                    vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
+                    with CpuMeter() as cpu:
+                        _, wall = caption_job(settings, job, urls, n)
+                    vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
+                check = job_check(settings, job)
+                work = job_work(settings, job)
+                done = check["counts"]["done"]
+                steady = steady_rate(work)
+                row = {
+                    "config": config,
+                    "cpu_budget": describe(config, settings, n),
+                    "threads": (budgets(config, settings, n)[0].threads if config != "unset" else None),
+                    "clips": len(measured),
+                    "done": done,
+                    "failed": check["failed"],
+                    "seconds": round(wall, 2),
+                    "clips_per_s": round(done / wall, 3) if wall else None,
+                    "steady_clips_per_s": steady,
+                    "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
+                    "cores_busy": round(cpu.busy / cpu.wall, 2),
+                    "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,
+                    "vllm_cores_busy": round(vllm_cpu / wall, 2) if wall else None,
+                    "fleet_startup_s": startup,
+                    "via": via,
+                    "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
+                }
+                rows.append(row)
+                say(
+                    f"threads: {config}: {row['clips_per_s']} clips/s ({steady} steady), {row['core_s_per_clip']} "
+                    f"core-s/clip, {row['cores_busy']} cores busy (vLLM {row['vllm_core_s_per_clip']} / "
+                    f"{row['vllm_cores_busy']}), {done}/{len(measured)} done"
+                )
+            except Exception as e:  # noqa: BLE001 - record, stop this configuration's replicas, go on
+                rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
+                say(f"threads: {config} FAILED: {e}")
+            finally:
+                fleet.stop()
+            last_cost = time.time() - t_cfg
+            say(f"threads: {config} took {last_cost:.0f} s ({k + 1}/{len(configs)})")
+    _merge(rows, earlier, report)
+    report["table"] = table(report)
+    (ctx.out / "threads.md").write_text(report["table"] + "\n")
+    (ctx.work / "threads-rows.json").write_text(json.dumps(rows, default=str))
+    print(report["table"], flush=True)
+    report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
+    return report
+
+
+def earlier_rows(ctx: Ctx, stage: str) -> list[dict]:
+    """Rows an earlier call of this stage left in --work (the lent machines keep /tmp while warm, not $OUT)."""
+    try:
+        return json.loads((ctx.work / f"{stage}-rows.json").read_text())
+    except (OSError, ValueError):
+        return []
+
+
+def _merge(rows: list[dict], earlier: list[dict], report: dict) -> None:
+    now = {r["config"] for r in rows if "clips_per_s" in r}
+    kept = [r for r in earlier if r.get("config") not in now and "clips_per_s" in r]
+    if kept:
+        rows[:0] = kept
+        report["merged_from_earlier_call"] = [r["config"] for r in kept]
+
+
+def table(report: dict) -> str:
+    """The side-by-side table for docs/BENCHMARKS.md."""
+    head = (
+        "| config | CPU budget | clips/s whole job | clips/s steady | core-s per clip | cores busy | "
+        "vLLM core-s per clip | vLLM cores busy | % of peak | done / clips |"
+    )
+    out = [head, "|" + "---|" * 10]
+    for r in report["rows"]:
+        if "clips_per_s" not in r:
+            out.append(f"| {r['config']} | {r.get('error') or r.get('skipped')} | | | | | | | | |")
+            continue
+        eff = r.get("efficiency") or {}
+        frac = eff.get("fraction_of_peak")
+        out.append(
+            f"| {r['config']} | {r['cpu_budget']} | {r['clips_per_s']} | {r['steady_clips_per_s']} | "
+            f"{r['core_s_per_clip']} | {r['cores_busy']} | {r['vllm_core_s_per_clip']} | {r['vllm_cores_busy']} | "
+            f"{'' if frac is None else f'{frac:.0%}'} | {r['done']} / {r['clips']} |"
+        )
+    if any(r.get("efficiency", {}).get("simulated") for r in report["rows"]):
+        out.append("")
+        out.append("SIMULATED REHEARSAL: simulated replicas on a CPU machine; not GPU figures.")
+    return "\n".join(out)

@@ -1,0 +1,286 @@
+"""Stage `workload`: work per clip as the lead's choice, measured. One running replica (the launcher's recipe),
+and for each point of --workload-frames x --workload-pixels a job of --workload-clips clips through our runner
+whose requests ask for those frames (`media_io_kwargs`) and that pixel budget (`mm_processor_kwargs.size`), the
+same clips at every point, no restart between points. Per point: clips/s (steady and whole job), prompt tokens,
+the vision tokens Qwen3-VL's processor gives those clips (serving.flops.vision_grid), TFLOP per clip and the
+share of the GPU's peak.
+
+Whether the replica honoured a point's pixel budget is checked, not assumed: against the point of the same
+frames with the largest budget, its prompt tokens must fall by at least 80 % of what the vision grid predicts. A
+point that fails the check is reported and left out of the table.
+
+Writes OUT/workload.json, OUT/workload.md, OUT/work-per-clip.json (the committed docs/work-per-clip.json with
+the points measured now replaced: copy it over the committed one) and OUT/work-per-clip.png. A point that would
+end past --stage-deadline is not started; a later call with the remaining --workload-frames/--workload-pixels
+adds to the same table while the machine keeps its /tmp.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from benchmarks.node.context import ROOT, Ctx, say
+from benchmarks.node.fleet import Fleet, mps_daemon
+from benchmarks.node.jobs import (
+    caption_job,
+    efficiency,
+    good_clip_ids,
+    job_check,
+    job_work,
+    new_job,
+    prepare_db,
+    steady_rate,
+)
+from benchmarks.node.threads import earlier_rows
+from data.job_params import JobParams
+from serving import flops
+
+TABLE = ROOT / "docs" / "work-per-clip.json"
+
+
+def parse_points(ctx: Ctx) -> list[tuple[int, int]]:
+    """(frames, max_pixels) of every point, pixels outer: the recipe's budget first. Each value is checked as
+    a job would check it."""
+    try:
+        frames = [int(x) for x in ctx.a.workload_frames.split(",") if x.strip()]
+        pixels = [int(x) for x in ctx.a.workload_pixels.split(",") if x.strip()]
+        for f in frames:
+            JobParams.checked(frames=f)
+        for p in pixels:
+            JobParams.checked(max_pixels=p)
+    except Exception as e:  # noqa: BLE001 - a bad option ends the stage with the reason
+        raise SystemExit(f"node_run: --workload-frames/--workload-pixels: {e}") from None
+    return [(f, p) for p in pixels for f in frames]
+
+
+def stage_workload(ctx: Ctx) -> dict:
+    points = parse_points(ctx)
+    per, warm = ctx.a.workload_clips, ctx.a.warmup
+    deadline = time.time() + ctx.a.stage_deadline if ctx.a.stage_deadline else None
+    rows: list[dict] = []
+    report: dict = {
+        "points": [list(p) for p in points],
+        "precision": ctx.precision,
+        "clips_per_point": per,
+        "rows": rows,
+        "method": (
+            "one replica (the launcher's recipe, prefix caching on as in production) on the first GPU, "
+            f"{warm} warm-up clips, then per point one job of {per} clips through our runner (serving.runner.run_job) "
+            "with the point's frames and pixel budget in every request; the same clips at every point"
+        ),
+    }
+    peak = ctx.gpu_peak()
+    report["peak"] = peak
+    earlier = earlier_rows(ctx, "workload")
+    # the clips first: preparing empties the stage's data dir, where the MPS pipes are about to live
+    settings, _ = prepare_db(ctx, "workload", warm + per, media=False)
+    ids = good_clip_ids(settings)
+    if len(ids) < warm + per:
+        raise RuntimeError(f"{len(ids)} good clips, {warm + per} needed")
+    with mps_daemon(ctx, settings) as mps:
+        report["mps"] = mps
+        fleet = Fleet(ctx, settings, ctx.decoders[0], ctx.gpus[:1], "workload", benchmark=False)
+        try:
+            report["fleet_startup_s"] = fleet.start()
+            urls = fleet.urls()
+            if warm:
+                caption_job(settings, new_job(settings, "warm-up workload", ids[:warm]), urls, 1)
+            measured = ids[warm : warm + per]
+            last_cost = None
+            for frames, pixels in points:
+                if deadline and last_cost and time.time() + last_cost > deadline:
+                    rows.append(
+                        {
+                            "frames": frames,
+                            "max_pixels": pixels,
+                            "skipped": f"would end past --stage-deadline {ctx.a.stage_deadline:g} s",
+                        }
+                    )
+                    say(f"workload: {frames} frames x {pixels:,} pixels not started (stage deadline)")
+                    continue
+                t = time.time()
+                rows.append(point(ctx, settings, urls, measured, frames, pixels, peak))
+                last_cost = time.time() - t
+        except Exception as e:  # noqa: BLE001 - the replica or the clips failed: the report says so
+            rows.append({"error": f"{type(e).__name__}: {e}"})
+            say(f"workload FAILED: {e}")
+        finally:
+            fleet.stop()
+    now = {(r["frames"], r["max_pixels"]) for r in rows if "clips_per_s" in r}
+    kept = [r for r in earlier if "clips_per_s" in r and (r["frames"], r["max_pixels"]) not in now]
+    if kept:
+        rows[:0] = kept
+        report["merged_from_earlier_call"] = [[r["frames"], r["max_pixels"]] for r in kept]
+    check_honoured(rows)
+    (ctx.work / "workload-rows.json").write_text(json.dumps([r for r in rows if "clips_per_s" in r], default=str))
+    report["table"] = table(ctx, rows)
+    (ctx.out / "workload.md").write_text(report["table"] + "\n")
+    print(report["table"], flush=True)
+    report["work_per_clip"] = str(write_table(ctx, rows))
+    png = plot(ctx, rows)
+    report["plot"] = str(png) if png else None
+    report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
+    return report
+
+
+def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pixels: int, peak) -> dict:
+    """One job at `frames` x `pixels`; its row."""
+    job = new_job(settings, f"workload {frames} frames {pixels} pixels", clips, frames=frames, max_pixels=pixels)
+    _, wall = caption_job(settings, job, urls, 1)
+    check = job_check(settings, job)
+    work = job_work(settings, job)
+    done = check["counts"]["done"]
+    steady = steady_rate(work)
+    vision = [
+        flops.vision_tokens(flops.vision_grid(w["frames"], w["height"], w["width"], w["max_pixels"]))
+        for w in work
+        if w["width"] and w["height"]
+    ]
+    row = {
+        "frames": frames,
+        "max_pixels": pixels,
+        "clips": len(clips),
+        "done": done,
+        "failed": check["failed"],
+        "failed_errors": check["failed_errors"],
+        "seconds": round(wall, 2),
+        "clips_per_s": round(done / wall, 3) if wall else None,
+        "steady_clips_per_s": steady,
+        "prompt_tokens": round(sum(w["prompt_tokens"] for w in work) / len(work), 1) if work else None,
+        "completion_tokens": round(sum(w["completion_tokens"] for w in work) / len(work), 1) if work else None,
+        "vision_tokens": round(sum(vision) / len(vision), 1) if vision else None,
+        "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), 1, peak),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+    }
+    say(
+        f"workload: {frames} frames x {pixels:,} pixels: {row['clips_per_s']} clips/s ({steady} steady), "
+        f"{row['prompt_tokens']} prompt tokens ({row['vision_tokens']} vision), "
+        f"{flops.summary(row['efficiency'])}; {done}/{len(clips)} done"
+    )
+    return row
+
+
+def check_honoured(rows: list[dict]) -> None:
+    """Mark each point whose prompt tokens did not fall with its pixel budget as the vision grid says they
+    should (against the point of the same frames with the largest budget measured)."""
+    measured = [r for r in rows if r.get("prompt_tokens") and r.get("vision_tokens") is not None]
+    for r in measured:
+        ref = max((x for x in measured if x["frames"] == r["frames"]), key=lambda x: x["max_pixels"])
+        if ref is r:  # the reference: nothing to compare it with
+            r["size_honoured"] = None
+            continue
+        want = ref["vision_tokens"] - r["vision_tokens"]
+        got = ref["prompt_tokens"] - r["prompt_tokens"]
+        r["size_honoured"] = got >= 0.8 * want
+        if not r["size_honoured"]:
+            r["size_note"] = (
+                f"prompt tokens fell by {got:.0f} from the {ref['max_pixels']:,}-pixel point, the vision grid says "
+                f"{want:.0f}: the replica did not apply this pixel budget"
+            )
+
+
+def table(ctx: Ctx, rows: list[dict]) -> str:
+    head = (
+        "| frames | pixels per clip | clips/s steady | clips/s whole job | prompt tokens | vision tokens | "
+        "TFLOP per clip | % of peak | done / clips |"
+    )
+    out = [head, "|" + "---|" * 9]
+    for r in rows:
+        if "clips_per_s" not in r:
+            where = f"{r.get('frames', '')} | {r.get('max_pixels', ''):,}" if r.get("max_pixels") else " | "
+            out.append(f"| {where} | {r.get('error') or r.get('skipped')} | | | | | | |")
+            continue
+        eff = r["efficiency"]
+        frac = eff.get("fraction_of_peak")
+        flag = "" if r.get("size_honoured") is not False else " (budget NOT applied)"
+        out.append(
+            f"| {r['frames']} | {r['max_pixels']:,}{flag} | {r['steady_clips_per_s']} | {r['clips_per_s']} | "
+            f"{r['prompt_tokens']} | {r['vision_tokens']} | {eff.get('tflop_per_clip')} | "
+            f"{'' if frac is None else f'{frac:.0%}'} | {r['done']} / {r['clips']} |"
+        )
+    if ctx.sim:
+        out += ["", "SIMULATED REHEARSAL: simulated replicas on a CPU machine; not GPU figures."]
+    return "\n".join(out)
+
+
+def write_table(ctx: Ctx, rows: list[dict]):
+    """The committed work-per-clip table with the points measured now (and honoured) replaced, to OUT."""
+    try:
+        table = json.loads(TABLE.read_text())
+    except (OSError, ValueError):
+        table = {"points": []}
+    points = table.setdefault("points", [])
+    for r in rows:
+        if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
+            continue
+        eff = r["efficiency"]
+        new = {
+            "frames": r["frames"],
+            "max_pixels": r["max_pixels"],
+            "precision": ctx.precision,
+            "gpus": 1,
+            "via": "runner",
+            "status": "measured",
+            # steady where the job was long enough for one (>= 20 clips), else the whole job, and it says which
+            "clips_per_s": r["steady_clips_per_s"] or r["clips_per_s"],
+            "rate": "steady (middle 80 % of results)" if r["steady_clips_per_s"] else "whole job (too few clips)",
+            "clips_per_s_whole_job": r["clips_per_s"],
+            "prompt_tokens": r["prompt_tokens"],
+            "completion_tokens": r["completion_tokens"],
+            "vision_tokens": r["vision_tokens"],
+            "tflop_per_clip": eff.get("tflop_per_clip"),
+            "fraction_of_peak": eff.get("fraction_of_peak"),
+            "peak_tflops": eff.get("peak_tflops_per_gpu"),
+            "peak_source": eff.get("peak_source"),
+            "config": f"node_run workload, {r['done']} clips",
+            "date": r["date"],
+            "source": "benchmarks/node_run.py workload (workload.json)",
+        }
+        if ctx.sim:
+            new["simulated"] = True  # serving.cost never reads a simulated point
+        key = (r["frames"], r["max_pixels"], ctx.precision)
+        points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
+        points.append(new)
+    points.sort(key=lambda p: (p.get("precision", ""), p.get("frames", 0), -p.get("max_pixels", 0)))
+    table["updated"] = time.strftime("%Y-%m-%d", time.gmtime())
+    if ctx.sim:
+        table["simulated"] = "SIMULATED REHEARSAL: do not commit over docs/work-per-clip.json"
+    path = ctx.out / "work-per-clip.json"
+    path.write_text(json.dumps(table, indent=1) + "\n")
+    return path
+
+
+def plot(ctx: Ctx, rows: list[dict]):
+    """Clips/s, prompt tokens and the share of the peak against the pixel budget, one line per frame count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = [r for r in rows if "clips_per_s" in r and r.get("size_honoured") is not False]
+    if not ok:
+        return None
+    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
+    for frames in sorted({r["frames"] for r in ok}):
+        pts = sorted((r for r in ok if r["frames"] == frames), key=lambda r: r["max_pixels"])
+        xs = [r["max_pixels"] / 1e6 for r in pts]
+        label = f"{frames} frames"
+        ax[0].plot(xs, [r["steady_clips_per_s"] or r["clips_per_s"] for r in pts], "o-", label=label)
+        ax[1].plot(xs, [r["prompt_tokens"] for r in pts], "o-", label=label)
+        ax[2].plot(xs, [100 * (r["efficiency"].get("fraction_of_peak") or 0) for r in pts], "o-", label=label)
+    for a, y in zip(ax, ("clips/s per GPU (steady)", "prompt tokens per clip", f"% of {ctx.precision} peak")):
+        a.set_xlabel("pixels per clip, all frames (millions)")
+        a.set_ylabel(y)
+        a.set_ylim(bottom=0)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    title = "Work per clip: Qwen3-VL-8B through our runner, one GPU"
+    if ctx.sim:
+        title = "SIMULATED REHEARSAL (no GPU): " + title
+    fig.suptitle(title, color="red" if ctx.sim else "black")
+    fig.tight_layout()
+    path = ctx.out / "work-per-clip.png"
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
