@@ -140,27 +140,31 @@ def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
 
 
 @contextlib.contextmanager
-def immediate(db: sqlite_utils.Database, *, wait: bool = True) -> Iterator[sqlite_utils.Database]:
+def immediate(db: sqlite_utils.Database, *, wait: bool | float = True) -> Iterator[sqlite_utils.Database]:
     """A write transaction that holds the write lock from its first statement.
 
     Nested use (already in a transaction) becomes a savepoint via `db.atomic()`.
     Never make a network call inside one: the lock is held until it ends.
     `wait=False`: a best-effort write that takes the lock only if it is free now, else raises
     sqlite3.OperationalError at once (what a read must not wait for: a session's last_seen).
+    `wait=<seconds>`: waits at most that long for the lock (a write a read depends on: a review lease).
     """
     conn = db.conn
     if conn.in_transaction:
         with db.atomic():
             yield db
         return
+    budget = BUSY_TIMEOUT_MS / 1000 if wait is True else float(wait or 0)
     wl = getattr(db, "_cw_write_lock", None)
-    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000 if wait else 0):
+    started = time.monotonic()
+    if wl is not None and not wl.lock.acquire(timeout=budget):
         raise sqlite3.OperationalError("database is locked (waited for another thread's write)")
     try:
-        if wait:
+        if wait is True:
             conn.execute("BEGIN IMMEDIATE")
         else:
-            conn.execute("PRAGMA busy_timeout = 0")
+            left = max(0.0, budget - (time.monotonic() - started))
+            conn.execute(f"PRAGMA busy_timeout = {int(left * 1000)}")
             try:
                 conn.execute("BEGIN IMMEDIATE")
             finally:

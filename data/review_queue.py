@@ -64,11 +64,12 @@ def take_next(
     return target
 
 
-def visit(db: sqlite_utils.Database, clip_id: int, user: str, *, ttl: float) -> str | None:
+def visit(db: sqlite_utils.Database, clip_id: int, user: str, *, ttl: float, wait: bool | float = True) -> str | None:
     """`user` has clip `clip_id` open: it becomes theirs (or their lease is renewed) unless someone else holds a
-    live lease on it, whose name is then returned (None: the clip is `user`'s now). NotFound for no such clip."""
+    live lease on it, whose name is then returned (None: the clip is `user`'s now). NotFound for no such clip.
+    `wait`: how long to wait for the write lock (data.db.immediate); past it, sqlite3.OperationalError."""
     clip_id = limits.sql_int(clip_id, "clip id")
-    with immediate(db):
+    with immediate(db, wait=wait):
         if next(db.query("SELECT 1 FROM clips WHERE id = ?", [clip_id]), None) is None:
             raise NotFound(f"clip {clip_id} does not exist")
         t = now()

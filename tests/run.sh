@@ -20,5 +20,8 @@ fi
 echo "[tests] ruff check, ruff format --check"
 "$PY" -m ruff check .
 "$PY" -m ruff format --check .
-export GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
+# console scripts of that environment (vllm-router, ...) first on PATH: a venv's python run by path does not
+# put its bin/ there, and the end-to-end tests start the real router as a process
+PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
+export PATH GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
 exec "$PY" -m pytest -m "not slow" -q "$@"

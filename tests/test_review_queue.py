@@ -70,7 +70,9 @@ def test_m013_keeps_every_row_index_trigger_and_foreign_key_of_clips(tmp_path):
     ids = [r[0] for r in db.execute("SELECT id FROM clips ORDER BY id")]
     before = {r["name"]: r["sql"] for r in db.query("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'clips'")}
     rows_before = list(db.query("SELECT * FROM clips ORDER BY id"))
-    schema.MIGRATIONS.apply(db)
+    names = [m.name for m in schema.MIGRATIONS._migrations]
+    later = names[names.index("m013_review_queue") + 1 :]  # what later migrations add to clips is not m013's
+    schema.MIGRATIONS.apply(db, stop_before=later or None)
     after = {r["name"]: r["sql"] for r in db.query("SELECT name, sql FROM sqlite_master WHERE tbl_name = 'clips'")}
     assert set(after) == set(before)  # every index and trigger is back
     assert {k: v for k, v in after.items() if k != "clips"} == {k: v for k, v in before.items() if k != "clips"}

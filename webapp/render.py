@@ -319,7 +319,8 @@ def provenance(cap: dict | None, lineage: dict | None = None) -> str:
         )
     summary = f'<p class="cw-prov-summary" id="prov-summary">{esc(provenance_summary(cap, lineage))}</p>'
     body = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in rows if v not in (None, ""))
-    return f'{sim}{summary}<table class="cw-prov">{body}</table>'
+    # data-version: the version the form was loaded from, for scripts and tests (the words above may change)
+    return f'{sim}{summary}<table class="cw-prov" data-version="{int(cap["version"])}">{body}</table>'
 
 
 # R11: the word diff itself is data.textdiff's (bounded); the history view adds a time budget on top

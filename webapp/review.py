@@ -46,18 +46,22 @@ version they can adopt. Starting jobs over many clips stays a lead's action (Job
 from __future__ import annotations
 
 import dataclasses
+import sqlite3
 
 import gradio as gr
 
 from data import captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, samples, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
-from webapp import render, second_review
+from webapp import failures, render, second_review
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
 from webapp.review_form import LABELS, ReviewForm
 
+# opening a clip takes its review lease, a write: it waits this long for another program's write lock, then
+# opens the clip anyway (without the lease) rather than keep the person waiting (issue 21, class 7)
+LEASE_WAIT_S = 2.0
 # the queue is empty for this person: clips others are on are not theirs to take (data.review_queue)
 NONE_LEFT = "No unreviewed clips left in this filter that nobody else is on."
 CONFLICT_NEXT = (
@@ -240,7 +244,23 @@ class ReviewTab:
         except (NotFound, ValueError, TypeError, OverflowError):
             raise gr.Error(f"There is no clip {clip_id!s:.40}.") from None
         cap = clip["caption"]
-        holder = review_queue.visit(db, clip["id"], user.name, ttl=self.lease_ttl)
+        try:  # opening a clip is a read: it does not wait long for a write lock another program holds
+            holder = review_queue.visit(db, clip["id"], user.name, ttl=self.lease_ttl, wait=LEASE_WAIT_S)
+        except sqlite3.OperationalError as e:
+            if failures.describe(e) is not failures.BUSY:
+                raise
+            holder = review_queue.holder(db, clip["id"])
+            message = " ".join(
+                filter(
+                    None,
+                    [
+                        message,
+                        "The database is busy: this clip is not marked as yours yet, so a "
+                        "colleague's n may serve it too. Saving works once the database is free.",
+                    ],
+                )
+            )
+            kind = "conflict"
         out = {
             self.header: render.header(clip, user.name, user.role, holder=holder),
             self.provenance: render.provenance(cap, captions.lineage(db, cap)),

@@ -34,7 +34,7 @@ from serving import fleet_commands, procs
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
 LABELS = examples.HAZARD_LABELS
-VERSION_RE = re.compile(r"<th>version</th><td>(\d+)</td>")
+VERSION_RE = re.compile(r'<table class="cw-prov" data-version="(\d+)"')
 
 
 def pct(xs, p: float) -> float:
