@@ -188,8 +188,8 @@ class Workbench:
         )
         self.tab_jobs.select(
             shows_errors(self.jobs.on_show),
-            [self.jobs.job_id, self.jobs.source, self.filter_state],
-            self.jobs.refresh_outputs + [self.jobs.preview],
+            self.jobs.show_inputs + [self.filter_state],
+            self.jobs.show_outputs,
             show_progress="hidden",
             api_name="jobs_show",
         )
