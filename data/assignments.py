@@ -5,7 +5,8 @@
   grid's order (`order`, data.order; a lead dealing out work: 50 to one annotator, the next 50 to another; a
   filter that names an assignee takes from that person's unreviewed clips instead). A clip assigned to
   someone else is reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody. `assign_clip` /
-  `unassign_clip` do the same for the one clip a lead is looking at in Review.
+  `unassign_clip` do the same for the one clip a lead is looking at in Review; `assign_ids` for a list of clips
+  (a random review sample's share, data.samples).
 - Every change is one audit event per clip (`clip.assign` with the previous assignee, `clip.unassign`), in
   the same transaction. Only leads and admins assign: the role is checked here, not only in the UI.
 - `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`, in the grid's order: their clips of the
@@ -35,17 +36,7 @@ def _check_actor(role: str | None) -> None:
 
 
 def _check_assignee(db: sqlite_utils.Database, name: str | None) -> str:
-    name = (name or "").strip()
-    user = users.get(db, name) if name else None
-    if user is None:
-        raise DataError(
-            f"There is no user named {name[:64]!r}: pick a person from the list."
-            if name
-            else "Pick the person to assign the clips to."
-        )
-    if user["disabled"]:
-        raise DataError(f"{name} is disabled: pick someone else, or enable them first (Users).")
-    return name
+    return users.enabled_name(db, name, ask="Pick the person to assign the clips to.")
 
 
 def _current(db: sqlite_utils.Database, ids: list[int]) -> dict[int, str]:
@@ -102,6 +93,17 @@ def assign_clip(db: sqlite_utils.Database, clip_id: int, assignee: str, *, actor
     with immediate(db):
         assignee = _check_assignee(db, assignee)
         return _assign_ids(db, [clips.get(db, clip_id)["id"]], assignee, actor)
+
+
+def assign_ids(db: sqlite_utils.Database, clip_ids: list[int], assignee: str, *, actor: str, role: str) -> dict:
+    """Assign exactly the clips `clip_ids` (a drawn sample's share of its clips: data.samples) to `assignee`;
+    counts as `assign` returns them. Called inside a transaction, it is part of it (a savepoint)."""
+    _check_actor(role)
+    if len(clip_ids) > MAX_ASSIGN:
+        raise DataError(f"At most {MAX_ASSIGN:,} clips are assigned at once (got {len(clip_ids):,}).")
+    with immediate(db):
+        assignee = _check_assignee(db, assignee)
+        return _assign_ids(db, list(clip_ids), assignee, actor)
 
 
 def _assign_ids(db: sqlite_utils.Database, ids: list[int], assignee: str, actor: str) -> dict:
@@ -201,3 +203,16 @@ def next_in_queue(
             if rows:
                 return rows[0]["id"]
     return None
+
+
+def release(db: sqlite_utils.Database, assignee: str, *, actor: str, why: str) -> int:
+    """Give every clip of `assignee` back to nobody (inside the caller's transaction, or one of its own), one
+    `clip.unassign` event each naming `why`. Called when a user is disabled: their clips would otherwise drop
+    out of every queue (theirs is closed, and everyone else's skips clips assigned to another person)."""
+    with immediate(db):
+        rows = list(db.query("SELECT clip_id, assignee FROM assignments WHERE assignee = ?", [assignee]))
+        db.conn.executemany("DELETE FROM assignments WHERE clip_id = ?", [(r["clip_id"],) for r in rows])
+        events.record_many(
+            db, actor, "clip.unassign", [(r["clip_id"], {"previous": r["assignee"], "why": why}) for r in rows]
+        )
+    return len(rows)

@@ -29,7 +29,7 @@ import sqlite_utils
 
 from data import events, limits, taxonomy
 from data.db import immediate, now
-from data.errors import Conflict, DataError, NotFound
+from data.errors import Conflict, DataError, NotFound, TooFast
 from data.job_params import current_names
 
 PROVENANCE_FIELDS = (
@@ -202,8 +202,10 @@ def save_human(
     author: str,
     base_caption_id: int | None,
     note: str | None = None,
+    rate: limits.SaveRate | None = None,
 ) -> dict:
-    """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale."""
+    """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale, or
+    TooFast past `rate` (limits.SAVE_RATE in the web app; None: no limit)."""
     text = limits.check_text((text or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
     if not text:
         raise DataError("A caption cannot be empty.")
@@ -213,6 +215,7 @@ def save_human(
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
+        _check_rate(db, clip_id, author, rate)
         cid = _insert_version(
             db,
             clip_id,
@@ -231,12 +234,20 @@ def save_human(
 
 
 def adopt(
-    db: sqlite_utils.Database, clip_id: int, *, caption_id: int, author: str, base_caption_id: int | None
+    db: sqlite_utils.Database,
+    clip_id: int,
+    *,
+    caption_id: int,
+    author: str,
+    base_caption_id: int | None,
+    rate: limits.SaveRate | None = None,
 ) -> dict:
-    """Make an earlier or candidate version current again, as a new human version copying it."""
+    """Make an earlier or candidate version current again, as a new human version copying it (a save: `rate`
+    applies as in save_human)."""
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
+        _check_rate(db, clip_id, author, rate)
         src = get(db, caption_id)
         if src is None or src["clip_id"] != clip_id:
             raise NotFound(f"caption {caption_id} is not a version of clip {clip_id}")
@@ -451,4 +462,82 @@ def lineage(db: sqlite_utils.Database, cap: dict | None) -> dict:
         "changed": change_kind(origin, cap),
         "labels_changed": labels_changed(origin["labels"], cap["labels"]) if origin else None,
         "simulated": bool(cap.get("simulated") or (origin or {}).get("simulated")),
+    }
+
+
+def _check_rate(db: sqlite_utils.Database, clip_id: int, author: str, rate: limits.SaveRate | None) -> None:
+    """Inside the save's transaction (parallel saves cannot pass together): TooFast if `author` saved
+    `rate.per_clip` versions of this clip, or `rate.per_person` in all, within the last `rate.window` s."""
+    if rate is None:
+        return
+    since = now() - rate.window
+    row = db.execute(
+        "SELECT COUNT(*), SUM(clip_id = ?), MIN(created_at), MIN(CASE WHEN clip_id = ? THEN created_at END) "
+        "FROM captions WHERE author = ? AND source = 'human' AND created_at > ?",
+        [clip_id, clip_id, author, since],
+    ).fetchone()
+    total, on_clip, oldest, oldest_here = row[0], row[1] or 0, row[2], row[3]
+    if on_clip >= rate.per_clip:
+        wait, what = oldest_here + rate.window - now(), f"{on_clip} versions of this clip"
+    elif total >= rate.per_person:
+        wait, what = oldest + rate.window - now(), f"{total} caption versions"
+    else:
+        return
+    raise TooFast(
+        f"You saved {what} in the last {rate.window:.0f} s: wait {max(1, round(wait))} s and save again (your "
+        f"edit is still here). Saves are limited to {rate.per_clip} per clip and {rate.per_person} in all per "
+        "minute, so that a script cannot bury a clip's history."
+    )
+
+
+def history_page(
+    db: sqlite_utils.Database, clip_id: int, *, before: int | None = None, limit: int = limits.HISTORY_PAGE
+) -> dict:
+    """One page of a clip's versions, newest first: those older than version `before` (None: the newest),
+    at most `limit`. Returns {versions (each marked `current` and `candidate`), bases (rows the page's diffs
+    need that are not on it, by id), total, older (versions after this page), newer (versions before it),
+    current_id}.
+    What one open ships is bounded by the page, not by the history (806 versions were 18.7 MB per open)."""
+    clip = _clip(db, clip_id)
+    limit = max(1, min(int(limit), 200))
+    cond, args = ("AND version < ?", [limits.sql_int(before, "version")]) if before is not None else ("", [])
+    rows = [
+        _decode(r)
+        for r in db.query(
+            f"SELECT * FROM captions WHERE clip_id = ? {cond} ORDER BY version DESC LIMIT ?", [clip_id, *args, limit]
+        )
+    ]
+    for r in rows:
+        r["current"] = r["id"] == clip["current_caption_id"]
+        r["candidate"] = is_candidate(r, clip["current_caption_id"])
+    total = db.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ?", [clip_id]).fetchone()[0]
+    oldest = rows[-1]["version"] if rows else (before or 1)
+    older = db.execute("SELECT COUNT(*) FROM captions WHERE clip_id = ? AND version < ?", [clip_id, oldest]).fetchone()[
+        0
+    ]
+    on_page = {r["id"] for r in rows}
+    wanted = {r["parent_id"] for r in rows if r.get("parent_id") and r["parent_id"] not in on_page}
+    if rows and older:  # the diff base of the oldest version shown, when it has no parent: the version before
+        prev = next(
+            db.query(
+                "SELECT * FROM captions WHERE clip_id = ? AND version < ? ORDER BY version DESC LIMIT 1",
+                [clip_id, oldest],
+            ),
+            None,
+        )
+        if prev is not None:
+            rows[-1]["_previous_id"] = prev["id"]
+            wanted.add(prev["id"])
+    bases = {}
+    for cid in wanted:
+        row = get(db, cid)
+        if row is not None:
+            bases[cid] = row
+    return {
+        "versions": rows,
+        "bases": bases,
+        "total": total,
+        "older": older,
+        "newer": total - older - len(rows),
+        "current_id": clip["current_caption_id"],
     }

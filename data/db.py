@@ -20,6 +20,7 @@ import fcntl
 import logging
 import os
 import sqlite3
+import stat
 import threading
 import time
 from pathlib import Path
@@ -75,13 +76,26 @@ def write_lock_stats(path: str | Path) -> dict[str, float]:
 
 
 def secure_dir(path: str | Path) -> None:
-    """Make a data folder private to its owner (0700): it holds the database (password hashes, sessions),
-    the clip library's media and logs (S9). Only folders we own are changed."""
+    """Make a data folder private to its owner (0700) and the files directly in it 0600: it holds the
+    database (password hashes, sessions), the clip library's thumbnails and filmstrips, and logs (S9). Every
+    entry point that uses the folder calls this (the app, ingest, the launcher), so an existing folder made
+    0755 by hand or by an older version is closed by whichever runs first. Only what we own is changed; what
+    is below (thumbnails, logs) is out of other users' reach once the folder is 0700."""
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     st = path.stat()
-    if st.st_uid == os.getuid() and st.st_mode & 0o077:
+    if st.st_uid != os.getuid():
+        return
+    if st.st_mode & 0o077:
         os.chmod(path, 0o700)
+    with os.scandir(path) as entries:
+        for e in entries:
+            try:
+                est = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISREG(est.st_mode) and est.st_uid == os.getuid() and est.st_mode & 0o077:
+                os.chmod(e.path, stat.S_IMODE(est.st_mode) & 0o700)
 
 
 def _private_files(path: Path) -> None:
@@ -126,11 +140,13 @@ def connect(path: str | Path, *, migrate: bool = True) -> sqlite_utils.Database:
 
 
 @contextlib.contextmanager
-def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
+def immediate(db: sqlite_utils.Database, *, wait: bool = True) -> Iterator[sqlite_utils.Database]:
     """A write transaction that holds the write lock from its first statement.
 
     Nested use (already in a transaction) becomes a savepoint via `db.atomic()`.
     Never make a network call inside one: the lock is held until it ends.
+    `wait=False`: a best-effort write that takes the lock only if it is free now, else raises
+    sqlite3.OperationalError at once (what a read must not wait for: a session's last_seen).
     """
     conn = db.conn
     if conn.in_transaction:
@@ -138,10 +154,17 @@ def immediate(db: sqlite_utils.Database) -> Iterator[sqlite_utils.Database]:
             yield db
         return
     wl = getattr(db, "_cw_write_lock", None)
-    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000):
+    if wl is not None and not wl.lock.acquire(timeout=BUSY_TIMEOUT_MS / 1000 if wait else 0):
         raise sqlite3.OperationalError("database is locked (waited for another thread's write)")
     try:
-        conn.execute("BEGIN IMMEDIATE")
+        if wait:
+            conn.execute("BEGIN IMMEDIATE")
+        else:
+            conn.execute("PRAGMA busy_timeout = 0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         began = time.perf_counter()
         try:
             yield db

@@ -6,8 +6,11 @@
     │                          first (.current holds what is there now)
     ├── Forbidden              the user's role does not allow the action
     ├── TooLarge               an input over one of data.limits' bounds (the message names the limit)
+    ├── TooFast                saves faster than a person makes them (data.limits.SaveRate; says how long to wait)
     ├── InvalidLabels          labels, or a model's answer, that do not fit the taxonomy's schema
     ├── InvalidJobParams       a job parameter out of range (the message says what to use instead)
+    ├── InvalidPrompt          a prompt version that cannot be saved: its schema is refused by the fleet's
+    │                          structured-output backend, or its answers would not be the taxonomy's labels
     ├── BadCursor              a page cursor that data.order did not make for that order (tampered,
     │                          truncated, or from another order)
     ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
@@ -47,12 +50,20 @@ class TooLarge(DataError):
     """An input over its bound: refused with a message naming the limit."""
 
 
+class TooFast(DataError):
+    """Saves faster than a person makes them: refused with how long to wait (the edit stays in the form)."""
+
+
 class InvalidLabels(DataError):
     """Labels or a model answer that do not fit the taxonomy's schema; the message names the first problem."""
 
 
 class InvalidJobParams(DataError):
     """A job parameter out of range; the message says which and what to use."""
+
+
+class InvalidPrompt(DataError):
+    """A prompt version that cannot be saved; the message lists every change it needs."""
 
 
 class BadCursor(DataError):
@@ -73,15 +84,17 @@ class RootMissing(DataError):
 
 
 __all__ = [
-    "DataError",
-    "NotFound",
-    "Conflict",
-    "Forbidden",
-    "TooLarge",
-    "InvalidLabels",
-    "InvalidJobParams",
     "BadCursor",
-    "SearchSyntaxError",
+    "Conflict",
+    "DataError",
+    "Forbidden",
+    "InvalidJobParams",
+    "InvalidLabels",
+    "InvalidPrompt",
+    "NotFound",
     "RootMismatch",
     "RootMissing",
+    "SearchSyntaxError",
+    "TooFast",
+    "TooLarge",
 ]

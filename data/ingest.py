@@ -40,7 +40,7 @@ from typing import Any
 import sqlite_utils
 
 from data import events, library, settings as settings_mod
-from data.db import connect, immediate, now
+from data.db import connect, immediate, now, secure_dir
 from data.errors import DataError
 from data.settings import Settings
 
@@ -401,9 +401,13 @@ def ingest(settings: Settings | None = None, *, db: sqlite_utils.Database | None
     this thread."""
     from data import media as media_mod
 
-    opts = IngestOptions(**options).resolved(settings or Settings.load(environ={}))
+    settings = settings or Settings.load(environ={})
+    opts = IngestOptions(**options).resolved(settings)
     if not opts.root.is_dir():
         raise FileNotFoundError(f"clip root {opts.root} is not a folder")
+    secure_dir(settings.data_dir)  # S9: the thumbnails and filmstrips written below are the library's
+    if settings.data_dir.resolve() not in Path(opts.media_dir).resolve().parents:
+        secure_dir(opts.media_dir)
     own_db = db is None
     db = db if db is not None else connect(opts.db_path)
     started = time.monotonic()

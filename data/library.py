@@ -27,6 +27,60 @@ from data import events, settings as settings_mod
 from data.db import connect, immediate, now
 from data.errors import DataError, RootMismatch, RootMissing
 
+# Folders that hold the system or other people's files: never a clip root (the replicas are allowed to read
+# everything under the clip root, --allowed-local-media-path), not even with --force.
+SYSTEM_FOLDERS = frozenset(
+    Path(p)
+    for p in (
+        "/",
+        "/bin",
+        "/boot",
+        "/dev",
+        "/etc",
+        "/home",
+        "/lib",
+        "/lib64",
+        "/mnt",
+        "/media",
+        "/opt",
+        "/proc",
+        "/root",
+        "/run",
+        "/sbin",
+        "/srv",
+        "/sys",
+        "/tmp",
+        "/usr",
+        "/var",
+    )
+)
+SYSTEM_TREES = tuple(
+    Path(p) for p in ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+)
+
+
+def _database_file(db: sqlite_utils.Database) -> Path | None:
+    row = next(db.query("PRAGMA database_list"), None)
+    return Path(row["file"]).resolve() if row and row.get("file") else None
+
+
+def root_refusal(root: str | Path, db: sqlite_utils.Database) -> str | None:
+    """Why `root` cannot be a clip root whatever its files, or None: a system folder or a home folder itself,
+    a folder inside the system's trees, or one that holds this library's database (the replicas read anything
+    under the clip root: the database has the sessions and password hashes)."""
+    root = Path(root).resolve()
+    if root in SYSTEM_FOLDERS or root == Path.home().resolve() or root.parent == Path("/home"):
+        return f"{root} is a system or home folder, not a folder of clips"
+    if any(root == t or t in root.parents for t in SYSTEM_TREES):
+        return f"{root} is inside the system's folders, not a folder of clips"
+    database = _database_file(db)
+    if database is not None and root in database.parents:
+        return (
+            f"{root} holds this library's database ({database}): the replicas may read everything under the "
+            "clip root. Keep the clips in a folder of their own"
+        )
+    return None
+
 
 def recorded_root(db: sqlite_utils.Database) -> Path | None:
     """The library's clip root, or None if nothing was ingested since roots were recorded."""
@@ -38,6 +92,9 @@ def record_root(db: sqlite_utils.Database, root: str | Path, *, actor: str = "in
     """Record `root` as the library's clip root at ingest; the same root again is a no-op. A different one
     raises RootMismatch saying what to do instead."""
     root = Path(root).resolve()
+    refusal = root_refusal(root, db)
+    if refusal and recorded_root(db) is None:
+        raise DataError(f"refused as the clip root: {refusal}.")
     with immediate(db):
         have = recorded_root(db)
         if have is None:
@@ -83,13 +140,21 @@ def move_root(
     db: sqlite_utils.Database, new_root: str | Path, *, actor: str = "admin", sample: int = 50, force: bool = False
 ) -> dict:
     """Re-point the library at `new_root` after checking that it holds the library's files: of up to `sample`
-    present clips, at least one must exist there and none may have another size (unless `force`)."""
+    clips (present ones first: those marked missing are the ones that moved, and count too), at least one must
+    exist there and none may have another size (unless `force`). A folder that can never be a clip root
+    (`root_refusal`: a system or home folder, one holding the database) is refused, `force` or not."""
     new = Path(new_root).resolve()
     if not new.is_dir():
         raise DataError(f"{new} is not a folder")
+    refusal = root_refusal(new, db)
+    if refusal:
+        raise DataError(f"refused as the clip root, even with --force: {refusal}.")
     old = recorded_root(db)
     rows = list(
-        db.query("SELECT path, size FROM clips WHERE missing = 0 AND size IS NOT NULL ORDER BY id LIMIT ?", [sample])
+        db.query(
+            "SELECT path, size FROM clips WHERE size IS NOT NULL ORDER BY missing, id LIMIT ?",
+            [sample],
+        )
     )
     found = [r for r in rows if (new / r["path"]).is_file()]
     wrong = [r["path"] for r in found if os.path.getsize(new / r["path"]) != r["size"]]

@@ -15,6 +15,7 @@ import itertools
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from data.errors import DataError, TooLarge
@@ -30,6 +31,23 @@ MAX_SIDECAR_BYTES = 1 << 20
 MAX_SIDECAR_DEPTH = 32
 MAX_ANSWER_BYTES = 1 << 20  # one chat completion from the fleet (a 4,096-token answer is ~20 KiB)
 MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason from a fleet answer
+
+
+@dataclass(frozen=True)
+class SaveRate:
+    """Human caption versions one person may save per `window` seconds: on one clip, and over all clips.
+    A person saves a clip a few times while editing it; a script saving in a loop grew one clip's history to
+    806 versions (18.7 MB per open, issue 21). The web app passes SAVE_RATE; None (scripts, tests of the
+    version rules) is no limit."""
+
+    per_clip: int = 30
+    per_person: int = 600
+    window: float = 60.0
+
+
+SAVE_RATE = SaveRate()
+HISTORY_PAGE = 20  # caption versions one open or save shows; older ones come a page at a time, on demand
+HISTORY_PAGE_CHARS = 250_000  # and at most this much of the page's HTML (20 versions at the caption limit)
 
 
 def check_text(value: str, limit: int, what: str) -> str:
@@ -89,9 +107,40 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON (strict parsers reject it)")
 
 
+_NONZERO_MANTISSA = re.compile(r"[1-9]")
+
+
+class Unstorable(ValueError):
+    """JSON that parses but would not be stored as the value it holds."""
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    mantissa = re.split("[eE]", text, maxsplit=1)[0]
+    if math.isinf(value) or (value == 0.0 and _NONZERO_MANTISSA.search(mantissa)):
+        # 1e400 parses as inf and 1e-400 as 0.0: storing either would store another number than the file's
+        raise Unstorable(f"the number {text[:40]} is out of range (it would be stored as {value})")
+    return value
+
+
 def strict_json_loads(text: str | bytes) -> Any:
-    """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not)."""
-    return json.loads(text, parse_constant=_no_constant)
+    """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not), and
+    numbers a double cannot hold (1e400 would become inf, 1e-400 would become 0.0)."""
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+def storable_json(value: Any) -> str:
+    """`value` as the JSON text SQLite stores, guaranteed to read back (json.loads) as the same value.
+
+    Raises Unstorable saying why not: a lone UTF-16 surrogate (a JSON "\\ud800" escape parses, but is not
+    text SQLite can store: the INSERT fails), a non-finite number, or anything else that does not survive the
+    round trip."""
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, allow_nan=False)
+    if _SURROGATE.search(text):
+        raise Unstorable("it holds text that is not valid Unicode (a lone UTF-16 surrogate such as \\ud800)")
+    if json.loads(text) != value:
+        raise Unstorable("its values do not read back as written")
+    return text
 
 
 def finite(value: Any) -> bool:

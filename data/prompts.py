@@ -1,5 +1,17 @@
 """Versioned prompts. A prompt is never edited in place: a change is a new (name, version) row, so every
-caption can name exactly what it was asked. `ensure_presets` installs the shipped presets (idempotent)."""
+caption can name exactly what it was asked (a trigger refuses updates and deletes, m017). `ensure_presets`
+installs the shipped presets (idempotent).
+
+A new version (`create_version`, which the Jobs tab's prompt editor calls for a lead) is checked before it is
+saved (`schema_problems`), so that it can run and be compared:
+- its schema has none of the keywords the fleet's structured-output backend refuses (data.taxonomy's
+  GRAMMAR_UNSUPPORTED: vLLM 0.25 with xgrammar answers every request that carries one with HTTP 400, recorded in
+  tests/data/vllm-0.25.0-answers.json), and it is a valid JSON Schema;
+- its answers are the taxonomy's labels: an object of exactly `caption` (text) and every label of
+  data.taxonomy.ENUMS, all required, no other property, each label's values a non-empty subset of the
+  taxonomy's (a version may narrow a label's choices, never rename or add one), so its captions can be reviewed
+  in the same form and compared label by label with any other version's (data.prompt_compare).
+"""
 
 from __future__ import annotations
 
@@ -7,11 +19,12 @@ import json
 import re
 from typing import Any
 
+import jsonschema
 import sqlite_utils
 
-from data import taxonomy
+from data import limits, taxonomy
 from data.db import immediate, now
-from data.errors import NotFound
+from data.errors import InvalidPrompt, NotFound
 
 HAZARD_SYSTEM = (
     "You are an expert annotator of dashcam and autonomous-vehicle camera footage. You watch a short clip "
@@ -105,6 +118,115 @@ def _decode(row: dict) -> dict:
     return row
 
 
+MAX_NAME_CHARS = 64
+MAX_PROMPT_CHARS = 20_000  # the system or the user text (the presets' are under 1,000)
+MAX_SCHEMA_BYTES = 64 * 1024  # the taxonomy's schema is ~2 KiB
+# what vLLM 0.25's xgrammar backend answered for a schema with a keyword it does not support (HTTP 400)
+GRAMMAR_REFUSAL = "The provided JSON schema contains features not supported by xgrammar."
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+
+
+def parse_schema(text: str) -> dict:
+    """A schema as a person typed it (JSON text) -> a dict; InvalidPrompt saying where it cannot be read."""
+    limits.check_text(text, MAX_SCHEMA_BYTES, "The schema")
+    if not (text or "").strip():
+        raise InvalidPrompt("Write the answer schema (JSON): start from the version you are changing.")
+    if len(text.encode()) > MAX_SCHEMA_BYTES or not limits.json_depth_ok(text):
+        raise InvalidPrompt(
+            f"The schema is over {MAX_SCHEMA_BYTES // 1024} KiB or {limits.MAX_SIDECAR_DEPTH} levels deep."
+        )
+    try:
+        schema = limits.strict_json_loads(text)
+    except ValueError as e:
+        raise InvalidPrompt(f"The schema is not JSON: {str(e)[:200]}.") from None
+    if not isinstance(schema, dict):
+        raise InvalidPrompt("The schema must be a JSON object.")
+    return schema
+
+
+def _has_key(value: Any, key: str) -> bool:
+    if isinstance(value, dict):
+        return key in value or any(_has_key(v, key) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_key(v, key) for v in value)
+    return False
+
+
+def _label_problems(name: str, spec: Any) -> list[str]:
+    allowed = taxonomy.ENUMS[name]
+    multi = name in taxonomy.MULTI
+    if not isinstance(spec, dict):
+        return [f"{name}: must be a schema object."]
+    if multi:
+        if spec.get("type") != "array" or not isinstance(spec.get("items"), dict):
+            return [f"{name}: must be a list (type array) of the taxonomy's values (items with an enum)."]
+        spec = spec["items"]
+    if spec.get("type") != "string" or not isinstance(spec.get("enum"), list):
+        return [f"{name}: must be {'items of ' if multi else ''}type string with an enum of the taxonomy's values."]
+    values = spec["enum"]
+    if not values:
+        return [f"{name}: offers no value at all."]
+    outside = [str(v)[:40] for v in values if v not in allowed]
+    if outside:
+        verb = "is" if len(outside) == 1 else "are"
+        return [f"{name}: {', '.join(outside)} {verb} not among its values ({', '.join(allowed)})."]
+    return []
+
+
+def schema_problems(schema: Any) -> list[str]:
+    """What stops `schema` from being saved as a prompt version's answer schema, each in words with what to do
+    (the module docstring says why); an empty list when it can be saved."""
+    if not isinstance(schema, dict):
+        return ["The schema must be a JSON object."]
+    problems = []
+    refused = sorted(taxonomy.unsupported_features(schema))
+    if refused:
+        problems.append(
+            f"The fleet's structured-output backend (xgrammar) refuses {', '.join(refused)}: vLLM would answer "
+            f'every request with HTTP 400 "{GRAMMAR_REFUSAL}" Remove {"it" if len(refused) == 1 else "them"} '
+            "(the answers are still checked against the taxonomy)."
+        )
+    try:
+        jsonschema.validators.validator_for(schema).check_schema(schema)
+    except jsonschema.SchemaError as e:
+        problems.append(f"This is not a valid JSON Schema: {e.message[:200]}.")
+    if _has_key(schema, "$ref"):
+        problems.append("Write every label inline: $ref is not followed here.")
+    props = schema.get("properties")
+    if schema.get("type") != "object" or not isinstance(props, dict):
+        return problems + ['The answer must be an object ("type": "object") with "properties".']
+    expected = ["caption", *taxonomy.ENUMS]
+    missing = [k for k in expected if k not in props]
+    extra = sorted(str(k)[:40] for k in props if k not in expected)
+    if missing:
+        problems.append(f"Missing properties: {', '.join(missing)} (every version answers with all of them).")
+    if extra:
+        problems.append(
+            f"Properties that are not the taxonomy's: {', '.join(extra)} (answers must be comparable across "
+            "versions: only caption and the labels)."
+        )
+    required = schema.get("required") if isinstance(schema.get("required"), list) else []
+    optional = [k for k in expected if k in props and k not in required]
+    if optional:
+        problems.append(f'Not required: {", ".join(optional)} (add them to "required").')
+    if schema.get("additionalProperties") is not False:
+        problems.append('Set "additionalProperties": false, so that an answer holds nothing but the labels.')
+    cap = props.get("caption")
+    if "caption" in props and not (isinstance(cap, dict) and cap.get("type") == "string"):
+        problems.append("caption: must be type string.")
+    for name in taxonomy.ENUMS:
+        if name in props:
+            problems += _label_problems(name, props[name])
+    return problems
+
+
+def _check_text(value: str, limit: int, what: str, *, needed: bool = True) -> str:
+    value = limits.check_text((value or "").strip(), limit, what)
+    if needed and not value:
+        raise InvalidPrompt(f"{what} is empty: write it (start from the version you are changing).")
+    return value
+
+
 def create_version(
     db: sqlite_utils.Database,
     *,
@@ -115,9 +237,25 @@ def create_version(
     description: str = "",
     actor: str = "system",
 ) -> dict:
-    """Add the next version of prompt `name` (version 1 if new)."""
+    """Add the next version of prompt `name` (version 1 if new), after checking it: a name of letters, digits,
+    `.`, `_` and `-`; a system and a user text; a schema without `schema_problems`. InvalidPrompt (or TooLarge)
+    lists what to change; nothing is saved then."""
     from data import events
 
+    name = (name or "").strip()
+    if not (len(name) <= MAX_NAME_CHARS and _NAME.fullmatch(name)):
+        raise InvalidPrompt(
+            f"A prompt name is 1 to {MAX_NAME_CHARS} letters, digits, '.', '_' or '-', starting with a letter or "
+            "a digit (e.g. av-hazard)."
+        )
+    system = _check_text(system, MAX_PROMPT_CHARS, "The system text")
+    user = _check_text(user, MAX_PROMPT_CHARS, "The user text")
+    description = _check_text(description, limits.MAX_NOTE_CHARS, "The description", needed=False)
+    if len(json.dumps(schema, default=str)) > MAX_SCHEMA_BYTES:
+        raise InvalidPrompt(f"The schema is over {MAX_SCHEMA_BYTES // 1024} KiB.")
+    problems = schema_problems(schema)
+    if problems:
+        raise InvalidPrompt("This version cannot be saved: " + " ".join(problems))
     with immediate(db):
         version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM prompts WHERE name = ?", [name]).fetchone()[0]
         pid = db.execute(

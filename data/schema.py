@@ -15,11 +15,14 @@ Tables
   `running_since` (m020) measure how long a job has really run.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
+- samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
+  second reviews of their clips (data.samples; m017_samples documents each column).
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import sqlite_utils
 
@@ -342,6 +345,117 @@ def m011_lineage(db: sqlite_utils.Database) -> None:
         start = db.execute("SELECT MIN(clip_id) FROM captions WHERE clip_id >= ?", [start + span]).fetchone()[0]
     db.execute("""CREATE TRIGGER captions_lineage_append_only BEFORE UPDATE OF derived_from_id, origin_id ON captions
                   BEGIN SELECT RAISE(ABORT, 'caption versions are append-only'); END""")
+
+
+@MIGRATIONS()
+def m012_hardening2(db: sqlite_utils.Database) -> None:
+    """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions); the
+    browsers and addresses each account signed in from (data.sessions.remember: the login limiter does not
+    hold back a person at a browser or address they used before, so an attacker cannot lock them out); and
+    the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
+    are in the review queue again (data.team.set_disabled does this at every disable from now on)."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
+    db.execute("""
+    CREATE TABLE IF NOT EXISTS login_trust (
+        user TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('device', 'address')),
+        value_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used REAL NOT NULL,
+        PRIMARY KEY (user, kind, value_hash)
+    ) WITHOUT ROWID""")
+    db.execute(
+        "INSERT INTO events (at, actor, action, clip_id, detail) "
+        "SELECT ?, 'migration', 'clip.unassign', a.clip_id, "
+        "json_object('previous', a.assignee, 'why', 'user disabled') "
+        "FROM assignments a JOIN users u ON u.name = a.assignee WHERE u.disabled = 1 ORDER BY a.clip_id",
+        [time.time()],
+    )
+    db.execute("DELETE FROM assignments WHERE assignee IN (SELECT name FROM users WHERE disabled = 1)")
+
+
+@MIGRATIONS()
+def m017_samples(db: sqlite_utils.Database) -> None:
+    """Random review samples and blind second reviews (data.samples).
+
+    - samples: one row per draw: who drew it and when, the population it was drawn from (`source`: the filter,
+      as `Filter.to_dict()`, with the clips a draw can take added to it; `job_id` when the filter names a job),
+      N (`population`), n asked (`size`) and drawn (`drawn`), the allocation (`stratify`: none, proportional or
+      equal, over the hazard level of each clip's caption at the draw) and the `seed` that reproduces it.
+    - sample_strata: per sample and stratum (a hazard level; "" for a caption without one; "all" when not
+      stratified) N_h (`population`) and n_h (`drawn`), as they were at the draw.
+    - sample_members: the clips drawn, each with its stratum, its place in the draw (`draw_order`), the person it
+      was assigned to, and the caption version it had at the draw (`caption_id`: the machine caption measured).
+      Only these clips are a random sample; a clip reviewed because someone chose it has no row here.
+    - second_reviews: a sample member sent to a second reviewer, blind to the first review. `origin_caption_id`
+      is the machine caption they are shown (the origin of the first reviewer's work); their answer is `labels`
+      (taxonomy-valid JSON) and `decision` (approved | rejected), and changes nothing of the clip. One per
+      (sample, clip); pending ones may be handed to someone else, answered ones are never changed (triggers).
+    Samples, strata and members are written once (triggers refuse updates and deletes), and so are prompt
+    versions from now on: a new prompt is a new version (data.prompts), which the comparison of versions relies on."""
+    db.execute("""
+    CREATE TABLE samples (
+        id INTEGER PRIMARY KEY,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        source TEXT NOT NULL,
+        job_id INTEGER,
+        population INTEGER NOT NULL,
+        size INTEGER NOT NULL,
+        drawn INTEGER NOT NULL,
+        stratify TEXT NOT NULL CHECK (stratify IN ('none', 'proportional', 'equal')),
+        seed INTEGER NOT NULL,
+        assignees TEXT NOT NULL
+    )""")
+    db.execute("""
+    CREATE TABLE sample_strata (
+        sample_id INTEGER NOT NULL REFERENCES samples(id),
+        stratum TEXT NOT NULL,
+        population INTEGER NOT NULL,
+        drawn INTEGER NOT NULL,
+        PRIMARY KEY (sample_id, stratum)
+    ) WITHOUT ROWID""")
+    db.execute("""
+    CREATE TABLE sample_members (
+        sample_id INTEGER NOT NULL REFERENCES samples(id),
+        clip_id INTEGER NOT NULL REFERENCES clips(id),
+        stratum TEXT NOT NULL,
+        draw_order INTEGER NOT NULL,
+        assignee TEXT NOT NULL,
+        caption_id INTEGER,
+        PRIMARY KEY (sample_id, clip_id)
+    ) WITHOUT ROWID""")
+    db["sample_members"].create_index(["clip_id"])
+    db.execute("""
+    CREATE TABLE second_reviews (
+        id INTEGER PRIMARY KEY,
+        sample_id INTEGER NOT NULL REFERENCES samples(id),
+        clip_id INTEGER NOT NULL REFERENCES clips(id),
+        reviewer TEXT NOT NULL,
+        requested_by TEXT NOT NULL,
+        requested_at REAL NOT NULL,
+        origin_caption_id INTEGER,
+        state TEXT NOT NULL DEFAULT 'pending' CHECK (state IN ('pending', 'done')),
+        labels TEXT,
+        decision TEXT CHECK (decision IN ('approved', 'rejected')),
+        answered_at REAL,
+        UNIQUE (sample_id, clip_id)
+    )""")
+    db["second_reviews"].create_index(["reviewer", "state", "id"])
+    db["second_reviews"].create_index(["clip_id"])
+    for table in ("samples", "sample_strata", "sample_members"):
+        for verb in ("UPDATE", "DELETE"):
+            db.execute(f"""CREATE TRIGGER {table}_write_once_{verb.lower()} BEFORE {verb} ON {table}
+                           BEGIN SELECT RAISE(ABORT, 'a drawn sample is never changed'); END""")
+    db.execute("""CREATE TRIGGER second_reviews_answered_stay BEFORE UPDATE ON second_reviews
+                  WHEN OLD.state = 'done'
+                  BEGIN SELECT RAISE(ABORT, 'an answered second review is never changed'); END""")
+    db.execute("""CREATE TRIGGER second_reviews_no_delete BEFORE DELETE ON second_reviews
+                  BEGIN SELECT RAISE(ABORT, 'second reviews are never deleted'); END""")
+    # prompt versions are compared with each other (data.prompt_compare): a version is never edited in place
+    for verb in ("UPDATE", "DELETE"):
+        db.execute(f"""CREATE TRIGGER prompts_never_edited_{verb.lower()} BEFORE {verb} ON prompts
+                       BEGIN SELECT RAISE(ABORT, 'a prompt version is never edited: save a new version'); END""")
 
 
 @MIGRATIONS()

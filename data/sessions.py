@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import sqlite3
 
 import sqlite_utils
 
@@ -39,7 +40,10 @@ def create(db: sqlite_utils.Database, user: str) -> str:
 
 
 def lookup(db: sqlite_utils.Database, token: str | None, *, idle: float, absolute: float) -> str | None:
-    """The user of a live session, or None. An expired session is deleted on sight."""
+    """The user of a live session, or None. A read: it never waits for the write lock. Refreshing last_seen
+    (at most every TOUCH_EVERY s) and deleting an expired session are best-effort writes done only if the lock
+    is free at that instant: while another process holds it (a long job write, a sqlite3 shell) every request
+    is still answered, and a refresh missed now is made by a later request (the idle limit is hours)."""
     if not token or len(token) > 200:
         return None
     key = _hash(token)
@@ -48,13 +52,21 @@ def lookup(db: sqlite_utils.Database, token: str | None, *, idle: float, absolut
         return None
     t = now()
     if t - row["last_seen"] > idle or t - row["created_at"] > absolute:
-        with immediate(db):
-            db.execute("DELETE FROM sessions WHERE token_hash = ?", [key])
+        _best_effort(db, "DELETE FROM sessions WHERE token_hash = ?", [key])  # prune() removes it otherwise
         return None
     if t - row["last_seen"] > TOUCH_EVERY:
-        with immediate(db):
-            db.execute("UPDATE sessions SET last_seen = ? WHERE token_hash = ?", [t, key])
+        _best_effort(db, "UPDATE sessions SET last_seen = ? WHERE token_hash = ?", [t, key])
     return row["user"]
+
+
+def _best_effort(db: sqlite_utils.Database, sql: str, args: list) -> bool:
+    """Run one write if the write lock is free now; False (nothing written) if it is taken or the disk refuses."""
+    try:
+        with immediate(db, wait=False):
+            db.execute(sql, args)
+        return True
+    except sqlite3.OperationalError:
+        return False
 
 
 def revoke(db: sqlite_utils.Database, token: str | None) -> None:
@@ -64,14 +76,64 @@ def revoke(db: sqlite_utils.Database, token: str | None) -> None:
 
 
 def revoke_user(db: sqlite_utils.Database, user: str) -> int:
-    """End every session of `user` (joins the caller's transaction if there is one). Returns how many."""
+    """End every session of `user`, and forget the browsers and addresses it signed in from (the login
+    limiter trusts those): joins the caller's transaction if there is one. Returns how many sessions."""
     with immediate(db):
+        db.execute("DELETE FROM login_trust WHERE user = ?", [user])
         return db.execute("DELETE FROM sessions WHERE user = ?", [user]).rowcount
 
 
 def prune(db: sqlite_utils.Database, *, idle: float, absolute: float) -> int:
+    """Delete expired sessions of anyone; best-effort (0 while another process holds the write lock)."""
+    t = now()
+    try:
+        with immediate(db, wait=False):
+            return db.execute(
+                "DELETE FROM sessions WHERE last_seen < ? OR created_at < ?", [t - idle, t - absolute]
+            ).rowcount
+    except sqlite3.OperationalError:
+        return 0
+
+
+# -- where an account signed in from before (the login limiter's trust, webapp.throttle) ---------------------
+TRUST_KINDS = ("device", "address")
+TRUST_KEPT = 20  # browsers and addresses remembered per account, the most recently used
+
+
+def new_device_token() -> str:
+    """A random browser id for the `cw_device` cookie (only its hash is stored, per account)."""
+    return secrets.token_urlsafe(32)
+
+
+def trusted(db: sqlite_utils.Database, user: str, *, device: str | None, address: str) -> set[str]:
+    """Which of this browser (`device` token) and this `address` signed `user` in before: a subset of
+    TRUST_KINDS. A read."""
+    keys = [("address", _hash(address))]
+    if device and len(device) <= 200:
+        keys.append(("device", _hash(device)))
+    found = set()
+    for kind, value in keys:
+        row = db.execute(
+            "SELECT 1 FROM login_trust WHERE user = ? AND kind = ? AND value_hash = ?", [user, kind, value]
+        ).fetchone()
+        if row:
+            found.add(kind)
+    return found
+
+
+def remember(db: sqlite_utils.Database, user: str, *, device: str, address: str) -> None:
+    """After a right password: `user` signed in from this browser and this address (joins the caller's
+    transaction). Keeps the TRUST_KEPT most recent of each kind."""
     t = now()
     with immediate(db):
-        return db.execute(
-            "DELETE FROM sessions WHERE last_seen < ? OR created_at < ?", [t - idle, t - absolute]
-        ).rowcount
+        for kind, value in (("device", _hash(device)), ("address", _hash(address))):
+            db.execute(
+                "INSERT INTO login_trust (user, kind, value_hash, created_at, last_used) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(user, kind, value_hash) DO UPDATE SET last_used = excluded.last_used",
+                [user, kind, value, t, t],
+            )
+            db.execute(
+                "DELETE FROM login_trust WHERE user = ? AND kind = ? AND value_hash NOT IN (SELECT value_hash "
+                "FROM login_trust WHERE user = ? AND kind = ? ORDER BY last_used DESC LIMIT ?)",
+                [user, kind, user, kind, TRUST_KEPT],
+            )

@@ -73,6 +73,18 @@ def get(db: sqlite_utils.Database, name: str) -> dict | None:
     return _public(next(db.query("SELECT * FROM users WHERE name = ?", [name]), None))
 
 
+def enabled_name(db: sqlite_utils.Database, name: str | None, *, ask: str) -> str:
+    """`name` (trimmed) if it names an enabled user, for a lead picking a person to give work to; otherwise a
+    DataError saying what to do (`ask` when no name was given, e.g. "Pick the second reviewer.")."""
+    name = (name or "").strip()
+    user = get(db, name) if name else None
+    if user is None:
+        raise DataError(f"There is no user named {name[:64]!r}: pick a person from the list." if name else ask)
+    if user["disabled"]:
+        raise DataError(f"{name} is disabled: pick someone else, or enable them first (Users).")
+    return name
+
+
 def create(db: sqlite_utils.Database, name: str, *, role: str, password: str, actor: str = "cli") -> dict:
     """Add a user. Raises DataError if the name is taken or the password too short."""
     name, role, password = _check_name(name), _check_role(role), _check_password(password)
@@ -134,7 +146,9 @@ def set_password(db: sqlite_utils.Database, name: str, password: str, *, actor: 
     return _update(db, name, actor, "user.password", {"password_hash": hash_password(_check_password(password))})
 
 
-def set_disabled(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str = "cli") -> dict:
+def set_disabled_flag(db: sqlite_utils.Database, name: str, disabled: bool, *, actor: str) -> dict:
+    """The `disabled` flag alone (ending the user's sessions, audited), inside the caller's transaction or one
+    of its own. Disabling a person is data.team.set_disabled, which also gives their clips back."""
     return _update(db, name, actor, "user.disable" if disabled else "user.enable", {"disabled": int(disabled)})
 
 

@@ -57,7 +57,11 @@ def read_sidecar(abs_path: str) -> str | None:
     """The sidecar JSON beside a clip, normalised, or a `_sidecar_error` note; never an exception. Bounded
     (R10): at most MAX_SIDECAR_BYTES read, nesting checked by a linear scan before parsing (the stdlib parser
     recurses: a deeply nested file raised RecursionError and stopped the whole ingest), and NaN/Infinity
-    refused (they would reach the JSONL export, which strict parsers then reject)."""
+    refused (they would reach the JSONL export, which strict parsers then reject).
+
+    What is returned is text SQLite stores and that reads back as the value the file holds
+    (`limits.storable_json`): a value that parses but cannot be stored (a number out of a double's range, a
+    lone surrogate) makes the sidecar an error note, and the clip is ingested all the same."""
     side = os.path.splitext(abs_path)[0] + ".json"
     name = os.path.basename(side)
 
@@ -77,11 +81,13 @@ def read_sidecar(abs_path: str) -> str | None:
         return refused(f"nests deeper than {limits.MAX_SIDECAR_DEPTH} levels (ignored)")
     try:
         data = limits.strict_json_loads(raw.decode("utf-8"))
-    except (ValueError, RecursionError) as e:
+        if not isinstance(data, dict):
+            data = {"value": data}
+        return limits.storable_json(data)
+    except limits.Unstorable as e:
+        return refused(f"cannot be stored as it is: {str(e)[:120]} (ignored)")
+    except (ValueError, RecursionError, OverflowError) as e:
         return refused(f"is not valid JSON ({str(e)[:80]})")
-    if not isinstance(data, dict):
-        data = {"value": data}
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 def walk(root: str | Path) -> Iterator[Entry]:

@@ -44,6 +44,7 @@ import httpx
 
 from data import limits, prompts, taxonomy
 from data.job_params import JobParams
+from serving import bounded
 from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
 
@@ -292,32 +293,20 @@ class FleetClient:
         return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
 
     async def _read_bounded(self, replica_url: str, body: dict) -> httpx.Response:
-        """POST and read the answer, at most MAX_ANSWER_BYTES of it (decoded): an answer is a few KiB at
-        any max_tokens we send, and three 400 MB answers took the runner to 3.8 GB (R10). Larger is a
-        ReplicaError (retried elsewhere), read no further."""
+        """POST and read the answer, at most MAX_ANSWER_BYTES of it, counted after decompression as it
+        streams (serving.bounded): an answer is a few KiB at any max_tokens we send, and three 400 MB answers
+        took the runner to 3.8 GB (R10), compressed ones to 1.74 GB (issue 21). Larger, or in an encoding we
+        do not decode under that bound, is a ReplicaError (retried elsewhere), read no further."""
         url = self._endpoint(replica_url, "/v1/chat/completions")
-        async with self._pool(replica_url) as client, client.stream("POST", url, json=body) as resp:
-            declared = resp.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > MAX_ANSWER_BYTES:
-                raise ReplicaError(
-                    f"answer of {int(declared):,} bytes from {replica_url} refused (the limit is {MAX_ANSWER_BYTES:,})",
-                    status=resp.status_code,
-                    replica=replica_url,
-                    kind="oversized",
-                )
-            chunks, size = [], 0
-            async for chunk in resp.aiter_bytes():
-                size += len(chunk)
-                if size > MAX_ANSWER_BYTES:
-                    raise ReplicaError(
-                        f"answer from {replica_url} longer than {MAX_ANSWER_BYTES:,} bytes: refused, not read further",
-                        status=resp.status_code,
-                        replica=replica_url,
-                        kind="oversized",
-                    )
-                chunks.append(chunk)
-            headers = [(k, v) for k, v in resp.headers.multi_items() if k.lower() != "content-encoding"]
-            return httpx.Response(resp.status_code, headers=headers, content=b"".join(chunks), request=resp.request)
+        async with (
+            self._pool(replica_url) as client,
+            client.stream("POST", url, json=body, headers=bounded.HEADERS) as resp,
+        ):
+            try:
+                content = await bounded.read_async(resp, MAX_ANSWER_BYTES, what=f"answer from {replica_url}")
+            except bounded.ReadRefused as e:
+                raise ReplicaError(str(e), status=resp.status_code, replica=replica_url, kind=e.kind) from None
+            return bounded.decoded(resp, content)
 
     def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str, latency_ms: float) -> CaptionResult:
         try:
@@ -365,7 +354,15 @@ class FleetClient:
         """Model ids served at `replica_url` (GET /v1/models)."""
         try:
             async with self._pool(replica_url) as client:
-                resp = await client.get(self._endpoint(replica_url, "/v1/models"))
+                resp = await bounded.fetch(
+                    client,
+                    "GET",
+                    self._endpoint(replica_url, "/v1/models"),
+                    max_bytes=MAX_ANSWER_BYTES,
+                    seconds=float(self.settings.request_timeout),
+                )
+        except bounded.ReadRefused as e:
+            raise ReplicaError(str(e), replica=replica_url, kind=e.kind) from None
         except httpx.TimeoutException:
             raise Unreachable(f"no answer from {replica_url}", replica=replica_url, kind="timeout") from None
         except httpx.TransportError as e:

@@ -37,6 +37,26 @@ from typing import Iterable
 
 DEFAULT_BACKEND = "pynvvideocodec"  # the production decoder; CPU-decode records describe another fleet
 PRECISIONS = ("bf16", "fp8")
+MAX_REPLICAS = 100_000  # 100 nodes of 8 GPUs is 800: this is a typo guard, not a plan
+MAX_FRAMES = 4_096
+MAX_CLIPS = 10**12
+
+
+def _whole(value, what: str, low: int, high: int) -> int:
+    """`value` as a whole number in [low, high], or ValueError saying what was wrong (a negative or infinite
+    input made a confident wrong answer: "-100 clips: -0.01 h wall")."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a whole number from {low:,} to {high:,}, not {value!r}")
+    if value != int(value) or not low <= value <= high:
+        raise ValueError(f"{what} must be a whole number from {low:,} to {high:,}, not {value:g}")
+    return int(value)
+
+
+def _rate(value, what: str) -> float | None:
+    """A live rate: finite and not negative; 0 (a job with no result yet) is no rate."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{what} must be a finite number of clips/s, 0 or more, not {value!r}")
+    return float(value) or None
 
 
 @dataclass(frozen=True)
@@ -67,7 +87,9 @@ class Estimate:
     per_replica: float | None = None
 
     def seconds_for(self, clips: int) -> float | None:
-        """Wall time for `clips` clips at this rate (None without an estimate)."""
+        """Wall time for `clips` clips at this rate (None without an estimate). ValueError for a count that is
+        negative, fractional or not finite."""
+        clips = _whole(clips, "clips", 0, MAX_CLIPS)
         return clips / self.clips_per_s if self.clips_per_s else None
 
     def gpu_hours(self, clips: int) -> float | None:
@@ -147,11 +169,20 @@ def estimate(
     live_replicas: int | None = None,
     backend: str = DEFAULT_BACKEND,
 ) -> Estimate:
-    """Clips/s of `replicas` replicas (one per GPU) at `frames` frames and `precision` (see the module doc)."""
-    if replicas < 1 or frames < 1:
-        raise ValueError("replicas and frames must be at least 1")
+    """Clips/s of `replicas` replicas (one per GPU) at `frames` frames and `precision` (see the module doc).
+    ValueError, saying which, for an input out of range: replicas and frames at least 1, a live rate finite
+    and not negative (0: none yet) and given with its replicas; nothing negative, NaN or infinite reaches an
+    answer."""
+    replicas = _whole(replicas, "replicas", 1, MAX_REPLICAS)
+    frames = _whole(frames, "frames", 1, MAX_FRAMES)
+    if live_rate is not None:
+        live_rate = _rate(live_rate, "the live rate")
+        if live_rate is not None and live_replicas is None:
+            raise ValueError("a live rate needs the replicas it was measured on (live_replicas)")
+    if live_replicas is not None:
+        live_replicas = _whole(live_replicas, "live replicas", 1, MAX_REPLICAS)
     precision = normalise_precision(precision)
-    if live_rate is not None and live_rate > 0 and live_replicas:
+    if live_rate is not None and live_replicas:
         per = live_rate / live_replicas
         return Estimate(
             per * replicas,
@@ -218,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         description="Clips/s, wall time and GPU-hours for a fleet, from recorded GPU runs.",
         epilog="example: python -m serving.cost --replicas 8 --frames 16 --clips 100000",
     )
-    p.add_argument("--replicas", type=int, required=True, help="replicas (one per GPU)")
+    p.add_argument("--replicas", type=int, required=True, help="replicas (one per GPU), at least 1")
     p.add_argument("--frames", type=int, default=16, help="frames per clip (default 16)")
     p.add_argument("--precision", default="bf16", help="bf16 or fp8 (default bf16)")
     p.add_argument("--clips", type=int, default=0, help="clips in the job, for wall time and GPU-hours")
@@ -226,14 +257,29 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
     p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
     a = p.parse_args(argv)
-    e = estimate(
-        a.replicas,
-        a.frames,
-        a.precision,
-        load_measurements(a.runs),
-        live_rate=a.live_rate,
-        live_replicas=a.live_replicas,
-    )
+    try:
+        _whole(a.clips, "--clips", 0, MAX_CLIPS)
+        e = estimate(
+            a.replicas,
+            a.frames,
+            a.precision,
+            load_measurements(a.runs),
+            live_rate=a.live_rate,
+            live_replicas=a.live_replicas,
+        )
+    except ValueError as err:
+        names = {
+            "live replicas must": "--live-replicas must",
+            "replicas must": "--replicas must",
+            "frames must": "--frames must",
+            "the live rate": "--live-rate",
+            "(live_replicas)": "(--live-replicas)",
+        }
+        msg = str(err)
+        for api, flag in names.items():
+            if msg.startswith(api) or api.startswith("("):
+                msg = msg.replace(api, flag, 1)
+        p.error(msg)
     if e.clips_per_s is None:
         print(f"no estimate: {e.note}")
         return 1

@@ -25,7 +25,21 @@ from typing import Any, Iterable
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from data import limits
+from serving import bounded
+
 DEFAULT_TIMEOUT = 2.0
+# Bounds on what one refresh reads (issue 21: one refresh took the app to 3.7 GiB, sent 314 MB to the browser,
+# and a router listing 300 workers made it call 300 addresses): answers by size after decoding (vLLM's own
+# /metrics is 20-300 KiB), replicas scraped per refresh, requests in flight, and the refresh's time.
+MAX_METRICS_BYTES = 2 << 20
+MAX_STATUS_BYTES = 64 << 10  # /health, /liveness, /readiness
+MAX_WORKERS_BYTES = 1 << 20  # a router's /workers (~100 bytes per worker)
+MAX_SCRAPED = 32  # replicas scraped per refresh (4 nodes of 8 GPUs); the rest are counted, not called
+MAX_LISTED_WORKERS = 32  # router worker entries kept for display
+MAX_ROUTER_WORKERS = 100_000  # a worker count beyond this (a router's own "total") is not believed
+SCRAPE_CONCURRENCY = 16  # answers held at once: at most 16 x 2 MiB of /metrics
+REFRESH_ROUNDS = 5  # discovery (2 rounds of requests), the scrapes (2 rounds of 16), and one of room
 
 
 @dataclass
@@ -132,6 +146,10 @@ def _base(url: str) -> str:
     return base[:-3] if base.endswith("/v1") else base
 
 
+def _why(e: BaseException) -> str:
+    return limits.clip_text(f"{type(e).__name__}: {e}")
+
+
 def _apply(
     status: ReplicaStatus, health: httpx.Response | BaseException, metrics: httpx.Response | BaseException
 ) -> ReplicaStatus:
@@ -143,15 +161,15 @@ def _apply(
             errors.append(f"/health answered {health.status_code}")
         status.simulated = status.simulated or health.headers.get("x-simulated") == "1"
     else:
-        errors.append(f"/health: {type(health).__name__}: {health}")
+        errors.append(f"/health: {_why(health)}")
     if isinstance(metrics, httpx.Response):
         status.reachable = True
         status.simulated = status.simulated or metrics.headers.get("x-simulated") == "1"
         if metrics.status_code == 200:
             try:
                 m = parse_metrics(metrics.text)
-            except ValueError as e:
-                errors.append(f"/metrics unparseable: {e}")
+            except (ValueError, TypeError, RecursionError) as e:
+                errors.append(f"/metrics unparseable: {_why(e)}")
             else:
                 for key in (
                     "running",
@@ -167,28 +185,49 @@ def _apply(
                     "model",
                 ):
                     setattr(status, key, m[key])
+                # what a replica names is shown to every user: bounded like any fleet provenance (R10)
+                status.model = limits.clip_text(status.model) if status.model else status.model
+                status.success = {limits.clip_text(k, 40): v for k, v in list(status.success.items())[:16]}
         else:
             errors.append(f"/metrics answered {metrics.status_code}")
     else:
-        errors.append(f"/metrics: {type(metrics).__name__}: {metrics}")
+        errors.append(f"/metrics: {_why(metrics)}")
     if status.model and "simulated" in status.model.lower():
         status.simulated = True
-    status.error = "; ".join(errors) or None
+    status.error = limits.clip_text("; ".join(errors), 400) if errors else None
     status.scraped_at = time.time()
     return status
 
 
+async def _get(client: httpx.AsyncClient, url: str, max_bytes: int, timeout: float) -> httpx.Response | BaseException:
+    """One bounded GET (size after decoding, whole-read time); an error is returned, not raised."""
+    try:
+        return await bounded.fetch(client, "GET", url, max_bytes=max_bytes, seconds=timeout)
+    except (httpx.HTTPError, bounded.ReadRefused) as e:
+        return e
+
+
+def _get_sync(client: httpx.Client, url: str, max_bytes: int, timeout: float) -> httpx.Response | BaseException:
+    try:
+        return bounded.fetch_sync(client, "GET", url, max_bytes=max_bytes, seconds=timeout)
+    except (httpx.HTTPError, bounded.ReadRefused) as e:
+        return e
+
+
+def _async_client(timeout: float) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        timeout=timeout, trust_env=False, limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY)
+    )
+
+
 async def scrape_async(client: httpx.AsyncClient, url: str, *, timeout: float = DEFAULT_TIMEOUT) -> ReplicaStatus:
-    """Health and metrics of one replica; never raises for a replica that is down (healthy=False)."""
+    """Health and metrics of one replica; never raises for a replica that is down (healthy=False). Each answer
+    is read under its bound (MAX_STATUS_BYTES, MAX_METRICS_BYTES, decoded) within `timeout` seconds."""
     base = _base(url)
-
-    async def get(path: str) -> httpx.Response | BaseException:
-        try:
-            return await client.get(base + path, timeout=timeout)
-        except httpx.HTTPError as e:
-            return e
-
-    health, metrics = await asyncio.gather(get("/health"), get("/metrics"))
+    health, metrics = await asyncio.gather(
+        _get(client, base + "/health", MAX_STATUS_BYTES, timeout),
+        _get(client, base + "/metrics", MAX_METRICS_BYTES, timeout),
+    )
     return _apply(ReplicaStatus(url=url), health, metrics)
 
 
@@ -198,16 +237,22 @@ async def replica_status(
     *,
     timeout: float = DEFAULT_TIMEOUT,
 ) -> list[ReplicaStatus]:
-    """Status of every replica, scraped concurrently: `replica_status(urls)` or
-    `replica_status(async_client, urls)` to reuse a client."""
+    """Status of every replica, scraped concurrently (at most SCRAPE_CONCURRENCY at a time):
+    `replica_status(urls)` or `replica_status(async_client, urls)` to reuse a client."""
     if isinstance(client_or_urls, httpx.AsyncClient):
         client, own = client_or_urls, False
         url_list = list(urls or [])
     else:
-        client, own = httpx.AsyncClient(timeout=timeout, trust_env=False), True
+        client, own = _async_client(timeout), True
         url_list = list(client_or_urls)
+    gate = asyncio.Semaphore(SCRAPE_CONCURRENCY)
+
+    async def one(u: str) -> ReplicaStatus:
+        async with gate:
+            return await scrape_async(client, u, timeout=timeout)
+
     try:
-        return list(await asyncio.gather(*(scrape_async(client, u, timeout=timeout) for u in url_list)))
+        return list(await asyncio.gather(*(one(u) for u in url_list)))
     finally:
         if own:
             await client.aclose()
@@ -219,62 +264,123 @@ def scrape(
     """Sync status of one replica (for the web app: short timeout, never raises for a dead replica)."""
     base = _base(url)
     with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
-
-        def get(path: str) -> httpx.Response | BaseException:
-            try:
-                return c.get(base + path)
-            except httpx.HTTPError as e:
-                return e
-
-        return _apply(ReplicaStatus(url=url), get("/health"), get("/metrics"))
+        health = _get_sync(c, base + "/health", MAX_STATUS_BYTES, timeout)
+        metrics = _get_sync(c, base + "/metrics", MAX_METRICS_BYTES, timeout)
+        return _apply(ReplicaStatus(url=url), health, metrics)
 
 
-def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> list[ReplicaStatus]:
-    """Sync status of every replica, scraped concurrently (total time ~ one timeout, not N)."""
-    url_list = list(urls)
-    if not url_list:
-        return []
+def _run(coro_fn, fallback):
+    """Run an async scrape from sync code; inside a running event loop, `fallback()` (sync) instead."""
     try:
         asyncio.get_running_loop()
     except RuntimeError:
-        return asyncio.run(replica_status(url_list, timeout=timeout))
-    # called from inside an event loop (e.g. an async handler): scrape one by one, synchronously
-    return [scrape(u, timeout=timeout) for u in url_list]
+        return asyncio.run(coro_fn())
+    return fallback()
+
+
+def fleet_status(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> list[ReplicaStatus]:
+    """Sync status of every replica, scraped concurrently (total time ~ one timeout per SCRAPE_CONCURRENCY)."""
+    url_list = list(urls)
+    if not url_list:
+        return []
+    return _run(
+        lambda: replica_status(url_list, timeout=timeout), lambda: [scrape(u, timeout=timeout) for u in url_list]
+    )
+
+
+def _workers_of(body: Any) -> tuple[list[str], list[dict], int | None]:
+    """(worker URLs, the first MAX_LISTED_WORKERS entries with their scalar fields clipped, how many listed)
+    from a router's /workers answer (vllm-router: {"workers": [{"url": ..., ...}, ...], ...})."""
+    items: Any = None
+    if isinstance(body, dict):
+        for key in ("workers", "urls", "worker_urls"):
+            if isinstance(body.get(key), list):
+                items = body[key]
+                break
+        if items is None and isinstance(body.get("total"), int):
+            return [], [], body["total"]
+    elif isinstance(body, list):
+        items = body
+    if items is None:
+        return [], [], None
+    urls, entries = [], []
+    for w in items:
+        url = w.get("url") if isinstance(w, dict) else w
+        if isinstance(url, str) and len(url) <= 2048:
+            urls.append(url)
+        if len(entries) < MAX_LISTED_WORKERS:
+            if isinstance(w, dict):
+                entry = {
+                    limits.clip_text(str(k), 40): limits.clip_text(v) if isinstance(v, str) else v
+                    for k, v in list(w.items())[:8]
+                    if isinstance(v, (str, int, float, bool)) or v is None
+                }
+            else:
+                entry = {"url": limits.clip_text(str(w))}
+            entries.append(entry)
+    return list(dict.fromkeys(urls)), entries, len(items)
+
+
+async def router_status_async(
+    client: httpx.AsyncClient, url: str, *, timeout: float = DEFAULT_TIMEOUT
+) -> tuple[RouterStatus, list[str]]:
+    """(the status of a vllm-router: liveness, readiness, its first workers; every worker URL it lists)."""
+    base = url.rstrip("/")
+    st = RouterStatus(url=url)
+    live = await _get(client, base + "/liveness", MAX_STATUS_BYTES, timeout)
+    if not isinstance(live, httpx.Response):
+        st.error = f"/liveness: {_why(live)}"
+        return st, []
+    st.live = live.status_code == 200
+    ready, workers = await asyncio.gather(
+        _get(client, base + "/readiness", MAX_STATUS_BYTES, timeout),
+        _get(client, base + "/workers", MAX_WORKERS_BYTES, timeout),
+    )
+    return _router_parts(st, ready, workers)
+
+
+def _router_parts(
+    st: RouterStatus, ready: httpx.Response | BaseException, workers: httpx.Response | BaseException
+) -> tuple[RouterStatus, list[str]]:
+    errors, urls = [], []
+    if isinstance(ready, httpx.Response):
+        st.ready = ready.status_code == 200
+        with _suppress_json():
+            body = ready.json()
+            healthy, total = body.get("healthy_workers"), body.get("total_workers")
+            st.healthy_workers = healthy if isinstance(healthy, int) else None
+            st.total_workers = total if isinstance(total, int) else None
+    else:
+        errors.append(f"/readiness: {_why(ready)}")
+    if isinstance(workers, httpx.Response):
+        if workers.status_code == 200:
+            with _suppress_json():
+                urls, st.workers, listed = _workers_of(workers.json())
+                if st.total_workers is None:
+                    st.total_workers = listed
+        else:
+            errors.append(f"/workers answered {workers.status_code}")
+    else:
+        errors.append(f"/workers: {_why(workers)}")
+    st.error = "; ".join(errors) or None
+    return st, urls
 
 
 def router_status(
     url: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None
 ) -> RouterStatus:
-    """vllm-router liveness, readiness and worker list (each part best effort)."""
+    """vllm-router liveness, readiness and worker list (each part best effort, each answer bounded)."""
     base = url.rstrip("/")
     st = RouterStatus(url=url)
-    errors = []
     with httpx.Client(timeout=timeout, transport=transport, trust_env=False) as c:
-        try:
-            st.live = c.get(base + "/liveness").status_code == 200
-        except httpx.HTTPError as e:
-            st.error = f"/liveness: {type(e).__name__}: {e}"
+        live = _get_sync(c, base + "/liveness", MAX_STATUS_BYTES, timeout)
+        if not isinstance(live, httpx.Response):
+            st.error = f"/liveness: {_why(live)}"
             return st
-        try:
-            r = c.get(base + "/readiness")
-            st.ready = r.status_code == 200
-            with _suppress_json():
-                body = r.json()
-                st.healthy_workers = body.get("healthy_workers")
-                st.total_workers = body.get("total_workers")
-        except httpx.HTTPError as e:
-            errors.append(f"/readiness: {e}")
-        try:
-            r = c.get(base + "/workers")
-            if r.status_code == 200:
-                with _suppress_json():
-                    st.workers = list(r.json().get("workers") or [])
-            else:
-                errors.append(f"/workers answered {r.status_code}")
-        except httpx.HTTPError as e:
-            errors.append(f"/workers: {e}")
-    st.error = "; ".join(errors) or None
-    return st
+        st.live = live.status_code == 200
+        ready = _get_sync(c, base + "/readiness", MAX_STATUS_BYTES, timeout)
+        workers = _get_sync(c, base + "/workers", MAX_WORKERS_BYTES, timeout)
+    return _router_parts(st, ready, workers)[0]
 
 
 class _suppress_json:
@@ -282,7 +388,7 @@ class _suppress_json:
         return None
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> bool:
-        return exc_type is not None and issubclass(exc_type, (ValueError, AttributeError, TypeError))
+        return exc_type is not None and issubclass(exc_type, (ValueError, AttributeError, TypeError, RecursionError))
 
 
 def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None]:
@@ -298,56 +404,104 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
 
 
 def router_workers(url: str, timeout: float = 3.0) -> int | None:
-    """How many workers a vllm-router at `url` has (GET /workers), or None if `url` is not a router."""
-    try:
-        r = httpx.get(url.rstrip("/") + "/workers", timeout=timeout)
-        if r.status_code != 200:
-            return None
-        data = r.json()
-    except (httpx.HTTPError, ValueError):
+    """How many workers a vllm-router at `url` has (GET /workers, bounded), or None if `url` is not a router."""
+    with httpx.Client(timeout=timeout, trust_env=False) as c:
+        r = _get_sync(c, url.rstrip("/") + "/workers", MAX_WORKERS_BYTES, timeout)
+    if not isinstance(r, httpx.Response) or r.status_code != 200:
         return None
-    if isinstance(data, dict):
-        for key in ("workers", "urls", "worker_urls"):
-            if isinstance(data.get(key), list):
-                return len(data[key])
-        if isinstance(data.get("total"), int):
-            return data["total"]
-    if isinstance(data, list):
-        return len(data)
-    return None
+    try:
+        n = _workers_of(r.json())[2]
+    except (ValueError, RecursionError):
+        return None
+    return n if isinstance(n, int) and 0 < n <= MAX_ROUTER_WORKERS else None
+
+
+async def _discover(
+    client: httpx.AsyncClient, urls: list[str], timeout: float
+) -> tuple[list[str], str | None, RouterStatus | None]:
+    replicas: list[str] = []
+    router: RouterStatus | None = None
+    checked = await asyncio.gather(*(router_status_async(client, u, timeout=timeout) for u in urls))
+    for url, (st, workers) in zip(urls, checked):
+        if st.live and workers:
+            router = router or st
+            replicas += workers
+        else:
+            replicas.append(url)
+    return list(dict.fromkeys(replicas)), (router.url if router else None), router
 
 
 def discover(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> tuple[list[str], str | None]:
     """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
-    `/liveness` and lists its workers on `/workers`; anything else is taken as a replica."""
+    `/liveness` and lists its workers on `/workers`; anything else is taken as a replica. The configured URLs
+    are checked concurrently; a router's list is returned whole (`snapshot` bounds what is scraped)."""
+    url_list = list(dict.fromkeys(urls))[:MAX_SCRAPED]
+
+    async def go():
+        async with _async_client(timeout) as c:
+            return await _discover(c, url_list, timeout)
+
+    replicas, router, _ = _run(go, lambda: _discover_sync(url_list, timeout))
+    return replicas, router
+
+
+def _discover_sync(urls: list[str], timeout: float) -> tuple[list[str], str | None, None]:
     replicas: list[str] = []
     router = None
     for url in urls:
         st = router_status(url, timeout=timeout)
         if st.live and st.workers:
             router = router or url
-            replicas += [w["url"] if isinstance(w, dict) else str(w) for w in st.workers]
+            replicas += [w.get("url") for w in st.workers if isinstance(w.get("url"), str)]
         else:
             replicas.append(url)
-    return list(dict.fromkeys(replicas)), router
+    return list(dict.fromkeys(replicas)), router, None
 
 
-def snapshot(
-    replica_urls: Iterable[str], router_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT
-) -> dict[str, Any]:
-    """One dict for the UI: replicas (list of dicts), router (dict or None), and fleet totals."""
-    reps = fleet_status(replica_urls, timeout=timeout)
-    router = router_status(router_url, timeout=timeout).to_dict() if router_url else None
+def _summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dict[str, Any]:
     return {
         "replicas": [r.to_dict() for r in reps],
         "router": router,
         "simulated": any(r.simulated for r in reps),
         "healthy": sum(r.healthy for r in reps),
         "total": len(reps),
+        "listed": listed,  # replicas known; only the first MAX_SCRAPED are scraped
         "running": sum(r.running for r in reps),
         "waiting": sum(r.waiting for r in reps),
         "success_total": sum(r.success_total for r in reps),
     }
+
+
+def snapshot(
+    replica_urls: Iterable[str], router_url: str | None = None, *, timeout: float = DEFAULT_TIMEOUT
+) -> dict[str, Any]:
+    """One dict for the UI: replicas (list of dicts, the first MAX_SCRAPED), router (dict or None), and fleet
+    totals (`listed` says how many replicas there are in all)."""
+    urls = list(dict.fromkeys(replica_urls))
+    reps = fleet_status(urls[:MAX_SCRAPED], timeout=timeout)
+    router = router_status(router_url, timeout=timeout).to_dict() if router_url else None
+    return _summary(reps, router, len(urls))
+
+
+def watch(urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT) -> dict[str, Any]:
+    """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh: routers found among
+    them (their workers looked through), at most MAX_SCRAPED replicas scraped, every answer read under its
+    size bound, and the whole refresh within REFRESH_ROUNDS x `timeout` (what has not answered by then is
+    reported as such). Returns `snapshot`'s dict."""
+    configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
+
+    async def go() -> dict[str, Any]:
+        async with _async_client(timeout) as c:
+            try:
+                async with asyncio.timeout(REFRESH_ROUNDS * timeout):
+                    replicas, _, router = await _discover(c, configured, timeout)
+                    reps = await replica_status(c, replicas[:MAX_SCRAPED], timeout=timeout)
+            except TimeoutError:
+                late = f"no answer within the refresh's {REFRESH_ROUNDS * timeout:g} s"
+                return _summary([ReplicaStatus(url=u, error=late) for u in configured], None, len(configured))
+            return _summary(reps, router.to_dict() if router else None, len(replicas))
+
+    return _run(go, lambda: snapshot(*_discover_sync(configured, timeout)[:2], timeout=timeout))
 
 
 __all__ = [
@@ -363,4 +517,5 @@ __all__ = [
     "scrape",
     "scrape_async",
     "snapshot",
+    "watch",
 ]

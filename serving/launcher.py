@@ -32,8 +32,9 @@ from typing import Sequence
 import httpx
 
 from data import library
+from data.db import secure_dir
 from data.settings import Settings, add_arguments, from_args
-from serving import procs
+from serving import bounded, procs
 from serving.fleet_addresses import (
     advertised_host,
     local_host,
@@ -307,6 +308,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
         "router_url": p["router_url"],
         "started_at": time.time(),
     }
+    secure_dir(settings.data_dir)  # S9: its logs and run records, before anything is written there
     save_record(settings, rec)
     children: list[procs.Child] = []
     try:
@@ -406,8 +408,9 @@ def status(settings: Settings) -> int:
             for u in urls:
                 path = "/liveness" if c["name"] == "router" else "/health"
                 try:
-                    health.append(f"{u} {http.get(u + path).status_code}")
-                except httpx.HTTPError as e:
+                    r = bounded.fetch_sync(http, "GET", u + path, max_bytes=procs.HEALTH_BYTES, seconds=2.0)
+                    health.append(f"{u} {r.status_code}")
+                except (httpx.HTTPError, bounded.ReadRefused) as e:
                     health.append(f"{u} {type(e).__name__}")
             ok = alive and all(h.endswith(" 200") for h in health)
             bad += not ok

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import secrets
 import stat
 import time
@@ -78,13 +79,19 @@ def signed_url(base: str, key: bytes, clip_id: int, *, ttl: float, now: float | 
     return f"{base.rstrip('/')}{ROUTE}/{int(clip_id)}?exp={exp}&sig={signature(key, clip_id, exp)}"
 
 
+_EXP = re.compile(r"[0-9]{1,12}")  # Unix seconds, ASCII digits (int() also takes other scripts' digits)
+_SIG = re.compile(r"[0-9a-fA-F]{64}")
+
+
 def check(key: bytes, clip_id: int, exp: Any, sig: Any, *, now: float | None = None) -> str | None:
     """Why the signed request is refused ("expired", "bad signature", ...), or None if it is good."""
-    try:
-        exp_i = int(str(exp))
-    except (TypeError, ValueError):
+    if isinstance(exp, int) and not isinstance(exp, bool):
+        exp = str(exp)
+    if not isinstance(exp, str) or not _EXP.fullmatch(exp):
         return "malformed expiry"
-    if not isinstance(sig, str) or len(sig) != 64:
+    exp_i = int(exp)
+    # ASCII hex only: hmac.compare_digest raises TypeError on non-ASCII text (it was an anonymous 500)
+    if not isinstance(sig, str) or not _SIG.fullmatch(sig):
         return "malformed signature"
     if not hmac.compare_digest(signature(key, clip_id, exp_i), sig.lower()):
         return "bad signature"

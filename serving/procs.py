@@ -18,6 +18,10 @@ from typing import Callable, Mapping, Sequence
 
 import httpx
 
+from serving import bounded
+
+HEALTH_BYTES = 64 << 10  # a health answer is a status and a few bytes; a started server may still be anything
+
 
 class StartupError(RuntimeError):
     """A child died or did not become healthy before its deadline."""
@@ -119,9 +123,9 @@ def wait_healthy(
                 if not c.alive():
                     raise StartupError(f"{c.name} exited during start-up; last lines of {c.log}:\n{tail(c.log)}")
                 try:
-                    if ok(http.get(c.health)):
+                    if ok(bounded.fetch_sync(http, "GET", c.health, max_bytes=HEALTH_BYTES, seconds=2.0)):
                         pending.remove(c)
-                except httpx.HTTPError:
+                except (httpx.HTTPError, bounded.ReadRefused):
                     pass
             if not pending:
                 return

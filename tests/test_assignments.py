@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from data import assignments, clips, events, schema, users
+from data import assignments, clips, events, schema, team as people, users
 from data.db import immediate
 from data.errors import DataError, Forbidden, NotFound
 
@@ -83,7 +83,7 @@ def test_an_unknown_or_disabled_person_or_a_bad_count_is_refused_with_what_to_do
         assignments.assign(team, clips.Filter(), "bob", actor="lead", role="lead")
     with pytest.raises(DataError, match="Pick the person"):
         assignments.assign(team, clips.Filter(), "", actor="lead", role="lead")
-    users.set_disabled(team, "ann2", True)
+    people.set_disabled(team, "ann2", True)
     with pytest.raises(DataError, match="ann2 is disabled"):
         assignments.assign(team, clips.Filter(), "ann2", actor="lead", role="lead")
     for bad in (0, -3, assignments.MAX_ASSIGN + 1):

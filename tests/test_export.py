@@ -8,9 +8,11 @@ from pathlib import Path
 
 import jsonschema
 
-from data import captions, clips, export, jobs, prompts, taxonomy
+from data import captions, clips, export, job_items, jobs, prompts, taxonomy
 from data.clips import Filter
 from data.db import immediate
+from data.job_params import JobParams
+from data.job_selection import Selection
 
 LABELS = {
     "scenario_category": "vehicle_cut_in",
@@ -184,8 +186,15 @@ def exported(db, f=Filter(), fmt="jsonl"):
 def simulated_job_caption(db, clip_id, *, job_name="sim job", text="[SIMULATED] A truck cuts in.", labels=LABELS):
     """A machine caption written the way the runner writes one: a job, a claim, a result with provenance."""
     prompt = prompts.latest(db)
-    job = jobs.create(db, name=job_name, created_by="lead", clip_ids=[clip_id], prompt_id=prompt["id"])
-    jobs.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
+    job = jobs.create(
+        db,
+        name=job_name,
+        created_by="lead",
+        selection=Selection.of_clips([clip_id]),
+        prompt_id=prompt["id"],
+        params=JobParams(),
+    )
+    job_items.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
     provenance = {
         "model": "simulated/Qwen3-VL-8B",
         "prompt_id": prompt["id"],
@@ -197,7 +206,7 @@ def simulated_job_caption(db, clip_id, *, job_name="sim job", text="[SIMULATED] 
         "completion_tokens": 231,
         "simulated": True,
     }
-    return jobs.complete(db, job, clip_id, text=text, labels=labels, provenance=provenance), job, prompt
+    return job_items.complete(db, job, clip_id, text=text, labels=labels, provenance=provenance), job, prompt
 
 
 def test_a_label_fix_on_a_simulated_caption_keeps_its_origin(db):
@@ -355,11 +364,20 @@ def test_simulated_fleet_caption_fixed_approved_and_exported(fleet_settings, sim
     try:
         clip = db["clips"].insert({"path": "a.mp4", "size": 1, "ingested_at": 0}).last_pk
         prompt = prompts.latest(db)
-        job = jobs.create(db, name="sim", created_by="lead", clip_ids=[clip], prompt_id=prompt["id"])
-        jobs.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
+        job = jobs.create(
+            db,
+            name="sim",
+            created_by="lead",
+            selection=Selection.of_clips([clip]),
+            prompt_id=prompt["id"],
+            params=JobParams(),
+        )
+        job_items.claim(db, job, "runner", 1, lease_seconds=60, max_attempts=3)
         result = caption(fleet_settings, sim.urls[0], "a.mp4", prompt=prompt)
         assert result.text.startswith("[SIMULATED]") and result.provenance["simulated"] is True
-        machine = jobs.complete(db, job, clip, text=result.text, labels=result.labels, provenance=result.provenance)
+        machine = job_items.complete(
+            db, job, clip, text=result.text, labels=result.labels, provenance=result.provenance
+        )
         labels = dict(machine["labels"])
         labels["lighting"] = next(v for v in taxonomy.LIGHTING if v != labels["lighting"])
         fixed = captions.save_human(

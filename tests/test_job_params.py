@@ -199,5 +199,5 @@ def test_provenance_names_the_params_as_jobparams_does_and_old_rows_read_the_sam
     read = [captions.history(db, c)[0]["params"] for c in ids]
     assert read[0] == read[1] == {**GOOD, "camera": "front"}
     assert JobParams.from_dict(read[1]) == JobParams(**GOOD)
-    exported = [r["params"] for r in export.iter_rows(db)]
+    exported = [r["origin"]["params"] for r in export.iter_rows(db)]
     assert exported == read

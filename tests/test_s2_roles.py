@@ -164,7 +164,7 @@ def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa:
         r = c.request(method, path, **kwargs)
     if r.status_code in (401, 403):
         return "deny"
-    if r.status_code == 303 and r.headers.get("location", "").startswith("/login") and endpoint != "GET /logout":
+    if r.status_code == 303 and r.headers.get("location", "").startswith("/login") and endpoint != "POST /logout":
         return "deny"
     assert r.status_code < 400 or r.status_code == 416, (endpoint, r.status_code, r.text[:200])
     return "allow"
@@ -194,7 +194,7 @@ def test_endpoint_role_matches_the_table(
             clip_id = next(db.query("SELECT id FROM clips WHERE preview IS NOT NULL"))["id"]
             db.close()
         cookie = cookies[role]
-        if endpoint == "GET /logout" and cookie:  # logout ends the session server side: not the shared one
+        if endpoint == "POST /logout" and cookie:  # logout ends the session server side: not the shared one
             cookie = _cookie(server, {"annotator": "ann", "lead": "lead", "admin": "admin"}[role])
         got = call_route(server, cookie, endpoint, clip_id)
     assert got == expected, f"{endpoint} as {role}: {got}, table says {expected}"

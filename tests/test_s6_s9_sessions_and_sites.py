@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, users
+from data import db as dbmod, team, users
 from tests.support.reliability_fixtures import PASSWORD, AppProcess, GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import AppServer, add_users, build_library
 
@@ -52,7 +52,7 @@ def test_s6_old_cookies_are_refused_after_logout_password_role_and_disable(lib_s
         checks = 0
         # logout: that cookie dies; another session of the same user lives on
         c1, c2 = _login(srv.url, "ann").cookies["cw_session"], _login(srv.url, "ann").cookies["cw_session"]
-        httpx.get(srv.url + "/logout", cookies={"cw_session": c1}, timeout=30, trust_env=False)
+        httpx.post(srv.url + "/logout", cookies={"cw_session": c1}, timeout=30, trust_env=False)
         accepted += _alive(srv.url, c1)
         checks += 1
         assert _alive(srv.url, c2)
@@ -60,7 +60,7 @@ def test_s6_old_cookies_are_refused_after_logout_password_role_and_disable(lib_s
         for change in (
             lambda: users.set_password(db, "ann", "another password 1"),
             lambda: users.set_role(db, "ann", "lead"),
-            lambda: (users.set_disabled(db, "ann", True), users.set_disabled(db, "ann", False)),
+            lambda: (team.set_disabled(db, "ann", True), team.set_disabled(db, "ann", False)),
         ):
             users.set_password(db, "ann", PASSWORD)
             users.set_role(db, "ann", "annotator")

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from data import users
+from data import team, users
 from data.errors import DataError
 from webapp import auth, render
 from webapp.media_routes import resolve_inside
@@ -23,7 +23,7 @@ def test_password_is_hashed_with_a_salt_and_verified(db):
     assert users.verify(db, "alice", "s3cret-pass")["role"] == "admin"
     assert users.verify(db, "alice", "wrong") is None
     assert users.verify(db, "nobody", "s3cret-pass") is None
-    users.set_disabled(db, "bob", True)
+    team.set_disabled(db, "bob", True)
     assert users.verify(db, "bob", "s3cret-pass") is None
 
 
@@ -74,20 +74,28 @@ def test_sessions_are_server_side_and_end(db):
     assert sessions.lookup(db, token, idle=60, absolute=3600) is None
 
 
-def test_limiter_counts_per_account_and_per_address():
-    lim = auth.LoginLimiter(per_account=5, window=60, per_address=8, address_window=600)
+def test_limiter_delays_per_account_and_per_address_and_trusted_keys_apart():
+    from webapp.throttle import LoginThrottle
+
+    lim = LoginThrottle()
+    keys = lambda ip: lim.keys("bob", ip, set())  # noqa: E731 - untrusted: account + address
     for i in range(5):
-        assert lim.attempt("bob", f"10.0.0.{i}", now=i)  # five addresses, one account
-    assert not lim.attempt("bob", "10.0.0.99", now=6)  # the account is limited from anywhere
-    assert lim.attempt("bob", "10.0.0.99", now=66)  # ...for the window only
-    for i in range(7):  # spraying one password over many accounts from one address
-        assert lim.attempt(f"user{i}", "1.2.3.4", now=100 + i) is True or i >= 8
-    assert lim.attempt("user7", "1.2.3.4", now=110)
-    assert not lim.attempt("user8", "1.2.3.4", now=111)
-    lim2 = auth.LoginLimiter(per_account=2, window=60)
-    assert lim2.attempt("eve", "a", now=0)
-    lim2.succeeded("eve", "a")  # a right password gives its slot back
-    assert lim2.attempt("eve", "a", now=1) and lim2.attempt("eve", "a", now=2) and not lim2.attempt("eve", "a", now=3)
+        assert lim.attempt(keys(f"10.0.0.{i}"), now=i) == 0  # five addresses, one account
+    assert lim.attempt(keys("10.0.0.99"), now=5) == pytest.approx(4.0)  # 5 s after the last failure
+    assert lim.attempt(keys("10.0.0.99"), now=9.5) == 0  # ...then one more check
+    assert lim.attempt(keys("10.0.0.99"), now=10) == pytest.approx(9.5)  # and the delay doubles
+    # the browser bob signed in from before is held back by nothing of the above
+    assert lim.attempt(lim.keys("bob", "10.0.0.99", {"device"}, "tok"), now=10) == 0
+    for i in range(20):  # spraying one password over many accounts from one address
+        assert lim.attempt(lim.keys(f"user{i}", "1.2.3.4", set()), now=100 + i * 0.01) == 0
+    assert lim.attempt(lim.keys("user20", "1.2.3.4", set()), now=101) > 0
+    # an account that signed in from that address before is counted apart from the spray
+    assert lim.attempt(lim.keys("carol", "1.2.3.4", {"address"}), now=101) == 0
+    lim2 = LoginThrottle()
+    k = lim2.keys("eve", "a", set())
+    assert lim2.attempt(k, now=0) == 0
+    lim2.succeeded(k)  # a right password gives its place back
+    assert all(lim2.attempt(k, now=t) == 0 for t in (1, 2, 3, 4, 5)) and lim2.attempt(k, now=6) > 0
 
 
 def test_next_url_stays_on_site():

@@ -19,7 +19,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from data import db as dbmod, settings as settings_mod, users
+from data import db as dbmod, settings as settings_mod, team, users
 from data.errors import DataError
 
 
@@ -97,8 +97,9 @@ def main(argv: list[str] | None = None) -> int:
             users.set_password(db, args.name, _password(args))
             print(f"password of {args.name} changed")
         else:
-            users.set_disabled(db, args.name, args.command == "disable")
-            print(f"{args.name} {args.command}d")
+            u = team.set_disabled(db, args.name, args.command == "disable")
+            back = f"; {u['released_clips']} assigned clip(s) back in the review queue" if u["released_clips"] else ""
+            print(f"{args.name} {args.command}d{back}")
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,7 @@
 """The web app: Gradio Blocks mounted in FastAPI, next to the login, media and export routes.
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
-fleet), a user line, four tabs (Browse, Review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
+fleet), a user line, five tabs (Browse, Review, Second review, Jobs, Fleet) and a keyboard-shortcut help panel. Each tab
 module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
 """
 
@@ -15,14 +15,15 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import library, order
-from webapp import browse, exports, media_routes, render
-from webapp.auth import Auth
+from webapp import browse, exports, failures, media_routes, render
+from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse import BrowseTab
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
 from webapp.review import ReviewTab
+from webapp.second_review import SecondReviewTab
 
 HERE = Path(__file__).parent
 IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
@@ -66,6 +67,7 @@ class Workbench:
         self.ctx = ctx
         self.browse = BrowseTab(ctx)
         self.review = ReviewTab(ctx)
+        self.second = SecondReviewTab(ctx)
         self.jobs = JobsTab(ctx)
         self.fleet = FleetTab(ctx)
 
@@ -83,6 +85,9 @@ class Workbench:
                     self.browse.render()
                 with gr.Tab("Review", id="review", elem_id="tab-review") as self.tab_review:
                     self.review.render()
+                with gr.Tab("Second review", id="second", elem_id="tab-second") as self.tab_second:
+                    tab_heading("Blind second review")
+                    self.second.render()
                 with gr.Tab("Jobs", id="jobs", elem_id="tab-jobs") as self.tab_jobs:
                     tab_heading("Jobs")
                     self.jobs.render()
@@ -93,10 +98,14 @@ class Workbench:
             self.browse.wire(self.filter_state, self.sort_state)
             self.review.wire(self.filter_state, self.sort_state)
             self.jobs.wire(self.filter_state)
+            self.second.wire()
             self.fleet.wire(self.banner)
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
         demo.queue(default_concurrency_limit=CONCURRENCY)
+        direct = sorted(str(f.api_name) for f in demo.fns.values() if not f.queue)
+        if direct:  # the page would call Gradio's /run route for them, which webapp.guard keeps closed
+            raise RuntimeError(f"events must go through the queue (queue=False on {', '.join(direct)})")
         # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
         # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 50 ms / 250 ms cost an event
         # at most 50 ms of extra wait (25 ms on average; our handlers take 5-100 ms) and bring idle use under
@@ -111,7 +120,7 @@ class Workbench:
     def userline_html(self, request: gr.Request) -> str:
         user = self.ctx.user(request)
         logout = (
-            ' · <a href="/logout" id="logout">Sign out</a>'
+            f" · {LOGOUT_FORM}"  # a POST: a cross-site link cannot sign anyone out
             if self.ctx.settings.auth_required
             else " · login is off (local use only)"
         )
@@ -133,6 +142,7 @@ class Workbench:
         out.update(b.set_inputs(form, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
+        out.update(self.jobs.prompts.for_user(self.ctx.user(request)))
         clip = str(params.get("clip") or "").strip()
         if clip:  # the clip, or Review saying why there is none (never a silent Browse)
             out.update(self.review.open_link(clip, request))
@@ -156,6 +166,7 @@ class Workbench:
             + self.browse.apply_outputs
             + self.browse.first_paint_outputs
             + [self.review.assign.row, self.review.assign.person]
+            + self.jobs.prompts.first_paint_outputs
             + review_outs
         )
         self.browse.grid.click(
@@ -171,6 +182,7 @@ class Workbench:
         for tab, active in (
             (self.tab_browse, None),
             (self.tab_review, None),
+            (self.tab_second, None),
             (self.tab_jobs, self.jobs.timer),
             (self.tab_fleet, self.fleet.timer),
         ):
@@ -178,7 +190,7 @@ class Workbench:
             def timers_for(active=active):
                 return [gr.Timer(active=t is active) for t in timers]
 
-            tab.select(timers_for, None, timers, queue=False, show_progress="hidden", api_name=f"timers_{tab.id}")
+            tab.select(timers_for, None, timers, show_progress="hidden", api_name=f"timers_{tab.id}")
         self.tab_browse.select(
             shows_errors(self.browse.refresh),
             [self.filter_state, self.browse.anchors, self.sort_state],
@@ -192,6 +204,13 @@ class Workbench:
             self.jobs.show_outputs,
             show_progress="hidden",
             api_name="jobs_show",
+        )
+        self.tab_second.select(
+            shows_errors(self.second.show),
+            [self.second.task],
+            self.second.outputs,
+            show_progress="hidden",
+            api_name="second_show",
         )
         self.tab_fleet.select(
             shows_errors(self.fleet.refresh), None, self.fleet.outputs, show_progress="hidden", api_name="fleet_show"
@@ -213,6 +232,7 @@ def build_app(settings) -> FastAPI:
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
+    failures.install(app)  # a message and a status for every failure of our own routes, never a traceback
     app.state.ctx = ctx
     app.state.auth = auth
     auth.install(app)
@@ -259,5 +279,5 @@ def build_app(settings) -> FastAPI:
         return user is not None and user.can("lead")
 
     # outermost: Host allow-list, Origin checks, no CORS, security headers, queue sessions bound to users (S8)
-    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead)
+    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead, auth_required=auth.required)
     return app

@@ -7,21 +7,22 @@ disabling a user end it at once, and idle and absolute lifetimes are enforced (S
 through `auth_dependency`, so `gr.Request.username` is set in every handler and roles are checked there
 (AppContext.require), per event, server-side.
 
-The limiter (S7): failures are counted per account (any address) and per address (any account), so a
-password sprayed over many users is limited too; an attempt takes its slot *before* the password is checked,
-under one lock, so parallel attempts cannot race past the limit; the client address is the socket's
-(uvicorn believes X-Forwarded-For only from --trusted-proxies). Password hashing runs on its own small thread
-pool with a bounded queue: a flood of logins waits there (or gets 429) instead of taking the threads that
-serve pages. Unknown and known users cost one scrypt run each (data.users.verify).
+The limiter (S7, webapp.throttle): delays that grow with the failures, never a lockout, counted so that
+nobody else's failures hold back a person at a browser or address they signed in from before (trust kept
+per account in data.sessions); an attempt takes its place *before* the password is checked, under one lock,
+so parallel attempts cannot race past it; the client address is the socket's (uvicorn believes
+X-Forwarded-For only from --trusted-proxies). Password hashing runs on its own small thread pools with
+bounded queues (one kept for trusted browsers): a flood of logins waits there (or gets 429) instead of
+taking the threads that serve pages. Unknown and known users cost one scrypt run each (data.users.verify).
 """
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import html
+import math
+import sqlite3
 import threading
-import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -29,89 +30,56 @@ from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from data import sessions, users
+from data.db import immediate
+from webapp import failures
 from webapp.context import LOCAL_ADMIN, AppContext
+from webapp.throttle import LoginThrottle
 
 COOKIE = "cw_session"
 STATIC = Path(__file__).parent / "static"
 HASH_THREADS = 1  # scrypt at ~50 ms: 20 checks/s, and at most one core of the machine on logins
 HASH_QUEUE = 32  # checks waiting beyond this are answered 429 at once
-
-
-class LoginLimiter:
-    """At most `per_account` failed attempts per user name in `window` seconds (from any address) and
-    `per_address` per client address in `address_window` seconds (over any user names). While a limit is
-    reached every attempt is refused, the right password too. In memory, bounded."""
-
-    def __init__(
-        self, per_account: int = 5, window: float = 60.0, per_address: int = 20, address_window: float = 600.0
-    ):
-        self.per_account, self.window = per_account, window
-        self.per_address, self.address_window = per_address, address_window
-        self._accounts: dict[str, collections.deque] = {}
-        self._addresses: dict[str, collections.deque] = {}
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def _recent(table: dict, key: str, t: float, window: float) -> collections.deque:
-        q = table.setdefault(key, collections.deque())
-        while q and q[0] <= t - window:
-            q.popleft()
-        return q
-
-    def _prune(self, t: float) -> None:
-        for table, window in ((self._accounts, self.window), (self._addresses, self.address_window)):
-            if len(table) > 100_000:  # bound memory under a spray of names
-                for k in [k for k, v in table.items() if not v or v[-1] <= t - window]:
-                    del table[k]
-
-    def attempt(self, user: str, ip: str, *, now: float | None = None) -> bool:
-        """Take a slot for one attempt, counted as a failure unless `succeeded` is called. False (and
-        nothing taken) when a limit is reached. Check and count are one step under the lock."""
-        t = now if now is not None else time.monotonic()
-        with self._lock:
-            acc = self._recent(self._accounts, user.lower(), t, self.window)
-            addr = self._recent(self._addresses, ip, t, self.address_window)
-            if len(acc) >= self.per_account or len(addr) >= self.per_address:
-                return False
-            acc.append(t)
-            addr.append(t)
-            self._prune(t)
-            return True
-
-    def succeeded(self, user: str, ip: str) -> None:
-        """The attempt was right: give its slot back (a user who logs in often is never locked out)."""
-        with self._lock:
-            for table, key in ((self._accounts, user.lower()), (self._addresses, ip)):
-                q = table.get(key)
-                if q:
-                    q.pop()
-
-    def blocked(self, user: str, ip: str, *, now: float | None = None) -> bool:
-        t = now if now is not None else time.monotonic()
-        with self._lock:
-            return (
-                len(self._recent(self._accounts, user.lower(), t, self.window)) >= self.per_account
-                or len(self._recent(self._addresses, ip, t, self.address_window)) >= self.per_address
-            )
+TRUSTED_QUEUE = 8  # the same for browsers that signed the account in before (their own lane)
+DEVICE_COOKIE = "cw_device"  # a random id of this browser: the limiter trusts it for the accounts it signed in
+DEVICE_DAYS = 365
+LOGOUT_FORM = (
+    '<form method="post" action="/logout" class="cw-logout"><button type="submit" id="logout">Sign out</button></form>'
+)
+LOGOUT_PAGE = (
+    '<!doctype html><html><head><meta charset="utf-8"><title>Sign out</title>'
+    '<link rel="stylesheet" href="/cw-static/login.css"></head><body><main class="login">'
+    f'<h1>Sign out?</h1>{LOGOUT_FORM}<p><a href="/">Back to the workbench</a></p></main></body></html>'
+)
 
 
 class HashPool:
-    """Password checks on their own threads, with a bounded queue (see the module docstring)."""
+    """Password checks on their own threads, with bounded queues (see the module docstring): one lane for
+    anyone, one for browsers this account signed in from before, so a flood of guesses cannot fill the way
+    of the person who knows the password."""
 
-    def __init__(self, threads: int = HASH_THREADS, queue: int = HASH_QUEUE):
-        self._pool = concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="cw-login-hash")
-        self._slots = threading.BoundedSemaphore(threads + queue)
+    def __init__(self, threads: int = HASH_THREADS, queue: int = HASH_QUEUE, trusted_queue: int = TRUSTED_QUEUE):
+        self._lanes = {
+            False: (
+                concurrent.futures.ThreadPoolExecutor(threads, thread_name_prefix="cw-login-hash"),
+                threading.BoundedSemaphore(threads + queue),
+            ),
+            True: (
+                concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="cw-login-hash-trusted"),
+                threading.BoundedSemaphore(1 + trusted_queue),
+            ),
+        }
 
-    async def run(self, fn):
-        """fn() on the pool; None if the queue is full (the caller answers 429)."""
+    async def run(self, fn, *, trusted: bool = False):
+        """(fn() on a pool, True); (None, False) if its queue is full (the caller answers 429)."""
         import asyncio
 
-        if not self._slots.acquire(blocking=False):
+        pool, slots = self._lanes[bool(trusted)]
+        if not slots.acquire(blocking=False):
             return None, False
         try:
-            return await asyncio.wrap_future(self._pool.submit(fn)), True
+            return await asyncio.wrap_future(pool.submit(fn)), True
         finally:
-            self._slots.release()
+            slots.release()
 
 
 def _safe_next(target: str | None) -> str:
@@ -121,19 +89,19 @@ def _safe_next(target: str | None) -> str:
     return target
 
 
-def login_page(message: str = "", next_url: str = "/", status: int = 200) -> HTMLResponse:
+def login_page(message: str = "", next_url: str = "/", status: int = 200, headers: dict | None = None) -> HTMLResponse:
     page = (STATIC / "login.html").read_text()
     page = page.replace("{{message}}", html.escape(message)).replace("{{next}}", html.escape(_safe_next(next_url)))
-    return HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store"})
+    return HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store", **(headers or {})})
 
 
 class Auth:
     """The session logic of one app: who a request belongs to, and the login/logout routes."""
 
-    def __init__(self, ctx: AppContext, *, limiter: LoginLimiter | None = None):
+    def __init__(self, ctx: AppContext, *, limiter: LoginThrottle | None = None):
         self.ctx = ctx
         self.required = ctx.settings.auth_required
-        self.limiter = limiter or LoginLimiter()
+        self.limiter = limiter or LoginThrottle()
         self.hashes = HashPool()
         self.idle = ctx.settings.session_idle_minutes * 60
         self.absolute = ctx.settings.session_hours * 3600
@@ -163,8 +131,21 @@ class Auth:
             if not self.required:
                 return RedirectResponse(next_url, status_code=303)
             ip = request.client.host if request.client else "?"
-            if not self.limiter.attempt(name, ip):
-                return login_page("Too many attempts: wait a minute and try again.", next_url, status=429)
+            device = request.cookies.get(DEVICE_COOKIE) or None
+            try:
+                trust = sessions.trusted(self.ctx.db(), name, device=device, address=ip)
+            except sqlite3.OperationalError as e:
+                return login_page(failures.describe(e)[1], next_url, status=failures.describe(e)[0])
+            keys = self.limiter.keys(name, ip, trust, device)
+            wait = self.limiter.attempt(keys)
+            if wait > 0:
+                return login_page(
+                    f"Too many failed sign-ins for this account or from this network: wait {math.ceil(wait)} s "
+                    "and try again. (A browser you signed in from before is not held back.)",
+                    next_url,
+                    status=429,
+                    headers={"Retry-After": str(math.ceil(wait))},
+                )
             db_path = self.ctx.settings.db
 
             def check():
@@ -176,28 +157,47 @@ class Auth:
                 finally:
                     db.close()
 
-            user, ran = await self.hashes.run(check)
+            user, ran = await self.hashes.run(check, trusted=bool(trust))
             if not ran:
+                self.limiter.not_checked(keys)
                 return login_page("The server is busy with logins: try again in a few seconds.", next_url, status=429)
             if user is None:
                 return login_page("Wrong user name or password.", next_url, status=401)
-            self.limiter.succeeded(name, ip)
-            token = sessions.create(self.ctx.db(), user["name"])
-            sessions.prune(self.ctx.db(), idle=self.idle, absolute=self.absolute)  # expired rows of others
+            self.limiter.succeeded(keys)
+            device = device or sessions.new_device_token()
+            try:
+                with immediate(self.ctx.db()):
+                    token = sessions.create(self.ctx.db(), user["name"])
+                    sessions.remember(self.ctx.db(), user["name"], device=device, address=ip)
+            except sqlite3.OperationalError as e:  # a full disk, a write lock held past the busy timeout
+                status, message = failures.describe(e)
+                return login_page(f"Your password is right, but you cannot sign in now: {message}", next_url, status)
+            sessions.prune(self.ctx.db(), idle=self.idle, absolute=self.absolute)  # best-effort: others' old rows
             resp = RedirectResponse(next_url, status_code=303)
+            secure = request.url.scheme == "https"
             resp.set_cookie(
-                COOKIE,
-                token,
-                max_age=int(self.absolute),
+                COOKIE, token, max_age=int(self.absolute), httponly=True, samesite="lax", path="/", secure=secure
+            )
+            resp.set_cookie(
+                DEVICE_COOKIE,
+                device,
+                max_age=DEVICE_DAYS * 86400,
                 httponly=True,
                 samesite="lax",
-                path="/",
-                secure=request.url.scheme == "https",
+                path="/login",
+                secure=secure,
             )
             return resp
 
         @app.get("/logout", include_in_schema=False)
+        def logout_page() -> Response:
+            # A GET changes nothing: a link or an image on another site (a cross-site navigation carries the
+            # Lax cookie) must not end a session. Signing out is the POST below, from this page or the app's.
+            return HTMLResponse(LOGOUT_PAGE, headers={"Cache-Control": "no-store"})
+
+        @app.post("/logout", include_in_schema=False)
         def logout(request: Request) -> Response:
+            # the Guard refuses a POST whose Origin names another site (S8)
             sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")

@@ -16,9 +16,9 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import captions, clips, order as orders, search, taxonomy
+from data import captions, clips, order as orders, samples, search, taxonomy
 from data.errors import DataError, SearchSyntaxError
-from webapp import assigning, render
+from webapp import assigning, render, sampling, second_review
 from webapp.context import AppContext
 
 ANY = "any"
@@ -137,6 +137,7 @@ class BrowseTab:
         self._lock = threading.Lock()
         self._summary: tuple[float, dict | None] = (0.0, None)
         self.assign = assigning.AssignPanel(ctx)
+        self.sample = sampling.SamplePanel(ctx)
 
     def render(self) -> None:
         with gr.Row(elem_classes="cw-filters"):
@@ -171,6 +172,7 @@ class BrowseTab:
             )
             self.sort = gr.Radio(orders.choices(), value=orders.DEFAULT, label="Sort", elem_id="f-sort")
         self.assign.render()
+        self.sample.render()
         # Filter field -> its input, in FORM_FIELDS order (the order Gradio passes the values in; read_form)
         self.form = dict(
             zip(
@@ -203,6 +205,7 @@ class BrowseTab:
         people to filter by."""
         out = {comp: form.get(name) for name, comp in self.form.items()}
         out.update({self.sort: orders.name_or_default(form.get(SORT)), **self.assign.for_user(user)})
+        out.update(self.sample.for_user(user))
         if user.can("lead"):
             choices = [assigning.ANY, assigning.ME, assigning.UNASSIGNED, *self.assign.people()]
             out[self.assignee] = gr.update(choices=choices, value=form.get("assignee"))
@@ -210,7 +213,11 @@ class BrowseTab:
 
     @property
     def first_paint_outputs(self) -> list:
-        return list(self.form.values()) + [self.sort, self.assign.row, self.assign.person]
+        return (
+            list(self.form.values())
+            + [self.sort, self.assign.row, self.assign.person]
+            + self.sample.first_paint_outputs
+        )
 
     def summary(self, db) -> dict:
         """Headline counts, recomputed at most every SUMMARY_TTL seconds (a full scan at a million clips);
@@ -234,6 +241,8 @@ class BrowseTab:
         except DataError as e:  # a tampered cursor or filter from a script: a message, not a 500
             raise gr.Error(str(e), title="Cannot show that page") from None
         rows = shown.rows
+        blind = samples.blind_clip_ids(db, user.name, [r["id"] for r in rows])  # their pending second reviews
+        rows = [second_review.masked(r) if r["id"] in blind else r for r in rows]
         n, exact = clips.count_capped(db, f)
         hint = search.no_match_hint(f.text) if f.text and not n else ""
         # data-filter / data-sort: the page script writes them into the URL (?f=...&sort=...), so Back and
@@ -324,3 +333,4 @@ class BrowseTab:
         )
         self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")
         self.assign.wire(self, filter_state, sort_state)
+        self.sample.wire(self, filter_state, sort_state)

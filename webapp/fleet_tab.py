@@ -6,6 +6,9 @@ short timeout so that a dead replica cannot stall the page.
 
 from __future__ import annotations
 
+import threading
+import time
+
 import gradio as gr
 import pandas as pd
 
@@ -14,6 +17,7 @@ from webapp import render
 from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
+CACHE_S = 5.0  # one scrape of the fleet serves every Fleet tab open within this many seconds
 # what the table shows, from serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
 COLUMNS = [
     "replica",
@@ -111,7 +115,8 @@ def router_html(router: dict | None) -> str:
             rows.append((label, render.esc(value(r[key]))))
         if key == "ready" and (healthy is not None or r.get("total_workers") is not None):
             rows.append(("healthy workers", f"{value(healthy)} of {value(r.get('total_workers'))}"))
-    known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers"}
+    # `listed` (replicas known, snapshot) is said by the summary above the table
+    known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers", "listed"}
     rows += [(str(k).replace("_", " "), render.esc(value(v))) for k, v in r.items() if k not in known]
     rows.append(("workers", workers_table(list(r.get("workers") or []))))
     return (
@@ -143,10 +148,13 @@ def row(r: dict) -> list:
 
 def snapshot(urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
     """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
-    to its workers. Never raises: an unreachable replica is a row."""
-    replicas, router_url = fleet.discover(urls, timeout=timeout)
-    snap = fleet.snapshot(replicas, router_url, timeout=timeout)
-    return snap["replicas"], snap["router"]
+    to its workers, bounded in size, time and fan-out (serving.fleet.watch). Never raises: an unreachable
+    replica is a row. The router dict carries `listed`: how many replicas there are in all."""
+    snap = fleet.watch(urls, timeout=timeout)
+    router = dict(snap["router"]) if snap["router"] else None
+    if router is not None:
+        router["listed"] = snap["listed"]
+    return snap["replicas"], router
 
 
 def any_simulated(rows: list[dict]) -> bool:
@@ -156,6 +164,8 @@ def any_simulated(rows: list[dict]) -> bool:
 class FleetTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
+        self._lock = threading.Lock()
+        self._cache: tuple[float, list[dict], dict | None] = (float("-inf"), [], None)
 
     def render(self) -> None:
         s = self.ctx.settings
@@ -179,13 +189,29 @@ class FleetTab:
         # live without a click; each scrape has a short timeout, so a dead replica costs one tick, not a hang
         self.timer = gr.Timer(10.0, active=False)  # on only while this tab is shown (app.py)
 
+    def latest(self) -> tuple[list[dict], dict | None]:
+        """The fleet as of at most CACHE_S ago, scraped once for every user who looks (one refresh at a time):
+        many open Fleet tabs cost the fleet one scrape per CACHE_S, not one per tab and tick."""
+        with self._lock:
+            t, rows, router = self._cache
+            if time.monotonic() - t > CACHE_S:
+                rows, router = snapshot(self.ctx.fleet_urls)
+                self._cache = (time.monotonic(), rows, router)
+            return rows, router
+
     def refresh(self, request: gr.Request):
         self.ctx.user(request)
-        rows, router = snapshot(self.ctx.fleet_urls)
+        rows, router = self.latest()
         df = pd.DataFrame([row(r) for r in rows], columns=COLUMNS)
         healthy = sum(1 for r in rows if r.get("healthy"))
+        listed = (router or {}).get("listed", len(rows))
         summary = (
             f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
+            + (
+                f" ({len(rows)} of {listed} shown: at most {fleet.MAX_SCRAPED} are scraped per refresh)"
+                if listed > len(rows)
+                else ""
+            )
             + (" · <b>simulated</b>" if any_simulated(rows) else "")
             + "</div>"
         )

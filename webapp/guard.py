@@ -13,9 +13,13 @@ One pure ASGI middleware, outside everything else (Gradio's mounted app included
   `base-uri 'self'`, `form-action 'self'`; nosniff; Referrer-Policy same-origin. script-src is not restricted:
   Gradio's page runs inline scripts (its bootstrap and our shortcuts), so a strict script-src would break it;
   S3 (escaping everywhere) is what stops script injection.
-- **Gradio's queue sessions belong to one user**: the first user to use a `session_hash` (join, data stream,
-  heartbeat) owns it; another user naming it is 403 (a lead-only output went to an annotator who listened on
-  the lead's session id).
+- **Gradio's API is the page's, and bound to its user** (issue 21): of Gradio's routes under /gradio_api/ only
+  those the page and the documented `call` API use are open (GRADIO_ROUTES; `run`, `api`, `call/v2`,
+  `stream`, `component_server`, ... answer 403), all of them only after login. Every session id a request
+  names (a body's `session_hash`, the data stream's query, the heartbeat's path) belongs to the first user who
+  used it; every event id (`cancel`, `reset`, the `call` result stream) to the user whose request created it
+  (read from the join or call answer). Another user naming either is 403: a lead's next save once landed on
+  another clip through `run/<api>` with another user's session id.
 - **/monitoring/summary** (per-endpoint counts and timings) is for leads only.
 """
 
@@ -24,6 +28,9 @@ from __future__ import annotations
 import collections
 import ipaddress
 import json
+import logging
+import re
+import secrets
 import socket
 import threading
 from typing import Callable
@@ -34,8 +41,28 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from data.settings import Settings
+from webapp import failures
+
+log = logging.getLogger(__name__)
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
+# (methods, the path after /gradio_api/) the app's page and its `call` API use; every other Gradio route is 403
+GRADIO_ROUTES = [
+    ({"POST"}, re.compile(r"queue/join/?")),
+    ({"GET"}, re.compile(r"queue/data/?")),
+    ({"GET"}, re.compile(r"heartbeat/[^/]+/?")),
+    ({"POST"}, re.compile(r"cancel/?")),
+    ({"POST"}, re.compile(r"reset/?")),
+    ({"POST"}, re.compile(r"call/(?!v2/)[^/]+/?")),
+    ({"GET"}, re.compile(r"call/(?!v2/)[^/]+/[^/]+/?")),
+    ({"GET", "HEAD"}, re.compile(r"file[=/].*", re.S)),
+    ({"GET"}, re.compile(r"(info|app_id|startup-events|login_check|user)/?")),
+    ({"GET"}, re.compile(r"openapi\.json")),
+    ({"POST"}, re.compile(r"upload/?")),  # refused by the app with its own message (it takes no uploads)
+    ({"GET"}, re.compile(r"upload_progress/?")),
+]
+EVENT_CREATING = re.compile(r"(queue/join|call/[^/]+)/?")  # their answer is {"event_id": ...}
+MAX_BODY = 4 << 20  # a join is a few KiB (a caption at its limit fits)
 CSP = "frame-ancestors 'none'; object-src 'none'; base-uri 'self'; form-action 'self'"
 SECURITY_HEADERS = [
     (b"content-security-policy", CSP.encode()),
@@ -45,7 +72,7 @@ SECURITY_HEADERS = [
 ]
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
 WILDCARDS = {"0.0.0.0", "::", ""}
-MAX_SESSIONS = 100_000
+MAX_PER_USER = 20_000  # session and event ids remembered per user (oldest forgotten: only that user's own)
 
 
 def _host_name(host_header: str) -> str:
@@ -74,36 +101,57 @@ def allowed_hosts(settings: Settings) -> set[str]:
     return names
 
 
-class SessionOwners:
-    """session_hash -> user, first use wins, bounded (oldest forgotten first)."""
+class Owners:
+    """id -> user (Gradio session ids, event ids). Bounded per user: a user who makes more ids than
+    MAX_PER_USER forgets their own oldest, and nobody can push another user's ids out."""
 
-    def __init__(self, limit: int = MAX_SESSIONS):
-        self._owners: collections.OrderedDict[str, str] = collections.OrderedDict()
+    def __init__(self, per_user: int = MAX_PER_USER):
+        self._owner: dict[str, str] = {}
+        self._by_user: dict[str, collections.deque] = {}
         self._lock = threading.Lock()
-        self.limit = limit
+        self.per_user = per_user
 
-    def claim(self, session_hash: str, user: str) -> bool:
-        """True if `user` may use `session_hash` (it is theirs, or it was nobody's and now is)."""
+    def _add(self, key: str, user: str) -> None:
+        self._owner[key] = user
+        mine = self._by_user.setdefault(user, collections.deque())
+        mine.append(key)
+        if len(mine) > self.per_user:
+            self._owner.pop(mine.popleft(), None)
+
+    def claim(self, key: str, user: str) -> bool:
+        """True if `user` may use `key` (it is theirs, or it was nobody's and now is)."""
         with self._lock:
-            owner = self._owners.get(session_hash)
+            owner = self._owner.get(key)
             if owner is None:
-                self._owners[session_hash] = user
-                if len(self._owners) > self.limit:
-                    self._owners.popitem(last=False)
+                self._add(key, user)
                 return True
-            self._owners.move_to_end(session_hash)
             return owner == user
+
+    def owns(self, key: str, user: str) -> bool:
+        """True only if `key` was claimed by `user` (an unknown id is nobody's to use)."""
+        with self._lock:
+            return self._owner.get(key) == user
 
 
 class Guard:
     """The middleware (see the module docstring). `user_name(request)` and `role_of(name)` come from the app."""
 
-    def __init__(self, app, *, settings: Settings, user_name: Callable, is_lead: Callable[[str | None], bool]):
+    def __init__(
+        self,
+        app,
+        *,
+        settings: Settings,
+        user_name: Callable,
+        is_lead: Callable[[str | None], bool],
+        auth_required: bool = True,
+    ):
         self.app = app
         self.hosts = allowed_hosts(settings)
         self.user_name = user_name
         self.is_lead = is_lead
-        self.owners = SessionOwners()
+        self.owners = Owners()  # Gradio session ids
+        self.events = Owners()  # Gradio event ids
+        self.auth_required = auth_required
 
     def host_ok(self, host: str | None) -> bool:
         if not host:
@@ -122,6 +170,25 @@ class Guard:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message):
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self._handle(scope, receive, tracked)
+        except Exception as e:  # noqa: BLE001 - the last place an error can become a message instead of a reset
+            if started:
+                raise
+            known = failures.describe(e)
+            ref = secrets.token_hex(4)
+            log.error("%s %s failed (reference %s)", scope["method"], scope["path"], ref, exc_info=e)
+            status, text = known or (500, f"the server failed on this request (reference {ref} in its log).")
+            await JSONResponse({"detail": text[0].upper() + text[1:]}, status_code=status)(scope, receive, send)
+
+    async def _handle(self, scope, receive, send):
         headers = Headers(scope=scope)
         host = headers.get("host", "")
         method = scope["method"]
@@ -148,11 +215,14 @@ class Guard:
                 )(scope, receive, send)
         if path.endswith("/monitoring/summary") and not self.is_lead(self.user_name(Request(scope))):
             return await JSONResponse({"detail": "monitoring is for leads"}, status_code=403)(scope, receive, send)
-        if "/gradio_api/" in path or "/heartbeat/" in path:
-            refused = await self._check_session(scope, receive, path, method)
+        user = None
+        if "/gradio_api/" in path:
+            refused, user = await self._check_gradio(scope, receive, path, method)
             if refused is not None:
                 return await refused(scope, receive, send)
             receive = self._replay(scope, receive)
+            if method == "POST" and EVENT_CREATING.fullmatch(path.split("/gradio_api/", 1)[1]):
+                send = self._claiming_events(send, user)
 
         async def send_secured(message):
             if message["type"] == "http.response.start":
@@ -183,36 +253,85 @@ class Guard:
 
         return replay
 
-    async def _check_session(self, scope, receive, path: str, method: str):
-        session = None
-        if "/heartbeat/" in path:
-            session = path.rsplit("/heartbeat/", 1)[1].split("/")[0]
+    async def _read_body(self, receive):
+        """The request body (at most MAX_BODY), or None past it."""
+        chunks, more, size = [], True, 0
+        while more:
+            message = await receive()
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > MAX_BODY:
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    async def _check_gradio(self, scope, receive, path: str, method: str):
+        """(a refusal or None, the user) for a request to Gradio's API (see the module docstring)."""
+        sub = path.split("/gradio_api/", 1)[1]
+        if not any(method in methods and pattern.fullmatch(sub) for methods, pattern in GRADIO_ROUTES):
+            return JSONResponse(
+                {"detail": f"this API route is closed: the workbench's page does not use /gradio_api/{sub[:60]}"},
+                status_code=403,
+            ), None
+        user = self.user_name(Request(scope))
+        if user is None:
+            # Gradio's heartbeat, cancel and reset routes check no login: none of them may act for nobody
+            return (JSONResponse({"detail": "log in first"}, status_code=401) if self.auth_required else None), None
+        sessions, events = [], []
+        if sub.startswith("heartbeat/"):
+            sessions.append(sub.split("/")[1])
         elif method == "GET":
             qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            session = (qs.get("session_hash") or [None])[0]
-        elif method == "POST" and (path.endswith("/queue/join") or path.endswith("/cancel")):
-            chunks, more = [], True
-            size = 0
-            while more:
-                message = await receive()
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                if size > 4 << 20:  # a join is a few KiB (a caption of 100,000 characters fits)
-                    return JSONResponse({"detail": "request too large"}, status_code=413)
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-            body = b"".join(chunks)
+            sessions += qs.get("session_hash") or []
+            if sub.startswith("call/"):
+                events.append(sub.rstrip("/").split("/")[2])
+        elif method == "POST":
+            body = await self._read_body(receive)
+            if body is None:
+                return JSONResponse({"detail": "request too large"}, status_code=413), user
             scope["cw.body"] = body
             try:
                 data = json.loads(body or b"{}")
-                session = data.get("session_hash") if isinstance(data, dict) else None
             except (ValueError, RecursionError):
-                session = None
-        if not session or not isinstance(session, str):
-            return None
-        user = self.user_name(Request(scope))
-        if user is None:
-            return None  # Gradio itself answers 401
-        if not self.owners.claim(session, user):
-            return JSONResponse({"detail": "this queue session belongs to another user"}, status_code=403)
-        return None
+                data = None  # Gradio answers 422 for a body it cannot read
+            if isinstance(data, dict):
+                if isinstance(data.get("session_hash"), str):
+                    sessions.append(data["session_hash"])
+                if isinstance(data.get("event_id"), str) and sub.rstrip("/") in ("cancel", "reset"):
+                    events.append(data["event_id"])
+        for session in sessions:
+            if not self.owners.claim(session, user):
+                return JSONResponse({"detail": "this queue session belongs to another user"}, status_code=403), user
+        for event in events:
+            if not self.events.owns(event, user):
+                return JSONResponse({"detail": "this event is not yours (or is unknown)"}, status_code=403), user
+        return None, user
+
+    def _claiming_events(self, send, user: str | None):
+        """`send` for a join or call: the event id in its answer ({"event_id": ...}, a few bytes) becomes the
+        user's before the answer leaves, so the user can follow or cancel it and nobody else can."""
+        held: list[dict] = []
+
+        async def claiming(message):
+            if message["type"] == "http.response.start":
+                held.append(message)
+                return
+            if message["type"] == "http.response.body" and held:
+                held.append(message)
+                if message.get("more_body", False):
+                    return
+                body = b"".join(m.get("body", b"") for m in held[1:])
+                try:
+                    data = json.loads(body) if len(body) < 65536 else None
+                except (ValueError, RecursionError):
+                    data = None
+                if user is not None and isinstance(data, dict) and isinstance(data.get("event_id"), str):
+                    self.events.claim(data["event_id"], user)
+                for m in held:
+                    await send(m)
+                held.clear()
+                return
+            await send(message)
+
+        return claiming

@@ -30,6 +30,7 @@ from serving import cost
 from serving.fleet import router_workers
 from webapp import fleet_notice, render
 from webapp.context import AppContext, shows_errors
+from webapp.prompt_panel import PromptPanel
 
 RUNNER_STALE_S = fleet_notice.RUNNER_STALE_S
 JOB_COLUMNS = ["id", "name", "state", "by", "total", "done", "failed", "pending", "clips/s", "ETA"]
@@ -137,6 +138,8 @@ class JobsTab:
             self.preview = gr.HTML("", elem_id="job-preview")
             self.preview_seen = gr.State(None)  # {"n": clips the preview showed, "at": when it counted them}
             self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
+        self.prompts = PromptPanel(self.ctx)  # leads only: shown on first paint (webapp/app.py)
+        self.prompts.render()
         with gr.Row():
             self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
@@ -546,13 +549,13 @@ class JobsTab:
 
     def wire(self, filter_state: gr.State) -> None:
         inputs, detail = self.refresh_inputs, self.refresh_outputs
+        self.prompts.wire(self.prompt, self.job_id)
         self.timer.tick(
             shows_errors(self.refresh),
             inputs,
             detail,
             api_name="jobs_refresh",
             show_progress="hidden",
-            queue=False,
         )
         # a second listener of the same tick: the preview is counted again when it is PREVIEW_EVERY_S old
         self.timer.tick(
@@ -590,12 +593,14 @@ class JobsTab:
         def start_ready():
             return gr.Button(interactive=True)
 
-        self.start_btn.click(start_busy, None, [self.start_btn], queue=False, api_name="start_busy").then(
+        # every event goes through the queue: the page then never uses Gradio's direct-call route (/run), which
+        # the Guard keeps closed (it took another user's session id, issue 21)
+        self.start_btn.click(start_busy, None, [self.start_btn], api_name="start_busy").then(
             shows_errors(self.start),
             [self.name, self.source, self.prompt, self.frames, self.max_tokens, filter_state, self.preview_seen],
             [self.msg, self.msg_for, self.job_id, self.preview, self.preview_seen],
             api_name="start_job",
-        ).then(start_ready, None, [self.start_btn], queue=False, api_name="start_ready")
+        ).then(start_ready, None, [self.start_btn], api_name="start_ready")
         gr.on(
             [self.team_btn.click, self.team_window.change],
             shows_errors(self.team_stats),

@@ -9,7 +9,7 @@ import json
 import time
 from typing import Any, Iterable
 
-from data import taxonomy, textdiff
+from data import limits, taxonomy, textdiff
 
 
 def esc(value: Any) -> str:
@@ -331,13 +331,46 @@ def _label(labels: dict | None, key: str) -> str:
 
 def history(versions: list[dict]) -> str:
     """Versions newest first; each shows its diff against its parent (or the previous version)."""
+    return _history(versions, {}, None, budget=None)[0]
+
+
+def history_page(page: dict, *, budget: int = limits.HISTORY_PAGE_CHARS) -> tuple[str, list[dict]]:
+    """(HTML, the versions it shows) for one page of data.captions.history_page: each version with its diff,
+    a line saying which versions of how many these are, and no more than `budget` characters of HTML (the
+    versions past it move to the next page: a page of 20 versions at the caption limit stays a few hundred
+    KB). The older ones are a click away (Review's "Older versions")."""
+    versions = page["versions"]
     if not versions:
-        return '<p class="cw-muted">No versions yet.</p>'
-    by_id = {v["id"]: v for v in versions}
-    items = []
+        return '<p class="cw-muted">No versions yet.</p>', []
+    body, shown = _history(versions, page.get("bases") or {}, page.get("current_id"), budget=budget)
+    first, last = int(shown[0]["version"]), int(shown[-1]["version"])
+    older = page["older"] + len(versions) - len(shown)
+    note = (
+        f'<p class="cw-muted cw-history-page">Versions {first}'
+        + (f"–{last}" if last != first else "")
+        + f" of {page['total']:,}"
+        + (f" · {older:,} older: <b>Older versions</b> shows them" if older else "")
+        + (" · <b>Newest versions</b> goes back to the top" if page.get("newer") else "")
+        + "</p>"
+    )
+    return note + body, shown
+
+
+def _history(
+    versions: list[dict], bases: dict, current_id: int | None, *, budget: int | None
+) -> tuple[str, list[dict]]:
+    by_id = {**bases, **{v["id"]: v for v in versions}}
+    if current_id is None:
+        current_id = next((x["id"] for x in versions if x.get("current")), 0)
+    items: list[str] = []
+    size = 0
     started = time.perf_counter()
     for i, v in enumerate(versions):
-        base = by_id.get(v.get("parent_id")) or (versions[i + 1] if i + 1 < len(versions) else None)
+        base = (
+            by_id.get(v.get("parent_id"))
+            or (versions[i + 1] if i + 1 < len(versions) else None)
+            or by_id.get(v.get("_previous_id"))
+        )
         marks = []
         if v.get("current"):
             marks.append('<span class="cw-badge cw-current">current</span>')
@@ -361,13 +394,17 @@ def history(versions: list[dict]) -> str:
             labels = label_diff(base["labels"], v["labels"])
         else:
             text, labels = esc(v["text"]), ""
-        items.append(
+        item = (
             f'<li class="cw-version"><div class="cw-version-head">{head}</div>'
             f'<div class="cw-diff">{text}</div>'
             + (f'<div class="cw-label-diff">{labels}</div>' if labels else "")
             + "</li>"
         )
-    return '<ol class="cw-history">' + "".join(items) + "</ol>"
+        if budget is not None and items and size + len(item) > budget:
+            break  # this version and the older ones go to the next page
+        items.append(item)
+        size += len(item)
+    return '<ol class="cw-history">' + "".join(items) + "</ol>", versions[: len(items)]
 
 
 def throughput(series: list[dict], bucket_s: float | None = None) -> str:

@@ -12,6 +12,10 @@ review state it showed (`review_base`, data.captions.review_token) stay in gr.St
 save or decision based on a stale one with `Conflict`, which we show with who and when plus a Reload button.
 Nothing is overwritten silently.
 
+Blind mode: a clip the person has a pending blind second review of (data.samples) is shown without its caption,
+labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or decide
+on it (`_blind`); they answer on the Second review tab (webapp.second_review).
+
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate
 version they can adopt. Starting jobs over many clips stays a lead's action (Jobs tab).
@@ -21,10 +25,10 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, order as orders, prompts, taxonomy
+from data import assignments, captions, clips, jobs, limits, order as orders, prompts, samples, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
-from webapp import render
+from webapp import render, second_review
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
@@ -73,12 +77,16 @@ class ReviewTab:
             self.provenance = gr.HTML("", elem_id="provenance")
         with gr.Accordion("Version history", open=True):
             self.history = gr.HTML("", elem_id="history")
+            with gr.Row():  # the history comes a page at a time (limits.HISTORY_PAGE): older ones on demand
+                self.newest_btn = gr.Button("Newest versions", visible=False, elem_id="btn-history-newest", size="sm")
+                self.older_btn = gr.Button("Older versions", visible=False, elem_id="btn-history-older", size="sm")
         # navigation asked for by the page script (browser Back/Forward): a clip id, then a click
         self.nav_target = gr.Textbox("", visible="hidden", elem_id="nav-target")
         self.nav_btn = gr.Button("go", visible="hidden", elem_id="btn-nav")
         self.clip_id = gr.State(None)
         self.base = gr.State(None)
         self.review_base = gr.State(None)
+        self.history_before = gr.State(None)  # the oldest version shown: "Older versions" starts below it
 
     # -- what every action returns -------------------------------------------------------------------
     def view_outputs(self) -> list:
@@ -96,7 +104,47 @@ class ReviewTab:
             self.clip_id,
             self.base,
             self.review_base,
+            *self.history_outputs(),
         ]
+
+    def history_outputs(self) -> list:
+        return [self.history, self.adopt_choice, self.older_btn, self.newest_btn, self.history_before]
+
+    def _history(self, db, clip_id: int, before: int | None = None) -> dict:
+        """One page of the clip's history, the adopt choices from it, and the page buttons."""
+        page = captions.history_page(db, clip_id, before=before)
+        html, shown = render.history_page(page)
+        older = page["older"] + len(page["versions"]) - len(shown)
+        return {
+            self.history: html,
+            self.adopt_choice: gr.update(
+                choices=[
+                    (f"v{v['version']} ({v['source']}, {v['author']})", v["id"]) for v in shown if not v["current"]
+                ],
+                value=None,
+            ),
+            self.older_btn: gr.update(visible=bool(older)),
+            self.newest_btn: gr.update(visible=bool(page["newer"])),
+            self.history_before: shown[-1]["version"] if shown else None,
+        }
+
+    def _rate(self):
+        """The save rate limit: per person, so none with login off (one person, on this machine)."""
+        return limits.SAVE_RATE if self.ctx.settings.auth_required else None
+
+    def older(self, clip_id, before, request: gr.Request):
+        """The next page of older versions."""
+        self.ctx.user(request)
+        if clip_id is None or before is None:
+            return gr.skip()
+        return self._history(self.ctx.db(), int(clip_id), before=int(before))
+
+    def newest(self, clip_id, request: gr.Request):
+        """Back to the newest versions."""
+        self.ctx.user(request)
+        if clip_id is None:
+            return gr.skip()
+        return self._history(self.ctx.db(), int(clip_id))
 
     def form_inputs(self) -> list:
         """What every handler that may leave the clip receives: enough to save the form first."""
@@ -121,17 +169,10 @@ class ReviewTab:
         except (NotFound, ValueError, TypeError, OverflowError):
             raise gr.Error(f"There is no clip {clip_id!s:.40}.") from None
         cap = clip["caption"]
-        versions = captions.history(db, clip["id"])
         out = {
             self.header: render.header(clip, user.name, user.role),
             self.provenance: render.provenance(cap, captions.lineage(db, cap)),
-            self.history: render.history(versions),
-            self.adopt_choice: gr.update(
-                choices=[
-                    (f"v{v['version']} ({v['source']}, {v['author']})", v["id"]) for v in versions if not v["current"]
-                ],
-                value=None,
-            ),
+            **self._history(db, clip["id"]),
             self.msg: render.message(message, kind),
             self.reload_btn: gr.update(visible=False),
             self.clip_id: clip["id"],
@@ -146,7 +187,28 @@ class ReviewTab:
             out[self.text] = (cap or {}).get("text", "")
             for name, comp in self.labels.items():
                 out[comp] = labels.get(name, [] if name in taxonomy.MULTI else None)
+        if samples.is_blind(db, clip["id"], user.name):
+            out.update(self._blind(clip))
         return out
+
+    def _blind(self, clip: dict) -> dict:
+        """Blind mode: the person has a pending blind second review of this clip (data.samples), so the view hides
+        its caption, labels, review, assignee, provenance and history, and holds no clip in the form's state, so
+        that no save or decision here can touch it (they answer on the Second review tab)."""
+        return {
+            self.header: second_review.blind_header(clip),
+            self.provenance: "",
+            self.history: "",
+            self.adopt_choice: gr.update(choices=[], value=None),
+            self.older_btn: gr.update(visible=False),
+            self.newest_btn: gr.update(visible=False),
+            self.history_before: None,
+            self.text: "",
+            **{comp: [] if name in taxonomy.MULTI else None for name, comp in self.labels.items()},
+            self.clip_id: None,
+            self.base: None,
+            self.review_base: None,
+        }
 
     def open_link(self, raw: str, request: gr.Request) -> dict:
         """The Review view for a link's `?clip=RAW`: that clip, or a header saying there is no such clip (an id
@@ -184,10 +246,20 @@ class ReviewTab:
         db = self.ctx.db()
         if not form.differs_from(captions.get(db, form.base) if form.base is not None else None):
             return form.base, None
-        cap = captions.save_human(
-            db, int(form.clip_id), text=form.text, labels=form.labels(), author=user.name, base_caption_id=form.base
-        )
+        cap = self._save_form(form, user)
         return cap["id"], cap
+
+    def _save_form(self, form: ReviewForm, user) -> dict:
+        """The form as a new human version (data.captions.save_human: Conflict, TooFast, DataError)."""
+        return captions.save_human(
+            self.ctx.db(),
+            int(form.clip_id),
+            text=form.text,
+            labels=form.labels(),
+            author=user.name,
+            base_caption_id=form.base,
+            rate=self._rate(),
+        )
 
     def _leave(self, form: ReviewForm, request: gr.Request, go) -> dict:
         """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
@@ -215,14 +287,7 @@ class ReviewTab:
         if form.clip_id is None:
             raise gr.Error("Open a clip first.")
         try:
-            cap = captions.save_human(
-                self.ctx.db(),
-                int(form.clip_id),
-                text=form.text,
-                labels=form.labels(),
-                author=user.name,
-                base_caption_id=form.base,
-            )
+            cap = self._save_form(form, user)
         except DataError as e:
             return self._refused(form.clip_id, e, request)
         return self.view(
@@ -274,7 +339,12 @@ class ReviewTab:
             return {self.msg: render.message("Choose a version to adopt.", "error")}
         try:
             cap = captions.adopt(
-                self.ctx.db(), int(clip_id), caption_id=int(caption_id), author=user.name, base_caption_id=base
+                self.ctx.db(),
+                int(clip_id),
+                caption_id=int(caption_id),
+                author=user.name,
+                base_caption_id=base,
+                rate=self._rate(),
             )
         except DataError as e:
             return self._refused(clip_id, e, request)
@@ -378,4 +448,13 @@ class ReviewTab:
         self.prev_btn.click(shows_errors(self.step(-1)), walk, outs, api_name="previous_clip", **nav)
         self.queue_btn.click(shows_errors(self.queue_next), walk, outs, api_name="next_unreviewed", **nav)
         self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)
+        self.older_btn.click(
+            shows_errors(self.older),
+            [self.clip_id, self.history_before],
+            self.history_outputs(),
+            api_name="history_older",
+        )
+        self.newest_btn.click(
+            shows_errors(self.newest), [self.clip_id], self.history_outputs(), api_name="history_newest"
+        )
         self.assign.wire(self.header, self.msg, self.clip_id, self.base, self.review_base)

@@ -1,0 +1,92 @@
+"""A random review sample and a blind second review in a real Chromium (issue 19): a lead draws a seeded sample of
+the Browse filter and assigns it in one click, then sends it to a second reviewer; the second reviewer's tab shows
+the origin machine caption, not the first reviewer's text or labels; they change a label and approve; the answer
+is stored as a second review and the clip's caption and review stay as the first reviewer left them."""
+
+from __future__ import annotations
+
+import pytest
+
+from data import captions, clips, db as dbmod, samples, taxonomy
+from tests.support.browser_fixtures import SCREENSHOTS, login
+
+pytestmark = pytest.mark.browser
+FIRST_TEXT = "The first reviewer's own words: a cyclist, not a bus."
+
+
+def choose(page, elem_id: str, value: str) -> None:
+    """Choose `value` in a Gradio dropdown (single or multiple choice): type it, click the option named exactly so."""
+    page.locator(f"#{elem_id} input").click()
+    page.keyboard.press("Control+a")  # a current choice is typed over
+    page.keyboard.type(value)
+    page.locator(f'[role=listbox] li[aria-label="{value}"]').first.click()
+    page.locator("body").click(position={"x": 3, "y": 3})  # closes the list
+
+
+def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, server, library):  # noqa: F811
+    lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ann2_ctx = browser.new_context(viewport={"width": 1366, "height": 900})
+    db = dbmod.connect(server.settings.db)
+    try:
+        lead, _ = login(lead_ctx, server.url, "lead")
+        lead.wait_for_selector(".cw-tile")
+        lead.get_by_text("Random review sample").click()
+        lead.fill("#sample-size input", "3")
+        choose(lead, "sample-people", "ann")
+        lead.fill("#sample-seed input", "42")
+        lead.click("#btn-draw-sample")
+        lead.wait_for_selector("#sample-result")
+        sample_id = int(lead.get_attribute("#sample-result", "data-sample"))
+        s = samples.get(db, sample_id)
+        assert (s["drawn"], s["seed"], s["assignees"]) == (3, 42, ["ann"])
+        assert "seed 42" in lead.inner_text("#sample-result")
+        members = samples.members(db, sample_id)
+        for m in members:  # the tiles show the new assignee at once
+            lead.wait_for_function(
+                f"document.querySelector('#tile-{m['clip_id']} .cw-assignee')?.innerText === '→ ann'"
+            )
+        lead.screenshot(path=str(SCREENSHOTS / "browse-sample.png"))
+
+        # ann's first review of one member: a label and the text changed, approved
+        target = members[0]["clip_id"]
+        origin = clips.get(db, target)["caption"]
+        first = dict(
+            origin["labels"], hazard_level="critical" if origin["labels"]["hazard_level"] != "critical" else "low"
+        )
+        saved = captions.save_human(
+            db, target, text=FIRST_TEXT, labels=first, author="ann", base_caption_id=origin["id"]
+        )
+        captions.set_review(db, target, status="approved", user="ann", base_caption_id=saved["id"])
+
+        assert lead.input_value("#second-sample input") == str(sample_id)  # the draw filled it in
+        choose(lead, "second-reviewer", "ann2")
+        lead.check("#second-reviewed-only input")
+        lead.click("#btn-send-second")
+        lead.wait_for_function("document.querySelector('#second-msg').innerText.includes('Sent 1 clip of sample')")
+
+        ann2, _ = login(ann2_ctx, server.url, "ann2")
+        ann2.locator("#tab-second-button").click()
+        ann2.wait_for_function(f"document.querySelector('#second-clip')?.dataset.clip === '{target}'")
+        assert "1 blind second review waits for you" in ann2.inner_text("#second-status")
+        assert ann2.input_value("#second-text textarea") == origin["text"]  # the machine's words, not ann's
+        assert ann2.input_value("#second-hazard-level input") == origin["labels"]["hazard_level"]
+        body = ann2.inner_text("#tab-second")
+        assert FIRST_TEXT not in body and "approved" not in body
+        weather = next(w for w in taxonomy.WEATHER if w != origin["labels"]["weather"])
+        choose(ann2, "second-weather", weather)
+        ann2.evaluate("window.scrollTo(0, 0)")
+        ann2.screenshot(path=str(SCREENSHOTS / "second-review.png"))
+        ann2.click("#btn-second-approve")
+        ann2.wait_for_function("document.querySelector('#second-review-msg').innerText.includes('is saved (approved)')")
+        assert "No blind second review waits for you" in ann2.inner_text("#second-status")
+
+        (pair,) = samples.second_reviews(db, sample_id=sample_id)
+        assert pair["reviewer"] == "ann2" and pair["decision"] == "approved"
+        assert pair["labels"] == dict(origin["labels"], weather=weather)
+        after = clips.get(db, target)
+        assert after["current_caption_id"] == saved["id"] and after["review_status"] == "approved"
+        assert after["caption"]["labels"] == first and after["reviewed_by"] == "ann"
+    finally:
+        db.close()
+        lead_ctx.close()
+        ann2_ctx.close()

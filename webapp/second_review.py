@@ -1,0 +1,192 @@
+"""Second review tab: a person answers the blind second reviews a lead sent them (data.samples).
+
+Blind means the tab is given nothing of the first review: the clip's footage and the origin machine caption (the
+one the first reviewer started from), as data.samples.task returns them, never the clip row itself (its facet
+columns mirror the current, reviewed caption). The person sets the labels and approves or rejects; the answer is
+stored as a second review and changes nothing of the clip (not its caption, not its review status). The tab
+then opens their next one.
+
+The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
+without its caption or review (`blind_header`, webapp.review) and Browse masks its tile (`masked`). That keeps
+the first review out of sight, not out of reach: a person who filters Browse by a label value can still infer
+it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from data import samples, taxonomy
+from data.errors import DataError
+from webapp import render
+from webapp.context import AppContext, shows_errors
+
+LABELS = list(taxonomy.ENUMS)
+BLIND_NOTE = "Caption and review hidden: you review this clip blind (Second review tab)."
+
+
+def blind_header(clip: dict) -> str:
+    """Review's header for a clip the person has a pending blind second review of: which clip, and where to
+    review it; nothing of its caption, review or assignee."""
+    cid = int(clip["id"])
+    return (
+        f'<div class="cw-clip-header" id="clip-header" data-clip="{cid}" data-loaded="{cid}:blind">'
+        f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{cid}</b> '
+        f"{render.esc(clip.get('path'))}</h2> · "
+        f'<span class="cw-badge" id="review-blind">blind</span> You are this clip\'s second reviewer: its '
+        "caption and first review are hidden until you answer. Review it on the Second review tab.</div>"
+    )
+
+
+def masked(row: dict) -> dict:
+    """A Browse tile's row with what the current caption and its review say taken out (for its blind reviewer)."""
+    hidden = dict.fromkeys(("scenario", "hazard_level", "weather", "lighting", "road_type", "assignee"))
+    return {**row, **hidden, "review_status": "blind", "caption_preview": BLIND_NOTE}
+
+
+def header(task: dict) -> str:
+    clip = task["clip"]
+    origin = task["origin"]
+    made = (
+        f"the machine caption by {render.esc(origin.get('model'))} ({render.esc(origin.get('prompt_name'))} "
+        f"v{render.esc(origin.get('prompt_version'))})"
+        if origin
+        else "no machine caption: set every label yourself"
+    )
+    return (
+        f'<div class="cw-clip-header" id="second-clip" data-clip="{int(clip["id"])}" data-review="{int(task["id"])}">'
+        f'<h2 class="cw-clip-title"><b>#{int(clip["id"])}</b> {render.esc(clip.get("path"))}</h2> · '
+        f"sample {int(task['sample_id'])} · blind second review of {made}</div>"
+    )
+
+
+class SecondReviewTab:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def render(self) -> None:
+        self.status = gr.HTML("", elem_id="second-status")
+        with gr.Row():
+            self.next_btn = gr.Button("Open my next second review", elem_id="btn-second-next", size="sm")
+        self.header = gr.HTML("", elem_id="second-header")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=420):
+                self.player = gr.HTML("", elem_id="second-player")
+                self.filmstrip = gr.HTML("", elem_id="second-filmstrip")
+            with gr.Column(scale=2, min_width=380):
+                self.msg = gr.HTML("", elem_id="second-review-msg")
+                self.text = gr.Textbox(
+                    label="The machine caption, as the model wrote it (read only)",
+                    lines=7,
+                    max_lines=7,
+                    interactive=False,
+                    elem_id="second-text",
+                )
+                self.labels = {
+                    name: gr.Dropdown(
+                        list(taxonomy.ENUMS[name]),
+                        value=[] if name in taxonomy.MULTI else None,
+                        multiselect=name in taxonomy.MULTI,
+                        label=name.replace("_", " "),
+                        elem_id=f"second-{name.replace('_', '-')}",
+                    )
+                    for name in LABELS
+                }
+                with gr.Row():
+                    self.approve_btn = gr.Button("Approve", elem_id="btn-second-approve", variant="primary", size="sm")
+                    self.reject_btn = gr.Button("Reject", elem_id="btn-second-reject", variant="stop", size="sm")
+        self.task = gr.State(None)  # the second review shown (its id)
+
+    @property
+    def outputs(self) -> list:
+        return [
+            self.status,
+            self.header,
+            self.player,
+            self.filmstrip,
+            self.text,
+            *self.labels.values(),
+            self.msg,
+            self.task,
+        ]
+
+    def _status(self, name: str) -> str:
+        n = samples.pending_count(self.ctx.db(), name)
+        words = (
+            "No blind second review waits for you."
+            if not n
+            else f"{n:,} blind second review{' waits' if n == 1 else 's wait'} for you."
+        )
+        return f'<div class="cw-counts" id="second-count" data-n="{n}">{words}</div>'
+
+    def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
+        """Every region for `task` (data.samples.task: nothing of the first review), or empty ones for None."""
+        out = {self.status: self._status(name), self.msg: render.message(message, kind)}
+        if task is None:
+            out.update({self.header: "", self.player: "", self.filmstrip: "", self.text: "", self.task: None})
+            out.update({comp: [] if n in taxonomy.MULTI else None for n, comp in self.labels.items()})
+            return out
+        labels = (task["origin"] or {}).get("labels") or {}
+        out.update(
+            {
+                self.header: header(task),
+                self.player: render.player(task["clip"]),
+                self.filmstrip: render.filmstrip(task["clip"]),
+                self.text: (task["origin"] or {}).get("text", ""),
+                self.task: task["id"],
+            }
+        )
+        for name, comp in self.labels.items():
+            value = labels.get(name)
+            out[comp] = list(value or []) if name in taxonomy.MULTI else value
+        return out
+
+    def show(self, task_id, request: gr.Request):
+        """The tab shown: how many wait, and the one open (or the first, when none is)."""
+        user = self.ctx.user(request)
+        if task_id is not None:
+            return {self.status: self._status(user.name)}
+        return self.view(samples.next_task(self.ctx.db(), user.name), user.name)
+
+    def open_next(self, task_id, request: gr.Request):
+        """The person's next pending second review after the one shown (wrapping around)."""
+        user = self.ctx.user(request)
+        after = int(task_id) if task_id not in (None, "") else None
+        task = samples.next_task(self.ctx.db(), user.name, after=after)
+        return self.view(task, user.name, "" if task else "No blind second review waits for you.")
+
+    def answer(self, decision: str):
+        def handler(request: gr.Request, task_id, *values):
+            user = self.ctx.user(request)
+            if task_id in (None, ""):
+                return {self.msg: render.message("Open a second review first.", "error")}
+            labels = {}
+            for name, value in zip(LABELS, values):
+                if name in taxonomy.MULTI:
+                    labels[name] = list(value or [])
+                elif not value:
+                    return {self.msg: render.message(f"Choose a value for {name.replace('_', ' ')}.", "error")}
+                else:
+                    labels[name] = value
+            db = self.ctx.db()
+            try:
+                done = samples.answer(db, task_id, user.name, labels=labels, decision=decision)
+            except DataError as e:
+                return {self.msg: render.message(str(e), "error")}
+            said = f"Your second review of clip {done['clip_id']} is saved ({decision})."
+            task = samples.next_task(db, user.name, after=done["id"])
+            return self.view(task, user.name, said + ("" if task else " None is left."), "ok")
+
+        handler.__name__ = f"second_review_{decision}"
+        return handler
+
+    def wire(self) -> None:
+        outs = self.outputs
+        self.next_btn.click(shows_errors(self.open_next), [self.task], outs, api_name="second_next")
+        for decision, verb, btn in (("approved", "approve", self.approve_btn), ("rejected", "reject", self.reject_btn)):
+            btn.click(
+                shows_errors(self.answer(decision)),
+                [self.task, *self.labels.values()],
+                outs,
+                api_name=f"second_{verb}",
+            )
