@@ -262,3 +262,17 @@ def test_a_start_with_no_runner_says_the_job_stays_queued(workbench):
     out = tab.start("no runner", "everything uncaptioned", None, 16, 320, {}, None, None)
     assert "cw-msg-warn" in out[tab.msg] and "No runner is running" in out[tab.msg]
     assert out[tab.msg_for] == {"job": out[tab.job_id], "states": ["queued", "running"]}
+
+
+def test_before_any_request_fails_the_notice_names_what_health_found():
+    """A fleet found down by /health alone (the runner sent nothing yet) still says why, and for how long."""
+    from webapp import fleet_notice
+
+    health = ReplicaHealth(["http://127.0.0.1:30000"], 4)
+    t = time.monotonic()
+    replicas = [{"url": f"http://10.0.0.{i}:8000", "healthy": False, "error": "/health answered 503"} for i in (1, 2)]
+    health.observe({"at": time.time(), "router": None, "healthy": 0, "looked": 2, "total": 2, "replicas": replicas}, t)
+    report = health.report(t)
+    assert report["state"] == "down" and report["failing_since"] is None
+    notice = fleet_notice.waiting(report)
+    assert "Waiting for the fleet: 0 of 2 healthy (/health answered 503), for 0 s." in notice, notice

@@ -58,11 +58,13 @@ def healthy_text(report: dict, now: float | None = None) -> str:
     return f"{sum(1 for r in reps if r.get('ok'))} of {report.get('total', len(reps))} answering"
 
 
-def _cause(report: dict) -> str:
-    """The latest failure's status and message (the most recent over the replicas)."""
+def _cause(report: dict, now: float | None = None) -> str:
+    """The latest failure's status and message (the most recent over the replicas); before any request failed,
+    what the look at /health found."""
     errors = [r["last_error"] for r in report.get("replicas") or [] if isinstance(r.get("last_error"), dict)]
     if not errors:
-        return ""
+        look = _look(report, time.time() if now is None else now) or {}
+        return next((str(r["error"])[:200] for r in look.get("replicas") or [] if r.get("error")), "")
     latest = max(errors, key=lambda e: e.get("at") or 0)
     msg = str(latest.get("message") or latest.get("kind") or "failed")
     status = latest.get("status")
@@ -98,8 +100,8 @@ def waiting(report: dict | None, now: float | None = None, *, max_attempts: int 
     if not report or report.get("state") not in ("down", "failing"):
         return ""
     now = time.time() if now is None else now
-    cause = _cause(report)
-    since = report.get("failing_since")
+    cause = _cause(report, now)
+    since = report.get("failing_since") or report.get("down_since")
     how_long = f", for {_ago(now - since)}" if since else ""
     if report["state"] == "down":
         head = f"Waiting for the fleet: {healthy_text(report, now)}" + (f" ({cause})" if cause else "") + how_long
@@ -139,9 +141,7 @@ def start_warning(beats: list[dict], now: float | None = None) -> str:
     look = _look(report, now)
     none_healthy = look is not None and look.get("healthy") == 0 and look.get("total")
     if report.get("state") == "down" or none_healthy:
-        cause = _cause(report) or next(
-            (r.get("error") for r in (look or {}).get("replicas") or [] if r.get("error")), ""
-        )
+        cause = _cause(report, now)
         return (
             f"No replica is healthy ({healthy_text(report, now)}"
             + (f": {str(cause)[:200]}" if cause else "")
