@@ -15,6 +15,13 @@ from data.db import immediate, now
 from data.errors import NotFound
 from data.job_queries import ACTIVE, get
 
+# the SET clause that ends a job's stretch in state running (one parameter: the time it ends); jobs.run_seconds
+# then holds how long the job has run in all, which its clips/s is computed over (data.job_queries.progress)
+STOP_RUNNING = (
+    "run_seconds = run_seconds + CASE WHEN running_since IS NULL THEN 0 ELSE MAX(0, ? - running_since) END, "
+    "running_since = NULL"
+)
+
 
 def runner_identity() -> str:
     """How a runner names itself in `leased_by`: host, pid and a start stamp (pids get reused)."""
@@ -78,8 +85,9 @@ def claim(
             return []
         if job["state"] == "queued":
             db.execute(
-                "UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?), updated_at = ? WHERE id = ?",
-                [t, t, job_id],
+                "UPDATE jobs SET state = 'running', started_at = COALESCE(started_at, ?), running_since = ?, "
+                "updated_at = ? WHERE id = ?",
+                [t, t, t, job_id],
             )
         # leases that ran out after the last allowed attempt: fail them, never re-send
         exhausted = db.execute(
@@ -250,8 +258,9 @@ def finish_if_drained(db: sqlite_utils.Database, job_id: int) -> None:
         "SELECT EXISTS (SELECT 1 FROM job_items WHERE job_id = ? AND state IN ('pending', 'leased'))", [job_id]
     ).fetchone()[0]
     if not left:
+        t = now()
         db.execute(
-            "UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ? "
+            f"UPDATE jobs SET state = 'done', finished_at = ?, updated_at = ?, {STOP_RUNNING} "
             "WHERE id = ? AND state IN ('queued', 'running')",
-            [now(), now(), job_id],
+            [t, t, t, job_id],
         )

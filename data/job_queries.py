@@ -11,7 +11,7 @@ from typing import Iterable
 import sqlite_utils
 
 from data.db import now
-from data.errors import NotFound
+from data.errors import DataError, NotFound
 from data.job_params import JobParams
 from data.job_selection import Selection
 
@@ -34,8 +34,63 @@ def get(db: sqlite_utils.Database, job_id: int) -> dict:
     return _decode(row)
 
 
-def list_jobs(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
-    return [_decode(r) for r in db.query("SELECT * FROM jobs ORDER BY id DESC LIMIT ?", [limit])]
+# what asked for a job, from its stored selection (data.job_selection; older rows named it "reason" or "source")
+_ORIGIN = (
+    "COALESCE(json_extract(selection, '$.origin'), json_extract(selection, '$.reason'), "
+    "json_extract(selection, '$.source'), '')"
+)
+RECAPTION = "re-caption"  # the origin of a one-clip re-caption job started from Review
+KINDS = ("jobs", "re-captions", "all")  # `list_jobs(kind=...)`: jobs leaves re-captions out
+
+
+def _list_where(kind: str, state: str | None, created_by: str | None) -> tuple[str, list]:
+    if kind not in KINDS:
+        raise DataError(f"Unknown kind of job {kind!r}: one of {', '.join(KINDS)}.")
+    if state and state not in JOB_STATES:
+        raise DataError(f"Unknown job state {state!r}: one of {', '.join(JOB_STATES)}.")
+    where, args = ["1"], []
+    if kind != "all":
+        where.append(f"{_ORIGIN} {'!=' if kind == 'jobs' else '='} ?")
+        args.append(RECAPTION)
+    if state:
+        where.append("state = ?")
+        args.append(state)
+    if created_by:
+        where.append("created_by = ?")
+        args.append(created_by)
+    return " AND ".join(where), args
+
+
+def list_jobs(
+    db: sqlite_utils.Database,
+    limit: int = 50,
+    *,
+    kind: str = "all",
+    state: str | None = None,
+    created_by: str | None = None,
+) -> list[dict]:
+    """The newest `limit` jobs, optionally only one `kind` ("jobs": all but re-captions, "re-captions", "all"),
+    one `state` and one creator."""
+    where, args = _list_where(kind, state, created_by)
+    return [_decode(r) for r in db.query(f"SELECT * FROM jobs WHERE {where} ORDER BY id DESC LIMIT ?", [*args, limit])]
+
+
+def count_jobs(
+    db: sqlite_utils.Database, *, kind: str = "all", state: str | None = None, created_by: str | None = None
+) -> dict[str, int]:
+    """{state: how many jobs} for the same filter as `list_jobs` (the Jobs tab says what a filter hides)."""
+    where, args = _list_where(kind, state, created_by)
+    return {
+        r["state"]: r["n"] for r in db.query(f"SELECT state, COUNT(*) AS n FROM jobs WHERE {where} GROUP BY 1", args)
+    }
+
+
+def creators(db: sqlite_utils.Database) -> list[str]:
+    """Everyone who started a job, by name."""
+    return [
+        r["created_by"]
+        for r in db.query("SELECT DISTINCT created_by FROM jobs WHERE created_by IS NOT NULL ORDER BY 1")
+    ]
 
 
 def runnable(db: sqlite_utils.Database) -> list[dict]:
@@ -65,18 +120,26 @@ def counts(db: sqlite_utils.Database, job_id: int) -> dict[str, int]:
 def progress(
     db: sqlite_utils.Database, job_id: int, *, bucket_seconds: float | None = None, max_points: int = 300
 ) -> dict:
-    """What the UI and CLI show: counts, throughput (clips/s over the last minute), ETA, and a throughput
-    series with one point per bucket from the job's start to its end (or now), empty buckets as 0 so that a
-    stall shows as a drop, not as a line drawn across it. Buckets are 10 s, coarser for long jobs so that the
-    series stays under `max_points`."""
+    """What the UI and CLI show: counts, throughput, ETA, and a throughput series with one point per bucket
+    from the job's start to its end (or now), empty buckets as 0 so that a stall shows as a drop, not as a line
+    drawn across it. Buckets are 10 s, coarser for long jobs so that the series stays under `max_points`.
+
+    `run_seconds` is how long the job has been in state running, all stretches together. `rate` (clips
+    finished per second, done or failed) is, while the job runs, that of the last minute of its current
+    stretch; otherwise (queued, paused, cancelled, done) its clips over its `run_seconds`, so that it neither
+    decays while the job stands still nor counts the time it stood still."""
     job = get(db, job_id)
     c = counts(db, job_id)
     t = now()
-    recent = db.execute(
-        "SELECT COUNT(*) FROM job_items WHERE job_id = ? AND finished_at >= ?", [job_id, t - 60]
-    ).fetchone()[0]
-    window = min(60.0, max(1.0, t - (job["started_at"] or t)))
-    rate = recent / window
+    run_s = (job.get("run_seconds") or 0.0) + (max(0.0, t - job["running_since"]) if job.get("running_since") else 0.0)
+    if job["state"] == "running":
+        since = max(t - 60.0, job.get("running_since") or job["started_at"] or t)
+        recent = db.execute(
+            "SELECT COUNT(*) FROM job_items WHERE job_id = ? AND finished_at >= ?", [job_id, since]
+        ).fetchone()[0]
+        rate = recent / max(1.0, t - since)
+    else:
+        rate = (c["done"] + c["failed"]) / run_s if run_s > 0 else 0.0
     remaining = c["pending"] + c["leased"]
     series: list[dict] = []
     if job["started_at"]:
@@ -97,6 +160,7 @@ def progress(
     return {
         **job,
         "counts": c,
+        "run_seconds": run_s,
         "rate": rate,
         "remaining": remaining,
         "eta_seconds": remaining / rate if rate > 0 and job["state"] in ACTIVE else None,

@@ -26,6 +26,7 @@ Callers import each name from its own module (`job_items.claim`, `job_queries.pr
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import sqlite_utils
@@ -33,7 +34,7 @@ import sqlite_utils
 from data import events, limits
 from data.db import immediate, now
 from data.errors import DataError, NotFound
-from data.job_items import finish_if_drained
+from data.job_items import STOP_RUNNING, finish_if_drained
 from data.job_params import JobParams
 from data.job_queries import get
 from data.job_selection import Selection
@@ -165,6 +166,7 @@ _TRANSITIONS = {
     "resume": (("paused", "cancelled", "done"), "queued"),
     "cancel": (("queued", "running", "paused"), "cancelled"),
 }
+DONE_TO = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}  # "it cannot be cancelled"
 
 
 def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str) -> dict:
@@ -175,11 +177,12 @@ def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str)
     with immediate(db):
         job = get(db, job_id)
         if job["state"] not in allowed:
-            raise DataError(f"Job {job_id} is {job['state']}: it cannot be {action}d.")
+            raise DataError(f"Job {job_id} is {job['state']}: it cannot be {DONE_TO[action]}.")
+        t = now()
         db.execute(
             "UPDATE jobs SET state = ?, updated_at = ?, finished_at = CASE WHEN ? = 'cancelled' "
-            "THEN ? ELSE NULL END WHERE id = ?",
-            [target, now(), target, now(), job_id],
+            f"THEN ? ELSE NULL END, {STOP_RUNNING} WHERE id = ?",
+            [target, t, target, t, t, job_id],
         )
         released = 0
         if target in ("paused", "cancelled"):
@@ -196,21 +199,62 @@ def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str)
     return get(db, job_id)
 
 
-def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> int:
-    """Put failed items back to pending (attempts reset) and re-queue the job. Returns how many."""
+# Failures that the same job sending the clip again cannot cure, by why (retry_failed leaves them failed):
+# - clip: the fleet refused the clip as sent (HTTP 400/422, undecodable video, a path outside the clip root);
+# - answer: the model's answer to this prompt with these limits was unusable (same prompt, same limits, same
+#   answer: a new job with more max tokens or another prompt version is what helps).
+# Two more reasons are read from the clip as it is now: it failed ingest (until it is ingested again and
+# probes fine) or its file is missing from the clip root.
+FINAL_KINDS = {
+    "clip": ("rejected", "bad_request", "decode", "path"),
+    "answer": ("bad_answer", "truncated", "unfinished", "invalid_json", "schema", "store"),
+}
+_WHY_FINAL = (
+    "CASE WHEN c.probe_error IS NOT NULL THEN 'ingest' WHEN c.missing = 1 THEN 'missing' "
+    + "".join(
+        f"WHEN i.error_kind IN ({', '.join(repr(k) for k in kinds)}) THEN '{why}' "
+        for why, kinds in FINAL_KINDS.items()
+    )
+    + "END"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Retried:
+    """What `retry_failed` did: `requeued` failed items went back to pending; `left` counts those that stay
+    failed because a retry cannot help, by why: "ingest", "missing", "clip", "answer" (FINAL_KINDS)."""
+
+    requeued: int
+    left: dict[str, int]
+
+
+def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> Retried:
+    """Put the failed items that can succeed on a retry back to pending (attempts reset) and re-queue the job:
+    those the fleet failed (unreachable, overloaded, 5xx, timeouts, its configuration), and ingest failures
+    whose clip has since been ingested again and probes fine. The others stay failed, counted by why."""
     with immediate(db):
         job = get(db, job_id)
+        t = now()
         n = db.execute(
             "UPDATE job_items SET state = 'pending', attempts = 0, not_before = NULL, "
-            "lease_until = NULL, leased_by = NULL, updated_at = ? "
-            "WHERE job_id = ? AND state = 'failed'",
-            [now(), job_id],
+            "lease_until = NULL, leased_by = NULL, updated_at = ? WHERE job_id = ? AND state = 'failed' "
+            "AND clip_id IN (SELECT i.clip_id FROM job_items i JOIN clips c ON c.id = i.clip_id "
+            f"WHERE i.job_id = ? AND i.state = 'failed' AND ({_WHY_FINAL}) IS NULL)",
+            [t, job_id, job_id],
         ).rowcount
         if n:
             db.execute(
                 "UPDATE jobs SET failed = failed - ?, state = CASE WHEN state IN ('done', 'cancelled') "
                 "THEN 'queued' ELSE state END, finished_at = NULL, updated_at = ? WHERE id = ?",
-                [n, now(), job_id],
+                [n, t, job_id],
             )
-        events.record(db, user, "job.retry_failed", job_id=job_id, items=n, previous=job["state"])
-    return n
+        left = {
+            r["why"]: r["n"]
+            for r in db.query(
+                f"SELECT {_WHY_FINAL} AS why, COUNT(*) AS n FROM job_items i JOIN clips c ON c.id = i.clip_id "
+                "WHERE i.job_id = ? AND i.state = 'failed' GROUP BY 1",
+                [job_id],
+            )
+        }
+        events.record(db, user, "job.retry_failed", job_id=job_id, items=n, left=left, previous=job["state"])
+    return Retried(n, left)

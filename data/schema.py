@@ -11,7 +11,8 @@ Tables
   Lineage (m011): `derived_from_id` is the version a row was made from, `origin_id` the machine caption at the
   root of that chain (data.captions explains both); `parent_id` is the version that was current when it was written.
 - prompts: versioned (name, version), never edited in place.
-- jobs / job_items: a captioning job and its per-clip work, claimed with leases.
+- jobs / job_items: a captioning job and its per-clip work, claimed with leases. `jobs.run_seconds` and
+  `running_since` (m020) measure how long a job has really run.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
@@ -629,3 +630,21 @@ def m019_quality(db: sqlite_utils.Database) -> None:
         "CREATE INDEX idx_clips_quality ON clips(review_status, missing, current_caption_id, scenario, hazard_level, "
         "weather, lighting, road_type, caption_source)"
     )
+
+
+@MIGRATIONS()
+def m020_fleet_state(db: sqlite_utils.Database) -> None:
+    """How long each job has really run, so that a paused, cancelled or done job's clips/s is its clips over
+    that time (data.job_queries.progress): `run_seconds` sums the finished stretches in state running,
+    `running_since` is when the current one began (NULL while not running). The fleet's state itself is not
+    a table: the runner reports it with its heartbeat (serving.runner.replicas).
+
+    Jobs that ran before this are backfilled from what their rows know: from the start to the end (a cancel,
+    or the last result), or to the last change for a paused one; a pause in between is counted as running."""
+    db.execute("ALTER TABLE jobs ADD COLUMN run_seconds REAL NOT NULL DEFAULT 0")
+    db.execute("ALTER TABLE jobs ADD COLUMN running_since REAL")
+    db.execute(
+        "UPDATE jobs SET run_seconds = MAX(0, COALESCE(finished_at, updated_at, started_at) - started_at) "
+        "WHERE started_at IS NOT NULL AND state IN ('paused', 'cancelled', 'done')"
+    )
+    db.execute("UPDATE jobs SET running_since = started_at WHERE started_at IS NOT NULL AND state = 'running'")

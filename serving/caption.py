@@ -198,7 +198,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="replicas behind a single router URL (default: ask the router's /workers)",
     )
     how.add_argument("--resume", type=int, metavar="JOB", help="continue job JOB instead of creating one")
-    how.add_argument("--retry-failed", action="store_true", help="with --resume: send the failed items again")
+    how.add_argument(
+        "--retry-failed",
+        action="store_true",
+        help="with --resume: send again the failed items a retry can help (not ingest failures, clips the fleet "
+        "refused, unusable answers: data.jobs.FINAL_KINDS)",
+    )
     how.add_argument("--no-progress", action="store_true", help="no progress bar")
     return p
 
@@ -221,8 +226,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume:
             job = job_queries.get(db, args.resume)
             if args.retry_failed:
-                n = jobs.retry_failed(db, job["id"], args.user)
-                print(f"job {job['id']}: {n} failed item(s) back to pending", file=sys.stderr)
+                r = jobs.retry_failed(db, job["id"], args.user)
+                left = ", ".join(f"{n} {why}" for why, n in sorted(r.left.items()))
+                print(
+                    f"job {job['id']}: {r.requeued} failed item(s) back to pending"
+                    + (f"; left failed, a retry cannot help: {left} (see data.jobs.FINAL_KINDS)" if left else ""),
+                    file=sys.stderr,
+                )
                 job = job_queries.get(db, job["id"])
             if job["state"] in ("paused", "cancelled") or (
                 job["state"] == "done" and job_queries.counts(db, job["id"])["pending"]

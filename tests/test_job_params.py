@@ -180,8 +180,10 @@ def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings
 
     cookie = server.client("lead").cookies["cw_session"]
     lead = Client(server.url, download_files=False, headers={"Cookie": f"cw_session={cookie}"}, verbose=False)
-    # the Jobs tab's inputs through the API: name, clips, prompt, frames, max tokens, pixels (the filter is state)
-    _, ui_job = lead.predict("uncaptioned", "everything uncaptioned", None, 16, 640, None, api_name="/start_job")
+    # the Jobs tab's inputs: name, clips, prompt, frames, max tokens, pixels, the Browse filter, the preview shown
+    _, ui_job, _preview = lead.predict(
+        "uncaptioned", "everything uncaptioned", None, 16, 640, None, {}, None, api_name="/start_job"
+    )
     args = caption_cli.build_parser().parse_args(["--has-caption", "no", "--ingest-failed", "no", "--limit", "2"])
     db = dbmod.connect(web_settings.db)
     try:

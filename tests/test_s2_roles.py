@@ -23,6 +23,7 @@ TABLE = Path(__file__).resolve().parent.parent / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
 ROWS = list(csv.DictReader(TABLE.open()))
 FILTER = ["any"] * 7 + [None, "", "any", "newest"]
+JOB_LIST = ["jobs", "", ""]  # the Jobs tab's list filter: kind, state, creator
 REVIEW = {
     "/save_caption",
     "/assign_clip",
@@ -67,13 +68,17 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
             "urban",
         ], None
     if name == "start_job":
-        return ["S2 job", "everything uncaptioned", None, 16, 320, None], None
+        return ["S2 job", "everything uncaptioned", None, 16, 320, None, None, None], None
     if name == "job_select":
         return [], {"index": [0, 0], "value": job_id, "row_value": [job_id]}
     if name == "job_preview":
-        return ["everything uncaptioned", None], None
+        return ["everything uncaptioned", 16, None, None], None
     if name == "jobs_show":
-        return [job_id, "everything uncaptioned", None], None
+        return [job_id, *JOB_LIST, None, "everything uncaptioned", 16, None, None], None
+    if name == "job_preview_tick":
+        return ["everything uncaptioned", 16, None, None, None], None
+    if name in ("job_pause", "job_resume", "job_cancel", "job_retry"):
+        return [job_id, None], None
     if name == "assign_clips":
         return [None, None, "ann2", 1, None], None
     if name == "assign_clip":
@@ -84,7 +89,9 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return ["3"], None
     if name == "flag_broken":  # the form as a script sends it (no edit), the filter, the sort, the reason
         return [None] * 11 + [None, "newest", "S2: the role test flags this video"], None
-    if name.startswith("job_") or name in ("jobs_refresh", "refresh"):
+    if (name.startswith("job") and name.endswith("_refresh")) or name in ("refresh", "jobs_list"):
+        return [job_id, *JOB_LIST, None], None
+    if name.startswith("job_"):
         return [job_id], None
     if name in ("quality_show", "quality_refresh"):
         return [["model", "prompt"], "", "", True, None, None, "hazard_level"], None

@@ -28,8 +28,8 @@ def job_count(settings) -> int:
         db.close()
 
 
-# name, clips, prompt, frames, max tokens, pixels per clip (None: the default); the Browse filter is session state
-START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None)
+# name, clips, prompt, frames, max tokens, pixels per clip (None: the default), the Browse filter, the preview shown
+START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None, {}, None)
 
 
 def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # noqa: F811
@@ -59,7 +59,7 @@ def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa:
 
 def test_lead_can_start_a_job(server, web_settings):  # noqa: F811
     before = job_count(web_settings)
-    msg, job_id = client_as(server, "lead").predict(*START_ARGS, api_name="/start_job")
+    msg, job_id, *_preview = client_as(server, "lead").predict(*START_ARGS, api_name="/start_job")
     assert "Started job" in msg and job_count(web_settings) == before + 1
 
 

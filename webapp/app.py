@@ -190,18 +190,18 @@ class Workbench:
         )
         # timers run only while their tab is shown (an idle browser on Browse polls nothing); each tab
         # paints at once when selected instead of waiting for its first tick
-        timers = [self.jobs.timer, self.fleet.timer]
+        timers = [*self.jobs.timers, self.fleet.timer]
         for tab, active in (
-            (self.tab_browse, None),
-            (self.tab_review, None),
-            (self.tab_second, None),
-            (self.tab_jobs, self.jobs.timer),
-            (self.tab_quality, None),
-            (self.tab_fleet, self.fleet.timer),
+            (self.tab_browse, ()),
+            (self.tab_review, ()),
+            (self.tab_second, ()),
+            (self.tab_jobs, tuple(self.jobs.timers)),
+            (self.tab_quality, ()),
+            (self.tab_fleet, (self.fleet.timer,)),
         ):
 
             def timers_for(active=active):
-                return [gr.Timer(active=t is active) for t in timers]
+                return [gr.Timer(active=any(t is a for a in active)) for t in timers]
 
             tab.select(timers_for, None, timers, show_progress="hidden", api_name=f"timers_{tab.id}")
         self.tab_browse.select(
@@ -213,8 +213,8 @@ class Workbench:
         )
         self.tab_jobs.select(
             shows_errors(self.jobs.on_show),
-            [self.jobs.job_id, self.jobs.source, self.jobs.frames, self.jobs.max_pixels, self.filter_state],
-            self.jobs.refresh_outputs + [self.jobs.preview],
+            self.jobs.show_inputs + [self.filter_state],
+            self.jobs.show_outputs,
             show_progress="hidden",
             api_name="jobs_show",
         )

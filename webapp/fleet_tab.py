@@ -18,7 +18,6 @@ from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
 CACHE_S = 5.0  # one scrape of the fleet serves every Fleet tab open within this many seconds
-MAX_CELL = 4_000  # characters of one router field on the page (its worker list is already cut to 32 entries)
 # what the table shows, from serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
 COLUMNS = [
     "replica",
@@ -35,6 +34,24 @@ COLUMNS = [
 ]
 
 
+NONE = "—"  # what a person reads for a value that is not there (never "None")
+CELL_CHARS = 200  # characters of one router value on the page
+WORKERS_SHOWN = 32  # rows of the router's worker table
+# the router's fields (serving.fleet.RouterStatus) in the order and the words a person reads them
+ROUTER_FIELDS = {"url": "router", "live": "live", "ready": "ready", "error": "error"}
+# a worker's fields as vllm-router lists them (GET /workers), first those a person looks for
+WORKER_FIELDS = {
+    "url": "worker",
+    "is_healthy": "healthy",
+    "load": "load",
+    "worker_type": "type",
+    "model_id": "model",
+    "connection_mode": "connection",
+    "priority": "priority",
+    "cost": "cost",
+}
+
+
 def _ms(seconds) -> str:
     return "" if seconds in (None, "") else f"{float(seconds) * 1000:,.0f} ms"
 
@@ -46,11 +63,74 @@ def _num(v) -> str:
     return f"{f:,.0f}" if f == int(f) else f"{f:,.1f}"
 
 
+def value(v) -> str:
+    """One value as a person reads it: yes/no, "—" for nothing, rounded numbers, short text."""
+    if v is None or v == "":
+        return NONE
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)):
+        return _num(v)
+    if isinstance(v, dict):
+        return "; ".join(f"{str(k).replace('_', ' ')}: {value(x)}" for k, x in v.items()) or NONE
+    if isinstance(v, (list, tuple)):
+        return ", ".join(value(x) for x in v) or NONE
+    text = str(v)
+    return text if len(text) <= CELL_CHARS else text[: CELL_CHARS - 1] + "…"
+
+
+def workers_table(workers: list) -> str:
+    """The router's workers as a table, one row each with its health (yes/no), load, type and model."""
+    rows = [w if isinstance(w, dict) else {"url": w} for w in workers[:WORKERS_SHOWN]]
+    if not rows:
+        return f'<span class="cw-muted">{NONE}</span>'
+    keys = [k for k in WORKER_FIELDS if any(k in w for w in rows)]
+    keys += [k for k in dict.fromkeys(k for w in rows for k in w) if k not in WORKER_FIELDS]
+    head = "".join(f"<th>{render.esc(WORKER_FIELDS.get(k, str(k).replace('_', ' ')))}</th>" for k in keys)
+    body = "".join(
+        "<tr"
+        + (' class="cw-down"' if w.get("is_healthy") is False else "")
+        + ">"
+        + "".join(f"<td>{render.esc(value(w.get(k)))}</td>" for k in keys)
+        + "</tr>"
+        for w in rows
+    )
+    more = len(workers) - WORKERS_SHOWN
+    more_html = f'<p class="cw-muted">{more:,} more not shown</p>' if more > 0 else ""
+    return f'<table class="cw-workers" id="fleet-workers"><tr>{head}</tr>{body}</table>{more_html}'
+
+
+def router_html(router: dict | None) -> str:
+    """The router's status for a person: yes/no, "—", "healthy workers: 3 of 4", its workers as a table."""
+    if not router:
+        return ""
+    r = dict(router)
+    workers = [w for w in r.get("workers") or [] if isinstance(w, dict)]
+    healthy = r.get("healthy_workers")
+    if healthy is None and any("is_healthy" in w for w in workers):  # a router that is not ready omits the count
+        healthy = sum(1 for w in workers if w.get("is_healthy") is True)
+    rows = []
+    for key, label in ROUTER_FIELDS.items():
+        if key in r:
+            rows.append((label, render.esc(value(r[key]))))
+        if key == "ready" and (healthy is not None or r.get("total_workers") is not None):
+            rows.append(("healthy workers", f"{value(healthy)} of {value(r.get('total_workers'))}"))
+    # `listed` (replicas known, snapshot) is said by the summary above the table
+    known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers", "listed"}
+    rows += [(str(k).replace("_", " "), render.esc(value(v))) for k, v in r.items() if k not in known]
+    rows.append(("workers", workers_table(list(r.get("workers") or []))))
+    return (
+        '<table class="cw-prov" id="fleet-router-table">'
+        + "".join(f"<tr><th>{render.esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
+        + "</table>"
+    )
+
+
 def row(r: dict) -> list:
-    """One readable table row: rounded numbers with units, no raw structures."""
+    """One readable table row: rounded numbers with units, "—" where there is nothing, no raw structures."""
     kv = r.get("kv_cache_usage")
     model = str(r.get("model") or "")
-    return [
+    cells = [
         r.get("url") or "",
         r.get("state") or ("healthy" if r.get("healthy") else "down"),
         model + (" (simulated)" if r.get("simulated") and "simulated" not in model else ""),
@@ -63,22 +143,7 @@ def row(r: dict) -> list:
         _ms(r.get("ttft_mean")),
         str(r.get("error") or "")[:200],
     ]
-
-
-def _plain(v) -> str:
-    """A router status value as text: lists and dicts as short 'key: value' lines, numbers rounded."""
-    if isinstance(v, dict):
-        return "; ".join(f"{k}: {_plain(x)}" for k, x in v.items())
-    if isinstance(v, (list, tuple)):
-        return ", ".join(_plain(x) for x in v) or "none"
-    if isinstance(v, float):
-        return f"{v:,.2f}"
-    return str(v)
-
-
-def _cell(v) -> str:
-    text = _plain(v)
-    return render.esc(text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…")
+    return [c or NONE for c in cells]
 
 
 def snapshot(
@@ -153,20 +218,10 @@ class FleetTab:
             + (" · <b>simulated</b>" if any_simulated(rows) else "")
             + "</div>"
         )
-        router_html = ""
-        if router:
-            router_html = (
-                '<table class="cw-prov">'
-                + "".join(
-                    f"<tr><th>{render.esc(str(k).replace('_', ' '))}</th><td>{_cell(v)}</td></tr>"
-                    for k, v in dict(router).items()
-                )
-                + "</table>"
-            )
         return {
             self.table: df,
             self.summary: summary,
-            self.router: router_html,
+            self.router: router_html(router),
             self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows)),
         }
 

@@ -12,9 +12,14 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   starts). Items are claimed only for free slots, so what is leased is what is in flight: a SIGKILL re-sends at
   most that. Without fleet URLs the runner sends to what the launcher of this data dir started
   (serving.fleet_record.fleet_url).
-- Dispatch and replica health (least-loaded, cool-down and probe after a retryable error, fleet down) are
-  replicas.py; the failed clip goes back to pending with jittered backoff (`serving.client.backoff`)
-  and is sent elsewhere when another replica can take it.
+- Dispatch and replica health (least-loaded, cool-down and probe after a retryable error) are replicas.py;
+  the failed clip goes back to pending with jittered backoff (`serving.client.backoff`) and is sent elsewhere
+  when another replica can take it.
+- A fleet that fails every request (every replica failing, and `/health` finds none up or the failures span
+  several clips) is down: the runner backs off as a whole, one request at a time with a growing pause (at most
+  30 s), and no clip uses an attempt until an answer comes, however long that takes (replicas.py). The runner
+  looks at the replicas' `/health` while answers do not flow (watch.py), and its heartbeat carries the fleet's
+  state and the latest failures, which the Jobs tab shows ("waiting for the fleet: 0 of 4 healthy (HTTP 503 ...)").
 - Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
   ingest probe failed are never sent: they fail with "ingest: <probe error>".
 - Results are written in batches through `data.jobs.complete` (store.py): a machine caption never
@@ -28,7 +33,8 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
 The modules, from the loop outwards:
 - loop.py      `Runner` (the event loop: claim, dispatch, write, drain), `serve` (with signal handlers),
                `run_job` (one job in the calling thread), `fleet_targets`
-- replicas.py  where requests go: each replica's bound, what it has in flight, its health
+- replicas.py  where requests go: each replica's bound, what it has in flight, its health, a fleet that is down
+- watch.py     the look at the replicas' `/health` while answers do not say the fleet is fine
 - store.py     what the runner reads and writes in SQLite (claims, results, heartbeats), one transaction each
 - dbthread.py  the thread that owns the runner's SQLite connection
 - __main__.py  the command line

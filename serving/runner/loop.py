@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 import time
-from typing import Any, Awaitable, Callable, Iterable
+from typing import Any, Awaitable, Callable, Iterable, Literal
 
 from data import db as dbmod, deployment, job_items, job_queries, library, prompts
 from data.settings import Settings, url_list
@@ -19,8 +19,9 @@ from serving import fleet_key, fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet import router_workers
+from serving.runner import watch
 from serving.runner.dbthread import RunnerDB
-from serving.runner.replicas import FLEET_DOWN_BUDGET_S, Replica, ReplicaHealth
+from serving.runner.replicas import Replica, ReplicaHealth
 from serving.runner.store import JobConfig, JobStore, Outcome
 
 log = logging.getLogger("serving.runner")
@@ -44,6 +45,9 @@ class Runner:
     `fleet_urls`: where to send (default: `fleet_targets`). `replicas`: how many replicas a single URL (a router)
     stands for; None asks the router's `/workers` when the runner starts. `client` is closed by whoever made it;
     by default the runner makes and closes its own `FleetClient` (one connection pool set per replica).
+    `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
+    when it made its own client, and not when it was given one (a fake fleet has no `/health`) unless `look`
+    is given too. None: requests alone tell whether the fleet is down.
     """
 
     def __init__(
@@ -61,7 +65,7 @@ class Runner:
         progress_cb: Callable[[dict], None] | None = None,
         stop_event: threading.Event | None = None,
         exit_when_idle: bool = False,
-        fleet_down_budget: float = FLEET_DOWN_BUDGET_S,
+        look: Callable[[list[str]], dict] | None | Literal["default"] = "default",
     ):
         # clips are found under the root the library recorded at ingest, never under a default
         self.settings = settings = library.settings_for_path(settings)
@@ -73,9 +77,9 @@ class Runner:
             settings.per_replica_inflight,
             behind_router=replicas or 1,
             backoff_base=backoff_base,
-            fleet_down_budget=fleet_down_budget,
             rng=rng,
         )
+        self._look = (watch.look if client is None else None) if look == "default" else look
         self.identity = job_items.runner_identity()
         self.store = JobStore(
             settings,
@@ -126,8 +130,9 @@ class Runner:
         url = media_urls.signed_url(self._media_base, self._media_key, item["clip_id"], ttl=self.settings.media_url_ttl)
         return dataclasses.replace(req, media_url=url)
 
-    async def _send(self, cfg: JobConfig, item: dict, rep: Replica) -> None:
-        out = Outcome(item["job_id"], item["clip_id"], item["attempts"], replica=rep.url)
+    async def _send(self, cfg: JobConfig, item: dict, rep: Replica, sent: float) -> None:
+        clip = (item["job_id"], item["clip_id"])
+        out = Outcome(*clip, item["attempts"], replica=rep.url)
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
         except FleetError as e:
@@ -138,7 +143,9 @@ class Runner:
             log.exception("caption of clip %s failed unexpectedly", item["clip_id"])
             out.error = ReplicaError(f"{type(e).__name__}: {e}", replica=rep.url, kind="internal")
         finally:
-            self.health.finished(rep, out.error, time.monotonic())
+            self.health.finished(rep, out.error, time.monotonic(), clip, sent)
+            if out.error is not None and self.health.all_failing():
+                self._look_now.set()  # every replica fails: is the fleet down? (watch.py)
         self._results.append(out)
         self._wake.set()
 
@@ -156,6 +163,8 @@ class Runner:
             "capacity": self.capacity,
             "rate": len(self._done_times) / span,
             "replicas": self.health.info(t),
+            "fleet": self.health.report(t),
+            "jobs": sorted(self.store.job_ids) if self.store.job_ids is not None else None,
             "state": self.state,
             **dict(self.stats),
         }
@@ -185,6 +194,8 @@ class Runner:
         self.state = "starting"
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
+        self._look_now = asyncio.Event()
+        watcher = None
         own_client = self._client is None
         if own_client:  # its connection pools per replica keep httpcore's per-request work small (serving.client)
             self._client = FleetClient(self.settings)
@@ -203,8 +214,12 @@ class Runner:
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
             self.state = "running"
+            if self._look is not None:
+                watcher = asyncio.ensure_future(self._watch())
             await self._loop()
         finally:
+            if watcher is not None:
+                watcher.cancel()
             self.state = "stopping"
             await self._drain()
             self.state = "stopped"
@@ -215,6 +230,32 @@ class Runner:
                     await self._client.aclose()
                 self._db.close()
         return self.info()
+
+    async def _watch(self) -> None:
+        """Look at the fleet's health while answers do not say it is fine (watch.py); feed it to the rule."""
+        urls = [r.url for r in self.replicas]
+        looking: asyncio.Future | None = None  # a look still under way is never started twice
+        while True:
+            t = time.monotonic()
+            failing = self.health.all_failing()
+            quiet = self.health.last_ok is None or t - self.health.last_ok > watch.LOOK_QUIET_S
+            if (failing or quiet) and (looking is None or looking.done()):
+                looking = watch.in_daemon_thread(self._look, urls)
+                try:
+                    seen = await asyncio.wait_for(asyncio.shield(looking), timeout=watch.LOOK_DEADLINE_S)
+                except asyncio.TimeoutError:
+                    log.warning("no look at the fleet's health within %.0f s", watch.LOOK_DEADLINE_S)
+                except Exception:  # a look that breaks must not stop the runner: requests still tell
+                    log.exception("looking at the fleet's health failed")
+                else:
+                    self.health.observe(seen, time.monotonic())
+            self._look_now.clear()
+            await asyncio.sleep(watch.LOOK_MIN_GAP_S)
+            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_QUIET_S
+            try:
+                await asyncio.wait_for(self._look_now.wait(), timeout=pause)
+            except asyncio.TimeoutError:
+                pass
 
     def stop(self) -> None:
         """Ask the loop to stop claiming and drain (safe from a signal handler in the loop's thread)."""
@@ -290,7 +331,7 @@ class Runner:
                     leftovers.append((it["job_id"], it["clip_id"]))
                     continue
                 rep.start(t)
-                task = asyncio.ensure_future(self._send(cfg, it, rep))
+                task = asyncio.ensure_future(self._send(cfg, it, rep, t))
                 self._tasks[task] = (it["job_id"], it["clip_id"])
                 task.add_done_callback(self._tasks.pop)
         if unsendable:
@@ -348,7 +389,7 @@ def run_job(
     """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
-    drain_seconds, backoff_base, fleet_down_budget ...). `progress_cb(progress)` is called about every
+    drain_seconds, backoff_base, look ...). `progress_cb(progress)` is called about every
     `HEARTBEAT_S` and at the end with `data.job_queries.progress`. Returns the final progress.
     """
     runner = Runner(

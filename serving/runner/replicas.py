@@ -1,10 +1,20 @@
-"""Where the runner's requests go: each replica's bound, what it has in flight, and its health.
+"""Where the runner's requests go: each replica's bound, what it has in flight, and its health; and the rule
+for a fleet that fails every request.
 
 Dispatch is least-loaded over the replicas that are not cooling down, avoiding those a clip already failed on.
 A replica that answers with a retryable error (unreachable, 5xx, 503) cools down with a growing, jittered
-backoff and then gets one probe request at a time until one succeeds (docs/RELIABILITY.md R6). While every
-replica fails, the fleet is down: the runner does not count those attempts against the clips, for at most
-`fleet_down_budget` seconds since the last answer.
+backoff and then gets one probe request at a time until one succeeds (docs/RELIABILITY.md R6).
+
+The fleet is **down** when nothing can succeed, and that is the fleet's fault, not one clip's: the runner's
+recent look at the replicas' `/health` (`observe`) found none healthy and no replica's latest request was
+answered; or, with no recent look, every replica's latest request failed with a retryable error and those
+failures span at least two clips. While it is down the runner backs off as a whole: one request at a time for
+the whole fleet, each after a growing, jittered pause (from the backoff base up to FLEET_PROBE_MAX_S), and the
+attempt is not counted against the clip (the runner's store refunds it), for as long as the outage lasts. The
+first answer ends it. Nothing is silent: `report()` goes out with every heartbeat, and the Jobs tab shows the
+cause while it lasts. Every replica failing while `/health` says some are up (or on one clip alone) is not an
+outage: those attempts count, so a clip the fleet cannot caption fails after its attempts instead of being
+retried for ever.
 """
 
 from __future__ import annotations
@@ -12,13 +22,26 @@ from __future__ import annotations
 import dataclasses
 import random
 import time
-from typing import Iterable
+from typing import Any, Iterable
 
 from serving.errors import FleetError
 
 COOL_MIN_S = 0.2  # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
-FLEET_DOWN_BUDGET_S = 600.0  # while every replica fails, retries are free for this long (then they count)
+FLEET_PROBE_MAX_S = 30.0  # longest pause between two requests while the whole fleet is down
+LOOK_FRESH_S = 30.0  # a look at the replicas' /health older than this no longer decides whether the fleet is down
+OUTAGE_CLIPS = 2  # without a fresh look: failures on this many clips since the last answer make an outage
+REPORT_MAX = 32  # replicas listed in a report (the heartbeat stays small; the rest are counted)
+ERROR_CHARS = 300
+
+
+def _error(error: FleetError, at: float) -> dict:
+    return {
+        "status": error.status,
+        "kind": error.kind,
+        "message": (str(error) or type(error).__name__)[:ERROR_CHARS],
+        "at": at,
+    }
 
 
 @dataclasses.dataclass
@@ -35,6 +58,9 @@ class Replica:
     errors: int = 0
     busy_since: float | None = None
     busy_s: float = 0.0  # time with at least one request in flight
+    last_sent: float = 0.0
+    last_error: dict | None = None  # status, kind, message, at (Unix time) of the latest failure
+    failing_since: float | None = None  # Unix time of the first of the current run of retryable failures
 
     def capacity(self, t: float) -> int:
         if t < self.cool_until:
@@ -47,6 +73,7 @@ class Replica:
             self.busy_since = t
         self.inflight += 1
         self.sent += 1
+        self.last_sent = t
 
     def finish(self, t: float) -> None:
         self.inflight -= 1
@@ -64,11 +91,15 @@ class Replica:
             "errors": self.errors,
             "cooling": t < self.cool_until,
             "fails": self.fails,
+            "failing_since": self.failing_since,
+            "last_error": self.last_error,
         }
 
 
 class ReplicaHealth:
-    """The replicas of one runner and what their answers say about them (all on the runner's event loop)."""
+    """The replicas of one runner and what their answers say about them (all on the runner's event loop).
+    Times passed in are `time.monotonic()`; times reported are Unix seconds (the app compares them with its
+    own clock)."""
 
     def __init__(
         self,
@@ -77,7 +108,6 @@ class ReplicaHealth:
         *,
         behind_router: int = 1,
         backoff_base: float = 0.5,
-        fleet_down_budget: float = FLEET_DOWN_BUDGET_S,
         rng: random.Random | None = None,
     ):
         urls = list(urls)
@@ -88,9 +118,16 @@ class ReplicaHealth:
         )
         self.per_replica = per
         self.backoff_base = backoff_base
-        self.fleet_down_budget = fleet_down_budget
         self.rng = rng or random.Random()
-        self.last_ok = time.monotonic()  # the last answer from any replica (fleet-down budget)
+        self.last_ok: float | None = None  # the last answer from any replica (monotonic)
+        self.last_ok_at: float | None = None  # the same, Unix time
+        self.outage_clips: set = set()  # clips that failed retryably since the last answer (at most a few)
+        self.look: dict | None = None  # the latest look at the replicas' /health (`observe`)
+        self.look_t: float | None = None
+        self.down_since: float | None = None  # monotonic, while the fleet is down
+        self.down_since_at: float | None = None
+        self.probes = 0  # requests that failed while the fleet was down, since it went down
+        self.next_probe = 0.0
 
     def behind_router(self, n: int) -> None:
         """The single URL turned out to be a router with `n` workers: bound it as `n` replicas."""
@@ -105,8 +142,14 @@ class ReplicaHealth:
     def inflight(self) -> int:
         return sum(r.inflight for r in self.replicas)
 
+    # ---- dispatch ------------------------------------------------------------------------------------------
     def pick(self, avoid: set[str] | None, t: float) -> Replica | None:
-        """The least-loaded replica with a free slot, preferring those not in `avoid`."""
+        """The least-loaded replica with a free slot, preferring those not in `avoid`; while the fleet is down,
+        the one tried longest ago, once the next probe is due."""
+        if self.fleet_down():
+            if self.inflight or t < self.next_probe:
+                return None
+            return min(self.replicas, key=lambda r: (r.last_sent, self.rng.random()))
         best, best_key = None, None
         for r in self.replicas:
             if r.capacity(t) <= 0:
@@ -117,30 +160,119 @@ class ReplicaHealth:
         return best
 
     def free_slots(self, t: float) -> int:
+        if self.fleet_down():
+            return 1 if not self.inflight and t >= self.next_probe else 0
         return sum(max(0, r.capacity(t)) for r in self.replicas)
 
-    def finished(self, rep: Replica, error: FleetError | None, t: float) -> None:
-        """A request to `rep` ended at `t`, answered or with `error`."""
+    def cooling_ends(self, t: float) -> list[float]:
+        """Seconds until each replica cooling down at `t` may be tried again (or, while the fleet is down, until
+        the next probe is due)."""
+        if self.fleet_down():
+            return [max(0.0, self.next_probe - t)]
+        return [r.cool_until - t for r in self.replicas if r.cool_until > t]
+
+    # ---- what answers say -------------------------------------------------------------------------------
+    def finished(
+        self, rep: Replica, error: FleetError | None, t: float, clip: Any = None, sent: float | None = None
+    ) -> None:
+        """A request to `rep` for `clip`, sent at `sent`, ended at `t` (monotonic), answered or with `error`."""
         rep.finish(t)
         if error is None:
             rep.ok += 1
             rep.fails = 0
-            self.last_ok = t
+            rep.failing_since = None
+            self.last_ok, self.last_ok_at = t, time.time()
+            self.outage_clips.clear()
+            self._judge(t)
             return
         rep.errors += 1
+        rep.last_error = _error(error, time.time())
         if error.retryable:
             rep.fails += 1
+            if rep.failing_since is None:
+                rep.failing_since = rep.last_error["at"]
             cool = min(COOL_MAX_S, max(COOL_MIN_S, self.backoff_base * 2 ** min(rep.fails - 1, 8)))
             rep.cool_until = max(rep.cool_until, t + cool * (0.5 + self.rng.random() / 2))
+            if len(self.outage_clips) < OUTAGE_CLIPS:
+                self.outage_clips.add(clip)
+            if self.down_since is not None and (sent is None or sent >= self.down_since):
+                # a request sent while down failed (not one already on its way when it went down): wait longer
+                self.probes += 1
+                self.next_probe = t + self._probe_pause()
+        self._judge(t)
+
+    def observe(self, look: dict, t: float) -> None:
+        """The result of a look at the replicas' `/health` (serving.runner.watch.look) taken at `t`."""
+        self.look, self.look_t = look, t
+        self._judge(t)
+
+    def all_failing(self) -> bool:
+        """Every replica's latest request failed with a retryable error."""
+        return all(r.fails > 0 for r in self.replicas)
+
+    def _looked_down(self, t: float) -> bool | None:
+        """What a fresh look says: True when no replica was healthy, None without a fresh look."""
+        if self.look is None or self.look_t is None or t - self.look_t > LOOK_FRESH_S:
+            return None
+        return self.look.get("healthy") == 0
+
+    def _judge(self, t: float) -> None:
+        looked = self._looked_down(t)
+        if looked is None:
+            down = self.all_failing() and len(self.outage_clips) >= OUTAGE_CLIPS
+        else:  # replicas not tried yet count as /health says: a one-clip job must not spend its attempts finding out
+            down = looked and not any(r.fails == 0 and r.ok > 0 for r in self.replicas)
+        if down and self.down_since is None:
+            self.down_since, self.down_since_at = t, time.time()
+            self.probes = 0
+            self.next_probe = t + self._probe_pause()
+        elif not down and self.down_since is not None:
+            self.down_since = self.down_since_at = None
+            self.probes = 0
+
+    def _probe_pause(self) -> float:
+        pause = min(FLEET_PROBE_MAX_S, self.backoff_base * 2 ** min(self.probes, 16))
+        return pause * (0.5 + self.rng.random() / 2)
 
     def fleet_down(self, t: float | None = None) -> bool:
-        """Every replica is failing, for less than `fleet_down_budget` seconds since the last answer."""
-        t = time.monotonic() if t is None else t
-        return all(r.fails > 0 for r in self.replicas) and t - self.last_ok < self.fleet_down_budget
+        """The whole fleet is down (the module docstring): requests go one at a time, attempts are not counted."""
+        return self.down_since is not None
 
-    def cooling_ends(self, t: float) -> list[float]:
-        """Seconds until each replica cooling down at `t` may be tried again."""
-        return [r.cool_until - t for r in self.replicas if r.cool_until > t]
-
+    # ---- what the runner reports ----------------------------------------------------------------------------
     def info(self, t: float) -> list[dict]:
-        return [r.info(t) for r in self.replicas]
+        return [r.info(t) for r in self.replicas[:REPORT_MAX]]
+
+    def report(self, t: float) -> dict:
+        """The fleet as this runner sees it, for its heartbeat (the Jobs tab reads it, never the fleet):
+        `state` up | failing (every replica's latest request failed, attempts counted) | down (backing off as a
+        whole, attempts not counted) | idle (nothing sent yet); when the current run of failures began
+        (`failing_since`) and the outage (`down_since`), the next request while down (`next_try_in`), each
+        replica's latest failure, and the latest `/health` look (`look`: healthy of total, per replica)."""
+        sent = any(r.sent for r in self.replicas)
+        failing = self.all_failing()
+        state = "down" if self.fleet_down() else "failing" if failing else "up" if sent else "idle"
+        starts = [r.failing_since for r in self.replicas if r.failing_since is not None]
+        look = None
+        if self.look is not None and self.look_t is not None:
+            look = {**self.look, "age_s": round(t - self.look_t, 1)}
+        return {
+            "state": state,
+            "failing_since": min(starts) if starts else None,
+            "down_since": self.down_since_at,
+            "last_ok_at": self.last_ok_at,
+            "next_try_in": round(max(0.0, self.next_probe - t), 1) if self.fleet_down() else None,
+            "probes": self.probes,
+            "attempts_counted": not self.fleet_down(),
+            "replicas": [
+                {
+                    "url": r.url,
+                    "ok": r.fails == 0 and r.ok > 0,
+                    "fails": r.fails,
+                    "failing_since": r.failing_since,
+                    "last_error": r.last_error if r.fails else None,
+                }
+                for r in self.replicas[:REPORT_MAX]
+            ],
+            "total": len(self.replicas),
+            "look": look,
+        }

@@ -95,8 +95,8 @@ class JobStore:
         return out
 
     def write(self, db, batch: list[Outcome], fleet_down: bool = False) -> dict[str, int]:
-        """Record a batch of outcomes in one transaction (one savepoint per item). `fleet_down`: every replica
-        was failing, so retryable failures do not use up the clips' attempts."""
+        """Record a batch of outcomes in one transaction (one savepoint per item). `fleet_down`: the whole fleet
+        is down (serving.runner.replicas), so retryable failures do not use up the clips' attempts."""
         counts: collections.Counter = collections.Counter()
         with dbmod.immediate(db):
             for o in batch:
@@ -136,8 +136,8 @@ class JobStore:
     def _store_error(self, db, o: Outcome, fleet_down: bool) -> str:
         e = o.error
         delay = backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng) if e.retryable else 0.0
-        # the whole fleet down (every replica failing) for less than the budget: the clip is not at fault, so
-        # the attempt is not counted (a 45 s outage used to fail clips for good after max_attempts fast retries)
+        # nothing can succeed while the whole fleet is down: the clip is not at fault, so the attempt is not
+        # counted, however long the outage lasts (the runner sends one request at a time meanwhile)
         refund = e.retryable and fleet_down
         msg = str(e) or type(e).__name__
         if e.status and str(e.status) not in msg:

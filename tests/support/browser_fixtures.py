@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -153,20 +154,28 @@ def simfleet(web_settings, library):
     _stop(proc)
 
 
-@pytest.fixture
-def runner(web_settings, simfleet):
-    log = web_settings.data_dir / "runner.log"
+@contextlib.contextmanager
+def runner_process(settings, fleet_urls: list[str]):
+    """`python -m serving.runner` for `settings`' data dir, sending to `fleet_urls`, stopped at the end."""
     proc = _child(
         [
             sys.executable,
             "-m",
             "serving.runner",
             "--data-dir",
-            str(web_settings.data_dir),
+            str(settings.data_dir),
             "--fleet-urls",
-            ",".join(simfleet),
+            ",".join(fleet_urls),
         ],
-        log,
+        settings.data_dir / "runner.log",
     )
-    yield proc
-    _stop(proc)
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture
+def runner(web_settings, simfleet):
+    with runner_process(web_settings, simfleet) as proc:
+        yield proc

@@ -1,0 +1,278 @@
+"""The Jobs and Fleet tabs say what is true (issue 18 points 10 and 11): clips/s over the time a job really ran,
+messages that go with the state they describe, "cancelled" spelt right, a resume or a retry of a cancelled job
+that asks first, a start preview that is counted again and a start that gives the true count, "Retry failed"
+that sends only what can succeed and says why the rest stays, a job list that hides re-caption jobs (with a
+count) and filters, and a job waiting for the fleet that says why (the Fleet tab: test_fleet_tab_readable.py).
+
+The handlers are called in-process on the app `build_app` makes (login off), over a real SQLite file; the fleet
+report is made by the runner's own ReplicaHealth."""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+
+from data import captions, examples, heartbeats, job_items, job_queries, jobs
+from data.errors import DataError
+from data.job_params import JobParams
+from data.job_selection import Selection
+from serving.errors import Overloaded
+from serving.runner.replicas import ReplicaHealth
+from tests.support.runner_fixtures import add_clips
+
+PROV = {"model": "m", "latency_ms": 1.0}
+
+
+@pytest.fixture
+def workbench(settings):
+    """The app built in-process (login off: the caller is a local admin)."""
+    from webapp.app import build_app
+
+    app = build_app(settings.replace(auth="off"))
+    yield app.state.workbench
+    app.state.ctx.close()
+
+
+def make_job(db, ids, name="t", created_by="lead") -> int:
+    return jobs.create(
+        db, name=name, created_by=created_by, selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+
+
+def finish(db, job_id, clip_ids) -> None:
+    for c in clip_ids:
+        job_items.complete(db, job_id, c, text=f"clip {c}", labels=examples.LABELS, provenance=PROV)
+
+
+class Clock:
+    """`now()` of the data layer, moved by hand."""
+
+    def __init__(self, monkeypatch, t: float = 1_000_000.0):
+        self.t = t
+        for mod in ("data.job_items", "data.jobs", "data.job_queries", "data.captions", "data.events"):
+            monkeypatch.setattr(f"{mod}.now", lambda: self.t)
+
+
+def test_clips_per_second_of_a_paused_or_done_job_is_over_the_time_it_ran(db, monkeypatch):
+    clock = Clock(monkeypatch)
+    ids = add_clips(db, 10)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    clock.t += 2
+    finish(db, job_id, ids[:4])  # 4 clips in 2 s of running
+    jobs.change_state(db, job_id, "pause", "lead")
+    clock.t += 300  # paused for 5 minutes: the job did not run
+    p = job_queries.progress(db, job_id)
+    assert p["state"] == "paused" and p["run_seconds"] == pytest.approx(2.0)
+    assert p["rate"] == pytest.approx(2.0)  # not 0 because nothing finished in the last minute
+    jobs.change_state(db, job_id, "resume", "lead")
+    clock.t += 100  # queued, waiting for a runner: not running either
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    clock.t += 3
+    finish(db, job_id, ids[4:])  # 6 more in 3 s
+    clock.t += 30
+    p = job_queries.progress(db, job_id)
+    assert p["state"] == "done" and p["run_seconds"] == pytest.approx(5.0)
+    assert p["rate"] == pytest.approx(2.0)  # 10 clips over 5 s of running, not 10 / 60
+    clock.t += 3600
+    assert job_queries.progress(db, job_id)["rate"] == pytest.approx(2.0)  # and it does not decay
+
+
+def test_the_clips_per_second_of_a_running_job_is_that_of_its_current_stretch(db, monkeypatch):
+    clock = Clock(monkeypatch)
+    ids = add_clips(db, 10)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    clock.t += 10
+    finish(db, job_id, ids[:5])
+    p = job_queries.progress(db, job_id)
+    assert p["state"] == "running" and p["rate"] == pytest.approx(0.5) and p["run_seconds"] == pytest.approx(10.0)
+
+
+def test_a_refused_state_change_is_spelt_right(db):
+    job_id = make_job(db, add_clips(db, 1))
+    jobs.change_state(db, job_id, "cancel", "lead")
+    with pytest.raises(DataError) as e:
+        jobs.change_state(db, job_id, "cancel", "lead")
+    assert str(e.value) == f"Job {job_id} is cancelled: it cannot be cancelled."
+    with pytest.raises(DataError, match="it cannot be paused"):
+        jobs.change_state(db, job_id, "pause", "lead")
+
+
+def test_a_message_goes_with_the_state_it_describes(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 3)
+    job_id = make_job(db, ids)
+    out = tab.action("pause")(job_id, None, None)
+    assert "is now paused" in out[tab.msg]
+    shown = tab.refresh(job_id, "jobs", "", "", out[tab.msg_for], None)
+    assert tab.msg not in shown  # still paused: the message stays
+    out = tab.action("resume")(job_id, None, None)
+    assert "resumed" in out[tab.msg] and "queued" not in out[tab.msg]
+    msg_for = out[tab.msg_for]
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    assert tab.msg not in tab.refresh(job_id, "jobs", "", "", msg_for, None)  # running: still true
+    finish(db, job_id, ids)
+    shown = tab.refresh(job_id, "jobs", "", "", msg_for, None)
+    assert shown[tab.msg] == "" and shown[tab.msg_for] is None  # done: the message is gone
+
+
+def test_resuming_or_retrying_a_cancelled_job_asks_first_and_says_what_it_sends(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 6)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    finish(db, job_id, ids[:2])
+    job_items.fail(db, job_id, ids[2], error="HTTP 400: bad", kind="bad_request", retryable=False, max_attempts=3)
+    jobs.change_state(db, job_id, "cancel", "lead")
+    out = tab.action("resume")(job_id, None, None)
+    text = out[tab.msg]
+    assert "was cancelled" in text and "3 clip(s) not captioned yet are sent" in text and "again" in text
+    assert "cw-msg-warn" in text and job_queries.get(db, job_id)["state"] == "cancelled"  # nothing done yet
+    # another button in between does not count as the confirmation
+    assert "was cancelled" in tab.action("retry")(job_id, out[tab.confirm], None)[tab.msg]
+    again = tab.action("resume")(job_id, out[tab.confirm], None)
+    assert job_queries.get(db, job_id)["state"] == "queued" and "runs again" in again[tab.msg]
+    assert again[tab.confirm] is None
+    # a done job has nothing to resume: it says so instead of "is now queued"
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    finish(db, job_id, ids[3:])
+    out = tab.action("resume")(job_id, None, None)
+    assert "is done: nothing is left to resume" in out[tab.msg] and "1 failed" in out[tab.msg]
+
+
+def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 7, probe_errors={0: "moov atom not found", 5: "truncated"})
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+    kinds = {
+        ids[0]: ("ingest: moov atom not found", "ingest", False),  # still fails ingest
+        ids[1]: ("HTTP 503 (gave up after 3 attempts)", "overloaded", True),  # the fleet's fault
+        ids[2]: ("HTTP 500: CreateFormatContext", "decode", False),  # the clip as sent
+        ids[3]: ("finish_reason='length'", "truncated", False),  # the answer
+        ids[4]: ("HTTP 404: model does not exist", "http_404", False),  # the fleet's configuration
+        ids[5]: ("ingest: truncated", "ingest", False),  # ingested again since, and fine: see below
+    }
+    for clip, (error, kind, retryable) in kinds.items():
+        job_items.fail(db, job_id, clip, error=error, kind=kind, retryable=retryable, max_attempts=1)
+    db.execute("UPDATE clips SET probe_error = NULL WHERE id = ?", [ids[5]])
+    db.execute("UPDATE clips SET missing = 1 WHERE id = ?", [ids[6]])
+    job_items.fail(db, job_id, ids[6], error="HTTP 500: No such file", kind="missing", retryable=False, max_attempts=1)
+    db.conn.commit()
+    out = tab.action("retry")(job_id, None, None)
+    text = out[tab.msg]
+    pending = {r[0] for r in db.execute("SELECT clip_id FROM job_items WHERE job_id=? AND state='pending'", [job_id])}
+    assert pending == {ids[1], ids[4], ids[5]}
+    assert "3 failed clip(s) queued again" in text
+    for words in ("1 failed ingest", "1 were refused by the fleet", "1 got an unusable answer", "1 have no file"):
+        assert words in text, text
+    assert job_queries.get(db, job_id)["failed"] == 4
+    # nothing left that a retry can help: it says so and changes nothing
+    for c in (ids[1], ids[4], ids[5]):
+        job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
+        job_items.fail(db, job_id, c, error="decode", kind="decode", retryable=False, max_attempts=3)
+    out = tab.action("retry")(job_id, None, None)
+    assert "no failed clip a retry can help" in out[tab.msg] and job_queries.get(db, job_id)["state"] == "done"
+
+
+def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    add_clips(db, 5)
+    shown = tab.count_preview("everything uncaptioned", 16, None, {}, None)
+    seen = shown[tab.preview_seen]
+    assert seen["n"] == 5 and 'data-n="5"' in shown[tab.preview] and "counted at" in shown[tab.preview]
+    captions.add_machine(db, 1, job_id=None, text="A car.", labels=examples.LABELS, provenance=PROV)
+    assert tab.preview_seen not in tab.preview_tick("everything uncaptioned", 16, None, {}, seen, None)  # fresh: kept
+    stale = {**seen, "at": seen["at"] - 60}
+    assert tab.preview_tick("everything uncaptioned", 16, None, {}, stale, None)[tab.preview_seen]["n"] == 4
+    out = tab.start("from the test", "everything uncaptioned", None, 16, 320, None, {}, seen, None)
+    text = out[tab.msg]
+    job_id = out[tab.job_id]
+    assert job_queries.get(db, job_id)["total"] == 4
+    assert "over 4 clips" in text and "The preview showed 5" in text, text
+    assert out[tab.preview_seen]["n"] == 4  # the preview shown after the start is the count of now
+
+
+def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_creator(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 6)
+    for c in ids[:3]:
+        jobs.create_recaption(db, c, user="ann", role="annotator", quota=20, prompt_id=None, params=JobParams())
+    lead_job = make_job(db, ids[3:], name="lead's job", created_by="lead")
+    other = make_job(db, ids[3:], name="another lead's job", created_by="lena")
+    jobs.change_state(db, other, "pause", "lena")
+
+    def listed(kind="jobs", state="", by=""):
+        out = tab.refresh(lead_job, kind, state, by, None, None)
+        return sorted(int(i) for i in out[tab.table]["id"]), out[tab.list_note]
+
+    rows, note = listed()
+    assert rows == [lead_job, other]
+    assert "3 one-clip re-caption job(s) hidden (3 queued or running)" in note
+    assert len(listed("re-captions")[0]) == 3 and len(listed("all")[0]) == 5
+    assert listed(state="paused")[0] == [other]
+    assert listed(kind="all", by="ann")[0] == sorted(set(listed("re-captions")[0]))
+    assert listed(by="lead")[0] == [lead_job]
+    assert "lena" in str(tab.list_choices(None)["choices"])
+    with pytest.raises(DataError, match="Unknown job state"):
+        job_queries.list_jobs(db, state="sideways")
+
+
+def fleet_down_report(urls: list[str]) -> dict:
+    """What the runner reports after every replica answered 503 and /health found none up."""
+    health = ReplicaHealth(urls, 4, backoff_base=0.5)
+    t = time.monotonic()
+    for i, r in enumerate(health.replicas):
+        r.start(t)
+        health.finished(r, Overloaded("HTTP 503: Service Unavailable", status=503, replica=r.url), t + 0.1, i)
+    look = {"at": time.time(), "router": None, "healthy": 0, "looked": 4, "total": 4, "replicas": []}
+    health.observe(look, t + 0.2)
+    return health.report(t + 0.2)
+
+
+def test_a_job_waiting_for_the_fleet_says_why_and_a_start_warns(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 3)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 1, lease_seconds=600, max_attempts=3)  # running
+    report = fleet_down_report(["http://10.0.0.1:8000", "http://10.0.0.2:8000"])
+    assert report["state"] == "down"
+    heartbeats.heartbeat(db, "runner", "runner", info={"fleet": report, "jobs": None})
+    out = tab.refresh(job_id, "jobs", "", "", None, None)
+    detail = out[tab.detail]
+    assert 'id="fleet-wait"' in detail
+    assert re.search(r"Waiting for the fleet: 0 of 4 healthy \(HTTP 503: Service Unavailable\), for \d+ s\.", detail)
+    assert "no clip uses an attempt meanwhile" in detail and "10.0.0.2:8000" in detail
+    assert "waiting for the fleet" in str(out[tab.table].loc[0, "state"])
+    assert "fleet down: 0 of 4 healthy" in out[tab.runner]
+    start = tab.start("while down", "everything uncaptioned", None, 16, 320, None, {}, None, None)
+    assert "cw-msg-warn" in start[tab.msg] and "No replica is healthy (0 of 4 healthy" in start[tab.msg]
+    assert job_queries.get(db, start[tab.job_id])["state"] == "queued"
+    # a paused job is not waiting for anything: no notice
+    jobs.change_state(db, job_id, "pause", "lead")
+    assert "fleet-wait" not in tab.refresh(job_id, "jobs", "", "", None, None)[tab.detail]
+
+
+def test_a_start_with_no_runner_says_the_job_stays_queued(workbench):
+    tab, db = workbench.jobs, workbench.ctx.db()
+    add_clips(db, 2)
+    out = tab.start("no runner", "everything uncaptioned", None, 16, 320, None, {}, None, None)
+    assert "cw-msg-warn" in out[tab.msg] and "No runner is running" in out[tab.msg]
+    assert out[tab.msg_for] == {"job": out[tab.job_id], "states": ["queued", "running"]}
+
+
+def test_before_any_request_fails_the_notice_names_what_health_found():
+    """A fleet found down by /health alone (the runner sent nothing yet) still says why, and for how long."""
+    from webapp import fleet_notice
+
+    health = ReplicaHealth(["http://127.0.0.1:30000"], 4)
+    t = time.monotonic()
+    replicas = [{"url": f"http://10.0.0.{i}:8000", "healthy": False, "error": "/health answered 503"} for i in (1, 2)]
+    health.observe({"at": time.time(), "router": None, "healthy": 0, "looked": 2, "total": 2, "replicas": replicas}, t)
+    report = health.report(t)
+    assert report["state"] == "down" and report["failing_since"] is None
+    notice = fleet_notice.waiting(report)
+    assert "Waiting for the fleet: 0 of 2 healthy (/health answered 503), for 0 s." in notice, notice

@@ -1,0 +1,164 @@
+"""What the Jobs tab says about the fleet, read from the runners' heartbeats (the runner reports the fleet's
+state with each one: serving.runner.replicas `report`); the app never asks the fleet for this itself.
+
+- `waiting`: for a queued or running job while its runner finds every replica failing: "Waiting for the fleet:
+  0 of 4 healthy (HTTP 503: ...)", for how long, what the runner does meanwhile, each replica's latest failure.
+- `start_warning`: what a lead should know when starting a job: no runner, or no healthy replica.
+- `summary`: the fleet in a few words, beside the runner's line.
+"""
+
+from __future__ import annotations
+
+import time
+
+from webapp import render
+
+RUNNER_STALE_S = 15.0  # a heartbeat older than this is a runner that is not running
+LOOK_STALE_S = 60.0  # a look at /health older than this says nothing about now
+SHOWN_REPLICAS = 8  # replicas listed under a notice (the rest are counted)
+
+
+def _fresh(beats: list[dict]) -> list[dict]:
+    return [b for b in beats if b["age_s"] < RUNNER_STALE_S]
+
+
+def report_for(beats: list[dict], job_id: int | None = None) -> dict | None:
+    """The fleet report of the freshest running runner that works on `job_id` (any runner when None)."""
+    for b in _fresh(beats):
+        info = b.get("info") or {}
+        jobs = info.get("jobs")
+        if isinstance(info.get("fleet"), dict) and (job_id is None or jobs is None or int(job_id) in jobs):
+            return info["fleet"]
+    return None
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"{seconds} s"
+    if seconds < 7200:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60:02d} min"
+
+
+def _look(report: dict, now: float) -> dict | None:
+    look = report.get("look")
+    if not isinstance(look, dict) or look.get("at") is None or now - look["at"] > LOOK_STALE_S:
+        return None
+    return look
+
+
+def healthy_text(report: dict, now: float | None = None) -> str:
+    """ "0 of 4 healthy" from the runner's latest look at /health, or "0 of 2 answering" from its requests."""
+    now = time.time() if now is None else now
+    look = _look(report, now)
+    if look is not None:
+        return f"{look.get('healthy', 0)} of {look.get('total', look.get('looked', 0))} healthy"
+    reps = report.get("replicas") or []
+    return f"{sum(1 for r in reps if r.get('ok'))} of {report.get('total', len(reps))} answering"
+
+
+def _cause(report: dict, now: float | None = None) -> str:
+    """The latest failure's status and message (the most recent over the replicas); before any request failed,
+    what the look at /health found."""
+    errors = [r["last_error"] for r in report.get("replicas") or [] if isinstance(r.get("last_error"), dict)]
+    if not errors:
+        look = _look(report, time.time() if now is None else now) or {}
+        return next((str(r["error"])[:200] for r in look.get("replicas") or [] if r.get("error")), "")
+    latest = max(errors, key=lambda e: e.get("at") or 0)
+    msg = str(latest.get("message") or latest.get("kind") or "failed")
+    status = latest.get("status")
+    if status and f"HTTP {status}" not in msg:
+        msg = f"HTTP {status}: {msg}"
+    return msg[:200]
+
+
+def _replica_lines(report: dict, now: float) -> str:
+    items = []
+    for r in (report.get("replicas") or [])[:SHOWN_REPLICAS]:
+        e = r.get("last_error")
+        if not isinstance(e, dict):
+            continue
+        since = f", failing for {_ago(now - r['failing_since'])}" if r.get("failing_since") else ""
+        items.append(
+            f"<li><code>{render.esc(r.get('url'))}</code>: {render.esc(str(e.get('message') or '')[:300])} "
+            f"({int(r.get('fails') or 0)} failure(s) in a row{since})</li>"
+        )
+    look = _look(report, now)
+    for r in ((look or {}).get("replicas") or [])[:SHOWN_REPLICAS]:
+        if not r.get("healthy"):
+            items.append(
+                f"<li><code>{render.esc(r.get('url'))}</code>: not healthy"
+                + (f" ({render.esc(str(r['error'])[:300])})" if r.get("error") else "")
+                + "</li>"
+            )
+    return '<ul class="cw-fleet-causes">' + "".join(items) + "</ul>" if items else ""
+
+
+def waiting(report: dict | None, now: float | None = None, *, max_attempts: int | None = None) -> str:
+    """The notice for an active job whose runner finds every replica failing; "" while the fleet answers."""
+    if not report or report.get("state") not in ("down", "failing"):
+        return ""
+    now = time.time() if now is None else now
+    cause = _cause(report, now)
+    since = report.get("failing_since") or report.get("down_since")
+    how_long = f", for {_ago(now - since)}" if since else ""
+    if report["state"] == "down":
+        head = f"Waiting for the fleet: {healthy_text(report, now)}" + (f" ({cause})" if cause else "") + how_long
+        nxt = report.get("next_try_in")
+        then = (
+            "The runner sends one request at a time until one is answered"
+            + (
+                (f" (the next in {nxt:.0f} s)" if nxt >= 1 else " (the next one now)")
+                if isinstance(nxt, (int, float))
+                else ""
+            )
+            + "; no clip uses an attempt meanwhile. Pause or cancel the job to stop waiting."
+        )
+    else:
+        head = (
+            f"The fleet fails every request: {healthy_text(report, now)}"
+            + (f", but requests fail ({cause})" if cause else "")
+            + how_long
+        )
+        then = "Not an outage by /health, so each failure uses one of the clip's attempts" + (
+            f" (a clip fails after {max_attempts})." if max_attempts else "."
+        )
+    return (
+        f'<div class="cw-fleet-wait" id="fleet-wait" data-state="{render.esc(report["state"])}" role="status">'
+        f"<b>{render.esc(head)}.</b> {render.esc(then)}{_replica_lines(report, now)}</div>"
+    )
+
+
+def start_warning(beats: list[dict], now: float | None = None) -> str:
+    """What a lead starting a job should know, or "": no runner is running, or no replica is healthy."""
+    now = time.time() if now is None else now
+    if not _fresh(beats):
+        return "No runner is running, so the job stays queued until one starts (see the line above)."
+    report = report_for(beats)
+    if not report:
+        return ""
+    look = _look(report, now)
+    none_healthy = look is not None and look.get("healthy") == 0 and look.get("total")
+    if report.get("state") == "down" or none_healthy:
+        cause = _cause(report, now)
+        return (
+            f"No replica is healthy ({healthy_text(report, now)}"
+            + (f": {str(cause)[:200]}" if cause else "")
+            + "). The job waits for the fleet; this tab says why while it does."
+        )
+    return ""
+
+
+def summary(report: dict | None, now: float | None = None) -> str:
+    """The fleet in a few words for the runner's line ("fleet: 2 of 2 healthy"), or ""."""
+    if not report:
+        return ""
+    now = time.time() if now is None else now
+    if report.get("state") == "down":
+        return f"fleet down: {healthy_text(report, now)}"
+    if report.get("state") == "failing":
+        return f"fleet failing every request: {healthy_text(report, now)}"
+    if _look(report, now) is None and report.get("state") == "idle":
+        return ""
+    return f"fleet: {healthy_text(report, now)}"
