@@ -28,6 +28,16 @@ export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPL
 export PATH=$PATH:/usr/local/nvidia/bin
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
+# what an earlier call started detached and left behind (a GPU test cut by its timeout leaves its node's replica
+# holding the GPU's memory, and every later replica then fails to start): stopped through launch.sh, by the data
+# dir whose pid files name the process groups
+stop_leftovers() {
+  local d
+  for d in /tmp/pytest-of-*/pytest-*/test_gpu_fleet_*/{node,head} /tmp/node-work/*/; do
+    [ -d "$d" ] && ./launch.sh stop --data-dir "$d" >/dev/null 2>&1 || true
+  done
+}
+case "$step" in gputest|bench|sweep|node|threads|workload) stop_leftovers ;; esac
 case "$step" in
   stage)
     mkdir -p /tmp/stage && cp ".gpu/p$2/"* /tmp/stage/ && ls -la /tmp/stage ;;
@@ -58,6 +68,7 @@ case "$step" in
     rc=0
     python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || rc=$?
     kill -TERM $prof; wait $prof || true
+    stop_leftovers
     exit $rc ;;
   bench)
     python3 benchmarks/bench_fleet.py sweep --model /tmp/model --clips /tmp/clips --out "$OUT/results.jsonl" \
