@@ -252,8 +252,10 @@ def test_the_simulated_fleet_answers_logprobs_in_vllms_shape(fleet_settings, sim
     assert r.status_code == 200, r.text[:300]
     choice = r.json()["choices"][0]
     entries = choice["logprobs"]["content"]
-    assert "".join(e["token"] for e in entries) == choice["message"]["content"]
-    assert r.json()["usage"]["completion_tokens"] == len(entries)  # one entry per generated token
+    # as recorded on real vLLM: the text's tokens, then the stop token; one entry per generated token
+    assert choice["finish_reason"] == "stop"
+    assert "".join(e["token"] for e in entries) == choice["message"]["content"] + "<|im_end|>"
+    assert r.json()["usage"]["completion_tokens"] == len(entries)
     for e in entries:
         assert set(e) == {"token", "logprob", "bytes", "top_logprobs"}
         assert e["bytes"] == list(e["token"].encode("utf-8"))

@@ -201,11 +201,14 @@ def logprobs_request(root: Path, top_logprobs: int, schema: dict) -> dict:
 
 
 def check_logprobs_shape(body: dict, k: int) -> None:
-    """What docs/CONFIDENCE.md says vLLM 0.25 returns: the sampled tokens spell the text, each with exactly k
-    alternatives, the sampled one first, `bytes` the UTF-8 of the token string, -9999.0 for forbidden tokens."""
+    """What docs/CONFIDENCE.md says vLLM 0.25 returns: the sampled tokens spell the text, then (an answer that
+    stopped) the stop token; each with exactly k alternatives, the sampled one first, `bytes` the UTF-8 of the token
+    string, -9999.0 for forbidden tokens; one entry per completion token."""
     choice = body["choices"][0]
     entries = choice["logprobs"]["content"]
-    assert "".join(e["token"] for e in entries) == choice["message"]["content"]
+    stop = "<|im_end|>" if choice["finish_reason"] == "stop" else ""
+    assert "".join(e["token"] for e in entries) == choice["message"]["content"] + stop
+    assert len(entries) == body["usage"]["completion_tokens"]
     for e in entries:
         assert {"token", "logprob", "bytes", "top_logprobs"} <= set(e)
         assert e["bytes"] == list(e["token"].encode("utf-8", "replace"))

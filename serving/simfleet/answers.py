@@ -213,9 +213,11 @@ def answer_text(clip_key: str, info: ClipInfo | None, req: ChatRequest) -> Answe
     if req.top_logprobs is not None:
         seed = f"{clip_key}|{info.size if info else 0}".encode("utf-8", "surrogatepass")
         schema = req.schema if isinstance(req.schema, dict) and req.schema.get("type") == "object" else None
-        lp = logprobs.answer_logprobs(content, answer, schema or taxonomy.CAPTION_SCHEMA, req.top_logprobs, seed)
+        lp = logprobs.answer_logprobs(
+            content, answer, schema or taxonomy.CAPTION_SCHEMA, req.top_logprobs, seed, stopped=finish == "stop"
+        )
         if finish == "stop":
-            completion_tokens = len(lp["content"])  # as on real vLLM: one entry per generated token
+            completion_tokens = len(lp["content"])  # as on real vLLM: one entry per generated token, the stop too
     return Answer(content, completion_tokens, finish, lp)
 
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FORBIDDEN = -9999.0
+STOP_TOKEN = "<|im_end|>"  # Qwen3-VL's end of turn: the last logprobs entry of an answer that stopped
 MAX_LOGPROBS = 20  # vLLM's --max-logprobs default: a request asking more is refused (vllm/sampling_params.py)
 # Qwen2's pre-tokenizer pattern in Python's `re` (letters: [^\W\d_]; "not a letter or digit": [^\w]|_)
 TOKEN = re.compile(
@@ -232,6 +233,11 @@ def _free(token: str, k: int) -> dict:
     return _entry(((token, p), *zip(others, _spread(rng, (1 - p) * 0.9, len(others), p))), k)
 
 
-def answer_logprobs(content: str, answer: dict, schema: Any, k: int, seed: bytes) -> dict:
-    """`choices[0].logprobs` of a simulated answer (see `simulate`)."""
-    return simulate(content, answer, schema if isinstance(schema, dict) else {}, k, seed)[0]
+def answer_logprobs(content: str, answer: dict, schema: Any, k: int, seed: bytes, *, stopped: bool = True) -> dict:
+    """`choices[0].logprobs` of a simulated answer (see `simulate`). `stopped` (finish_reason "stop"): the last
+    entry is the stop token, forced by the grammar, as real vLLM 0.25 returned it (recorded: tokens spell the text,
+    then `<|im_end|>` at logprob 0.0 with forbidden alternatives; one entry per completion token)."""
+    lp = simulate(content, answer, schema if isinstance(schema, dict) else {}, k, seed)[0]
+    if stopped:
+        lp = {"content": [*lp["content"], _entry(((STOP_TOKEN, 1.0),), k)]}
+    return lp
