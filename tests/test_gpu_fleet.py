@@ -751,6 +751,17 @@ def node_and_head(tmp_path: Path) -> None:
         assert "runner" in report["runners_alive"], "the head's supervised runner was not running"
         sims = db.execute("SELECT SUM(simulated) FROM captions WHERE job_id = ?", [job["id"]]).fetchone()[0]
         assert sims == (len(good) if REHEARSE else 0)
+        from data import taxonomy
+
+        # as in the single topology: every caption has the model's confidence for every label (the job asked for
+        # token logprobs, JobParams' default), and the run reports its compute efficiency
+        for c in db.query("SELECT id, confidence FROM captions WHERE job_id = ?", [job["id"]]):
+            conf = json.loads(c["confidence"] or "null")
+            assert conf and "note" not in conf, (c["id"], conf)
+            assert set(conf["labels"]) == set(taxonomy.ENUMS) and None not in conf["labels"].values(), conf
+        report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)
+        with (out / "gpu-test.log").open("a") as f:
+            f.write(f"compute efficiency: {report['job']['efficiency'].get('summary')}\n")
 
         # 4. how real vLLM answers http media, asked on the node's first replica with the head's key
         head_settings = Settings.load({"data_dir": str(head_dir)}, environ={})
