@@ -10,7 +10,7 @@ with that item's confidence: right when the approved list has it.
 One query streams the approved clips of the filter with the origin's confidence and both label sets, and one pass
 in Python buckets them: a label set equal to its origin's (stored in one form, data.taxonomy.dumps) is every label
 right without parsing it. At 100,000 reviewed clips of a million this is 1.6 s of CPU for every label
-(benchmarks/bench_confidence.py); grouping in SQL with json_each took 2.7 s.
+(benchmarks/bench_confidence.py); grouping in SQL with json_each takes 2.7 s.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
 """Opening the database, and the one way to write to it safely.
 
 - `connect(path)` opens a sqlite-utils `Database` for the calling thread (connections are thread-bound),
-  with WAL and `synchronous=NORMAL` (a commit survives a process crash: 25 SIGKILLs lost nothing; FULL would
-  also survive power loss, at ~80x the cost on these disks, measured when the project was designed), a 10 s
+  with WAL and `synchronous=NORMAL` (a commit survives a process crash, R4; FULL would also survive power
+  loss, at ~80x the cost on these disks), a 10 s
   busy timeout and foreign keys on, and brings the schema up to date.
 - `immediate(db)` is the transaction every read-modify-write uses: `BEGIN IMMEDIATE` takes the write lock
   up front, so a concurrent writer makes us wait (busy timeout) instead of failing at once with
   "database is locked" as a deferred `BEGIN` that upgrades from read to write would.
 - Threads of one process take a per-file lock before `BEGIN IMMEDIATE`: they then queue in order instead of
   in SQLite's busy handler, which polls by sleeping 1, 2, 5, ... up to 100 ms at a time. With 20 annotator
-  threads that sleeping, not the work, made the save tail (p99 530 ms -> see docs/RELIABILITY.md, R5).
+  threads that sleeping, not the work, makes the save tail (docs/RELIABILITY.md, R5).
   Other processes (the runner) still meet us in SQLite's lock, with the busy timeout.
 """
 

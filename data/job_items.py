@@ -31,9 +31,9 @@ def runner_identity() -> str:
 def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" = None) -> int:
     """Release leases held by runners on this host whose process is gone (after a crash or SIGKILL).
 
-    The attempt is given back: a runner's death is neither the clip's fault nor the fleet's, and counting it
-    let attempts pass the limit (recovered items were claimed again with attempts + 1) or, with the limit
-    enforced, failed clips after enough kills (R3). Returns how many items were released.
+    The attempt is given back: a runner's death is neither the clip's fault nor the fleet's. Counting it would
+    let attempts pass the limit (a recovered item is claimed again with attempts + 1) or, with the limit
+    enforced, fail clips after enough kills (R3). Returns how many items were released.
     """
     host = socket.gethostname()
 
@@ -252,7 +252,7 @@ def release(db: sqlite_utils.Database, job_id: int, clip_ids: Iterable[int], run
 
 
 def finish_if_drained(db: sqlite_utils.Database, job_id: int) -> None:
-    # EXISTS, not COUNT(*): counting the remaining items on every result made each result cost O(items left)
+    # EXISTS, not COUNT(*): counting the remaining items on every result makes each result cost O(items left)
     # (3.3 of 5.6 ms per result in a 20,000-clip job; benchmarks/bench_scale.py sqlite)
     left = db.execute(
         "SELECT EXISTS (SELECT 1 FROM job_items WHERE job_id = ? AND state IN ('pending', 'leased'))", [job_id]

@@ -5,8 +5,9 @@ raises `TooLarge` (a `DataError`: the web app shows its message) saying what the
 
 Why these numbers: a caption is 100-200 words (the model's schema bounds it at 1,500 characters); a human may
 write more or paste notes, so 20,000 characters (~3,000 words, 13x the model's bound) leaves room, while a
-100,000-character paste (seen saved, approved and exported) is refused, one save stays far below the busy
-timeout (a multi-megabyte save held the write lock past it) and the word diff of two captions at the limit fast.
+100,000-character paste is refused before it can be saved, approved and exported. One save at the limit stays
+far below the busy timeout (a multi-megabyte save holds the write lock past it), and the word diff of two
+captions at the limit stays fast.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ MAX_PROVENANCE_CHARS = 256  # model name, replica, decode backend, finish reason
 @dataclass(frozen=True)
 class SaveRate:
     """Human caption versions one person may save per `window` seconds: on one clip, and over all clips.
-    A person saves a clip a few times while editing it; a script saving in a loop grew one clip's history to
-    806 versions (18.7 MB per open, issue 21). The web app passes SAVE_RATE; None (scripts, tests of the
-    version rules) is no limit."""
+    A person saves a clip a few times while editing it; a script saving in a loop must not grow one clip's
+    history to hundreds of versions, each shipped when the clip is opened (issue 21, class 4). The web app
+    passes SAVE_RATE; None (scripts, tests of the version rules) is no limit."""
 
     per_clip: int = 30
     per_person: int = 600

@@ -86,7 +86,7 @@ def decode_pyav(
     """RGB frames at `indices` (sorted, unique), decoding sequentially from the start. With `size` (the
     probed width, height) every decoded frame up to the last sampled one (the last frame) must have it: a
     stream that changes resolution mid-way is refused (R10: the probe sees only the first frame, and a small
-    clip that grows to 16k x 16k later took an ingest worker to gigabytes)."""
+    clip that grows to 16k x 16k later takes an ingest worker to gigabytes)."""
     import av
 
     wanted = sorted(set(indices))

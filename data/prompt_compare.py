@@ -86,7 +86,7 @@ def _clip_set(db: sqlite_utils.Database, a: int, b: int, f: clips.Filter) -> tup
         raise DataError("Pick two different prompt versions to compare.")
     columns = f"c.id AS clip_id, c.current_caption_id AS truth_id, {_NEWEST} AS a_id, {_NEWEST} AS b_id"
     ids, args = clips.id_query(ground_truth(f), columns=columns)
-    # MATERIALIZED: flattened into the joins, each newest-caption lookup ran twice per clip (measured: 1.5x slower)
+    # MATERIALIZED: flattened into the joins, each newest-caption lookup runs twice per clip (measured: 1.5x slower)
     sql = (
         f"WITH s AS MATERIALIZED ({ids}) SELECT s.clip_id, s.truth_id, t.labels, s.a_id, ka.labels, s.b_id, "
         "kb.labels FROM s JOIN captions t ON t.id = s.truth_id JOIN captions ka ON ka.id = s.a_id "

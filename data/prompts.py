@@ -42,7 +42,7 @@ HAZARD_USER = (
 )
 
 # v2: the camera is named per clip ("{camera}", filled by `render_user`), and the stored schema is the form every
-# structured-output backend compiles (v1's `uniqueItems` made xgrammar refuse every request with HTTP 400).
+# structured-output backend compiles (xgrammar refuses v1's `uniqueItems`: HTTP 400 for every request).
 HAZARD_USER_V2 = HAZARD_USER.replace("the ego vehicle's forward camera", "the ego vehicle's {camera}")
 CAMERA_PLACEHOLDER = "{camera}"
 

@@ -360,8 +360,8 @@ def m012_hardening2(db: sqlite_utils.Database) -> None:
     """Issue 21. An index for the per-person save rate (data.captions counts a person's recent versions); the
     browsers and addresses each account signed in from (data.sessions.remember: the login limiter does not
     hold back a person at a browser or address they used before, so an attacker cannot lock them out); and
-    the clips assigned to users disabled before disabling gave them back: given back now, audited, so they
-    are in the review queue again (data.team.set_disabled does this at every disable from now on)."""
+    the clips still assigned to disabled users given back, audited, so that they are in the review queue
+    (data.team.set_disabled gives them back at every disable)."""
     db.execute("CREATE INDEX IF NOT EXISTS idx_captions_author_time ON captions(author, created_at)")
     db.execute("""
     CREATE TABLE IF NOT EXISTS login_trust (

@@ -104,8 +104,8 @@ _DUMMY_HASH: list[str] = []
 
 
 def _dummy_hash() -> str:
-    # Computed once: hashing it on every unknown-user attempt made unknown users take two scrypt runs, known
-    # users one, and user names could be told apart by timing (S7).
+    # Computed once: hashed on every unknown-user attempt, an unknown user would cost two scrypt runs and a
+    # known user one, and user names could be told apart by timing (S7).
     if not _DUMMY_HASH:
         _DUMMY_HASH.append(hash_password("not a user", salt=b"\0" * 16))
     return _DUMMY_HASH[0]

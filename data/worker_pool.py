@@ -36,8 +36,8 @@ START_ALLOWANCE = 60.0  # a worker process that has not even started its task af
 # 4K clip's frame threads need ~0.5 GiB more; a decoder that wants more than this is decoding something hostile.
 WORKER_MEMORY_MIB = 2048
 # A worker's own footprint must not grow with the machine's cores, or the cap above fails every clip on a big
-# node (seen on a 16-core GPU node: NumPy's OpenBLAS started 16 threads and glibc gave each decoding thread its
-# own 64 MiB malloc arena; 2.4 GiB of address space for one 1080p clip, every clip "corrupt"). The pool runs
+# node (on 16 cores, NumPy's OpenBLAS starts 16 threads and glibc gives each decoding thread its own 64 MiB
+# malloc arena: 2.4 GiB of address space for one 1080p clip, and every clip reads as "corrupt"). The pool runs
 # one clip per core already, so each worker's libraries get one thread and two malloc arenas.
 WORKER_ENV = {
     "MALLOC_ARENA_MAX": "2",

@@ -4,9 +4,9 @@ can be decoded under that bound.
 
 Why not httpx's own decoding (`aiter_bytes`, `.content`): it decompresses each network chunk whole, so a
 64 KiB gzip chunk becomes 64 MiB before anyone can count it, and a few hundred bytes of brotli become
-gigabytes (issue 21: the runner went from 97 MB to 1.74 GB on compressed answers, the app to 3.7 GiB on one
-Fleet tab refresh). Here the raw bytes are decompressed with an output limit (zlib's `max_length`, brotli's
-`output_buffer_limit`), so at most `max_bytes` + one decoder step is ever held.
+gigabytes, in the runner or the app (issue 21, class 2; docs/RELIABILITY.md has the figures). Here the raw
+bytes are decompressed with an output limit (zlib's `max_length`, brotli's `output_buffer_limit`), so at most
+`max_bytes` + one decoder step is ever held.
 
     async with client.stream("GET", url, headers=bounded.HEADERS) as resp:
         body = await bounded.read_async(resp, 1 << 20, what="/metrics")
@@ -108,7 +108,7 @@ class _Brotli:
 
     def feed(self, data: bytes, room: int) -> bytes:
         try:
-            # brotli's limit is soft: the buffer grows in doubling blocks past it (a 1 MiB limit gave 2 MiB), so
+            # brotli's limit is soft: the buffer grows in doubling blocks past it (a 1 MiB limit can hold 2 MiB), so
             # ask for one block (~32 KiB) per call; with the limit reached the decoder keeps input back, which
             # is drained (empty input) before new data may be given
             out = bytearray(self.d.process(data, output_buffer_limit=1))

@@ -362,9 +362,9 @@ class FleetClient:
     async def _read_bounded(self, replica_url: str, body: dict, limit: int = MAX_ANSWER_BYTES) -> httpx.Response:
         """POST and read the answer, at most `limit` bytes of it (`answer_limit`), counted after decompression
         as it streams (serving.bounded): an answer is a few KiB at any max_tokens we send (a few hundred with
-        logprobs), and three 400 MB answers took the runner to 3.8 GB (R10), compressed ones to 1.74 GB (issue
-        21). Larger, or in an encoding we do not decode under that bound, is a ReplicaError (retried elsewhere),
-        read no further."""
+        logprobs), and a few hostile answers of hundreds of MB, or small compressed ones, read unbounded take the
+        runner to gigabytes (R10; issue 21, class 2). Larger, or in an encoding we do not decode under that
+        bound, is a ReplicaError (retried elsewhere), read no further."""
         url = self._endpoint(replica_url, "/v1/chat/completions")
         async with (
             self._pool(replica_url) as client,

@@ -30,9 +30,9 @@ from data import limits
 from serving import bounded
 
 DEFAULT_TIMEOUT = 2.0
-# Bounds on what one refresh reads (issue 21: one refresh took the app to 3.7 GiB, sent 314 MB to the browser,
-# and a router listing 300 workers made it call 300 addresses): answers by size after decoding (vLLM's own
-# /metrics is 20-300 KiB), replicas scraped per refresh, requests in flight, and the refresh's time.
+# Bounds on what one refresh reads, so that a hostile fleet cannot make it hold gigabytes, send hundreds of MB
+# to the browser, or call every address a router lists (issue 21, class 2): answers by size after decoding
+# (vLLM's own /metrics is 20-300 KiB), replicas scraped per refresh, requests in flight, and the refresh's time.
 MAX_METRICS_BYTES = 2 << 20
 MAX_STATUS_BYTES = 64 << 10  # /health, /liveness, /readiness
 MAX_WORKERS_BYTES = 1 << 20  # a router's /workers (~100 bytes per worker)

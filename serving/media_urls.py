@@ -78,7 +78,7 @@ def check(key: bytes, clip_id: int, exp: Any, sig: Any, *, now: float | None = N
     if not isinstance(exp, str) or not _EXP.fullmatch(exp):
         return "malformed expiry"
     exp_i = int(exp)
-    # ASCII hex only: hmac.compare_digest raises TypeError on non-ASCII text (it was an anonymous 500)
+    # ASCII hex only: hmac.compare_digest raises TypeError on non-ASCII text (uncaught: an anonymous 500)
     if not isinstance(sig, str) or not _SIG.fullmatch(sig):
         return "malformed signature"
     if not hmac.compare_digest(signature(key, clip_id, exp_i), sig.lower()):

@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     except DataError as e:  # e.g. a setting the library's recorded deployment contradicts (data.deployment)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which let anyone on the machine (or a
+    # uvicorn believes X-Forwarded-For/-Proto from 127.0.0.1 by default, which lets anyone on the machine (or a
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.
     trusted = ",".join(settings.trusted_proxies)

@@ -245,9 +245,8 @@ def build_app(settings) -> FastAPI:
         raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
     settings = library.settings_for_path(settings)  # the media route serves from the recorded clip root
     urls = list(settings.fleet_urls)
-    # simulated or not is decided once, here, so the banner is part of the first paint (it used to appear
-    # only after the Fleet tab's first scrape, ~10 s later): launched as `--fleet-mode sim`, or a fleet
-    # that says so in its /metrics
+    # simulated or not is decided once, here, so the banner is part of the first paint (the Fleet tab's first
+    # scrape comes ~10 s later): launched as `--fleet-mode sim`, or a fleet that says so in its /metrics
     simulated = settings.fleet_mode == "sim" or (
         bool(urls) and any_simulated(snapshot(urls, timeout=1.0, headers=fleet_key.headers(settings))[0])
     )
@@ -267,7 +266,7 @@ def build_app(settings) -> FastAPI:
     @app.middleware("http")
     async def close_unused_gradio_routes(request, call_next):
         # No handler of this app takes a file, so Gradio's upload route only offers disk space to anyone logged
-        # in; and its OpenAPI document lists routes to callers who have not logged in. Both found by S2.
+        # in; and its OpenAPI document lists routes to callers who have not logged in (S2).
         path = request.url.path
         if path.endswith("/gradio_api/upload") or path.endswith("/upload_progress"):
             return JSONResponse({"detail": "this app takes no uploads"}, status_code=403)

@@ -18,8 +18,8 @@ One pure ASGI middleware, outside everything else (Gradio's mounted app included
   `stream`, `component_server`, ... answer 403), all of them only after login. Every session id a request
   names (a body's `session_hash`, the data stream's query, the heartbeat's path) belongs to the first user who
   used it; every event id (`cancel`, `reset`, the `call` result stream) to the user whose request created it
-  (read from the join or call answer). Another user naming either is 403: a lead's next save once landed on
-  another clip through `run/<api>` with another user's session id.
+  (read from the join or call answer). Another user naming either is 403: otherwise a save could land on
+  another user's clip through `run/<api>` with that user's session id.
 - **/monitoring/summary** (per-endpoint counts and timings) is for leads only.
 """
 

@@ -200,8 +200,8 @@ class JobsTab:
                 label="Edits saved, clips approved, rejected and flagged broken, approval rate (approved of decided)",
             )
         self.timer = gr.Timer(2.0, active=False)  # on only while this tab is shown (app.py)
-        # the preview is counted again on a slower timer of its own: a second listener on the 2 s tick doubled
-        # the events the page sends, and a click queued behind them waited
+        # the preview is counted again on a slower timer of its own: a second listener on the 2 s tick would
+        # double the events the page sends, and a click would queue behind them
         self.preview_timer = gr.Timer(PREVIEW_EVERY_S, active=False)
         self.timers = [self.timer, self.preview_timer]
 
@@ -625,7 +625,7 @@ class JobsTab:
             return gr.Button(interactive=True)
 
         # every event goes through the queue: the page then never uses Gradio's direct-call route (/run), which
-        # the Guard keeps closed (it took another user's session id, issue 21)
+        # the Guard keeps closed (it accepts another user's session id; issue 21, class 6)
         self.start_btn.click(start_busy, None, [self.start_btn], api_name="start_busy").then(
             shows_errors(self.start),
             [

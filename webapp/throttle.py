@@ -1,8 +1,8 @@
 """The login limiter: slow a password guesser down without locking out the person who knows the password.
 
-Why not a lockout: a hard limit per address (20 failures, then ~10 min of refusals for everyone) locked out
-every user behind one proxy or tunnel, admin included, and a per-account limit (5 failures, from anywhere) let
-anyone keep a named user out by failing on purpose now and then (issue 21). docs/RELIABILITY.md, S7, has the
+Why not a lockout: a hard limit per address (say 20 failures, then ~10 min of refusals for everyone) locks out
+every user behind one proxy or tunnel, admin included, and a per-account limit (5 failures, from anywhere) lets
+anyone keep a named user out by failing on purpose now and then (issue 21, class 5). docs/RELIABILITY.md, S7, has the
 design with its figures; in short:
 
 - **Delays, not lockouts.** Each key counts the failed checks in its window. Past `free` failures, the next

@@ -36,7 +36,7 @@ from serving.simfleet.replica import SimReplica
 
 DECODE_BACKEND = "simulated"
 JSON = "application/json"
-# a wrong method on these is vLLM's 405; anywhere else the simulator has always answered 404
+# a wrong method on these is vLLM's 405; anywhere else the simulator answers 404
 VLLM_PATHS = ("/v1/chat/completions", "/health", "/v1/models", "/metrics")
 
 
@@ -172,7 +172,7 @@ def build_app(
         # Starlette answers HEAD wherever GET is allowed; vLLM (FastAPI) answers it 405, and so does this
         route.methods.discard("HEAD")
     app = Starlette(routes=routes, exception_handlers={SimError: sim_error, HTTPException: http_error})
-    app.router.redirect_slashes = False  # /health/ is a 404, not a redirect, as it always was here
+    app.router.redirect_slashes = False  # /health/ is a 404, not a redirect, as is any path not served here
     if key_digest is None:
         return app
     unauthorized = json.dumps({"error": "Unauthorized"}).encode()

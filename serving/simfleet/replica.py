@@ -144,7 +144,7 @@ class SimReplica:
                     400, f"The file path {filepath} must be a subpath of `--allowed-local-media-path {self.root}`."
                 )
             # a clip opened before costs one stat here; only opening a new one goes to a worker thread (a thread
-            # hop per request was the largest cost of an answer after the JSON work)
+            # hop per request is the largest cost of an answer after the JSON work)
             info = self.probe.cached(filepath) or await asyncio.to_thread(self.probe.probe, filepath)
             self.media_fetches["file"] += 1
             return str(resolved.relative_to(self.root)), info
