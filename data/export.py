@@ -261,7 +261,8 @@ _INTERNAL = {"_origin_text": "o.text", "_origin_labels": "o.labels", "_simulated
 
 
 def _select(f: Filter) -> tuple[str, list[Any]]:
-    where, args = clips._where(dataclasses.replace(f, has_caption=True))
+    # a record is a current caption: "without a caption" (has_caption False) stays, and matches nothing
+    where, args = clips._where(f if f.has_caption is False else dataclasses.replace(f, has_caption=True))
     cols = [f"{x.sql} AS {x.name}" for x in FIELDS if x.sql]
     cols += [f"{x.sql} AS origin_{x.name}" for x in ORIGIN_FIELDS]
     cols += [f"{sql} AS {alias}" for alias, sql in _INTERNAL.items()]
