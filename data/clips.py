@@ -13,38 +13,51 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
-from data import captions, limits, order as orders, search
+from data import captions, limits, order as orders, search, taxonomy
 from data.errors import DataError, NotFound
 from data.order import Order
 
 PAGE_SIZE = 60
 
 
+def _field(help: str, *, choices: tuple[str, ...] = (), switch: bool = False, default: Any = None) -> Any:
+    """A Filter field with its help (what each command line's flag says), the values it allows (None: any) and
+    `switch`: a bool whose False filters nothing, so a flag turns it on (others take yes or no)."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": choices or None, "switch": switch})
+
+
 @dataclass(frozen=True)
 class Filter:
     """What a user asked to see. Empty fields do not filter. Its dict form (`to_dict` / `from_dict`) is what
-    URLs, browser state, export links and a job's recorded selection carry."""
+    URLs, browser state, export links and a job's recorded selection carry; each field's metadata (help,
+    allowed values) is what the command lines' flags are made from (data.filter_args)."""
 
-    review_status: str | None = None
-    scenario: str | None = None
-    hazard_level: str | None = None
-    weather: str | None = None
-    lighting: str | None = None
-    road_type: str | None = None
-    caption_source: str | None = None  # 'model' | 'human'
-    has_caption: bool | None = None
-    failed: bool | None = None  # ingest (probe) failed
-    job_id: int | None = None
-    job_item_state: str | None = None  # with job_id: pending | leased | done | failed
-    text: str | None = None  # full-text query over path, caption and labels
-    assignee: str | None = None  # assigned to this user (data.assignments)
-    unassigned: bool | None = None  # True: assigned to nobody
-    disagrees: bool | None = None  # the current caption's text and labels disagree (data.consistency); False: agree
-    include_missing: bool = False
+    review_status: str | None = _field("only clips in this review state", choices=captions.REVIEW_STATES)
+    scenario: str | None = _field("only clips whose scenario is this", choices=taxonomy.SCENARIO_CATEGORIES)
+    hazard_level: str | None = _field("only clips whose hazard level is this", choices=taxonomy.HAZARD_LEVELS)
+    weather: str | None = _field("only clips whose weather is this", choices=taxonomy.WEATHER)
+    lighting: str | None = _field("only clips whose lighting is this", choices=taxonomy.LIGHTING)
+    road_type: str | None = _field("only clips whose road type is this", choices=taxonomy.ROAD_TYPES)
+    caption_source: str | None = _field(
+        "only clips whose current caption the model or a human wrote", choices=("model", "human")
+    )
+    has_caption: bool | None = _field("only clips with (yes) or without (no) a current caption")
+    failed: bool | None = _field("only clips whose ingest probe failed (yes) or did not (no)")
+    job_id: int | None = _field("only clips of this captioning job")
+    job_item_state: str | None = _field(
+        "with the job: only its items in this state", choices=("pending", "leased", "done", "failed")
+    )
+    text: str | None = _field(
+        'full-text query over path, caption and labels: words (all must match), OR, "a phrase", prefix*'
+    )
+    assignee: str | None = _field("only clips assigned to this user")
+    unassigned: bool | None = _field("only clips assigned to nobody", switch=True)
+    disagrees: bool | None = _field("only clips whose caption's text and labels disagree (yes) or agree (no)")
+    include_missing: bool = _field("also clips whose file is gone", switch=True, default=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The fields that differ from their default, as JSON-able values; False stays (has_caption=False is
@@ -64,6 +77,19 @@ class Filter:
         if unknown:
             raise DataError(f"Unknown filter field(s): {', '.join(unknown)}. Known: {', '.join(FIELD_TYPES)}.")
         return cls(**{k: v for k, v in d.items() if v not in ("", None)})
+
+    def checked(self, name: Callable[[str], str] = str) -> Filter:
+        """This filter, or a DataError where typed input would silently match nothing: a value outside its
+        field's allowed values (the message names them) or a job item state without a job. `name` spells a
+        field in the message (a command line gives its flag). Construction does not check this: selections
+        recorded before it may hold such values, and must still read (they match nothing)."""
+        for field, allowed in CHOICES.items():
+            value = getattr(self, field)
+            if value is not None and value not in allowed:
+                raise DataError(f"{name(field)} must be one of: {', '.join(allowed)} (not {value!r}).")
+        if self.job_item_state and not self.job_id:
+            raise DataError(f"{name('job_item_state')} needs {name('job_id')}: the job whose items to select.")
+        return self
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -93,6 +119,10 @@ def _value_type(hint: Any) -> type:
 
 # Each field's value type (bool, int or str), read from the annotations: forms and checks derive from it.
 FIELD_TYPES: dict[str, type] = {name: _value_type(h) for name, h in typing.get_type_hints(Filter).items()}
+# The allowed values of the fields that have a fixed set (review states, the taxonomy's labels, ...).
+CHOICES: dict[str, tuple[str, ...]] = {
+    f.name: f.metadata["choices"] for f in dataclasses.fields(Filter) if f.metadata.get("choices")
+}
 
 
 _FACETS = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")

@@ -29,7 +29,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 import sqlite_utils
 
-from data import captions, clips, taxonomy
+from data import captions, clips, filter_args, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.job_params import current_names
@@ -261,7 +261,8 @@ _INTERNAL = {"_origin_text": "o.text", "_origin_labels": "o.labels", "_simulated
 
 
 def _select(f: Filter) -> tuple[str, list[Any]]:
-    where, args = clips._where(dataclasses.replace(f, has_caption=True))
+    # a record is a current caption: "without a caption" (has_caption False) stays, and matches nothing
+    where, args = clips._where(f if f.has_caption is False else dataclasses.replace(f, has_caption=True))
     cols = [f"{x.sql} AS {x.name}" for x in FIELDS if x.sql]
     cols += [f"{x.sql} AS origin_{x.name}" for x in ORIGIN_FIELDS]
     cols += [f"{sql} AS {alias}" for alias, sql in _INTERNAL.items()]
@@ -370,17 +371,9 @@ def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -
     return n
 
 
-def _cli_filter(args: argparse.Namespace) -> Filter:
-    names = ("review_status", "scenario", "hazard_level", "weather", "lighting", "road_type", "caption_source")
-    return Filter(
-        **{k: getattr(args, k) for k in (*names, "job_id", "text")},
-        include_missing=args.include_missing,
-    )
-
-
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line: the format, where to write, the library, and the clip filter (data.filter_args)."""
     from data import settings as settings_mod
-    from data.db import connect
 
     parser = argparse.ArgumentParser(
         prog="python -m data.export",
@@ -394,33 +387,24 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--format", choices=FORMATS, default="jsonl", help="output format (default jsonl)")
-    parser.add_argument(
-        "--status", dest="review_status", choices=captions.REVIEW_STATES, help="review status to export"
-    )
-    for name in ("scenario", "hazard_level", "weather", "lighting", "road_type"):
-        parser.add_argument("--" + name.replace("_", "-"), dest=name, help=f"only clips whose {name} is this")
-    parser.add_argument(
-        "--source",
-        dest="caption_source",
-        choices=("model", "human"),
-        help="only captions written by the model or by a human",
-    )
-    parser.add_argument("--job-id", dest="job_id", type=int, help="only clips of this captioning job")
-    parser.add_argument(
-        "--text",
-        help='full-text query over path, caption and labels: words (all must match), OR, "a phrase", prefix*',
-    )
-    parser.add_argument("--include-missing", action="store_true", help="also clips whose file is gone")
     parser.add_argument("--output", "-o", help="write here instead of standard output")
     parser.add_argument("--schema", action="store_true", help="print the JSON Schema of a JSONL record and exit")
     settings_mod.add_arguments(parser, ["data_dir", "db"])
-    args = parser.parse_args(argv)
+    filter_args.add_arguments(parser.add_argument_group("which clips"))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from data import settings as settings_mod
+    from data.db import connect
+
+    args = build_parser().parse_args(argv)
     if args.schema:
         print(json.dumps(json_schema(), indent=2, ensure_ascii=False))
         return 0
     s = settings_mod.from_args(args)
     try:
-        f = _cli_filter(args)
+        f = filter_args.from_args(args)
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1026,7 +1026,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scope = Scope.of(job=args.job, prompt=args.prompt, model=args.model)
         try:
-            f = Filter.from_dict(json.loads(args.filter)) if args.filter else Filter()
+            f = Filter.from_dict(json.loads(args.filter)).checked() if args.filter else Filter()
         except ValueError:
             raise DataError('--filter takes a JSON object, for example \'{"weather": "rain"}\'.') from None
         margin = check_margin(args.margin)

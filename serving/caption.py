@@ -33,43 +33,11 @@ import signal
 import sys
 import threading
 
-from data import clips, db as dbmod, job_queries, jobs, library, prompts
+from data import db as dbmod, filter_args, job_queries, jobs, library, prompts
 from data.errors import DataError, NotFound
 from data.job_params import RECIPE_MAX_PIXELS, JobParams
 from data.job_selection import Selection
 from data.settings import add_arguments, from_args
-
-YES = {"yes", "y", "true", "1"}
-NO = {"no", "n", "false", "0"}
-
-
-def _yes_no(value: str | None) -> bool | None:
-    if value is None:
-        return None
-    v = value.lower()
-    if v in YES:
-        return True
-    if v in NO:
-        return False
-    raise argparse.ArgumentTypeError(f"expected yes or no, got {value!r}")
-
-
-def build_filter(args: argparse.Namespace) -> clips.Filter:
-    """The clip filter the flags describe (same fields as the app's browser)."""
-    return clips.Filter(
-        review_status=args.status,
-        scenario=args.scenario,
-        hazard_level=args.hazard_level,
-        weather=args.weather,
-        lighting=args.lighting,
-        road_type=args.road_type,
-        caption_source=args.source,
-        has_caption=_yes_no(args.has_caption),
-        failed=_yes_no(args.ingest_failed),
-        job_id=args.job,
-        job_item_state=args.job_state,
-        text=args.text,
-    )
 
 
 def pick_prompt(db, spec: str | None) -> dict:
@@ -88,9 +56,7 @@ def pick_prompt(db, spec: str | None) -> dict:
 
 
 def create_job(db, settings, args: argparse.Namespace) -> int:
-    f = build_filter(args)
-    if f.job_item_state and not f.job_id:
-        raise DataError("--job-state needs --job JOB (the job whose items to select)")
+    f = filter_args.from_args(args)
     prompt = pick_prompt(db, args.prompt)
     selection = Selection(filter=f, limit=args.limit, origin="command line")
     params = JobParams.resolve(
@@ -156,18 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sel = p.add_argument_group("which clips")
-    sel.add_argument("--status", choices=("unreviewed", "approved", "rejected"), help="review status")
-    sel.add_argument("--has-caption", metavar="yes|no", help="only clips with (yes) or without (no) a caption")
-    sel.add_argument("--text", help="full-text search over path, caption and labels")
-    sel.add_argument("--scenario", help="scenario category label")
-    sel.add_argument("--hazard-level", help="hazard level label")
-    sel.add_argument("--weather")
-    sel.add_argument("--lighting")
-    sel.add_argument("--road-type")
-    sel.add_argument("--source", choices=("model", "human"), help="who wrote the current caption")
-    sel.add_argument("--ingest-failed", metavar="yes|no", help="clips whose ingest probe failed (yes) or not (no)")
-    sel.add_argument("--job", type=int, help="clips of this job (with --job-state: only items in that state)")
-    sel.add_argument("--job-state", choices=("pending", "leased", "done", "failed"), help="item state in --job")
+    filter_args.add_arguments(sel)
     sel.add_argument("--limit", type=int, default=None, help="at most this many clips (in id order)")
     how = p.add_argument_group("how")
     how.add_argument("--prompt", help="prompt name (newest version), name@version, or id (default: av-hazard)")
@@ -243,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             job_id = create_job(db, settings, args)
         job = job_queries.get(db, job_id)
         c = job_queries.counts(db, job_id)
-    except (DataError, argparse.ArgumentTypeError) as e:
+    except DataError as e:
         print(f"caption: {e}", file=sys.stderr)
         return 2
     finally:

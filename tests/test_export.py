@@ -108,6 +108,8 @@ def test_filters_select_what_they_say(db):
     assert export.export(db, Filter(hazard_level="high", weather="rain"), "jsonl", io.StringIO()) == 2
     assert export.export(db, Filter(caption_source="human"), "jsonl", io.StringIO()) == 1
     assert export.export(db, Filter(text="close call"), "jsonl", io.StringIO()) == 1
+    assert export.export(db, Filter(has_caption=True), "jsonl", io.StringIO()) == 3
+    assert export.export(db, Filter(has_caption=False), "jsonl", io.StringIO()) == 0  # a record is a caption
 
 
 def test_export_streams_from_a_cursor(db):

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import captions, clips, order as orders, samples, search, taxonomy
+from data import clips, order as orders, samples, search
 from data.errors import DataError, SearchSyntaxError
 from webapp import assigning, render, sampling, second_review
 from webapp.context import AppContext
@@ -50,13 +50,7 @@ FORM_FIELDS = (
     "assignee",
 )
 SORT = "sort"
-CHOICES = {
-    "review_status": captions.REVIEW_STATES,
-    "scenario": taxonomy.SCENARIO_CATEGORIES,
-    "hazard_level": taxonomy.HAZARD_LEVELS,
-    "weather": taxonomy.WEATHER,
-    "lighting": taxonomy.LIGHTING,
-}
+CHOICES = {name: clips.CHOICES[name] for name in FORM_FIELDS if name in clips.CHOICES}  # the Filter's own
 _TRI = {"yes": True, "no": False}
 
 
