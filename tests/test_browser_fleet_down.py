@@ -14,11 +14,10 @@ from __future__ import annotations
 import re
 import time
 
-import httpx
 import pytest
 
 from data import db as dbmod, job_queries
-from tests.support.browser_fixtures import SCREENSHOTS, login, runner_process
+from tests.support.browser_fixtures import SCREENSHOTS, login, runner_process, set_knobs
 from tests.support.runner_fixtures import real_router
 from tests.support.webapp_fixtures import AppServer
 
@@ -41,7 +40,7 @@ def server(web_settings, library, router):  # noqa: F811
 
 def knobs(urls: list[str], **values) -> None:
     for url in urls:
-        httpx.post(url + "/sim/knobs", json=values, timeout=5).raise_for_status()
+        set_knobs(url, **values).raise_for_status()
 
 
 def test_a_job_started_with_the_fleet_down_says_why_on_jobs(browser, server, simfleet, router, web_settings):  # noqa: F811

@@ -92,13 +92,22 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
         )
         ann2, _ = login(ann2_ctx, server.url, "ann2")
         ann2.locator("#tab-second-button").click()
+        answered: list[int] = []
         for _ in range(4):
-            ann2.wait_for_selector("#second-clip", timeout=WAIT)
-            ann2.click("#btn-second-approve")
+            # the next task shown: a member not answered yet (the page may still show the last one for a moment)
             ann2.wait_for_function(
-                "document.querySelector('#second-review-msg').innerText.includes('is saved (approved)')",
+                "(() => { const c = Number(document.querySelector('#second-clip')?.dataset.clip);"
+                f" return {members}.includes(c) && !{answered}.includes(c); }})()",
                 timeout=WAIT,
             )
+            cid = int(ann2.evaluate("document.querySelector('#second-clip').dataset.clip"))
+            ann2.click("#btn-second-approve")
+            ann2.wait_for_function(
+                "document.querySelector('#second-review-msg').innerText"
+                f".includes('second review of clip {cid} is saved (approved)')",
+                timeout=WAIT,
+            )
+            answered.append(cid)
         assert len(samples.second_reviews(db, sample_id=sample_id)) == 4
 
         # the Quality tab: the weather of av-hazard v1 right on 3 of the 4 clips, the reviewers agreeing on 3

@@ -78,7 +78,7 @@ def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):  # n
 def test_export_needs_lead(server):  # noqa: F811
     assert server.client("ann").get("/export?fmt=jsonl").status_code == 403
     assert server.client().get("/export?fmt=jsonl").status_code == 401
-    r = server.client("lead").get("/export?fmt=jsonl&filter=%7B%22has_caption%22%3A%20false%7D")
+    r = server.client("lead").get("/export?fmt=jsonl&filter=%7B%22has_caption%22%3A%20true%7D")
     assert r.status_code == 200
     assert r.text.count("\n") >= 2 and "drive/clip_" in r.text
 
