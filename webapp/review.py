@@ -250,6 +250,7 @@ class ReviewTab:
             if failures.describe(e) is not failures.BUSY:
                 raise
             holder = review_queue.holder(db, clip["id"])
+            holder = None if holder == user.name else holder  # their own lease from before: nobody else's
             message = " ".join(
                 filter(
                     None,
