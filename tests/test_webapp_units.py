@@ -57,7 +57,7 @@ def test_users_cli_adds_and_lists(tmp_path):
     assert "added root (admin)" in out.stdout
     assert "root\tadmin" in subprocess.run(base + ["list"], env=env, capture_output=True, text=True).stdout
     again = subprocess.run(base + ["add", "root", "--password-file", str(pw)], env=env, capture_output=True, text=True)
-    assert again.returncode == 1 and "already exists" in again.stderr
+    assert again.returncode == 2 and "already exists" in again.stderr  # refused, as every CLI of ours says it
     helptext = subprocess.run(base + ["--help"], env=env, capture_output=True, text=True).stdout
     assert "python -m webapp.accounts add" in helptext
 

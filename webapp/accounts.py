@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{args.name} {args.command}d{back}")
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2  # refused (a usage error, as the other command lines say it)
     finally:
         db.close()
     return 0
