@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.library_build import fresh_library  # noqa: E402
 from data import clips, order as orders, schema  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect  # noqa: E402
@@ -92,21 +93,10 @@ def _pick(rng: random.Random, table):
 
 def build(db_path: Path, n: int, seed: int = 0) -> float:
     t0 = time.perf_counter()
-    db = connect(db_path)
-    have = db.execute("SELECT COUNT(*) FROM clips").fetchone()[0]
-    if have == n:
-        db.close()
+    db = fresh_library(db_path, n)
+    if db is None:
         return 0.0
-    if have:
-        db.close()
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(db_path) + suffix).unlink(missing_ok=True)
-        db = connect(db_path)
     conn = db.conn
-    conn.execute("PRAGMA synchronous=OFF")  # build only: a crash here just means rebuilding
-    conn.execute("PRAGMA cache_size=-400000")
-    for trig in ("clips_ai", "clips_ad", "clips_au"):
-        conn.execute(f"DROP TRIGGER IF EXISTS {trig}")
     rng = random.Random(seed)
     now = time.time()
     batch = []

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.library_build import fresh_library  # noqa: E402
 from data import assignments, calibration, clips, consistency, schema, taxonomy  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect  # noqa: E402
@@ -99,18 +100,10 @@ def build(db_path: Path, n: int, reviewed: int, seed: int = 0) -> float:
     """The library (reused when it already holds n clips): clips, the mirrors data.captions keeps, assignments,
     and `reviewed` approved clips with an origin caption carrying a confidence."""
     t0 = time.perf_counter()
-    db = connect(db_path)
-    if db.execute("SELECT COUNT(*) FROM clips").fetchone()[0] == n:
-        db.close()
+    db = fresh_library(db_path, n, cache_kib=None)
+    if db is None:
         return 0.0
-    db.close()
-    for suffix in ("", "-wal", "-shm"):
-        Path(str(db_path) + suffix).unlink(missing_ok=True)
-    db = connect(db_path)
     conn = db.conn
-    conn.execute("PRAGMA synchronous=OFF")  # build only
-    for trig in ("clips_ai", "clips_ad", "clips_au"):
-        conn.execute(f"DROP TRIGGER IF EXISTS {trig}")
     rng = random.Random(seed)
     rows, caps, asg = [], [], []
     approved = set(rng.sample(range(1, n + 1), reviewed))
