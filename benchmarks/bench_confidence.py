@@ -14,7 +14,7 @@ library   builds (or reuses) a library through data.db.connect (the real schema,
           1 % assigned to "ann", --reviewed of them approved with an origin machine caption carrying a stored
           confidence (30 % of those through a person's fix of one label). Then p50/p95 (wall clock) of: a risk
           page (first, deep, filtered), the review queue's next clip by risk (with assignments, without), and
-          data.calibration over every label, one label and one filter (with its CPU time).
+          data.quality.calibration over every label, one label and one filter (with its CPU time).
 """
 
 from __future__ import annotations
@@ -30,9 +30,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.library_build import fresh_library  # noqa: E402
-from data import assignments, calibration, clips, consistency, schema, taxonomy  # noqa: E402
+from data import assignments, clips, consistency, schema, taxonomy  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect  # noqa: E402
+from data.quality import calibration  # noqa: E402
 from serving.logprobs import label_confidence  # noqa: E402
 from serving.simfleet import answers as sim_answers  # noqa: E402
 from serving.simfleet.logprobs import simulate  # noqa: E402

@@ -40,7 +40,11 @@ from fleet_probe import cmd_hostile, probe  # noqa: E402
 
 from benchmarks.node.cpu import group_cpu_seconds  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import fleet, fleet_commands, procs  # noqa: E402
+from serving import (  # noqa: E402
+    fleet_commands,
+    health,  # noqa: E402
+    procs,
+)
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -256,7 +260,7 @@ def measure(
 ) -> dict:
     import psutil
 
-    m0 = fleet.scrape(url, timeout=10)
+    m0 = health.scrape(url, timeout=10)
     cpu0 = group_cpu_seconds([pgid])
     sys0 = psutil.cpu_times()
     sampler = GpuSampler()
@@ -267,7 +271,7 @@ def measure(
     cpu = group_cpu_seconds([pgid]) - cpu0
     sys1 = psutil.cpu_times()
     busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
-    prompt_tok = fleet.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
+    prompt_tok = health.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
     n = res["ok"]
     eff = efficiency(res.pop("per_clip"), frames, n / wall if wall else None, precision, peak)
     return {

@@ -18,7 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data import demo, ingest  # noqa: E402
+from data.library import (
+    demo,  # noqa: E402
+    ingest,  # noqa: E402
+)
 from data.settings import Settings  # noqa: E402
 
 

@@ -9,13 +9,14 @@ probability (the hazard level mostly by one step) and the text of 40 % of captio
 them); each change is a human version derived from the machine caption, as data.captions writes it. A third
 prompt version (job 11) re-captions 20,000 approved clips as candidates (the version comparison), and a random
 sample stratified by hazard level is drawn from job 1, 1,500 of its members reviewed and 400 of those reviewed
-again, blind, by a second reviewer (data.samples' tables).
+again, blind, by a second reviewer (data.quality.samples' tables).
 
 Then empties `quality_pairs` and times storing every pair again (what the first report after an upgrade does;
 --warm skips it), and prints, per operation, the median wall and CPU time of --repeat runs (ms; CPU includes child
 processes) and the result's size: a full recompute (every approved clip, grouped three ways), filtered views (Browse
 facets, a text search) and scoped ones (a job, a prompt version), the reviewers' agreement, the sample estimate,
-the version comparison (data.prompt_compare), what the Quality tab's refresh does (figures drawn to PNG), and the
+the version comparison (data.quality.prompt_compare), what the Quality tab's refresh does (figures drawn to PNG), and
+the
 CLI as a user runs it (a fresh interpreter: import, open, report, print).
 """
 
@@ -36,9 +37,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.library_build import fresh_library  # noqa: E402
-from data import prompt_compare, prompts, quality, schema, taxonomy  # noqa: E402
+from data import prompts, quality, schema, taxonomy  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect, immediate  # noqa: E402
+from data.quality import prompt_compare  # noqa: E402
 from webapp import quality_tab  # noqa: E402
 
 JOBS = 10
@@ -194,7 +196,7 @@ def build(db_path: Path, n: int, reviewed: int, seed: int = 0) -> float:
 
 def sample(db_path: Path, seed: int = 1) -> None:
     """Draw a random sample stratified by hazard level (proportional) from job 1's unreviewed clips, as
-    data.samples records one (the strata's N_h and n_h, the members with the caption they had), unless the
+    data.quality.samples records one (the strata's N_h and n_h, the members with the caption they had), unless the
     library has one already; 1,500 of its 2,000 members reviewed by annotator2, 400 of those again, blind, by
     annotator3 (each label changed with FIX_RATE by each reviewer)."""
     db = connect(db_path)

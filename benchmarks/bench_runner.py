@@ -29,10 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import db as dbmod, job_queries, jobs, prompts  # noqa: E402
-from data.clipgen import tiny_library  # noqa: E402
+from data import db as dbmod, jobs, prompts  # noqa: E402
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries  # noqa: E402
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (
     runner as runmod,  # noqa: E402

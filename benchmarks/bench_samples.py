@@ -6,11 +6,11 @@ Builds the library with benchmarks/bench_browse.build (reused if it already hold
 the model, of those 60 % unreviewed, 35 % approved), adds users, and for the approved clips among the first
 --compare-clips ids three caption versions each: the approved truth (the clip's current caption) and a machine
 caption of preset versions 1 and 2 (each label wrong with probability 0.20 and 0.15). Then times, --repeat times:
-  draw none 400          data.samples.draw of 400 clips from the whole library's unreviewed machine captions
+  draw none 400          data.quality.samples.draw of 400 clips from the whole library's unreviewed machine captions
   draw proportional 400  the same, stratified by hazard level (proportional allocation)
   draw equal 400         the same, equal per stratum
   draw critical 100      100 from the critical stratum alone (a narrow filter)
-  compare                data.prompt_compare.compare of v1 and v2 on every approved clip with both versions
+  compare                data.quality.prompt_compare.compare of v1 and v2 on every approved clip with both versions
                          (one streaming pass; counting with SQLite's JSON functions instead measured 2x slower)
   compare high           the same, restricted to hazard level high (a Browse filter)
 and prints p50 and max in ms, the population N, and the longest write-lock hold of the draws (data.db's figure:
@@ -32,9 +32,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_browse import build  # noqa: E402
 
-from data import prompt_compare, prompts, samples, taxonomy, users  # noqa: E402
+from data import prompts, taxonomy, users  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect, write_lock_stats  # noqa: E402
+from data.quality import (
+    prompt_compare,  # noqa: E402
+    samples,  # noqa: E402
+)
 
 
 def add_users(db) -> None:

@@ -37,16 +37,13 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
-from data import clipgen, db as dbmod, job_queries, jobs, prompts  # noqa: E402
+from data import db as dbmod, jobs, prompts  # noqa: E402
 from data.job_params import JobParams  # noqa: E402
-from data.job_selection import Selection  # noqa: E402
+from data.jobs import queries as job_queries  # noqa: E402
+from data.jobs.selection import Selection  # noqa: E402
+from data.library import clipgen  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import (  # noqa: E402
-    fleet as fleetmod,  # noqa: E402
-    fleet_commands,
-    procs,
-    simfleet,
-)
+from serving import fleet_commands, health as fleetmod, procs, simfleet  # noqa: E402
 
 
 def library(settings: Settings, n: int) -> list[int]:

@@ -29,10 +29,11 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from bench_browse import build  # noqa: E402
 
-from data import clips, examples, job_items, jobs, taxonomy  # noqa: E402
+from data import clips, examples, jobs, taxonomy  # noqa: E402
 from data.db import connect  # noqa: E402
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items  # noqa: E402
+from data.jobs.selection import Selection
 from data.settings import Settings  # noqa: E402
 from webapp.review_form import ReviewForm  # noqa: E402
 

@@ -1,6 +1,6 @@
 """Distinct synthetic clips for the fleet benchmark (`python3 benchmarks/bench_fleet.py clips DIR`): a road
 with moving lane markings, textured asphalt and a few boxes as cars, different per clip (seeded), H.264 and HEVC
-alternating, encoded on NVENC when PyAV has it, else libx264/libx265 (data.clipgen.encode)."""
+alternating, encoded on NVENC when PyAV has it, else libx264/libx265 (data.library.clipgen.encode)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data import clipgen  # noqa: E402
+from data.library import clipgen  # noqa: E402
 
 
 def _frame_maker(width: int, height: int, seed: int):

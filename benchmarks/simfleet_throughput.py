@@ -24,7 +24,8 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import clipgen, examples  # noqa: E402
+from data import examples  # noqa: E402
+from data.library import clipgen  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import simfleet  # noqa: E402
 from serving.client import CaptionRequest, FleetClient  # noqa: E402

@@ -6,7 +6,7 @@
   filter that names an assignee takes from that person's unreviewed clips instead). A clip assigned to
   someone else is reassigned. `unassign(db, f, ...)` gives the filter's clips back to nobody. `assign_clip` /
   `unassign_clip` do the same for the one clip a lead is looking at in Review; `assign_ids` for a list of clips
-  (a random review sample's share, data.samples).
+  (a random review sample's share, data.quality.samples).
 - Every change is one audit event per clip (`clip.assign` with the previous assignee, `clip.unassign`), in
   the same transaction. Only leads and admins assign: the role is checked here, not only in the UI.
 - `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`, in the grid's order: their clips of the
@@ -98,7 +98,7 @@ def assign_clip(db: sqlite_utils.Database, clip_id: int, assignee: str, *, actor
 
 
 def assign_ids(db: sqlite_utils.Database, clip_ids: list[int], assignee: str, *, actor: str, role: str) -> dict:
-    """Assign exactly the clips `clip_ids` (a drawn sample's share of its clips: data.samples) to `assignee`;
+    """Assign exactly the clips `clip_ids` (a drawn sample's share of its clips: data.quality.samples) to `assignee`;
     counts as `assign` returns them. Called inside a transaction, it is part of it (a savepoint)."""
     _check_actor(role)
     if len(clip_ids) > MAX_ASSIGN:

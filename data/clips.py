@@ -340,7 +340,7 @@ def explain_samples(
 def id_query(f: Filter = Filter(), columns: str = "c.id") -> tuple[str, list[Any]]:
     """`SELECT c.id FROM clips c WHERE ...` for the filter, in id order: for other data modules to use as a
     subquery or to stream ids (data.assignments); `columns` (of `clips c`) to read more than the id in the same
-    pass (data.samples reads each clip's hazard level and caption)."""
+    pass (data.quality.samples reads each clip's hazard level and caption)."""
     where, args = _where(f)
     head = f"SELECT {columns} FROM clips c"
     return head + (" WHERE " + " AND ".join(where) if where else "") + " ORDER BY c.id", args

@@ -10,7 +10,7 @@ saved (`schema_problems`), so that it can run and be compared:
 - its answers are the taxonomy's labels: an object of exactly `caption` (text) and every label of
   data.taxonomy.ENUMS, all required, no other property, each label's values a non-empty subset of the
   taxonomy's (a version may narrow a label's choices, never rename or add one), so its captions can be reviewed
-  in the same form and compared label by label with any other version's (data.prompt_compare).
+  in the same form and compared label by label with any other version's (data.quality.prompt_compare).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Tables
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
-  second reviews of their clips (data.samples; m017_samples documents each column).
+  second reviews of their clips (data.quality.samples; m017_samples documents each column).
 - Confidence and consistency (m014): captions.confidence (a machine caption's per-label probabilities, JSON) and
   captions.conflicts (where text and labels disagree, JSON list), mirrored onto clips.confidence_min and
   clips.label_conflicts for the risk order (m014_confidence documents each column).
@@ -247,7 +247,7 @@ def m004_hazard_weather_index(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m005_previews(db: sqlite_utils.Database) -> None:
-    """clips.preview: a browser-playable H.264 copy of an HEVC clip, relative to media_dir (data.media)."""
+    """clips.preview: a browser-playable H.264 copy of an HEVC clip, relative to media_dir (data.library.media)."""
     db.execute("ALTER TABLE clips ADD COLUMN preview TEXT")
 
 
@@ -259,7 +259,7 @@ def m006_events_by_time(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m007_clip_roots(db: sqlite_utils.Database) -> None:
-    """The library remembers where its clips are (data.library): `clip_roots` holds the folder ingest scanned,
+    """The library remembers where its clips are (data.library.clip_root): `clip_roots` holds the folder ingest scanned,
     which the runner, the media route and the launcher use instead of a default or the current directory.
     job_items.raw_answer keeps the start of an answer that could not be used, for the lead to read."""
     db.execute("""
@@ -384,7 +384,7 @@ def m012_hardening2(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m017_samples(db: sqlite_utils.Database) -> None:
-    """Random review samples and blind second reviews (data.samples).
+    """Random review samples and blind second reviews (data.quality.samples).
 
     - samples: one row per draw: who drew it and when, the population it was drawn from (`source`: the filter,
       as `Filter.to_dict()`, with the clips a draw can take added to it; `job_id` when the filter names a job),
@@ -460,7 +460,7 @@ def m017_samples(db: sqlite_utils.Database) -> None:
                   BEGIN SELECT RAISE(ABORT, 'an answered second review is never changed'); END""")
     db.execute("""CREATE TRIGGER second_reviews_no_delete BEFORE DELETE ON second_reviews
                   BEGIN SELECT RAISE(ABORT, 'second reviews are never deleted'); END""")
-    # prompt versions are compared with each other (data.prompt_compare): a version is never edited in place
+    # prompt versions are compared with each other (data.quality.prompt_compare): a version is never edited in place
     for verb in ("UPDATE", "DELETE"):
         db.execute(f"""CREATE TRIGGER prompts_never_edited_{verb.lower()} BEFORE {verb} ON prompts
                        BEGIN SELECT RAISE(ABORT, 'a prompt version is never edited: save a new version'); END""")
@@ -635,7 +635,7 @@ def m019_quality(db: sqlite_utils.Database) -> None:
 @MIGRATIONS()
 def m020_fleet_state(db: sqlite_utils.Database) -> None:
     """How long each job has really run, so that a paused, cancelled or done job's clips/s is its clips over
-    that time (data.job_queries.progress): `run_seconds` sums the finished stretches in state running,
+    that time (data.jobs.queries.progress): `run_seconds` sums the finished stretches in state running,
     `running_since` is when the current one began (NULL while not running). The fleet's state itself is not
     a table: the runner reports it with its heartbeat (serving.runner.replicas).
 

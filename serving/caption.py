@@ -33,10 +33,12 @@ import signal
 import sys
 import threading
 
-from data import db as dbmod, filter_args, job_queries, jobs, library, prompts
+from data import db as dbmod, filter_args, jobs, prompts
 from data.errors import DataError, NotFound
 from data.job_params import RECIPE_MAX_PIXELS, JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library import clip_root
 from data.settings import add_arguments, from_args
 
 
@@ -177,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # the library's clip root and deployment (a head's signed URLs): refused here, with the message, if a flag
         # contradicts them
-        settings = library.settings_for(db, settings)
+        settings = clip_root.settings_for(db, settings)
         if args.resume:
             job = job_queries.get(db, args.resume)
             if args.retry_failed:

@@ -51,8 +51,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 import httpx
 
-from data import deployment, limits, prompts, taxonomy
+from data import limits, prompts, taxonomy
 from data.job_params import MIN_PIXELS, JobParams
+from data.library import deployment
 from serving import bounded, fleet_key
 from serving.answers import classify_status, error_message, parse_answer, token_count
 from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable

@@ -16,7 +16,7 @@ JSON lines of recorded runs (docs/gpu-runs/*/ *.jsonl: `bench_fleet.py sweep`, n
 with the launcher's defaults then (1 GPU, 16 frames, the recipe's 9,437,184 pixels, bf16).
 
 How an estimate is made, best basis first:
-1. `live`: the running job's own rate (clips/s over its last minute, `data.job_queries.progress`) on `live_replicas`
+1. `live`: the running job's own rate (clips/s over its last minute, `data.jobs.queries.progress`) on `live_replicas`
    replicas with the same settings, scaled per replica. Nothing predicts a fleet better than itself.
 2. `measured`: a record of the same frames, pixel budget and precision: the best per-GPU rate (through our runner
    where there is one, else vLLM alone), times the replicas, times the multi-GPU efficiency measured in one run

@@ -36,9 +36,10 @@ from typing import Sequence
 
 import httpx
 
-from data import db as dbmod, deployment, library
+from data import db as dbmod
 from data.db import secure_dir
 from data.errors import DataError
+from data.library import clip_root, deployment
 from data.settings import Settings, add_arguments, from_args
 from serving import bounded, fleet_key, procs
 from serving.fleet_addresses import (
@@ -144,7 +145,7 @@ class LaunchOptions:
 def plan(settings: Settings, opts: LaunchOptions) -> dict:
     """Everything `up` would start, in order: [{name, cmd, env, log, url, health}] (a replica also with its CPU
     budget: `budget`, and `cpus` where it is pinned), plus the fleet URLs."""
-    settings = library.settings_for_path(settings)  # replicas may read only the library's recorded clip root
+    settings = clip_root.settings_for_path(settings)  # replicas may read only the library's recorded clip root
     logs = settings.data_dir / "logs"
     if settings.role == "head":
         return head_plan(settings, opts)
@@ -501,7 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "up":
         try:
             return up(settings, opts)
-        except DataError as e:  # the library's record says otherwise (data.deployment, data.library)
+        except DataError as e:  # the library's record says otherwise (data.library.deployment, data.library.clip_root)
             print(f"launcher: {e}", file=sys.stderr)
             return 2
     if args.command == "down":

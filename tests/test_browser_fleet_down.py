@@ -16,7 +16,8 @@ import time
 
 import pytest
 
-from data import db as dbmod, job_queries
+from data import db as dbmod
+from data.jobs import queries as job_queries
 from tests.support.browser_fixtures import SCREENSHOTS, login, runner_process, set_knobs
 from tests.support.runner_fixtures import real_router
 from tests.support.webapp_fixtures import AppServer

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from data import clips, db as dbmod, quality, samples, taxonomy
+from data import clips, db as dbmod, quality, taxonomy
+from data.quality import samples
 from tests.support.browser_fixtures import SCREENSHOTS, choose, choose_starting, login
 
 pytestmark = pytest.mark.browser

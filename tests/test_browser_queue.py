@@ -15,7 +15,7 @@ import pytest
 
 from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, users
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import LABELS, PASSWORD, AppServer, build_library, machine_provenance
 

@@ -17,9 +17,10 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from data import clips as clipsmod, db as dbmod, job_queries, jobs, taxonomy
+from data import clips as clipsmod, db as dbmod, jobs, taxonomy
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login, set_knobs
 from tests.support.webapp_fixtures import AppServer
 
@@ -65,7 +66,7 @@ def goto_clip(page, server, cid: int, f: dict | None = None) -> None:
 
 def set_weather(page, value: str) -> None:
     """Pick a label with the keyboard: 5 = weather, type the value, Enter (which takes it at once and leaves the
-    field, webapp/picker.js)."""
+    field, webapp/static/picker.js)."""
     page.keyboard.press("5")
     page.wait_for_function("document.activeElement?.closest('#label-weather') !== null")
     page.keyboard.type(value)

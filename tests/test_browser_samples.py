@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from data import captions, clips, db as dbmod, samples, taxonomy
+from data import captions, clips, db as dbmod, taxonomy
+from data.quality import samples
 from tests.support.browser_fixtures import SCREENSHOTS, choose, login
 
 pytestmark = pytest.mark.browser

@@ -203,7 +203,8 @@ def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner)
         page.wait_for_selector("#jobs-msg .cw-msg-ok", timeout=30_000)
         assert "over 2 clips" in page.inner_text("#jobs-msg")
         job_id = int(re.search(r"Started job (\d+)", page.inner_text("#jobs-msg")).group(1))
-        from data import db as dbmod, job_queries
+        from data import db as dbmod
+        from data.jobs import queries as job_queries
 
         d = dbmod.connect(server.settings.db)
         try:

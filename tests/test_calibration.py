@@ -1,4 +1,4 @@
-"""Accuracy by confidence bucket (data.calibration) on a generated review history whose truth is known: every
+"""Accuracy by confidence bucket (data.quality.calibration) on a generated review history whose truth is known: every
 approved clip's origin machine caption, with the confidence the model had, against the labels a person approved
 (some changed by hand, some adopted). The buckets equal a plain count over the generated history, and a small
 case worked by hand."""
@@ -10,10 +10,10 @@ import random
 import pytest
 
 from data import captions, taxonomy
-from data.calibration import calibration
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError
+from data.quality.calibration import calibration
 
 BASE = {
     "scenario_category": "normal_driving",

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, heartbeats, job_queries, jobs
-from data.clipgen import tiny_library
+from data import captions, heartbeats, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library
 from serving import simfleet
 from tests.support.runner_fixtures import real_router
 

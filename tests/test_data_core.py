@@ -3,11 +3,12 @@ import time
 
 import pytest
 
-from data import captions, clips, db as dbmod, job_items, job_queries, jobs, schema
+from data import captions, clips, db as dbmod, jobs, schema
 from data.db import immediate
 from data.errors import Conflict
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items, queries as job_queries
+from data.jobs.selection import Selection
 
 LABELS = {
     "scenario_category": "hard_braking",

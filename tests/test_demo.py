@@ -5,7 +5,7 @@ import sys
 
 import av
 
-from data import demo, hostile
+from data.library import demo, hostile
 
 
 def test_same_seed_gives_same_files_and_sidecars(tmp_path):

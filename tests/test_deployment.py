@@ -18,11 +18,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, deployment, jobs, library, prompts
-from data.clipgen import tiny_library
+from data import db as dbmod, jobs, prompts
 from data.errors import DeploymentMismatch
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.library import clip_root, deployment
+from data.library.clipgen import tiny_library
 from data.settings import Settings
 from serving import fleet_key, media_urls, simfleet
 from serving.runner import Runner
@@ -45,7 +46,7 @@ def run(*args: str, timeout: float = 180, env: dict[str, str] | None = None) -> 
 
 
 def counts(settings: Settings, job_id: int) -> dict:
-    from data import job_queries
+    from data.jobs import queries as job_queries
 
     d = dbmod.connect(settings.db)
     try:
@@ -109,7 +110,7 @@ def test_the_record_is_what_a_head_launch_wrote_and_plain_settings_pick_it_up(he
     assert head["record"] == {"role": "head", "media_url_base": app.url, "media_url_ttl": 120.0}
     plain = Settings.load({"data_dir": str(settings.data_dir)}, environ={})  # no role, no base, no TTL given
     assert (plain.role, plain.media_url_base) == ("all", "")
-    got = library.settings_for_path(plain)
+    got = clip_root.settings_for_path(plain)
     assert (got.role, got.media_url_base, got.media_url_ttl) == ("head", app.url, 120.0)
     # a script building a Runner from plain settings sends signed URLs of the recorded base, valid 120 s
     from serving.runner.store import JobConfig
@@ -154,7 +155,7 @@ def test_a_flag_that_contradicts_the_record_is_refused_with_the_command_that_cha
     ):
         s = Settings.load({"data_dir": str(settings.data_dir), **given}, environ={})
         with pytest.raises(DeploymentMismatch) as e:
-            library.settings_for_path(s)
+            clip_root.settings_for_path(s)
         assert named in str(e.value) and "python -m data.deployment set --role head" in str(e.value)
         assert app.url in str(e.value)  # what the record says
     # the terminal command says the same, exit 2, before it creates any job
@@ -162,7 +163,7 @@ def test_a_flag_that_contradicts_the_record_is_refused_with_the_command_that_cha
     assert r.returncode == 2 and "python -m data.deployment set" in r.stderr, r.stderr
     # the value the record holds is no contradiction
     same = Settings.load({"data_dir": str(settings.data_dir), "media_url_base": app.url + "/"}, environ={})
-    assert library.settings_for_path(same).media_url_base == app.url
+    assert clip_root.settings_for_path(same).media_url_base == app.url
 
 
 def test_the_record_is_shown_and_changed_from_the_command_line(tmp_path):
@@ -195,7 +196,7 @@ def test_the_record_is_shown_and_changed_from_the_command_line(tmp_path):
         db.close()
     # a single machine again: file:// URLs, and a head flag is now the contradiction
     assert run("-m", "data.deployment", "set", "--role", "all", "--data-dir", data).returncode == 0
-    assert library.settings_for_path(s).role == "all"
+    assert clip_root.settings_for_path(s).role == "all"
     r = run("-m", "data.deployment", "env", "--data-dir", data, env=plain_env(CW_ROLE="head"))  # as launch.sh runs it
     assert r.returncode == 2 and "python -m data.deployment set --role head" in r.stderr, r.stderr
     r = run("-m", "data.deployment", "env", "--data-dir", data)

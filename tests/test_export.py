@@ -8,11 +8,12 @@ from pathlib import Path
 
 import jsonschema
 
-from data import captions, clips, export, job_items, jobs, prompts, taxonomy
+from data import captions, clips, export, jobs, prompts, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items
+from data.jobs.selection import Selection
 
 LABELS = {
     "scenario_category": "vehicle_cut_in",

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, clips, export, filter_args, quality
+from data import captions, clips, export, filter_args
 from data.clips import Filter
 from data.errors import DataError
+from data.quality.__main__ import main as quality_main
 from serving import caption
 from tests.test_export import populate
 
@@ -114,7 +115,7 @@ def test_checked_names_the_allowed_values_and_stored_filters_still_read():
 def test_no_command_lists_a_filter_flag_by_hand():
     # a copy of a filter flag outside data.filter_args would drift from the Filter; the one flag of that name
     # with another meaning is data.quality's --job (the job whose machine captions are measured)
-    other_meaning = {("data/quality.py", "--job")}
+    other_meaning = {("data/quality/__main__.py", "--job")}
     names = {flag for f in dataclasses.fields(Filter) for flag in filter_args.flags(f.name)}
     found = []
     for path in sorted(p for top in ("data", "serving", "webapp", "benchmarks") for p in (ROOT / top).rglob("*.py")):
@@ -157,7 +158,7 @@ def test_export_refuses_an_unknown_label_value_with_the_allowed_values(settings,
 
 def test_quality_filter_json_refuses_an_unknown_label_value(settings, db, capsys):
     argv = ["--db", str(settings.db), "--filter"]
-    assert quality.main([*argv, '{"hazard_level": "extreme"}']) == 2
+    assert quality_main([*argv, '{"hazard_level": "extreme"}']) == 2
     err = capsys.readouterr().err
     assert "hazard_level must be one of: none, low, medium, high, critical (not 'extreme')" in err
-    assert quality.main([*argv, '{"hazard_level": "high"}']) == 0
+    assert quality_main([*argv, '{"hazard_level": "high"}']) == 0

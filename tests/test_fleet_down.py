@@ -10,9 +10,10 @@ import asyncio
 import threading
 import time
 
-from data import heartbeats, job_queries, jobs
+from data import heartbeats, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from serving import runner as runmod
 from serving.errors import Overloaded, ReplicaError, Unreachable
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt

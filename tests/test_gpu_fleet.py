@@ -187,7 +187,7 @@ def _fleet_logs(logs: Path, into: Path, prefix: str = "") -> None:
 def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
     """Model FLOPs per clip and the share of the GPUs' peak the job achieved, at its steady rate (else the
     whole job's), from each caption's tokens, frames and pixel budget and the clip's size (serving.flops)."""
-    from data import job_queries
+    from data.jobs import queries as job_queries
     from serving import flops
 
     work = [
@@ -765,9 +765,9 @@ def node_and_head(tmp_path: Path) -> None:
 
         # 4. how real vLLM answers http media, asked on the node's first replica with the head's key
         head_settings = Settings.load({"data_dir": str(head_dir)}, environ={})
-        from data import library
+        from data.library import clip_root
 
-        head_settings = library.settings_for(db, head_settings)
+        head_settings = clip_root.settings_for(db, head_settings)
         clip = (
             head_settings.clip_root / next(db.query("SELECT path FROM clips WHERE id = ?", [good[0]]))["path"]
         ).read_bytes()

@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from data import db as dbmod, jobs, prompts
-from data.clipgen import tiny_library
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library
 from data.settings import Settings
 from serving import fleet_addresses, fleet_key, launcher, media_urls, procs, runner as runmod, simfleet
 from serving.client import CaptionRequest, FleetClient

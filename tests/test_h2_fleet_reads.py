@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from data import limits
-from serving import bounded, fleet
+from serving import bounded, health
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import ReplicaError
 from tests.support.fleet_fixtures import PROMPT
@@ -115,10 +115,10 @@ def test_the_fleet_tab_calls_at_most_max_scraped_of_300_workers(tmp_path):
         took = time.monotonic() - t
         called = len(hf.called())
     print(f"router with 300 workers: {called} workers called, {len(rows)} rows, {took:.2f} s")
-    assert called <= fleet.MAX_SCRAPED  # before: 300 on every refresh
-    assert len(rows) == fleet.MAX_SCRAPED and all(r["healthy"] for r in rows)
+    assert called <= health.MAX_SCRAPED  # before: 300 on every refresh
+    assert len(rows) == health.MAX_SCRAPED and all(r["healthy"] for r in rows)
     assert router["listed"] == 300 and router["total_workers"] == 300
-    assert len(router["workers"]) <= fleet.MAX_LISTED_WORKERS
+    assert len(router["workers"]) <= health.MAX_LISTED_WORKERS
 
 
 @pytest.mark.parametrize("mode", ["gzip", "br", "huge"])
@@ -128,11 +128,11 @@ def test_the_fleet_tab_reads_hostile_metrics_within_a_bounded_memory(mode):
         time.sleep(0.5)  # the server notices the closed connections
         sent = hf.sent()
     print(f"Fleet tab, 40 workers answering {mode}: peak {peak / MiB:.1f} MiB, {sent / MiB:.1f} MiB sent to the app")
-    assert len(rows) == fleet.MAX_SCRAPED
+    assert len(rows) == health.MAX_SCRAPED
     for r in rows:
         # refused past the size bound (or, on a loaded machine, the time bound)
         assert "longer than" in (r["error"] or "") or "no complete answer" in (r["error"] or ""), r["error"]
-    bound = fleet.SCRAPE_CONCURRENCY * fleet.MAX_METRICS_BYTES
+    bound = health.SCRAPE_CONCURRENCY * health.MAX_METRICS_BYTES
     assert peak < bound + 32 * MiB  # before: 64-400 MiB per replica, 40 replicas at once
 
 
@@ -142,14 +142,14 @@ def test_a_trickling_fleet_cannot_hold_a_refresh_past_its_deadline():
         rows, _ = fleet_tab.snapshot([hf.url], timeout=1.0)
         took = time.monotonic() - t
     print(f"trickling /metrics: refresh took {took:.2f} s")
-    assert took < fleet.REFRESH_ROUNDS * 1.0 + 5.0  # before: for ever (a byte every 0.2 s)
+    assert took < health.REFRESH_ROUNDS * 1.0 + 5.0  # before: for ever (a byte every 0.2 s)
     assert all("no complete answer within" in (r["error"] or "") for r in rows), [r["error"] for r in rows]
 
 
 def test_the_sync_helpers_are_bounded_too():
     with HostileFleet("gzip", bomb_mib=64) as hf:
-        st, peak = _peak(lambda: fleet.scrape(hf.url))
-        assert "longer than" in st.error and peak < 2 * fleet.MAX_METRICS_BYTES + 8 * MiB
+        st, peak = _peak(lambda: health.scrape(hf.url))
+        assert "longer than" in st.error and peak < 2 * health.MAX_METRICS_BYTES + 8 * MiB
         with httpx.Client(trust_env=False) as c:
             with pytest.raises(bounded.TooLarge):
                 bounded.fetch_sync(c, "GET", hf.url + "/metrics", max_bytes=MiB, seconds=5)

@@ -2,7 +2,7 @@
 
 Every sidecar is stored as it reads back, or the clip is recorded with a `_sidecar_error` and still ingested.
 The property test writes generated JSON-ish bytes beside a clip, reads them as the walk does, and sends the
-result through the real INSERT of ingest (`data.ingest._write`), then reads the row back (`data.clips.get`).
+result through the real INSERT of ingest (`data.library.ingest._write`), then reads the row back (`data.clips.get`).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import json
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
-from data import clips, ingest, walk
-from data.walk import Entry
+from data import clips
+from data.library import ingest, walk
+from data.library.walk import Entry
 
 # tokens that a JSON parser accepts (or nearly) but that a naive store or read-back gets wrong
 HOSTILE_SCALARS = [

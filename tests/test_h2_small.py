@@ -13,9 +13,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import assignments, clips, events, ingest, library, schema, team as people, users
+from data import assignments, clips, events, schema, team as people, users
 from data.db import immediate
 from data.errors import DataError
+from data.library import clip_root, ingest
 from serving import cost
 from tests.support.webapp_fixtures import PASSWORD, AppServer, add_users, build_library, write_clip
 
@@ -42,9 +43,9 @@ def test_move_root_checks_the_clips_even_when_every_clip_is_missing(moved_librar
     other.mkdir()
     (other / "unrelated.txt").write_text("x")
     with pytest.raises(DataError, match="does not look like this library's clip root"):
-        library.move_root(db, other)  # before: accepted (no present clip to sample)
-    out = library.move_root(db, moved_library)
-    assert out["found"] == 3 and library.recorded_root(db) == moved_library.resolve()
+        clip_root.move_root(db, other)  # before: accepted (no present clip to sample)
+    out = clip_root.move_root(db, moved_library)
+    assert out["found"] == 3 and clip_root.recorded_root(db) == moved_library.resolve()
 
 
 @pytest.mark.parametrize("where", ["/", "/etc", "/usr/share", "home", "data dir", "db parent"])
@@ -59,8 +60,8 @@ def test_move_root_refuses_a_folder_that_is_no_clip_root_even_with_force(moved_l
     }[where]
     for force in (False, True):
         with pytest.raises(DataError, match="refused as the clip root"):
-            library.move_root(db, target, force=force)
-    assert library.recorded_root(db) != target.resolve()
+            clip_root.move_root(db, target, force=force)
+    assert clip_root.recorded_root(db) != target.resolve()
 
 
 def test_move_root_cli_says_why_it_refuses_root(moved_library, settings):
@@ -78,8 +79,8 @@ def test_move_root_cli_says_why_it_refuses_root(moved_library, settings):
 def test_ingest_refuses_a_system_folder_or_the_database_folder_as_the_root(settings, db):
     for bad in (Path("/"), settings.data_dir):
         with pytest.raises(DataError, match="refused as the clip root"):
-            library.record_root(db, bad)
-    assert library.recorded_root(db) is None
+            clip_root.record_root(db, bad)
+    assert clip_root.recorded_root(db) is None
 
 
 # ---- clips of a disabled user ------------------------------------------------------------------------------

@@ -6,8 +6,9 @@ import sys
 
 from PIL import Image
 
-from data import captions, clips, ingest, media, walk
-from data.demo import BROKEN_FILES
+from data import captions, clips
+from data.library import ingest, media, walk
+from data.library.demo import BROKEN_FILES
 from tests.support.clip_fixtures import TINY_COUNT
 
 LABELS = {
@@ -146,7 +147,7 @@ def test_cli_ingests_and_prints_a_summary(settings, tiny_library):
 def test_hevc_clip_gets_a_browser_playable_preview(settings, db, tmp_path):
     import av
 
-    from data import demo
+    from data.library import demo
 
     root = tmp_path / "hevc"
     demo.make_library(root, 2, seed=5, workers=1, broken=False, height=90, min_seconds=1, max_seconds=2, hevc_share=1.0)

@@ -3,8 +3,8 @@ database. These cases are the rules of data.ingest's docstring, one each."""
 
 from __future__ import annotations
 
-from data.ingest import decide, plan
-from data.walk import Entry
+from data.library.ingest import decide, plan
+from data.library.walk import Entry
 
 
 def row(id_: int, path: str, **kw) -> dict:

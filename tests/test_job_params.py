@@ -1,4 +1,4 @@
-"""A job's parameters and selection, end to end: declared once (data.job_params, data.job_selection), stored by
+"""A job's parameters and selection, end to end: declared once (data.job_params, data.jobs.selection), stored by
 `jobs.create`, read back typed by `job_queries.get`, sent by the request builder with JobParams' defaults, and
 recorded in provenance under the same names; rows written before read the same."""
 
@@ -10,11 +10,12 @@ import types
 
 import pytest
 
-from data import captions, export, job_items, job_queries, jobs
+from data import captions, export, jobs
 from data.clips import Filter
 from data.errors import InvalidJobParams
 from data.job_params import JobParams, knob
-from data.job_selection import Selection
+from data.jobs import items as job_items, queries as job_queries
+from data.jobs.selection import Selection
 from data.settings import Settings
 from serving import caption as caption_cli
 from serving.client import CaptionRequest, FleetClient

@@ -12,10 +12,11 @@ import time
 
 import pytest
 
-from data import job_items, job_queries, jobs, prompts
+from data import jobs, prompts
 from data.errors import DataError, InvalidJobParams
 from data.job_params import MIN_MAX_TOKENS, JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items, queries as job_queries
+from data.jobs.selection import Selection
 from serving import runner as runmod, simfleet
 from tests.support.fleet_fixtures import write_clip
 

@@ -14,10 +14,11 @@ import time
 
 import pytest
 
-from data import captions, examples, heartbeats, job_items, job_queries, jobs
+from data import captions, examples, heartbeats, jobs
 from data.errors import DataError
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items, queries as job_queries
+from data.jobs.selection import Selection
 from serving.errors import Overloaded
 from serving.runner.replicas import ReplicaHealth
 from tests.support.runner_fixtures import add_clips
@@ -51,7 +52,7 @@ class Clock:
 
     def __init__(self, monkeypatch, t: float = 1_000_000.0):
         self.t = t
-        for mod in ("data.job_items", "data.jobs", "data.job_queries", "data.captions", "data.events"):
+        for mod in ("data.jobs.items", "data.jobs", "data.jobs.queries", "data.captions", "data.events"):
             monkeypatch.setattr(f"{mod}.now", lambda: self.t)
 
 

@@ -172,7 +172,8 @@ def test_a_node_takes_every_replica_option_the_single_machine_takes(tmp_path):
 def test_a_library_launched_as_a_head_stays_a_head(tmp_path):
     """Issue 23: the head's record gives the role to a plain `./launch.sh`, and a flag that contradicts it is
     refused before anything runs, with the command that changes the record."""
-    from data import db as dbmod, deployment
+    from data import db as dbmod
+    from data.library import deployment
 
     s = Settings.load({"data_dir": str(tmp_path / "var")}, environ={})
     db = dbmod.connect(s.db)

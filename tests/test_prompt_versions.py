@@ -1,4 +1,4 @@
-"""Prompt versions (data.prompts, data.prompt_compare): a new version is checked against what the fleet's
+"""Prompt versions (data.prompts, data.quality.prompt_compare): a new version is checked against what the fleet's
 structured-output backend accepts (the recorded xgrammar 400) and against the label taxonomy before it is saved;
 old versions are never edited; and, end to end on the simulated fleet, a new version runs over the approved clips
 as one job whose captions never replace an approved caption, and the side-by-side comparison equals a hand count."""
@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, clips, events, job_queries, jobs, prompt_compare, prompts, taxonomy
-from data.clipgen import tiny_library
+from data import captions, clips, events, jobs, prompts, taxonomy
 from data.errors import DataError, InvalidPrompt
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library
+from data.quality import prompt_compare
 from serving import simfleet
 from serving.runner import run_job
 

@@ -1,4 +1,4 @@
-"""The model measured against its reviewers (data.quality, data.stats) on real SQLite files.
+"""The model measured against its reviewers (data.quality, data.quality.stats) on real SQLite files.
 
 A review history is generated through data.captions (machine captions of two prompt versions and two jobs,
 reviewers' label fixes and text edits in chains of versions, adopts, rejects, text written from scratch) while
@@ -29,12 +29,13 @@ from sklearn.metrics import (
 )
 from sklearn.preprocessing import MultiLabelBinarizer
 
-from data import captions, clips, jobs, quality, samples, stats, taxonomy, textdiff, users
+from data import captions, clips, jobs, quality, taxonomy, textdiff, users
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.quality import pairs, samples, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery"
@@ -367,7 +368,7 @@ def test_kappa_equals_scikit_learn_unweighted_and_linear():
     assert stats.kappa({("a", "a"): 5}) is None and stats.kappa({}) is None
 
 
-# -- samples and second reviews (data.samples' marks) ----------------------------------------------------------
+# -- samples and second reviews (data.quality.samples' marks) ----------------------------------------------------------
 
 
 @pytest.fixture
@@ -577,11 +578,11 @@ def test_a_report_reads_the_covering_index_and_the_pairs_only(db, hist):
     """The plan of a report's pass, with and without facets: the approved clips from idx_clips_quality (no clip
     row read, no caption), each pair by its primary key; a text search is driven by its own index instead."""
     for f in (Filter(), Filter(weather="rain", lighting="daylight"), Filter(hazard_level="high", job_id=1)):
-        p = quality._pairs(f, quality.Scope(job_id=1))
+        p = pairs.select_pairs(f, quality.Scope(job_id=1))
         plan = " / ".join(r[3] for r in db.execute("EXPLAIN QUERY PLAN " + p.sql("q.s_weather"), p.args))
         assert "SEARCH c USING COVERING INDEX idx_clips_quality (review_status=? AND missing=?)" in plan, plan
         assert "SEARCH q USING PRIMARY KEY (truth_id=?)" in plan and "captions" not in plan, plan
-    p = quality._pairs(Filter(text="pedestrian"), quality.Scope())
+    p = pairs.select_pairs(Filter(text="pedestrian"), quality.Scope())
     assert "INDEXED BY" not in p.sql("1")
     found = set(clips.iter_ids(db, Filter(text="pedestrian")))
     want = [x for x in hist.pairs if x["clip"] in found]
@@ -592,8 +593,8 @@ def test_a_report_reads_the_covering_index_and_the_pairs_only(db, hist):
 
 def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
     """A hand-worked case: three approved hazard levels the model gave at confidence 0.95 (two right) and one at
-    0.35 (wrong): the tab's table has the two buckets, the plot draws, and --json carries data.calibration."""
-    from data import calibration
+    0.35 (wrong): the tab's table has the two buckets, the plot draws, and --json carries data.quality.calibration."""
+    from data.quality import calibration
     from webapp import quality_tab
 
     ids = make_clips(db, 4)

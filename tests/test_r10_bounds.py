@@ -13,10 +13,11 @@ import time
 
 import pytest
 
-from data import captions, clips, errors, export, ingest, jobs, limits, textdiff, walk
+from data import captions, clips, errors, export, jobs, limits, textdiff
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.library import ingest, walk
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 from webapp import render
 

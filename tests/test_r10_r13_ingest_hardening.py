@@ -11,8 +11,9 @@ import subprocess
 import sys
 import threading
 
-from data import captions, clipgen, db as dbmod, export, ingest, worker_pool
+from data import captions, db as dbmod, export
 from data.clips import Filter
+from data.library import clipgen, ingest, worker_pool
 from tests.support.webapp_fixtures import LABELS
 
 
@@ -36,7 +37,7 @@ def test_a_resolution_change_mid_stream_is_refused_at_ingest(settings, db, tmp_p
 
 def test_the_worker_memory_cap_holds():
     code = (
-        "from data.worker_pool import _cap_memory; _cap_memory(300)\n"
+        "from data.library.worker_pool import _cap_memory; _cap_memory(300)\n"
         "try:\n    bytearray(600 << 20)\nexcept MemoryError:\n    print('refused')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -7,9 +7,10 @@ import sqlite3
 import threading
 import time
 
-from data import db as dbmod, job_items, job_queries, jobs
+from data import db as dbmod, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items, queries as job_queries
+from data.jobs.selection import Selection
 from serving import runner as runmod
 from serving.errors import ReplicaError
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt

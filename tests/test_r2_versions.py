@@ -18,10 +18,11 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, db as dbmod, job_items, jobs, prompts
+from data import captions, db as dbmod, jobs, prompts
 from data.errors import Conflict, DataError
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items
+from data.jobs.selection import Selection
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2

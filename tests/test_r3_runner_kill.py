@@ -11,10 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from data import job_queries, jobs, prompts
-from data.clipgen import tiny_library
+from data import jobs, prompts
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library
 from serving import fleet_commands, procs, simfleet
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""R7 for captioning: every clip of the hostile corpus (data.hostile.write_hostile_corpus, ingested) ends failed
+"""R7 for captioning: every clip of the hostile corpus (data.library.hostile.write_hostile_corpus, ingested) ends failed
 with a specific reason; clips that slip past ingest are refused by the fleet or the client (4xx / decode 500 /
 outside the root) and never retried; the good clips of the same job are captioned."""
 
@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 import time
 
-from data import ingest, jobs, prompts
-from data.clipgen import tiny_clip
-from data.hostile import write_hostile_corpus
+from data import jobs, prompts
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.library import ingest
+from data.library.clipgen import tiny_clip
+from data.library.hostile import write_hostile_corpus
 from serving import runner as runmod, simfleet
 
 

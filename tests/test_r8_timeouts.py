@@ -15,10 +15,11 @@ import json
 import threading
 import time
 
-from data import job_queries, jobs, prompts
-from data.clipgen import tiny_library
+from data import jobs, prompts
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library.clipgen import tiny_library
 from serving import runner as runmod, simfleet
 
 TIMEOUT = 1.5

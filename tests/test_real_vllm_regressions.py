@@ -16,9 +16,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, errors, ingest, job_queries, jobs, library, probe, prompts, taxonomy, worker_pool
+from data import db as dbmod, errors, jobs, prompts, taxonomy
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from data.library import clip_root, ingest, probe, worker_pool
 from serving import simfleet
 from serving.answers import parse_answer
 from serving.client import CaptionRequest, FleetClient
@@ -254,7 +256,7 @@ def test_a_library_ingested_from_its_own_folder_is_captioned(tmp_path):
     try:
         items = list(d.query("SELECT state, last_error FROM job_items"))
         assert [i["state"] for i in items] == ["done"] * 3, items
-        assert library.recorded_root(d) == root.resolve()
+        assert clip_root.recorded_root(d) == root.resolve()
     finally:
         d.close()
 
@@ -269,11 +271,11 @@ def test_a_second_root_is_refused_and_a_moved_root_is_named(settings, db, tmp_pa
     assert [r["path"] for r in db.query("SELECT path FROM clips")] == ["x.mp4"]
     a.rename(tmp_path / "a-moved")
     with pytest.raises(errors.RootMissing, match="move-root"):
-        library.settings_for(db, settings)
+        clip_root.settings_for(db, settings)
     with pytest.raises(errors.DataError, match="does not look like"):
-        library.move_root(db, b)  # another library's files
-    library.move_root(db, tmp_path / "a-moved")
-    assert library.settings_for(db, settings).clip_root == (tmp_path / "a-moved").resolve()
+        clip_root.move_root(db, b)  # another library's files
+    clip_root.move_root(db, tmp_path / "a-moved")
+    assert clip_root.settings_for(db, settings).clip_root == (tmp_path / "a-moved").resolve()
     assert [e["action"] for e in db.query("SELECT action FROM events WHERE action LIKE 'library.%'")] == [
         "library.root",
         "library.move_root",

@@ -12,9 +12,10 @@ import time
 
 import pytest
 
-from data import captions, job_queries, jobs
+from data import captions, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from data.settings import Settings
 from serving import fleet_record, runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient

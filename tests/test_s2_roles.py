@@ -13,9 +13,10 @@ import httpx
 import pytest
 from starlette.routing import Mount
 
-from data import db as dbmod, job_queries, jobs
+from data import db as dbmod, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import PASSWORD
 

@@ -10,9 +10,10 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, db as dbmod, job_items, jobs, users
+from data import captions, db as dbmod, jobs, users
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import items as job_items
+from data.jobs.selection import Selection
 from tests.support.browser_fixtures import login
 from tests.support.webapp_fixtures import LABELS, PASSWORD, machine_provenance
 

@@ -1,4 +1,5 @@
-"""Random review samples and blind second reviews (data.samples) on real SQLite: the allocation over hazard strata
+"""Random review samples and blind second reviews (data.quality.samples) on real SQLite: the allocation over hazard
+strata
 (hand-worked cases), a seeded draw that is reproducible, uniform and recorded with N_h and n_h, members marked
 and assigned in one action, only unreviewed machine captions drawn; second reviews that show the origin machine
 caption and nothing of the first review, and that change nothing of the clip."""
@@ -10,9 +11,10 @@ import sqlite3
 
 import pytest
 
-from data import assignments, captions, clips, events, samples, schema, taxonomy, users
+from data import assignments, captions, clips, events, schema, taxonomy, users
 from data.db import immediate
 from data.errors import DataError, Forbidden, NotFound
+from data.quality import samples
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 
 PASSWORD = "correct horse battery"

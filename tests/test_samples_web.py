@@ -10,7 +10,8 @@ import re
 
 import pytest
 
-from data import captions, clips, db as dbmod, prompts, samples, taxonomy
+from data import captions, clips, db as dbmod, prompts, taxonomy
+from data.quality import samples
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
 FIRST_TEXT = "FIRST-REVIEWER-WORDS: ann rewrote this caption"

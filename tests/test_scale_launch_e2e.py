@@ -19,9 +19,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from data import db as dbmod, heartbeats, job_queries, jobs, prompts
+from data import db as dbmod, heartbeats, jobs, prompts
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from serving import fleet_addresses, procs
 
 ROOT = Path(__file__).resolve().parents[1]

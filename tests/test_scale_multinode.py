@@ -11,10 +11,11 @@ import time
 import httpx
 import pytest
 
-from data import db as dbmod, deployment, jobs, prompts
-from data.clipgen import tiny_clip, tiny_library
+from data import db as dbmod, jobs, prompts
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
+from data.library import deployment
+from data.library.clipgen import tiny_clip, tiny_library
 from serving import media_urls, runner as runmod, simfleet
 from tests.support.runner_fixtures import real_router
 from tests.support.webapp_fixtures import AppServer

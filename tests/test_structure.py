@@ -118,6 +118,41 @@ def test_layers_point_one_way_data_below_serving_below_webapp():
     assert not wrong, wrong
 
 
+CORE = {"data.db", "data.errors", "data.events", "data.limits", "data.settings"}  # what the library wing may import
+COMMANDS = {"data.ingest", "data.demo", "data.deployment"}  # the launchers of commands users type, beside the wings
+
+
+def _wing(module: str) -> str | None:
+    parts = module.split(".")
+    return (
+        parts[1]
+        if parts[0] == "data" and len(parts) > 2 and parts[1] in ("library", "jobs", "quality")
+        else (parts[1] if module in ("data.library", "data.jobs", "data.quality") else None)
+    )
+
+
+def test_the_wings_of_data_point_one_way():
+    """data/library imports only the core; nothing in data/ imports quality; jobs is imported only by quality (and
+    within itself). The rest of data/ stays flat (ARCHITECTURE.md, "The floors")."""
+    wrong = []
+    for path in _files(("data",)):
+        me = _module_of(path)
+        mine = _wing(me)
+        for line, module, name in _imports(path):
+            target = f"{module}.{name}" if name and _path(f"{module}.{name}") else module
+            theirs = _wing(target)
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            if mine == "library" and theirs != "library" and target not in CORE:
+                wrong.append(where + " (the library wing imports only the core)")
+            if theirs == "quality" and mine != "quality":
+                wrong.append(where + " (nothing in data/ imports the quality wing)")
+            if theirs == "jobs" and mine not in ("jobs", "quality"):
+                wrong.append(where + " (only the quality wing imports the jobs wing)")
+            if theirs == "library" and mine != "library" and me not in COMMANDS:
+                wrong.append(where + " (nothing in data/ imports the library wing)")
+    assert not wrong, wrong
+
+
 def _home_ok(module: str, name: str) -> bool:
     """`name` may be taken from `module`: the module defines it, it is a submodule, or `module` is a package
     that exports it (its pinned `__all__`)."""
@@ -178,9 +213,9 @@ def test_a_declared_surface_is_sorted_and_exactly_what_the_module_offers(module)
         )
 
 
-def test_the_packages_with_a_face_are_the_runner_and_the_simulated_fleet():
+def test_the_packages_with_a_face_are_quality_the_runner_and_the_simulated_fleet():
     faces = [m for m in MODULES_WITH_ALL if _path(m).name == "__init__.py"]
-    assert faces == ["serving.runner", "serving.simfleet"]
+    assert faces == ["data.quality", "serving.runner", "serving.simfleet"]
     assert set(_exported("serving.runner")) == {"Runner", "fleet_targets", "run_job", "serve"}
 
 

@@ -21,8 +21,9 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from data import hostile, taxonomy
+from data import taxonomy
 from data.job_params import MAX_TOP_LOGPROBS, JobParams
+from data.library import hostile
 from data.settings import Settings
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
@@ -34,7 +35,7 @@ REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}
 ANSWERS = REC.get("answers", {})
 LOGPROB_CASES = ("good_logprobs", "logprobs_over_max")
 BAD = sorted(k for k in ANSWERS if k not in ("good", *LOGPROB_CASES))
-# metric samples the fleet view reads (serving.fleet); vLLM names the KV-cache gauge one of two ways
+# metric samples the fleet view reads (serving.health); vLLM names the KV-cache gauge one of two ways
 USED_METRICS = {
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",

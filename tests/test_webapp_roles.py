@@ -10,9 +10,10 @@ import httpx
 import pytest
 from gradio_client import Client
 
-from data import db as dbmod, job_queries, jobs
+from data import db as dbmod, jobs
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 
 
 def client_as(server, user: str) -> Client:  # noqa: F811

@@ -265,13 +265,13 @@ def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
     """Filter dict -> form values -> Filter, for a value of every field the form has (generated from
     FORM_FIELDS and the Filter field types: a new input gets its cases without touching this test)."""
     from data import clips
-    from webapp import browse
+    from webapp import browse_tab
 
     cases = [{}, {"unassigned": True}, {"assignee": "me-user"}]
-    for name in browse.FORM_FIELDS:
+    for name in browse_tab.FORM_FIELDS:
         kind = clips.FIELD_TYPES[name]
-        if name in browse.CHOICES:
-            cases += [{name: v} for v in browse.CHOICES[name]]
+        if name in browse_tab.CHOICES:
+            cases += [{name: v} for v in browse_tab.CHOICES[name]]
         elif kind is bool:
             cases += [{name: True}, {name: False}]
         elif kind is int:
@@ -279,16 +279,20 @@ def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
         else:
             cases.append({name: "pedestrian night"} if name == "text" else {name: "ann"})
     for fdict in cases:
-        form = browse.form_from_filter(fdict)
-        assert browse.read_form(browse.form_values({**form, browse.SORT: "oldest"})) == {**form, "sort": "oldest"}
-        assert browse.filter_from_form(form, me="me-user").to_dict() == fdict, (fdict, form)
+        form = browse_tab.form_from_filter(fdict)
+        assert browse_tab.read_form(browse_tab.form_values({**form, browse_tab.SORT: "oldest"})) == {
+            **form,
+            "sort": "oldest",
+        }
+        assert browse_tab.filter_from_form(form, me="me-user").to_dict() == fdict, (fdict, form)
     # a script that sends fewer values than the form has: the rest are "not sent", not shifted
-    assert browse.read_form(["approved"]) == {**{n: None for n in browse.FORM_FIELDS}, "review_status": "approved"} | {
-        "sort": None
-    }
-    assert browse.filter_from_form(browse.read_form(["approved"])).to_dict() == {"review_status": "approved"}
+    assert browse_tab.read_form(["approved"]) == {
+        **{n: None for n in browse_tab.FORM_FIELDS},
+        "review_status": "approved",
+    } | {"sort": None}
+    assert browse_tab.filter_from_form(browse_tab.read_form(["approved"])).to_dict() == {"review_status": "approved"}
     with pytest.raises(DataError, match="job id must be a whole number"):
-        browse.filter_from_form({"job_id": "1.5"})
+        browse_tab.filter_from_form({"job_id": "1.5"})
 
 
 @pytest.fixture
@@ -308,17 +312,17 @@ def workbench(settings):
 def test_browse_pages_by_cursor_and_refuses_a_bad_order_or_cursor_with_a_message(workbench):
     import gradio as gr
 
-    from webapp import browse
+    from webapp import browse_tab
 
     b = workbench.browse
-    first = b.apply(None, *browse.form_values({browse.SORT: "oldest"}))
+    first = b.apply(None, *browse_tab.form_values({browse_tab.SORT: "oldest"}))
     assert first[b.anchors] == [None] and first[b.next_cursor] and 'data-sort="oldest"' in first[b.counts]
     second = b.page({}, [None, first[b.next_cursor]], "oldest", None)
     assert "Page 2 · clips #61–#70" in second[b.page_label] and second[b.next_cursor] is None
-    newest = b.apply(None, *browse.form_values({browse.SORT: "newest"}))
+    newest = b.apply(None, *browse_tab.form_values({browse_tab.SORT: "newest"}))
     assert "clips #70–#11" in newest[b.page_label] and 'data-sort=""' in newest[b.counts]  # the default: no ?sort
     with pytest.raises(gr.Error, match="Unknown sort order"):
-        b.apply(None, *browse.form_values({browse.SORT: "sideways"}))
+        b.apply(None, *browse_tab.form_values({browse_tab.SORT: "sideways"}))
     with pytest.raises(gr.Error, match="start again from the first page"):
         b.page({}, [None, "tampered"], "oldest", None)
     with pytest.raises(gr.Error, match="start again from the first page"):  # a cursor of another order

@@ -1,4 +1,4 @@
-"""The review page's background calls (webapp/drafts.js), plain routes beside Gradio's queue:
+"""The review page's background calls (webapp/static/drafts.js), plain routes beside Gradio's queue:
 
 - `PUT /drafts/{clip_id}` with `{"base": <caption id or null>, "text": "...", "labels": {...}}`: the person's
   unsaved edit of the clip (data.drafts), written as they type. 200 `{"saved_at": t}`, or `{"dropped": true}`

@@ -2,7 +2,7 @@
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
 fleet), a user line, six tabs (Browse, Review, Second review, Jobs, Quality, Fleet) and a keyboard-shortcut help panel.
-Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet).
+Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.health).
 """
 
 from __future__ import annotations
@@ -14,20 +14,21 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from data import library, order
+from data import order
+from data.library import clip_root
 from serving import fleet_key
-from webapp import activity, browse, exports, failures, media_routes, render
+from webapp import activity, browse_tab, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
-from webapp.browse import BrowseTab
+from webapp.browse_tab import BrowseTab
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
 from webapp.jobs_tab import JobsTab
 from webapp.quality_tab import QualityTab
-from webapp.review import ReviewTab
-from webapp.second_review import SecondReviewTab
+from webapp.review_tab import ReviewTab
+from webapp.second_review_tab import SecondReviewTab
 
-HERE = Path(__file__).parent
+STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
 IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
 PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
@@ -64,7 +65,7 @@ def head_html() -> str:
     """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys, then
     drafts and the session (it wraps fetch before Gradio's client starts)."""
     names = ("picker.js", "shortcuts.js", "drafts.js")
-    return "".join(f"<script>\n{(HERE / name).read_text()}\n</script>" for name in names)
+    return "".join(f"<script>\n{(STATIC / name).read_text()}\n</script>" for name in names)
 
 
 class Workbench:
@@ -148,9 +149,9 @@ class Workbench:
         out = {self.userline: self.userline_html(request)}
         params = (request.query_params or {}) if request is not None else {}
         b = self.browse
-        form = browse.form_from_filter(b.filter_from_url(params.get("f")))
-        form[browse.SORT] = order.name_or_default(params.get("sort"))
-        out.update(b.apply(request, *browse.form_values(form)))
+        form = browse_tab.form_from_filter(b.filter_from_url(params.get("f")))
+        form[browse_tab.SORT] = order.name_or_default(params.get("sort"))
+        out.update(b.apply(request, *browse_tab.form_values(form)))
         out.update(b.set_inputs(form, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
         out[self.jobs.prompt] = self.jobs.prompt_choices(request)
@@ -243,7 +244,7 @@ def build_app(settings) -> FastAPI:
     bind without login."""
     if settings.auth.lower() == "off" and not settings.loopback:
         raise ValueError(f"auth=off is only allowed on a loopback host, not {settings.host!r}")
-    settings = library.settings_for_path(settings)  # the media route serves from the recorded clip root
+    settings = clip_root.settings_for_path(settings)  # the media route serves from the recorded clip root
     urls = list(settings.fleet_urls)
     # simulated or not is decided once, here, so the banner is part of the first paint (the Fleet tab's first
     # scrape comes ~10 s later): launched as `--fleet-mode sim`, or a fleet that says so in its /metrics
@@ -278,7 +279,7 @@ def build_app(settings) -> FastAPI:
     media_routes.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
     activity.install(app, ctx, auth.user_name)  # drafts and review-lease activity from the page script
-    app.mount("/cw-static", StaticFiles(directory=HERE / "static"), name="cw-static")
+    app.mount("/cw-static", StaticFiles(directory=STATIC), name="cw-static")
     bench = Workbench(ctx)
     demo = bench.build()
     app.state.workbench = bench
@@ -292,7 +293,7 @@ def build_app(settings) -> FastAPI:
         footer_links=["api"],
         run_history=False,
         head=head_html(),
-        css_paths=[HERE / "static" / "app.css"],
+        css_paths=[STATIC / "app.css"],
         show_error=True,
     )
 

@@ -1,6 +1,6 @@
 """Fleet tab: replica health and load from their /metrics, router status, and the simulated-fleet banner.
 
-Reads through serving.fleet (the one place that talks to the fleet's health and metrics endpoints), with a
+Reads through serving.health (the one place that talks to the fleet's health and metrics endpoints), with a
 short timeout so that a dead replica cannot stall the page.
 """
 
@@ -12,13 +12,13 @@ import time
 import gradio as gr
 import pandas as pd
 
-from serving import fleet, fleet_key
+from serving import fleet_key, health
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
 CACHE_S = 5.0  # one scrape of the fleet serves every Fleet tab open within this many seconds
-# what the table shows, from serving.fleet.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
+# what the table shows, from serving.health.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
 COLUMNS = [
     "replica",
     "state",
@@ -37,7 +37,7 @@ COLUMNS = [
 NONE = "—"  # what a person reads for a value that is not there (never "None")
 CELL_CHARS = 200  # characters of one router value on the page
 WORKERS_SHOWN = 32  # rows of the router's worker table
-# the router's fields (serving.fleet.RouterStatus) in the order and the words a person reads them
+# the router's fields (serving.health.RouterStatus) in the order and the words a person reads them
 ROUTER_FIELDS = {"url": "router", "live": "live", "ready": "ready", "error": "error"}
 # a worker's fields as vllm-router lists them (GET /workers), first those a person looks for
 WORKER_FIELDS = {
@@ -150,10 +150,10 @@ def snapshot(
     urls: list[str], timeout: float = TIMEOUT_S, headers: dict[str, str] | None = None
 ) -> tuple[list[dict], dict | None]:
     """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
-    to its workers, bounded in size, time and fan-out (serving.fleet.watch); `headers` (the fleet key) go with
+    to its workers, bounded in size, time and fan-out (serving.health.watch); `headers` (the fleet key) go with
     every read. Never raises: an unreachable replica is a row. The router dict carries `listed`: how many
     replicas there are in all."""
-    snap = fleet.watch(urls, timeout=timeout, headers=headers)
+    snap = health.watch(urls, timeout=timeout, headers=headers)
     router = dict(snap["router"]) if snap["router"] else None
     if router is not None:
         router["listed"] = snap["listed"]
@@ -211,7 +211,7 @@ class FleetTab:
         summary = (
             f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
             + (
-                f" ({len(rows)} of {listed} shown: at most {fleet.MAX_SCRAPED} are scraped per refresh)"
+                f" ({len(rows)} of {listed} shown: at most {health.MAX_SCRAPED} are scraped per refresh)"
                 if listed > len(rows)
                 else ""
             )

@@ -21,12 +21,13 @@ import time
 import gradio as gr
 import pandas as pd
 
-from data import clips, events, heartbeats, job_queries, jobs, prompts
+from data import clips, events, heartbeats, jobs, prompts
 from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
-from data.job_selection import Selection
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
 from serving import cost, fleet_key
-from serving.fleet import router_workers
+from serving.health import router_workers
 from webapp import fleet_notice, render
 from webapp.context import AppContext, shows_errors
 from webapp.prompt_panel import PromptPanel

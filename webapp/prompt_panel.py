@@ -4,7 +4,7 @@ run a version on the clips that already have an approved caption (the ground tru
 Old versions are never edited: "Save as a new version" adds one (data.prompts.create_version), after its schema is
 checked against what the fleet's structured-output backend accepts and against the label taxonomy; a refusal
 lists every change it needs and saves nothing. The ground-truth job's captions arrive as candidates beside the
-approved ones (data.prompt_compare); the Quality tab compares the versions on the same clips.
+approved ones (data.quality.prompt_compare); the Quality tab compares the versions on the same clips.
 """
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import json
 
 import gradio as gr
 
-from data import job_queries, prompt_compare, prompts
+from data import prompts
 from data.errors import DataError
 from data.job_params import JobParams
+from data.jobs import queries as job_queries
+from data.quality import prompt_compare
 from webapp import render
 from webapp.context import AppContext, shows_errors
 

@@ -1,12 +1,12 @@
 """Quality tab (leads): how good the machine captions are, measured against what reviewers approved.
 
-Thin over data.quality (the figures), data.calibration (accuracy by the model's confidence), data.prompt_compare
-(prompt versions on the same clips) and data.samples (the random samples an estimate rests on). Regions, top to
-bottom: the scope (group by, job, prompt, the Browse filter or not); the accuracy of every group on every label;
-one group in detail (its per-label table with the reviewers' agreement beside the model's accuracy, a bar chart of
-both, the confusion matrix of one label as a heatmap with per-class precision and recall, how much reviewers
-changed the text, that label's calibration); prompt versions compared on exactly the same clips; and what an
-unreviewed batch is worth, from a random sample, for a margin the lead picks.
+Thin over data.quality (the figures), data.quality.calibration (accuracy by the model's confidence),
+data.quality.prompt_compare (prompt versions on the same clips) and data.quality.samples (the random samples an
+estimate rests on). Regions, top to bottom: the scope (group by, job, prompt, the Browse filter or not); the
+accuracy of every group on every label; one group in detail (its per-label table with the reviewers' agreement
+beside the model's accuracy, a bar chart of both, the confusion matrix of one label as a heatmap with per-class
+precision and recall, how much reviewers changed the text, that label's calibration); prompt versions compared on
+exactly the same clips; and what an unreviewed batch is worth, from a random sample, for a margin the lead picks.
 
 Every handler checks the lead role itself (each event is an HTTP endpoint); non-leads get a note instead of the
 tab's content. Plots are matplotlib figures (gr.Plot), made with the object API, never pyplot's global state.
@@ -20,9 +20,10 @@ from typing import Any
 import gradio as gr
 import pandas as pd
 
-from data import calibration, prompt_compare, prompts, quality, taxonomy
+from data import prompts, quality, taxonomy
 from data.clips import Filter
 from data.errors import DataError
+from data.quality import calibration, prompt_compare
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -390,7 +391,7 @@ class QualityTab:
         return out
 
     def _calibration(self, f: Filter, label: str) -> dict:
-        """Accuracy by confidence bucket for one label, over the approved clips of the filter (data.calibration:
+        """Accuracy by confidence bucket for one label, over the approved clips of the filter (data.quality.calibration:
         every prompt version together; captions without recorded confidence are left out)."""
         rows = calibration.calibration(self.ctx.db(), f, label, CALIBRATION_BUCKETS)
         n = sum(r["n"] for r in rows)

@@ -1,17 +1,19 @@
 """The lead's random review sample panel on Browse: draw N clips of the current filter (a job's clips: the Job id
 filter) at random, optionally stratified by hazard level, and assign them to one or more people in one click; then
-send a drawn sample (or its reviewed part) to a second reviewer, blind to the first review. data.samples does the
+send a drawn sample (or its reviewed part) to a second reviewer, blind to the first review. data.quality.samples does
+the
 work, records the draw and audits it; this module only reads the form and says what happened.
 
-Shown to leads only (first paint); each handler checks the lead role itself, as data.samples does again.
+Shown to leads only (first paint); each handler checks the lead role itself, as data.quality.samples does again.
 """
 
 from __future__ import annotations
 
 import gradio as gr
 
-from data import clips, samples
+from data import clips
 from data.errors import DataError
+from data.quality import samples
 from webapp import assigning, render
 from webapp.context import AppContext, shows_errors
 
@@ -65,7 +67,8 @@ class SamplePanel:
         with gr.Accordion(
             "Random review sample", open=False, visible=False, elem_id="sample-panel", elem_classes="cw-assign"
         ) as self.box:
-            # custom values reach the handlers, which check the role and data.samples the names (as on the assign row)
+            # custom values reach the handlers, which check the role and data.quality.samples the names (as on the
+            # assign row)
             with gr.Row():
                 self.size = gr.Number(
                     label="Clips to draw", value=None, precision=0, elem_id="sample-size", min_width=120
@@ -116,7 +119,8 @@ class SamplePanel:
         page_outs = browse.outputs(filter_state)[:-1] + [self.msg, self.sample]
 
         def draw(fdict, sort, size, stratify, people, seed, anchors, request: gr.Request):
-            """Draw a random sample of the filter's unreviewed machine captions and assign it (data.samples.draw)."""
+            """Draw a random sample of the filter's unreviewed machine captions and assign it
+            (data.quality.samples.draw)."""
             lead = self.ctx.require(request, "lead")
             try:
                 s = samples.draw(
@@ -138,7 +142,8 @@ class SamplePanel:
             }
 
         def send(sample_id, reviewer, reviewed_only, request: gr.Request):
-            """Send sample `sample_id`'s clips to `reviewer` for a blind second review (data.samples.send_to_second)."""
+            """Send sample `sample_id`'s clips to `reviewer` for a blind second review
+            (data.quality.samples.send_to_second)."""
             lead = self.ctx.require(request, "lead")
             if sample_id in (None, ""):
                 return render.message("Give the sample's number (a draw fills it in).", "error")

@@ -39,7 +39,7 @@ def new_job(settings, name: str, clip_ids: list[int], **params) -> int:
     them (the workload sweep's frames and pixels per point)."""
     from data import db as dbmod, jobs, prompts
     from data.job_params import JobParams
-    from data.job_selection import Selection
+    from data.jobs.selection import Selection
 
     db = dbmod.connect(settings.db)
     try:
@@ -74,7 +74,8 @@ def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[
 
 def job_check(settings, job_id: int) -> dict:
     """What the job left: items per state, clips without a caption, clips with more than one."""
-    from data import db as dbmod, job_queries
+    from data import db as dbmod
+    from data.jobs import queries as job_queries
 
     db = dbmod.connect(settings.db)
     try:
@@ -129,8 +130,9 @@ def job_check(settings, job_id: int) -> dict:
 
 
 def job_work(settings, job_id: int) -> list[dict]:
-    """Per captioned clip: tokens, frames, pixel budget, size, when written (data.job_queries.work_per_clip)."""
-    from data import db as dbmod, job_queries
+    """Per captioned clip: tokens, frames, pixel budget, size, when written (data.jobs.queries.work_per_clip)."""
+    from data import db as dbmod
+    from data.jobs import queries as job_queries
 
     db = dbmod.connect(settings.db)
     try:

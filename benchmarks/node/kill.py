@@ -8,7 +8,7 @@ import time
 from benchmarks.node.context import Ctx, say
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import caption_job, good_clip_ids, job_check, new_job, prepare_db
-from serving import fleet as fleet_mod
+from serving import health as fleet_mod
 
 
 def stage_kill(ctx: Ctx) -> dict:
@@ -29,7 +29,8 @@ def stage_kill(ctx: Ctx) -> dict:
                 done_flag = threading.Event()
 
                 def killer() -> None:
-                    from data import db as dbmod, job_queries
+                    from data import db as dbmod
+                    from data.jobs import queries as job_queries
 
                     db = dbmod.connect(settings.db)
                     try:

@@ -24,7 +24,7 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   ingest probe failed are never sent: they fail with "ingest: <probe error>".
 - Results are written in batches through `data.jobs.complete` (store.py): a machine caption never
   replaces a human or approved one, and a result is written once per (job, clip).
-- pause / cancel are read before each claim (`data.job_items.claim` refuses inactive jobs), and every
+- pause / cancel are read before each claim (`data.jobs.items.claim` refuses inactive jobs), and every
   ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
   handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).
 - SIGTERM/SIGINT: stop claiming, wait for in-flight requests up to a deadline, release what was not answered.

@@ -13,12 +13,14 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, deployment, job_items, job_queries, library, prompts
+from data import db as dbmod, prompts
+from data.jobs import items as job_items, queries as job_queries
+from data.library import clip_root, deployment
 from data.settings import Settings, url_list
 from serving import fleet_key, fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
-from serving.fleet import router_workers
+from serving.health import router_workers
 from serving.runner import watch
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import Replica, ReplicaHealth
@@ -68,7 +70,7 @@ class Runner:
         look: Callable[[list[str]], dict] | None | Literal["default"] = "default",
     ):
         # clips are found under the root the library recorded at ingest, never under a default
-        self.settings = settings = library.settings_for_path(settings)
+        self.settings = settings = clip_root.settings_for_path(settings)
         urls = fleet_targets(settings, fleet_urls)
         self._ask_router = len(urls) == 1 and replicas is None
         rng = random.Random()
@@ -390,7 +392,7 @@ def run_job(
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
     drain_seconds, backoff_base, look ...). `progress_cb(progress)` is called about every
-    `HEARTBEAT_S` and at the end with `data.job_queries.progress`. Returns the final progress.
+    `HEARTBEAT_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
     """
     runner = Runner(
         settings,

@@ -16,8 +16,9 @@ import random
 import sqlite3
 from typing import Iterable
 
-from data import db as dbmod, heartbeats, job_items, job_queries, prompts
+from data import db as dbmod, heartbeats, prompts
 from data.job_params import JobParams
+from data.jobs import items as job_items, queries as job_queries
 from data.settings import Settings
 from serving.client import CaptionResult, backoff
 from serving.errors import FleetError

@@ -2,7 +2,7 @@
 for what the Jobs tab says about it (the look goes out with the runner's heartbeat: the app never asks the
 fleet for this itself).
 
-A look is each replica's `/health` through serving.fleet (a router's workers found through its `/workers`),
+A look is each replica's `/health` through serving.health (a router's workers found through its `/workers`),
 with a short timeout, in a worker thread: never on the event loop, never inside a transaction. The runner
 looks every LOOK_QUIET_S while no answer has come for that long (an idle runner still knows whether a job
 started now could run), every LOOK_FAILING_S while every replica fails, and not at all while answers flow.
@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
-from serving import fleet
+from serving import health
 
 LOOK_TIMEOUT_S = 2.0  # per request of a look
 LOOK_QUIET_S = 15.0
@@ -30,8 +30,8 @@ def look(urls: list[str], timeout: float = LOOK_TIMEOUT_S) -> dict:
     """{at (Unix time), router (URL or None), healthy, looked, total, replicas: [{url, healthy, error}]}:
     how many of the replicas behind `urls` answer `/health` with 200. Blocking; never raises for a fleet that
     is down (an unreachable replica is one not healthy)."""
-    replicas, router = fleet.discover(urls, timeout=timeout)
-    statuses = fleet.fleet_status(replicas[:LOOK_MAX], timeout=timeout)
+    replicas, router = health.discover(urls, timeout=timeout)
+    statuses = health.fleet_status(replicas[:LOOK_MAX], timeout=timeout)
     return {
         "at": time.time(),
         "router": router,

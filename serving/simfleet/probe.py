@@ -79,7 +79,7 @@ def probe_file(path: Path | None, size: int, data: bytes | None = None) -> ClipI
     # imported here: PyAV is heavy, and only a replica that is sent a clip needs it
     import av
 
-    from data.probe import mp4_structure
+    from data.library.probe import mp4_structure
 
     try:
         with av.open(io.BytesIO(data) if data is not None else str(path), "r") as container:

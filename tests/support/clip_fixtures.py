@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from data import demo, hostile
+from data.library import demo, hostile
 
 TINY = dict(height=90, min_seconds=1.5, max_seconds=2.0, fps=15)
 TINY_COUNT = 4

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from data import clipgen, examples
+from data import examples
 from data.job_params import JobParams
+from data.library import clipgen
 from serving import simfleet
 from serving.client import CaptionRequest, FleetClient
 

@@ -28,7 +28,7 @@ import httpx
 
 from data import db as dbmod, examples, taxonomy, users
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
 from serving import fleet_commands, procs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -322,7 +322,8 @@ class AnnotatorLoad:
 @contextlib.contextmanager
 def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
     """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
-    from data import job_queries, jobs
+    from data import jobs
+    from data.jobs import queries as job_queries
 
     created = []
 
@@ -370,7 +371,7 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     """A clip library (tiny real clips), `annotators` users, the simulated fleet, a runner process working
     on job after job over the same clips, and the web app as a process. Yields a Rig; tears it all down."""
     from data import prompts
-    from data.clipgen import tiny_library
+    from data.library.clipgen import tiny_library
     from serving import simfleet
 
     db = dbmod.connect(settings.db)

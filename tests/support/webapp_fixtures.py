@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from data import captions, clipgen, db as dbmod, taxonomy, users
+from data import captions, db as dbmod, taxonomy, users
+from data.library import clipgen
 from data.settings import Settings
 from serving.procs import free_port
 
@@ -118,7 +119,7 @@ def build_library(settings: Settings, n: int = 24) -> Library:
                 "width": 320,
                 "height": 180,
                 "codec": "hevc" if i in (5, 6) else "h264",
-                # clip 6: an HEVC clip with its H.264 preview (data.media.make_preview writes those)
+                # clip 6: an HEVC clip with its H.264 preview (data.library.media.make_preview writes those)
                 "preview": "previews/p6.mp4" if i == 6 else None,
                 "probe_error": "truncated: moov box missing" if i == 7 else None,
                 "thumbnail": "thumbs/t0.jpg",

@@ -1,6 +1,6 @@
 """Reading jobs: one job, the list, what a runner should work on, items per state, progress with a throughput
 series, failures and the load per replica. Nothing here writes (data.jobs creates and changes jobs,
-data.job_items works their items)."""
+data.jobs.items works their items)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sqlite_utils
 from data.db import now
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
 ACTIVE = ("queued", "running")
@@ -34,7 +34,7 @@ def get(db: sqlite_utils.Database, job_id: int) -> dict:
     return _decode(row)
 
 
-# what asked for a job, from its stored selection (data.job_selection; older rows named it "reason" or "source")
+# what asked for a job, from its stored selection (data.jobs.selection; older rows named it "reason" or "source")
 _ORIGIN = (
     "COALESCE(json_extract(selection, '$.origin'), json_extract(selection, '$.reason'), "
     "json_extract(selection, '$.source'), '')"

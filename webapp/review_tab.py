@@ -2,7 +2,7 @@
 
 Nothing typed is ever dropped (issue 10). Every way of leaving a clip -- j/k, approve/reject (which move on to
 the next unreviewed clip of the filter), "next unreviewed", a Browse tile, the browser's Back (the URL carries
-the clip, webapp/shortcuts.js turns Back into a navigation here) -- goes through a handler that receives the
+the clip, webapp/static/shortcuts.js turns Back into a navigation here) -- goes through a handler that receives the
 form and saves it first when it differs from the stored version (`_autosave`). A save that cannot happen (a
 conflict, a label missing) stops the navigation with a message, and the edit stays in the form. Switching tabs
 keeps the form as it is; leaving the page with an unsaved edit asks first (beforeunload, shortcuts.js).
@@ -20,7 +20,7 @@ broken-and-next) or opens is leased to them; the others' n skips it, and those w
 it in the header. Every view of a clip renews the lease; the page script renews it on activity and the lease
 runs out on its own after `review_lease_seconds` without any.
 
-Drafts (data.drafts): the page script (webapp/drafts.js) writes the form to /drafts/{clip} as the person types,
+Drafts (data.drafts): the page script (webapp/static/drafts.js) writes the form to /drafts/{clip} as the person types,
 and keeps it in the browser if the session has ended. When a person opens a clip they left an unsaved edit on,
 the view offers it back ("restore / discard"); restoring an edit whose base someone replaced since is the
 conflict view. Nothing becomes a caption version until the person saves (or leaves the clip, which saves).
@@ -34,9 +34,9 @@ function that fills every region for a clip (handlers add to or override what it
 `view_outputs`/`form_inputs` are the lists every handler shares. Handlers that may leave a clip go through
 `_leave` (save first) and the queue through `_take_next` (pick + lease).
 
-Blind mode: a clip the person has a pending blind second review of (data.samples) is shown without its caption,
+Blind mode: a clip the person has a pending blind second review of (data.quality.samples) is shown without its caption,
 labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or decide
-on it (`_blind`); they answer on the Second review tab (webapp.second_review).
+on it (`_blind`); they answer on the Second review tab (webapp.second_review_tab).
 
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate
@@ -50,10 +50,11 @@ import sqlite3
 
 import gradio as gr
 
-from data import captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, samples, taxonomy
+from data import captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
-from webapp import failures, render, second_review
+from data.quality import samples
+from webapp import failures, render, second_review_tab
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
@@ -286,11 +287,12 @@ class ReviewTab:
         return out
 
     def _blind(self, clip: dict) -> dict:
-        """Blind mode: the person has a pending blind second review of this clip (data.samples), so the view hides
+        """Blind mode: the person has a pending blind second review of this clip (data.quality.samples), so the view
+        hides
         its caption, labels, review, assignee, provenance and history, and holds no clip in the form's state, so
         that no save or decision here can touch it (they answer on the Second review tab)."""
         return {
-            self.header: second_review.blind_header(clip),
+            self.header: second_review_tab.blind_header(clip),
             self.provenance: "",
             self.history: "",
             self.adopt_choice: gr.update(choices=[], value=None),

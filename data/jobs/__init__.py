@@ -19,9 +19,11 @@ caption, duplicates none and re-sends at most what was in flight; tested in test
 Job states: queued -> running -> done; running|queued -> paused -> queued; any but done -> cancelled -> queued.
 Item states: pending -> leased -> done | failed | pending (retry after `not_before`).
 
-This module is the front of four: it creates jobs and changes their state; data.job_items works their
-items (the guarantees above); data.job_queries reads them; data.heartbeats holds the runners' signs of life.
-Callers import each name from its own module (`job_items.claim`, `job_queries.progress`, ...).
+The jobs wing of data/: this package's own module creates jobs and changes their state; `items.py` works their
+items (the guarantees above); `queries.py` reads them; `selection.py` says which clips a job covers
+(data.heartbeats, in the core, holds the runners' signs of life). Callers import each name from its own module
+(`from data.jobs import items as job_items` then `job_items.claim`, `job_queries.progress`, ...). Only the
+quality wing imports this one in data/ (tests/test_structure.py).
 """
 
 from __future__ import annotations
@@ -34,10 +36,10 @@ import sqlite_utils
 from data import events, limits
 from data.db import immediate, now
 from data.errors import DataError, NotFound
-from data.job_items import STOP_RUNNING, finish_if_drained
 from data.job_params import JobParams
-from data.job_queries import get
-from data.job_selection import Selection
+from data.jobs.items import STOP_RUNNING, finish_if_drained
+from data.jobs.queries import get
+from data.jobs.selection import Selection
 
 DEDUPE_S = 30.0  # a second start of the same job within this window is the same job (double clicks)
 

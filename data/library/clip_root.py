@@ -26,9 +26,10 @@ from pathlib import Path
 
 import sqlite_utils
 
-from data import deployment, events, settings as settings_mod
+from data import events, settings as settings_mod
 from data.db import connect, immediate, now
 from data.errors import DataError, RootMismatch, RootMissing
+from data.library import deployment
 
 # Folders that hold the system or other people's files: never a clip root (the replicas are allowed to read
 # everything under the clip root, --allowed-local-media-path), not even with --force.

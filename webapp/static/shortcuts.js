@@ -4,7 +4,7 @@
 // The URL carries the filter and the clip (?f=...&clip=ID): opening a clip pushes a history entry, so the
 // browser's Back and Forward move between clips (through the server's goto, which saves an edit first) and a
 // link opens the same view. Leaving the page with an unsaved edit asks first (beforeunload).
-// The label fields are webapp/picker.js's (keys 1-7 open them).
+// The label fields are webapp/static/picker.js's (keys 1-7 open them).
 // No timers: everything here runs on an event (a key, a click, a DOM change, a history step).
 (() => {
   if (window.__cwShortcuts) return;
@@ -51,7 +51,7 @@
   document.addEventListener("cw-label-change", () => { dirty = true; });
   window.cwUnsaved = () => dirty;  // for the browser tests and anyone curious
   window.addEventListener("beforeunload", (ev) => {
-    // once the session has ended the edit is kept in the browser (webapp/drafts.js) and offered after login
+    // once the session has ended the edit is kept in the browser (webapp/static/drafts.js) and offered after login
     if (!dirty || window.cwSessionEnded) return undefined;
     ev.preventDefault();
     ev.returnValue = "You have an unsaved edit.";  // browsers show their own text; older ones need this

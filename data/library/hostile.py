@@ -4,7 +4,7 @@ names relative to `dir` as `os.listdir` returns them (the non-UTF-8 name therefo
 Ingest treats `dir` as the clip root. `python -m data.demo DIR --hostile` writes it from the command line.
 
 What "unplayable" means here: a codec that neither vLLM's NVDEC decoder nor a browser plays. The fleet and the
-review player accept H.264, HEVC, AV1, VP9 and VP8 (data.probe.PLAYABLE_CODECS); FFV1, MPEG-4 Part 2 and
+review player accept H.264, HEVC, AV1, VP9 and VP8 (data.library.probe.PLAYABLE_CODECS); FFV1, MPEG-4 Part 2 and
 Motion JPEG are valid video that FFmpeg decodes, but NVDEC and browsers do not, so they are refused at ingest
 with "unsupported codec" rather than failing later on the GPU.
 
@@ -27,7 +27,7 @@ from pathlib import Path
 import av
 import numpy as np
 
-from data.clipgen import encode
+from data.library.clipgen import encode
 
 
 def gradient_clip(
@@ -124,7 +124,7 @@ def write_hostile_corpus(root: str | Path) -> dict[str, str]:
     """Write >= 30 hostile files under `root` (the clip root) and return {name: expected reason keyword}.
 
     Names are relative to `root`; the keyword is a lower-case substring of the probe_error that ingest
-    records for that file (data.probe and data.ingest phrase the reasons)."""
+    records for that file (data.library.probe and data.ingest phrase the reasons)."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     expected: dict[str, str] = {}

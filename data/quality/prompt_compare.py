@@ -28,7 +28,7 @@ import sqlite_utils
 from data import clips, jobs, prompts, taxonomy
 from data.errors import DataError
 from data.job_params import JobParams
-from data.job_selection import Selection
+from data.jobs.selection import Selection
 
 
 def ground_truth(f: clips.Filter = clips.Filter()) -> clips.Filter:

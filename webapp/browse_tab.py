@@ -16,9 +16,10 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import clips, order as orders, samples, search
+from data import clips, order as orders, search
 from data.errors import DataError, SearchSyntaxError
-from webapp import assigning, render, sampling, second_review
+from data.quality import samples
+from webapp import assigning, render, sampling, second_review_tab
 from webapp.context import AppContext
 
 ANY = "any"
@@ -236,7 +237,7 @@ class BrowseTab:
             raise gr.Error(str(e), title="Cannot show that page") from None
         rows = shown.rows
         blind = samples.blind_clip_ids(db, user.name, [r["id"] for r in rows])  # their pending second reviews
-        rows = [second_review.masked(r) if r["id"] in blind else r for r in rows]
+        rows = [second_review_tab.masked(r) if r["id"] in blind else r for r in rows]
         n, exact = clips.count_capped(db, f)
         hint = search.no_match_hint(f.text) if f.text and not n else ""
         # data-filter / data-sort: the page script writes them into the URL (?f=...&sort=...), so Back and

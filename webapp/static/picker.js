@@ -425,7 +425,7 @@
     value(name) {
       return all().find((p) => p.name === name)?.value();
     },
-    /** Every label's value, by name (what a save would send): for the page's drafts (webapp/drafts.js). */
+    /** Every label's value, by name (what a save would send): for the page's drafts (webapp/static/drafts.js). */
     values() {
       return Object.fromEntries(all().map((p) => [p.name, p.value()]));
     },

@@ -1,6 +1,6 @@
 """The items of a job as runners work them: leases (`claim`), outcomes (`complete`, `fail`), hand-backs
 (`release`, `recover`), and the job's end once nothing is left to do. The guarantees these keep are listed in
-data.jobs, which re-exports every name here."""
+data.jobs (the package's docstring)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import sqlite_utils
 from data import captions, events
 from data.db import immediate, now
 from data.errors import NotFound
-from data.job_queries import ACTIVE, get
+from data.jobs.queries import ACTIVE, get
 
 # the SET clause that ends a job's stretch in state running (one parameter: the time it ends); jobs.run_seconds
-# then holds how long the job has run in all, which its clips/s is computed over (data.job_queries.progress)
+# then holds how long the job has run in all, which its clips/s is computed over (data.jobs.queries.progress)
 STOP_RUNNING = (
     "run_seconds = run_seconds + CASE WHEN running_since IS NULL THEN 0 ELSE MAX(0, ? - running_since) END, "
     "running_since = NULL"

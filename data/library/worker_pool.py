@@ -159,7 +159,7 @@ class WorkerPool:
     overrun is retried with a TIMEOUT_GROWTH times longer deadline, up to `attempts` times, before it gives a reason. A
     worker may send `{"progress": row}` before its result: the deadline then grows by `extra_seconds(row)`.
     `target(task, report)` is the work: a module-level function (the spawned worker imports it by name), e.g.
-    data.ingest.process_clip; tests pass their own."""
+    data.library.ingest.process_clip; tests pass their own."""
 
     def __init__(
         self,

@@ -1,13 +1,13 @@
-"""Second review tab: a person answers the blind second reviews a lead sent them (data.samples).
+"""Second review tab: a person answers the blind second reviews a lead sent them (data.quality.samples).
 
 Blind means the tab is given nothing of the first review: the clip's footage and the origin machine caption (the
-one the first reviewer started from), as data.samples.task returns them, never the clip row itself (its facet
+one the first reviewer started from), as data.quality.samples.task returns them, never the clip row itself (its facet
 columns mirror the current, reviewed caption). The person sets the labels and approves or rejects; the answer is
 stored as a second review and changes nothing of the clip (not its caption, not its review status). The tab
 then opens their next one.
 
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
-without its caption or review (`blind_header`, webapp.review) and Browse masks its tile (`masked`). That keeps
+without its caption or review (`blind_header`, webapp.review_tab) and Browse masks its tile (`masked`). That keeps
 the first review out of sight, not out of reach: a person who filters Browse by a label value can still infer
 it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
 """
@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import samples, taxonomy
+from data import taxonomy
 from data.errors import DataError
+from data.quality import samples
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -120,7 +121,7 @@ class SecondReviewTab:
         return f'<div class="cw-counts" id="second-count" data-n="{n}">{words}</div>'
 
     def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
-        """Every region for `task` (data.samples.task: nothing of the first review), or empty ones for None."""
+        """Every region for `task` (data.quality.samples.task: nothing of the first review), or empty ones for None."""
         out = {self.status: self._status(name), self.msg: render.message(message, kind)}
         if task is None:
             out.update({self.header: "", self.player: "", self.filmstrip: "", self.text: "", self.task: None})

@@ -12,7 +12,7 @@ The fleet is started with min_frames = max_frames = settings.frames (serving.fle
 `--media-io-kwargs`), so n = settings.frames for any clip with at least that many frames, and the indices are spread
 uniformly from the first to the last frame, **rounded** to the nearest frame (the generic OpenCV/PyAV loaders truncate
 instead: `dtype=int`). `sample_indices(total, settings.frames)` reproduces the Qwen3-VL choice. `total` is the exact
-frame count found by demuxing (data.probe), not the header's guess.
+frame count found by demuxing (data.library.probe), not the header's guess.
 
 Two decoders, chosen by `--decoder auto|pyav|nvdec`:
 - `pyav` (CPU): decodes sequentially and keeps the wanted indices -- exact for any GOP structure, like
@@ -37,8 +37,8 @@ from typing import Sequence
 
 import numpy as np
 
-from data import clipgen
-from data.probe import open_input
+from data.library import clipgen
+from data.library.probe import open_input
 
 log = logging.getLogger(__name__)
 

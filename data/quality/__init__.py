@@ -1,0 +1,68 @@
+"""How good the machine captions are, measured against what reviewers approved: the quality wing of data/.
+
+    python -m data.quality --data-dir var
+    python -m data.quality --data-dir var --prompt av-hazard:2 --json > quality.json
+
+What is measured (each figure's meaning, and how a lead decides from it, is in the README's "Quality" section):
+- **Pairs** (pairs.py). Every approved clip pairs the machine caption its approved caption derives from (its
+  origin) with the approved caption, stored once in `quality_pairs`. A clip whose caption a person wrote from
+  scratch has no machine caption to measure and is only counted.
+- **The report** (accuracy.py): per label accuracy, precision, recall, confusion matrix, Jaccard for road users,
+  and the text's edit ratio, grouped by model, prompt version and job.
+- **Estimates for the unreviewed rest** (estimates.py): only from a random sample (samples.py), with a 95 %
+  interval (stats.py) and how many more reviews bring it under a margin.
+- **Agreement between reviewers** (reviewers.py): Cohen's kappa between a first and a blind second review.
+- Accuracy by the model's confidence (calibration.py); prompt versions on the same clips (prompt_compare.py);
+  the figures as rows and text for the Quality tab and the terminal (tables.py); the command (__main__.py).
+
+This package's face is what the Quality tab, the benchmarks and the tests call (`quality.report(...)`); nothing
+else in data/ imports the wing (tests/test_structure.py).
+"""
+
+from data.quality.accuracy import (
+    DEFAULT_BY,
+    DIMENSIONS,
+    HISTOGRAM_BINS,
+    Group,
+    ItemStats,
+    LabelStats,
+    Report,
+    TextStats,
+    group_name,
+    report,
+)
+from data.quality.estimates import DEFAULT_MARGIN, Estimate, LabelEstimate, check_margin, estimate, samples_for
+from data.quality.pairs import LABELS, Scope, fill, parse_prompt
+from data.quality.reviewers import Agreement, LabelAgreement, agreement
+from data.quality.tables import ESTIMATE_COLUMNS, LABEL_COLUMNS, estimate_rows, format_text, label_rows
+
+__all__ = [
+    "Agreement",
+    "agreement",
+    "check_margin",
+    "DEFAULT_BY",
+    "DEFAULT_MARGIN",
+    "DIMENSIONS",
+    "Estimate",
+    "estimate",
+    "ESTIMATE_COLUMNS",
+    "estimate_rows",
+    "fill",
+    "format_text",
+    "Group",
+    "group_name",
+    "HISTOGRAM_BINS",
+    "ItemStats",
+    "LABEL_COLUMNS",
+    "label_rows",
+    "LabelAgreement",
+    "LabelEstimate",
+    "LABELS",
+    "LabelStats",
+    "parse_prompt",
+    "Report",
+    "report",
+    "samples_for",
+    "Scope",
+    "TextStats",
+]
