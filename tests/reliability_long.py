@@ -4,7 +4,7 @@
     python tests/reliability_long.py r4 --kills 25         # SIGKILL the web app under that load
     python tests/reliability_long.py all                   # both
 
-It runs the scenarios of tests/test_r1_concurrent_annotators.py and tests/test_r4_app_kill.py with longer
+It runs the scenarios of tests/test_concurrent_annotators.py and tests/test_app_kill.py with longer
 parameters, so it lives with them (it was benchmarks/reliability.py: benchmarks do not import tests).
 
 Each run uses a fresh temporary data dir (real SQLite file, simulated fleet, runner and app processes).
@@ -39,12 +39,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     print("date:", dt.datetime.now().isoformat(timespec="seconds"))
     if a.which in ("r1", "all"):
-        from tests.test_r1_concurrent_annotators import run_r1
+        from tests.test_concurrent_annotators import run_r1
 
         s, tmp = fresh("r1")
         print("R1:", json.dumps(run_r1(s, tmp, seconds=a.seconds)), flush=True)
     if a.which in ("r4", "all"):
-        from tests.test_r4_app_kill import run_r4
+        from tests.test_app_kill import run_r4
 
         s, tmp = fresh("r4")
         print("R4:", json.dumps(run_r4(s, tmp, kills=a.kills, seed=44)), flush=True)

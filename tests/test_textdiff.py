@@ -1,6 +1,6 @@
 """data.textdiff: the word diff's opcodes turn one text into the other exactly, and the edit ratio says how much a
 reviewer changed a caption (0 unchanged, 1 nothing kept). Its bound at the caption limit is R11's
-(tests/test_r10_bounds.py)."""
+(tests/test_input_bounds.py)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """R9: every caption change is auditable. `assert_audit_complete(db)` (tests/support/audit_checks.py) checks
 that every caption version has who/what/when and a previous version that is an earlier version of the same
 clip, and exactly one audit event with the same actor, clip and previous version. It runs after R1 and R4
-(tests/test_r1_*, test_r4_*), after a runner kill loop (below), and after every kind of human change."""
+(tests/test_concurrent_annotators.py, test_app_kill.py), after a runner kill loop (below), and after every kind of
+human change."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from data import captions
 from tests.support.audit_checks import assert_audit_complete
 from tests.support.reliability_fixtures import LABELS
 from tests.support.runner_fixtures import add_clips
-from tests.test_r3_runner_kill import kill_loop
+from tests.test_runner_kill import kill_loop
 
 
 def test_audit_after_runner_kills(settings, db, tmp_path):

@@ -100,7 +100,7 @@ class Versions(RuleBasedStateMachine):
         return row
 
     # -- rules
-    # any text a human can save: NUL is refused with a message (data.limits.check_text, tested in test_r10_bounds)
+    # any text a human can save: NUL is refused with a message (data.limits.check_text, tested in test_input_bounds)
     @rule(
         i=st.integers(0, CLIPS_PER_RUN - 1),
         stale=st.booleans(),
