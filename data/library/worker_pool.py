@@ -46,8 +46,14 @@ WORKER_ENV = {
     "MKL_NUM_THREADS": "1",
 }
 # what a capped worker's allocation failure reads like (ENOMEM from FFmpeg or NumPy, EAGAIN from a thread
-# start); recorded under OUT_OF_MEMORY, which the next ingest probes again, as it does a timeout
-_RESOURCE_ERRORS = ("annot allocate memory", "Resource temporarily unavailable", "MemoryError")
+# start, the loader's mmap refused while a decoder's shared library loads lazily); recorded under OUT_OF_MEMORY,
+# which the next ingest probes again, as it does a timeout
+_RESOURCE_ERRORS = (
+    "annot allocate memory",
+    "Resource temporarily unavailable",
+    "MemoryError",
+    "failed to map segment from shared object",
+)
 OUT_OF_MEMORY = "out of memory in the ingest worker"
 
 
