@@ -8,7 +8,9 @@ What the answer means (status codes, decode failures, the caption and its labels
 serving.answers.
 
 The request, as vLLM 0.25 reads it (checked in the vLLM 0.25.0 wheel):
-- the clip goes as a `video_url` content part. For `file://` URLs vLLM does
+- the user message holds the prompt's text, then the clip as a `video_url` content part: the system text and
+  the instructions are then one prefix for every clip of a camera (the camera's phrase is in the text), which
+  vLLM's prefix cache (on by default) prefills once. For `file://` URLs vLLM does
   `Path(url2pathname(netloc + path))` and refuses anything whose resolved path is not under
   `--allowed-local-media-path` (vllm/multimodal/media/connector.py `_load_file_url`), so we percent-quote
   the path and, before that, refuse any path that leaves the clip root ourselves (`clip_url`).
@@ -184,6 +186,12 @@ def origin(url: str) -> tuple[str, str, int] | None:
     return scheme, u.hostname.lower(), port or (443 if scheme == "https" else 80)
 
 
+def content_part(body: dict, kind: str) -> dict:
+    """The user message's content part of type `kind` ("video_url" or "text") in a request body `build_body` made
+    (tests and the GPU recordings rewrite the clip's URL through it, whatever the parts' order)."""
+    return next(p for p in body["messages"][-1]["content"] if p.get("type") == kind)
+
+
 def _schema_name(prompt: dict) -> str:
     name = re.sub(r"[^A-Za-z0-9_-]+", "_", str(prompt.get("name") or "caption"))[:48] or "caption"
     return f"{name}_v{prompt.get('version', 1)}"
@@ -295,9 +303,11 @@ class FleetClient:
                 {"role": "system", "content": prompt.get("system") or ""},
                 {
                     "role": "user",
+                    # the instructions before the video: what every clip shares is then a prefix that vLLM's
+                    # prefix cache computes once (docs/BENCHMARKS.md, "Prefill that is not repeated")
                     "content": [
-                        {"type": "video_url", "video_url": {"url": url}},
                         {"type": "text", "text": prompts.render_user(prompt, req.camera)},
+                        {"type": "video_url", "video_url": {"url": url}},
                     ],
                 },
             ],

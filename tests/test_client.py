@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from data import examples, taxonomy
-from serving.client import DEFAULT_DECODE_BACKEND, FleetClient, backoff, clip_url
+from serving.client import DEFAULT_DECODE_BACKEND, FleetClient, backoff, clip_url, content_part
 from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, ReplicaError, Unreachable
 from serving.procs import free_port
 from tests.support.fleet_fixtures import PROMPT, caption
@@ -64,7 +64,7 @@ def run_mock(settings, response, clip="a.mp4", **kw):
 # ------------------------------------------------------------------ the request
 
 
-def test_request_body_has_video_then_text_schema_frames_and_limits(fleet_settings, clip_root):
+def test_request_body_has_text_then_video_schema_frames_and_limits(fleet_settings, clip_root):
     result, rec = run_mock(
         fleet_settings,
         httpx.Response(200, json=completion(json.dumps(GOOD))),
@@ -77,7 +77,8 @@ def test_request_body_has_video_then_text_schema_frames_and_limits(fleet_setting
     assert rec.requests[0].url == URL + "/v1/chat/completions"
     assert body["model"] == fleet_settings.model_name
     assert body["messages"][0] == {"role": "system", "content": PROMPT["system"]}
-    video, text = body["messages"][1]["content"]
+    # the instructions first: system + user text is a prefix every clip shares (vLLM's prefix cache)
+    text, video = body["messages"][1]["content"]
     assert video["type"] == "video_url"
     assert video["video_url"]["url"] == "file://" + str(clip_root / "a.mp4")
     assert text == {"type": "text", "text": PROMPT["user"]}
@@ -153,7 +154,7 @@ def test_media_base_url_sends_quoted_http_url(fleet_settings):
         clip="day/b c.mp4",
         media_base_url="https://media.example/clips/",
     )
-    url = json.loads(rec.requests[0].content)["messages"][1]["content"][0]["video_url"]["url"]
+    url = content_part(json.loads(rec.requests[0].content), "video_url")["video_url"]["url"]
     assert url == "https://media.example/clips/day/b%20c.mp4"
 
 

@@ -25,7 +25,7 @@ from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
 from data.settings import Settings
 from serving import fleet_addresses, fleet_key, launcher, media_urls, procs, runner as runmod, simfleet
-from serving.client import CaptionRequest, FleetClient
+from serving.client import CaptionRequest, FleetClient, content_part
 from serving.errors import ClipRejected
 from tests.support.fleet_fixtures import PROMPT, caption
 from tests.support.waiting import wait_until
@@ -247,7 +247,7 @@ def test_media_urls_off_the_apps_origin_are_never_sent(fleet_settings, sim):
     assert sim.stats(0)["chat_requests"] == 0
     # the same URL shape at the app's own origin is sent (the replica then fetches it: nothing listens there)
     body = FleetClient(s).build_body(CaptionRequest("a.mp4", PROMPT, media_url=app + "/media/signed/1?exp=1&sig=x"))
-    assert body["messages"][1]["content"][0]["video_url"]["url"].startswith(app + "/media/signed/1")
+    assert content_part(body, "video_url")["video_url"]["url"].startswith(app + "/media/signed/1")
     # a single machine sends no http URL at all
     with pytest.raises(ClipRejected, match="nowhere"):
         FleetClient(fleet_settings).build_body(CaptionRequest("a.mp4", PROMPT, media_url=app + "/media/signed/1"))

@@ -103,7 +103,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str, he
     from data import prompts, taxonomy
     from data.job_params import MAX_TOP_LOGPROBS, JobParams
     from data.settings import Settings
-    from serving.client import CaptionRequest, FleetClient
+    from serving.client import CaptionRequest, FleetClient, content_part
 
     settings = Settings.load(environ={}).replace(clip_root=clip_root, served_model_name=served)
     v2 = {**next(p for p in prompts.PRESETS if p["version"] == 2), "id": 2}
@@ -145,7 +145,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str, he
     }
     for name, url in urls.items():
         body = json.loads(json.dumps(good))
-        body["messages"][1]["content"][0]["video_url"]["url"] = url
+        content_part(body, "video_url")["video_url"]["url"] = url
         body["max_completion_tokens"] = 16 if name != "truncated_library_half" else 2048
         cases[name] = (url, body)
     cases["good_logprobs"] = ("file", with_logprobs)
@@ -155,7 +155,7 @@ def record_answers(replica: str, served: str, clip_root: Path, good_rel: str, he
         t = time.time()
         ans = _post(replica, body, headers)
         ans["seconds"] = round(time.time() - t, 2)
-        ans["video_url"] = body["messages"][1]["content"][0]["video_url"]["url"].replace(root.as_uri(), "file://<root>")
+        ans["video_url"] = content_part(body, "video_url")["video_url"]["url"].replace(root.as_uri(), "file://<root>")
         if name == "good" and isinstance(ans["body"], dict):
             ans["request_schema_features"] = sorted(
                 taxonomy.unsupported_features(body["response_format"]["json_schema"]["schema"])
@@ -554,7 +554,7 @@ def record_http_media(replica: str, auth: dict, head_settings, good_id: int, cli
     from data.job_params import JobParams
     from serving import media_urls
     from serving.answers import classify_status, error_message
-    from serving.client import CaptionRequest, FleetClient
+    from serving.client import CaptionRequest, FleetClient, content_part
     from serving.errors import FleetError
     from tests.support.media_origin import MediaOrigin, spec_url
 
@@ -580,7 +580,7 @@ def record_http_media(replica: str, auth: dict, head_settings, good_id: int, cli
         }
         for name, (url, origin) in cases.items():
             b = json.loads(json.dumps(body))
-            b["messages"][1]["content"][0]["video_url"]["url"] = url
+            content_part(b, "video_url")["video_url"]["url"] = url
             t = time.time()
             try:
                 r = httpx.post(replica + "/v1/chat/completions", json=b, headers=auth, timeout=600)

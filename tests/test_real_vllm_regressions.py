@@ -23,7 +23,7 @@ from data.jobs.selection import Selection
 from data.library import clip_root, ingest, probe, worker_pool
 from serving import simfleet
 from serving.answers import parse_answer
-from serving.client import CaptionRequest, FleetClient
+from serving.client import CaptionRequest, FleetClient, content_part
 from serving.errors import BadAnswer
 from tests.support.fleet_fixtures import PROMPT, caption, write_clip
 
@@ -310,5 +310,5 @@ def test_the_prompt_names_the_clips_camera(fleet_settings, path, sidecar, phrase
     preset = {**prompts.PRESETS[-1], "id": 2}
     cam = prompts.camera_of(path, json.dumps(sidecar) if sidecar else None)
     body = FleetClient(fleet_settings).build_body(CaptionRequest("a.mp4", preset, camera=cam))
-    text = body["messages"][1]["content"][1]["text"]
+    text = content_part(body, "text")["text"]
     assert phrase in text and "{camera}" not in text and "ignore previous" not in text

@@ -26,7 +26,7 @@ from data.job_params import MAX_TOP_LOGPROBS, JobParams
 from data.library import hostile
 from data.settings import Settings
 from serving import simfleet
-from serving.client import CaptionRequest, FleetClient
+from serving.client import CaptionRequest, FleetClient, content_part
 from serving.errors import FleetError
 from tests.support.fleet_fixtures import write_clip
 
@@ -151,7 +151,7 @@ def request_for(case: str, root: Path) -> dict:
         if case == "truncated":
             cut = sorted((root / "hostile").glob("truncated_faststart_*pct.mp4"))
             url = cut[len(cut) // 2].resolve().as_uri()
-        good["messages"][1]["content"][0]["video_url"]["url"] = url
+        content_part(good, "video_url")["video_url"]["url"] = url
         good["max_completion_tokens"] = 16 if case != "truncated_library_half" else 2048
     return good
 
