@@ -123,7 +123,7 @@ def test_rehearsal_scaling_kill_and_report(tmp_path):
 def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     p = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "threads,workload", "--fleet", "gpu", "--gpus", "0", "--dry-run"]
-        + ["--vllm-version", "0.25.0", "--threads-configs", "1,4,unset", "--out", str(tmp_path / "o")]
+        + ["--vllm-version", "0.25.0", "--threads-configs", "1,4,unset,1+api2+nocache", "--out", str(tmp_path / "o")]
         + ["--work", str(tmp_path / "w"), "--workload-frames", "8,32", "--workload-pixels", "9437184,2359296"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "7"},
@@ -138,6 +138,11 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
         assert env in lines[i + 1] and " serve " in lines[i + 1]
     i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads unset (no thread variables"))
     assert "NUM_THREADS" not in lines[i + 1]  # no thread variable: vLLM sizes its own pools
+    # modifiers: fewer API servers and renderer workers (a later flag wins over the recipe's), prefix caching off
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 1+api2+nocache ("))
+    cmd = lines[i + 1]
+    assert "OMP_NUM_THREADS=1" in cmd and cmd.endswith("--api-server-count 2 --renderer-num-workers 2")
+    assert "--no-enable-prefix-caching" in cmd and cmd.count("--api-server-count") == 2
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

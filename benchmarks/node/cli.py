@@ -17,7 +17,7 @@ from benchmarks.node.kill import stage_kill
 from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
-from benchmarks.node.threads import budgets as thread_budgets, parse_configs, stage_threads
+from benchmarks.node.threads import budgets as thread_budgets, parse_configs, replica_flags, stage_threads
 from benchmarks.node.workload import parse_points, stage_workload
 from serving import fleet_commands, launcher, procs
 
@@ -72,7 +72,8 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
     if "threads" in stages:
         for config in parse_configs(ctx.a.threads_configs):
             b = thread_budgets(config, s, ctx.size)[0]
-            cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False, budget=b)
+            flags, nocache = replica_flags(config)
+            cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags)
             print(
                 f"# threads {config} ({b.describe() if b else 'no thread variables'}; {ctx.a.threads_clips} clips "
                 f"per replica):\n" + launcher.shell_line(cmd, env, cpus=b.cpus if b else None)

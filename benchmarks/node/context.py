@@ -156,7 +156,14 @@ class Ctx:
         return extra
 
     def replica(
-        self, settings, slot: int, decoder: str, *, benchmark: bool, budget: fleet_commands.ReplicaBudget | None
+        self,
+        settings,
+        slot: int,
+        decoder: str,
+        *,
+        benchmark: bool,
+        budget: fleet_commands.ReplicaBudget | None,
+        extra: list[str] = (),
     ) -> tuple[list[str], dict]:
         """(command, environment) of the replica for GPU `slot` (or simulated replica `slot`), with the thread
         pools of `budget` (None: no thread variables, vLLM's own pools)."""
@@ -172,7 +179,7 @@ class Ctx:
             port,
             version=self.vllm_version,
             backend=DECODERS[decoder],
-            extra=self.vllm_extra(benchmark=benchmark),
+            extra=[*self.vllm_extra(benchmark=benchmark), *extra],
         )
         env = {"CUDA_VISIBLE_DEVICES": str(slot), **threads}
         if not self.a.no_mps:

@@ -51,11 +51,14 @@ class Fleet:
         *,
         benchmark: bool,
         budgets: list | None = None,
+        extra: list[str] = (),
     ):
         """`budgets`: each replica's CPU budget (serving.fleet_commands.ReplicaBudget, None for vLLM's own
-        pools); default: what the launcher gives len(slots) replicas on this node."""
+        pools); default: what the launcher gives len(slots) replicas on this node. `extra`: more replica flags
+        (a later flag of the same name wins over the recipe's)."""
         self.ctx, self.settings, self.decoder, self.slots, self.tag = ctx, settings, decoder, slots, tag
         self.benchmark = benchmark
+        self.extra = list(extra)
         self.budgets = budgets if budgets is not None else fleet_commands.replica_budgets(settings, len(slots))
         self.children: list[procs.Child] = []
         self.ready_s: dict[str, float] = {}
@@ -67,7 +70,9 @@ class Fleet:
         """Start every replica and wait until all are healthy; seconds it took."""
         t0 = time.time()
         for slot, budget in zip(self.slots, self.budgets):
-            cmd, env = self.ctx.replica(self.settings, slot, self.decoder, benchmark=self.benchmark, budget=budget)
+            cmd, env = self.ctx.replica(
+                self.settings, slot, self.decoder, benchmark=self.benchmark, budget=budget, extra=self.extra
+            )
             url = f"http://127.0.0.1:{self.settings.fleet_port + slot}"
             log = self.ctx.logs / f"{self.tag}-replica-{slot}.log"
             c = procs.start(

@@ -1,6 +1,12 @@
 """Stage `threads`: a replica per configuration of its CPU budget (threads per pool 1, 2, 4, the launcher's
 budget, pinned, or vLLM's own pools), the same clips through our runner against each, side by side.
 
+A configuration may carry modifiers after `+`: `apiN` starts the replica with N API servers and N renderer
+workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), `nocache` with prefix caching off
+(the recipe leaves it on: the prompt's text is a prefix every clip shares). `1+api2`, `budget+nocache`. Each row
+also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
+the job), i.e. the prefill not repeated.
+
 For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands,
 the launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips
 per replica, the same for every configuration), then one job of --threads-clips clips per replica (the same clips
@@ -33,15 +39,45 @@ from benchmarks.node.jobs import (
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
+MODIFIERS = ("nocache", "apiN")
+
+
+def _base(config: str) -> str:
+    return config.split("+", 1)[0]
+
+
+def _modifiers(config: str) -> list[str]:
+    return config.split("+")[1:]
+
+
+def _modifier_ok(m: str) -> bool:
+    return m == "nocache" or (m.startswith("api") and m[3:].isdigit() and int(m[3:]) > 0)
+
+
+def replica_flags(config: str) -> tuple[list[str], bool]:
+    """(extra replica flags, prefix caching off) of a configuration's modifiers."""
+    flags: list[str] = []
+    for m in _modifiers(config):
+        if m.startswith("api"):
+            flags += ["--api-server-count", m[3:], "--renderer-num-workers", m[3:]]
+    return flags, "nocache" in _modifiers(config)
 
 
 def parse_configs(text: str) -> list[str]:
-    """'1,2,4,budget' -> ['1', '2', '4', 'budget']; each a whole number of threads or one of CONFIG_WORDS."""
+    """'1,2,4,budget,1+api2' -> ['1', '2', '4', 'budget', '1+api2']; each a whole number of threads or one of
+    CONFIG_WORDS, then optional `+` modifiers (MODIFIERS)."""
     out = [c.strip() for c in text.split(",") if c.strip()]
-    bad = [c for c in out if not (c.isdigit() and int(c) > 0) and c not in CONFIG_WORDS]
+    bad = [
+        c
+        for c in out
+        if not (_base(c).isdigit() and int(_base(c)) > 0)
+        and _base(c) not in CONFIG_WORDS
+        or not all(_modifier_ok(m) for m in _modifiers(c))
+    ]
     if bad or not out:
         raise SystemExit(
-            f"node_run: --threads-configs takes threads per pool (1, 2, 4, ...) and {', '.join(CONFIG_WORDS)}; "
+            f"node_run: --threads-configs takes threads per pool (1, 2, 4, ...) or {', '.join(CONFIG_WORDS)}, "
+            f"each optionally followed by +{' +'.join(MODIFIERS)}; "
             f"not {', '.join(bad) or repr(text)}"
         )
     return out
@@ -49,6 +85,7 @@ def parse_configs(text: str) -> list[str]:
 
 def budgets(config: str, settings, replicas: int) -> list:
     """Each replica's budget under `config` (None: no thread variables at all, vLLM's own pools)."""
+    config = _base(config)
     if config == "unset":
         return [None] * replicas
     if config == "budget":
@@ -60,7 +97,34 @@ def budgets(config: str, settings, replicas: int) -> list:
 
 def describe(config: str, settings, replicas: int) -> str:
     b = budgets(config, settings, replicas)[0]
-    return b.describe() if b else "no thread variables (vLLM sizes its own pools: one thread per core it sees)"
+    text = b.describe() if b else "no thread variables (vLLM sizes its own pools: one thread per core it sees)"
+    flags, nocache = replica_flags(config)
+    if flags:
+        text += f"; {flags[1]} API servers and renderer workers (the recipe: 4)"
+    if nocache:
+        text += "; prefix caching off"
+    return text
+
+
+def cached_prompt_tokens(urls: list[str]) -> tuple[float, float]:
+    """(prompt tokens served from vLLM's prefix cache, prompt tokens) so far, summed over the replicas' /metrics
+    (0, 0 for a replica that does not say, as the simulated fleet)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cached = total = 0.0
+    for url in urls:
+        try:
+            text = httpx.get(url.rstrip("/") + "/metrics", timeout=5, trust_env=False).text
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "vllm:prompt_tokens_cached_total":
+                        cached += sample.value
+                    elif sample.name == "vllm:prompt_tokens_total":
+                        total += sample.value
+        except (httpx.HTTPError, ValueError):
+            continue
+    return cached, total
 
 
 def stage_threads(ctx: Ctx) -> dict:
@@ -104,14 +168,16 @@ def stage_threads(ctx: Ctx) -> dict:
                 say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
                 continue
             t_cfg = time.time()
+            flags, nocache = replica_flags(config)
             fleet = Fleet(
                 ctx,
                 settings,
                 ctx.decoders[0],
                 slots,
                 f"threads-{config}",
-                benchmark=False,
+                benchmark=nocache,
                 budgets=budgets(config, settings, n),
+                extra=flags,
             )
             try:
                 startup = fleet.start()
@@ -120,9 +186,11 @@ def stage_threads(ctx: Ctx) -> dict:
                         caption_job(settings, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
                     job = new_job(settings, f"threads {config}", measured)
                     vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
+                    cached0, prompt0 = cached_prompt_tokens(fleet.urls())
                     with CpuMeter() as cpu:
                         _, wall = caption_job(settings, job, urls, n)
                     vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
+                    cached1, prompt1 = cached_prompt_tokens(fleet.urls())
                 check = job_check(settings, job)
                 work = job_work(settings, job)
                 done = check["counts"]["done"]
@@ -130,7 +198,7 @@ def stage_threads(ctx: Ctx) -> dict:
                 row = {
                     "config": config,
                     "cpu_budget": describe(config, settings, n),
-                    "threads": (budgets(config, settings, n)[0].threads if config != "unset" else None),
+                    "threads": (budgets(config, settings, n)[0].threads if _base(config) != "unset" else None),
                     "clips": len(measured),
                     "done": done,
                     "failed": check["failed"],
@@ -142,6 +210,8 @@ def stage_threads(ctx: Ctx) -> dict:
                     "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,
                     "vllm_cores_busy": round(vllm_cpu / wall, 2) if wall else None,
                     "fleet_startup_s": startup,
+                    "cached_prompt_tokens_per_clip": round((cached1 - cached0) / done, 1) if done else None,
+                    "prompt_tokens_per_clip": round((prompt1 - prompt0) / done, 1) if done else None,
                     "via": via,
                     "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
                 }
@@ -187,19 +257,21 @@ def table(report: dict) -> str:
     """The side-by-side table for docs/BENCHMARKS.md."""
     head = (
         "| config | CPU budget | clips/s whole job | clips/s steady | core-s per clip | cores busy | "
-        "vLLM core-s per clip | vLLM cores busy | % of peak | done / clips |"
+        "vLLM core-s per clip | vLLM cores busy | % of peak | prompt tokens per clip (from the prefix cache) | "
+        "done / clips |"
     )
-    out = [head, "|" + "---|" * 10]
+    out = [head, "|" + "---|" * 11]
     for r in report["rows"]:
         if "clips_per_s" not in r:
-            out.append(f"| {r['config']} | {r.get('error') or r.get('skipped')} | | | | | | | | |")
+            out.append(f"| {r['config']} | {r.get('error') or r.get('skipped')} | | | | | | | | | |")
             continue
         eff = r.get("efficiency") or {}
         frac = eff.get("fraction_of_peak")
         out.append(
             f"| {r['config']} | {r['cpu_budget']} | {r['clips_per_s']} | {r['steady_clips_per_s']} | "
             f"{r['core_s_per_clip']} | {r['cores_busy']} | {r['vllm_core_s_per_clip']} | {r['vllm_cores_busy']} | "
-            f"{'' if frac is None else f'{frac:.0%}'} | {r['done']} / {r['clips']} |"
+            f"{'' if frac is None else f'{frac:.0%}'} | {r.get('prompt_tokens_per_clip')} "
+            f"({r.get('cached_prompt_tokens_per_clip')}) | {r['done']} / {r['clips']} |"
         )
     if any(r.get("efficiency", {}).get("simulated") for r in report["rows"]):
         out.append("")
