@@ -125,7 +125,7 @@ GRAMMAR_UNSUPPORTED = frozenset(
         "multipleOf",
     }
 )
-# What the runner cannot check on an answer in bounded time (issue 31): `pattern` and `patternProperties` are
+# What the runner cannot check on an answer in bounded time: `pattern` and `patternProperties` are
 # regular expressions, and Python's backtrack (`(\w+\s?)*$` on a long caption runs for hours); a `format` is checked
 # by expressions like them when checked at all. The labels are enums and the caption is free text, so a prompt
 # version needs none: data.prompts refuses them, and the runner sends no clip of a stored version that has one.

@@ -4,7 +4,7 @@ Reading an answer (serving.answers.read_answer: its JSON, the prompt schema's ch
 what the answer and the schema make it cost, and both come from outside the runner: a lead writes the schema, the
 fleet writes the answer. Python's regular expressions backtrack (a `pattern` of `(\\w+\\s?)*$` on a long caption
 runs for hours), jsonschema compares unsortable list items pair by pair, a parser meets megabytes. Done in the
-runner's own process, one such answer froze its event loop, its heartbeat and every other job (issue 31). So:
+runner's own process, one such answer would freeze its event loop, its heartbeat and every other job. So:
 
 - Each answer is read in a checker process (`python -m serving.answer_check`, started by the runner, up to
   `answer_checkers` of them, each reading one answer at a time), never on the runner's event loop.
