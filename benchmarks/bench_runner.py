@@ -618,6 +618,12 @@ def main() -> int:
     ap.add_argument("--head", action="store_true", help="one head: write-lock holds and saves at each of --rates")
     ap.add_argument("--rates", default="28,112,0", help="clips/s for --head (0: the ceiling; 448: 16 nodes)")
     ap.add_argument("--seconds", type=float, default=30.0, help="--head: the measured window at each rate")
+    ap.add_argument(
+        "--pace",
+        default="on",
+        choices=("on", "off", "both"),
+        help="--head: the runner's pause after a long write (serving.runner.store); both: off then on at each rate",
+    )
     ap.add_argument("--runners", type=int, default=0, help="the ceiling with 1 and with N runner processes")
     ap.add_argument("--profile", action="store_true", help="where the runner's CPU goes per answer")
     args = ap.parse_args()
@@ -627,8 +633,13 @@ def main() -> int:
         return 0
     if args.head:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+        from serving.runner import store as store_mod
+
         for rate in (float(x) for x in args.rates.split(",")):
-            print_head(head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000))
+            for pace in {"on": [True], "off": [False], "both": [False, True]}[args.pace]:
+                store_mod.JobStore.pace = pace
+                print(f"pacing {'on' if pace else 'off'}: ", end="")
+                print_head(head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000))
         return 0
     if args.runners:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")

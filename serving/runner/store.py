@@ -9,7 +9,10 @@ is written once per (job, clip).
 A transaction holds SQLite's write lock, and every annotator's save waits for it: so a batch is bounded by time,
 not by count. `write` stores results until WRITE_HOLD_S has passed and leaves the rest to the next transaction,
 and claims are made CLAIM_CHUNK items per transaction; at the runner's ceiling no transaction of the runner holds
-the lock 100 ms (docs/SCALE.md, "One head").
+the lock 100 ms (docs/SCALE.md, "One head"). Short holds are not enough when they follow each other: a save in
+another process waits in SQLite's busy handler, which polls, sleeping up to 100 ms, and finds the lock taken again
+each time. So after a transaction that held the lock PACE_FROM_S or more, the runner's next write waits as long as
+that one held (`_pace`): while it has a backlog, the runner holds the lock at most half the time.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ log = logging.getLogger("serving.runner")
 
 WRITE_HOLD_S = 0.04  # a result batch stops taking results once its transaction is this old (one result takes ~1 ms)
 CLAIM_CHUNK = 128  # items leased per claim transaction (~5 ms of write lock on this machine)
+PACE_FROM_S = 0.01  # a hold this long makes the next write of the runner wait as long (the module docstring)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +65,8 @@ class Outcome:
 class JobStore:
     """The runner's side of `data.jobs`, for the jobs `job_ids` (all runnable jobs when None)."""
 
+    pace = True  # off only to measure what pacing changes (benchmarks/bench_runner.py --head --no-pace)
+
     def __init__(
         self,
         settings: Settings,
@@ -80,6 +86,17 @@ class JobStore:
         self.backoff_cap = backoff_cap
         self.rng = rng or random.Random()
         self.jobcfg: dict[int, JobConfig] = {}  # read once per job
+        self._next_write = 0.0  # monotonic time before which the next write transaction waits
+
+    def _pace(self) -> None:
+        wait = self._next_write - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _held(self, began: float) -> None:
+        held = time.monotonic() - began
+        if self.pace and held >= PACE_FROM_S:
+            self._next_write = time.monotonic() + held
 
     def _job_config(self, db, job: dict) -> JobConfig:
         prompt = prompts.get(db, job["prompt_id"]) if job.get("prompt_id") else prompts.latest(db)
@@ -99,6 +116,8 @@ class JobStore:
                 self.jobcfg[job["id"]] = self._job_config(db, job)
             items: list[dict] = []
             while want > 0:  # one transaction per chunk: a claim of thousands of slots holds no long lock
+                self._pace()
+                began = time.monotonic()
                 got = job_items.claim(
                     db,
                     job["id"],
@@ -107,6 +126,7 @@ class JobStore:
                     lease_seconds=self.settings.lease_seconds,
                     max_attempts=self.settings.max_attempts,
                 )
+                self._held(began)
                 items += got
                 want -= len(got)
                 if len(got) < CLAIM_CHUNK:
@@ -123,10 +143,11 @@ class JobStore:
         so retryable failures do not use up the clips' attempts."""
         counts: collections.Counter = collections.Counter()
         written = 0
+        self._pace()
         with dbmod.immediate(db):
-            began = time.perf_counter()
+            began = time.monotonic()
             for o in batch:
-                if written and time.perf_counter() - began >= hold_s:
+                if written and time.monotonic() - began >= hold_s:
                     break  # the rest waits for the next transaction, so that others' writes get the lock between
                 written += 1
                 try:
@@ -150,6 +171,7 @@ class JobStore:
                             max_attempts=self.settings.max_attempts,
                         )
                     counts["failed"] += 1
+        self._held(began)
         return counts, written
 
     def _store_result(self, db, o: Outcome) -> str:
@@ -187,17 +209,21 @@ class JobStore:
     def fail_unsendable(self, db, items: list[dict]) -> None:
         """Items that are never sent fail at once with their `error` and `kind`: clips whose ingest probe failed
         ("ingest: <probe error>"), jobs whose prompt's schema cannot be checked in bounded time ("prompt")."""
-        with dbmod.immediate(db):
-            for it in items:
-                job_items.fail(
-                    db,
-                    it["job_id"],
-                    it["clip_id"],
-                    error=it["error"][:2000],
-                    kind=it["kind"],
-                    retryable=False,
-                    max_attempts=self.settings.max_attempts,
-                )
+        for i in range(0, len(items), CLAIM_CHUNK):
+            self._pace()
+            with dbmod.immediate(db):
+                began = time.monotonic()
+                for it in items[i : i + CLAIM_CHUNK]:
+                    job_items.fail(
+                        db,
+                        it["job_id"],
+                        it["clip_id"],
+                        error=it["error"][:2000],
+                        kind=it["kind"],
+                        retryable=False,
+                        max_attempts=self.settings.max_attempts,
+                    )
+            self._held(began)
 
     def heartbeat(self, db, info: dict, progress: bool = False) -> dict | None:
         """Report the runner in `heartbeats`; with `progress` (and one job), return that job's progress."""
