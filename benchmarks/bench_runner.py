@@ -513,6 +513,11 @@ def runners_run(n_runners: int, clips: int, replicas: int = 8) -> dict:
                 procs.kill_group(k.pgid, k.popen)
         fleet.stop()
     done = job_queries.counts(db, job_id)["done"]
+    twice = db.execute(
+        "SELECT COUNT(*) FROM (SELECT clip_id FROM captions WHERE job_id = ? GROUP BY clip_id HAVING COUNT(*) > 1)",
+        [job_id],
+    ).fetchone()[0]
+    assert twice == 0, f"{twice} clips captioned twice"
     db.close()
     slow = sum(procs.tail(k.log, 100000).count("write lock held") for k in kids)
     return {

@@ -119,6 +119,20 @@ class AnswerChecker:
         self.stats["started"] += 1
         return checker
 
+    async def start(self) -> None:
+        """Start every checker now (the runner does, before its first claim): a checker's start (its imports,
+        about a second on a loaded machine) is then never on an answer's way."""
+        if self._idle is None:
+            self._idle = asyncio.Queue()
+        need = self.workers - self._started
+        self._started += need
+        got = await asyncio.gather(*(self._spawn() for _ in range(need)), return_exceptions=True)
+        for c in got:
+            if isinstance(c, BaseException):
+                self._started -= 1  # taken lazily later, when an answer needs it
+            else:
+                self._idle.put_nowait(c)
+
     async def _take(self) -> _Checker:
         if self._idle is None:
             self._idle = asyncio.Queue()

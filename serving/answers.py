@@ -167,15 +167,22 @@ def _what(value: Any) -> str:
 def load_body(body: bytes) -> Any:
     """The JSON of an answer's body, or ValueError. orjson reads real answers ~2.5x faster than json (a vLLM answer
     with logprobs is ~220 KB: docs/BENCHMARKS.md, "Job runner"); what it refuses and json reads (NaN, integers past
-    64 bits) is read by json; nesting past either's depth limit is ValueError, never RecursionError."""
+    64 bits, thousands of digits) is read by json; nesting past either's depth limit is ValueError, never
+    RecursionError."""
     try:
         return orjson.loads(body)
     except orjson.JSONDecodeError:
         pass
     try:
-        return json.loads(body)
+        return json.loads(body, parse_int=_integer)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+
+
+def _integer(digits: str) -> int | float:
+    """An integer of the answer; past Python's 4,300 digits a float (inf), which no reader takes for a count or a
+    logprob, instead of a ValueError that would refuse the whole answer."""
+    return int(digits) if len(digits) < 4000 else float(digits)
 
 
 def read_answer(

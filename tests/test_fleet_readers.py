@@ -37,6 +37,7 @@ HOSTILE_NUMBERS = [
     "-1e308",
     "1" + "0" * 400,  # a 400-digit integer: math.isfinite raised OverflowError
     "-" + "9" * 400,
+    "7" * 5000,  # past Python's 4,300-digit limit for int(): json.loads raised ValueError for the whole answer
     "NaN",
     "Infinity",
     "-Infinity",

@@ -222,6 +222,8 @@ class Runner:
                 self.capacity,
                 ", ".join(r.url for r in self.replicas),
             )
+            if checker is not None:
+                await checker.start()
             recovered = await self._db(job_items.recover)
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
