@@ -480,8 +480,14 @@ def print_head(r: dict) -> None:
     )
     print(
         f"rate {r['rate']} ({r['replicas']} replicas, answers {r['answer_kb']:.0f} KB): {busy}{r['clips_done']} clips "
-        f"at {r['clips_per_s']:.1f} clips/s; runner {r['runner_ms_cpu_per_clip']:.2f} ms CPU/clip "
-        f"({r['runner_cores']:.2f} cores) + checkers {r['checker_ms_cpu_per_clip']:.2f} ms; longest write-lock hold "
+        f"at {r['clips_per_s']:.1f} clips/s; "
+        + (
+            f"runner {r['runner_ms_cpu_per_clip']:.2f} ms CPU/clip ({r['runner_cores']:.2f} cores) + checkers "
+            f"{r['checker_ms_cpu_per_clip']:.2f} ms; "
+            if r["clips_done"]
+            else f"runner {r['runner_cores']:.2f} cores; "
+        )
+        + f"longest write-lock hold "
         f"{r['longest_hold_ms']:.1f} ms over {r['holds']} transactions; a save alongside p50 "
         f"{r['save_p50_ms']:.1f} / p99 {r['save_p99_ms']:.1f} / max {r['save_max_ms']:.1f} ms ({r['saves']} saves)",
         flush=True,
@@ -643,8 +649,9 @@ def main() -> int:
         for rate in (float(x) for x in args.rates.split(",")):
             for pace in {"on": [True], "off": [False], "both": [False, True]}[args.pace]:
                 store_mod.JobStore.pace = pace
+                got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
                 print(f"pacing {'on' if pace else 'off'}: ", end="")
-                print_head(head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000))
+                print_head(got)
         return 0
     if args.runners:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
