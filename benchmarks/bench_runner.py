@@ -6,7 +6,8 @@
 
 1. Ceiling: zero-latency simulated replicas (`--speed 0`, in a separate process); the runner (in this process,
    through `serving.runner.run_job`) captions `--clips` clips. Prints requests/s and the CPU seconds per
-   request of this process (the runner: its loop, httpx, JSON checks and SQLite writes).
+   request of the runner: this process (its loop, httpx, SQLite writes) and its checker processes (reading the
+   answers: serving.answer_check).
 2. Overhead: in the same run, on the same replicas, a bare httpx loop sends the same request bodies (built
    beforehand by the runner's request builder) with the same in-flight bound per replica and the same pools
    of at most POOL_SLOTS requests, and reads each answer's JSON: no SQLite, no checks, no retries. The runner's
@@ -76,9 +77,10 @@ def one_job(settings, db, urls, ids) -> tuple[float, float, dict]:
         prompt_id=prompts.latest(db)["id"],
         params=JobParams(),
     )
-    c0, t0 = cpu(), time.perf_counter()
+    c0, t0 = cpu() + _children_cpu(), time.perf_counter()
     prog = runmod.run_job(settings, job_id, urls, stop_event=threading.Event())
-    wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+    # the runner's process and its checker processes (reaped when the runner ends, so counted as children here)
+    wall, cpu_s = time.perf_counter() - t0, cpu() + _children_cpu() - c0
     assert prog["counts"]["done"] == len(ids), prog["counts"]
     return wall, cpu_s, prog
 
