@@ -37,7 +37,6 @@ HOSTILE_NUMBERS = [
     "-1e308",
     "1" + "0" * 400,  # a 400-digit integer: math.isfinite raised OverflowError
     "-" + "9" * 400,
-    "7" * 5000,  # past Python's 4,300-digit limit for int(): json.loads raised ValueError for the whole answer
     "NaN",
     "Infinity",
     "-Infinity",
@@ -110,6 +109,22 @@ def test_a_hostile_logprob_leaves_a_good_caption_good(fleet_settings, value):
     assert_confidence_sane(conf)
     if value not in ("-1e308", "-Infinity", "null"):  # these read as "forbidden here": no decision left to read
         assert "note" in conf and "unreadable" in conf["note"], conf
+
+
+def test_an_integer_past_pythons_digit_limit_leaves_a_good_caption_good():
+    """json.loads refuses an integer of over 4,300 digits (ValueError for the whole answer); a logprob or a count
+    of 5,000 digits is unreadable, the caption kept. (Through read_answer: at every alternative such an answer is
+    past the client's size bound, R10.)"""
+
+    def mutate(body):
+        body["usage"]["completion_tokens"] = raw("7" * 5000)
+        for e in entries(body):
+            e["top_logprobs"][0]["logprob"] = raw("-" + "7" * 5000)
+
+    got = read_answer(body_with(mutate), SCHEMA, confidence=True)
+    assert_same_caption(got)
+    assert got.completion_tokens is None
+    assert_confidence_sane(got.confidence)
 
 
 def test_the_recorded_answer_reads_a_confidence_for_every_label():
