@@ -8,9 +8,12 @@ runner's own process, one such answer would freeze its event loop, its heartbeat
 
 - Each answer is read in a checker process (`python -m serving.answer_check`, started by the runner, up to
   `answer_checkers` of them, each reading one answer at a time), never on the runner's event loop.
-- Each answer gets `answer_check_seconds` (the budget), from the moment a checker takes it. A checker that has
-  not answered by then is killed and replaced; the answer fails as `check_timeout` (a BadAnswer: not retried, the
-  item is failed and never leased again) with a message saying so.
+- Each answer gets `answer_check_seconds` (the budget) of the checker's CPU time, from the moment a checker takes
+  it (read from /proc/<pid>/schedstat, in nanoseconds), and at most WALL_FACTOR times that in wall time (at least
+  MIN_WALL_S). A checker past either is killed and replaced; the answer fails as `check_timeout` (a BadAnswer: not
+  retried, the item is failed and never leased again) with a message saying so. CPU time, because that failure is
+  final: on a machine so loaded that a normal check (milliseconds) waits seconds for a core, the good answer must
+  not fail, while a backtracking pattern burns its budget at full speed whenever it runs.
 - A checker that dies while reading (killed, out of memory: each has an address-space limit) fails that answer
   as `unreadable`; the next answer gets a fresh checker.
 - The checkers die with the runner (PR_SET_PDEATHSIG, and end of input on their pipe), so a SIGKILLed runner
@@ -31,6 +34,7 @@ import json
 import os
 import struct
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 READY = b"R"
 ADDRESS_SPACE_BYTES = 4 << 30  # per checker: an answer is at most a few MiB, its parse a few tens of MiB
 PIPE_BYTES = 1 << 20  # a 220 KB answer goes down the pipe in one write (Linux's default pipe is 64 KiB)
+WALL_FACTOR = 10  # a check ends after this many times its CPU budget in wall time, whatever its CPU
+MIN_WALL_S = 60.0
 _LEN = struct.Struct(">I")
 _ERRORS = {"BadAnswer": BadAnswer, "ReplicaError": ReplicaError}
 
@@ -63,6 +69,14 @@ class _Checker:
         await w.drain()
         size = _LEN.unpack(await self.proc.stdout.readexactly(4))[0]
         return await self.proc.stdout.readexactly(size)
+
+    def cpu_s(self) -> float | None:
+        """CPU seconds the checker has run (Linux /proc/<pid>/schedstat), or None where that cannot be read."""
+        try:
+            with open(f"/proc/{self.proc.pid}/schedstat") as f:
+                return int(f.read().split()[0]) / 1e9
+        except (OSError, ValueError, IndexError):
+            return None
 
     def kill(self) -> None:
         if self.proc.returncode is None:
@@ -177,15 +191,13 @@ class AnswerChecker:
                 "replica": replica,
             }
             try:
-                out = await asyncio.wait_for(
-                    checker.call(json.dumps(header).encode(), bytes(body)), timeout=self.budget_s
-                )
+                out = await self._within_budget(checker, checker.call(json.dumps(header).encode(), bytes(body)))
             except asyncio.TimeoutError:
                 self.stats["timeouts"] += 1
                 checker.kill()
                 raise BadAnswer(
-                    f"checking the answer took longer than its budget of {self.budget_s:g} s (the prompt's schema or "
-                    "the answer costs too much to check); the clip is not sent again",
+                    f"checking the answer took longer than its budget of {self.budget_s:g} s of CPU (the prompt's "
+                    "schema or the answer costs too much to check); the clip is not sent again",
                     status=200,
                     replica=replica,
                     kind="check_timeout",
@@ -215,6 +227,27 @@ class AnswerChecker:
         cls = _ERRORS.get(err.get("cls"), BadAnswer)
         kw = {"raw": err.get("raw")} if cls is BadAnswer else {}
         raise cls(err["message"], status=err.get("status"), replica=replica, kind=err.get("kind"), **kw)
+
+    async def _within_budget(self, checker: _Checker, call) -> bytes:
+        """The checker's answer to `call`, or asyncio.TimeoutError once the checker has used the budget in CPU time
+        (wall time where CPU time cannot be read), or WALL_FACTOR x the budget in wall time."""
+        task = asyncio.ensure_future(call)
+        try:
+            t0, c0 = time.monotonic(), checker.cpu_s()
+            wall_cap = max(MIN_WALL_S, WALL_FACTOR * self.budget_s)
+            while True:
+                elapsed = time.monotonic() - t0
+                c = checker.cpu_s()
+                used = elapsed if c is None or c0 is None else c - c0
+                if used >= self.budget_s or elapsed >= wall_cap:
+                    raise asyncio.TimeoutError
+                # a check is done within a millisecond or two of CPU at the least, so look again no sooner
+                done, _ = await asyncio.wait({task}, timeout=max(self.budget_s - used, 0.001))
+                if done:
+                    return task.result()
+        finally:
+            if not task.done():
+                task.cancel()
 
     @staticmethod
     async def _exit_code(checker: _Checker) -> int | None:
