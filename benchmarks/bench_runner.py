@@ -6,7 +6,8 @@
 
 1. Ceiling: zero-latency simulated replicas (`--speed 0`, in a separate process); the runner (in this process,
    through `serving.runner.run_job`) captions `--clips` clips. Prints requests/s and the CPU seconds per
-   request of this process (the runner: its loop, httpx, JSON checks and SQLite writes).
+   request of the runner: this process (its loop, httpx, SQLite writes) and its checker processes (reading the
+   answers: serving.answer_check).
 2. Overhead: in the same run, on the same replicas, a bare httpx loop sends the same request bodies (built
    beforehand by the runner's request builder) with the same in-flight bound per replica and the same pools
    of at most POOL_SLOTS requests, and reads each answer's JSON: no SQLite, no checks, no retries. The runner's
@@ -14,6 +15,26 @@
    machines, the ratio much less). The two alternate for `--rounds` rounds; the median ratio is reported.
 3. Busy share: 8 simulated replicas that each caption 7 clips/s (capacity 1, latency 1/7 s); the share of the
    fleet's capacity the runner keeps busy = achieved clips/s / (8 x 7).
+
+One head (issue 32), against paced replicas answering with answers sized as real vLLM's (benchmarks/replay_fleet.py:
+the simulated fleet's answers, rendered beforehand, 5 alternatives per token, ~220 KB each):
+
+    python benchmarks/bench_runner.py --head                      # 28 and 112 clips/s and the ceiling
+    python benchmarks/bench_runner.py --head --rates 448 --seconds 40   # the 16-node rehearsal: 128 x 3.5 clips/s
+    python benchmarks/bench_runner.py --runners 2                 # the ceiling of 1 vs 2 runner processes
+    python benchmarks/bench_runner.py --profile                   # where a runner's CPU goes per answer
+
+4. --head: at each rate (replicas = rate / 3.5, each running 8 at once; rate 0 = zero-latency replicas, the
+   ceiling) the runner (this process, its own checker processes) captions a job while another process saves a
+   human caption every 100 ms (data.captions.save_human on clips outside the job). Printed: clips/s, the busy
+   share (the replicas' running request-seconds over their capacity, in a window while work is queued), the
+   runner's CPU per clip (its process and its checkers), the longest write-lock hold of the runner
+   (data.db.write_lock_stats) and of the saves, and the saves' p50/p99/max.
+5. --runners N: the ceiling (zero-latency replicas) with 1 and with N runner processes sharing one job through
+   their leases, alternating; clips/s and the longest write-lock hold each.
+6. --profile: each step of reading and storing one answer of the recorded size, timed alone: JSON (json and
+   orjson), the schema check, the confidence, the whole reading in this process and through a checker process,
+   and storing the result (data.jobs.items.complete), with and without its full-text index.
 """
 
 from __future__ import annotations
@@ -56,9 +77,10 @@ def one_job(settings, db, urls, ids) -> tuple[float, float, dict]:
         prompt_id=prompts.latest(db)["id"],
         params=JobParams(),
     )
-    c0, t0 = cpu(), time.perf_counter()
+    c0, t0 = cpu() + _children_cpu(), time.perf_counter()
     prog = runmod.run_job(settings, job_id, urls, stop_event=threading.Event())
-    wall, cpu_s = time.perf_counter() - t0, cpu() - c0
+    # the runner's process and its checker processes (reaped when the runner ends, so counted as children here)
+    wall, cpu_s = time.perf_counter() - t0, cpu() + _children_cpu() - c0
     assert prog["counts"]["done"] == len(ids), prog["counts"]
     return wall, cpu_s, prog
 
@@ -265,6 +287,336 @@ def latency_at_speed_1(settings) -> float:
         f.stop()
 
 
+# ---- one head (issue 32) -------------------------------------------------------------------------------------------
+REPLICA_RATE = 3.5  # clips/s of one H200 (docs/GPU.md)
+REPLICA_CAPACITY = 8  # requests a paced replica runs at once
+
+_ANNOTATOR = r"""
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from data import captions, db as dbmod, examples
+db_path, seconds, ids = sys.argv[2], float(sys.argv[3]), [int(x) for x in sys.argv[4].split(",")]
+d = dbmod.connect(db_path)
+waits, t0, n = [], time.perf_counter(), 0
+while time.perf_counter() - t0 < seconds:
+    clip = ids[n % len(ids)]
+    base = d.execute("SELECT current_caption_id FROM clips WHERE id = ?", [clip]).fetchone()[0]
+    t = time.perf_counter()
+    captions.save_human(d, clip, text=f"An annotator's edit number {n}: the ego vehicle slows for a cyclist.",
+                        labels=examples.LABELS, author="annotator", base_caption_id=base)
+    print(time.perf_counter() - t, flush=True)  # read when this process is stopped
+    n += 1
+    time.sleep(0.1)
+"""
+
+
+def _pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))] if xs else float("nan")
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+class ReplayFleet:
+    """benchmarks/replay_fleet.py in a process of its own."""
+
+    def __init__(self, replicas: int, rate: float, capacity: int = REPLICA_CAPACITY, top_logprobs: int = 5):
+        import json
+        import subprocess
+
+        ready = Path(tempfile.mkdtemp(prefix="replay-")) / "ready.json"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(Path(__file__).parent / "replay_fleet.py"),
+                "--replicas",
+                str(replicas),
+                "--rate",
+                str(rate),
+                "--capacity",
+                str(capacity),
+                "--top-logprobs",
+                str(top_logprobs),
+                "--ready-file",
+                str(ready),
+            ],
+        )
+        t = time.monotonic()
+        while not ready.exists():
+            if self.proc.poll() is not None or time.monotonic() - t > 120:
+                raise RuntimeError("the replay fleet did not start")
+            time.sleep(0.1)
+        time.sleep(0.1)
+        info = json.loads(ready.read_text())
+        self.urls, self.answer_bytes = info["urls"], info["answer_bytes"]
+        self.capacity, self.rate = capacity, rate
+
+    def stats(self) -> dict:
+        import httpx
+
+        return httpx.get(self.urls[0] + "/stats", timeout=30, trust_env=False).json()
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=10)
+
+
+def _job(settings, db, ids, top_logprobs: int = 5) -> int:
+    return jobs.create(
+        db,
+        name="bench",
+        created_by="bench",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(top_logprobs=top_logprobs),
+    )
+
+
+def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
+    """One --head run at `rate` clips/s (0: the ceiling); the figures (module docstring, 4)."""
+    import subprocess
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-head-"))
+    replicas = max(1, round(rate / REPLICA_RATE)) if rate else 8
+    inflight = REPLICA_CAPACITY + 4 if rate else 48
+    n = clips if not rate else int(rate * (seconds + 15)) + replicas * inflight
+    settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": inflight}, environ={})
+    db = dbmod.connect(settings.db)
+    ids = tiny_library(settings, db, n + 50, prefix="head")
+    job_id = _job(settings, db, ids[:n])
+    held = dbmod._write_lock(Path(settings.db))  # count the runner's transactions only, not the set-up's
+    held.holds, held.total_s, held.max_s = 0, 0.0, 0.0
+    fleet = ReplayFleet(replicas, REPLICA_RATE if rate else 0)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    ann = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            _ANNOTATOR,
+            env["PYTHONPATH"],
+            str(settings.db),
+            str(seconds + 30),
+            ",".join(map(str, ids[n:])),
+        ],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    window: dict = {}
+    stop = threading.Event()
+
+    def watch() -> None:  # the busy window: after a warm-up, while the job still has unclaimed items
+        d = dbmod.connect(settings.db)
+        try:
+            if not rate:
+                return
+            time.sleep(min(10.0, seconds / 3))
+            window["before"] = fleet.stats()
+            t_end = time.monotonic() + seconds
+            while time.monotonic() < t_end and not stop.is_set():
+                time.sleep(0.5)
+            window["after"] = fleet.stats()
+            window["pending"] = job_queries.counts(d, job_id).get("pending", 0)
+            if rate:
+                stop.set()  # the window is what is measured: the rest of the job is not needed
+        finally:
+            d.close()
+
+    th = threading.Thread(target=watch)
+    c0, k0, t0 = cpu(), _children_cpu(), time.perf_counter()
+    th.start()
+    try:
+        runmod.run_job(settings, job_id, fleet.urls, stop_event=stop)
+    finally:
+        wall = time.perf_counter() - t0
+        runner_cpu, checker_cpu = cpu() - c0, _children_cpu() - k0
+        stop.set()
+        th.join()
+        lock = dbmod.write_lock_stats(settings.db)
+        ann.terminate()
+        out_text = ann.communicate(timeout=60)[0]
+        fleet_answer = sum(fleet.answer_bytes) / len(fleet.answer_bytes)
+        fleet.stop()
+    done = job_queries.counts(db, job_id)["done"]
+    db.close()
+    saves = {"waits": [float(x) for x in out_text.split()]}
+    res = {
+        "rate": rate or "ceiling",
+        "replicas": replicas,
+        "clips_done": done,
+        "wall_s": wall,
+        "clips_per_s": done / wall,
+        "runner_ms_cpu_per_clip": runner_cpu / max(1, done) * 1000,
+        "checker_ms_cpu_per_clip": checker_cpu / max(1, done) * 1000,
+        "runner_cores": runner_cpu / wall,
+        "longest_hold_ms": lock["max_ms"],
+        "holds": lock["holds"],
+        "save_p50_ms": _pct(saves["waits"], 0.5) * 1000,
+        "save_p99_ms": _pct(saves["waits"], 0.99) * 1000,
+        "save_max_ms": max(saves["waits"] or [float("nan")]) * 1000,
+        "saves": len(saves["waits"]),
+        "answer_kb": fleet_answer / 1024,
+    }
+    if "after" in window:
+        b, a = window["before"], window["after"]
+        span = a["t"] - b["t"]
+        used = sum(x["request_seconds"] for x in a["replicas"]) - sum(x["request_seconds"] for x in b["replicas"])
+        completed = sum(x["completed"] for x in a["replicas"]) - sum(x["completed"] for x in b["replicas"])
+        res.update(
+            busy_share=used / (span * replicas * REPLICA_CAPACITY),
+            window_s=span,
+            window_clips_per_s=completed / span,
+            pending_at_window_end=window["pending"],
+        )
+    return res
+
+
+def print_head(r: dict) -> None:
+    busy = (
+        f"busy {r['busy_share']:.1%} ({r['window_clips_per_s']:.1f} clips/s over {r['window_s']:.0f} s, "
+        f"{r['pending_at_window_end']} items still queued); "
+        if "busy_share" in r
+        else ""
+    )
+    print(
+        f"rate {r['rate']} ({r['replicas']} replicas, answers {r['answer_kb']:.0f} KB): {busy}{r['clips_done']} clips "
+        f"at {r['clips_per_s']:.1f} clips/s; "
+        + (
+            f"runner {r['runner_ms_cpu_per_clip']:.2f} ms CPU/clip ({r['runner_cores']:.2f} cores) + checkers "
+            f"{r['checker_ms_cpu_per_clip']:.2f} ms; "
+            if r["clips_done"]
+            else f"runner {r['runner_cores']:.2f} cores; "
+        )
+        + f"longest write-lock hold "
+        f"{r['longest_hold_ms']:.1f} ms over {r['holds']} transactions; a save alongside p50 "
+        f"{r['save_p50_ms']:.1f} / p99 {r['save_p99_ms']:.1f} / max {r['save_max_ms']:.1f} ms ({r['saves']} saves)",
+        flush=True,
+    )
+
+
+def runners_run(n_runners: int, clips: int, replicas: int = 8) -> dict:
+    """The ceiling with `n_runners` runner processes sharing one job (module docstring, 5)."""
+    from serving import fleet_commands, procs
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-runners-"))
+    settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": 48}, environ={})
+    db = dbmod.connect(settings.db)
+    ids = tiny_library(settings, db, clips, prefix="multi")
+    job_id = _job(settings, db, ids)
+    fleet = ReplayFleet(replicas, 0)
+    cmd = fleet_commands.runner_command(settings, fleet.urls, ["--until-idle", "--log-level", "WARNING"])
+    kids = []
+    t0 = time.perf_counter()
+    try:
+        for i in range(n_runners):
+            kids.append(procs.start(f"runner{i}", cmd, log=tmp / f"runner{i}.log", cwd=Path(__file__).parent.parent))
+        for k in kids:
+            assert k.popen.wait(timeout=1800) == 0, procs.tail(k.log)
+        wall = time.perf_counter() - t0
+    finally:
+        for k in kids:
+            if k.popen.poll() is None:
+                procs.kill_group(k.pgid, k.popen)
+        fleet.stop()
+    done = job_queries.counts(db, job_id)["done"]
+    twice = db.execute(
+        "SELECT COUNT(*) FROM (SELECT clip_id FROM captions WHERE job_id = ? GROUP BY clip_id HAVING COUNT(*) > 1)",
+        [job_id],
+    ).fetchone()[0]
+    assert twice == 0, f"{twice} clips captioned twice"
+    db.close()
+    slow = sum(procs.tail(k.log, 100000).count("write lock held") for k in kids)
+    return {
+        "runners": n_runners,
+        "done": done,
+        "wall_s": wall,
+        "clips_per_s": done / wall,
+        "slow_holds": slow,
+    }
+
+
+def profile(rounds: int = 200) -> None:
+    """Each step of reading and storing one answer of the recorded size (module docstring, 6)."""
+    import asyncio
+    import json
+
+    import orjson
+
+    from data import taxonomy
+    from data.jobs import items as job_items
+    from serving.answer_check import AnswerChecker
+    from serving.answers import parse_answer, read_answer
+    from serving.logprobs import label_confidence
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from replay_fleet import render_bodies
+
+    raw = render_bodies(1, 5)[0]
+    body = raw.split(b"\r\n\r\n", 1)[1]
+    schema = taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)
+    data = json.loads(body)
+    choice = data["choices"][0]
+    content, lp = choice["message"]["content"], choice["logprobs"]
+
+    def per(f, n=rounds) -> float:
+        f()
+        t = time.perf_counter()
+        for _ in range(n):
+            f()
+        return (time.perf_counter() - t) / n * 1000
+
+    print(f"one answer: {len(body) / 1024:.0f} KB, {len(lp['content'])} tokens, 5 alternatives each")
+    rows = [
+        ("JSON of the whole answer, json.loads", per(lambda: json.loads(body))),
+        ("JSON of the whole answer, orjson.loads", per(lambda: orjson.loads(body))),
+        ("caption and labels: parse + schema check", per(lambda: parse_answer(content, schema))),
+        ("confidence from the logprobs", per(lambda: label_confidence(content, lp, schema))),
+        ("the whole reading, in this process (read_answer)", per(lambda: read_answer(body, schema, confidence=True))),
+    ]
+
+    async def through_checker(n: int) -> float:
+        checker = AnswerChecker(30.0, workers=1)
+        try:
+            await checker.read(body, schema, confidence=True)
+            c0, t = cpu(), time.perf_counter()
+            for _ in range(n):
+                await checker.read(body, schema, confidence=True)
+            return (time.perf_counter() - t) / n * 1000, (cpu() - c0) / n * 1000
+        finally:
+            await checker.aclose()
+
+    wall_ms, own_ms = asyncio.run(through_checker(rounds))
+    rows.append(("the whole reading through a checker process: wall", wall_ms))
+    rows.append(("  of which this process's CPU (the runner's)", own_ms))
+    for fts in (True, False):
+        tmp = Path(tempfile.mkdtemp(prefix="bench-prof-"))
+        settings = Settings.load({"data_dir": str(tmp)}, environ={})
+        d = dbmod.connect(settings.db)
+        ids = tiny_library(settings, d, rounds + 1, prefix="p")
+        job_id = _job(settings, d, ids)
+        if not fts:
+            for (name,) in d.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND sql LIKE '%_fts%'"):
+                d.execute(f"DROP TRIGGER {name}")
+        got = job_items.claim(d, job_id, "bench", rounds + 1, lease_seconds=600, max_attempts=4)
+        read = read_answer(body, schema, confidence=True)
+        prov = {"model": "m", "replica": "r", "latency_ms": 1.0, "confidence": read.confidence}
+        t = time.perf_counter()
+        for it in got:
+            with dbmod.immediate(d):
+                job_items.complete(d, job_id, it["clip_id"], text=read.text, labels=read.labels, provenance=prov)
+        rows.append(
+            (
+                f"storing one result (its own transaction){'' if fts else ', full-text triggers dropped'}",
+                (time.perf_counter() - t) / len(got) * 1000,
+            )
+        )
+        d.close()
+    for label, ms in rows:
+        print(f"  {label:<62} {ms:7.3f} ms")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--clips", type=int, default=10000, help="clips for the ceiling run")
@@ -276,7 +628,44 @@ def main() -> int:
         "--rounds", type=int, default=3, help="alternating rounds: runner vs bare loop, or (--pools) the mechanisms"
     )
     ap.add_argument("--no-busy", action="store_true", help="skip the busy-share run")
+    ap.add_argument("--head", action="store_true", help="one head: write-lock holds and saves at each of --rates")
+    ap.add_argument("--rates", default="28,112,0", help="clips/s for --head (0: the ceiling; 448: 16 nodes)")
+    ap.add_argument("--seconds", type=float, default=30.0, help="--head: the measured window at each rate")
+    ap.add_argument(
+        "--pace",
+        default="on",
+        choices=("on", "off", "both"),
+        help="--head: the runner's pause after a long write (serving.runner.store); both: off then on at each rate",
+    )
+    ap.add_argument("--runners", type=int, default=0, help="the ceiling with 1 and with N runner processes")
+    ap.add_argument("--profile", action="store_true", help="where the runner's CPU goes per answer")
     args = ap.parse_args()
+    if args.profile:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+        profile()
+        return 0
+    if args.head:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+        from serving.runner import store as store_mod
+
+        for rate in (float(x) for x in args.rates.split(",")):
+            for pace in {"on": [True], "off": [False], "both": [False, True]}[args.pace]:
+                store_mod.JobStore.pace = pace
+                got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
+                print(f"pacing {'on' if pace else 'off'}: ", end="")
+                print_head(got)
+        return 0
+    if args.runners:
+        print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
+        for r in range(args.rounds):
+            for n in (1, args.runners):
+                got = runners_run(n, args.clips if args.clips != 10000 else 3000)
+                print(
+                    f"round {r}: {n} runner process(es): {got['done']} clips in {got['wall_s']:.1f} s = "
+                    f"{got['clips_per_s']:.1f} clips/s; holds over 500 ms logged: {got['slow_holds']}",
+                    flush=True,
+                )
+        return 0
     tmp = Path(tempfile.mkdtemp(prefix="bench-runner-"))
     settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": args.inflight}, environ={})
     db = dbmod.connect(settings.db)

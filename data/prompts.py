@@ -4,6 +4,8 @@ installs the shipped presets (idempotent).
 
 A new version (`create_version`, which the Jobs tab's prompt editor calls for a lead) is checked before it is
 saved (`schema_problems`), so that it can run and be compared:
+- its schema has no check whose cost on an answer is more than linear (data.taxonomy's COSTLY_CHECKS: `pattern`,
+  `patternProperties`, `format`; the runner checks every answer against it);
 - its schema has none of the keywords the fleet's structured-output backend refuses (data.taxonomy's
   GRAMMAR_UNSUPPORTED: vLLM 0.25 with xgrammar answers every request that carries one with HTTP 400, recorded in
   tests/data/vllm-0.25.0-answers.json), and it is a valid JSON Schema;
@@ -179,6 +181,9 @@ def schema_problems(schema: Any) -> list[str]:
     if not isinstance(schema, dict):
         return ["The schema must be a JSON object."]
     problems = []
+    costly = taxonomy.costly_refusal(schema)
+    if costly:
+        problems.append(costly)
     refused = sorted(taxonomy.unsupported_features(schema))
     if refused:
         problems.append(

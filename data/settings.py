@@ -206,6 +206,13 @@ class Settings:
     request_timeout: float = setting(300.0, "seconds a caption request may take before it is abandoned")
     max_attempts: int = setting(4, "attempts per clip before its job item is failed")
     lease_seconds: float = setting(600.0, "how long a claimed job item stays leased without a result")
+    answer_check_seconds: float = setting(
+        5.0,
+        "CPU seconds the runner gives the check of one answer (JSON, schema, confidence) in its checker process "
+        "(and 10x that, at least 60 s, of wall time); an answer past it fails its item as check_timeout, never sent "
+        "again",
+    )
+    answer_checkers: int = setting(0, "checker processes that read the runner's answers (default: cores - 1, 1-8)")
     workers: int = setting(0, "ingest worker processes (default: number of cores)")
     auth: str = setting(
         "on",

@@ -125,6 +125,11 @@ GRAMMAR_UNSUPPORTED = frozenset(
         "multipleOf",
     }
 )
+# What the runner cannot check on an answer in bounded time: `pattern` and `patternProperties` are
+# regular expressions, and Python's backtrack (`(\w+\s?)*$` on a long caption runs for hours); a `format` is checked
+# by expressions like them when checked at all. The labels are enums and the caption is free text, so a prompt
+# version needs none: data.prompts refuses them, and the runner sends no clip of a stored version that has one.
+COSTLY_CHECKS = frozenset({"pattern", "patternProperties", "format"})
 _SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
 _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_ONE = (
@@ -168,6 +173,30 @@ def unsupported_features(schema: Any) -> set[str]:
 
     _walk_schema(schema, visit)
     return found
+
+
+def costly_features(schema: Any) -> set[str]:
+    """The keywords of `schema` (at any depth) whose check on an answer can cost more than linear time."""
+    found: set[str] = set()
+
+    def visit(s: dict) -> dict:
+        found.update(COSTLY_CHECKS.intersection(s))
+        return s
+
+    _walk_schema(schema, visit)
+    return found
+
+
+def costly_refusal(schema: Any) -> str | None:
+    """Why a schema with such keywords is refused, in words with what to do; None without them."""
+    costly = sorted(costly_features(schema))
+    if not costly:
+        return None
+    return (
+        f"The schema uses {', '.join(costly)}: every answer is checked against the schema, and a regular expression "
+        "can take hours on one caption (Python's backtracks), stalling every job. The labels are enums and the "
+        f"caption is free text: remove {'it' if len(costly) == 1 else 'them'} (save a new prompt version without)."
+    )
 
 
 def model_schema(schema: dict[str, Any]) -> dict[str, Any]:

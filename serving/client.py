@@ -57,9 +57,9 @@ from data import limits, prompts, taxonomy
 from data.job_params import MIN_PIXELS, JobParams
 from data.library import deployment
 from serving import bounded, fleet_key
-from serving.answers import classify_status, error_message, parse_answer, token_count
-from serving.errors import BadAnswer, ClipRejected, ReplicaError, Unreachable
-from serving.logprobs import label_confidence
+from serving.answer_check import AnswerChecker
+from serving.answers import classify_status, error_message, read_answer
+from serving.errors import ClipRejected, ReplicaError, Unreachable
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
 POOL_SLOTS = 8  # requests in flight per connection pool at most (FleetClient._pool)
@@ -200,7 +200,9 @@ def _schema_name(prompt: dict) -> str:
 class FleetClient:
     """Async client for the fleet (one per event loop). Timeouts are explicit and the pools are large: the
     runner, not httpx, bounds how many requests are in flight. It keeps its own connection pools per replica
-    (the only pooling the runner uses; docs/BENCHMARKS.md, "Job runner")."""
+    (the only pooling the runner uses; docs/BENCHMARKS.md, "Job runner"). With a `checker` (the runner passes one)
+    each answer is read in a checker process within a time budget (serving.answer_check); whoever made the checker
+    closes it."""
 
     def __init__(
         self,
@@ -210,8 +212,11 @@ class FleetClient:
         media_base_url: str | None = None,
         decode_backend: str = DEFAULT_DECODE_BACKEND,
         timeout: httpx.Timeout | None = None,
+        checker: AnswerChecker | None = None,
     ):
         self.settings = settings
+        # reads each answer in a checker process with a time budget (serving.answer_check); None: here, unbounded
+        self._checker = checker
         self.media_base_url = media_base_url
         # replicas fetch http(s) clips only from the app's origin, port included: --allowed-media-domains checks
         # the host alone, so a URL at another port of that host would reach whatever listens there
@@ -368,7 +373,7 @@ class FleetClient:
         )
         if resp.status_code != 200:
             raise classify_status(resp.status_code, error_message(resp), replica)
-        return self._parse(resp, req, replica=replica, latency_ms=latency_ms)
+        return await self._parse(resp, req, replica=replica, latency_ms=latency_ms)
 
     async def _read_bounded(self, replica_url: str, body: dict, limit: int = MAX_ANSWER_BYTES) -> httpx.Response:
         """POST and read the answer, at most `limit` bytes of it (`answer_limit`), counted after decompression
@@ -387,31 +392,22 @@ class FleetClient:
                 raise ReplicaError(str(e), status=resp.status_code, replica=replica_url, kind=e.kind) from None
             return bounded.decoded(resp, content)
 
-    def _parse(self, resp: httpx.Response, req: CaptionRequest, *, replica: str, latency_ms: float) -> CaptionResult:
-        try:
-            data = resp.json()
-            choice = data["choices"][0]
-            finish = choice.get("finish_reason")
-            content = (choice.get("message") or {}).get("content")
-            logprobs = choice.get("logprobs")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ReplicaError(
-                f"HTTP 200 without a chat completion body: {resp.text[:200]!r}", status=200, replica=replica
-            ) from None
-        if finish != "stop":
-            kind = "truncated" if finish == "length" else "unfinished"
-            raise BadAnswer(
-                f"the model stopped with finish_reason={finish!r} (max_tokens="
-                f"{req.params.max_tokens}); the answer is incomplete",
-                status=200,
-                replica=replica,
-                kind=kind,
-                raw=content if isinstance(content, str) else None,
-            )
+    async def _parse(
+        self, resp: httpx.Response, req: CaptionRequest, *, replica: str, latency_ms: float
+    ) -> CaptionResult:
+        """The CaptionResult of a 200 answer: read by serving.answers.read_answer, in a checker process within its
+        time budget when the client has a checker (the runner's: serving.answer_check), else here."""
         schema = req.prompt.get("schema") or taxonomy.CAPTION_SCHEMA
-        text, labels = parse_answer(content, schema, replica=replica)
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        model = limits.clip_text(str(data.get("model") or self.settings.model_name))
+        confidence = bool(req.params.top_logprobs)
+        if self._checker is not None:
+            read = await self._checker.read(
+                resp.content, schema, confidence=confidence, max_tokens=req.params.max_tokens, replica=replica
+            )
+        else:
+            read = read_answer(
+                resp.content, schema, confidence=confidence, max_tokens=req.params.max_tokens, replica=replica
+            )
+        model = read.model or limits.clip_text(str(self.settings.model_name))
         simulated = (resp.headers.get("x-simulated") == "1") or ("simulated" in model.lower())
         provenance = {
             "model": model,
@@ -424,15 +420,15 @@ class FleetClient:
             "replica": limits.clip_text(replica),
             "decode_backend": limits.clip_text(resp.headers.get("x-decode-backend") or self.decode_backend),
             "latency_ms": round(latency_ms, 1),
-            "prompt_tokens": token_count(usage.get("prompt_tokens")),
-            "completion_tokens": token_count(usage.get("completion_tokens")),
-            "finish_reason": limits.clip_text(finish),
+            "prompt_tokens": read.prompt_tokens,
+            "completion_tokens": read.completion_tokens,
+            "finish_reason": "stop",
             "simulated": bool(simulated),
             # what the model's token probabilities say of each label (None: not asked for; a note when asked for
-            # and not returned, e.g. a fleet that ignores logprobs)
-            "confidence": label_confidence(content, logprobs or {}, schema) if req.params.top_logprobs else None,
+            # and not returned, e.g. a fleet that ignores logprobs, or unreadable)
+            "confidence": read.confidence,
         }
-        return CaptionResult(text=text, labels=labels, provenance=provenance)
+        return CaptionResult(text=read.text, labels=read.labels, provenance=provenance)
 
     async def models(self, replica_url: str) -> list[str]:
         """Model ids served at `replica_url` (GET /v1/models)."""

@@ -21,6 +21,12 @@ and as a whole the product of every decision in the list (the probability of exa
 The result is what data.captions stores in `captions.confidence` (data.confidence reads it):
 `{"labels": {label: p or null}, "items": {list label: {value: p}}, "end": {list label: p}}`, probabilities
 rounded to 4 places, plus `"note"` saying why when the logprobs could not be read at all.
+
+What a fleet sends is read, never trusted: `label_confidence` never raises. A logprob that is not a probability's
+log (NaN, infinite, above 0, a 400-digit integer, a string), a token longer than any tokenizer's, or any shape
+other than vLLM's makes the confidence unreadable (every label None and a `note`), never a failed caption. The
+work is linear in the answer: each decision looks at one token's alternatives, and a token's text is at most
+MAX_TOKEN_CHARS, so no step re-reads the answer (tests/test_fleet_readers.py).
 """
 
 from __future__ import annotations
@@ -34,12 +40,36 @@ from typing import Any
 
 FORBIDDEN = -9999.0  # vLLM's stand-in for -inf: a token the grammar does not allow here
 PLACES = 4
+# Qwen's longest vocabulary entries are runs of ~100 spaces or dashes; a "token" far longer is not one, and each
+# decision reads the text of the token it falls in: this bound keeps that reading linear in the answer
+MAX_TOKEN_CHARS = 1024
+# float32 rounding can put a certain token's logprob a hair above 0; anything further above is not a log-probability
+LOGPROB_SLACK = 1e-3
 _WS = re.compile(r"[ \t\n\r]*")
 _DECODER = json.JSONDecoder(strict=False)
 
 
 class _Unreadable(ValueError):
     """The answer's text is not the JSON object its tokens should spell."""
+
+
+class _BadLogprob(ValueError):
+    """A listed logprob is not the log of a probability."""
+
+
+def _logprob(value: Any) -> float | None:
+    """A listed alternative's logprob as a float; None for a token the grammar forbids there (vLLM's -9999.0, or
+    -inf); _BadLogprob for anything that is not the log of a probability (NaN, +inf, above 0, not a number, an
+    integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _BadLogprob("a logprob is not a number")
+    try:
+        lp = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        raise _BadLogprob("a logprob is out of range") from None
+    if lp != lp or lp > LOGPROB_SLACK:  # NaN, +inf, or a "probability" above 1
+        raise _BadLogprob("a logprob is not the log of a probability")
+    return None if lp <= FORBIDDEN else min(lp, 0.0)
 
 
 def enum_labels(schema: dict) -> dict[str, tuple[tuple[str, ...], bool]]:
@@ -65,14 +95,28 @@ def label_confidence(content: str, logprobs: Any, schema: dict) -> dict | None:
     not one JSON object). Labels whose decisions are missing from `top_logprobs` are None."""
     if logprobs is None:
         return None
-    labels = enum_labels(schema)
+    try:
+        labels = enum_labels(schema)
+    except Exception:  # a schema we were given, not the fleet's: read no label rather than fail the caption
+        labels = {}
     empty = {"labels": dict.fromkeys(labels), "items": {}, "end": {}}
+    try:
+        return _label_confidence(content, logprobs, labels, empty)
+    except _BadLogprob as e:
+        return {**empty, "note": f"the answer's token logprobs are unreadable: {e}"}
+    except Exception as e:  # never a failed caption for a confidence that cannot be read (the module docstring)
+        return {**empty, "note": f"the answer's token logprobs are unreadable ({type(e).__name__})"}
+
+
+def _label_confidence(content: Any, logprobs: Any, labels: dict, empty: dict) -> dict:
     entries = logprobs.get("content") if isinstance(logprobs, dict) else None
     if not isinstance(entries, list) or not entries:
         return {**empty, "note": "the answer carries no token logprobs"}
     tokens = [e.get("token") if isinstance(e, dict) else None for e in entries]
     if not all(isinstance(t, str) for t in tokens):
         return {**empty, "note": "a token of the answer has no text"}
+    if any(len(t) > MAX_TOKEN_CHARS for t in tokens):
+        return {**empty, "note": f"a token of the answer is longer than {MAX_TOKEN_CHARS} characters"}
     spelled = "".join(tokens)
     if not isinstance(content, str) or not spelled.startswith(content) or not content:
         return {**empty, "note": "the tokens do not spell the answer's text"}
@@ -82,7 +126,9 @@ def label_confidence(content: str, logprobs: Any, schema: dict) -> dict | None:
     reader = _Reader(content, starts, entries)
     try:
         return _read_labels(reader, content, labels)
-    except (_Unreadable, ValueError, IndexError):
+    except _BadLogprob:
+        raise
+    except (ValueError, IndexError, RecursionError):
         return {**empty, "note": "the answer's text is not one JSON object of the schema's shape"}
 
 
@@ -222,10 +268,11 @@ class _Reader:
         chosen = deciding = 0.0
         alternatives = entry.get("top_logprobs")
         for alt in alternatives if isinstance(alternatives, list) else ():
-            token, lp = (alt.get("token"), alt.get("logprob")) if isinstance(alt, dict) else (None, None)
-            if not isinstance(token, str) or not isinstance(lp, (int, float)) or isinstance(lp, bool):
+            token, raw = (alt.get("token"), alt.get("logprob")) if isinstance(alt, dict) else (None, None)
+            if not isinstance(token, str):
                 continue
-            if not math.isfinite(lp) or lp <= FORBIDDEN:
+            lp = _logprob(raw)
+            if lp is None:
                 continue  # the grammar forbids it here
             fits = self._fits(token, before, offset, alive)
             if not fits or len(fits) == len(alive):

@@ -77,7 +77,7 @@ def test_r6_killed_hung_and_overloaded_replicas_do_not_fail_the_job(settings, db
     finally:
         fleet.stop()
     c = job_queries.counts(db, job_id)
-    assert c == {"pending": 0, "leased": 0, "done": n, "failed": 0}
+    assert c == {"pending": 0, "leased": 0, "done": n, "failed": 0}, job_queries.failures(db, job_id, limit=5)
     attempts = db.execute("SELECT SUM(attempts) FROM job_items WHERE job_id = ?", [job_id]).fetchone()[0]
     per_clip = dict(db.execute("SELECT clip_id, COUNT(*) FROM captions WHERE job_id = ? GROUP BY clip_id", [job_id]))
     assert len(per_clip) == n and set(per_clip.values()) == {1}

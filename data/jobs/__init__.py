@@ -203,13 +203,23 @@ def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str)
 
 # Failures that the same job sending the clip again cannot cure, by why (retry_failed leaves them failed):
 # - clip: the fleet refused the clip as sent (HTTP 400/422, undecodable video, a path outside the clip root);
-# - answer: the model's answer to this prompt with these limits was unusable (same prompt, same limits, same
-#   answer: a new job with more max tokens or another prompt version is what helps).
+# - answer: the model's answer to this prompt with these limits was unusable, or could not be checked in time
+#   (same prompt, same limits, same answer: a new job with more max tokens or another prompt version is what helps).
 # Two more reasons are read from the clip as it is now: it failed ingest (until it is ingested again and
 # probes fine) or its file is missing from the clip root.
 FINAL_KINDS = {
     "clip": ("rejected", "bad_request", "decode", "path"),
-    "answer": ("bad_answer", "truncated", "unfinished", "invalid_json", "schema", "store"),
+    "answer": (
+        "bad_answer",
+        "truncated",
+        "unfinished",
+        "invalid_json",
+        "schema",
+        "store",
+        "check_timeout",  # its check ran past the budget (serving.answer_check): the same answer would again
+        "unreadable",
+        "prompt",  # the prompt version's schema cannot be checked in bounded time (data.taxonomy.COSTLY_CHECKS)
+    ),
 }
 _WHY_FINAL = (
     "CASE WHEN c.probe_error IS NOT NULL THEN 'ingest' WHEN c.missing = 1 THEN 'missing' "

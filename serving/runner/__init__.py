@@ -21,9 +21,13 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   looks at the replicas' `/health` while answers do not flow (watch.py), and its heartbeat carries the fleet's
   state and the latest failures, which the Jobs tab shows ("waiting for the fleet: 0 of 4 healthy (HTTP 503 ...)").
 - Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
-  ingest probe failed are never sent: they fail with "ingest: <probe error>".
+  ingest probe failed are never sent: they fail with "ingest: <probe error>"; nor are the clips of a job whose
+  prompt's schema cannot be checked in bounded time (data.taxonomy.COSTLY_CHECKS): "prompt".
+- Each answer is read (JSON, the schema's checks, the labels' confidence) in a checker process within a time
+  budget, never on the loop (serving.answer_check): past the budget the item fails as `check_timeout`.
 - Results are written in batches through `data.jobs.complete` (store.py): a machine caption never
-  replaces a human or approved one, and a result is written once per (job, clip).
+  replaces a human or approved one, and a result is written once per (job, clip). A batch is bounded by time
+  (store.WRITE_HOLD_S of write lock), not by count, so annotators' saves never wait long behind it.
 - pause / cancel are read before each claim (`data.jobs.items.claim` refuses inactive jobs), and every
   ABORT_CHECK_S the requests in flight for a job that was paused or cancelled are aborted (its items were
   handed back by `data.jobs.change_state`; a result that still arrives is discarded by `data.jobs.complete`).

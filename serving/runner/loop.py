@@ -18,6 +18,7 @@ from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
 from serving import fleet_key, fleet_record, media_urls
+from serving.answer_check import AnswerChecker
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.health import router_workers
@@ -30,7 +31,7 @@ log = logging.getLogger("serving.runner")
 
 IDLE_POLL_S = 0.25  # how often to look for new work when there was none
 HEARTBEAT_S = 2.0  # how often the runner reports itself in `heartbeats`
-WRITE_BATCH = 500  # results per write transaction at most
+RELEASE_CHUNK = 128  # leases handed back per transaction when draining (store.py: no long write lock)
 ABORT_CHECK_S = 0.5  # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
 
@@ -176,17 +177,23 @@ class Runner:
 
     # ---- the loop ----------------------------------------------------------------------------------------
     async def _flush(self) -> None:
+        """Write every outcome so far, in transactions bounded by time (store.JobStore.write)."""
         while self._results:
-            batch, self._results = self._results[:WRITE_BATCH], self._results[WRITE_BATCH:]
-            counts = await self._db(self.store.write, batch, self.health.fleet_down())
-            t = time.monotonic()
-            self._done_times.extend([t] * (counts.get("done", 0) + counts.get("failed", 0)))
-            self.stats.update(counts)
-            for o in batch:
-                if o.error is not None and o.error.retryable and o.replica:
-                    self._avoid.setdefault((o.job_id, o.clip_id), set()).add(o.replica)
-                else:
-                    self._avoid.pop((o.job_id, o.clip_id), None)
+            pending, self._results = self._results, []
+            while pending:
+                counts, n = await self._db(self.store.write, pending, self.health.fleet_down())
+                batch, pending = pending[:n], pending[n:]
+                self._count(counts, batch)
+
+    def _count(self, counts: dict[str, int], batch: list[Outcome]) -> None:
+        t = time.monotonic()
+        self._done_times.extend([t] * (counts.get("done", 0) + counts.get("failed", 0)))
+        self.stats.update(counts)
+        for o in batch:
+            if o.error is not None and o.error.retryable and o.replica:
+                self._avoid.setdefault((o.job_id, o.clip_id), set()).add(o.replica)
+            else:
+                self._avoid.pop((o.job_id, o.clip_id), None)
 
     def _stopping(self) -> bool:
         return self._stop.is_set() or (self.thread_stop is not None and self.thread_stop.is_set())
@@ -199,8 +206,11 @@ class Runner:
         self._look_now = asyncio.Event()
         watcher = None
         own_client = self._client is None
+        checker = None
         if own_client:  # its connection pools per replica keep httpcore's per-request work small (serving.client)
-            self._client = FleetClient(self.settings)
+            # every answer is read in a checker process within a time budget, never on this loop (answer_check)
+            checker = AnswerChecker.from_settings(self.settings)
+            self._client = FleetClient(self.settings, checker=checker)
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
@@ -212,6 +222,8 @@ class Runner:
                 self.capacity,
                 ", ".join(r.url for r in self.replicas),
             )
+            if checker is not None:
+                await checker.start()
             recovered = await self._db(job_items.recover)
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
@@ -230,6 +242,9 @@ class Runner:
             finally:
                 if own_client:
                     await self._client.aclose()
+                if checker is not None:
+                    self.stats.update({f"checks_{k}": v for k, v in checker.stats.items()})
+                    await checker.aclose()
                 self._db.close()
         return self.info()
 
@@ -326,7 +341,12 @@ class Runner:
             cfg = self.store.jobcfg[job["id"]]
             for it in items:
                 if it.get("probe_error"):
-                    unsendable.append(it)
+                    self.stats["ingest_failed"] += 1
+                    unsendable.append({**it, "error": f"ingest: {it['probe_error']}", "kind": "ingest"})
+                    continue
+                if cfg.refusal:
+                    self.stats["prompt_refused"] += 1
+                    unsendable.append({**it, "error": cfg.refusal, "kind": "prompt"})
                     continue
                 rep = self.health.pick(self._avoid.get((it["job_id"], it["clip_id"])), t)
                 if rep is None:  # no slot after all (a replica started cooling): hand it back unsent
@@ -337,7 +357,6 @@ class Runner:
                 self._tasks[task] = (it["job_id"], it["clip_id"])
                 task.add_done_callback(self._tasks.pop)
         if unsendable:
-            self.stats["ingest_failed"] += len(unsendable)
             self._bg(self._db(self.store.fail_unsendable, unsendable))
         for job_id, clip_id in leftovers:
             self._bg(self._db(job_items.release, job_id, [clip_id], self.identity))
@@ -364,8 +383,9 @@ class Runner:
         for job_id, clip_id in unfinished:
             by_job[job_id].append(clip_id)
         for job_id, clip_ids in by_job.items():
-            n = await self._db(job_items.release, job_id, clip_ids, self.identity)
-            self.stats["released"] += n
+            for i in range(0, len(clip_ids), RELEASE_CHUNK):
+                n = await self._db(job_items.release, job_id, clip_ids[i : i + RELEASE_CHUNK], self.identity)
+                self.stats["released"] += n
 
 
 async def serve(runner: Runner) -> dict:

@@ -5,6 +5,14 @@ as its first argument, and is one transaction: a retry after a locked database r
 written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through `data.jobs.complete`, which
 goes through `data.captions.add_machine`: a machine caption never replaces a human or approved one, and a result
 is written once per (job, clip).
+
+A transaction holds SQLite's write lock, and every annotator's save waits for it: so a batch is bounded by time,
+not by count. `write` stores results until WRITE_HOLD_S has passed and leaves the rest to the next transaction,
+and claims are made CLAIM_CHUNK items per transaction; at the runner's ceiling no transaction of the runner holds
+the lock 100 ms (docs/SCALE.md, "One head"). Short holds are not enough when they follow each other: a save in
+another process waits in SQLite's busy handler, which polls, sleeping up to 100 ms, and finds the lock taken again
+each time. So after a transaction that held the lock PACE_FROM_S or more, the runner's next write waits as long as
+that one held (`_pace`): while it has a backlog, the runner holds the lock at most half the time.
 """
 
 from __future__ import annotations
@@ -14,9 +22,10 @@ import dataclasses
 import logging
 import random
 import sqlite3
+import time
 from typing import Iterable
 
-from data import db as dbmod, heartbeats, prompts
+from data import db as dbmod, heartbeats, prompts, taxonomy
 from data.job_params import JobParams
 from data.jobs import items as job_items, queries as job_queries
 from data.settings import Settings
@@ -25,13 +34,20 @@ from serving.errors import FleetError
 
 log = logging.getLogger("serving.runner")
 
+WRITE_HOLD_S = 0.04  # a result batch stops taking results once its transaction is this old (one result takes ~1 ms)
+CLAIM_CHUNK = 128  # items leased per claim transaction (~5 ms of write lock on this machine)
+PACE_FROM_S = 0.01  # a hold this long makes the next write of the runner wait as long (the module docstring)
+
 
 @dataclasses.dataclass(frozen=True)
 class JobConfig:
-    """What every request of one job carries: its prompt version and its parameters."""
+    """What every request of one job carries: its prompt version and its parameters. `refusal`: why no clip of the
+    job is sent (its prompt version's schema cannot be checked in bounded time: a version stored before
+    data.prompts refused such schemas)."""
 
     prompt: dict
     params: JobParams
+    refusal: str | None = None
 
 
 @dataclasses.dataclass
@@ -48,6 +64,8 @@ class Outcome:
 
 class JobStore:
     """The runner's side of `data.jobs`, for the jobs `job_ids` (all runnable jobs when None)."""
+
+    pace = True  # off only to measure what pacing changes (benchmarks/bench_runner.py --head --no-pace)
 
     def __init__(
         self,
@@ -68,10 +86,23 @@ class JobStore:
         self.backoff_cap = backoff_cap
         self.rng = rng or random.Random()
         self.jobcfg: dict[int, JobConfig] = {}  # read once per job
+        self._next_write = 0.0  # monotonic time before which the next write transaction waits
+
+    def _pace(self) -> None:
+        wait = self._next_write - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+
+    def _held(self, began: float) -> None:
+        held = time.monotonic() - began
+        if self.pace and held >= PACE_FROM_S:
+            self._next_write = time.monotonic() + held
 
     def _job_config(self, db, job: dict) -> JobConfig:
         prompt = prompts.get(db, job["prompt_id"]) if job.get("prompt_id") else prompts.latest(db)
-        return JobConfig(prompt, job["params"])  # the job's own, as it was started: not checked again
+        # the job's own, as it was started: not checked again; a schema the runner cannot check in bounded time
+        # is refused here, before any GPU time is spent on it
+        return JobConfig(prompt, job["params"], taxonomy.costly_refusal(prompt.get("schema")))
 
     def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
@@ -83,24 +114,42 @@ class JobStore:
                 break
             if job["id"] not in self.jobcfg:
                 self.jobcfg[job["id"]] = self._job_config(db, job)
-            items = job_items.claim(
-                db,
-                job["id"],
-                self.identity,
-                want,
-                lease_seconds=self.settings.lease_seconds,
-                max_attempts=self.settings.max_attempts,
-            )
-            want -= len(items)
+            items: list[dict] = []
+            while want > 0:  # one transaction per chunk: a claim of thousands of slots holds no long lock
+                self._pace()
+                began = time.monotonic()
+                got = job_items.claim(
+                    db,
+                    job["id"],
+                    self.identity,
+                    min(want, CLAIM_CHUNK),
+                    lease_seconds=self.settings.lease_seconds,
+                    max_attempts=self.settings.max_attempts,
+                )
+                self._held(began)
+                items += got
+                want -= len(got)
+                if len(got) < CLAIM_CHUNK:
+                    break
             out.append((job, items))
         return out
 
-    def write(self, db, batch: list[Outcome], fleet_down: bool = False) -> dict[str, int]:
-        """Record a batch of outcomes in one transaction (one savepoint per item). `fleet_down`: the whole fleet
-        is down (serving.runner.replicas), so retryable failures do not use up the clips' attempts."""
+    def write(
+        self, db, batch: list[Outcome], fleet_down: bool = False, *, hold_s: float = WRITE_HOLD_S
+    ) -> tuple[dict[str, int], int]:
+        """Record outcomes from the start of `batch` in one transaction (one savepoint per item), as many as fit in
+        `hold_s` of write lock (at least one); returns (counts by new state, how many were recorded): the caller
+        writes the rest in the next transaction. `fleet_down`: the whole fleet is down (serving.runner.replicas),
+        so retryable failures do not use up the clips' attempts."""
         counts: collections.Counter = collections.Counter()
+        written = 0
+        self._pace()
         with dbmod.immediate(db):
+            began = time.monotonic()
             for o in batch:
+                if written and time.monotonic() - began >= hold_s:
+                    break  # the rest waits for the next transaction, so that others' writes get the lock between
+                written += 1
                 try:
                     with db.atomic():
                         state = self._store_result(db, o) if o.error is None else self._store_error(db, o, fleet_down)
@@ -122,7 +171,8 @@ class JobStore:
                             max_attempts=self.settings.max_attempts,
                         )
                     counts["failed"] += 1
-        return counts
+        self._held(began)
+        return counts, written
 
     def _store_result(self, db, o: Outcome) -> str:
         prov = dict(o.result.provenance)
@@ -157,18 +207,23 @@ class JobStore:
         )
 
     def fail_unsendable(self, db, items: list[dict]) -> None:
-        """Clips whose ingest probe failed are never sent: they fail with "ingest: <probe error>"."""
-        with dbmod.immediate(db):
-            for it in items:
-                job_items.fail(
-                    db,
-                    it["job_id"],
-                    it["clip_id"],
-                    error=f"ingest: {it['probe_error']}",
-                    kind="ingest",
-                    retryable=False,
-                    max_attempts=self.settings.max_attempts,
-                )
+        """Items that are never sent fail at once with their `error` and `kind`: clips whose ingest probe failed
+        ("ingest: <probe error>"), jobs whose prompt's schema cannot be checked in bounded time ("prompt")."""
+        for i in range(0, len(items), CLAIM_CHUNK):
+            self._pace()
+            with dbmod.immediate(db):
+                began = time.monotonic()
+                for it in items[i : i + CLAIM_CHUNK]:
+                    job_items.fail(
+                        db,
+                        it["job_id"],
+                        it["clip_id"],
+                        error=it["error"][:2000],
+                        kind=it["kind"],
+                        retryable=False,
+                        max_attempts=self.settings.max_attempts,
+                    )
+            self._held(began)
 
     def heartbeat(self, db, info: dict, progress: bool = False) -> dict | None:
         """Report the runner in `heartbeats`; with `progress` (and one job), return that job's progress."""
