@@ -352,6 +352,11 @@ def _csv_row(row: dict) -> list[Any]:
     return out
 
 
+def jsonl_line(row: dict) -> str:
+    """One record as a JSON Lines line (with its newline): what the export and a release's split files write."""
+    return json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -> int:
     """Write matching current captions to `out` in `fmt` ('jsonl' | 'csv'). Returns the row count."""
     if fmt not in FORMATS:
@@ -360,7 +365,7 @@ def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -
     rows = iter_rows(db, f or Filter())
     if fmt == "jsonl":
         for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+            out.write(jsonl_line(row))
             n += 1
     else:
         w = csv.writer(out, lineterminator="\n")
