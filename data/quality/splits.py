@@ -3,11 +3,14 @@ split's mix of hazard levels is as close to the whole set's as the groups allow.
 
 Splitting clips at random leaks: clips of one drive in train and in test make the test score measure memory of
 the drive. So whole groups are placed, one at a time, each into the split where it brings the counts closest to
-the asked shares level by level: the split whose Pearson distance sum over levels of (count - share x level's
-total)^2 / (share x level's total) grows least (ties: the first split named). Larger groups go first, because
+the asked shares, level by level and in size: the split whose Pearson distance, the sum over levels of (count -
+share x level's total)^2 / (share x level's total) plus the same for the split's size, grows least (ties: the
+first split named). Larger groups go first, because
 they are the hard ones to fit; among groups of like size (within a factor of two) the order is a seeded hash of
 the group's name, so that the seed decides which of them go where. The same groups, shares and seed give the
-same splits on any machine (the hash is BLAKE2b, not Python's salted `hash`).
+same splits on any machine (the hash is BLAKE2b, not Python's salted `hash`). What that achieves, checked by
+tests/test_release_splits.py over generated groups: every split's count of every level lies within 1.5 times the
+largest group's size of its asked share, and its size within twice that, however many groups there are.
 
 Memory: `Placer` keeps counts per split and level only; the release streams its groups to it in the order
 `order_key` gives (data.quality.release sorts them in SQLite), so a million one-clip groups cost no more than
@@ -84,18 +87,25 @@ class Placer:
     def __init__(self, shares: Mapping[str, float], totals: Mapping[str, int]):
         self.shares = dict(shares)
         self.totals = dict(totals)
+        self.total = sum(self.totals.values())
         self.counts: dict[str, dict[str, int]] = {s: {} for s in self.shares}
+        self.sizes: dict[str, int] = {s: 0 for s in self.shares}
 
     def cost(self, split: str, hist: Mapping[str, int]) -> float:
-        """How much placing a group of `hist` (level -> clips) in `split` adds to the Pearson distance."""
+        """How much placing a group of `hist` (level -> clips) in `split` adds to the Pearson distance of the
+        split's counts per level, plus that of its size (a group holding all of a level's clips changes no level's
+        distance wherever it goes: its size still must)."""
         r, placed = self.shares[split], self.counts[split]
         out = 0.0
+        size = 0
         for level, g in hist.items():
             if g <= 0:
                 continue
             want = r * self.totals[level]
             out += g * (2 * (placed.get(level, 0) - want) + g) / want
-        return out
+            size += g
+        want = r * self.total
+        return out + size * (2 * (self.sizes[split] - want) + size) / want
 
     def place(self, hist: Mapping[str, int]) -> str:
         """The split a group of `hist` goes to (recorded in `counts`)."""
@@ -106,6 +116,7 @@ class Placer:
         placed = self.counts[best]
         for level, g in hist.items():
             placed[level] = placed.get(level, 0) + g
+            self.sizes[best] += g
         return best
 
 
