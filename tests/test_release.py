@@ -340,3 +340,15 @@ def test_the_command_line_has_help_with_examples_and_refuses_clearly(db_path, tm
         env=env,
     )
     assert bad.returncode == 2 and "never released" in bad.stderr and not (tmp_path / "o").exists()
+
+
+def test_nothing_to_release_is_refused_with_why_and_recorded_nowhere(db, tmp_path):
+    build(
+        db, [ClipSpec(folder="d", sidecar={"route": "R1"}, simulated=True), ClipSpec(folder="d", status="unreviewed")]
+    )
+    with pytest.raises(DataError, match="Nothing to release.*1 are simulated"):
+        make(db, tmp_path / "r")
+    assert not (tmp_path / "r").exists() and db.execute("SELECT COUNT(*) FROM releases").fetchone()[0] == 0
+    r = rel.release(db, rel.Options(include_simulated=True), into=tmp_path / "all", actor="lead", role="lead")
+    assert r.path == (tmp_path / "all" / "release-v1").absolute() and r.counts == {"train": 1, "val": 0, "test": 0}
+    assert "val and test hold no clip" in r.card and "val and test: no clip" in rel.summary(r)

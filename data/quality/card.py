@@ -369,6 +369,16 @@ def render(
             ],
         ),
         "",
+        *(
+            [
+                f"**{' and '.join(empty)} {'holds' if len(empty) == 1 else 'hold'} no clip:** the "
+                f"{sum(groups.values()):,} groups are too few (or too large) for these shares. Group by another "
+                "field, or ask for fewer splits.",
+                "",
+            ]
+            if (empty := [s for s in splits if not tally.n[s]])
+            else []
+        ),
         "Hazard level, share of each split's clips (the whole set in the last column):",
         "",
     ]

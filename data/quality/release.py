@@ -391,10 +391,14 @@ def _measure(db: sqlite_utils.Database, o: Options) -> card.Measured:
     return card.Measured(r, agree, est, simulated)
 
 
-def _reserve(db: sqlite_utils.Database, o: Options, out: Path, actor: str) -> tuple[int, int, dict | None]:
-    """The release's row (state 'writing') with the next version of its name, and the release before it."""
+def _reserve(
+    db: sqlite_utils.Database, o: Options, out: Path | None, into: Path | None, actor: str
+) -> tuple[int, int, dict | None, Path]:
+    """The release's row (state 'writing') with the next version of its name, the release before it, and its
+    folder (`out`, or NAME-vVERSION in `into`)."""
     with immediate(db):
         version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM releases WHERE name = ?", [o.name]).fetchone()
+        out = out or (into / f"{o.name}-v{version[0]}")
         previous = next(
             db.query(
                 "SELECT id, version, path, manifest_sha256 FROM releases WHERE name = ? AND state = 'done' "
@@ -408,7 +412,7 @@ def _reserve(db: sqlite_utils.Database, o: Options, out: Path, actor: str) -> tu
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [o.name, version[0], str(out), actor, now(), json.dumps(o.to_dict()), previous and previous["id"]],
         )
-    return cur.lastrowid, version[0], dict(previous) if previous else None
+    return cur.lastrowid, version[0], dict(previous) if previous else None, out
 
 
 def _check_out(out: Path) -> None:
@@ -443,29 +447,55 @@ def _remove(path: Path) -> None:
     shutil.rmtree(path)
 
 
+def _check_something(db: sqlite_utils.Database, o: Options) -> None:
+    """A DataError saying why, when no clip of the options would be released."""
+    where, args = _where(o, simulated=False)
+    if db.execute(f"SELECT EXISTS (SELECT 1 {_JOINS} WHERE {where})", args).fetchone()[0]:
+        return
+    where, args = _where(o, simulated=True)
+    simulated = db.execute(f"SELECT COUNT(*) {_JOINS} WHERE {where}", args).fetchone()[0]
+    raise DataError(
+        f"Nothing to release: no clip of this filter has a current caption in review status "
+        f"{o.filter.review_status}"
+        + (
+            f" whose text is not simulated ({simulated:,} are simulated: include simulated text to release them, "
+            "flagged)."
+            if simulated
+            else "."
+        )
+    )
+
+
 def release(
     db: sqlite_utils.Database,
     options: Options,
-    out: str | Path,
+    out: str | Path | None = None,
     *,
+    into: str | Path | None = None,
     actor: str,
     role: str | None,
     progress: Callable[[int], None] | None = None,
 ) -> Result:
-    """Write a release of `options` to the folder `out` (new, or empty) and record it; see the module docstring.
-    Forbidden below the lead role; DataError for options that would release what must not be, or an `out` that
-    holds something. `progress(n)` is called every 1,000 records written."""
+    """Write a release of `options` to the folder `out` (new, or empty), or to NAME-vVERSION in the folder `into`,
+    and record it; see the module docstring. Forbidden below the lead role; DataError for options that would
+    release what must not be or nothing at all, or a folder that holds something. `progress(n)` is called every
+    1,000 records written."""
     if not users.at_least(role, "lead"):
         raise Forbidden(f"Only a lead releases a training set; you are {role or 'not signed in'}.")
+    if (out is None) == (into is None):
+        raise ValueError("give the release's folder (out) or the folder to make it in (into)")
     o = options.checked()
-    out = Path(out).absolute()
-    _check_out(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if out is not None:
+        out = Path(out).absolute()
+        _check_out(out)
+    _check_something(db, o)
     measured = _measure(db, o)
     chooser = _Prompts(db)
-    rel_id, version, previous = _reserve(db, o, out, actor)
+    rel_id, version, previous, out = _reserve(db, o, out, into and Path(into).absolute(), actor)
     staging = out.parent / f".{out.name}.partial-{rel_id}"
     try:
+        _check_out(out)
+        out.parent.mkdir(parents=True, exist_ok=True)
         staging.mkdir()
         tally = card.Tally([name for name, _ in o.shares])
         with _snapshot(db):
@@ -527,6 +557,9 @@ def summary(r: Result) -> str:
     """What a release wrote and what changed, in two sentences (the command's output, the app's message)."""
     counts = ", ".join(f"{name} {n:,}" for name, n in r.counts.items())
     out = f"Wrote {r.name} v{r.version} to {r.path}: {sum(r.counts.values()):,} clips ({counts})."
+    empty = [name for name, n in r.counts.items() if not n]
+    if empty:
+        out += f" {' and '.join(empty)}: no clip (too few groups for these splits; see the card)."
     if r.simulated_left_out:
         out += f" {r.simulated_left_out:,} clips with simulated text left out (--include-simulated releases them)."
     c = r.changes
