@@ -113,12 +113,28 @@ def _ordered_values(label: str, counts: list[Counter]) -> list[str]:
     return known + sorted(seen - set(known) - {NONE}) + ([NONE] if NONE in seen else [])
 
 
-def _quality(m: Measured, approved_words: str, simulated_words: str) -> list[str]:
+def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
     r = m.report
     measured = sum(g.n for g in r.groups)
-    out = [
-        "## What the labels are worth (measured)",
-        "",
+    approved_words = (
+        "In this release the labels of an approved clip are the ones its reviewer approved; the figures say how "
+        "often the model's were kept, which is what a machine label nobody reviewed is worth."
+        if status == "approved"
+        else "The labels in this release were not reviewed (they are the model's, or a person's edit nobody "
+        "approved yet): the figures below are the model's, and what these labels are worth at best."
+    )
+    out = ["## What the labels are worth (measured)", ""]
+    if not r.approved:
+        out += [
+            "No clip of this release's filter is approved yet, so nothing measures its labels against reviewers"
+            + (
+                "; they were not reviewed either (the model's, or a person's edit nobody approved yet)."
+                if status != "approved"
+                else "."
+            ),
+            "",
+        ]
+    out += [
         f"From the Quality figures (data.quality; the Quality tab with this release's filter shows the same), over "
         f"the **{r.approved:,} approved clips** of this release's filter, at release time: "
         f"{r.without_origin:,} of them written from scratch (no machine caption to measure), the others each "
@@ -136,7 +152,9 @@ def _quality(m: Measured, approved_words: str, simulated_words: str) -> list[str
         "lean high; and the clips were reviewed because people chose them, not drawn at random.",
         "",
     ]
-    if not r.groups:
+    if not r.approved:
+        out = out[:4]
+    elif not r.groups:
         out += ["No approved clip of this filter has a machine caption to measure.", ""]
     else:
         groups = list(r.groups)
@@ -456,12 +474,8 @@ def render(
             f"naming no known prompt version) with the newest prompt version, {md(default_prompt)}.",
             "",
         ]
-    approved_words = (
-        "In this release the labels of an approved clip are the ones its reviewer approved; the figures say how "
-        "often the model's were kept, which is what a machine label nobody reviewed is worth."
-    )
     simulated_words = "released, flagged" if options["include_simulated"] else "not in this release"
-    out += _quality(measured, approved_words, simulated_words)
+    out += _quality(measured, options["filter"].get("review_status") or "approved", simulated_words)
     out += _changes(changes, name)
     out += _loading(splits)
     return "\n".join(out)

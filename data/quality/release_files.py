@@ -138,30 +138,39 @@ def _kind(schema: dict) -> str:
     return t
 
 
-def _column(schema: dict, defs: dict) -> tuple[Any, Callable[[Any], Any]]:
-    """(Arrow type, value converter) of one JSON Schema node."""
+def _column(schema: dict, defs: dict) -> tuple[Any, Callable[[Any], Any] | None]:
+    """(Arrow type, value converter) of one JSON Schema node; the converter is None where Arrow takes the JSON
+    value as it is (pyarrow fills a struct from a dict by name, ignoring other keys), so that only the paths to
+    JSON-text columns cost a Python step per record."""
     import pyarrow as pa
 
     schema = _resolve(schema, defs)
     kind = _kind(schema)
     if kind == "struct":
         parts = {name: _column(sub, defs) for name, sub in schema["properties"].items()}
-        names = list(parts)
-        convert = {name: parts[name][1] for name in names}
+        arrow = pa.struct([pa.field(n, t) for n, (t, _) in parts.items()])
+        convert = {name: c for name, (_, c) in parts.items() if c is not None}
+        if not convert:
+            return arrow, None
 
         def struct(value: Any) -> Any:
             if value is None:
                 return None
-            return {name: convert[name](value.get(name)) for name in names}
+            out = dict(value)
+            for name, c in convert.items():
+                out[name] = c(value.get(name))
+            return out
 
-        return pa.struct([pa.field(n, parts[n][0]) for n in names]), struct
+        return arrow, struct
     if kind == "array":
         item_type, item = _column(schema.get("items", {}), defs)
+        if item is None:
+            return pa.list_(item_type), None
         return pa.list_(item_type), lambda v: None if v is None else [item(x) for x in v]
     if kind == "json":
         return pa.string(), lambda v: None if v is None else json.dumps(v, ensure_ascii=False, sort_keys=True)
     simple = {"integer": pa.int64(), "number": pa.float64(), "string": pa.string(), "boolean": pa.bool_()}
-    return simple[kind], lambda v: v
+    return simple[kind], None
 
 
 def arrow_schema() -> tuple[Any, Callable[[dict], dict]]:
@@ -172,13 +181,15 @@ def arrow_schema() -> tuple[Any, Callable[[dict], dict]]:
     spec = export.json_schema()
     defs = spec["$defs"]
     cols = {name: _column(sub, defs) for name, sub in spec["properties"].items()}
-    names = list(cols)
-    convert = {name: cols[name][1] for name in names}
+    convert = {name: c for name, (_, c) in cols.items() if c is not None}
 
     def row(record: dict) -> dict:
-        return {name: convert[name](record.get(name)) for name in names}
+        out = dict(record)
+        for name, c in convert.items():
+            out[name] = c(record.get(name))
+        return out
 
-    return pa.schema([pa.field(n, cols[n][0]) for n in names]), row
+    return pa.schema([pa.field(n, t) for n, (t, _) in cols.items()]), row
 
 
 class SplitFiles:
