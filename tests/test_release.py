@@ -340,6 +340,8 @@ def test_the_command_line_has_help_with_examples_and_refuses_clearly(db_path, tm
         env=env,
     )
     assert bad.returncode == 2 and "never released" in bad.stderr and not (tmp_path / "o").exists()
+    bad = subprocess.run([*run, "--db", str(db_path)], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "--out DIR" in bad.stderr
 
 
 def test_nothing_to_release_is_refused_with_why_and_recorded_nowhere(db, tmp_path):

@@ -594,7 +594,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m data.release --data-dir var --out /tmp/demo --status unreviewed --include-simulated",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--out", required=True, help="the folder to write (new or empty; never written over)")
+    parser.add_argument("--out", help="the folder to write (new or empty; never written over); required")
     parser.add_argument(
         "--name", default=DEFAULT_NAME, help=f"the release's name; versions count up per name (default {DEFAULT_NAME})"
     )
@@ -631,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     from data.db import connect
 
     args = build_parser().parse_args(argv)
+    if not args.out:
+        print("error: --out DIR: the folder to write the release into (new or empty)", file=sys.stderr)
+        return 2
     s = settings_mod.from_args(args)
     if not s.db.exists():
         print(f"error: no database at {s.db}", file=sys.stderr)
