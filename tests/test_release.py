@@ -103,6 +103,12 @@ def test_each_file_loads_with_the_library_a_trainer_uses(db, tmp_path):
             answer = json.loads(gpt["value"])
             jsonschema.validate(answer, taxonomy.CAPTION_SCHEMA)
             assert answer == {"caption": x["text"], **x["labels"]}
+            # the item as written is json.dumps of the documented item, character for character
+            user = human["value"].removeprefix("<video>\n")
+            text = release_files.sft_json(x, release_files.encoded_prompt(item["prompt"], item["system"], user))
+            assert text == json.dumps(
+                release_files.sft_item(x, item["prompt"], item["system"], user), ensure_ascii=False
+            )
     assert set(want) == {m["clip_id"] for m in manifest}
     assert not set(built.ids[-5:]) & set(want)  # rejected, broken, unreviewed, failed, simulated
 

@@ -242,6 +242,18 @@ class _Prompts:
         self.by_id = {p["id"]: p for p in listed}
         self.by_name = {(p["name"], p["version"]): p for p in listed}
         self.fallback = 0
+        self.cache: dict[tuple, tuple[str, str, str]] = {}
+
+    def encoded(self, record: dict) -> tuple[str, str, str]:
+        """The record's prompt parts as JSON text (release_files.encoded_prompt), rendered for its camera as the
+        runner sends it (data.prompts.render_user), made once per prompt version and camera."""
+        p = self.of(record)
+        camera = prompts.camera_of(record["path"], record["sidecar"])
+        key = (p["id"], camera)
+        if key not in self.cache:
+            user = prompts.render_user(p, camera)
+            self.cache[key] = release_files.encoded_prompt(f"{p['name']} v{p['version']}", p.get("system") or "", user)
+        return self.cache[key]
 
     def of(self, record: dict) -> dict:
         o = record["origin"] or {}
@@ -285,10 +297,7 @@ def _write(
                 line = release_files.manifest_line(record, split, group)
                 manifest.write(line)
                 digest.update(line.encode("utf-8"))
-                p = chooser.of(record)
-                user = prompts.render_user(p, prompts.camera_of(record["path"], record["sidecar"]))
-                item = release_files.sft_item(record, f"{p['name']} v{p['version']}", p.get("system") or "", user)
-                files[split].add(record, item)
+                files[split].add(record, release_files.sft_json(record, chooser.encoded(record)))
                 tally.add(split, record)
                 n += 1
                 if progress and n % 1000 == 0:

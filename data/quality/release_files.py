@@ -34,7 +34,7 @@ from typing import Any, Callable
 
 from data import export, taxonomy
 
-ROW_GROUP = 10_000  # parquet rows per row group (and records held before one is written)
+ROW_GROUP = 5_000  # parquet rows per row group (and records held before one is written)
 VIDEO_TAG = "<video>"
 
 SFT_ITEM_SCHEMA: dict[str, Any] = {
@@ -113,6 +113,30 @@ def sft_item(record: dict, prompt_name: str, system: str, user: str) -> dict:
             {"from": "gpt", "value": answer(record)},
         ],
     }
+
+
+_SFT = (
+    '{"clip_id": %d, "video": %s, "simulated": %s, "prompt": %s, "system": %s, "conversations": '
+    '[{"from": "human", "value": %s}, {"from": "gpt", "value": %s}]}'
+)
+
+
+def encoded_prompt(prompt_name: str, system: str, user: str) -> tuple[str, str, str]:
+    """The JSON text of an item's prompt parts, made once per prompt version and camera (`sft_json`)."""
+    return tuple(json.dumps(x, ensure_ascii=False) for x in (prompt_name, system, f"{VIDEO_TAG}\n{user}"))
+
+
+def sft_json(record: dict, prompt: tuple[str, str, str]) -> str:
+    """`json.dumps(sft_item(...), ensure_ascii=False)`, with the prompt's parts encoded once (`encoded_prompt`):
+    the same 1-2 KB of prompt text on every item is most of an SFT file."""
+    dumps = json.dumps
+    return _SFT % (
+        record["clip_id"],
+        dumps(record["path"], ensure_ascii=False),
+        "true" if record["simulated"] else "false",
+        *prompt,
+        dumps(answer(record), ensure_ascii=False),
+    )
 
 
 # -- parquet --------------------------------------------------------------------------------------------------
@@ -206,9 +230,10 @@ class SplitFiles:
         self.parquet = pq.ParquetWriter(root / f"{split}.parquet", schema)
         self.rows: list[dict] = []
 
-    def add(self, record: dict, item: dict) -> None:
+    def add(self, record: dict, item: str) -> None:
+        """Write one record, and its SFT item as JSON text (`sft_json`)."""
         self.jsonl.write(export.jsonl_line(record))
-        self.sft.write(("\n" if not self.n else ",\n") + json.dumps(item, ensure_ascii=False))
+        self.sft.write(("\n" if not self.n else ",\n") + item)
         self.rows.append(self.to_row(record))
         self.n += 1
         if len(self.rows) >= ROW_GROUP:
