@@ -484,7 +484,9 @@ def edits(db: sqlite_utils.Database, caption_id: int, limit: int = EDITS_MAX) ->
     """The human versions on the chain from `caption_id` back to its origin, oldest first, each with `changed`
     (CHANGE_KINDS, against the version it was derived from); and whether the chain was longer than `limit`
     human versions (then only the newest `limit` are listed). One indexed query, at most limit + 1 rows."""
-    rows = [_decode(r) for r in db.query(CHAIN_SQL, [caption_id, limit])]
+    cursor = db.execute(CHAIN_SQL, [caption_id, limit])  # a plain cursor: an export asks once per human caption
+    names = [d[0] for d in cursor.description]
+    rows = [_decode(dict(zip(names, r))) for r in cursor]
     out = []
     for i, r in enumerate(rows[:limit]):
         if r["source"] != "human":

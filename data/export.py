@@ -273,11 +273,20 @@ def _select(f: Filter) -> tuple[str, list[Any]]:
     )
 
 
+# (name, column, decoder or None) of the fields read from SQL, decided once: a record costs no lookups of these
+_READ = tuple((x.name, x.name, x.decode) for x in FIELDS if x.sql)
+_ORIGIN_READ = tuple((x.name, "origin_" + x.name, x.decode) for x in ORIGIN_FIELDS)
+
+
+def _decoded(raw: dict, fields: tuple) -> dict:
+    return {name: raw[col] if decode is None else decode(raw[col]) for name, col, decode in fields}
+
+
 def _lineage_fields(db: sqlite_utils.Database, raw: dict, rec: dict) -> dict:
     """The computed fields of FIELDS for one record (`raw`: the query's row, `rec`: its decoded fields)."""
     origin = None
     if raw["origin_caption_id"] is not None:
-        origin = {x.name: (x.decode or (lambda v: v))(raw["origin_" + x.name]) for x in ORIGIN_FIELDS}
+        origin = _decoded(raw, _ORIGIN_READ)
     if origin is None:
         changed, labels = captions.change_kind(None, rec), None
     elif origin["caption_id"] == rec["caption_id"]:  # a machine caption, its own origin (most rows)
@@ -296,6 +305,9 @@ def _lineage_fields(db: sqlite_utils.Database, raw: dict, rec: dict) -> dict:
     }
 
 
+_ORDER = tuple(x.name for x in FIELDS)
+
+
 def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[str, Any]]:
     """Matching clips with a current caption, as export records (FIELDS order), in id order, streamed."""
     sql, args = _select(f)
@@ -303,9 +315,9 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
     names = [d[0] for d in cursor.description]
     for values in cursor:  # a cursor, never fetchall: constant memory
         raw = dict(zip(names, values))
-        rec = {x.name: (x.decode or (lambda v: v))(raw[x.name]) for x in FIELDS if x.sql}
+        rec = _decoded(raw, _READ)
         computed = _lineage_fields(db, raw, rec)
-        yield {x.name: rec[x.name] if x.sql else computed[x.name] for x in FIELDS}
+        yield {name: rec[name] if name in rec else computed[name] for name in _ORDER}
 
 
 def csv_header() -> list[str]:
@@ -352,6 +364,11 @@ def _csv_row(row: dict) -> list[Any]:
     return out
 
 
+def jsonl_line(row: dict) -> str:
+    """One record as a JSON Lines line (with its newline): what the export and a release's split files write."""
+    return json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
+
+
 def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -> int:
     """Write matching current captions to `out` in `fmt` ('jsonl' | 'csv'). Returns the row count."""
     if fmt not in FORMATS:
@@ -360,7 +377,7 @@ def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -
     rows = iter_rows(db, f or Filter())
     if fmt == "jsonl":
         for row in rows:
-            out.write(json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n")
+            out.write(jsonl_line(row))
             n += 1
     else:
         w = csv.writer(out, lineterminator="\n")

@@ -24,6 +24,7 @@ Tables
   saved yet, per person and clip (m013).
 - quality_pairs (m019): a machine caption measured against an approved one, cached per pair of versions
   (data.quality).
+- releases (m021): training-set releases, versioned per name, never changed once written (data.quality.release).
 """
 
 from __future__ import annotations
@@ -648,3 +649,35 @@ def m020_fleet_state(db: sqlite_utils.Database) -> None:
         "WHERE started_at IS NOT NULL AND state IN ('paused', 'cancelled', 'done')"
     )
     db.execute("UPDATE jobs SET running_since = started_at WHERE started_at IS NOT NULL AND state = 'running'")
+
+
+@MIGRATIONS()
+def m021_releases(db: sqlite_utils.Database) -> None:
+    """Training-set releases (data.quality.release): one row per release, `version` counting up per `name`. A row
+    is reserved in state 'writing' before its files are written and finished as 'done' (or 'failed') after, with
+    what it holds: `path` (the folder written), `options` (JSON: the clip filter, grouping field, splits, seed,
+    whether simulated text was included), `counts` (JSON: clips per split), `changes` (JSON: what changed since
+    `previous_id`, the release before it of the same name) and `manifest_sha256` (the hash of its manifest.jsonl,
+    checked when the next release reads it). A finished release never changes (triggers), as its files never do."""
+    db.execute("""
+    CREATE TABLE releases (
+        id INTEGER PRIMARY KEY,
+        name TEXT NOT NULL,
+        version INTEGER NOT NULL,
+        state TEXT NOT NULL DEFAULT 'writing' CHECK (state IN ('writing', 'done', 'failed')),
+        path TEXT NOT NULL,
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        finished_at REAL,
+        options TEXT NOT NULL,
+        counts TEXT,
+        changes TEXT,
+        previous_id INTEGER REFERENCES releases(id),
+        manifest_sha256 TEXT,
+        error TEXT,
+        UNIQUE (name, version)
+    )""")
+    db.execute("""CREATE TRIGGER releases_finished_stay BEFORE UPDATE ON releases WHEN OLD.state <> 'writing'
+                  BEGIN SELECT RAISE(ABORT, 'a finished release is never changed: make a new one'); END""")
+    db.execute("""CREATE TRIGGER releases_never_deleted BEFORE DELETE ON releases
+                  BEGIN SELECT RAISE(ABORT, 'releases are never deleted'); END""")

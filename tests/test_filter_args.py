@@ -16,13 +16,18 @@ import pytest
 from data import captions, clips, export, filter_args
 from data.clips import Filter
 from data.errors import DataError
+from data.quality import release
 from data.quality.__main__ import main as quality_main
 from serving import caption
 from tests.test_export import populate
 
 ROOT = Path(__file__).resolve().parents[1]
 # Every command line that selects clips with flags: each must take all of the filter's.
-COMMANDS = {"data.export": export.build_parser, "serving.caption": caption.build_parser}
+COMMANDS = {
+    "data.export": export.build_parser,
+    "serving.caption": caption.build_parser,
+    "data.release": release.build_parser,
+}
 
 
 def _argv(name: str) -> tuple[list[str], object]:

@@ -239,11 +239,19 @@ def test_table_lists_every_endpoint(server, deps):  # noqa: F811
 def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):  # noqa: F811
     db = dbmod.connect(web_settings.db)
     try:
-        before = (len(job_queries.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
-        for endpoint in ("/start_job", "/job_cancel", "/job_pause", "/job_retry"):
+
+        def counts():
+            return (
+                len(job_queries.list_jobs(db, 1000)),
+                db.execute("SELECT COUNT(*) FROM events").fetchone()[0],
+                db.execute("SELECT COUNT(*) FROM releases").fetchone()[0],
+            )
+
+        before = counts()
+        for endpoint in ("/start_job", "/job_cancel", "/job_pause", "/job_retry", "/release_set"):
             assert call_event(server, deps, cookies["annotator"], endpoint, 1) == "deny"
         assert call_route(server, cookies["annotator"], "GET /export") == "deny"
-        after = (len(job_queries.list_jobs(db, 1000)), db.execute("SELECT COUNT(*) FROM events").fetchone()[0])
+        after = counts()
         assert after == before
     finally:
         db.close()

@@ -119,7 +119,9 @@ def test_layers_point_one_way_data_below_serving_below_webapp():
 
 
 CORE = {"data.db", "data.errors", "data.events", "data.limits", "data.settings"}  # what the library wing may import
-COMMANDS = {"data.ingest", "data.demo", "data.deployment"}  # the launchers of commands users type, beside the wings
+# the launchers of commands users type, beside the wings: a `__main__` guard that imports the wing's `main`, nothing
+# any module could import (data.release's card reports the Quality figures, so its code is the quality wing's)
+COMMANDS = {"data.ingest", "data.demo", "data.deployment", "data.release"}
 
 
 def _wing(module: str) -> str | None:
@@ -133,7 +135,8 @@ def _wing(module: str) -> str | None:
 
 def test_the_wings_of_data_point_one_way():
     """data/library imports only the core; nothing in data/ imports quality; jobs is imported only by quality (and
-    within itself). The rest of data/ stays flat (ARCHITECTURE.md, "The floors")."""
+    within itself); the launchers beside the wings (COMMANDS) import the wing whose command they start. The rest of
+    data/ stays flat (ARCHITECTURE.md, "The floors")."""
     wrong = []
     for path in _files(("data",)):
         me = _module_of(path)
@@ -144,7 +147,7 @@ def test_the_wings_of_data_point_one_way():
             where = f"{path.relative_to(ROOT)}:{line} imports {target}"
             if mine == "library" and theirs != "library" and target not in CORE:
                 wrong.append(where + " (the library wing imports only the core)")
-            if theirs == "quality" and mine != "quality":
+            if theirs == "quality" and mine != "quality" and me not in COMMANDS:
                 wrong.append(where + " (nothing in data/ imports the quality wing)")
             if theirs == "jobs" and mine not in ("jobs", "quality"):
                 wrong.append(where + " (only the quality wing imports the jobs wing)")

@@ -19,7 +19,7 @@ import gradio as gr
 from data import clips, order as orders, search
 from data.errors import DataError, SearchSyntaxError
 from data.quality import samples
-from webapp import assigning, render, sampling, second_review_tab
+from webapp import assigning, release_panel, render, sampling, second_review_tab
 from webapp.context import AppContext
 
 ANY = "any"
@@ -133,6 +133,7 @@ class BrowseTab:
         self._summary: tuple[float, dict | None] = (0.0, None)
         self.assign = assigning.AssignPanel(ctx)
         self.sample = sampling.SamplePanel(ctx)
+        self.release = release_panel.ReleasePanel(ctx)
 
     def render(self) -> None:
         with gr.Row(elem_classes="cw-filters"):
@@ -178,6 +179,7 @@ class BrowseTab:
         )
         self.counts = gr.HTML(elem_id="browse-counts")
         self.export = gr.HTML(elem_id="browse-export")
+        self.release.render()  # beside the export links: both write what the filter shows
         self.grid = gr.HTML("", elem_id="gallery", js_on_load=TILE_JS)
         with gr.Row():
             self.prev_btn = gr.Button("◀ Previous page", elem_id="page-prev", size="sm")
@@ -201,6 +203,7 @@ class BrowseTab:
         out = {comp: form.get(name) for name, comp in self.form.items()}
         out.update({self.sort: orders.name_or_default(form.get(SORT)), **self.assign.for_user(user)})
         out.update(self.sample.for_user(user))
+        out.update(self.release.for_user(user))
         if user.can("lead"):
             choices = [assigning.ANY, assigning.ME, assigning.UNASSIGNED, *self.assign.people()]
             out[self.assignee] = gr.update(choices=choices, value=form.get("assignee"))
@@ -212,6 +215,7 @@ class BrowseTab:
             list(self.form.values())
             + [self.sort, self.assign.row, self.assign.person]
             + self.sample.first_paint_outputs
+            + self.release.first_paint_outputs
         )
 
     def summary(self, db) -> dict:
@@ -329,3 +333,4 @@ class BrowseTab:
         self.prev_btn.click(prev_page, [filter_state, self.anchors, sort_state], outs[:-2], api_name="browse_prev")
         self.assign.wire(self, filter_state, sort_state)
         self.sample.wire(self, filter_state, sort_state)
+        self.release.wire(filter_state)

@@ -1,0 +1,141 @@
+"""Grouped, stratified splits: every clip of a group (a route, a vehicle, a drive) lands in one split, and each
+split's mix of hazard levels is as close to the whole set's as the groups allow.
+
+Splitting clips at random leaks: clips of one drive in train and in test make the test score measure memory of
+the drive. So whole groups are placed, one at a time, each into the split where it brings the counts closest to
+the asked shares, level by level and in size: the split whose Pearson distance, the sum over levels of (count -
+share x level's total)^2 / (share x level's total) plus the same for the split's size, grows least (ties: the
+first split named). Larger groups go first, because
+they are the hard ones to fit; among groups of like size (within a factor of two) the order is a seeded hash of
+the group's name, so that the seed decides which of them go where. The same groups, shares and seed give the
+same splits on any machine (the hash is BLAKE2b, not Python's salted `hash`). What that achieves, checked by
+tests/test_release_splits.py over generated groups: every split's count of every level lies within 1.5 times the
+largest group's size of its asked share, and its size within twice that, however many groups there are.
+
+Memory: `Placer` keeps counts per split and level only; the release streams its groups to it in the order
+`order_key` gives (data.quality.release sorts them in SQLite), so a million one-clip groups cost no more than
+ten. `assign` is the same for groups held in a dict (tests, small callers).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from typing import Iterable, Mapping
+
+from data.errors import DataError
+
+DEFAULT = "train=0.8,val=0.1,test=0.1"
+MAX_SPLITS = 10
+_NAME = re.compile(r"[a-z][a-z0-9_-]{0,31}")
+
+
+def parse(spec: str) -> dict[str, float]:
+    """`train=0.8,val=0.1,test=0.1` -> {"train": 0.8, "val": 0.1, "test": 0.1}, in the order written; a DataError
+    saying what to write for anything else (names are file names: lower-case letters, digits, - and _)."""
+    shares: dict[str, float] = {}
+    parts = [p.strip() for p in str(spec or "").split(",") if p.strip()]
+    if not parts:
+        raise DataError(f"--splits: name=share pairs, for example {DEFAULT}.")
+    if len(parts) > MAX_SPLITS:
+        raise DataError(f"--splits: at most {MAX_SPLITS} splits.")
+    for part in parts:
+        name, sep, value = part.partition("=")
+        name = name.strip()
+        if not sep or not _NAME.fullmatch(name):
+            raise DataError(
+                f"--splits: {part[:40]!r} is not name=share; a name is lower-case letters, digits, - or _ "
+                f"(for example {DEFAULT})."
+            )
+        if name in shares:
+            raise DataError(f"--splits names {name} twice.")
+        try:
+            share = float(value)
+        except ValueError:
+            raise DataError(f"--splits: the share of {name} is a number such as 0.1, not {value[:20]!r}.") from None
+        if not 0 < share <= 1 or not math.isfinite(share):
+            raise DataError(f"--splits: the share of {name} must be more than 0 and at most 1 (not {value[:20]}).")
+        shares[name] = share
+    total = sum(shares.values())
+    if abs(total - 1) > 1e-6:
+        raise DataError(f"--splits: the shares add up to {total:g}; they must add up to 1 (for example {DEFAULT}).")
+    return shares
+
+
+def rank(seed: int, key: str) -> int:
+    """A group's place among groups of like size: a 63-bit hash of the seed and its name (fits SQLite's INTEGER)."""
+    digest = hashlib.blake2b(f"{seed}\x00{key}".encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") >> 1
+
+
+def band(size: int) -> int:
+    """Groups within a factor of two share a band (1, 2-3, 4-7, ...): the larger band is placed first."""
+    return int(size).bit_length()
+
+
+def order_key(seed: int, key: str, size: int) -> tuple[int, int, str]:
+    """The order groups are placed in: larger bands first, then the seeded hash, then the name (a hash tie)."""
+    return (-band(size), rank(seed, key), key)
+
+
+class Placer:
+    """Places groups one at a time. `shares`: split -> share (data.quality.splits.parse); `totals`: level ->
+    clips of that level in the whole set (what the shares are taken of). `counts[split][level]` is what has been
+    placed so far."""
+
+    def __init__(self, shares: Mapping[str, float], totals: Mapping[str, int]):
+        self.shares = dict(shares)
+        self.totals = dict(totals)
+        self.total = sum(self.totals.values())
+        self.counts: dict[str, dict[str, int]] = {s: {} for s in self.shares}
+        self.sizes: dict[str, int] = {s: 0 for s in self.shares}
+
+    def cost(self, split: str, hist: Mapping[str, int]) -> float:
+        """How much placing a group of `hist` (level -> clips) in `split` adds to the Pearson distance of the
+        split's counts per level, plus that of its size (a group holding all of a level's clips changes no level's
+        distance wherever it goes: its size still must)."""
+        r, placed = self.shares[split], self.counts[split]
+        out = 0.0
+        size = 0
+        for level, g in hist.items():
+            if g <= 0:
+                continue
+            want = r * self.totals[level]
+            out += g * (2 * (placed.get(level, 0) - want) + g) / want
+            size += g
+        want = r * self.total
+        return out + size * (2 * (self.sizes[split] - want) + size) / want
+
+    def place(self, hist: Mapping[str, int]) -> str:
+        """The split a group of `hist` goes to (recorded in `counts`)."""
+        missing = [level for level, g in hist.items() if g > 0 and self.totals.get(level, 0) <= 0]
+        if missing:
+            raise ValueError(f"levels {missing} are not in the totals")
+        best = min(self.shares, key=lambda s: self.cost(s, hist))  # min keeps the first of equals
+        placed = self.counts[best]
+        for level, g in hist.items():
+            placed[level] = placed.get(level, 0) + g
+            self.sizes[best] += g
+        return best
+
+
+def assign(groups: Mapping[str, Mapping[str, int]], shares: Mapping[str, float], seed: int) -> dict[str, str]:
+    """group -> split for `groups` (group -> level -> clips), placed as the module docstring says."""
+    totals: dict[str, int] = {}
+    for hist in groups.values():
+        for level, g in hist.items():
+            totals[level] = totals.get(level, 0) + g
+    placer = Placer(shares, totals)
+    order = sorted(groups, key=lambda k: order_key(seed, k, sum(groups[k].values())))
+    return {k: placer.place(groups[k]) for k in order}
+
+
+def shares_of(counts: Mapping[str, Mapping[str, int]], levels: Iterable[str]) -> dict[str, dict[str, float]]:
+    """Per split, each level's share of the split's clips (what the dataset card shows as achieved)."""
+    levels = list(levels)
+    out = {}
+    for split, hist in counts.items():
+        n = sum(hist.values())
+        out[split] = {level: (hist.get(level, 0) / n if n else 0.0) for level in levels}
+    return out

@@ -1,0 +1,167 @@
+"""No group in two splits, for every release (issue 30), shown by property-based tests: hypothesis generates
+libraries (clips in folders, with or without the grouping field in their sidecar, of every hazard level and review
+state, some simulated, some failed at ingest), releases each through the real code into a real SQLite file, and
+checks every manifest against groups computed here, independently of the release's SQL. The placing rule
+(data.quality.splits) is checked on its own too: each split within two groups' size of the asked shares."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from data import db as dbmod, taxonomy
+from data.clips import Filter
+from data.errors import DataError
+from data.quality import release as rel, splits
+from tests.support.release_library import ClipSpec, build
+
+LEVELS = taxonomy.HAZARD_LEVELS
+SHARES = ["train=0.8,val=0.1,test=0.1", "train=0.5,test=0.5", "a=0.7,b=0.2,c=0.1", "train=0.98,val=0.01,test=0.01"]
+# sidecar values as they come: text (with the characters a group name must survive), numbers, empty, nested
+VALUES = st.one_of(
+    st.sampled_from(["R001", "R002", "a=b", "x/y", "route 9", "é", ""]),
+    st.integers(0, 3),
+    st.just({"nested": 1}),
+)
+
+
+@st.composite
+def clip_specs(draw, field: str) -> ClipSpec:
+    sidecar = draw(
+        st.one_of(
+            st.none(),
+            st.fixed_dictionaries({field: VALUES}),
+            st.fixed_dictionaries({"camera": st.just("rear")}),  # a sidecar without the field
+        )
+    )
+    return ClipSpec(
+        folder=draw(st.sampled_from(["", "d1", "d2", "d2/sub", "d3"])),
+        sidecar=sidecar,
+        hazard=draw(st.sampled_from(LEVELS)),
+        status=draw(st.sampled_from(["approved", "approved", "approved", "unreviewed", "rejected", "broken"])),
+        simulated=draw(st.booleans()),
+        edited=draw(st.booleans()),
+        failed=draw(st.integers(0, 9)) == 0,
+    )
+
+
+@st.composite
+def libraries(draw):
+    field = draw(st.sampled_from(["route", "vehicle"]))
+    specs = draw(st.lists(clip_specs(field), min_size=1, max_size=30))
+    return field, specs
+
+
+def expected_group(spec: ClipSpec, field: str) -> str:
+    """A clip's group, computed from what was built (not from the database): the field's value, else the folder."""
+    value = (spec.sidecar or {}).get(field)
+    if value is not None and value != "":
+        text = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value)
+        return f"{field}={text}"
+    return f"folder={spec.folder or '.'}"
+
+
+def released(spec: ClipSpec, include_simulated: bool) -> bool:
+    return spec.status == "approved" and not spec.failed and (include_simulated or not spec.simulated)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(
+    libraries(),
+    st.sampled_from(SHARES),
+    st.integers(0, 2**31),
+    st.booleans(),
+)
+def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include_simulated):
+    field, specs = library
+    with tempfile.TemporaryDirectory() as tmp:
+        db = dbmod.connect(Path(tmp) / "wb.db")
+        try:
+            built = build(db, specs)
+            options = rel.Options(Filter(), field, tuple(splits.parse(shares).items()), seed, "prop", include_simulated)
+            r = rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
+        finally:
+            db.close()
+        manifest = [json.loads(line) for line in (r.path / "manifest.jsonl").read_text().splitlines()]
+    want = [cid for cid in built.ids if released(built.specs[cid], include_simulated)]
+    assert [m["clip_id"] for m in manifest] == want  # exactly what was asked, in clip-id order
+    split_of_group: dict[str, set[str]] = defaultdict(set)
+    for m in manifest:
+        group = expected_group(built.specs[m["clip_id"]], field)
+        assert m["group"] == group
+        split_of_group[group].add(m["split"])
+        assert m["simulated"] == built.specs[m["clip_id"]].simulated
+    assert all(len(s) == 1 for s in split_of_group.values()), dict(split_of_group)
+    assert sum(r.counts.values()) == len(manifest) and set(r.counts) == set(splits.parse(shares))
+
+
+GROUP = st.dictionaries(st.sampled_from([*LEVELS, ""]), st.integers(1, 12), min_size=1, max_size=3)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.dictionaries(st.text(min_size=1, max_size=8), GROUP, min_size=1, max_size=60),
+    st.sampled_from(SHARES),
+    st.integers(0, 2**31),
+)
+def test_groups_are_placed_within_two_groups_of_the_asked_shares(groups, shares, seed):
+    """Every split's count of every hazard level is within 1.5 times the largest group's size of the asked share
+    of that level, and its size within twice that: what "as far as the groups allow" comes to."""
+    ask = splits.parse(shares)
+    placed = splits.assign(groups, ask, seed)
+    assert set(placed) == set(groups) and set(placed.values()) <= set(ask)
+    assert placed == splits.assign(dict(reversed(list(groups.items()))), ask, seed)  # the order given is irrelevant
+    totals: dict[str, int] = defaultdict(int)
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    for g, hist in groups.items():
+        for level, n in hist.items():
+            totals[level] += n
+            counts[placed[g], level] += n
+    biggest = max(sum(h.values()) for h in groups.values())
+    for split, share in ask.items():
+        size = sum(counts[split, level] for level in totals)
+        assert abs(size - share * sum(totals.values())) <= 2 * biggest
+        for level, total in totals.items():
+            assert abs(counts[split, level] - share * total) <= 1.5 * biggest, (split, level)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from(LEVELS), min_size=1, max_size=400), st.sampled_from(SHARES), st.integers(0, 99))
+def test_clips_of_their_own_group_are_stratified_to_within_two_clips(levels, shares, seed):
+    """With one clip per group the groups allow nearly any split: within 1.5 clips of the asked share per level
+    and 2 in size, however many clips (the deviation does not grow with them)."""
+    groups = {f"clip{i}": {level: 1} for i, level in enumerate(levels)}
+    ask = splits.parse(shares)
+    placed = splits.assign(groups, ask, seed)
+    for split, share in ask.items():
+        assert abs(sum(1 for g in placed.values() if g == split) - share * len(levels)) <= 2
+        for level in set(levels):
+            n = sum(1 for i, lv in enumerate(levels) if lv == level and placed[f"clip{i}"] == split)
+            assert abs(n - share * levels.count(level)) <= 1.5, (split, level)
+
+
+def test_the_seed_decides_among_groups_of_like_size():
+    groups = {f"g{i}": {"none": 1} for i in range(40)}
+    ask = splits.parse(splits.DEFAULT)
+    layouts = {tuple(sorted(splits.assign(groups, ask, seed).items())) for seed in range(5)}
+    assert len(layouts) == 5
+
+
+def test_split_shares_say_what_to_write():
+    assert splits.parse("train=0.8, val=0.1 ,test=0.1") == {"train": 0.8, "val": 0.1, "test": 0.1}
+    for bad, words in (
+        ("train=0.8,val=0.1", "add up to 1"),
+        ("train=0.5,train=0.5", "twice"),
+        ("Train=1", "lower-case"),
+        ("train=x", "number"),
+        ("train=1.5,val=-0.5", "more than 0"),
+        ("", "name=share"),
+        ("../x=1", "lower-case"),
+    ):
+        with pytest.raises(DataError, match=words):
+            splits.parse(bad)

@@ -1,0 +1,86 @@
+"""The lead's "Release a training set" panel on Browse, beside the export links: the clips of the current filter
+(approved unless the filter names another review state) released by data.quality.release into the data folder's
+releases/NAME-vVERSION, and its dataset card shown below. The release does the work, checks the role again and
+records it; this module reads the form and shows what happened.
+
+Shown to leads only (first paint); the handler checks the lead role itself (each event is an HTTP endpoint).
+"""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from data import clips
+from data.errors import DataError
+from data.quality import release as rel, splits
+from webapp import render
+from webapp.context import AppContext, shows_errors
+
+RELEASES = "releases"  # under the data folder
+
+
+class ReleasePanel:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+
+    def render(self) -> None:
+        with gr.Accordion(
+            "Release a training set", open=False, visible=False, elem_id="release-panel", elem_classes="cw-assign"
+        ) as self.box:
+            gr.Markdown(
+                "Releases the clips of this filter (approved unless it names another review state; rejected and "
+                "broken clips never) in train/val/test splits grouped by drive, with a dataset card. Written under "
+                f"the data folder, `{RELEASES}/NAME-vVERSION`, read-only; `python -m data.release --help` says more."
+            )
+            with gr.Row():
+                self.name = gr.Textbox(value=rel.DEFAULT_NAME, label="Name", elem_id="release-name", min_width=140)
+                self.shares = gr.Textbox(value=splits.DEFAULT, label="Splits", elem_id="release-splits", min_width=220)
+                self.group_by = gr.Textbox(
+                    value=rel.DEFAULT_GROUP_BY, label="Group by (sidecar field)", elem_id="release-group-by"
+                )
+                self.seed = gr.Number(value=0, precision=0, label="Seed", elem_id="release-seed", min_width=100)
+                self.simulated = gr.Checkbox(
+                    value=False, label="Include simulated text (flagged)", elem_id="release-simulated"
+                )
+                self.button = gr.Button("Release", elem_id="btn-release", size="sm", variant="primary")
+            self.msg = gr.HTML("", elem_id="release-msg")
+            self.card = gr.Markdown("", elem_id="release-card")
+
+    def for_user(self, user) -> dict:
+        """First paint: the panel for a lead, nothing for anyone else."""
+        return {self.box: gr.update(visible=user.can("lead"))}
+
+    @property
+    def first_paint_outputs(self) -> list:
+        return [self.box]
+
+    def make(self, fdict, name, shares, group_by, seed, simulated, request: gr.Request):
+        """Release the filter's clips (data.quality.release.release) and show what was written and its card."""
+        lead = self.ctx.require(request, "lead")
+        try:
+            options = rel.Options(
+                clips.Filter.from_dict(fdict or {}),
+                str(group_by or rel.DEFAULT_GROUP_BY).strip(),
+                tuple(splits.parse(shares or splits.DEFAULT).items()),
+                0 if seed in (None, "") else seed,
+                str(name or rel.DEFAULT_NAME).strip(),
+                bool(simulated),
+            )
+            r = rel.release(
+                self.ctx.db(), options, into=self.ctx.settings.data_dir / RELEASES, actor=lead.name, role=lead.role
+            )
+        except DataError as e:
+            return {self.msg: render.message(str(e), "error"), self.card: ""}
+        return {
+            self.msg: f'<div class="cw-msg cw-msg-ok" id="release-result" data-release="{int(r.id)}" role="status">'
+            f"{render.esc(rel.summary(r))}</div>",
+            self.card: r.card,
+        }
+
+    def wire(self, filter_state: gr.State) -> None:
+        self.button.click(
+            shows_errors(self.make),
+            [filter_state, self.name, self.shares, self.group_by, self.seed, self.simulated],
+            [self.msg, self.card],
+            api_name="release_set",
+        )
