@@ -4,7 +4,8 @@ A review history is generated through data.captions (machine captions of two pro
 reviewers' label fixes and text edits in chains of versions, adopts, rejects, text written from scratch) while
 the test keeps its own record of what the model said and what was approved. Every figure is then checked against
 an independent computation: scikit-learn for accuracy, the confusion matrix, precision and recall, multi-label
-scores and Cohen's kappa; scipy for the Wilson interval; hand-worked cases for the stratified estimate.
+scores and Cohen's kappa; scipy for the Wilson interval (and its root finder for the interval with the
+finite-population correction); hand-worked cases for the stratified estimate and the corrected sample sizes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
+from scipy.optimize import brentq
+from scipy.stats import binomtest, norm
 from sklearn.metrics import (
     accuracy_score,
     cohen_kappa_score,
@@ -423,12 +425,22 @@ def test_estimate_from_a_simple_random_sample_is_wilson(batch):
     e = quality.estimate(db, s["id"], margin=5)
     assert (e.method, e.reviewed, e.rejected, e.pending) == ("wilson", 25, 2, 3)
     w = e.labels["weather"]
+    # the score test with the finite-population correction, solved by scipy's root finder: a batch of 98
+    # measurable clips (100, less the 2 members known to have no approved labels), 25 reviewed
+    big_n, p_hat, z = 98, right / 25, norm.ppf(0.975)
+
+    def score(p):
+        return (p_hat - p) ** 2 - z * z * p * (1 - p) / 25 * (big_n - 25) / (big_n - 1)
+
+    low, high = brentq(score, 1e-12, p_hat), brentq(score, p_hat, 1 - 1e-12)
+    assert w.interval.p == p_hat and (w.interval.low, w.interval.high) == (pytest.approx(low), pytest.approx(high))
+    # narrower than the interval of an infinite population (scipy's), which it would be without the correction
     ci = binomtest(right, 25).proportion_ci(method="wilson")
-    assert w.interval.p == right / 25 and (w.interval.low, w.interval.high) == (
-        pytest.approx(ci.low),
-        pytest.approx(ci.high),
-    )
-    assert w.more == stats.more_reviews(right, 25, 0.05) > 0
+    assert ci.low < w.interval.low and w.interval.high < ci.high
+    # the reviews to make: n = n0 / (1 + (n0 - 1) / N) of the n0 an infinite population needs
+    n0 = 25 + stats.more_reviews(right, 25, 0.05)
+    assert w.more == math.ceil(n0 / (1 + (n0 - 1) / big_n)) - 25 > 0
+    assert w.more <= big_n - 25 and w.left == big_n - 25
     assert e.labels["hazard_level"].interval.p == 1.0
     assert e.more == max(x.more for x in e.labels.values())
     # only members of a drawn sample count: a draw's estimate ignores the chosen clip above

@@ -1,0 +1,52 @@
+"""The clips a random sample was drawn from, kept with the sample (table `sample_populations`, m021).
+
+A further round of a sample (data.quality.rounds) must draw from the same batch as the first draw, or the
+members are no longer one random sample of it: the batch is the filter's unreviewed machine captions *at the
+draw*, and by the time the lead asks for more, some of those clips have been reviewed, re-captioned or moved out
+of the filter. So the draw keeps, per stratum, the ids of its population's clips and the caption each had
+(what is measured), and a later round reads them back.
+
+Stored compactly: the ids ascending, both arrays as differences from the previous value, as 64-bit integers,
+zlib-compressed. A population of a million clips is 16 MB as plain arrays and a few MB stored
+(docs/BENCHMARKS.md).
+"""
+
+from __future__ import annotations
+
+import array
+import itertools
+import zlib
+
+import sqlite_utils
+
+
+def encode(values: array.array) -> bytes:
+    """64-bit integers as the zlib of their differences (the first from 0)."""
+    deltas = array.array("q", (b - a for a, b in zip(itertools.chain((0,), values), values)))
+    return zlib.compress(deltas.tobytes(), 6)
+
+
+def decode(blob: bytes) -> array.array:
+    """The integers `encode` stored."""
+    deltas = array.array("q")
+    deltas.frombytes(zlib.decompress(blob))
+    return array.array("q", itertools.accumulate(deltas))
+
+
+def store(db: sqlite_utils.Database, sample_id: int, rows: list[tuple[str, bytes, bytes, int]]) -> None:
+    """Record a sample's population: per stratum (stratum, encoded clip ids, encoded caption ids, how many)."""
+    db.conn.executemany(
+        "INSERT INTO sample_populations (sample_id, stratum, clip_ids, caption_ids, clips) VALUES (?, ?, ?, ?, ?)",
+        [(sample_id, *row) for row in rows],
+    )
+
+
+def load(db: sqlite_utils.Database, sample_id: int) -> dict[str, tuple[array.array, array.array]] | None:
+    """Stratum -> (clip ids ascending, their caption ids at the draw) of sample `sample_id`; None for a sample
+    drawn before populations were kept."""
+    rows = db.execute(
+        "SELECT stratum, clip_ids, caption_ids FROM sample_populations WHERE sample_id = ?", [sample_id]
+    ).fetchall()
+    if not rows:
+        return None
+    return {stratum: (decode(ids), decode(caps)) for stratum, ids, caps in rows}
