@@ -26,13 +26,15 @@ one or more people, in one write transaction (the population is read just before
   assignment is audited per clip like any other (data.assignments).
 
 Second reviews: a lead sends a sample's members (or those already reviewed) to a second reviewer, blind to the
-first review. The second reviewer is shown the origin machine caption (`task`): the caption the first reviewer
-started from, never their edits, decision, name, or the clip's current labels. Their answer (`answer`: labels
-and approve/reject) is stored in `second_reviews` and changes nothing of the clip: not its caption, not its
-review status. Nobody second-reviews a clip they reviewed (or were given to review) first. While a second review
-is pending, `is_blind` / `blind_clip_ids` tell the web app which clips to show that person without their first
-review (Review and Browse). `second_reviews` returns the answered pairs (first review = the clip's current
-caption and review status) for Cohen's kappa.
+first review and to the model: the second reviewer is given the footage alone (`task`), never a caption, the
+model's labels, the first reviewer's edits, decision or name. Were they shown the model's labels, both reviewers
+would start from the same answer, and their agreement would measure how often people keep it rather than how
+often they agree. (`origin_caption_id` still records the machine caption the first reviewer started from.)
+Their answer (`answer`: labels and approve/reject) is stored in `second_reviews` and changes nothing of the
+clip: not its caption, not its review status. Nobody second-reviews a clip they reviewed (or were given to
+review) first. While a second review is pending, `is_blind` / `blind_clip_ids` tell the web app which clips to
+show that person without their first review (Review and Browse). `second_reviews` returns the answered pairs
+(first review = the clip's current caption and review status) for Cohen's kappa.
 
 Only leads draw samples and send second reviews: the role is checked here, not only in the UI.
 """
@@ -48,7 +50,7 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from data import assignments, captions, clips, events, limits, taxonomy, users
+from data import assignments, clips, events, limits, taxonomy, users
 from data.db import immediate, now
 from data.errors import DataError, Forbidden, NotFound
 from data.quality import population
@@ -455,10 +457,9 @@ def next_task(db: sqlite_utils.Database, reviewer: str, *, after: int | None = N
 
 
 def task(db: sqlite_utils.Database, review_id: int, reviewer: str) -> dict:
-    """What the second reviewer of review `review_id` is given, and nothing more: `id`, `sample_id`, `clip_id`,
-    `clip` (BLIND_CLIP_FIELDS: the footage, not the clip's current labels or review) and `origin` (the machine
-    caption the first reviewer started from: caption_id, text, labels, model, prompt name and version; None if the
-    clip had none). NotFound for no such review, Forbidden for someone else's, DataError for one answered."""
+    """What the second reviewer of review `review_id` is given, and nothing more: `id`, `sample_id`, `clip_id`
+    and `clip` (BLIND_CLIP_FIELDS: the footage; no caption, no labels, not the clip's review). NotFound for no
+    such review, Forbidden for someone else's, DataError for one answered."""
     row = _review(db, review_id)
     if row["reviewer"] != reviewer:
         raise Forbidden(f"Second review {row['id']} is {row['reviewer']}'s, not yours.")
@@ -468,19 +469,7 @@ def task(db: sqlite_utils.Database, review_id: int, reviewer: str) -> dict:
     clip = dict(
         zip(BLIND_CLIP_FIELDS, db.execute(f"SELECT {cols} FROM clips WHERE id = ?", [row["clip_id"]]).fetchone())
     )
-    origin = captions.get(db, row["origin_caption_id"])
-    return {
-        "id": row["id"],
-        "sample_id": row["sample_id"],
-        "clip_id": row["clip_id"],
-        "clip": clip,
-        "origin": None
-        if origin is None
-        else {
-            k: origin.get(k)
-            for k in ("id", "text", "labels", "model", "prompt_name", "prompt_version", "simulated", "created_at")
-        },
-    }
+    return {"id": row["id"], "sample_id": row["sample_id"], "clip_id": row["clip_id"], "clip": clip}
 
 
 def _review(db: sqlite_utils.Database, review_id: int) -> dict:
@@ -564,7 +553,8 @@ def second_reviews(
     db: sqlite_utils.Database, *, sample_id: int | None = None, answered_only: bool = True
 ) -> list[dict]:
     """Second reviews (of one sample, or all), oldest first, each beside the first review as it stands now:
-    `reviewer`, `labels`, `decision`, `answered_at`, `origin_caption_id` (what they were shown); `first_reviewer`,
+    `reviewer`, `labels`, `decision`, `answered_at`, `origin_caption_id` (the machine caption the first reviewer
+    started from; the second saw none); `first_reviewer`,
     `first_decision` (the clip's review status: a pair exists only when it is not "unreviewed"),
     `first_caption_id` and `first_labels` (the clip's current caption: the first reviewer's labels when they
     approved). With `answered_only=False`, pending ones too (`labels` and `decision` None)."""
