@@ -128,9 +128,14 @@ def edit_ratio_figure(t: quality.TextStats):
     return fig
 
 
+def _counted(label: str) -> str:
+    """What one point of a label's calibration is: a clip, or (the list label) a road user the model listed."""
+    return "road users listed" if label in taxonomy.MULTI else "clips"
+
+
 def calibration_figure(label: str, rows: list[dict]):
     """Accuracy against the model's confidence, bucket by bucket (a calibrated model sits on the diagonal), with
-    how many clips each bucket holds."""
+    how many values (clips, or road users listed) each bucket holds."""
     fig, ax = _figure(5.5, 4.0)
     ax.plot([0, 1], [0, 1], color=GREY, linestyle="--", label="calibrated")
     full = [r for r in rows if r["n"]]
@@ -143,17 +148,26 @@ def calibration_figure(label: str, rows: list[dict]):
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("the model's confidence in its value")
     ax.set_ylabel("share approved as it said")
-    ax.set_title(f"{label}: accuracy by confidence (clips per point)", fontsize=10)
+    ax.set_title(f"{label}: accuracy by confidence ({_counted(label)} per point)", fontsize=10)
     ax.legend(fontsize=8, loc="upper left")
     return fig
 
 
+def calibration_columns(label: str) -> list[str]:
+    """The calibration table's columns: a single-choice label counts clips; the list label counts the road users
+    the model listed, and says on how many clips."""
+    if label in taxonomy.MULTI:
+        return ["confidence", "road users listed", "on clips", "right", "accuracy", "mean confidence"]
+    return CALIBRATION_COLUMNS
+
+
 def calibration_rows(rows: list[dict]) -> list[list[Any]]:
-    """The calibration table: a row per bucket that holds clips."""
+    """The calibration table (calibration_columns): a row per bucket that holds values."""
     return [
         [
             f"{r['low']:.1f} - {r['high']:.1f}",
             f"{r['n']:,}",
+            *([f"{r['clips']:,}"] if r["label"] in taxonomy.MULTI else []),
             f"{r['correct']:,}",
             f"{r['accuracy']:.3f}",
             f"{r['confidence']:.3f}",
@@ -405,13 +419,18 @@ class QualityTab:
                 self.cal_plot: None,
                 self.cal_table: pd.DataFrame([], columns=CALIBRATION_COLUMNS),
             }
-        what = "each road user the model listed" if label in taxonomy.MULTI else "each clip"
+        clips = rows[0]["label_clips"]
+        what = (
+            f"{n:,} road users the model listed, on {clips:,} clips"
+            if label in taxonomy.MULTI
+            else f"{clips:,} clips, one value each"
+        )
         return {
-            self.cal_note: f'<div class="cw-counts" id="quality-cal-text">{render.esc(label)}: {n:,} values '
-            f"({render.esc(what)}), every prompt version of the filter. Points under the diagonal: the model is "
-            "surer than it is right.</div>",
+            self.cal_note: f'<div class="cw-counts" id="quality-cal-text" data-clips="{clips}" data-values="{n}">'
+            f"{render.esc(label)}: {what}, every prompt version of the filter. Points under the diagonal: the "
+            "model is surer than it is right.</div>",
             self.cal_plot: calibration_figure(label, rows),
-            self.cal_table: pd.DataFrame(calibration_rows(rows), columns=CALIBRATION_COLUMNS),
+            self.cal_table: pd.DataFrame(calibration_rows(rows), columns=calibration_columns(label)),
         }
 
     def show(self, by, job, prompt, use_filter, fdict, group, label, request: gr.Request):

@@ -11,6 +11,7 @@ from data.quality.decision import Decision, LabelDecision
 from data.quality.estimates import Estimate
 from data.quality.pairs import LABELS
 from data.quality.reviewers import Agreement
+from data.taxonomy import MULTI
 
 
 def _pct(x: float | None, digits: int = 3) -> str:
@@ -264,8 +265,18 @@ def format_calibration(rows: list[dict]) -> str:
         if not mine:
             out.append(f"{label}: no recorded confidence")
             continue
-        table = [
-            [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", _pct(r["accuracy"]), _pct(r["confidence"])] for r in mine
-        ]
-        out.append(_table([label, "clips", "accuracy", "mean confidence"], table))
+        if label in MULTI:  # one value per road user listed: say the values and the clips apart
+            head = [label, "road users listed", "on clips", "accuracy", "mean confidence"]
+            table = [
+                [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", f"{r['clips']:,}", _pct(r["accuracy"]),
+                 _pct(r["confidence"])]
+                for r in mine
+            ]  # fmt: skip
+        else:
+            head = [label, "clips", "accuracy", "mean confidence"]
+            table = [
+                [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", _pct(r["accuracy"]), _pct(r["confidence"])]
+                for r in mine
+            ]
+        out.append(_table(head, table))
     return "\n".join(out)
