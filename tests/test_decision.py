@@ -33,7 +33,7 @@ from data.db import immediate
 from data.errors import DataError, Forbidden
 from data.job_params import JobParams
 from data.jobs.selection import Selection
-from data.quality import decision, estimates, population, rounds, samples, sequential, stats, targets
+from data.quality import decision, estimates, population, rounds, samples, sequential, stats, tables, targets
 from data.quality.stats import Stratum
 from data.quality.targets import Target
 
@@ -274,11 +274,13 @@ def test_every_clip_reviewed_gives_the_exact_value_and_a_decision_against_each_t
     w = d.labels["weather"]
     assert (w.estimate, w.bounds.low, w.bounds.high, w.bounds.exact) == (0.95, 0.95, 0.95, True)
     assert w.verdict == "accept" and d.verdict == "accept" and d.more == 0
+    assert tables.decision_text(d).startswith(f"Accept the batch of sample {s['id']} (job {db.job}): every label")
     e = estimates.estimate(db, s["id"])
     assert e.labels["weather"].interval.exact and e.labels["weather"].more == 0
     targets.set_target(db, "weather", 0.96, actor="lead", role="lead")
     d = decision.decide(db, s["id"])
     assert d.labels["weather"].verdict == "fix" and d.verdict == "fix" and d.fix == ["weather"]
+    assert f"(job {db.job}): weather below target" in tables.decision_text(d)
     assert d.labels["hazard_level"].verdict == "accept"  # 40 of 40 right
 
 
@@ -302,6 +304,8 @@ def test_review_k_more_is_the_smallest_k_that_would_decide_and_a_round_draws_it(
     # the batch: every label was right on all 10, the weather's target (0.90) needs fewer than the hazard's
     assert d.verdict == "review" and d.more == max(x.more for x in d.labels.values()) == k == d.draw
     assert d.labels["weather"].more < k
+    assert tables.decision_text(d).startswith(f"Review {k} more of the batch of sample {s['id']}")
+    assert tables.verdict_text(h) == f"review {k} more" and not h.exact_only
     # the K more, drawn into the same sample from the clips it has not taken
     before = {m["clip_id"] for m in members}
     r = rounds.draw_more(db, s["id"], d.draw, actor="lead", role="lead")
@@ -317,10 +321,33 @@ def test_review_k_more_is_the_smallest_k_that_would_decide_and_a_round_draws_it(
     # drawn, not reviewed yet: the decision waits for them
     d = decision.decide(db, s["id"])
     assert d.verdict == "review" and d.pending == k and d.more == k and d.draw == 0
+    assert f"the {k} clips of the sample still waiting for review" in tables.decision_text(d)
+    assert tables.verdict_text(d.labels["hazard_level"], d.pending) == f"review the {k} waiting"
     for m in new:
         review(db, m["clip_id"])
     d = decision.decide(db, s["id"])
     assert d.labels["hazard_level"].verdict == "accept" and d.verdict == "accept"
+
+
+def test_an_estimate_at_the_target_needs_the_whole_batch_and_says_so(batch):
+    db = batch
+    s = draw(db, 10, seed=6)
+    for i, m in enumerate(samples.members(db, s["id"])):
+        review(db, m["clip_id"], "rain" if i == 0 else None)  # the weather right on 9 of 10: at its target, 0.90
+    for label in taxonomy.ENUMS:
+        targets.set_target(db, label, None if label != "weather" else 0.9, actor="lead", role="lead")
+    d = decision.decide(db, s["id"])
+    w = d.labels["weather"]
+    assert w.estimate == 0.9 and w.verdict == "review" and w.more == w.left == 30 and w.exact_only
+    assert (d.more, d.draw, d.undrawn) == (30, 30, 30)
+    assert tables.verdict_text(w) == "review all 30 left (exact)"
+    assert "every clip left. Only the whole batch decides" in tables.decision_text(d)
+    rounds.draw_more(db, s["id"], d.draw, actor="lead", role="lead")
+    for m in samples.members(db, s["id"])[10:]:
+        review(db, m["clip_id"])  # the other 30 right: 39 of 40, exactly
+    d = decision.decide(db, s["id"])
+    assert (d.labels["weather"].bounds.low, d.labels["weather"].bounds.exact) == (39 / 40, True)
+    assert d.verdict == "accept"
 
 
 def test_members_waiting_decide_only_when_no_outcome_of_theirs_could_change_it(batch):

@@ -67,9 +67,9 @@ def count_bounds(k: float, n: int, size: int, alpha: float) -> tuple[float, floa
     if n == size:
         return k, k
     wrong = n - k
-    # M is neither below the k seen right nor above N less the ones seen wrong (whole numbers: n < size keeps
-    # the range from being empty for a fractional k)
-    first, last = math.ceil(k), math.floor(size - wrong)
+    # M is neither below the k seen right nor above N less the ones seen wrong; a plan's fractional k widens the
+    # range to the whole numbers around it (a bound never rounds in the plan's favour)
+    first, last = math.floor(k), math.ceil(size - wrong)
 
     def log_l(m: int) -> float:  # log of [m]_k [N - m]_{n-k} / [N]_n
         return (
