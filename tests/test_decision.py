@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.special import betaln, comb
-from scipy.stats import hypergeom
+from scipy.stats import betabinom, hypergeom
 
 from data import captions, events, jobs, taxonomy, users
 from data.clips import Filter
@@ -112,14 +112,18 @@ def test_spread_shares_more_reviews_by_stratum_size_within_what_is_left():
 # -- the confidence sequence ---------------------------------------------------------------------------------------
 
 
-def brute_force_bounds(k: int, n: int, big_n: int, alpha: float) -> tuple[int, int]:
-    """Every M from 0 to N: the prior-posterior ratio with a uniform prior, from scipy's hypergeometric pmf (the
-    chance of the draws seen, given M) and the mixture summed over M; the M whose ratio stays under 1 / alpha."""
+def brute_force_bounds(k: int, n: int, big_n: int, alpha: float, prior=sequential.PRIOR) -> tuple[int, int]:
+    """Every M from 0 to N: the prior-posterior ratio, from scipy's beta-binomial prior on M, its hypergeometric
+    pmf (the chance of the draws seen, given M) and the posterior summed over M; the M whose ratio stays under
+    1 / alpha."""
     ms = np.arange(big_n + 1)
+    before = betabinom.pmf(ms, big_n, *prior)
     seq = hypergeom.pmf(k, big_n, ms, n) / comb(n, k)  # one order of the draws: every order is as likely
-    mix = seq.mean()  # the uniform prior: 1 / (N + 1) each
-    assert mix == pytest.approx(math.exp(betaln(1 + k, 1 + n - k)), rel=1e-9)  # the closed form the code uses
-    inside = ms[mix / np.maximum(seq, 1e-300) < 1 / alpha]
+    mix = (before * seq).sum()
+    after = before * seq / mix
+    # the closed form the code uses for the mixture
+    assert mix == pytest.approx(math.exp(betaln(prior[0] + k, prior[1] + n - k) - betaln(*prior)), rel=1e-9)
+    inside = ms[before < after / alpha]
     return int(inside.min()), int(inside.max())
 
 
@@ -130,6 +134,8 @@ def brute_force_bounds(k: int, n: int, big_n: int, alpha: float) -> tuple[int, i
 )  # fmt: skip
 def test_the_confidence_sequence_equals_a_brute_force_prior_posterior_ratio(k, n, big_n, alpha):
     assert sequential.count_bounds(k, n, big_n, alpha) == brute_force_bounds(k, n, big_n, alpha)
+    uniform = (1.0, 1.0)
+    assert sequential.count_bounds(k, n, big_n, alpha, uniform) == brute_force_bounds(k, n, big_n, alpha, uniform)
 
 
 def test_the_bounds_hold_at_every_look_while_peeking_at_wilson_intervals_does_not():
@@ -286,22 +292,22 @@ def test_every_clip_reviewed_gives_the_exact_value_and_a_decision_against_each_t
 
 def test_review_k_more_is_the_smallest_k_that_would_decide_and_a_round_draws_it(batch):
     db = batch
-    s = draw(db, 10, seed=3)
+    s = draw(db, 20, seed=3)
     members = samples.members(db, s["id"])
     for m in members:
-        review(db, m["clip_id"])  # all 10 right
+        review(db, m["clip_id"])  # all 20 right
     d = decision.decide(db, s["id"])
     h = d.labels["hazard_level"]  # target 0.95 at 95 %
-    lo, hi = brute_force_bounds(10, 10, 40, 0.05)
+    lo, hi = brute_force_bounds(20, 20, 40, 0.05)
     assert (h.bounds.low, h.bounds.high) == (lo / 40, hi / 40) and lo / 40 < 0.95
     assert h.verdict == "review" and h.estimate == 1.0
 
     def decides(extra: int) -> bool:  # if all `extra` more were right, as all so far
-        return brute_force_bounds(10 + extra, 10 + extra, 40, 0.05)[0] / 40 >= 0.95
+        return brute_force_bounds(20 + extra, 20 + extra, 40, 0.05)[0] / 40 >= 0.95
 
-    k = next(x for x in range(1, 31) if decides(x))
-    assert h.more == k and not decides(k - 1)
-    # the batch: every label was right on all 10, the weather's target (0.90) needs fewer than the hazard's
+    k = next(x for x in range(1, 21) if decides(x))
+    assert h.more == k <= 20 and not decides(k - 1)  # no more than doubles the 20 made: the plan stands
+    # the batch: every label was right on all 20, the weather's target (0.90) needs fewer than the hazard's
     assert d.verdict == "review" and d.more == max(x.more for x in d.labels.values()) == k == d.draw
     assert d.labels["weather"].more < k
     assert tables.decision_text(d).startswith(f"Review {k} more of the batch of sample {s['id']}")
@@ -311,9 +317,9 @@ def test_review_k_more_is_the_smallest_k_that_would_decide_and_a_round_draws_it(
     r = rounds.draw_more(db, s["id"], d.draw, actor="lead", role="lead")
     after = samples.members(db, s["id"])
     new = [m for m in after if m["clip_id"] not in before]
-    assert len(new) == k == r["round_drawn"] and r["drawn"] == 10 + k and r["round"] == 1
+    assert len(new) == k == r["round_drawn"] and r["drawn"] == 20 + k and r["round"] == 1
     assert {m["round"] for m in new} == {1} and {m["assignee"] for m in new} == {"ann"}
-    assert sorted(m["draw_order"] for m in after) == list(range(10 + k))
+    assert sorted(m["draw_order"] for m in after) == list(range(20 + k))
     (ev,) = events.iter_all(db, "sample.draw_more")
     detail = json.loads(ev["detail"])
     assert detail["seed"] == r["round_seed"] and detail["drawn"] == k
@@ -331,23 +337,38 @@ def test_review_k_more_is_the_smallest_k_that_would_decide_and_a_round_draws_it(
 
 def test_an_estimate_at_the_target_needs_the_whole_batch_and_says_so(batch):
     db = batch
-    s = draw(db, 10, seed=6)
+    s = draw(db, 20, seed=6)
     for i, m in enumerate(samples.members(db, s["id"])):
-        review(db, m["clip_id"], "rain" if i == 0 else None)  # the weather right on 9 of 10: at its target, 0.90
+        review(db, m["clip_id"], "rain" if i < 2 else None)  # the weather right on 18 of 20: at its target, 0.90
     for label in taxonomy.ENUMS:
         targets.set_target(db, label, None if label != "weather" else 0.9, actor="lead", role="lead")
     d = decision.decide(db, s["id"])
     w = d.labels["weather"]
-    assert w.estimate == 0.9 and w.verdict == "review" and w.more == w.left == 30 and w.exact_only
-    assert (d.more, d.draw, d.undrawn) == (30, 30, 30)
-    assert tables.verdict_text(w) == "review all 30 left (exact)"
+    assert w.estimate == 0.9 and w.verdict == "review" and w.more == w.left == 20 and w.exact_only
+    assert (d.more, d.draw, d.undrawn) == (20, 20, 20)
+    assert tables.verdict_text(w) == "review all 20 left (exact)"
     assert "every clip left. Only the whole batch decides" in tables.decision_text(d)
     rounds.draw_more(db, s["id"], d.draw, actor="lead", role="lead")
-    for m in samples.members(db, s["id"])[10:]:
-        review(db, m["clip_id"])  # the other 30 right: 39 of 40, exactly
+    for m in samples.members(db, s["id"])[20:]:
+        review(db, m["clip_id"])  # the other 20 right: 38 of 40, exactly
     d = decision.decide(db, s["id"])
-    assert (d.labels["weather"].bounds.low, d.labels["weather"].bounds.exact) == (39 / 40, True)
+    assert (d.labels["weather"].bounds.low, d.labels["weather"].bounds.exact) == (38 / 40, True)
     assert d.verdict == "accept"
+
+
+def test_a_first_sample_that_happens_to_sit_on_the_target_asks_to_double_not_for_the_whole_batch():
+    """45 of 50 right against 0.90, in a batch of 50,000: at that rate only every clip would decide; the decision
+    asks for 50 more (doubling the reviews, after which the bounds may be looked at again), which could decide."""
+    strata, t = [Stratum(50_000, 50, 45)], Target("weather", 0.9, 0.95)
+    assert sequential.more_to_decide(strata, 0.9, 0.05) == 49_950
+    could = sequential.could_decide(strata, 0.9, 0.05)
+    assert 0 < could <= 50
+    d = decision.label_decision(strata, [0], t)
+    assert (d.verdict, d.more, d.left) == ("review", 50, 49_950) and not d.exact_only
+    # the cap never goes under what could decide at all: 2 of 2 right against 0.5 cannot decide in 2 more
+    few, half = [Stratum(50_000, 2, 2)], Target("x", 0.5, 0.95)
+    could = sequential.could_decide(few, 0.5, 0.05)
+    assert decision.label_decision(few, [0], half).more == could > 2
 
 
 def test_members_waiting_decide_only_when_no_outcome_of_theirs_could_change_it(batch):

@@ -5,8 +5,14 @@ each label with a target (data.quality.targets) at its confidence:
 - **accept** when the lower bound of the batch's accuracy reaches the target;
 - **fix** when the upper bound is below it;
 - otherwise **review K more**: the fewest further reviews that would decide if the clips still to review are right
-  as often as those reviewed so far, never more than the clips left (all of them: the exact value, which always
-  decides); data.quality.rounds draws them into the same sample, so they stay a random sample of the batch.
+  as often as those reviewed so far, but no more than doubles the reviews made (unless fewer could not decide at
+  all), and never more than the clips left (all of them: the exact value, which always decides);
+  data.quality.rounds draws them into the same sample, so they stay a random sample of the batch.
+
+Why the doubling cap: an estimate from a first small sample is noisy, and one that happens to sit on the target
+(45 of 50 against 0.90) plans for the whole batch. Looking again after each doubling, which the bounds allow, costs
+at most twice the reviews that would have decided, and in simulated batches of 50,000 it cut the reviews a
+decision took from a median of 2,700 to 1,200 at an accuracy of 0.87 against 0.90 (benchmarks/bench_decision.py).
 
 The bounds are a confidence sequence (data.quality.sequential): they hold at every look with the stated
 confidence, so looking again after each round of reviews, and stopping once they decide, keeps the error rate of
@@ -132,7 +138,8 @@ def label_decision(strata: list[Stratum], waiting: list[int], target: Target) ->
         return LabelDecision(target.label, target, est, b, "fix", 0, left, reviewed)
     if pending:
         return LabelDecision(target.label, target, est, b, "review", pending, left, reviewed)
-    more = sequential.more_to_decide(strata, target.target, alpha)
+    planned = sequential.more_to_decide(strata, target.target, alpha)
+    more = min(planned, max(sequential.could_decide(strata, target.target, alpha), reviewed))
     return LabelDecision(target.label, target, est, b, "review", more, left, reviewed)
 
 
