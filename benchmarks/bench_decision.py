@@ -11,7 +11,8 @@ decision was wrong (accept with p under the target, fix with p at or over it), a
 same rounds, the same batches) and stops when its lower end reaches the target or its upper end falls under it:
 how often that is wrong. And for scale, "one look": the reviews a single look at a size fixed in advance would need
 to decide at the same confidence, were the batch's accuracy known when choosing the size (the Wilson interval with
-the finite-population correction at the true accuracy): what the freedom to look again costs. No timing: the
+the finite-population correction at the true accuracy): what the freedom to look again costs. `--prior 1,1` runs
+the same with a uniform prior instead of data.quality.sequential.PRIOR (what the prior changes). No timing: the
 figures are counts.
 """
 
@@ -25,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.quality import decision, stats  # noqa: E402
+from data.quality import decision, sequential, stats  # noqa: E402
 from data.quality.stats import Stratum  # noqa: E402
 from data.quality.targets import Target  # noqa: E402
 
@@ -64,10 +65,16 @@ def main(argv=None) -> None:
     ap.add_argument("--target", type=float, default=0.90)
     ap.add_argument("--confidence", type=float, default=0.95)
     ap.add_argument("--first", type=int, default=50, help="the first sample's size")
+    ap.add_argument("--prior", help="a, b of the beta prior (default: data.quality.sequential.PRIOR)")
     a = ap.parse_args(argv)
+    if a.prior:
+        sequential.PRIOR = tuple(float(x) for x in a.prior.split(","))
     rng = random.Random(26)
     target = Target("x", a.target, a.confidence)
-    print(f"target {a.target} at {a.confidence:.0%}; first sample {a.first}; {a.runs} batches per row")
+    print(
+        f"target {a.target} at {a.confidence:.0%}; first sample {a.first}; {a.runs} batches per row; "
+        f"prior beta{sequential.PRIOR}"
+    )
     print(
         f"{'N':>7} {'p':>5}  {'reviews p50':>11} {'p90':>7} {'rounds p50':>10}  {'wrong':>6}  {'one look':>8}"
         "  Wilson peeking wrong"

@@ -16,8 +16,8 @@ caption of preset versions 1 and 2 (each label wrong with probability 0.20 and 0
   keep the batch          data.quality.population.encode of the whole population (what a draw now stores with the
                          sample, so that further rounds draw from the same batch), and the bytes stored
   draw more 400          data.quality.rounds.draw_more: 400 more into the first unstratified sample, from its batch
-  decide 2,000           data.quality.decision.decide on a proportional sample of 2,000, 1,500 of them approved
-                         (as the model said) and every target at 0.999, so that each label plans its K more
+  decide 2,000           data.quality.decision.decide on a proportional sample of 2,000, all approved (3 % with
+                         the weather changed) and every target at 0.999, so that each label plans its K more
 and prints p50 and max in ms, the population N, and the longest write-lock hold of the draws (data.db's figure:
 a draw reads its population inside its transaction, so that is how long it delays other writers).
 """
@@ -154,9 +154,34 @@ def main(argv=None) -> None:
     hold = write_lock_stats(a.db)
     print(f"{'write lock, longest hold':24} {'':9} {hold['max_ms']:9.0f}  over {hold['holds']} transactions")
     big = samples.draw(db, Filter(), 2000, ["ann"], actor="lead", role="lead", stratify="proportional", seed=1)
-    approve = [m["clip_id"] for m in samples.members(db, big["id"])][:1500]
-    with db.conn:  # approved as the model said: the decision's counts, without 1,500 review transactions
-        db.conn.executemany("UPDATE clips SET review_status = 'approved' WHERE id = ?", [(c,) for c in approve])
+    # every member approved, 3 % with the weather changed: caption rows written directly (this library's clips have
+    # none), without 2,000 review transactions
+    rng = random.Random(3)
+    with db.conn:
+        for m in samples.members(db, big["id"]):
+            c = db.execute(
+                "SELECT scenario, hazard_level, weather, lighting, road_type FROM clips WHERE id = ?", [m["clip_id"]]
+            ).fetchone()
+            labels = dict(zip(("scenario_category", "hazard_level", "weather", "lighting", "road_type"), c))
+            labels |= {"road_users": ["car"], "ego_maneuver": "going_straight"}
+            row = (m["clip_id"], "t", "model", "model", time.time())
+            db.execute(
+                "INSERT OR IGNORE INTO captions (id, clip_id, version, text, labels, source, author, created_at) "
+                "VALUES (?, ?, 1, ?, ?, ?, ?, ?)",
+                [m["caption_id"], row[0], row[1], json.dumps(labels, sort_keys=True), *row[2:]],
+            )
+            current = m["caption_id"]
+            if rng.random() < 0.03:
+                fixed = labels | {"weather": "fog" if labels["weather"] != "fog" else "rain"}
+                current = db.execute(
+                    "INSERT INTO captions (clip_id, version, text, labels, source, author, created_at) "
+                    "VALUES (?, 2, 't', ?, 'human', 'ann', ?)",
+                    [m["clip_id"], json.dumps(fixed, sort_keys=True), time.time()],
+                ).lastrowid
+            db.execute(
+                "UPDATE clips SET review_status = 'approved', current_caption_id = ? WHERE id = ?",
+                [current, m["clip_id"]],
+            )
     for label in taxonomy.ENUMS:
         targets.set_target(db, label, 0.999, actor="lead", role="lead")
     p50, top, d = timed(lambda: decision.decide(db, big["id"]), a.repeat)

@@ -11,8 +11,9 @@ each label with a target (data.quality.targets) at its confidence:
 
 Why the doubling cap: an estimate from a first small sample is noisy, and one that happens to sit on the target
 (45 of 50 against 0.90) plans for the whole batch. Looking again after each doubling, which the bounds allow, costs
-at most twice the reviews that would have decided, and in simulated batches of 50,000 it cut the reviews a
-decision took from a median of 2,700 to 1,200 at an accuracy of 0.87 against 0.90 (benchmarks/bench_decision.py).
+at most twice the reviews that would have decided. In simulated batches of 50,000 at an accuracy of 0.87 against
+0.90, planning at the first estimate asked for all 50,000 in more than one batch in ten; with the cap, nine in ten
+decided within 3,200 reviews (benchmarks/bench_decision.py, docs/BENCHMARKS.md).
 
 The bounds are a confidence sequence (data.quality.sequential): they hold at every look with the stated
 confidence, so looking again after each round of reviews, and stopping once they decide, keeps the error rate of
@@ -116,9 +117,11 @@ class Decision:
         }
 
 
-def label_decision(strata: list[Stratum], waiting: list[int], target: Target) -> LabelDecision:
+def label_decision(strata: list[Stratum], waiting: list[int], target: Target, made: int | None = None) -> LabelDecision:
     """The rule for one label, from its strata (N_h, n_h, k_h: data.quality.estimates.Tally.strata), the members
-    drawn and waiting in each, and its target (pure: the tests simulate it over many batches)."""
+    drawn and waiting in each, its target, and the reviews made (`made`: the sample's members a person decided on,
+    measured or not; default the label's measured ones), which K at most doubles (pure: the tests simulate it over
+    many batches)."""
     left = sum(s.size - s.reviewed for s in strata)
     reviewed = sum(s.reviewed for s in strata)
     est = sequential.estimate(strata)
@@ -139,7 +142,7 @@ def label_decision(strata: list[Stratum], waiting: list[int], target: Target) ->
     if pending:
         return LabelDecision(target.label, target, est, b, "review", pending, left, reviewed)
     planned = sequential.more_to_decide(strata, target.target, alpha)
-    more = min(planned, max(sequential.could_decide(strata, target.target, alpha), reviewed))
+    more = min(planned, max(sequential.could_decide(strata, target.target, alpha), reviewed if made is None else made))
     return LabelDecision(target.label, target, est, b, "review", more, left, reviewed)
 
 
@@ -151,7 +154,8 @@ def decide(db: sqlite_utils.Database, sample_id: int, targets: dict[str, Target]
     t = tally(db, sample)
     pending = t.pending
     waiting = [t.drawn.get(h, 0) - t.decided.get(h, 0) for h in t.sizes]
-    labels = {label: label_decision(t.strata(label), waiting, targets[label]) for label in LABELS}
+    made = sum(t.decided.values())
+    labels = {label: label_decision(t.strata(label), waiting, targets[label], made) for label in LABELS}
     required = [d for d in labels.values() if d.verdict != "no target"]
     fix = [d.label for d in required if d.verdict == "fix"]
     undrawn = sample["population"] - sample["drawn"]
