@@ -365,6 +365,11 @@ def test_a_first_sample_that_happens_to_sit_on_the_target_asks_to_double_not_for
     assert 0 < could <= 50
     d = decision.label_decision(strata, [0], t)
     assert (d.verdict, d.more, d.left) == ("review", 50, 49_950) and not d.exact_only
+    # the reviews made count rejected ones too: 40 members rejected, none measured, asks for 40 more (doubling),
+    # not for the 5 that could decide were all of them wrong
+    none = [Stratum(50_000, 0, 0)]
+    assert sequential.could_decide(none, 0.9, 0.05) == decision.label_decision(none, [0], t).more == 5
+    assert decision.label_decision(none, [0], t, made=40).more == 40 < sequential.more_to_decide(none, 0.9, 0.05)
     # the cap never goes under what could decide at all: 2 of 2 right against 0.5 cannot decide in 2 more
     few, half = [Stratum(50_000, 2, 2)], Target("x", 0.5, 0.95)
     could = sequential.could_decide(few, 0.5, 0.05)
