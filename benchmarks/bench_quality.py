@@ -41,7 +41,7 @@ from data import prompts, quality, schema, taxonomy  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect, immediate  # noqa: E402
 from data.quality import prompt_compare  # noqa: E402
-from webapp import quality_tab  # noqa: E402
+from webapp import quality_plots, quality_tab  # noqa: E402
 
 JOBS = 10
 MODELS = ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct")
@@ -313,9 +313,9 @@ def tab_view(db) -> int:
     quality_tab.class_rows(g.labels["hazard_level"])
     size = 0
     for fig in (
-        quality_tab.accuracy_figure(g, agree),
-        quality_tab.matrix_figure(g.labels["hazard_level"]),
-        quality_tab.edit_ratio_figure(g.text),
+        quality_plots.accuracy_figure(g, agree),
+        quality_plots.matrix_figure(g.labels["hazard_level"]),
+        quality_plots.edit_ratio_figure(g.text),
     ):
         buf = io.BytesIO()
         fig.savefig(buf, format="png")

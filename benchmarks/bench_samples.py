@@ -13,6 +13,11 @@ caption of preset versions 1 and 2 (each label wrong with probability 0.20 and 0
   compare                data.quality.prompt_compare.compare of v1 and v2 on every approved clip with both versions
                          (one streaming pass; counting with SQLite's JSON functions instead measured 2x slower)
   compare high           the same, restricted to hazard level high (a Browse filter)
+  keep the batch          data.quality.population.encode of the whole population (what a draw now stores with the
+                         sample, so that further rounds draw from the same batch), and the bytes stored
+  draw more 400          data.quality.rounds.draw_more: 400 more into the first unstratified sample, from its batch
+  decide 2,000           data.quality.decision.decide on a proportional sample of 2,000, all approved (3 % with
+                         the weather changed) and every target at 0.999, so that each label plans its K more
 and prints p50 and max in ms, the population N, and the longest write-lock hold of the draws (data.db's figure:
 a draw reads its population inside its transaction, so that is how long it delays other writers).
 """
@@ -35,9 +40,13 @@ from bench_browse import build  # noqa: E402
 from data import prompts, taxonomy, users  # noqa: E402
 from data.clips import Filter  # noqa: E402
 from data.db import connect, write_lock_stats  # noqa: E402
-from data.quality import (
-    prompt_compare,  # noqa: E402
-    samples,  # noqa: E402
+from data.quality import (  # noqa: E402
+    decision,
+    population,
+    prompt_compare,
+    rounds,
+    samples,
+    targets,
 )
 
 
@@ -133,8 +142,50 @@ def main(argv=None) -> None:
     ):
         p50, top, s = timed(fn, a.repeat)
         print(f"{name:24} {p50:9.0f} {top:9.0f}  N = {s['population']:,}, n = {s['drawn']}")
+    first = min(x["id"] for x in samples.list_samples(db, limit=1000) if x["stratify"] == "none")
+    ids, caps = population.load(db, first)["all"]
+    p50, top, _ = timed(lambda: (population.encode(ids), population.encode(caps)), a.repeat)
+    stored = db.execute(
+        "SELECT SUM(LENGTH(clip_ids) + LENGTH(caption_ids)) FROM sample_populations WHERE sample_id = ?", [first]
+    ).fetchone()[0]
+    print(f"{'keep the batch':24} {p50:9.0f} {top:9.0f}  N = {len(ids):,}: {stored / 1e6:.2f} MB stored")
+    p50, top, r = timed(lambda: rounds.draw_more(db, first, 400, actor="lead", role="lead"), a.repeat)
+    print(f"{'draw more 400':24} {p50:9.0f} {top:9.0f}  sample {first}: {r['drawn']:,} drawn after {a.repeat} rounds")
     hold = write_lock_stats(a.db)
     print(f"{'write lock, longest hold':24} {'':9} {hold['max_ms']:9.0f}  over {hold['holds']} transactions")
+    big = samples.draw(db, Filter(), 2000, ["ann"], actor="lead", role="lead", stratify="proportional", seed=1)
+    # every member approved, 3 % with the weather changed: caption rows written directly (this library's clips have
+    # none), without 2,000 review transactions
+    rng = random.Random(3)
+    with db.conn:
+        for m in samples.members(db, big["id"]):
+            c = db.execute(
+                "SELECT scenario, hazard_level, weather, lighting, road_type FROM clips WHERE id = ?", [m["clip_id"]]
+            ).fetchone()
+            labels = dict(zip(("scenario_category", "hazard_level", "weather", "lighting", "road_type"), c))
+            labels |= {"road_users": ["car"], "ego_maneuver": "going_straight"}
+            row = (m["clip_id"], "t", "model", "model", time.time())
+            db.execute(
+                "INSERT OR IGNORE INTO captions (id, clip_id, version, text, labels, source, author, created_at) "
+                "VALUES (?, ?, 1, ?, ?, ?, ?, ?)",
+                [m["caption_id"], row[0], row[1], json.dumps(labels, sort_keys=True), *row[2:]],
+            )
+            current = m["caption_id"]
+            if rng.random() < 0.03:
+                fixed = labels | {"weather": "fog" if labels["weather"] != "fog" else "rain"}
+                current = db.execute(
+                    "INSERT INTO captions (clip_id, version, text, labels, source, author, created_at) "
+                    "VALUES (?, 2, 't', ?, 'human', 'ann', ?)",
+                    [m["clip_id"], json.dumps(fixed, sort_keys=True), time.time()],
+                ).lastrowid
+            db.execute(
+                "UPDATE clips SET review_status = 'approved', current_caption_id = ? WHERE id = ?",
+                [current, m["clip_id"]],
+            )
+    for label in taxonomy.ENUMS:
+        targets.set_target(db, label, 0.999, actor="lead", role="lead")
+    p50, top, d = timed(lambda: decision.decide(db, big["id"]), a.repeat)
+    print(f"{'decide 2,000':24} {p50:9.0f} {top:9.0f}  N = {big['population']:,}: {d.verdict} {d.more:,} more")
     for name, f in (("compare", Filter()), ("compare high", Filter(hazard_level="high"))):
         p50, top, c = timed(lambda f=f: prompt_compare.compare(db, v1, v2, f), a.repeat)
         hz = c["labels"]["hazard_level"]

@@ -25,6 +25,8 @@ Tables
 - quality_pairs (m019): a machine caption measured against an approved one, cached per pair of versions
   (data.quality).
 - releases (m021): training-set releases, versioned per name, never changed once written (data.quality.release).
+- quality_targets, sample_populations, sample_rounds (m022): each label's target and confidence, the clips a
+  sample was drawn from, and the further rounds drawn into it (m022_quality_decision documents each column).
 """
 
 from __future__ import annotations
@@ -681,3 +683,53 @@ def m021_releases(db: sqlite_utils.Database) -> None:
                   BEGIN SELECT RAISE(ABORT, 'a finished release is never changed: make a new one'); END""")
     db.execute("""CREATE TRIGGER releases_never_deleted BEFORE DELETE ON releases
                   BEGIN SELECT RAISE(ABORT, 'releases are never deleted'); END""")
+
+
+@MIGRATIONS()
+def m022_quality_decision(db: sqlite_utils.Database) -> None:
+    """What a lead decides a batch from (data.quality.decision), and samples that grow by rounds.
+
+    - quality_targets: per label, the accuracy a batch must reach to be used as the model captioned it
+      (`target`, a share; NULL: no requirement on that label) and how sure the lead wants to be (`confidence`),
+      with who set it and when. A label without a row has data.quality.targets' default.
+    - sample_populations: the clips a sample was drawn from, per stratum, as they were at the draw (`clip_ids`
+      ascending and each one's `caption_ids`, delta-coded 64-bit integers, zlib-compressed): so that a further
+      round draws from the same batch, whatever has happened to its clips since. `clips` is their number.
+      Samples drawn before this migration have none, and cannot grow.
+    - sample_rounds: each further round drawn into a sample (round 1, 2, ...; round 0 is the draw itself, in
+      `samples`): who, when, how many asked (`size`) and drawn, and its `seed`.
+    - sample_members.round: the round a member was drawn in (0: the first draw).
+    Populations and rounds are written once, as samples are (triggers)."""
+    db.execute("""
+    CREATE TABLE quality_targets (
+        label TEXT PRIMARY KEY,
+        target REAL CHECK (target IS NULL OR (target > 0 AND target <= 1)),
+        confidence REAL NOT NULL CHECK (confidence >= 0.5 AND confidence < 1),
+        set_by TEXT NOT NULL,
+        set_at REAL NOT NULL
+    )""")
+    db.execute("""
+    CREATE TABLE sample_populations (
+        sample_id INTEGER NOT NULL REFERENCES samples(id),
+        stratum TEXT NOT NULL,
+        clips INTEGER NOT NULL,
+        clip_ids BLOB NOT NULL,
+        caption_ids BLOB NOT NULL,
+        PRIMARY KEY (sample_id, stratum)
+    ) WITHOUT ROWID""")
+    db.execute("""
+    CREATE TABLE sample_rounds (
+        sample_id INTEGER NOT NULL REFERENCES samples(id),
+        round INTEGER NOT NULL CHECK (round >= 1),
+        created_by TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        size INTEGER NOT NULL,
+        drawn INTEGER NOT NULL,
+        seed INTEGER NOT NULL,
+        PRIMARY KEY (sample_id, round)
+    ) WITHOUT ROWID""")
+    db.execute("ALTER TABLE sample_members ADD COLUMN round INTEGER NOT NULL DEFAULT 0")
+    for table in ("sample_populations", "sample_rounds"):
+        for verb in ("UPDATE", "DELETE"):
+            db.execute(f"""CREATE TRIGGER {table}_write_once_{verb.lower()} BEFORE {verb} ON {table}
+                           BEGIN SELECT RAISE(ABORT, 'a drawn sample is never changed'); END""")

@@ -1,16 +1,20 @@
-"""The Quality tab in a real Chromium (issue 19): a lead draws a random sample on Browse and assigns it to an
-annotator, who reviews it in Review with the keyboard (approving each clip, fixing one clip's weather first); the
-lead sends the sample to a second annotator, who answers it blind; the lead's Quality tab then shows the model's
-exact accuracy on the weather for that prompt version (3 of 4), the two reviewers' agreement beside it, and the
-sample's estimate."""
+"""The Quality tab in a real Chromium (issues 19 and 26): a lead draws a random sample on Browse and assigns it to
+an annotator, who reviews it in Review with the keyboard (approving each clip, fixing one clip's weather first);
+the lead sends the sample to a second annotator, who answers it blind, from the video alone (an empty form: they
+set every label). The lead's Quality tab then opens on the decision for the sample's batch, picked without
+choosing (the only sample), above everything else: per label the target, the estimate, the bounds and accept / fix /
+review K more; "Draw K more" draws them into the same sample; a target set on the tab changes the decision. Below,
+the model's exact accuracy on the weather for that prompt version (3 of 4), the two reviewers' agreement beside it
+with a note on which to read, and the sample's single-look estimate."""
 
 from __future__ import annotations
 
 import pytest
 
-from data import clips, db as dbmod, quality, taxonomy
-from data.quality import samples
-from tests.support.browser_fixtures import SCREENSHOTS, choose, choose_starting, login
+from data import captions, clips, db as dbmod, quality, taxonomy
+from data.quality import samples, tables
+from tests.support.blind_form import fill_labels, form_is_empty
+from tests.support.browser_fixtures import SCREENSHOTS, choose, login
 
 pytestmark = pytest.mark.browser
 WAIT = 60_000
@@ -84,13 +88,15 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
             assert clips.get(db, cid)["review_status"] == "approved"
         assert clips.get(db, fixed[0])["caption"]["labels"]["weather"] == fixed[1]
 
-        # the lead sends the sample to ann2, who answers it blind, keeping the machine's labels
+        # the lead sends the sample to ann2, who answers it blind from the video alone: she sets every label, and
+        # gives the values the model gave (so the two reviewers disagree on the one weather ann fixed)
         choose(lead, "second-reviewer", "ann2")
         lead.check("#second-reviewed-only input")
         lead.click("#btn-send-second")
         lead.wait_for_function(
             "document.querySelector('#second-msg').innerText.includes('Sent 4 clips of sample')", timeout=WAIT
         )
+        origin = {m["clip_id"]: captions.get(db, m["caption_id"])["labels"] for m in samples.members(db, sample_id)}
         ann2, _ = login(ann2_ctx, server.url, "ann2")
         ann2.locator("#tab-second-button").click()
         answered: list[int] = []
@@ -102,6 +108,9 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
                 timeout=WAIT,
             )
             cid = int(ann2.evaluate("document.querySelector('#second-clip').dataset.clip"))
+            ann2.wait_for_function("document.querySelector('#second-scenario-category input')?.value === ''")
+            assert form_is_empty(ann2)  # nothing of the model's labels, nothing of ann's
+            fill_labels(ann2, origin[cid])
             ann2.click("#btn-second-approve")
             ann2.wait_for_function(
                 "document.querySelector('#second-review-msg').innerText"
@@ -111,14 +120,68 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
             answered.append(cid)
         assert len(samples.second_reviews(db, sample_id=sample_id)) == 4
 
-        # the Quality tab: the weather of av-hazard v1 right on 3 of the 4 clips, the reviewers agreeing on 3
+        # the Quality tab opens on the decision for the only sample's batch, without choosing it, above the rest
         lead.locator("#tab-quality-button").click()
+        lead.wait_for_function(
+            f"document.querySelector('#quality-decision')?.dataset.sample === '{sample_id}'", timeout=WAIT
+        )
+        assert f"sample {sample_id} " in lead.input_value("#quality-sample input")
+        top = {e: lead.locator(f"#{e}").bounding_box()["y"] for e in ("quality-decision-box", "quality-overview")}
+        assert top["quality-decision-box"] < top["quality-overview"]
+        d = quality.decide(db, sample_id)
+        assert d.verdict == "review" and d.draw > 0  # 4 reviews of a batch of 21 cannot decide at 0.95
+        assert lead.get_attribute("#quality-decision", "data-verdict") == "review"
+        assert f"Review {d.more:,} more" in lead.inner_text("#quality-decision")
+        for label in ("hazard_level", "weather"):
+            x = d.labels[label]
+            assert cell(lead, "quality-decision-table", label, 1) == tables.target_text(x)
+            assert cell(lead, "quality-decision-table", label, 5) == tables.verdict_text(x, d.pending)
+        assert cell(lead, "quality-decision-table", "hazard_level", 1) == ">= 0.950 at 95.0%"
+        # the single-look estimate below it: Wilson's interval on 4 reviews, with the finite-population correction
+        e = quality.estimate(db, sample_id)
+        iv = e.labels["weather"].interval
+        assert cell(lead, "quality-estimate-table", "weather", 1) == "0.750"
+        assert cell(lead, "quality-estimate-table", "weather", 2) == f"{iv.low:.3f} - {iv.high:.3f}"
+        assert e.more <= e.left and tables.margin_text(e) in lead.inner_text("#quality-estimate-text")
+        lead.evaluate("window.scrollTo(0, 0)")
+        lead.screenshot(path=str(SCREENSHOTS / "quality.png"), full_page=True)
+
+        # "Draw K more" draws them into the same sample, for ann; the decision then waits for them
+        button = lead.locator("#btn-quality-draw-more")
+        assert button.inner_text() == f"Draw {d.draw:,} more into sample {sample_id} (for its people)"
+        button.click()
+        lead.wait_for_function(
+            f"document.querySelector('#quality-draw-msg').innerText.includes('Drew {d.draw:,} more clips')",
+            timeout=WAIT,
+        )
+        after = samples.members(db, sample_id)
+        assert len(after) == 4 + d.draw and {m["assignee"] for m in after if m["round"] == 1} == {"ann"}
+        lead.wait_for_function("document.querySelector('#quality-decision')?.dataset.draw === '0'", timeout=WAIT)
+        assert f"the {d.draw:,} clips of the sample still waiting" in lead.inner_text("#quality-decision")
+        assert not button.is_visible()
+
+        # a target set on the tab: the weather need only be right half the time, at 90 %
+        lead.get_by_text("Targets (per label)").click()
+        choose(lead, "quality-target-label", "weather")
+        lead.fill("#quality-target-value input", "0.5")
+        lead.fill("#quality-target-confidence input", "90")
+        lead.click("#btn-quality-target")
+        lead.wait_for_function(
+            "document.querySelector('#quality-target-msg').innerText.includes('weather: 0.500 at 90.0% confidence')",
+            timeout=WAIT,
+        )
+        assert cell(lead, "quality-decision-table", "weather", 1) == ">= 0.500 at 90.0%"
+
+        # below: the weather of av-hazard v1 right on 3 of the 4 clips, the reviewers agreeing on 3, and which to
+        # read
         lead.wait_for_function("document.querySelector('#quality-counts')?.dataset.approved === '4'", timeout=WAIT)
         assert "av-hazard v1" in lead.input_value("#quality-group input")
         assert cell(lead, "quality-labels", "weather", 1) == "4"  # clips
         assert cell(lead, "quality-labels", "weather", 2) == "0.750"  # the model's accuracy
         assert cell(lead, "quality-labels", "weather", 3) == "0.750"  # the two reviewers agree
         assert cell(lead, "quality-labels", "hazard_level", 2) == "1.000"
+        note = lead.inner_text("#quality-agreement-note")
+        assert "Decide from the model's accuracy" in note and "ceiling" not in lead.inner_text("#quality-labels")
         assert (
             cell(
                 lead,
@@ -140,18 +203,8 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
         assert w.recall(fixed[1]) < 1 and [cell(lead, "quality-classes", fixed[1], k) for k in (1, 2)] == want
         # this library's machine captions were written without token logprobs: calibration says so
         assert "has a recorded confidence for weather" in lead.inner_text("#quality-cal-note")
-        for plot in ("quality-accuracy-plot", "quality-matrix", "quality-text"):
+        for plot in ("quality-accuracy-plot", "quality-matrix", "quality-text", "quality-estimate-plot"):
             lead.wait_for_selector(f"#{plot} img", timeout=WAIT)
-        # the sample's estimate: Wilson's interval on 4 reviews
-        choose_starting(lead, "quality-sample", f"sample {sample_id} ")
-        lead.wait_for_selector("#quality-estimate-text", timeout=WAIT)
-        assert cell(lead, "quality-estimate-table", "weather", 1) == "0.750"
-        e = quality.estimate(db, sample_id)
-        iv = e.labels["weather"].interval
-        assert cell(lead, "quality-estimate-table", "weather", 2) == f"{iv.low:.3f} - {iv.high:.3f}"
-        assert f"{e.more:,} more random reviews" in lead.inner_text("#quality-estimate-text")
-        lead.evaluate("window.scrollTo(0, 0)")
-        lead.screenshot(path=str(SCREENSHOTS / "quality.png"), full_page=True)
 
         # an annotator gets a note, not the figures
         ann.locator("#tab-quality-button").click()

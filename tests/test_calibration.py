@@ -164,3 +164,41 @@ def test_the_filter_narrows_the_clips_and_another_review_status_gives_nothing(db
 def test_a_bad_label_or_bucket_count_is_a_message(db, kw):
     with pytest.raises(DataError):
         calibration(db, **kw)
+
+
+def test_values_are_counted_apart_from_clips(db):
+    """Calibration counts values: one per clip for a single-choice label, one per road user listed for the list
+    label. Three approved clips list 2, 3 and 1 road users at confidence 0.8-0.9 (6 values on 3 clips); the rows,
+    the Quality tab's note and table, and the terminal say 6 road users on 3 clips, and 3 clips for the hazard
+    level. (Issue 26: the tab called 343 values "clips" for 169 clips.)"""
+    from data.quality.tables import format_calibration
+    from webapp import quality_tab
+
+    listed = [{"car": 0.9, "truck": 0.85}, {"car": 0.8, "bus": 0.82, "bicycle": 0.88}, {"pedestrian": 0.81}]
+    for i, items in enumerate(listed):
+        cid = _clip(db, f"v{i}.mp4")
+        labels = BASE | {"road_users": sorted(items)}
+        m = _machine(db, cid, labels, {"labels": {"hazard_level": 0.9}, "items": {"road_users": items}, "end": {}})
+        _approve(db, cid, m)
+    users = calibration(db, label="road_users", buckets=2)
+    assert [(r["n"], r["clips"], r["label_clips"]) for r in users] == [(0, 0, 3), (6, 3, 3)]
+    hazard = calibration(db, label="hazard_level", buckets=2)
+    assert [(r["n"], r["clips"], r["label_clips"]) for r in hazard] == [(0, 0, 3), (3, 3, 3)]
+    assert quality_tab.calibration_columns("road_users")[1:3] == ["road users listed", "on clips"]
+    assert quality_tab.calibration_rows(users) == [["0.5 - 1.0", "6", "3", "6", "1.000", f"{5.06 / 6:.3f}"]]
+    assert quality_tab.calibration_columns("hazard_level")[1] == "clips"
+    lines = format_calibration(users + hazard).splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("road_users "))
+    assert "road users listed  on clips" in lines[head] and lines[head + 1].split()[:3] == ["0.5-1.0", "6", "3"]
+
+    class Ctx:
+        def db(self):
+            return db
+
+    tab = quality_tab.QualityTab(Ctx())
+    tab.cal_note, tab.cal_plot, tab.cal_table = "note", "plot", "table"
+    out = tab._calibration(Filter(), "road_users")
+    assert "road_users: 6 road users the model listed, on 3 clips" in out["note"]
+    assert list(out["table"].columns)[1:3] == ["road users listed", "on clips"]
+    out = tab._calibration(Filter(), "hazard_level")
+    assert "hazard_level: 3 clips, one value each" in out["note"]

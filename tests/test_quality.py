@@ -4,7 +4,8 @@ A review history is generated through data.captions (machine captions of two pro
 reviewers' label fixes and text edits in chains of versions, adopts, rejects, text written from scratch) while
 the test keeps its own record of what the model said and what was approved. Every figure is then checked against
 an independent computation: scikit-learn for accuracy, the confusion matrix, precision and recall, multi-label
-scores and Cohen's kappa; scipy for the Wilson interval; hand-worked cases for the stratified estimate.
+scores and Cohen's kappa; scipy for the Wilson interval (and its root finder for the interval with the
+finite-population correction); hand-worked cases for the stratified estimate and the corrected sample sizes.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from scipy.stats import binomtest
+from scipy.optimize import brentq
+from scipy.stats import binomtest, norm
 from sklearn.metrics import (
     accuracy_score,
     cohen_kappa_score,
@@ -398,6 +400,12 @@ def review(db, clip_id: int, change: dict | None = None, status: str = "approved
     return cur
 
 
+def machine_labels(db, review_id: int) -> dict:
+    """The labels of the machine caption a second review's clip was first reviewed from."""
+    origin = db.execute("SELECT origin_caption_id FROM second_reviews WHERE id = ?", [review_id]).fetchone()[0]
+    return captions.get(db, origin)["labels"]
+
+
 def other(db, clip_id: int, label: str) -> str:
     """A value of `label` other than the one clip `clip_id`'s current caption has."""
     cur = captions.get(db, db.execute("SELECT current_caption_id FROM clips WHERE id = ?", [clip_id]).fetchone()[0])
@@ -423,12 +431,22 @@ def test_estimate_from_a_simple_random_sample_is_wilson(batch):
     e = quality.estimate(db, s["id"], margin=5)
     assert (e.method, e.reviewed, e.rejected, e.pending) == ("wilson", 25, 2, 3)
     w = e.labels["weather"]
+    # the score test with the finite-population correction, solved by scipy's root finder: a batch of 98
+    # measurable clips (100, less the 2 members known to have no approved labels), 25 reviewed
+    big_n, p_hat, z = 98, right / 25, norm.ppf(0.975)
+
+    def score(p):
+        return (p_hat - p) ** 2 - z * z * p * (1 - p) / 25 * (big_n - 25) / (big_n - 1)
+
+    low, high = brentq(score, 1e-12, p_hat), brentq(score, p_hat, 1 - 1e-12)
+    assert w.interval.p == p_hat and (w.interval.low, w.interval.high) == (pytest.approx(low), pytest.approx(high))
+    # narrower than the interval of an infinite population (scipy's), which it would be without the correction
     ci = binomtest(right, 25).proportion_ci(method="wilson")
-    assert w.interval.p == right / 25 and (w.interval.low, w.interval.high) == (
-        pytest.approx(ci.low),
-        pytest.approx(ci.high),
-    )
-    assert w.more == stats.more_reviews(right, 25, 0.05) > 0
+    assert ci.low < w.interval.low and w.interval.high < ci.high
+    # the reviews to make: n = n0 / (1 + (n0 - 1) / N) of the n0 an infinite population needs
+    n0 = 25 + stats.more_reviews(right, 25, 0.05)
+    assert w.more == math.ceil(n0 / (1 + (n0 - 1) / big_n)) - 25 > 0
+    assert w.more <= big_n - 25 and w.left == big_n - 25
     assert e.labels["hazard_level"].interval.p == 1.0
     assert e.more == max(x.more for x in e.labels.values())
     # only members of a drawn sample count: a draw's estimate ignores the chosen clip above
@@ -478,7 +496,7 @@ def test_kappa_between_first_and_blind_second_reviewer_equals_scikit_learn(batch
         review(db, m["clip_id"], change, status)
     samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
     while (t := samples.next_task(db, "ann3")) is not None:
-        said = t["origin"]["labels"]
+        said = machine_labels(db, t["id"])  # what the model said: the second reviewer is not shown it
         answer = {**said, "hazard_level": rng.choice(taxonomy.HAZARD_LEVELS)} if rng.random() < 0.5 else said
         if rng.random() < 0.3:
             answer = {**answer, "road_users": sorted(set(answer["road_users"]) ^ {"bus"})}
@@ -560,7 +578,7 @@ def test_export_says_which_records_were_reviewed_sampled_and_reviewed_twice(batc
     review(db, chosen, status="rejected")  # reviewed because someone chose it: not a sample
     samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
     t = samples.next_task(db, "ann3")
-    samples.answer(db, t["id"], "ann3", labels=t["origin"]["labels"], decision="approved")
+    samples.answer(db, t["id"], "ann3", labels=machine_labels(db, t["id"]), decision="approved")
     pending = samples.next_task(db, "ann3")  # sent but not answered: not double-reviewed yet
     assert pending is not None and pending["clip_id"] != t["clip_id"]
     recs = {r["clip_id"]: r for r in export.iter_rows(db)}
@@ -595,7 +613,7 @@ def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
     """A hand-worked case: three approved hazard levels the model gave at confidence 0.95 (two right) and one at
     0.35 (wrong): the tab's table has the two buckets, the plot draws, and --json carries data.quality.calibration."""
     from data.quality import calibration
-    from webapp import quality_tab
+    from webapp import quality_plots, quality_tab
 
     ids = make_clips(db, 4)
     for cid, (p, right) in zip(ids, ((0.95, True), (0.95, True), (0.95, False), (0.35, False))):
@@ -618,7 +636,7 @@ def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
     import io
 
     buf = io.BytesIO()
-    quality_tab.calibration_figure("hazard_level", rows).savefig(buf, format="png")
+    quality_plots.calibration_figure("hazard_level", rows).savefig(buf, format="png")
     assert buf.tell() > 1000
     out = run_cli("--data-dir", str(settings.data_dir), "--json")
     assert out.returncode == 0, out.stderr

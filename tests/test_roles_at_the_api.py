@@ -94,12 +94,16 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
         return [job_id, *JOB_LIST, None], None
     if name.startswith("job_"):
         return [job_id], None
-    if name in ("quality_show", "quality_refresh"):
+    if name == "quality_show":
+        return [["model", "prompt"], "", "", True, None, None, "hazard_level", None, 5], None
+    if name == "quality_refresh":
         return [["model", "prompt"], "", "", True, None, None, "hazard_level"], None
     if name == "quality_compare":
         return [None, None, True, None], None
-    if name == "quality_estimate":
+    if name in ("quality_estimate", "quality_draw_more"):
         return [None, 5], None
+    if name == "quality_target":  # the hazard level's default, set again: a write a lead may make
+        return ["hazard_level", "0.95", "", None, 5], None
     if name == "team_stats":
         return ["all time"], None
     if name == "open_clip":
@@ -245,10 +249,20 @@ def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps,
                 len(job_queries.list_jobs(db, 1000)),
                 db.execute("SELECT COUNT(*) FROM events").fetchone()[0],
                 db.execute("SELECT COUNT(*) FROM releases").fetchone()[0],
+                db.execute("SELECT COUNT(*) FROM quality_targets").fetchone()[0],
             )
 
         before = counts()
-        for endpoint in ("/start_job", "/job_cancel", "/job_pause", "/job_retry", "/release_set"):
+        lead_only = (
+            "/start_job",
+            "/job_cancel",
+            "/job_pause",
+            "/job_retry",
+            "/release_set",
+            "/quality_target",
+            "/quality_draw_more",
+        )
+        for endpoint in lead_only:
             assert call_event(server, deps, cookies["annotator"], endpoint, 1) == "deny"
         assert call_route(server, cookies["annotator"], "GET /export") == "deny"
         after = counts()

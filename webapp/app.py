@@ -221,7 +221,7 @@ class Workbench:
         )
         self.tab_quality.select(
             shows_errors(self.quality.show),
-            self.quality.inputs(self.filter_state),
+            self.quality.show_inputs(self.filter_state),
             self.quality.show_outputs,
             show_progress="minimal",
             api_name="quality_show",

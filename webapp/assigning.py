@@ -14,6 +14,7 @@ from data import assignments, captions, clips, users
 from data.errors import DataError
 from webapp import render
 from webapp.context import AppContext, shows_errors
+from webapp.number_box import number_box, whole
 
 ANY, ME, UNASSIGNED = "any", "me", "unassigned"
 
@@ -46,15 +47,7 @@ def clips_n(n: int) -> str:
 
 def _limit(count) -> int | None:
     """The "how many" box: empty or 0 = the whole filter; anything else a whole number (checked in data/)."""
-    if count in (None, ""):
-        return None
-    try:
-        n = float(count)
-    except (TypeError, ValueError):
-        raise DataError("How many clips: a whole number (empty: the whole filter).") from None
-    if n != int(n):
-        raise DataError("How many clips: a whole number (empty: the whole filter).")
-    return int(n) or None
+    return whole(count, "How many clips (empty: the whole filter)") or None
 
 
 class AssignPanel:
@@ -66,8 +59,8 @@ class AssignPanel:
             self.person = gr.Dropdown(
                 [], label="Assign to", elem_id="assign-to", allow_custom_value=True, min_width=160, scale=2
             )
-            self.count = gr.Number(
-                label="How many (empty: the whole filter)", value=None, precision=0, minimum=0, elem_id="assign-count"
+            self.count = number_box(
+                "How many (empty: the whole filter)", empty="the whole filter", elem_id="assign-count"
             )
             self.assign_btn = gr.Button("Assign this filter's clips", elem_id="btn-assign", size="sm")
             self.unassign_btn = gr.Button("Unassign them", elem_id="btn-unassign", size="sm", variant="secondary")

@@ -21,6 +21,7 @@ from data.errors import DataError, SearchSyntaxError
 from data.quality import samples
 from webapp import assigning, release_panel, render, sampling, second_review_tab
 from webapp.context import AppContext
+from webapp.number_box import number_box, whole
 
 ANY = "any"
 SUMMARY_TTL = 10.0
@@ -88,13 +89,7 @@ def filter_from_form(form: dict, *, me: str = "") -> clips.Filter:
 
 def _whole(value, name: str) -> int | None:
     """A number box: empty or 0 is "any"; anything else a whole number."""
-    try:
-        n = float(value) if value not in (None, "") else 0.0
-        if n != int(n):
-            raise ValueError
-    except (TypeError, ValueError, OverflowError):
-        raise DataError(f"The {name.replace('_', ' ')} must be a whole number.") from None
-    return int(n) if n > 0 else None
+    return whole(value, f"The {name.replace('_', ' ')}") or None
 
 
 def form_from_filter(fdict: dict) -> dict:
@@ -157,7 +152,7 @@ class BrowseTab:
         with gr.Row(elem_classes="cw-filters"):
             self.has_caption = gr.Radio(TRISTATE, value=ANY, label="Has caption", elem_id="f-has-caption")
             self.failed = gr.Radio(TRISTATE, value=ANY, label="Ingest failed", elem_id="f-failed")
-            self.job = gr.Number(label="Job id", value=None, precision=0, minimum=0, elem_id="f-job")
+            self.job = number_box("Job id", empty="any", elem_id="f-job")
             self.assignee = gr.Dropdown(
                 [assigning.ANY, assigning.ME, assigning.UNASSIGNED],
                 value=assigning.ANY,

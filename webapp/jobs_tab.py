@@ -30,6 +30,7 @@ from serving import cost, fleet_key
 from serving.health import router_workers
 from webapp import fleet_notice, render
 from webapp.context import AppContext, shows_errors
+from webapp.number_box import number_box, whole
 from webapp.prompt_panel import PromptPanel
 
 RUNNER_STALE_S = fleet_notice.RUNNER_STALE_S
@@ -155,7 +156,7 @@ class JobsTab:
         self.prompts = PromptPanel(self.ctx)  # leads only: shown on first paint (webapp/app.py)
         self.prompts.render()
         with gr.Row():
-            self.job_id = gr.Number(label="Job shown", precision=0, elem_id="job-id", minimum=0)
+            self.job_id = number_box("Job shown", empty="the newest", elem_id="job-id")
             self.pause_btn = gr.Button("Pause", elem_id="btn-pause", size="sm")
             self.resume_btn = gr.Button("Resume", elem_id="btn-resume", size="sm")
             self.cancel_btn = gr.Button("Cancel", elem_id="btn-cancel", size="sm", variant="stop")
@@ -255,6 +256,10 @@ class JobsTab:
         goes."""
         user = self.ctx.user(request)
         db = self.ctx.db()
+        try:  # refreshed every few seconds: a half-typed id is no error, it shows nothing yet
+            job_id = whole(job_id, "The job shown")
+        except DataError:
+            job_id = None
         beats = heartbeats.heartbeats(db, "runner")
         out = {self.runner: runner_line(beats, self.ctx.settings)}
         if not user.can("lead"):
@@ -485,10 +490,10 @@ class JobsTab:
     def action(self, verb: str):
         def handler(job_id, confirm, request: gr.Request):
             user = self._lead(request)
+            job_id = whole(job_id, "The job shown")
             if not job_id:
                 return {self.msg: render.message("Enter a job id first.", "error"), self.msg_for: None}
             db = self.ctx.db()
-            job_id = int(job_id)
             try:
                 job = job_queries.get(db, job_id)
                 ask = self._ask_first(db, job, verb, confirm)

@@ -1,15 +1,19 @@
-"""Quality tab (leads): how good the machine captions are, measured against what reviewers approved.
+"""Quality tab (leads): what a batch is worth and what to do with it, then how good the machine captions are,
+measured against what reviewers approved.
 
-Thin over data.quality (the figures), data.quality.calibration (accuracy by the model's confidence),
-data.quality.prompt_compare (prompt versions on the same clips) and data.quality.samples (the random samples an
-estimate rests on). Regions, top to bottom: the scope (group by, job, prompt, the Browse filter or not); the
-accuracy of every group on every label; one group in detail (its per-label table with the reviewers' agreement
-beside the model's accuracy, a bar chart of both, the confusion matrix of one label as a heatmap with per-class
-precision and recall, how much reviewers changed the text, that label's calibration); prompt versions compared on
-exactly the same clips; and what an unreviewed batch is worth, from a random sample, for a margin the lead picks.
+Thin over data.quality (the figures), data.quality.calibration (accuracy by the model's confidence) and
+data.quality.prompt_compare (prompt versions on the same clips). Regions, top to bottom:
+- the decision on a random sample's batch (webapp.quality_decision: the newest sample picked when the tab opens,
+  accept / fix / review K more per label and for the batch, the K more drawn, the estimate, the targets);
+- the scope (group by, job, prompt, the Browse filter or not); the accuracy of every group on every label;
+- one group in detail (its per-label table with the blind reviewers' agreement beside the model's accuracy and a
+  note on which to read, a bar chart of both, the confusion matrix of one label as a heatmap with per-class
+  precision and recall, how much reviewers changed the text, that label's calibration, which counts clips for a
+  single-choice label and road users listed for the list label);
+- prompt versions compared on exactly the same clips.
 
 Every handler checks the lead role itself (each event is an HTTP endpoint); non-leads get a note instead of the
-tab's content. Plots are matplotlib figures (gr.Plot), made with the object API, never pyplot's global state.
+tab's content. The figures are webapp.quality_plots'.
 """
 
 from __future__ import annotations
@@ -23,137 +27,44 @@ import pandas as pd
 from data import prompts, quality, taxonomy
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import calibration, prompt_compare
+from data.quality import calibration, prompt_compare, tables
 from webapp import render
 from webapp.context import AppContext, shows_errors
+from webapp.quality_decision import DecisionPanel
+from webapp.quality_plots import (
+    accuracy_figure,
+    calibration_figure,
+    compare_figure,
+    edit_ratio_figure,
+    items_figure,
+    matrix_figure,
+    version_name,
+)
 
 BY_CHOICES = [("model", "model"), ("prompt version", "prompt"), ("job", "job")]
 OVERVIEW_COLUMNS = ["group", "clips", *quality.LABELS, "text edit ratio (median)"]
 CLASS_COLUMNS = ["value", "precision", "recall", "approved as", "model said"]
 ITEM_COLUMNS = ["item", "precision", "recall", "both", "model only", "reviewer only"]
-ESTIMATE_COLUMNS = quality.ESTIMATE_COLUMNS
 COMPARE_COLUMNS = ["label", "version A", "version B", "change", "clips"]
 CALIBRATION_COLUMNS = ["confidence", "clips", "right", "accuracy", "mean confidence"]
 CALIBRATION_BUCKETS = 10
-GREEN, GREY, BLUE = "#2e7d32", "#9e9e9e", "#1565c0"
 
 
-def _figure(width: float = 7.0, height: float = 3.2):
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
-    return fig, fig.subplots()
-
-
-def accuracy_figure(group: quality.Group, agree: quality.Agreement | None):
-    """Bars: the model's accuracy per label; a tick over each: how often two reviewers agree (its ceiling)."""
-    fig, ax = _figure()
-    names = list(group.labels)
-    acc = [group.labels[n].accuracy or 0.0 for n in names]
-    ax.barh(names, acc, color=BLUE, label="model vs approved")
-    if agree is not None:
-        ceiling = [(i, agree.labels[n].agree) for i, n in enumerate(names) if n in agree.labels and agree.labels[n].n]
-        if ceiling:
-            ys, xs = zip(*ceiling)
-            ax.scatter(xs, ys, marker="|", s=400, color="black", label="two reviewers agree", zorder=3)
-    for i, a in enumerate(acc):
-        ax.text(
-            min(a, 0.98),
-            i,
-            f" {a:.2f}",
-            va="center",
-            ha="right" if a > 0.9 else "left",
-            fontsize=8,
-            color="white" if a > 0.9 else "black",
-        )
-    ax.set_xlim(0, 1)
-    ax.invert_yaxis()
-    ax.set_xlabel("share of approved clips the model got right")
-    ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
-    return fig
-
-
-def matrix_figure(s: quality.LabelStats):
-    """The confusion matrix as a heatmap: rows what reviewers approved, columns what the model said, each row
-    shaded by its share (a rare class reads as clearly as a common one) and labelled with its count."""
-    k = len(s.classes)
-    fig, ax = _figure(max(4.5, 0.55 * k + 2.5), max(3.2, 0.45 * k + 1.6))
-    shares = [[c / sum(row) if sum(row) else 0.0 for c in row] for row in s.matrix]
-    ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
-    for i, row in enumerate(s.matrix):
-        for j, c in enumerate(row):
-            if c:
-                ax.text(
-                    j,
-                    i,
-                    f"{c:,}",
-                    ha="center",
-                    va="center",
-                    fontsize=7,
-                    color="white" if shares[i][j] > 0.6 else "black",
-                )
-    ax.set_xticks(range(k), s.classes, rotation=45, ha="right", fontsize=8)
-    ax.set_yticks(range(k), s.classes, fontsize=8)
-    ax.set_xlabel("the model said")
-    ax.set_ylabel("reviewers approved")
-    ax.set_title(f"{s.label}: accuracy {s.accuracy:.3f} on {s.n:,} clips" if s.n else s.label, fontsize=10)
-    return fig
-
-
-def items_figure(s: quality.ItemStats):
-    """Per item of the multi-choice label: precision and recall side by side."""
-    fig, ax = _figure()
-    items = s.items
-    xs = range(len(items))
-    ax.bar([x - 0.2 for x in xs], [s.precision(i) or 0 for i in items], 0.4, color=BLUE, label="precision")
-    ax.bar([x + 0.2 for x in xs], [s.recall(i) or 0 for i in items], 0.4, color=GREEN, label="recall")
-    ax.set_xticks(list(xs), items, rotation=45, ha="right", fontsize=8)
-    ax.set_ylim(0, 1)
-    ax.set_title(f"{s.label}: exact set {s.accuracy or 0:.3f}, mean Jaccard {s.jaccard or 0:.3f}", fontsize=10)
-    ax.legend(fontsize=8)
-    return fig
-
-
-def edit_ratio_figure(t: quality.TextStats):
-    """How much reviewers changed the text: clips per tenth of the word-level edit ratio."""
-    fig, ax = _figure(7.0, 2.6)
-    bins = quality.HISTOGRAM_BINS
-    ax.bar([i / bins for i in range(bins)], t.histogram, width=1 / bins, align="edge", color=GREY, edgecolor="white")
-    if t.median is not None:
-        ax.axvline(t.median, color="black", linestyle="--", label=f"median {t.median:.3f}")
-        ax.legend(fontsize=8)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("word-level edit ratio (0: kept as written, 1: rewritten)")
-    ax.set_ylabel("clips")
-    return fig
-
-
-def calibration_figure(label: str, rows: list[dict]):
-    """Accuracy against the model's confidence, bucket by bucket (a calibrated model sits on the diagonal), with
-    how many clips each bucket holds."""
-    fig, ax = _figure(5.5, 4.0)
-    ax.plot([0, 1], [0, 1], color=GREY, linestyle="--", label="calibrated")
-    full = [r for r in rows if r["n"]]
-    ax.plot([r["confidence"] for r in full], [r["accuracy"] for r in full], marker="o", color=BLUE, label="the model")
-    for r in full:
-        ax.annotate(
-            f"{r['n']:,}", (r["confidence"], r["accuracy"]), textcoords="offset points", xytext=(4, -10), fontsize=7
-        )
-    ax.set_xlim(0, 1)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("the model's confidence in its value")
-    ax.set_ylabel("share approved as it said")
-    ax.set_title(f"{label}: accuracy by confidence (clips per point)", fontsize=10)
-    ax.legend(fontsize=8, loc="upper left")
-    return fig
+def calibration_columns(label: str) -> list[str]:
+    """The calibration table's columns: a single-choice label counts clips; the list label counts the road users
+    the model listed, and says on how many clips."""
+    if label in taxonomy.MULTI:
+        return ["confidence", "road users listed", "on clips", "right", "accuracy", "mean confidence"]
+    return CALIBRATION_COLUMNS
 
 
 def calibration_rows(rows: list[dict]) -> list[list[Any]]:
-    """The calibration table: a row per bucket that holds clips."""
+    """The calibration table (calibration_columns): a row per bucket that holds values."""
     return [
         [
             f"{r['low']:.1f} - {r['high']:.1f}",
             f"{r['n']:,}",
+            *([f"{r['clips']:,}"] if r["label"] in taxonomy.MULTI else []),
             f"{r['correct']:,}",
             f"{r['accuracy']:.3f}",
             f"{r['confidence']:.3f}",
@@ -161,41 +72,6 @@ def calibration_rows(rows: list[dict]) -> list[list[Any]]:
         for r in rows
         if r["n"]
     ]
-
-
-def compare_figure(cmp: dict):
-    """Two prompt versions' accuracy per label, on the same clips."""
-    fig, ax = _figure()
-    names = list(cmp["labels"])
-    xs = range(len(names))
-    a = [cmp["labels"][n]["a_accuracy"] or 0 for n in names]
-    b = [cmp["labels"][n]["b_accuracy"] or 0 for n in names]
-    ax.bar([x - 0.2 for x in xs], a, 0.4, color=GREY, label=_version_name(cmp["a"]))
-    ax.bar([x + 0.2 for x in xs], b, 0.4, color=BLUE, label=_version_name(cmp["b"]))
-    ax.set_xticks(list(xs), names, rotation=30, ha="right", fontsize=8)
-    ax.set_ylim(0, 1)
-    ax.set_ylabel("accuracy")
-    ax.set_title(f"on the same {cmp['clips']:,} approved clips", fontsize=10)
-    ax.legend(fontsize=8)
-    return fig
-
-
-def estimate_figure(e: quality.Estimate):
-    """Each label's estimated accuracy over the population with its 95 % interval."""
-    fig, ax = _figure()
-    names = [n for n, le in e.labels.items() if le.interval is not None]
-    for i, n in enumerate(names):
-        iv = e.labels[n].interval
-        ax.errorbar(iv.p, i, xerr=[[iv.p - iv.low], [iv.high - iv.p]], fmt="o", color=BLUE, capsize=4)
-    ax.set_yticks(range(len(names)), names, fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("estimated accuracy over the whole batch (95 % interval)")
-    return fig
-
-
-def _version_name(v: dict) -> str:
-    return f"{v['name']} v{v['version']}"
 
 
 def overview_rows(r: quality.Report) -> list[list[Any]]:
@@ -238,15 +114,18 @@ def _group_value(key: dict) -> str:
 class QualityTab:
     def __init__(self, ctx: AppContext):
         self.ctx = ctx
+        self.decision = DecisionPanel(ctx)
 
     # -- render ----------------------------------------------------------------------------------------------
 
     def render(self) -> None:
         self.note = gr.HTML("", elem_id="quality-note")
         with gr.Column(visible=False, elem_id="quality-body") as self.body:
+            self.decision.render()
             gr.Markdown(
-                "The model measured against what reviewers approved: each approved clip pairs the machine caption "
-                "its approved caption started from with what was approved. The README's *Quality* section says what "
+                "Below: the model measured against what reviewers approved, on every approved clip of the scope "
+                "(not a random sample: reviewers chose these clips). Each approved clip pairs the machine caption its "
+                "approved caption started from with what was approved. The README's *Quality* section says what "
                 "each figure means and how to decide from it."
             )
             with gr.Row():
@@ -276,9 +155,10 @@ class QualityTab:
             self.labels = gr.Dataframe(
                 headers=quality.LABEL_COLUMNS,
                 interactive=False,
-                label="Per label: the model's accuracy, and two reviewers' agreement (its ceiling)",
+                label="Per label: the model's accuracy, and how often two reviewers agree (the second one blind)",
                 elem_id="quality-labels",
             )
+            gr.HTML(f'<p class="cw-muted" id="quality-agreement-note">{render.esc(tables.AGREEMENT_NOTE)}</p>')
             self.accuracy_plot = gr.Plot(label="Accuracy per label", elem_id="quality-accuracy-plot", format="png")
             with gr.Row():
                 self.matrix_plot = gr.Plot(label="Confusion matrix", elem_id="quality-matrix", format="png")
@@ -305,20 +185,6 @@ class QualityTab:
                     headers=COMPARE_COLUMNS, interactive=False, elem_id="quality-compare-table"
                 )
                 self.compare_plot = gr.Plot(elem_id="quality-compare-plot", format="png")
-            with gr.Accordion(
-                "What an unreviewed batch is worth (from a random sample)", open=True, elem_id="quality-estimate-box"
-            ):
-                with gr.Row():
-                    self.sample = gr.Dropdown([], label="Random sample", elem_id="quality-sample")
-                    self.margin = gr.Number(
-                        quality.DEFAULT_MARGIN * 100, label="Margin (+/- points)", elem_id="quality-margin"
-                    )
-                    self.estimate_btn = gr.Button("Estimate", elem_id="btn-quality-estimate", size="sm")
-                self.estimate_html = gr.HTML("", elem_id="quality-estimate")
-                self.estimate_table = gr.Dataframe(
-                    headers=ESTIMATE_COLUMNS, interactive=False, elem_id="quality-estimate-table"
-                )
-                self.estimate_plot = gr.Plot(elem_id="quality-estimate-plot", format="png")
 
     # -- handlers ---------------------------------------------------------------------------------------------
 
@@ -405,17 +271,23 @@ class QualityTab:
                 self.cal_plot: None,
                 self.cal_table: pd.DataFrame([], columns=CALIBRATION_COLUMNS),
             }
-        what = "each road user the model listed" if label in taxonomy.MULTI else "each clip"
+        clips = rows[0]["label_clips"]
+        what = (
+            f"{n:,} road users the model listed, on {clips:,} clips"
+            if label in taxonomy.MULTI
+            else f"{clips:,} clips, one value each"
+        )
         return {
-            self.cal_note: f'<div class="cw-counts" id="quality-cal-text">{render.esc(label)}: {n:,} values '
-            f"({render.esc(what)}), every prompt version of the filter. Points under the diagonal: the model is "
-            "surer than it is right.</div>",
+            self.cal_note: f'<div class="cw-counts" id="quality-cal-text" data-clips="{clips}" data-values="{n}">'
+            f"{render.esc(label)}: {what}, every prompt version of the filter. Points under the diagonal: the "
+            "model is surer than it is right.</div>",
             self.cal_plot: calibration_figure(label, rows),
-            self.cal_table: pd.DataFrame(calibration_rows(rows), columns=CALIBRATION_COLUMNS),
+            self.cal_table: pd.DataFrame(calibration_rows(rows), columns=calibration_columns(label)),
         }
 
-    def show(self, by, job, prompt, use_filter, fdict, group, label, request: gr.Request):
-        """The tab shown: its choices (prompt versions, samples) and the report."""
+    def show(self, by, job, prompt, use_filter, fdict, group, label, sample, margin, request: gr.Request):
+        """The tab shown: its choices (prompt versions, samples: the one shown stays, else the newest is picked),
+        the decision on the picked sample's batch, and the report."""
         user = self.ctx.user(request)
         if not user.can("lead"):
             return {
@@ -431,27 +303,9 @@ class QualityTab:
                 self.body: gr.update(visible=True),
                 self.ver_a: gr.update(choices=versions),
                 self.ver_b: gr.update(choices=versions),
-                self.sample: gr.update(choices=self.sample_choices(job)),
             }
         )
-        return out
-
-    def sample_choices(self, job) -> list[tuple[str, int]]:
-        try:
-            scope = quality.Scope.of(job=job)
-        except DataError:
-            scope = quality.Scope()
-        out = []
-        for s in quality.samples_for(self.ctx.db(), scope):
-            how = "no strata" if s["stratify"] == "none" else f"by hazard level, {s['stratify']}"
-            job_text = f" · job {s['job_id']}" if s["job_id"] else ""
-            out.append(
-                (
-                    f"sample {s['id']}{job_text} · {s['drawn']:,} of {s['population']:,} clips · {how} · "
-                    f"{s['reviewed']:,} reviewed",
-                    s["id"],
-                )
-            )
+        out.update(self.decision.show(job, sample, margin, request))
         return out
 
     def compare(self, a, b, use_filter, fdict, request: gr.Request):
@@ -467,8 +321,8 @@ class QualityTab:
         if not n:
             return {
                 self.compare_html: render.message(
-                    f"No approved clip has a machine caption of both {_version_name(cmp['a'])} and "
-                    f"{_version_name(cmp['b'])}: run the new version on the approved clips (Jobs, Prompt versions).",
+                    f"No approved clip has a machine caption of both {version_name(cmp['a'])} and "
+                    f"{version_name(cmp['b'])}: run the new version on the approved clips (Jobs, Prompt versions).",
                     "info",
                 ),
                 self.compare_table: pd.DataFrame([], columns=COMPARE_COLUMNS),
@@ -480,7 +334,7 @@ class QualityTab:
             lines.append(f"{name.replace('_', ' ')} {a_acc:.2f} → {b_acc:.2f} on {n:,} clips")
             rows.append([name, f"{a_acc:.3f}", f"{b_acc:.3f}", f"{b_acc - a_acc:+.3f}", f"{n:,}"])
         head = (
-            f"{render.esc(_version_name(cmp['a']))} → {render.esc(_version_name(cmp['b']))}, each against what "
+            f"{render.esc(version_name(cmp['a']))} → {render.esc(version_name(cmp['b']))}, each against what "
             "reviewers approved, on the same clips. A version whose caption the reviewer started from has an edge."
         )
         items = "".join(f"<li>{render.esc(line)}</li>" for line in lines)
@@ -490,57 +344,17 @@ class QualityTab:
             self.compare_plot: compare_figure(cmp),
         }
 
-    def estimate(self, sample, margin, request: gr.Request):
-        """Each label's accuracy over the sample's population, and the reviews needed for the margin."""
-        self._lead(request)
-        if sample in (None, ""):
-            return {
-                self.estimate_html: render.message(
-                    "Choose a random sample (a lead draws one on Browse: Sample panel).", "error"
-                )
-            }
-        try:
-            e = quality.estimate(self.ctx.db(), int(sample), margin)
-        except (DataError, ValueError) as err:
-            return {self.estimate_html: render.message(str(err), "error")}
-        s = e.sample
-        how = (
-            "drawn without strata: Wilson intervals"
-            if e.method == "wilson"
-            else f"stratified by hazard level ({s['stratify']}): the stratified estimate"
-        )
-        more = e.more
-        need = (
-            f"Every label is within +/- {e.margin:.1%}: this batch's figures are as precise as asked."
-            if more == 0
-            else f"{more:,} more random reviews bring every label within +/- {e.margin:.1%}"
-            + (
-                f" ({e.pending:,} of this sample's clips are still waiting)."
-                if e.pending
-                else " (draw a larger sample)."
-            )
-            if more is not None
-            else "More reviews than the library holds would be needed for that margin."
-        )
-        text = (
-            f"Sample {int(s['id'])}: {s['drawn']:,} of {s['population']:,} clips drawn at random, {how}. "
-            f"{e.reviewed:,} reviewed; {e.rejected:,} rejected or broken (no approved labels: not counted); "
-            f"{e.pending:,} not reviewed yet. "
-        )
-        return {
-            self.estimate_html: f'<div class="cw-counts" id="quality-estimate-text">{render.esc(text + need)}</div>',
-            self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=ESTIMATE_COLUMNS),
-            self.estimate_plot: estimate_figure(e),
-        }
-
     # -- wiring -----------------------------------------------------------------------------------------------
 
     def inputs(self, filter_state: gr.State) -> list:
         return [self.by, self.job, self.prompt, self.use_filter, filter_state, self.group, self.label]
 
+    def show_inputs(self, filter_state: gr.State) -> list:
+        return [*self.inputs(filter_state), self.decision.sample, self.decision.margin]
+
     @property
     def show_outputs(self) -> list:
-        return [*self.outputs, self.note, self.body, self.ver_a, self.ver_b, self.sample]
+        return [*self.outputs, self.note, self.body, self.ver_a, self.ver_b, *self.decision.show_outputs]
 
     def wire(self, filter_state: gr.State) -> None:
         gr.on(
@@ -557,10 +371,4 @@ class QualityTab:
             [self.compare_html, self.compare_table, self.compare_plot],
             api_name="quality_compare",
         )
-        gr.on(
-            [self.estimate_btn.click, self.sample.input],
-            shows_errors(self.estimate),
-            [self.sample, self.margin],
-            [self.estimate_html, self.estimate_table, self.estimate_plot],
-            api_name="quality_estimate",
-        )
+        self.decision.wire()

@@ -16,6 +16,7 @@ from data.errors import DataError
 from data.quality import samples
 from webapp import assigning, render
 from webapp.context import AppContext, shows_errors
+from webapp.number_box import number_box, whole
 
 STRATIFY_CHOICES = [
     ("no strata", "none"),
@@ -24,8 +25,9 @@ STRATIFY_CHOICES = [
 ]
 
 
-def sample_summary(s: dict) -> str:
-    """What a draw did, for the lead: the sample's id, N and n, the seed, each stratum's N_h and n_h, who got what."""
+def sample_summary(s: dict, new_seed: bool = False) -> str:
+    """What a draw did, for the lead: the sample's id, N and n, the seed (and whether it is a new one, drawn because
+    the field was empty), each stratum's N_h and n_h, who got what."""
     shares = ", ".join(f"{render.esc(p)} {n:,}" for p, n in s.get("assigned", {}).items())
     moved = f" ({s['reassigned']:,} taken from someone else)" if s.get("reassigned") else ""
     capped = f" (the population holds only {s['population']:,})" if s["drawn"] < s["size"] else ""
@@ -37,7 +39,10 @@ def sample_summary(s: dict) -> str:
     return (
         f'<div class="cw-msg cw-msg-ok" id="sample-result" data-sample="{int(s["id"])}" role="status">'
         f"Drew sample <b>{int(s['id'])}</b>: {s['drawn']:,} of {s['population']:,} unreviewed machine captions"
-        f"{capped}, at random ({render.esc(s['stratify'])}; seed {int(s['seed'])}), assigned to {shares}{moved}."
+        f"{capped}, at random ({render.esc(s['stratify'])}; "
+        f'seed <span id="sample-seed-used">{int(s["seed"])}</span>'
+        f"{', a new one: type it in Seed to draw these clips again' if new_seed else ''}), assigned to {shares}"
+        f"{moved}."
         f'<table class="cw-strata" id="sample-strata"><tr><th>stratum</th><th>N<sub>h</sub> (clips)</th>'
         f"<th>n<sub>h</sub> (drawn)</th></tr>{rows}</table></div>"
     )
@@ -70,8 +75,8 @@ class SamplePanel:
             # custom values reach the handlers, which check the role and data.quality.samples the names (as on the
             # assign row)
             with gr.Row():
-                self.size = gr.Number(
-                    label="Clips to draw", value=None, precision=0, elem_id="sample-size", min_width=120
+                self.size = number_box(
+                    "Clips to draw", empty=f"1 to {samples.MAX_SAMPLE:,}", elem_id="sample-size", min_width=120
                 )
                 self.stratify = gr.Dropdown(
                     STRATIFY_CHOICES, value="proportional", label="Strata", elem_id="sample-stratify", min_width=220
@@ -84,13 +89,15 @@ class SamplePanel:
                     allow_custom_value=True,
                     min_width=220,
                 )
-                self.seed = gr.Number(
-                    label="Seed (empty: a new one)", value=None, precision=0, elem_id="sample-seed", min_width=120
+                self.seed = number_box(
+                    "Seed (empty: a new one)", empty="empty: a new one", elem_id="sample-seed", min_width=120
                 )
                 self.draw_btn = gr.Button("Draw and assign", elem_id="btn-draw-sample", size="sm", variant="primary")
             self.msg = gr.HTML("", elem_id="sample-msg")
             with gr.Row():
-                self.sample = gr.Number(label="Sample", value=None, precision=0, elem_id="second-sample", min_width=100)
+                self.sample = number_box(
+                    "Sample", empty="its number (a draw fills it in)", elem_id="second-sample", min_width=100
+                )
                 self.reviewer = gr.Dropdown(
                     [], label="Second reviewer", elem_id="second-reviewer", allow_custom_value=True, min_width=160
                 )
@@ -123,6 +130,7 @@ class SamplePanel:
             (data.quality.samples.draw)."""
             lead = self.ctx.require(request, "lead")
             try:
+                seed = whole(seed, "The seed")
                 s = samples.draw(
                     self.ctx.db(),
                     clips.Filter.from_dict(fdict or {}),
@@ -131,13 +139,13 @@ class SamplePanel:
                     actor=lead.name,
                     role=lead.role,
                     stratify=stratify or "none",
-                    seed=seed,
+                    seed=seed,  # None (empty): a new one, drawn and recorded by samples.draw
                 )
             except DataError as e:
                 return {self.msg: render.message(str(e), "error")}
             return {
                 **browse.page(fdict or {}, anchors, sort, request),
-                self.msg: sample_summary(s),
+                self.msg: sample_summary(s, new_seed=seed is None),
                 self.sample: s["id"],
             }
 
@@ -145,9 +153,10 @@ class SamplePanel:
             """Send sample `sample_id`'s clips to `reviewer` for a blind second review
             (data.quality.samples.send_to_second)."""
             lead = self.ctx.require(request, "lead")
-            if sample_id in (None, ""):
-                return render.message("Give the sample's number (a draw fills it in).", "error")
             try:
+                sample_id = whole(sample_id, "The sample")
+                if sample_id is None:
+                    return render.message("Give the sample's number (a draw fills it in).", "error")
                 out = samples.send_to_second(
                     self.ctx.db(),
                     sample_id,

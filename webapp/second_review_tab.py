@@ -1,10 +1,12 @@
 """Second review tab: a person answers the blind second reviews a lead sent them (data.quality.samples).
 
-Blind means the tab is given nothing of the first review: the clip's footage and the origin machine caption (the
-one the first reviewer started from), as data.quality.samples.task returns them, never the clip row itself (its facet
-columns mirror the current, reviewed caption). The person sets the labels and approves or rejects; the answer is
-stored as a second review and changes nothing of the clip (not its caption, not its review status). The tab
-then opens their next one.
+Blind means the tab is given the clip's footage alone, as data.quality.samples.task returns it: no caption, none
+of the model's labels, nothing of the first review, never the clip row itself (its facet columns mirror the
+current, reviewed caption). The form opens empty, so the answer is the person's own: shown the model's labels,
+both reviewers would start from the same answer and their agreement would measure how often people keep it. The
+person sets every label and approves (the labels describe the clip) or rejects (it cannot be labelled: broken or
+wrong footage); the answer is stored as a second review and changes nothing of the clip (not its caption, not its
+review status). The tab then opens their next one.
 
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
 without its caption or review (`blind_header`, webapp.review_tab) and Browse masks its tile (`masked`). That keeps
@@ -47,18 +49,18 @@ def masked(row: dict) -> dict:
 
 def header(task: dict) -> str:
     clip = task["clip"]
-    origin = task["origin"]
-    made = (
-        f"the machine caption by {render.esc(origin.get('model'))} ({render.esc(origin.get('prompt_name'))} "
-        f"v{render.esc(origin.get('prompt_version'))})"
-        if origin
-        else "no machine caption: set every label yourself"
-    )
     return (
         f'<div class="cw-clip-header" id="second-clip" data-clip="{int(clip["id"])}" data-review="{int(task["id"])}">'
         f'<h2 class="cw-clip-title"><b>#{int(clip["id"])}</b> {render.esc(clip.get("path"))}</h2> · '
-        f"sample {int(task['sample_id'])} · blind second review of {made}</div>"
+        f"sample {int(task['sample_id'])} · blind second review: set every label from the video alone</div>"
     )
+
+
+HELP = (
+    "You see the footage only: no caption and none of the model's or the first reviewer's labels, so that your "
+    "answer is your own. Set every label; Approve when they describe the clip, Reject when it cannot be labelled "
+    "(broken or wrong footage)."
+)
 
 
 class SecondReviewTab:
@@ -76,13 +78,7 @@ class SecondReviewTab:
                 self.filmstrip = gr.HTML("", elem_id="second-filmstrip")
             with gr.Column(scale=2, min_width=380):
                 self.msg = gr.HTML("", elem_id="second-review-msg")
-                self.text = gr.Textbox(
-                    label="The machine caption, as the model wrote it (read only)",
-                    lines=7,
-                    max_lines=7,
-                    interactive=False,
-                    elem_id="second-text",
-                )
+                gr.Markdown(HELP, elem_id="second-help")
                 self.labels = {
                     name: gr.Dropdown(
                         list(taxonomy.ENUMS[name]),
@@ -105,7 +101,6 @@ class SecondReviewTab:
             self.header,
             self.player,
             self.filmstrip,
-            self.text,
             *self.labels.values(),
             self.msg,
             self.task,
@@ -121,25 +116,21 @@ class SecondReviewTab:
         return f'<div class="cw-counts" id="second-count" data-n="{n}">{words}</div>'
 
     def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
-        """Every region for `task` (data.quality.samples.task: nothing of the first review), or empty ones for None."""
+        """Every region for `task` (data.quality.samples.task: the footage alone), or empty ones for None; the
+        labels always start empty."""
         out = {self.status: self._status(name), self.msg: render.message(message, kind)}
+        out.update({comp: [] if n in taxonomy.MULTI else None for n, comp in self.labels.items()})
         if task is None:
-            out.update({self.header: "", self.player: "", self.filmstrip: "", self.text: "", self.task: None})
-            out.update({comp: [] if n in taxonomy.MULTI else None for n, comp in self.labels.items()})
+            out.update({self.header: "", self.player: "", self.filmstrip: "", self.task: None})
             return out
-        labels = (task["origin"] or {}).get("labels") or {}
         out.update(
             {
                 self.header: header(task),
                 self.player: render.player(task["clip"]),
                 self.filmstrip: render.filmstrip(task["clip"]),
-                self.text: (task["origin"] or {}).get("text", ""),
                 self.task: task["id"],
             }
         )
-        for name, comp in self.labels.items():
-            value = labels.get(name)
-            out[comp] = list(value or []) if name in taxonomy.MULTI else value
         return out
 
     def show(self, task_id, request: gr.Request):

@@ -10,7 +10,10 @@ What is measured (each figure's meaning, and how a lead decides from it, is in t
 - **The report** (accuracy.py): per label accuracy, precision, recall, confusion matrix, Jaccard for road users,
   and the text's edit ratio, grouped by model, prompt version and job.
 - **Estimates for the unreviewed rest** (estimates.py): only from a random sample (samples.py), with a 95 %
-  interval (stats.py) and how many more reviews bring it under a margin.
+  interval (stats.py, with the finite-population correction) and how many more reviews bring it under a margin.
+- **A decision per label and per batch** (decision.py): accept, fix or review K more, against each label's
+  target (targets.py), from bounds valid however often the lead looks (sequential.py); the K more are drawn into
+  the same sample from the rest of its batch (rounds.py, from the population kept at the draw: population.py).
 - **Agreement between reviewers** (reviewers.py): Cohen's kappa between a first and a blind second review.
 - Accuracy by the model's confidence (calibration.py); prompt versions on the same clips (prompt_compare.py);
   the figures as rows and text for the Quality tab and the terminal (tables.py); the command (__main__.py).
@@ -31,15 +34,29 @@ from data.quality.accuracy import (
     group_name,
     report,
 )
+from data.quality.decision import Decision, LabelDecision, decide
 from data.quality.estimates import DEFAULT_MARGIN, Estimate, LabelEstimate, check_margin, estimate, samples_for
 from data.quality.pairs import LABELS, Scope, fill, parse_prompt
 from data.quality.reviewers import Agreement, LabelAgreement, agreement
-from data.quality.tables import ESTIMATE_COLUMNS, LABEL_COLUMNS, estimate_rows, format_text, label_rows
+from data.quality.tables import (
+    DECISION_COLUMNS,
+    ESTIMATE_COLUMNS,
+    LABEL_COLUMNS,
+    decision_rows,
+    estimate_rows,
+    format_text,
+    label_rows,
+)
+from data.quality.targets import Target
 
 __all__ = [
     "Agreement",
     "agreement",
     "check_margin",
+    "decide",
+    "Decision",
+    "DECISION_COLUMNS",
+    "decision_rows",
     "DEFAULT_BY",
     "DEFAULT_MARGIN",
     "DIMENSIONS",
@@ -56,6 +73,7 @@ __all__ = [
     "LABEL_COLUMNS",
     "label_rows",
     "LabelAgreement",
+    "LabelDecision",
     "LabelEstimate",
     "LABELS",
     "LabelStats",
@@ -64,5 +82,6 @@ __all__ = [
     "report",
     "samples_for",
     "Scope",
+    "Target",
     "TextStats",
 ]

@@ -1,24 +1,63 @@
 """`python -m data.quality`: the quality figures in a terminal, as text or JSON (the README's Quality section says
-what each figure means).
+what each figure means), the decision on the newest sample's batch first; and the two things a lead changes from
+there: a label's target (`--set-target`) and a further round of the sample (`--draw-more`).
 
     python -m data.quality --data-dir var
     python -m data.quality --data-dir var --prompt av-hazard:2 --json > quality.json
+    python -m data.quality --data-dir var --set-target hazard_level=0.95 --confidence 99
+    python -m data.quality --data-dir var --sample 4 --draw-more
 """
 
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import calibration
+from data.quality import calibration, rounds, targets
 from data.quality.accuracy import DEFAULT_BY, report
+from data.quality.decision import decide
 from data.quality.estimates import check_margin, estimate, samples_for
 from data.quality.pairs import Scope
 from data.quality.reviewers import agreement
 from data.quality.tables import format_calibration, format_text
+
+# who is at the terminal: someone who can open the database file, as a lead (like the other command lines)
+CLI_ROLE = "lead"
+
+
+def _set_targets(db, pairs: list[str], confidence: str | None, user: str) -> list[str]:
+    """`--set-target LABEL=TARGET` (each) with `--confidence`: stored, and said back."""
+    out = []
+    for pair in pairs:
+        label, sep, value = pair.partition("=")
+        if not sep:
+            raise DataError(f"--set-target takes LABEL=TARGET, for example hazard_level=0.95 (got {pair[:40]!r}).")
+        t = targets.set_target(db, label.strip(), value, confidence, actor=user, role=CLI_ROLE)
+        what = "no target" if t.target is None else f"{t.target:.3f} at {t.confidence:.1%} confidence"
+        out.append(f"{t.label}: {what}")
+    return out
+
+
+def _draw_more(db, sample_id, how_many: str, user: str) -> str:
+    """`--draw-more [N]`: N more clips (default: what the decision asks) into the sample, for its people."""
+    if how_many == "decision":
+        d = decide(db, sample_id)
+        if d.draw <= 0:
+            why = "nothing to draw: " + (
+                f"{d.pending:,} drawn clips wait for review" if d.pending else f"the decision is {d.verdict}"
+            )
+            raise DataError(f"Sample {d.sample['id']}: {why}.")
+        how_many = str(d.draw)
+    r = rounds.draw_more(db, sample_id, how_many, actor=user, role=CLI_ROLE)
+    shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items())
+    return (
+        f"Drew {r['round_drawn']:,} more clips into sample {r['id']} (round {r['round']}, seed {r['round_seed']}), "
+        f"assigned to {shares}: {r['drawn']:,} of its batch's {r['population']:,} clips drawn in all."
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         "  python -m data.quality --data-dir var --prompt av-hazard:2 --detail\n"
         "  python -m data.quality --data-dir var --job 12 --margin 3\n"
         "  python -m data.quality --db var/workbench.db --by model,prompt,job --json > quality.json\n"
-        '  python -m data.quality --data-dir var --filter \'{"hazard_level": "high"}\'',
+        '  python -m data.quality --data-dir var --filter \'{"hazard_level": "high"}\'\n'
+        "  python -m data.quality --data-dir var --set-target hazard_level=0.95 --confidence 99\n"
+        "  python -m data.quality --data-dir var --set-target ego_maneuver=none\n"
+        "  python -m data.quality --data-dir var --sample 4 --draw-more",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--job", help="only machine captions written by this job (and its samples)")
@@ -51,6 +93,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--margin", default="5", help="the interval half-width the lead wants, in points (default 5: +/- 5 %%)"
     )
+    parser.add_argument(
+        "--set-target",
+        action="append",
+        default=[],
+        metavar="LABEL=TARGET",
+        help="the accuracy a batch's LABEL must reach to be accepted (0.95 or 95; none: not required); repeatable",
+    )
+    parser.add_argument(
+        "--confidence", help="with --set-target: how sure the decision must be, in %% (default: the label's current)"
+    )
+    parser.add_argument(
+        "--draw-more",
+        nargs="?",
+        const="decision",
+        metavar="N",
+        help="draw N more clips into the sample from the rest of its batch, for its people (no N: as many as the "
+        "decision asks)",
+    )
+    parser.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who sets targets or draws (audited)")
     parser.add_argument("--detail", action="store_true", help="per-class precision and recall, confusion matrices")
     parser.add_argument("--json", action="store_true", help="everything as one JSON object")
     settings_mod.add_arguments(parser, ["data_dir", "db"])
@@ -68,15 +129,25 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError('--filter takes a JSON object, for example \'{"weather": "rain"}\'.') from None
         margin = check_margin(args.margin)
         by = [b.strip() for b in args.by.split(",") if b.strip()]
-        r = report(db, f, scope, by=by)
-        agree = agreement(db, f)
+        if args.confidence is not None and not args.set_target:
+            raise DataError("--confidence goes with --set-target LABEL=TARGET (the labels it applies to).")
+        said = _set_targets(db, args.set_target, args.confidence, args.user)
         sample_id = args.sample
         if sample_id is None:
             newest = samples_for(db, scope)
             sample_id = newest[0]["id"] if newest else None
+        if args.draw_more is not None:
+            if sample_id is None:
+                raise DataError("--draw-more needs a sample: none is drawn yet (Browse, Random review sample).")
+            said.append(_draw_more(db, sample_id, args.draw_more, args.user))
+        r = report(db, f, scope, by=by)
+        agree = agreement(db, f)
         est = estimate(db, sample_id, margin) if sample_id is not None else None
+        dec = decide(db, sample_id) if sample_id is not None else None
         if args.json:
             out = {
+                "decision": dec.to_dict() if dec else None,
+                "targets": {k: t.to_dict() for k, t in targets.get_all(db).items()},
                 "report": r.to_dict(),
                 "agreement": agree.to_dict(),
                 "estimate": est.to_dict() if est else None,
@@ -84,7 +155,13 @@ def main(argv: list[str] | None = None) -> int:
             }
             print(json.dumps(out, indent=1, ensure_ascii=False))
         else:
-            print(format_text(r, agree, est, detail=args.detail))
+            for line in said:
+                print(line)
+            if dec is None:
+                print(
+                    "Decision: no random sample is drawn yet (Browse, Random review sample): nothing to decide from.\n"
+                )
+            print(format_text(r, agree, est, detail=args.detail, decision=dec))
             if args.detail:
                 print(format_calibration(calibration.calibration(db, f)))
     except DataError as e:

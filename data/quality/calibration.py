@@ -5,7 +5,9 @@ For every label the origin has a confidence for (`captions.confidence`, serving.
 right when it equals the approved value. `calibration` buckets those pairs by confidence and gives, per bucket,
 how many there are, how many were right, the accuracy and the mean confidence: a calibrated model's accuracy
 matches its confidence bucket by bucket. For the list label (road users) each item the model listed is one pair,
-with that item's confidence: right when the approved list has it.
+with that item's confidence: right when the approved list has it. So a row counts **values** (`n`): one per clip
+for a single-choice label, one per road user listed for the list label; `clips` says on how many clips they are
+(per bucket, and `label_clips` for the label over every bucket), so that no view calls values clips.
 
 One query streams the approved clips of the filter with the origin's confidence and both label sets, and one pass
 in Python buckets them: a label set equal to its origin's (stored in one form, data.taxonomy.dumps) is every label
@@ -42,9 +44,11 @@ def calibration(
     db: sqlite_utils.Database, f: Filter | None = None, label: str | None = None, buckets: int = 10
 ) -> list[dict]:
     """Accuracy by confidence bucket over the approved clips of `f` (every label, or one), as rows
-    `{label, bucket, low, high, n, correct, accuracy, confidence}`: `buckets` equal-width buckets of [0, 1] per
-    label (the last one includes 1.0), each listed even when empty (n 0, accuracy and confidence None); `confidence`
-    is the bucket's mean. DataError for an unknown label or a bucket count outside 1-100."""
+    `{label, bucket, low, high, n, clips, label_clips, correct, accuracy, confidence}`: `buckets` equal-width
+    buckets of [0, 1] per label (the last one includes 1.0), each listed even when empty (n 0, accuracy and
+    confidence None); `n` values (one per clip, or per road user listed), on `clips` clips; `label_clips` the clips
+    with any value of the label; `confidence` is the bucket's mean. DataError for an unknown label or a bucket count
+    outside 1-100."""
     if label is not None and label not in taxonomy.ENUMS:
         raise DataError(f"Unknown label {str(label)[:40]!r}: use one of {', '.join(taxonomy.ENUMS)}.")
     if isinstance(buckets, bool) or not isinstance(buckets, int) or not 1 <= buckets <= MAX_BUCKETS:
@@ -57,14 +61,25 @@ def calibration(
     n: dict[tuple[str, int], int] = {}
     right: dict[tuple[str, int], int] = {}
     total: dict[tuple[str, int], float] = {}
+    on: dict[tuple[str, int], int] = {}  # clips with a value in the bucket (a clip counts once per bucket)
+    last: dict[tuple[str, int], int] = {}  # the clip that last counted there
+    label_clips: dict[str, int] = {}
+    clip = 0
 
     def count(key: tuple[str, int], p: float, ok: bool) -> None:
         n[key] = n.get(key, 0) + 1
         total[key] = total.get(key, 0.0) + p
         if ok:
             right[key] = right.get(key, 0) + 1
+        if last.get(key) != clip:
+            last[key] = clip
+            on[key] = on.get(key, 0) + 1
+            if last.get((key[0], -1)) != clip:
+                last[(key[0], -1)] = clip
+                label_clips[key[0]] = label_clips.get(key[0], 0) + 1
 
     for conf, same, origin, approved in db.execute(_ROWS + " AND ".join(where), args):
+        clip += 1
         conf = json.loads(conf)
         if not isinstance(conf, dict):
             continue
@@ -92,6 +107,8 @@ def calibration(
                     "low": b / buckets,
                     "high": (b + 1) / buckets,
                     "n": k,
+                    "clips": on.get((name, b), 0),
+                    "label_clips": label_clips.get(name, 0),
                     "correct": c,
                     "accuracy": c / k if k else None,
                     "confidence": total[(name, b)] / k if k else None,

@@ -20,17 +20,21 @@ one or more people, in one write transaction (the population is read just before
   the same seed over the same population draws the same clips. Each stratum's clips are drawn with
   `random.Random(seed).sample`, then the members are shuffled and dealt round-robin to the assignees.
 - Recorded: the sample (who, when, the filter and job, N, n, the allocation, the seed), N_h and n_h per stratum,
-  and per member its stratum, place in the draw, assignee and the caption version it had (what is measured).
-  Rows are written once (triggers); the assignment is audited per clip like any other (data.assignments).
+  per member its stratum, place in the draw, assignee and the caption version it had (what is measured), and the
+  population itself (data.quality.population), from which further rounds draw more of the same batch
+  (data.quality.rounds: a sample's `drawn` counts every round). Rows are written once (triggers); the
+  assignment is audited per clip like any other (data.assignments).
 
 Second reviews: a lead sends a sample's members (or those already reviewed) to a second reviewer, blind to the
-first review. The second reviewer is shown the origin machine caption (`task`): the caption the first reviewer
-started from, never their edits, decision, name, or the clip's current labels. Their answer (`answer`: labels
-and approve/reject) is stored in `second_reviews` and changes nothing of the clip: not its caption, not its
-review status. Nobody second-reviews a clip they reviewed (or were given to review) first. While a second review
-is pending, `is_blind` / `blind_clip_ids` tell the web app which clips to show that person without their first
-review (Review and Browse). `second_reviews` returns the answered pairs (first review = the clip's current
-caption and review status) for Cohen's kappa.
+first review and to the model: the second reviewer is given the footage alone (`task`), never a caption, the
+model's labels, the first reviewer's edits, decision or name. Were they shown the model's labels, both reviewers
+would start from the same answer, and their agreement would measure how often people keep it rather than how
+often they agree. (`origin_caption_id` still records the machine caption the first reviewer started from.)
+Their answer (`answer`: labels and approve/reject) is stored in `second_reviews` and changes nothing of the
+clip: not its caption, not its review status. Nobody second-reviews a clip they reviewed (or were given to
+review) first. While a second review is pending, `is_blind` / `blind_clip_ids` tell the web app which clips to
+show that person without their first review (Review and Browse). `second_reviews` returns the answered pairs
+(first review = the clip's current caption and review status) for Cohen's kappa.
 
 Only leads draw samples and send second reviews: the role is checked here, not only in the UI.
 """
@@ -46,9 +50,10 @@ from typing import Any, Iterable
 
 import sqlite_utils
 
-from data import assignments, captions, clips, events, limits, taxonomy, users
+from data import assignments, clips, events, limits, taxonomy, users
 from data.db import immediate, now
 from data.errors import DataError, Forbidden, NotFound
+from data.quality import population
 
 STRATIFY = ("none", "proportional", "equal")
 ALL = "all"  # the one stratum of a sample drawn without strata
@@ -75,7 +80,7 @@ BLIND_CLIP_FIELDS = (
 )
 
 
-def _check_lead(role: str | None, what: str) -> None:
+def check_lead(role: str | None, what: str) -> None:
     if not users.at_least(role, "lead"):
         raise Forbidden(f"Only a lead {what}; you are {role or 'not signed in'}.")
 
@@ -134,7 +139,8 @@ def allocate(size: int, sizes: dict[str, int], stratify: str) -> dict[str, int]:
     return got
 
 
-def _size(size: Any) -> int:
+def checked_size(size: Any) -> int:
+    """A sample's (or a round's) size from user input: a whole number from 1 to MAX_SAMPLE, or DataError."""
     try:
         n = limits.sql_int(size, "The sample size")
     except DataError:
@@ -144,7 +150,10 @@ def _size(size: Any) -> int:
     return n
 
 
-def _seed(seed: Any) -> int:
+def checked_seed(seed: Any) -> int:
+    """A seed from user input; empty (None, "", blanks) is a new random one, which the caller records."""
+    if isinstance(seed, str):
+        seed = seed.strip()
     if seed in (None, ""):
         return secrets.randbelow(2**31)
     n = limits.sql_int(seed, "The seed")
@@ -153,7 +162,8 @@ def _seed(seed: Any) -> int:
     return n
 
 
-def _assignees(names: Iterable[str] | str | None) -> list[str]:
+def checked_assignees(names: Iterable[str] | str | None) -> list[str]:
+    """The people a sample is dealt to: one or more distinct names (checked as users when assigned)."""
     if isinstance(names, str):
         names = [names]
     out = list(dict.fromkeys((n or "").strip() for n in names or [] if (n or "").strip()))
@@ -194,8 +204,8 @@ def draw(
     assign its members to `assignees` (round-robin in draw order), in one write transaction. Returns the sample as `get`
     does, plus `assigned` (person -> clips) and `reassigned` (clips taken from someone else). Raises Forbidden
     for a non-lead, DataError for a bad size, seed, stratify, person or filter, or an empty population."""
-    _check_lead(role, "draws review samples")
-    size, seed, people = _size(size), _seed(seed), _assignees(assignees)
+    check_lead(role, "draws review samples")
+    size, seed, people = checked_size(size), checked_seed(seed), checked_assignees(assignees)
     if stratify not in STRATIFY:
         raise DataError(f"Stratify: one of {', '.join(STRATIFY)} (got {str(stratify)[:20]!r}).")
     pop_f = population_filter(f)
@@ -218,6 +228,8 @@ def draw(
         ids, caps = strata[h]
         picked += [(ids[i], h, caps[i]) for i in rng.sample(range(sizes[h]), counts[h])]
     rng.shuffle(picked)
+    # what a further round draws from (data.quality.rounds), encoded before the write lock is taken
+    kept = [(h, population.encode(strata[h][0]), population.encode(strata[h][1]), sizes[h]) for h in keys]
     with immediate(db):
         t = now()
         sample_id = db.execute(
@@ -240,19 +252,13 @@ def draw(
             "INSERT INTO sample_strata (sample_id, stratum, population, drawn) VALUES (?, ?, ?, ?)",
             [(sample_id, h, sizes[h], counts[h]) for h in keys],
         )
+        population.store(db, sample_id, kept)
         db.conn.executemany(
             "INSERT INTO sample_members (sample_id, clip_id, stratum, draw_order, assignee, caption_id) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             [(sample_id, cid, h, k, people[k % len(people)], cap) for k, (cid, h, cap) in enumerate(picked)],
         )
-        shares: dict[str, int] = {}
-        reassigned = 0
-        for j, person in enumerate(people):
-            share = [cid for k, (cid, _, _) in enumerate(picked) if k % len(people) == j]
-            if share:
-                out = assignments.assign_ids(db, share, person, actor=actor, role=role)
-                shares[out["assignee"]] = len(share)
-                reassigned += out["reassigned"]
+        shares, reassigned = deal(db, [cid for cid, _, _ in picked], people, actor=actor, role=role)
         events.record(
             db,
             actor,
@@ -268,6 +274,22 @@ def draw(
     return {**get(db, sample_id), "assigned": shares, "reassigned": reassigned}
 
 
+def deal(
+    db: sqlite_utils.Database, clip_ids: list[int], people: list[str], *, actor: str, role: str
+) -> tuple[dict[str, int], int]:
+    """Assign drawn clips round-robin to `people` (the first clip to the first person), inside the caller's
+    write transaction. Returns (person -> clips, clips taken from someone else)."""
+    shares: dict[str, int] = {}
+    reassigned = 0
+    for j, person in enumerate(people):
+        share = clip_ids[j :: len(people)]
+        if share:
+            out = assignments.assign_ids(db, share, person, actor=actor, role=role)
+            shares[out["assignee"]] = len(share)
+            reassigned += out["reassigned"]
+    return shares, reassigned
+
+
 def _decode_sample(row: dict) -> dict:
     row = dict(row)
     row["source"] = json.loads(row["source"])
@@ -276,18 +298,27 @@ def _decode_sample(row: dict) -> dict:
 
 
 def get(db: sqlite_utils.Database, sample_id: int) -> dict:
-    """One sample: its row (`source` is the population's filter dict, `assignees` a list) and `strata`."""
+    """One sample: its row (`source` is the population's filter dict, `assignees` a list), `strata`, `drawn`
+    (its members now, every round) and `rounds` (further rounds drawn into it, data.quality.rounds)."""
     sample_id = limits.sql_int(sample_id, "sample id")
-    row = next(db.query("SELECT * FROM samples WHERE id = ?", [sample_id]), None)
+    row = next(
+        db.query(
+            "SELECT s.*, (SELECT COUNT(*) FROM sample_rounds r WHERE r.sample_id = s.id) AS rounds "
+            "FROM samples s WHERE s.id = ?",
+            [sample_id],
+        ),
+        None,
+    )
     if row is None:
         raise NotFound(f"There is no sample {sample_id}.")
-    return {**_decode_sample(row), "strata": strata(db, sample_id)}
+    parts = strata(db, sample_id)
+    return {**_decode_sample(row), "drawn": sum(p["drawn"] for p in parts), "strata": parts}
 
 
 def list_samples(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
     """The newest samples first, each with how many members are reviewed and how many second reviews it has."""
     rows = db.query(
-        "SELECT s.*, "
+        "SELECT s.*, (SELECT COUNT(*) FROM sample_members m WHERE m.sample_id = s.id) AS members, "
         "(SELECT COUNT(*) FROM sample_members m JOIN clips c ON c.id = m.clip_id "
         " WHERE m.sample_id = s.id AND c.review_status != 'unreviewed') AS reviewed, "
         "(SELECT COUNT(*) FROM second_reviews r WHERE r.sample_id = s.id) AS second_sent, "
@@ -295,25 +326,34 @@ def list_samples(db: sqlite_utils.Database, limit: int = 50) -> list[dict]:
         "FROM samples s ORDER BY s.id DESC LIMIT ?",
         [limit],
     )
-    return [_decode_sample(r) for r in rows]
+    return [{**_decode_sample(r), "drawn": r["members"]} for r in rows]
 
 
 def strata(db: sqlite_utils.Database, sample_id: int) -> list[dict]:
-    """N_h (`population`) and n_h (`drawn`) of each stratum of a sample, as they were at the draw (most hazardous
-    first; a sample drawn without strata has the one stratum "all")."""
-    rows = [dict(r) for r in db.query("SELECT * FROM sample_strata WHERE sample_id = ?", [sample_id])]
+    """N_h (`population`, at the draw) and n_h (`drawn`: its members now, every round) of each stratum of a
+    sample (most hazardous first; a sample drawn without strata has the one stratum "all")."""
+    rows = [
+        dict(r)
+        for r in db.query(
+            "SELECT st.sample_id, st.stratum, st.population, (SELECT COUNT(*) FROM sample_members m "
+            "WHERE m.sample_id = st.sample_id AND m.stratum = st.stratum) AS drawn "
+            "FROM sample_strata st WHERE st.sample_id = ?",
+            [sample_id],
+        )
+    ]
     rank = {h: i for i, h in enumerate((ALL, *STRATA))}
     return sorted(rows, key=lambda r: rank.get(r["stratum"], len(rank)))
 
 
 def members(db: sqlite_utils.Database, sample_id: int) -> list[dict]:
-    """The clips of a sample in draw order: `clip_id`, `stratum`, `draw_order`, `assignee` and `caption_id` (the
-    caption version at the draw), with the clip's review now (`review_status`, `reviewed_by`,
-    `current_caption_id`)."""
+    """The clips of a sample in draw order: `clip_id`, `stratum`, `draw_order`, `round` (0: the first draw),
+    `assignee` and `caption_id` (the caption version at the draw), with the clip's review now (`review_status`,
+    `reviewed_by`, `current_caption_id`)."""
     return [
         dict(r)
         for r in db.query(
-            "SELECT m.clip_id, m.stratum, m.draw_order, m.assignee, m.caption_id, c.review_status, c.reviewed_by, "
+            "SELECT m.clip_id, m.stratum, m.draw_order, m.round, m.assignee, m.caption_id, c.review_status, "
+            "c.reviewed_by, "
             "c.current_caption_id FROM sample_members m JOIN clips c ON c.id = m.clip_id "
             "WHERE m.sample_id = ? ORDER BY m.draw_order",
             [sample_id],
@@ -343,7 +383,7 @@ def send_to_second(
     or since), is skipped (`own`), as is one already answered (`answered`); a pending one of someone else moves to
     `reviewer` (`moved`). Returns those counts with `sent` (new), `unchanged` and `unreviewed` (skipped by
     `reviewed_only`). One audit event per clip sent or moved."""
-    _check_lead(role, "sends clips to a second reviewer")
+    check_lead(role, "sends clips to a second reviewer")
     with immediate(db):
         sample = get(db, sample_id)
         reviewer = users.enabled_name(db, reviewer, ask="Pick the second reviewer.")
@@ -417,10 +457,9 @@ def next_task(db: sqlite_utils.Database, reviewer: str, *, after: int | None = N
 
 
 def task(db: sqlite_utils.Database, review_id: int, reviewer: str) -> dict:
-    """What the second reviewer of review `review_id` is given, and nothing more: `id`, `sample_id`, `clip_id`,
-    `clip` (BLIND_CLIP_FIELDS: the footage, not the clip's current labels or review) and `origin` (the machine
-    caption the first reviewer started from: caption_id, text, labels, model, prompt name and version; None if the
-    clip had none). NotFound for no such review, Forbidden for someone else's, DataError for one answered."""
+    """What the second reviewer of review `review_id` is given, and nothing more: `id`, `sample_id`, `clip_id`
+    and `clip` (BLIND_CLIP_FIELDS: the footage; no caption, no labels, not the clip's review). NotFound for no
+    such review, Forbidden for someone else's, DataError for one answered."""
     row = _review(db, review_id)
     if row["reviewer"] != reviewer:
         raise Forbidden(f"Second review {row['id']} is {row['reviewer']}'s, not yours.")
@@ -430,19 +469,7 @@ def task(db: sqlite_utils.Database, review_id: int, reviewer: str) -> dict:
     clip = dict(
         zip(BLIND_CLIP_FIELDS, db.execute(f"SELECT {cols} FROM clips WHERE id = ?", [row["clip_id"]]).fetchone())
     )
-    origin = captions.get(db, row["origin_caption_id"])
-    return {
-        "id": row["id"],
-        "sample_id": row["sample_id"],
-        "clip_id": row["clip_id"],
-        "clip": clip,
-        "origin": None
-        if origin is None
-        else {
-            k: origin.get(k)
-            for k in ("id", "text", "labels", "model", "prompt_name", "prompt_version", "simulated", "created_at")
-        },
-    }
+    return {"id": row["id"], "sample_id": row["sample_id"], "clip_id": row["clip_id"], "clip": clip}
 
 
 def _review(db: sqlite_utils.Database, review_id: int) -> dict:
@@ -526,7 +553,8 @@ def second_reviews(
     db: sqlite_utils.Database, *, sample_id: int | None = None, answered_only: bool = True
 ) -> list[dict]:
     """Second reviews (of one sample, or all), oldest first, each beside the first review as it stands now:
-    `reviewer`, `labels`, `decision`, `answered_at`, `origin_caption_id` (what they were shown); `first_reviewer`,
+    `reviewer`, `labels`, `decision`, `answered_at`, `origin_caption_id` (the machine caption the first reviewer
+    started from; the second saw none); `first_reviewer`,
     `first_decision` (the clip's review status: a pair exists only when it is not "unreviewed"),
     `first_caption_id` and `first_labels` (the clip's current caption: the first reviewer's labels when they
     approved). With `answered_only=False`, pending ones too (`labels` and `decision` None)."""

@@ -1,10 +1,15 @@
 """The statistics the quality view reports, as plain functions of counts (no SQL, no rows).
 
 - `wilson(k, n)`: the 95 % Wilson score interval of a proportion (what scipy's `binomtest(k, n).proportion_ci(
-  method="wilson")` and statsmodels' `proportion_confint(k, n, method="wilson")` give).
+  method="wilson")` and statsmodels' `proportion_confint(k, n, method="wilson")` give); with `population=N` the
+  finite-population correction: n reviews of a batch of N drawn without replacement weigh as n (N - 1) / (N - n),
+  and n = N is the exact value (an interval of width 0).
 - `stratified(strata)`: the stratified estimate of a proportion, sum of W_h p_h with W_h = N_h / N, its variance
   sum of W_h^2 p_h (1 - p_h) / n_h (1 - n_h / N_h) (the finite-population correction) and a normal 95 % interval.
-- `more_reviews(...)`: how many more random reviews bring an interval's half-width under a margin.
+- `more_reviews(...)`: how many more random reviews bring an interval's half-width under a margin; with a
+  population, n = n0 / (1 + (n0 - 1) / N) of the n0 an infinite one needs (`finite_n`), never more than is left.
+- `spread(extra, sizes, room)`: how more reviews are shared among strata (in proportion to their sizes, never
+  past what a stratum has left): the plan and the draw of further clips both use it.
 - `kappa(table, categories, weights)`: Cohen's kappa of two raters from their contingency table, unweighted or
   with linear weights for an ordered label (what `sklearn.metrics.cohen_kappa_score` gives).
 An undefined figure (no data, a zero denominator) is None, never 0 or NaN: a view shows it as "no data".
@@ -14,6 +19,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Hashable, Iterable, Mapping, Sequence
 
 Z95 = 1.959963984540054  # the 97.5 % point of the standard normal (scipy.stats.norm.ppf(0.975))
@@ -23,30 +29,52 @@ MAX_REVIEWS = 10_000_000  # `more_reviews` searches up to this many; past it the
 @dataclass(frozen=True)
 class Interval:
     """An estimate with its 95 % interval: `p` the point estimate, `low`/`high` the bounds, `n` the reviews it
-    rests on."""
+    rests on; `exact` when every clip of the population was reviewed (low = p = high)."""
 
     p: float
     low: float
     high: float
     n: int
+    exact: bool = False
 
     @property
     def half_width(self) -> float:
         return (self.high - self.low) / 2
 
 
-def wilson(k: int, n: int, z: float = Z95) -> Interval | None:
+def z_for(confidence: float) -> float:
+    """The two-sided normal quantile for a confidence level (0.95 -> 1.96)."""
+    if not 0 < confidence < 1:
+        raise ValueError(f"a confidence level is between 0 and 1, not {confidence!r}")
+    return NormalDist().inv_cdf((1 + confidence) / 2)
+
+
+def _effective_n(n: float, population: int | None) -> float:
+    """n reviews drawn without replacement from `population` clips weigh as n (N - 1) / (N - n) drawn with
+    replacement: the variance of their proportion is p (1 - p) / n times (N - n) / (N - 1)."""
+    if population is None:
+        return n
+    if n > population:
+        raise ValueError(f"{n} reviews of a population of {population}")
+    return n * (population - 1) / (population - n) if n < population else math.inf
+
+
+def wilson(k: int, n: int, z: float = Z95, population: int | None = None) -> Interval | None:
     """The Wilson score interval of k successes in n trials (None when n is 0). Unlike p +/- z SE it never
     leaves [0, 1] and does not collapse to a point at 0 or n successes, so a small perfect sample still shows
-    how little it proves."""
+    how little it proves. With `population` (N, the clips the n were drawn from without replacement) the score
+    test uses the finite-population correction, and n = N gives the exact value."""
     if n <= 0:
         return None
     if not 0 <= k <= n:
         raise ValueError(f"{k} successes in {n} trials")
     p = k / n
+    m = _effective_n(n, population)
+    if math.isinf(m):
+        return Interval(p, p, p, n, exact=True)
     z2 = z * z
-    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
-    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    centre = (p + z2 / (2 * m)) / (1 + z2 / m)
+    half = z / (1 + z2 / m) * math.sqrt(p * (1 - p) / m + z2 / (4 * m * m))
     return Interval(p, max(0.0, centre - half), min(1.0, centre + half), n)
 
 
@@ -70,6 +98,7 @@ def stratified(strata: Sequence[Stratum], z: float = Z95) -> Interval | None:
         return None
     p = var = 0.0
     n = 0
+    exact = all(s.reviewed >= s.size for s in strata)
     for s in strata:
         if s.size <= 0:
             continue
@@ -82,7 +111,7 @@ def stratified(strata: Sequence[Stratum], z: float = Z95) -> Interval | None:
         var += w * w * ph * (1 - ph) / s.reviewed * fpc
         n += s.reviewed
     half = z * math.sqrt(var)
-    return Interval(p, max(0.0, p - half), min(1.0, p + half), n)
+    return Interval(p, max(0.0, p - half), min(1.0, p + half), n, exact=exact)
 
 
 def _planning_p(k: int, n: int) -> float:
@@ -91,9 +120,19 @@ def _planning_p(k: int, n: int) -> float:
     return (k + 2) / (n + 4)
 
 
-def more_reviews(k: int, n: int, margin: float, z: float = Z95) -> int | None:
+def finite_n(n0: int, population: int) -> int:
+    """The reviews of a batch of N clips drawn without replacement that are worth n0 drawn with replacement:
+    n = n0 / (1 + (n0 - 1) / N), rounded up; never more than N (reviewing every clip gives the exact value)."""
+    if population <= 0:
+        return 0
+    return min(population, math.ceil(n0 / (1 + (n0 - 1) / population) - 1e-9))
+
+
+def more_reviews(k: int, n: int, margin: float, z: float = Z95, population: int | None = None) -> int | None:
     """How many more random reviews (beyond n, with the proportion seen so far) bring the Wilson interval's
-    half-width to at most `margin`. 0 when it already is; None when even MAX_REVIEWS would not."""
+    half-width to at most `margin`. 0 when it already is; None when even MAX_REVIEWS would not (only without a
+    population). With `population` (N) the count is `finite_n` of what an infinite population needs, so never
+    more than the N - n clips left: asking for all of them means only the exact value is that precise."""
     if not 0 < margin < 0.5:
         raise ValueError("the margin must be between 0 and 0.5 (for example 0.05 for +/- 5 points)")
     p = _planning_p(k, n)
@@ -101,19 +140,40 @@ def more_reviews(k: int, n: int, margin: float, z: float = Z95) -> int | None:
     def half(m: int) -> float:
         return z / (1 + z * z / m) * math.sqrt(p * (1 - p) / m + z * z / (4 * m * m))
 
-    current = wilson(k, n, z)
+    current = wilson(k, n, z, population)
     if current is not None and current.half_width <= margin:
         return 0
     lo, hi = max(n, 1), MAX_REVIEWS
     if half(hi) > margin:
-        return None
+        return None if population is None else population - n
     while lo < hi:  # the half-width shrinks as m grows: the smallest m that fits
         mid = (lo + hi) // 2
         if half(mid) <= margin:
             hi = mid
         else:
             lo = mid + 1
-    return max(0, lo - n)
+    if population is None:
+        return max(0, lo - n)
+    return max(0, finite_n(lo, population) - n)
+
+
+def spread(extra: int, sizes: Sequence[int], room: Sequence[int]) -> list[int]:
+    """`extra` more reviews shared among strata of `sizes` (N_h) with `room` clips left each: in proportion to
+    N_h among the strata with room (the largest remainders first, ties to the earlier stratum), never past a
+    stratum's room; what a full stratum cannot take goes to the others. sum(room) at most."""
+    got = [0] * len(sizes)
+    left = min(extra, sum(room))
+    while left > 0:
+        open_ = [h for h in range(len(sizes)) if got[h] < room[h]]
+        total = sum(sizes[h] for h in open_)
+        take = {h: min(room[h] - got[h], left * sizes[h] // total) for h in open_}
+        if not any(take.values()):  # every share rounds down to 0 (fewer left than strata open): one each
+            for h in sorted(open_, key=lambda h: (-(left * sizes[h] % total), h))[:left]:
+                take[h] = 1
+        for h, t in take.items():
+            got[h] += t
+        left -= sum(take.values())
+    return got
 
 
 def more_reviews_stratified(strata: Sequence[Stratum], margin: float, z: float = Z95) -> int | None:

@@ -7,9 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from data.quality.accuracy import HISTOGRAM_BINS, Group, ItemStats, LabelStats, Report, TextStats
+from data.quality.decision import Decision, LabelDecision
 from data.quality.estimates import Estimate
 from data.quality.pairs import LABELS
 from data.quality.reviewers import Agreement
+from data.taxonomy import MULTI
 
 
 def _pct(x: float | None, digits: int = 3) -> str:
@@ -17,8 +19,9 @@ def _pct(x: float | None, digits: int = 3) -> str:
 
 
 def label_rows(group: Group, agree: Agreement | None = None) -> list[list[Any]]:
-    """The per-label table of a group as people read it: label, clips, the model's accuracy, and beside it the
-    reviewers' agreement and kappa (its ceiling), then the multi-choice label's Jaccard. Numbers as text."""
+    """The per-label table of a group as people read it: label, clips, the model's accuracy, and beside it how
+    often two reviewers answering blind agree and their kappa (AGREEMENT_NOTE says how to read them), then the
+    multi-choice label's Jaccard. Numbers as text."""
     rows = []
     for label, s in group.labels.items():
         a = agree.labels.get(label) if agree else None
@@ -37,27 +40,127 @@ def label_rows(group: Group, agree: Agreement | None = None) -> list[list[Any]]:
     return rows
 
 
-LABEL_COLUMNS = ["label", "clips", "accuracy", "reviewers agree", "kappa", "clips reviewed twice", "note"]
+LABEL_COLUMNS = ["label", "clips", "accuracy", "two reviewers agree", "kappa", "clips reviewed twice", "note"]
+AGREEMENT_NOTE = (
+    "Decide from the model's accuracy (for a batch: the sample's decision above), not from the reviewers' "
+    "agreement. The agreement says how often two people, the second one blind, give the same value: how far one "
+    "reviewer's answer can be taken as the truth. An accuracy above it does not mean the model beats people: "
+    "the first reviewer starts from the model's caption and may keep a doubtful value, so the accuracy leans "
+    "high; a low agreement says the label's values need a clearer definition."
+)
+
+
+def _bounds(low: float, high: float, exact: bool) -> str:
+    return f"exact {low:.3f}" if exact else f"{low:.3f} - {high:.3f}"
 
 
 def estimate_rows(e: Estimate) -> list[list[Any]]:
-    """The sample estimate's table: label, estimate, 95 % interval, reviewed, more reviews for the margin."""
+    """The sample estimate's table: label, estimate, 95 % interval, reviewed, more reviews for the margin (all
+    the clips left, when only the exact value is that precise)."""
     rows = []
     for label, le in e.labels.items():
         i = le.interval
+        if le.more is None:
+            more = "-"
+        elif le.exact_only:
+            more = f"all {le.more:,} left (exact)"
+        else:
+            more = f"{le.more:,}"
         rows.append(
             [
                 label,
                 _pct(i.p if i else None),
-                f"{i.low:.3f} - {i.high:.3f}" if i else "not yet (a stratum has no review)",
+                _bounds(i.low, i.high, i.exact) if i else "not yet (a stratum has no review)",
                 f"{sum(s.reviewed for s in le.strata):,}",
-                "-" if le.more is None else f"{le.more:,}",
+                more,
             ]
         )
     return rows
 
 
-ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval", "reviewed", "more reviews for the margin"]
+ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval (one look)", "reviewed", "more reviews for the margin"]
+
+
+def verdict_text(d: LabelDecision, pending: int = 0) -> str:
+    """A label's decision in a table cell: accept, fix, review K more (all left: the exact value), no target."""
+    if d.verdict == "review":
+        if pending and d.more <= pending:
+            return f"review the {d.more:,} waiting"
+        return f"review all {d.more:,} left (exact)" if d.exact_only else f"review {d.more:,} more"
+    return d.verdict
+
+
+def target_text(d: LabelDecision) -> str:
+    t = d.target
+    return "none" if t.target is None else f">= {t.target:.3f} at {t.confidence:.1%}"
+
+
+def decision_rows(d: Decision) -> list[list[Any]]:
+    """The decision's table: label, target (at its confidence), estimate, bounds valid at every look, clips
+    reviewed, decision."""
+    return [
+        [
+            label,
+            target_text(x),
+            _pct(x.estimate),
+            "-" if x.bounds is None else _bounds(x.bounds.low, x.bounds.high, x.bounds.exact),
+            f"{x.reviewed:,}",
+            verdict_text(x, d.pending),
+        ]
+        for label, x in d.labels.items()
+    ]
+
+
+DECISION_COLUMNS = ["label", "target", "estimate", "bounds (valid at every look)", "reviewed", "decision"]
+
+
+def decision_text(d: Decision) -> str:
+    """The batch's decision in words: what to do, and why."""
+    s = d.sample
+    batch = f"the batch of sample {s['id']}" + (f" (job {s['job_id']})" if s.get("job_id") else "")
+    if d.verdict == "no target":
+        return f"No label of {batch} has a target: set one (Targets) to get a decision."
+    if d.verdict == "accept":
+        return (
+            f"Accept {batch}: every label with a target reaches it (each lower bound at or above its target), so "
+            f"its {s['population']:,} clips can be used as the model captioned them."
+        )
+    if d.verdict == "fix":
+        names = ", ".join(x.replace("_", " ") for x in d.fix)
+        return (
+            f"Fix {batch}: {names} below target (the upper bound under it, whatever further reviews say). "
+            "Review the batch (risk order first) or re-caption it with a better prompt."
+        )
+    if d.pending and d.draw == 0:
+        return (
+            f"Review {d.more:,} more of {batch}: the {d.pending:,} clips of the sample still waiting for review "
+            "could change the decision; look again once they are reviewed."
+        )
+    if d.draw and d.draw >= d.undrawn:
+        return (
+            f"Review {d.more:,} more of {batch}: every clip left. Only the whole batch decides here (its exact "
+            "value is too close to a target for a sample to tell)."
+        )
+    waiting = f" ({d.pending:,} waiting, {d.draw:,} to draw)" if d.pending else ""
+    return (
+        f"Review {d.more:,} more of {batch}{waiting}: not decided yet. Draw them into the sample (they stay a "
+        "random sample of the batch), review them, and look again: if they are right as often as those so far, "
+        "that decides."
+    )
+
+
+def margin_text(e: Estimate) -> str:
+    """How many more reviews the margin asks for, in words: never more than the clips left."""
+    if e.more == 0:
+        return "every label is that precise already."
+    if e.more is None:
+        return "-"
+    if e.exact_only:
+        return (
+            f"only reviewing all {e.more:,} clips left is that precise (the exact value: the batch is too small for "
+            "a sample to be)."
+        )
+    return f"{e.more:,} more random reviews (of {e.left:,} clips left) bring every label within it."
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:
@@ -95,9 +198,29 @@ def _detail(s: LabelStats | ItemStats) -> str:
     return per + "\n\n" + matrix
 
 
-def format_text(r: Report, agree: Agreement | None, est: Estimate | None, *, detail: bool = False) -> str:
-    """The terminal form of a report, its reviewers' agreement and a sample estimate."""
-    out = [
+def format_decision(d: Decision) -> str:
+    """The terminal form of a decision: the batch's, then per label."""
+    confidence = ", ".join(sorted({f"{x.target.confidence:.1%}" for x in d.labels.values()}))
+    return "\n".join(
+        [
+            "Decision: " + decision_text(d),
+            f"Bounds valid at every look ({confidence} confidence): look again after each round of reviews.",
+            _table(DECISION_COLUMNS, decision_rows(d)),
+        ]
+    )
+
+
+def format_text(
+    r: Report,
+    agree: Agreement | None,
+    est: Estimate | None,
+    *,
+    detail: bool = False,
+    decision: Decision | None = None,
+) -> str:
+    """The terminal form of a report, its reviewers' agreement and a sample estimate, the decision first."""
+    out = [format_decision(decision) + "\n"] if decision is not None else []
+    out += [
         f"Quality on {r.approved:,} approved clips ({r.without_origin:,} written from scratch: no machine caption "
         f"to measure); grouped by {', '.join(r.by) or 'nothing'}."
     ]
@@ -109,6 +232,8 @@ def format_text(r: Report, agree: Agreement | None, est: Estimate | None, *, det
         )
     if not r.groups:
         out.append("\nNo approved clip here has a machine caption to measure: approve some first, or widen the filter.")
+    if r.groups and agree is not None and agree.pairs:
+        out.append(AGREEMENT_NOTE)
     for g in r.groups:
         out.append(f"\n{g.name}: {g.n:,} clips")
         out.append(_table(LABEL_COLUMNS, label_rows(g, agree)))
@@ -126,13 +251,7 @@ def format_text(r: Report, agree: Agreement | None, est: Estimate | None, *, det
             f"\nSample {s['id']}{' of job %s' % s['job_id'] if s.get('job_id') else ''}: {s['drawn']:,} of "
             f"{s['population']:,} clips drawn at random, {how}; {est.reviewed:,} reviewed, {est.rejected:,} "
             f"rejected or broken (not counted), {est.pending:,} pending. Margin +/- {est.margin:.1%}: "
-            + (
-                "no more reviews needed."
-                if est.more == 0
-                else f"{est.more:,} more reviews needed."
-                if est.more
-                else "-"
-            )
+            + margin_text(est)
         )
         out.append(_table(ESTIMATE_COLUMNS, estimate_rows(est)))
     return "\n".join(out)
@@ -146,8 +265,18 @@ def format_calibration(rows: list[dict]) -> str:
         if not mine:
             out.append(f"{label}: no recorded confidence")
             continue
-        table = [
-            [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", _pct(r["accuracy"]), _pct(r["confidence"])] for r in mine
-        ]
-        out.append(_table([label, "clips", "accuracy", "mean confidence"], table))
+        if label in MULTI:  # one value per road user listed: say the values and the clips apart
+            head = [label, "road users listed", "on clips", "accuracy", "mean confidence"]
+            table = [
+                [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", f"{r['clips']:,}", _pct(r["accuracy"]),
+                 _pct(r["confidence"])]
+                for r in mine
+            ]  # fmt: skip
+        else:
+            head = [label, "clips", "accuracy", "mean confidence"]
+            table = [
+                [f"{r['low']:.1f}-{r['high']:.1f}", f"{r['n']:,}", _pct(r["accuracy"]), _pct(r["confidence"])]
+                for r in mine
+            ]
+        out.append(_table(head, table))
     return "\n".join(out)
