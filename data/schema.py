@@ -12,7 +12,7 @@ Tables
   root of that chain (data.captions explains both); `parent_id` is the version that was current when it was written.
 - prompts: versioned (name, version), never edited in place.
 - jobs / job_items: a captioning job and its per-clip work, claimed with leases. `jobs.run_seconds` and
-  `running_since` (m020) measure how long a job has really run.
+  `running_since` (m020) measure how long a job has really run; `jobs.fleet` (m021) is the fleet it is for.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
@@ -648,3 +648,12 @@ def m020_fleet_state(db: sqlite_utils.Database) -> None:
         "WHERE started_at IS NOT NULL AND state IN ('paused', 'cancelled', 'done')"
     )
     db.execute("UPDATE jobs SET running_since = started_at WHERE started_at IS NOT NULL AND state = 'running'")
+
+
+@MIGRATIONS()
+def m021_job_fleet(db: sqlite_utils.Database) -> None:
+    """The fleet each job is for (data.jobs.fleet_of: its URLs, normalised, sorted, comma-separated), so that a
+    runner takes only the jobs of the fleet it sends to (serving.runner): a job made from a terminal with
+    `--fleet-urls X` is captioned on X, not by the supervised runner on the launcher's fleet. NULL: a job made
+    before fleets were recorded, which any runner of the data dir takes, as before."""
+    db.execute("ALTER TABLE jobs ADD COLUMN fleet TEXT")
