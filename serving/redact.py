@@ -48,15 +48,16 @@ class Redactor:
     def __call__(self, text: str) -> str:
         if not isinstance(text, str) or not text:
             return text
-        for s in self.secrets:
+        text = _HEADER.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
+        text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
+        text = _SIG.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
+        for s in self.secrets:  # what is left of a secret: bare, or cut off at the end of the text
             text = text.replace(s, KEY_HIDDEN)
             for n in range(min(len(s) - 1, len(text)), MIN_PREFIX - 1, -1):
                 if text.endswith(s[:n]):
                     text = text[:-n] + KEY_HIDDEN
                     break
-        text = _HEADER.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
-        text = _BEARER.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
-        return _SIG.sub(lambda m: m.group(1) + m.group(2) + HIDDEN, text)
+        return text
 
     def install(self) -> None:
         """Redact every line this process logs: the filter on each handler of the root logger (set up first)."""
