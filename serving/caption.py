@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import shlex
 import signal
 import sys
@@ -40,6 +41,7 @@ from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library import clip_root
 from data.settings import add_arguments, from_args
+from serving import fleet_key
 
 
 def pick_prompt(db, spec: str | None) -> dict:
@@ -175,6 +177,9 @@ def again(settings, job_id: int, *extra: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = from_args(args)
+    # what the runner's loop logs (warnings and worse) is redacted like everything else the fleet says
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    fleet_key.auth(settings).redact.install()
     db = dbmod.connect(settings.db)
     try:
         # the library's clip root and deployment (a head's signed URLs): refused here, with the message, if a flag

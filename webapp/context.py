@@ -16,6 +16,7 @@ import sqlite_utils
 from data import db as dbmod, users
 from data.errors import DataError
 from data.settings import Settings
+from serving.fleet_reader import FleetReader
 from webapp import failures
 
 LOCAL_ADMIN = "local"
@@ -59,6 +60,8 @@ class AppContext:
         # decided once where the app is built (build_app), so the banner is in the first paint
         self.simulated_fleet = simulated
         self.fleet_urls = list(fleet_urls or [])
+        # every read of the fleet's health the app makes (Fleet tab, Jobs tab), with the data dir's fleet key
+        self.fleet_reader = FleetReader(settings)
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[sqlite_utils.Database] = []

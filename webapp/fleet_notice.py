@@ -49,12 +49,18 @@ def _look(report: dict, now: float) -> dict | None:
 
 
 def healthy_text(report: dict, now: float | None = None) -> str:
-    """ "0 of 4 healthy" from the runner's latest look at /health, or "0 of 2 answering" from its requests."""
+    """ "0 of 4 healthy" from the runner's latest look at /health (a router's replicas counted, not the router),
+    or, without a recent look, "0 of 2 answering" from its requests ("the router answers (4 replicas behind it)"
+    when it sends to one router)."""
     now = time.time() if now is None else now
     look = _look(report, now)
     if look is not None:
         return f"{look.get('healthy', 0)} of {look.get('total', look.get('looked', 0))} healthy"
     reps = report.get("replicas") or []
+    behind = report.get("behind")
+    if isinstance(behind, int) and behind > 1 and len(reps) == 1:
+        answers = "answers" if reps[0].get("ok") else "does not answer"
+        return f"the router {answers} ({behind} replicas behind it)"
     return f"{sum(1 for r in reps if r.get('ok'))} of {report.get('total', len(reps))} answering"
 
 

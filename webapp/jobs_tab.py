@@ -26,8 +26,7 @@ from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost, fleet_key
-from serving.health import router_workers
+from serving import cost
 from webapp import fleet_notice, render
 from webapp.context import AppContext, shows_errors
 from webapp.prompt_panel import PromptPanel
@@ -388,8 +387,8 @@ class JobsTab:
         if hit and time.monotonic() - hit[1] < 60:
             return hit[0]
         urls = self.ctx.fleet_urls
-        key = fleet_key.headers(self.ctx.settings)
-        n = (router_workers(urls[0], timeout=1.0, headers=key) or 1) if len(urls) == 1 else max(1, len(urls))
+        reader = self.ctx.fleet_reader
+        n = (reader.router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
         self._replica_cache = (n, time.monotonic())
         return n
 

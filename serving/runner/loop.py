@@ -11,16 +11,17 @@ import random
 import signal
 import threading
 import time
+import traceback
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
 from data import db as dbmod, prompts
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
-from serving import fleet_key, fleet_record, media_urls
+from serving import fleet_record, media_urls
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
-from serving.health import router_workers
+from serving.fleet_reader import FleetReader
 from serving.runner import watch
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import Replica, ReplicaHealth
@@ -48,8 +49,9 @@ class Runner:
     stands for; None asks the router's `/workers` when the runner starts. `client` is closed by whoever made it;
     by default the runner makes and closes its own `FleetClient` (one connection pool set per replica).
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
-    when it made its own client, and not when it was given one (a fake fleet has no `/health`) unless `look`
-    is given too. None: requests alone tell whether the fleet is down.
+    (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
+    one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader).
     """
 
     def __init__(
@@ -81,7 +83,8 @@ class Runner:
             backoff_base=backoff_base,
             rng=rng,
         )
-        self._look = (watch.look if client is None else None) if look == "default" else look
+        self.reader = FleetReader(settings, timeout=watch.LOOK_TIMEOUT_S)
+        self._look = (self.reader.look if client is None else None) if look == "default" else look
         self.identity = job_items.runner_identity()
         self.store = JobStore(
             settings,
@@ -141,9 +144,11 @@ class Runner:
             out.error = e
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # a bug or an unexpected library error: record it, retry elsewhere
-            log.exception("caption of clip %s failed unexpectedly", item["clip_id"])
-            out.error = ReplicaError(f"{type(e).__name__}: {e}", replica=rep.url, kind="internal")
+        except Exception as e:  # a bug or an unexpected library error: record it (redacted), retry elsewhere
+            redact = self.reader.auth.redact
+            trace = redact("".join(traceback.format_exception(e)))
+            log.error("caption of clip %s failed unexpectedly: %s", item["clip_id"], trace)
+            out.error = ReplicaError(redact(f"{type(e).__name__}: {e}"), replica=rep.url, kind="internal")
         finally:
             self.health.finished(rep, out.error, time.monotonic(), clip, sent)
             if out.error is not None and self.health.all_failing():
@@ -204,8 +209,8 @@ class Runner:
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
-                auth = fleet_key.headers(self.settings)
-                self.health.behind_router(await asyncio.to_thread(router_workers, url, 3.0, auth) or 1)
+                n = await asyncio.to_thread(self.reader.router_workers, url, timeout=3.0)
+                self.health.behind_router(n or 1)
             log.info(
                 "runner %s: %d replica slot(s) over %s",
                 self.identity,
@@ -234,14 +239,15 @@ class Runner:
         return self.info()
 
     async def _watch(self) -> None:
-        """Look at the fleet's health while answers do not say it is fine (watch.py); feed it to the rule."""
+        """Look at the fleet's health every LOOK_EVERY_S, and every LOOK_FAILING_S while every replica fails
+        (watch.py); feed it to the rule and the heartbeat."""
         urls = [r.url for r in self.replicas]
         looking: asyncio.Future | None = None  # a look still under way is never started twice
         while True:
             t = time.monotonic()
             failing = self.health.all_failing()
-            quiet = self.health.last_ok is None or t - self.health.last_ok > watch.LOOK_QUIET_S
-            if (failing or quiet) and (looking is None or looking.done()):
+            due = self.health.look_t is None or t - self.health.look_t >= watch.LOOK_EVERY_S - watch.LOOK_MIN_GAP_S
+            if (failing or due) and (looking is None or looking.done()):
                 looking = watch.in_daemon_thread(self._look, urls)
                 try:
                     seen = await asyncio.wait_for(asyncio.shield(looking), timeout=watch.LOOK_DEADLINE_S)
@@ -253,7 +259,7 @@ class Runner:
                     self.health.observe(seen, time.monotonic())
             self._look_now.clear()
             await asyncio.sleep(watch.LOOK_MIN_GAP_S)
-            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_QUIET_S
+            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_EVERY_S
             try:
                 await asyncio.wait_for(self._look_now.wait(), timeout=pause)
             except asyncio.TimeoutError:
