@@ -265,7 +265,7 @@ class JobsTab:
         rows, focus = [], None
         for j in job_queries.list_jobs(db, kind=kind, state=state or None, created_by=by or None):
             p = job_queries.progress(db, j["id"])
-            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"]))
+            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"], j.get("fleet")))
             rows.append(
                 [
                     j["id"],
@@ -299,8 +299,9 @@ class JobsTab:
             pct = 100.0 * (c["done"] + c["failed"]) / max(1, focus["total"])
             notice = ""
             if focus["state"] in job_queries.ACTIVE:
-                notice = fleet_notice.waiting(
-                    fleet_notice.report_for(beats, focus["id"]), max_attempts=self.ctx.settings.max_attempts
+                notice = fleet_notice.no_runner(beats, focus, self.ctx.settings) or fleet_notice.waiting(
+                    fleet_notice.report_for(beats, focus["id"], focus.get("fleet")),
+                    max_attempts=self.ctx.settings.max_attempts,
                 )
             out[self.detail] = (
                 f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
@@ -460,6 +461,7 @@ class JobsTab:
                 selection=Selection(filter=f, origin=source),
                 prompt_id=pid,
                 params=params,
+                fleet=self.ctx.job_fleet,
             )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error"), self.msg_for: None}
@@ -475,7 +477,7 @@ class JobsTab:
                 f" The preview showed {shown:,} (counted at {render.when_s(seen.get('at'))} UTC): the clips of the "
                 "selection changed since, and the job has those of the moment it started."
             )
-        warning = fleet_notice.start_warning(heartbeats.heartbeats(db, "runner"))
+        warning = fleet_notice.start_warning(heartbeats.heartbeats(db, "runner"), fleet=self.ctx.job_fleet)
         if warning:  # true while the job waits: it goes when the job is no longer queued or running
             bound = {"job": job_id, "states": list(job_queries.ACTIVE)}
             return {**out, self.msg: render.message(f"{text} {warning}", "warn"), self.msg_for: bound}

@@ -14,7 +14,8 @@ import time
 import traceback
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, prompts
+from data import db as dbmod, jobs, prompts
+from data.errors import DataError
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
@@ -74,6 +75,7 @@ class Runner:
         # clips are found under the root the library recorded at ingest, never under a default
         self.settings = settings = clip_root.settings_for_path(settings)
         urls = fleet_targets(settings, fleet_urls)
+        self.fleet = jobs.fleet_of(urls)  # it takes only jobs made for this fleet (and jobs that name none)
         self._ask_router = len(urls) == 1 and replicas is None
         rng = random.Random()
         self.health = ReplicaHealth(
@@ -90,6 +92,7 @@ class Runner:
             settings,
             self.identity,
             job_ids=job_ids,
+            fleet=self.fleet,
             name=name,
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
@@ -172,6 +175,7 @@ class Runner:
             "replicas": self.health.info(t),
             "fleet": self.health.report(t),
             "jobs": sorted(self.store.job_ids) if self.store.job_ids is not None else None,
+            "sends_to": self.fleet,  # the fleet whose jobs it takes (data.jobs.fleet_of)
             "state": self.state,
             **dict(self.stats),
         }
@@ -397,9 +401,22 @@ def run_job(
     """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
-    drain_seconds, backoff_base, look ...). `progress_cb(progress)` is called about every
+    drain_seconds, backoff_base, look ...). A job made for another fleet than `fleet_urls` is refused
+    (DataError): a runner sends a job only to the fleet it was made for. `progress_cb(progress)` is called about every
     `HEARTBEAT_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
     """
+    sends_to = jobs.fleet_of(fleet_targets(settings, fleet_urls))
+    d = dbmod.connect(settings.db)
+    try:
+        made_for = job_queries.get(d, job_id).get("fleet")
+    finally:
+        d.close()
+    if made_for is not None and made_for != sends_to:
+        raise DataError(
+            f"Job {job_id} was made for the fleet {made_for}; this runner sends to {sends_to}. Run it there, or "
+            "name the fleet it should move to (python -m serving.caption --resume JOB --fleet-urls URL)."
+        )
+
     runner = Runner(
         settings,
         fleet_urls,
