@@ -42,9 +42,9 @@ from benchmarks.node.cpu import group_cpu_seconds  # noqa: E402
 from data.settings import Settings  # noqa: E402
 from serving import (  # noqa: E402
     fleet_commands,
-    health,  # noqa: E402
     procs,
 )
+from serving.fleet_reader import FleetReader  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -249,6 +249,7 @@ def efficiency(per_clip: list, frames: int, clips_per_s: float | None, precision
 
 
 def measure(
+    reader: FleetReader,
     url: str,
     pgid: int,
     clips: list[Path],
@@ -260,7 +261,7 @@ def measure(
 ) -> dict:
     import psutil
 
-    m0 = health.scrape(url, timeout=10)
+    m0 = reader.scrape(url, timeout=10)
     cpu0 = group_cpu_seconds([pgid])
     sys0 = psutil.cpu_times()
     sampler = GpuSampler()
@@ -271,7 +272,7 @@ def measure(
     cpu = group_cpu_seconds([pgid]) - cpu0
     sys1 = psutil.cpu_times()
     busy = (sum(sys1) - sys1.idle - getattr(sys1, "iowait", 0)) - (sum(sys0) - sys0.idle - getattr(sys0, "iowait", 0))
-    prompt_tok = health.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
+    prompt_tok = reader.scrape(url, timeout=10).prompt_tokens - m0.prompt_tokens
     n = res["ok"]
     eff = efficiency(res.pop("per_clip"), frames, n / wall if wall else None, precision, peak)
     return {
@@ -368,7 +369,17 @@ def cmd_sweep(a) -> None:
                 Path(a.probe).write_text(json.dumps(found, indent=1))
             asyncio.run(drive(url, warm, min(len(warm), 16), a.max_tokens, frames))
             for c in concurrencies:
-                res = measure(url, p.pgid, measured, c, a.max_tokens, frames, cfg.get("precision", "bf16"), peak)
+                res = measure(
+                    FleetReader(settings),
+                    url,
+                    p.pgid,
+                    measured,
+                    c,
+                    a.max_tokens,
+                    frames,
+                    cfg.get("precision", "bf16"),
+                    peak,
+                )
                 line = {**row, **res}
                 print(json.dumps(line), flush=True)
                 with out.open("a") as f:

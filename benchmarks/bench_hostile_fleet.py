@@ -66,11 +66,18 @@ def child(kind: str, url: str) -> None:
 
         out = [f"{type(r).__name__}: {str(r)[:90]}" for r in asyncio.run(go())]
     else:
+        from data.settings import Settings
         from webapp import fleet_tab
 
+        s = Settings.load({"data_dir": tempfile.mkdtemp()}, environ={})
         before = rss()
         t = time.monotonic()
-        rows, router = fleet_tab.snapshot([url], timeout=30.0)
+        try:
+            from serving.fleet_reader import FleetReader
+        except ImportError:  # the code before the fleet reader (--code): the tab's reads took the URLs alone
+            rows, router = fleet_tab.snapshot([url], timeout=30.0)
+        else:
+            rows, router = fleet_tab.snapshot(FleetReader(s), [url], timeout=30.0)
         out = [f"{len(rows)} rows", str(rows[0].get("error"))[:120] if rows else ""]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(

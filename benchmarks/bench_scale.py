@@ -43,7 +43,8 @@ from data.jobs import queries as job_queries  # noqa: E402
 from data.jobs.selection import Selection  # noqa: E402
 from data.library import clipgen  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import fleet_commands, health as fleetmod, procs, simfleet  # noqa: E402
+from serving import fleet_commands, procs, simfleet  # noqa: E402
+from serving.fleet_reader import FleetReader  # noqa: E402
 
 
 def library(settings: Settings, n: int) -> list[int]:
@@ -191,7 +192,7 @@ def measure_busy(
             samples = []
             t_end = time.monotonic() + seconds
             while time.monotonic() < t_end:  # a cross-check by sampling num_requests_running every ~2 s
-                st = fleetmod.fleet_status(fleet.urls, timeout=10)
+                st = FleetReader(settings).fleet_status(fleet.urls, timeout=10)
                 samples.append(sum(1 for r in st if r.running > 0) / len(st))
                 time.sleep(2.0)
             after = _series(fleet.urls, http)

@@ -12,7 +12,7 @@ Tables
   root of that chain (data.captions explains both); `parent_id` is the version that was current when it was written.
 - prompts: versioned (name, version), never edited in place.
 - jobs / job_items: a captioning job and its per-clip work, claimed with leases. `jobs.run_seconds` and
-  `running_since` (m020) measure how long a job has really run.
+  `running_since` (m020) measure how long a job has really run; `jobs.fleet` (m023) is the fleet it is for.
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
@@ -733,3 +733,12 @@ def m022_quality_decision(db: sqlite_utils.Database) -> None:
         for verb in ("UPDATE", "DELETE"):
             db.execute(f"""CREATE TRIGGER {table}_write_once_{verb.lower()} BEFORE {verb} ON {table}
                            BEGIN SELECT RAISE(ABORT, 'a drawn sample is never changed'); END""")
+
+
+@MIGRATIONS()
+def m023_job_fleet(db: sqlite_utils.Database) -> None:
+    """The fleet each job is for (data.jobs.fleet_of: its URLs, normalised, sorted, comma-separated), so that a
+    runner takes only the jobs of the fleet it sends to (serving.runner): a job made from a terminal with
+    `--fleet-urls X` is captioned on X, not by the supervised runner on the launcher's fleet. NULL: a job made
+    before fleets were recorded, which any runner of the data dir takes, as before."""
+    db.execute("ALTER TABLE jobs ADD COLUMN fleet TEXT")

@@ -19,15 +19,22 @@ command that resumes it.
 
 The same command works on a head (`./launch.sh --role head`): the library records where the GPU nodes fetch
 clips (data.deployment), so this runner sends signed URLs of the head's app like the supervised one, and it sends
-the fleet key of the data dir (serving.fleet_key). Two runners on one job -- this one and the head's supervised
-runner -- share it: items are claimed with leases in SQLite, so each clip is sent by one of them and written
-once, and this command waits, showing everyone's progress, until the job is done (Ctrl-C pauses the job for both).
+the fleet key of the data dir (serving.fleet_key).
+
+A job runs on the fleet it was made for: the job records this command's `--fleet-urls` (without it, what the
+launcher of the data dir started, which is where launch.sh's supervised runner sends), and a runner takes only the
+jobs of the fleet it sends to. So a job for another fleet is captioned by this command alone, and a job for the
+launcher's fleet by this command and the supervised runner together: items are claimed with leases in SQLite, so
+each clip is sent by one of them and written once, and this command waits, showing everyone's progress, until the
+job is done (Ctrl-C pauses the job for both). `--resume JOB` runs the job on the fleet it was made for; with a
+`--fleet-urls` that names another, the job moves there (said here and in the events).
 """
 
 from __future__ import annotations
 
 import argparse
 import getpass
+import logging
 import shlex
 import signal
 import sys
@@ -40,6 +47,8 @@ from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library import clip_root
 from data.settings import add_arguments, from_args
+from serving import fleet_key
+from serving.runner import fleet_targets, run_job
 
 
 def pick_prompt(db, spec: str | None) -> dict:
@@ -57,7 +66,7 @@ def pick_prompt(db, spec: str | None) -> dict:
     return prompts.latest(db, spec)
 
 
-def create_job(db, settings, args: argparse.Namespace) -> int:
+def create_job(db, settings, args: argparse.Namespace, fleet: str | None) -> int:
     f = filter_args.from_args(args)
     prompt = pick_prompt(db, args.prompt)
     selection = Selection(filter=f, limit=args.limit, origin="command line")
@@ -72,7 +81,9 @@ def create_job(db, settings, args: argparse.Namespace) -> int:
     )
     n = sum(1 for _ in selection.clip_ids_in(db))
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
-    return jobs.create(db, name=name, created_by=args.user, selection=selection, prompt_id=prompt["id"], params=params)
+    return jobs.create(
+        db, name=name, created_by=args.user, selection=selection, prompt_id=prompt["id"], params=params, fleet=fleet
+    )
 
 
 class Bar:
@@ -165,6 +176,25 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def fleet_for_resume(db, settings, job: dict, user: str) -> tuple:
+    """(settings, job) to resume `job` with: on the fleet it was made for, unless the command names another
+    (`--fleet-urls`), which the job then moves to (data.jobs.move_to_fleet, said here and in the events)."""
+    made_for = job.get("fleet")
+    if made_for is None:
+        return settings, job
+    if not settings.fleet_urls:
+        return settings.replace(fleet_urls=tuple(made_for.split(","))), job
+    named = jobs.fleet_of(fleet_targets(settings))
+    if named != made_for:
+        job = jobs.move_to_fleet(db, job["id"], named, user)
+        print(
+            f"job {job['id']} was made for the fleet {made_for}; it runs on {named} from now on (its runners there "
+            "take nothing more of it)",
+            file=sys.stderr,
+        )
+    return settings, job
+
+
 def again(settings, job_id: int, *extra: str) -> str:
     """The command that resumes job `job_id` against the same fleet."""
     fleet = ["--fleet-urls", ",".join(settings.fleet_urls)] if settings.fleet_urls else []
@@ -175,6 +205,9 @@ def again(settings, job_id: int, *extra: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     settings = from_args(args)
+    # what the runner's loop logs (warnings and worse) is redacted like everything else the fleet says
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    fleet_key.auth(settings).redact.install()
     db = dbmod.connect(settings.db)
     try:
         # the library's clip root and deployment (a head's signed URLs): refused here, with the message, if a flag
@@ -182,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = clip_root.settings_for(db, settings)
         if args.resume:
             job = job_queries.get(db, args.resume)
+            settings, job = fleet_for_resume(db, settings, job, args.user)
             if args.retry_failed:
                 r = jobs.retry_failed(db, job["id"], args.user)
                 left = ", ".join(f"{n} {why}" for why, n in sorted(r.left.items()))
@@ -197,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 job = jobs.change_state(db, job["id"], "resume", args.user)
             job_id = job["id"]
         else:
-            job_id = create_job(db, settings, args)
+            job_id = create_job(db, settings, args, jobs.fleet_of(fleet_targets(settings)))
         job = job_queries.get(db, job_id)
         c = job_queries.counts(db, job_id)
     except DataError as e:
@@ -224,8 +258,6 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_sigint)
     bar = Bar(job["total"], c["done"] + c["failed"], f"job {job_id}", args.no_progress)
     try:
-        from serving.runner import run_job
-
         prog = run_job(settings, job_id, progress_cb=bar, stop_event=stop, replicas=args.replicas)
     finally:
         bar.close()

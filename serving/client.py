@@ -59,7 +59,8 @@ from data.library import deployment
 from serving import bounded, fleet_key
 from serving.answer_check import AnswerChecker
 from serving.answers import classify_status, error_message, read_answer
-from serving.errors import ClipRejected, ReplicaError, Unreachable
+from serving.errors import ClipRejected, FleetError, ReplicaError, Unreachable
+from serving.redact import Redactor
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"
 POOL_SLOTS = 8  # requests in flight per connection pool at most (FleetClient._pool)
@@ -225,8 +226,9 @@ class FleetClient:
         except (ValueError, AttributeError):
             allowed = ""
         self.media_origin = origin(allowed) if allowed else None
-        # the key every replica the launcher starts requires (serving.fleet_key); none: a fleet that wants none
-        self._auth = fleet_key.headers(settings) if hasattr(settings, "data_dir") else {}
+        # the key every replica the launcher starts requires (serving.fleet_key); none: a fleet that wants none.
+        # Its redactor is the client's boundary: every error raised here has been through it (serving.redact)
+        self.auth = fleet_key.auth(settings) if hasattr(settings, "data_dir") else fleet_key.FleetAuth(None, Redactor())
         self.decode_backend = decode_backend
         self.timeout = timeout or httpx.Timeout(
             connect=5.0, read=float(settings.request_timeout), write=30.0, pool=None
@@ -272,7 +274,7 @@ class FleetClient:
             transport=transport,
             timeout=self.timeout,
             limits=self._limits,
-            headers={"user-agent": "clip-workbench", **self._auth},
+            headers={"user-agent": "clip-workbench", **self.auth.headers},
             trust_env=False,
         )
 
@@ -339,7 +341,21 @@ class FleetClient:
     async def caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult:
         """Send one caption request to `replica_url` (a replica or the router); one attempt.
 
-        Returns a checked CaptionResult or raises a FleetError subclass (see serving.errors)."""
+        Returns a checked CaptionResult or raises a FleetError subclass (see serving.errors). What the fleet wrote
+        into either (an error's text, the replica and model an answer names) has been redacted: a replica may
+        repeat our request, fleet key and signed clip URL included, and what it says is stored and shown."""
+        try:
+            result = await self._caption(replica_url, req)
+        except FleetError as e:
+            e.redacted(self.auth.redact)
+            raise
+        prov = result.provenance
+        for k in ("model", "replica", "decode_backend", "finish_reason"):
+            if isinstance(prov.get(k), str):
+                prov[k] = self.auth.redact(prov[k])
+        return result
+
+    async def _caption(self, replica_url: str, req: CaptionRequest) -> CaptionResult:
         body = self.build_body(req)
         started = time.monotonic()
         # httpx's read timeout is per read: a replica that trickles a byte now and then would never time
@@ -431,7 +447,14 @@ class FleetClient:
         return CaptionResult(text=read.text, labels=read.labels, provenance=provenance)
 
     async def models(self, replica_url: str) -> list[str]:
-        """Model ids served at `replica_url` (GET /v1/models)."""
+        """Model ids served at `replica_url` (GET /v1/models); an error is redacted as `caption`'s are."""
+        try:
+            return await self._models(replica_url)
+        except FleetError as e:
+            e.redacted(self.auth.redact)
+            raise
+
+    async def _models(self, replica_url: str) -> list[str]:
         try:
             async with self._pool(replica_url) as client:
                 resp = await bounded.fetch(

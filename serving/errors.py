@@ -12,10 +12,14 @@
     └── Unreachable            connect error, read timeout, remote closed. Retried elsewhere.
 
 The runner decides what to do from `retryable` alone; `kind` is a short stable word stored on the job
-item (`last_error` kind) so leads can group failures. The message is fit to show a user.
+item (`last_error` kind) so leads can group failures. The message is fit to show a user: the fleet client
+(serving.client) redacts every error it raises (`redacted`: no fleet key, bearer token or URL signature, whatever
+a replica put in its answer).
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 
 class FleetError(Exception):
@@ -38,6 +42,14 @@ class FleetError(Exception):
             f"replica={self.replica!r})"
         )
 
+    def redacted(self, redact: Callable[[str], str]) -> "FleetError":
+        """This error with `redact` applied to every text the fleet may have written into it (its message, the
+        replica it names, a bad answer's raw text): the fleet client's boundary does this (serving.redact)."""
+        self.message = redact(self.message)
+        self.args = (self.message,)
+        self.replica = redact(self.replica) if self.replica else self.replica
+        return self
+
 
 class ClipRejected(FleetError):
     """The clip cannot be captioned as sent (bad request, undecodable video, path outside the root)."""
@@ -57,6 +69,11 @@ class BadAnswer(FleetError):
     def __init__(self, message: str, *, raw: str | None = None, **kw):
         super().__init__(message, **kw)
         self.raw = raw[: self.RAW_ANSWER_CHARS] if isinstance(raw, str) else None
+
+    def redacted(self, redact: Callable[[str], str]) -> "BadAnswer":
+        super().redacted(redact)
+        self.raw = redact(self.raw) if self.raw else self.raw
+        return self
 
 
 class ReplicaError(FleetError):

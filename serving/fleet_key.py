@@ -3,7 +3,10 @@
 A replica answers `/v1/...` only with `Authorization: Bearer <key>` (vLLM's `--api-key`, given to it as
 `VLLM_API_KEY` so that the key never shows in a process list or a dry run); the router gate in front of
 vllm-router (serving.router_gate) requires the same key, and vllm-router passes the header on to the replicas.
-The runner, the Fleet tab's reads, the launcher's health checks and `status` send it.
+Every request to the fleet carries it: the fleet client's (serving.client) and every read of its health
+(serving.fleet_reader: the runner's look, the Fleet and Jobs tabs, the launcher's health checks and `status`), each
+from `auth(settings)`, which also holds what every text the fleet sends back goes through before it is stored,
+logged or shown (`FleetAuth.redact`: the key, any bearer token and URL signatures removed, serving.redact).
 
 It lives in `DATA_DIR/fleet.key` (0600). On a single machine or a head it is made on first use. A GPU node
 never makes one: it must hold the head's, or its replicas would refuse the head (and `./launch.sh --role node`
@@ -19,10 +22,12 @@ import argparse
 import re
 import secrets
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from data.settings import Settings, add_arguments, from_args
 from serving import keyfile
+from serving.redact import Redactor
 
 KEY_FILE = "fleet.key"
 ENV = "VLLM_API_KEY"  # what vLLM (and the simulated fleet) read the key from when --api-key is not given
@@ -51,10 +56,32 @@ def load(settings: Settings, *, create: bool = False) -> str | None:
     return key
 
 
+@dataclass(frozen=True)
+class FleetAuth:
+    """A data dir's fleet key as requests carry it (`headers`), and the redactor every text from the fleet goes
+    through (`redact`). Made by `auth(settings)`; the fleet client and the fleet reader hold one each."""
+
+    key: str | None
+    redact: Redactor = field(repr=False)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """`{"authorization": "Bearer <key>"}`, or {} without a key (a fleet that wants none)."""
+        return {"authorization": f"Bearer {self.key}"} if self.key else {}
+
+    def __repr__(self) -> str:  # never the key, in a traceback or a log
+        return f"FleetAuth(key={'set' if self.key else None})"
+
+
+def auth(settings: Settings) -> FleetAuth:
+    """The fleet key of `settings`' data dir (none: a fleet that wants none) and its redactor."""
+    key = load(settings)
+    return FleetAuth(key, Redactor([key]))
+
+
 def headers(settings: Settings) -> dict[str, str]:
     """`{"authorization": "Bearer <key>"}` when this data dir has a key, else {} (a fleet that wants none)."""
-    key = load(settings)
-    return {"authorization": f"Bearer {key}"} if key else {}
+    return auth(settings).headers
 
 
 def require_for_node(settings: Settings) -> str:

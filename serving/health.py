@@ -1,35 +1,28 @@
-"""Fleet health and load: each replica's `/health` and Prometheus `/metrics`, and the router's status.
+"""What a fleet's health and load answers mean: each replica's `/health` and Prometheus `/metrics`, and a
+router's status. The reads themselves are serving.fleet_reader's (the one way to read a fleet, with its key).
 
-What the web app and the runner show per replica (vLLM's `/health` and `/metrics`):
-healthy (`GET /health` is 200), running / waiting requests, KV-cache usage, successful requests by finish
-reason, prompt and generation tokens, mean end-to-end latency and time to first token, and whether the
-replica is simulated (a served model id containing "simulated" or an `x-simulated: 1` header), so the UI
-can show a banner. `/health` passes while an engine hangs: compare `success_total` between two scrapes
-(`rates`) to see progress.
+Per replica (what the web app and the runner show): healthy (`GET /health` is 200), running / waiting requests,
+KV-cache usage, successful requests by finish reason, prompt and generation tokens, mean end-to-end latency and
+time to first token, and whether the replica is simulated (a served model id containing "simulated" or an
+`x-simulated: 1` header), so the UI can show a banner. `/health` passes while an engine hangs: compare
+`success_total` between two scrapes (`rates`) to see progress.
 
 Metrics are parsed with `prometheus_client.parser.text_string_to_metric_families`; series with several
-label sets (engines, API servers) are summed. The router (vllm-router) is probed with `/liveness`,
+label sets (engines, API servers) are summed. A router (vllm-router) is read through `/liveness`,
 `/readiness` and `/workers` (its `/health` is 503 as soon as any one worker is down).
-
-Sync helpers (`scrape`, `fleet_status`, `router_status`, `snapshot`) take a short timeout for the web app;
-async ones (`scrape_async`, `replica_status`) share one AsyncClient. Each takes `headers` for every request:
-the fleet key (serving.fleet_key), which the router gate requires and the replicas accept.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from data import limits
-from serving import bounded
 
-DEFAULT_TIMEOUT = 2.0
 # Bounds on what one refresh reads, so that a hostile fleet cannot make it hold gigabytes, send hundreds of MB
 # to the browser, or call every address a router lists (issue 21, class 2): answers by size after decoding
 # (vLLM's own /metrics is 20-300 KiB), replicas scraped per refresh, requests in flight, and the refresh's time.
@@ -142,18 +135,18 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return out
 
 
-def _base(url: str) -> str:
-    base = url.rstrip("/")
-    return base[:-3] if base.endswith("/v1") else base
+Answer = httpx.Response | BaseException  # a read's answer, or why there is none
 
 
-def _why(e: BaseException) -> str:
+def why(e: BaseException) -> str:
+    """A read that got no answer, in a few words."""
     return limits.clip_text(f"{type(e).__name__}: {e}")
 
 
-def _apply(
-    status: ReplicaStatus, health: httpx.Response | BaseException, metrics: httpx.Response | BaseException
-) -> ReplicaStatus:
+def replica_from(url: str, health: Answer, metrics: Answer | None = None) -> ReplicaStatus:
+    """The status of the replica at `url` from its `/health` and `/metrics` answers (`metrics` None: not read,
+    as in the runner's look, which asks only whether it is healthy)."""
+    status = ReplicaStatus(url=url)
     errors = []
     if isinstance(health, httpx.Response):
         status.reachable = True
@@ -162,15 +155,17 @@ def _apply(
             errors.append(f"/health answered {health.status_code}")
         status.simulated = status.simulated or health.headers.get("x-simulated") == "1"
     else:
-        errors.append(f"/health: {_why(health)}")
-    if isinstance(metrics, httpx.Response):
+        errors.append(f"/health: {why(health)}")
+    if metrics is None:
+        pass
+    elif isinstance(metrics, httpx.Response):
         status.reachable = True
         status.simulated = status.simulated or metrics.headers.get("x-simulated") == "1"
         if metrics.status_code == 200:
             try:
                 m = parse_metrics(metrics.text)
             except (ValueError, TypeError, RecursionError) as e:
-                errors.append(f"/metrics unparseable: {_why(e)}")
+                errors.append(f"/metrics unparseable: {why(e)}")
             else:
                 for key in (
                     "running",
@@ -192,7 +187,7 @@ def _apply(
         else:
             errors.append(f"/metrics answered {metrics.status_code}")
     else:
-        errors.append(f"/metrics: {_why(metrics)}")
+        errors.append(f"/metrics: {why(metrics)}")
     if status.model and "simulated" in status.model.lower():
         status.simulated = True
     status.error = limits.clip_text("; ".join(errors), 400) if errors else None
@@ -200,108 +195,7 @@ def _apply(
     return status
 
 
-async def _get(client: httpx.AsyncClient, url: str, max_bytes: int, timeout: float) -> httpx.Response | BaseException:
-    """One bounded GET (size after decoding, whole-read time); an error is returned, not raised."""
-    try:
-        return await bounded.fetch(client, "GET", url, max_bytes=max_bytes, seconds=timeout)
-    except (httpx.HTTPError, bounded.ReadRefused) as e:
-        return e
-
-
-def _get_sync(client: httpx.Client, url: str, max_bytes: int, timeout: float) -> httpx.Response | BaseException:
-    try:
-        return bounded.fetch_sync(client, "GET", url, max_bytes=max_bytes, seconds=timeout)
-    except (httpx.HTTPError, bounded.ReadRefused) as e:
-        return e
-
-
-def _async_client(timeout: float, headers: Mapping[str, str] | None = None) -> httpx.AsyncClient:
-    return httpx.AsyncClient(
-        timeout=timeout,
-        trust_env=False,
-        headers=headers,
-        limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY),
-    )
-
-
-async def scrape_async(client: httpx.AsyncClient, url: str, *, timeout: float = DEFAULT_TIMEOUT) -> ReplicaStatus:
-    """Health and metrics of one replica; never raises for a replica that is down (healthy=False). Each answer
-    is read under its bound (MAX_STATUS_BYTES, MAX_METRICS_BYTES, decoded) within `timeout` seconds."""
-    base = _base(url)
-    health, metrics = await asyncio.gather(
-        _get(client, base + "/health", MAX_STATUS_BYTES, timeout),
-        _get(client, base + "/metrics", MAX_METRICS_BYTES, timeout),
-    )
-    return _apply(ReplicaStatus(url=url), health, metrics)
-
-
-async def replica_status(
-    client_or_urls: httpx.AsyncClient | Iterable[str],
-    urls: Iterable[str] | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    headers: Mapping[str, str] | None = None,
-) -> list[ReplicaStatus]:
-    """Status of every replica, scraped concurrently (at most SCRAPE_CONCURRENCY at a time):
-    `replica_status(urls)` or `replica_status(async_client, urls)` to reuse a client."""
-    if isinstance(client_or_urls, httpx.AsyncClient):
-        client, own = client_or_urls, False
-        url_list = list(urls or [])
-    else:
-        client, own = _async_client(timeout, headers), True
-        url_list = list(client_or_urls)
-    gate = asyncio.Semaphore(SCRAPE_CONCURRENCY)
-
-    async def one(u: str) -> ReplicaStatus:
-        async with gate:
-            return await scrape_async(client, u, timeout=timeout)
-
-    try:
-        return list(await asyncio.gather(*(one(u) for u in url_list)))
-    finally:
-        if own:
-            await client.aclose()
-
-
-def scrape(
-    url: str,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    transport: httpx.BaseTransport | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> ReplicaStatus:
-    """Sync status of one replica (for the web app: short timeout, never raises for a dead replica)."""
-    base = _base(url)
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
-        health = _get_sync(c, base + "/health", MAX_STATUS_BYTES, timeout)
-        metrics = _get_sync(c, base + "/metrics", MAX_METRICS_BYTES, timeout)
-        return _apply(ReplicaStatus(url=url), health, metrics)
-
-
-def _run(coro_fn, fallback):
-    """Run an async scrape from sync code; inside a running event loop, `fallback()` (sync) instead."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coro_fn())
-    return fallback()
-
-
-def fleet_status(
-    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
-) -> list[ReplicaStatus]:
-    """Sync status of every replica, scraped concurrently (total time ~ one timeout per SCRAPE_CONCURRENCY);
-    `headers` (the fleet key) go with every read."""
-    url_list = list(urls)
-    if not url_list:
-        return []
-    return _run(
-        lambda: replica_status(url_list, timeout=timeout, headers=headers),
-        lambda: [scrape(u, timeout=timeout, headers=headers) for u in url_list],
-    )
-
-
-def _workers_of(body: Any) -> tuple[list[str], list[dict], int | None]:
+def workers_of(body: Any) -> tuple[list[str], list[dict], int | None]:
     """(worker URLs, the first MAX_LISTED_WORKERS entries with their scalar fields clipped, how many listed)
     from a router's /workers answer (vllm-router: {"workers": [{"url": ..., ...}, ...], ...})."""
     items: Any = None
@@ -334,27 +228,16 @@ def _workers_of(body: Any) -> tuple[list[str], list[dict], int | None]:
     return list(dict.fromkeys(urls)), entries, len(items)
 
 
-async def router_status_async(
-    client: httpx.AsyncClient, url: str, *, timeout: float = DEFAULT_TIMEOUT
+def router_from(
+    url: str, live: Answer, ready: Answer | None = None, workers: Answer | None = None
 ) -> tuple[RouterStatus, list[str]]:
-    """(the status of a vllm-router: liveness, readiness, its first workers; every worker URL it lists)."""
-    base = url.rstrip("/")
+    """(the status of a vllm-router at `url`, every worker URL it lists) from its `/liveness`, `/readiness` and
+    `/workers` answers (None: not read, as after a liveness read that got no answer)."""
     st = RouterStatus(url=url)
-    live = await _get(client, base + "/liveness", MAX_STATUS_BYTES, timeout)
     if not isinstance(live, httpx.Response):
-        st.error = f"/liveness: {_why(live)}"
+        st.error = f"/liveness: {why(live)}"
         return st, []
     st.live = live.status_code == 200
-    ready, workers = await asyncio.gather(
-        _get(client, base + "/readiness", MAX_STATUS_BYTES, timeout),
-        _get(client, base + "/workers", MAX_WORKERS_BYTES, timeout),
-    )
-    return _router_parts(st, ready, workers)
-
-
-def _router_parts(
-    st: RouterStatus, ready: httpx.Response | BaseException, workers: httpx.Response | BaseException
-) -> tuple[RouterStatus, list[str]]:
     errors, urls = [], []
     if isinstance(ready, httpx.Response):
         st.ready = ready.status_code == 200
@@ -363,41 +246,20 @@ def _router_parts(
             healthy, total = body.get("healthy_workers"), body.get("total_workers")
             st.healthy_workers = healthy if isinstance(healthy, int) else None
             st.total_workers = total if isinstance(total, int) else None
-    else:
-        errors.append(f"/readiness: {_why(ready)}")
+    elif ready is not None:
+        errors.append(f"/readiness: {why(ready)}")
     if isinstance(workers, httpx.Response):
         if workers.status_code == 200:
             with _suppress_json():
-                urls, st.workers, listed = _workers_of(workers.json())
+                urls, st.workers, listed = workers_of(workers.json())
                 if st.total_workers is None:
                     st.total_workers = listed
         else:
             errors.append(f"/workers answered {workers.status_code}")
-    else:
-        errors.append(f"/workers: {_why(workers)}")
+    elif workers is not None:
+        errors.append(f"/workers: {why(workers)}")
     st.error = "; ".join(errors) or None
     return st, urls
-
-
-def router_status(
-    url: str,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    transport: httpx.BaseTransport | None = None,
-    headers: Mapping[str, str] | None = None,
-) -> RouterStatus:
-    """vllm-router liveness, readiness and worker list (each part best effort, each answer bounded)."""
-    base = url.rstrip("/")
-    st = RouterStatus(url=url)
-    with httpx.Client(timeout=timeout, transport=transport, trust_env=False, headers=headers) as c:
-        live = _get_sync(c, base + "/liveness", MAX_STATUS_BYTES, timeout)
-        if not isinstance(live, httpx.Response):
-            st.error = f"/liveness: {_why(live)}"
-            return st
-        st.live = live.status_code == 200
-        ready = _get_sync(c, base + "/readiness", MAX_STATUS_BYTES, timeout)
-        workers = _get_sync(c, base + "/workers", MAX_WORKERS_BYTES, timeout)
-    return _router_parts(st, ready, workers)[0]
 
 
 class _suppress_json:
@@ -420,66 +282,9 @@ def rates(before: ReplicaStatus, after: ReplicaStatus) -> dict[str, float | None
     }
 
 
-def router_workers(url: str, timeout: float = 3.0, headers: Mapping[str, str] | None = None) -> int | None:
-    """How many workers a vllm-router at `url` has (GET /workers, bounded), or None if `url` is not a router."""
-    with httpx.Client(timeout=timeout, trust_env=False, headers=headers) as c:
-        r = _get_sync(c, url.rstrip("/") + "/workers", MAX_WORKERS_BYTES, timeout)
-    if not isinstance(r, httpx.Response) or r.status_code != 200:
-        return None
-    try:
-        n = _workers_of(r.json())[2]
-    except (ValueError, RecursionError):
-        return None
-    return n if isinstance(n, int) and 0 < n <= MAX_ROUTER_WORKERS else None
-
-
-async def _discover(
-    client: httpx.AsyncClient, urls: list[str], timeout: float
-) -> tuple[list[str], str | None, RouterStatus | None]:
-    replicas: list[str] = []
-    router: RouterStatus | None = None
-    checked = await asyncio.gather(*(router_status_async(client, u, timeout=timeout) for u in urls))
-    for url, (st, workers) in zip(urls, checked):
-        if st.live and workers:
-            router = router or st
-            replicas += workers
-        else:
-            replicas.append(url)
-    return list(dict.fromkeys(replicas)), (router.url if router else None), router
-
-
-def discover(
-    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
-) -> tuple[list[str], str | None]:
-    """(replica URLs, router URL or None) behind what the operator configured: a vllm-router URL answers
-    `/liveness` and lists its workers on `/workers`; anything else is taken as a replica. The configured URLs
-    are checked concurrently; a router's list is returned whole (`snapshot` bounds what is scraped)."""
-    url_list = list(dict.fromkeys(urls))[:MAX_SCRAPED]
-
-    async def go():
-        async with _async_client(timeout, headers) as c:
-            return await _discover(c, url_list, timeout)
-
-    replicas, router, _ = _run(go, lambda: _discover_sync(url_list, timeout, headers))
-    return replicas, router
-
-
-def _discover_sync(
-    urls: list[str], timeout: float, headers: Mapping[str, str] | None = None
-) -> tuple[list[str], str | None, None]:
-    replicas: list[str] = []
-    router = None
-    for url in urls:
-        st = router_status(url, timeout=timeout, headers=headers)
-        if st.live and st.workers:
-            router = router or url
-            replicas += [w.get("url") for w in st.workers if isinstance(w.get("url"), str)]
-        else:
-            replicas.append(url)
-    return list(dict.fromkeys(replicas)), router, None
-
-
-def _summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dict[str, Any]:
+def summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dict[str, Any]:
+    """What the Fleet tab shows: each replica's status, the router's, and the fleet's totals (`listed`: how many
+    replicas are known; only the first MAX_SCRAPED are scraped)."""
     return {
         "replicas": [r.to_dict() for r in reps],
         "router": router,
@@ -493,58 +298,16 @@ def _summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dic
     }
 
 
-def snapshot(
-    replica_urls: Iterable[str],
-    router_url: str | None = None,
-    *,
-    timeout: float = DEFAULT_TIMEOUT,
-    headers: Mapping[str, str] | None = None,
-) -> dict[str, Any]:
-    """One dict for the UI: replicas (list of dicts, the first MAX_SCRAPED), router (dict or None), and fleet
-    totals (`listed` says how many replicas there are in all)."""
-    urls = list(dict.fromkeys(replica_urls))
-    reps = fleet_status(urls[:MAX_SCRAPED], timeout=timeout, headers=headers)
-    router = router_status(router_url, timeout=timeout, headers=headers).to_dict() if router_url else None
-    return _summary(reps, router, len(urls))
-
-
-def watch(
-    urls: Iterable[str], *, timeout: float = DEFAULT_TIMEOUT, headers: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh: routers found among
-    them (their workers looked through), at most MAX_SCRAPED replicas scraped, every answer read under its
-    size bound, and the whole refresh within REFRESH_ROUNDS x `timeout` (what has not answered by then is
-    reported as such). Returns `snapshot`'s dict."""
-    configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
-
-    async def go() -> dict[str, Any]:
-        async with _async_client(timeout, headers) as c:
-            try:
-                async with asyncio.timeout(REFRESH_ROUNDS * timeout):
-                    replicas, _, router = await _discover(c, configured, timeout)
-                    reps = await replica_status(c, replicas[:MAX_SCRAPED], timeout=timeout)
-            except TimeoutError:
-                late = f"no answer within the refresh's {REFRESH_ROUNDS * timeout:g} s"
-                return _summary([ReplicaStatus(url=u, error=late) for u in configured], None, len(configured))
-            return _summary(reps, router.to_dict() if router else None, len(replicas))
-
-    return _run(
-        go, lambda: snapshot(*_discover_sync(configured, timeout, headers)[:2], timeout=timeout, headers=headers)
-    )
-
-
 __all__ = [
-    "discover",
-    "fleet_status",
+    "Answer",
+    "MAX_SCRAPED",
     "parse_metrics",
     "rates",
-    "replica_status",
+    "replica_from",
     "ReplicaStatus",
-    "router_status",
-    "router_workers",
+    "router_from",
     "RouterStatus",
-    "scrape",
-    "scrape_async",
-    "snapshot",
-    "watch",
+    "summary",
+    "why",
+    "workers_of",
 ]

@@ -41,7 +41,7 @@ from data.db import secure_dir
 from data.errors import DataError
 from data.library import clip_root, deployment
 from data.settings import Settings, add_arguments, from_args
-from serving import bounded, fleet_key, procs
+from serving import fleet_key, procs
 from serving.fleet_addresses import (
     advertised_host,
     local_host,
@@ -66,6 +66,7 @@ from serving.fleet_commands import (
     simfleet_command,
     vllm_command,
 )
+from serving.fleet_reader import FleetReader
 from serving.fleet_record import fleet_url, load_record, record_path, save_record
 
 SETTING_NAMES = (
@@ -346,7 +347,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     except (fleet_key.FleetKeyError, DataError, ValueError) as e:
         print(f"launcher: {e}", file=sys.stderr)
         return 1
-    auth = {"authorization": f"Bearer {key}"}
+    reader = FleetReader(settings)  # every health wait with the key the replicas and the router gate require
     rec = {
         "fleet": p["fleet"],
         "mps": None,
@@ -372,7 +373,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             print(f"[launcher] CUDA MPS daemon started (pipes in {p['mps']['env']['CUDA_MPS_PIPE_DIRECTORY']})")
         for s in p["steps"]:
             if s["name"] == "router":  # the router needs its workers up first
-                procs.wait_healthy(children, timeout=p["timeout"], headers=auth)
+                procs.wait_healthy(children, timeout=p["timeout"], reader=reader)
             health = s["health"]
             c = procs.start(
                 s["name"],
@@ -394,7 +395,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
                             name=f"{c.name}[{i}]", pid=c.pid, pgid=c.pgid, cmd=c.cmd, log=c.log, health=h, popen=c.popen
                         )
                     )
-        procs.wait_healthy(children, timeout=p["timeout"], headers=auth)
+        procs.wait_healthy(children, timeout=p["timeout"], reader=reader)
         verify_owners([c for c in children if "[" not in c.name])
     except (procs.StartupError, OSError, subprocess.SubprocessError) as e:
         print(f"launcher: {e}", file=sys.stderr)
@@ -459,21 +460,18 @@ def status(settings: Settings) -> int:
         print("[launcher] no fleet recorded (python -m serving.launcher up)")
         return 3
     bad = 0
-    with httpx.Client(timeout=2.0, trust_env=False, headers=fleet_key.headers(settings)) as http:
-        for c in rec.get("procs", []):
-            alive = procs.pid_alive(c["pid"])
-            urls = [u for u in (c.get("url") or "").split(",") if u]
-            health = []
-            for u in urls:
-                path = "/liveness" if c["name"].startswith("router") else "/health"
-                try:
-                    r = bounded.fetch_sync(http, "GET", u + path, max_bytes=procs.HEALTH_BYTES, seconds=2.0)
-                    health.append(f"{u} {r.status_code}")
-                except (httpx.HTTPError, bounded.ReadRefused) as e:
-                    health.append(f"{u} {type(e).__name__}")
-            ok = alive and all(h.endswith(" 200") for h in health)
-            bad += not ok
-            print(f"{c['name']:<12} {'up' if alive else 'DOWN':<5} pgid {c['pgid']:<8} {'; '.join(health)}")
+    reader = FleetReader(settings)  # with the fleet key: the router gate answers nothing without it
+    for c in rec.get("procs", []):
+        alive = procs.pid_alive(c["pid"])
+        urls = [u for u in (c.get("url") or "").split(",") if u]
+        health = []
+        for u in urls:
+            path = "/liveness" if c["name"].startswith("router") else "/health"
+            r = reader.get(u + path, max_bytes=procs.HEALTH_BYTES, timeout=2.0)
+            health.append(f"{u} {r.status_code if isinstance(r, httpx.Response) else type(r).__name__}")
+        ok = alive and all(h.endswith(" 200") for h in health)
+        bad += not ok
+        print(f"{c['name']:<12} {'up' if alive else 'DOWN':<5} pgid {c['pgid']:<8} {'; '.join(health)}")
     print(f"fleet: {fleet_url(settings, rec)} ({rec.get('fleet')}{', MPS' if rec.get('mps') else ''})")
     return 0 if bad == 0 else 1
 

@@ -7,6 +7,7 @@ was started (`start_new_session=True` makes the child the leader of a new group,
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import signal
@@ -14,11 +15,14 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence
 
 import httpx
 
 from serving import bounded
+
+if TYPE_CHECKING:  # the type only: procs starts what the reader reads, not the other way round
+    from serving.fleet_reader import FleetReader
 
 HEALTH_BYTES = 64 << 10  # a health answer is a status and a few bytes; a started server may still be anything
 
@@ -115,22 +119,35 @@ def wait_healthy(
     timeout: float,
     interval: float = 0.25,
     ok: Callable[[httpx.Response], bool] = lambda r: r.status_code == 200,
-    headers: Mapping[str, str] | None = None,
+    reader: FleetReader | None = None,
 ) -> None:
     """Poll each child's `health` URL until it answers; raise StartupError at the deadline or as soon as a
-    child has exited (with the end of its log). `headers` go with every poll (the fleet key)."""
+    child has exited (with the end of its log). A fleet's children are polled through `reader` (the fleet
+    reader of its data dir: the fleet key goes with every poll, which the router gate requires); None only for a
+    process that is not part of a fleet (the app, a test's server)."""
     deadline = time.monotonic() + timeout
     pending = [c for c in children if c.health]
-    with httpx.Client(timeout=2.0, trust_env=False, headers=headers) as http:
+    with contextlib.ExitStack() as stack:
+        if reader is None:
+            http = stack.enter_context(httpx.Client(timeout=2.0, trust_env=False))
+
+            def get(url: str) -> httpx.Response | BaseException:
+                try:
+                    return bounded.fetch_sync(http, "GET", url, max_bytes=HEALTH_BYTES, seconds=2.0)
+                except (httpx.HTTPError, bounded.ReadRefused) as e:
+                    return e
+        else:
+
+            def get(url: str) -> httpx.Response | BaseException:
+                return reader.get(url, max_bytes=HEALTH_BYTES, timeout=2.0)
+
         while pending:
             for c in list(pending):
                 if not c.alive():
                     raise StartupError(f"{c.name} exited during start-up; last lines of {c.log}:\n{tail(c.log)}")
-                try:
-                    if ok(bounded.fetch_sync(http, "GET", c.health, max_bytes=HEALTH_BYTES, seconds=2.0)):
-                        pending.remove(c)
-                except (httpx.HTTPError, bounded.ReadRefused):
-                    pass
+                answer = get(c.health)
+                if isinstance(answer, httpx.Response) and ok(answer):
+                    pending.remove(c)
             if not pending:
                 return
             if time.monotonic() > deadline:

@@ -17,7 +17,9 @@ and puts this gate on the router's usual address (`--router-port`). The gate for
   (`/health`, `/liveness`, `/readiness`, `/workers`, `/list_workers`, `/get_loads`, `/get_server_info`,
   `/get_model_info`). Anything else, `/add_worker` included, is refused: only the launcher changes a fleet, by
   starting the router with its worker list.
-Refusals are JSON in vLLM's error shape, and the connection is closed after one.
+Refusals are JSON in vLLM's error shape, and the connection is closed after one. A request without the key is
+said in the gate's log (the first at once, then a count every UNKEYED_SAY_S): every reader of the workbench sends
+the key (serving.fleet_reader), so one there is a reader that forgot it, or someone else.
 
 The router's private address is hidden from web pages, not from other accounts on the head (every local process
 can reach a loopback socket). So the gate also keeps the router's worker list what the launcher gave it: every
@@ -44,6 +46,7 @@ import hmac
 import json
 import socket
 import sys
+import time
 from typing import Iterable
 from urllib.parse import urlsplit
 
@@ -56,6 +59,7 @@ from serving import fleet_key
 MAX_BODY_BYTES = 16 << 20
 MAX_HEAD_BYTES = 64 << 10
 WATCH_S = 1.0  # how often the router's worker list is compared with the launcher's
+UNKEYED_SAY_S = 10.0  # requests without the fleet key are said in the log at most this often (with a count)
 MAX_WORKERS_BYTES = 1 << 20  # the router's /workers answer: a few hundred bytes per worker
 FORWARDED = {
     b"POST": {b"/v1/chat/completions", b"/v1/completions"},
@@ -87,7 +91,10 @@ def _answer(status: int, body: bytes) -> bytes:
 
 
 def _say(msg: str) -> None:
-    print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+    try:  # best effort: the log is on the data dir's disk, which may be full; the gate goes on
+        print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
+    except (OSError, ValueError):
+        pass
 
 
 class RouterGate:
@@ -104,6 +111,8 @@ class RouterGate:
         # the worker list the launcher started the router with (None: not watched)
         self.workers = None if workers is None else {w.rstrip("/") for w in workers}
         self._adding: set[str] = set()
+        self._unkeyed = 0  # requests refused for want of the key since the last time the log said so
+        self._unkeyed_said = float("-inf")
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None), trust_env=False)  # the watchdog's
 
     def refusal(self, method: bytes, target: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes] | None:
@@ -116,6 +125,7 @@ class RouterGate:
         scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         given = hashlib.sha256(token.encode("latin-1")).digest()
         if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._key):
+            self._refused_unkeyed(method, target)
             return 401, json.dumps({"error": "Unauthorized"}).encode()  # vLLM's answer to a wrong key
         path = target.split(b"?", 1)[0]
         if path not in FORWARDED.get(method, ()):
@@ -127,6 +137,16 @@ class RouterGate:
                 "Forbidden",
             )
         return None
+
+    def _refused_unkeyed(self, method: bytes, target: bytes) -> None:
+        """Say in the gate's log that a request came without the fleet key (a reader that forgot it sees a
+        healthy fleet as down): the first at once, then a count at most every UNKEYED_SAY_S."""
+        self._unkeyed += 1
+        t = time.monotonic()
+        if t - self._unkeyed_said >= UNKEYED_SAY_S:
+            name = f"{method.decode('latin-1')} {target.split(b'?', 1)[0].decode('latin-1')[:100]}"
+            _say(f"401: refused {self._unkeyed} request(s) without the fleet key (the latest: {name})")
+            self._unkeyed, self._unkeyed_said = 0, t
 
     async def _request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple | None:
         """The next request on the connection, checked: (request, body), (status, refusal body), or None when the

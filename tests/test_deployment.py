@@ -205,16 +205,9 @@ def test_the_record_is_shown_and_changed_from_the_command_line(tmp_path):
     assert r.returncode == 2 and "needs --media-url-base" in r.stderr
 
 
-def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, tmp_path):
-    """The head's supervised runner and the terminal command on one job: allowed on purpose. Items are claimed
-    with leases in SQLite, so each clip goes to one runner; both send signed URLs (the record), both get work."""
-    settings = head["settings"]
-    empty = tmp_path / "no-local-media"
-    empty.mkdir()
-    # one node per runner, so that each runner's requests are counted apart; ~0.3 s a request, 2 at a time
-    kw = dict(host="127.0.0.2", speed=1.0, slow=0.3, allowed_media_domains="127.0.0.1", api_key=head["key"])
-    node_a, node_b = simfleet.start_fleet(1, 0, empty, **kw), simfleet.start_fleet(1, 0, empty, **kw)
-    supervised = subprocess.Popen(
+def _supervised(settings: Settings, fleet_url: str, log: Path) -> subprocess.Popen:
+    """The head's supervised runner, sending to `fleet_url` (the launcher's fleet), its log in `log`."""
+    return subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -222,7 +215,7 @@ def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, 
             "--data-dir",
             str(settings.data_dir),
             "--fleet-urls",
-            node_b.urls[0],
+            fleet_url,
             "--replicas",
             "1",
             "--per-replica-inflight",
@@ -231,35 +224,65 @@ def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, 
         env=plain_env(),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+        stderr=open(log, "wb"),
         start_new_session=True,
     )
+
+
+def _stop(proc: subprocess.Popen, log: Path) -> dict:
+    """SIGTERM the runner; what it did (its last words: the final info as JSON)."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    proc.wait(30)
+    lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.startswith("{")]
+    import json
+
+    return json.loads(lines[-1]) if lines else {}
+
+
+def _caption_cli(settings: Settings, fleet_url: str, name: str, *extra: str) -> subprocess.CompletedProcess:
+    return run(
+        "-m",
+        "serving.caption",
+        "--data-dir",
+        str(settings.data_dir),
+        "--fleet-urls",
+        fleet_url,
+        "--replicas",
+        "1",
+        "--per-replica-inflight",
+        "2",
+        "--no-progress",
+        "--name",
+        name,
+        *extra,
+        timeout=240,
+    )
+
+
+def _node(head, tmp_path: Path):
+    empty = tmp_path / "no-local-media"
+    empty.mkdir(exist_ok=True)
+    # ~0.3 s a request, 2 at a time per runner: both runners are busy at once
+    kw = dict(host="127.0.0.2", speed=1.0, slow=0.3, allowed_media_domains="127.0.0.1", api_key=head["key"])
+    return simfleet.start_fleet(1, 0, empty, **kw)
+
+
+def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, tmp_path):
+    """The head's supervised runner and the terminal command on one job of the fleet both send to: allowed on
+    purpose. Items are claimed with leases in SQLite, so each clip goes to one runner; both send signed URLs (the
+    record), both get work."""
+    settings = head["settings"]
+    node = _node(head, tmp_path)
+    log = tmp_path / "supervised.log"
+    supervised = _supervised(settings, node.urls[0], log)
     try:
-        r = run(
-            "-m",
-            "serving.caption",
-            "--data-dir",
-            str(settings.data_dir),
-            "--fleet-urls",
-            node_a.urls[0],
-            "--replicas",
-            "1",
-            "--per-replica-inflight",
-            "2",
-            "--no-progress",
-            "--name",
-            "shared",
-            timeout=240,
-        )
+        r = _caption_cli(settings, node.urls[0], "shared")
         assert r.returncode == 0, r.stderr[-3000:]
         assert supervised.poll() is None, "the supervised runner died"
-        sent = [n.stats(0) for n in (node_a, node_b)]
+        sent = node.stats(0)
     finally:
-        os.killpg(supervised.pid, signal.SIGTERM)
-        supervised.wait(30)
-        supervised.stderr.close()
-        node_a.stop()
-        node_b.stop()
+        did = _stop(supervised, log)
+        node.stop()
     d = dbmod.connect(settings.db)
     try:
         job_id = next(d.query("SELECT id FROM jobs WHERE name = 'shared'"))["id"]
@@ -271,9 +294,61 @@ def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, 
     c = counts(settings, job_id)
     assert c["job"]["state"] == "done" and c["counts"]["done"] == N_CLIPS and c["counts"]["failed"] == 0, c
     assert len(per_clip) == N_CLIPS and all(row["n"] == 1 for row in per_clip)  # written once each
-    assert all(s["chat_requests"] > 0 for s in sent), [s["chat_requests"] for s in sent]  # both runners worked
-    assert sum(s["media_fetches"]["http"] for s in sent) >= N_CLIPS
-    assert sum(s["media_fetches"]["file"] for s in sent) == 0
+    assert 0 < did.get("done", 0) < N_CLIPS, did  # both runners worked: the supervised one some, the command the rest
+    assert sent["media_fetches"]["http"] >= N_CLIPS and sent["media_fetches"]["file"] == 0
+
+
+def test_a_terminal_job_runs_on_the_fleet_it_names_and_nowhere_else(head, tmp_path):
+    """Issue 31, point 5: `serving.caption --fleet-urls X` made a job the supervised runner captioned on the
+    launcher's fleet. A job records its fleet: the supervised runner (on another fleet) takes nothing of it, and a
+    resume runs on the recorded fleet unless the command names another, which the job then moves to."""
+    settings = head["settings"]
+    named, launchers = _node(head, tmp_path), _node(head, tmp_path)
+    log = tmp_path / "supervised.log"
+    supervised = _supervised(settings, launchers.urls[0], log)
+    try:
+        r = _caption_cli(settings, named.urls[0], "named")
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert supervised.poll() is None, "the supervised runner died"
+        to_named, to_launchers = named.stats(0)["chat_requests"], launchers.stats(0)["chat_requests"]
+        d = dbmod.connect(settings.db)
+        try:
+            job = next(d.query("SELECT id, fleet FROM jobs WHERE name = 'named'"))
+            replicas = {row[0] for row in d.execute("SELECT replica FROM captions WHERE job_id = ?", [job["id"]])}
+            # two more jobs for the named fleet, as the command makes them (one to resume, one to move)
+            again, move = (
+                jobs.create(
+                    d,
+                    name=name,
+                    created_by="cli:lead",
+                    selection=Selection.of_clips(head["ids"][:4]),
+                    prompt_id=prompts.latest(d)["id"],
+                    params=JobParams(),
+                    fleet=jobs.fleet_of(named.urls),
+                )
+                for name in ("resume me", "move me")
+            )
+        finally:
+            d.close()
+        time.sleep(3)  # the supervised runner looks for work every 0.25 s: these are not its fleet's
+        assert launchers.stats(0)["chat_requests"] == 0
+        # resumed without --fleet-urls: on the fleet it was made for (the launcher's record names another)
+        resumed = run("-m", "serving.caption", "--data-dir", str(settings.data_dir), "--resume", str(again))
+        assert resumed.returncode == 0, resumed.stderr[-3000:]
+        assert launchers.stats(0)["chat_requests"] == 0 and counts(settings, again)["counts"]["done"] == 4
+        # naming another fleet moves the job there, said on the terminal
+        moved = _caption_cli(settings, launchers.urls[0], "moved", "--resume", str(move))
+        assert moved.returncode == 0, moved.stderr[-3000:]
+        assert f"it runs on {jobs.fleet_of(launchers.urls)} from now on" in moved.stderr, moved.stderr[-2000:]
+        assert launchers.stats(0)["chat_requests"] >= 4 and counts(settings, move)["counts"]["done"] == 4
+    finally:
+        _stop(supervised, log)
+        named.stop()
+        launchers.stop()
+    print(f"job for {named.urls[0]}: {to_named} requests there, {to_launchers} to the supervised runner's fleet")
+    assert job["fleet"] == jobs.fleet_of(named.urls)
+    assert to_launchers == 0 and to_named >= N_CLIPS  # before: the supervised runner took a share
+    assert replicas == set(named.urls), replicas
 
 
 def test_a_runner_with_another_key_is_refused_by_the_node_with_a_message(head, node, tmp_path):

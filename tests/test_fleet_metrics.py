@@ -1,5 +1,6 @@
 """Fleet health and metrics: parsing vLLM's Prometheus text, scraping live (simulated) replicas, a dead or
-unhealthy replica, and the real vllm-router's status and request spread."""
+unhealthy replica, and the real vllm-router's status and request spread; every read through a
+serving.fleet_reader.FleetReader (the one way to read a fleet)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 
 from serving import health, procs
+from serving.fleet_reader import FleetReader
 from serving.procs import free_port
 from tests.support.fleet_fixtures import caption
 
@@ -60,27 +62,32 @@ def test_parse_metrics_sums_engines_and_reasons():
     assert m["model"] == "Qwen/Qwen3-VL-8B-Instruct"
 
 
-def test_scrape_real_vllm_shaped_replica_via_transport():
+@pytest.fixture
+def reader(settings):
+    return FleetReader(settings)
+
+
+def test_scrape_real_vllm_shaped_replica_via_transport(settings):
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, text="" if request.url.path == "/health" else VLLM_TEXT)
 
-    st = health.scrape("http://gpu-node:8000/v1", transport=httpx.MockTransport(handler))
+    st = FleetReader(settings, transport=httpx.MockTransport(handler)).scrape("http://gpu-node:8000/v1")
     assert st.healthy and st.state == "up" and st.running == 7 and st.simulated is False
     assert st.error is None
 
 
-def test_scrape_reports_broken_metrics_without_raising():
+def test_scrape_reports_broken_metrics_without_raising(settings):
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200 if request.url.path == "/health" else 500, text="oops")
 
-    st = health.scrape("http://gpu-node:8000", transport=httpx.MockTransport(handler))
+    st = FleetReader(settings, transport=httpx.MockTransport(handler)).scrape("http://gpu-node:8000")
     assert st.healthy and "/metrics answered 500" in st.error
 
 
-def test_scrape_live_simulated_replicas_after_traffic(fleet_settings, sim):
+def test_scrape_live_simulated_replicas_after_traffic(fleet_settings, sim, reader):
     for _ in range(3):
         caption(fleet_settings, sim.urls[0], "a.mp4")
-    statuses = health.fleet_status(sim.urls, timeout=2)
+    statuses = reader.fleet_status(sim.urls, timeout=2)
     assert [s.url for s in statuses] == sim.urls
     s0, s1 = statuses
     assert s0.healthy and s0.simulated and s0.success_total == 3 and s0.success["stop"] == 3
@@ -89,38 +96,37 @@ def test_scrape_live_simulated_replicas_after_traffic(fleet_settings, sim):
     assert s1.success_total == 0 and s1.healthy
 
 
-def test_dead_and_unhealthy_replicas_are_reported_fast(sim):
+def test_dead_and_unhealthy_replicas_are_reported_fast(sim, reader):
     sim.set_knobs(0, unhealthy=True)
     sim.kill_replica(1)
     t0 = time.monotonic()
-    statuses = health.fleet_status(sim.urls + [f"http://127.0.0.1:{free_port()}"], timeout=1.0)
+    statuses = reader.fleet_status(sim.urls + [f"http://127.0.0.1:{free_port()}"], timeout=1.0)
     assert time.monotonic() - t0 < 3
     assert [s.state for s in statuses] == ["unhealthy", "down", "down"]
     assert "/health answered 503" in statuses[0].error
     assert all(not s.healthy for s in statuses)
 
 
-def test_async_replica_status_reuses_a_client(sim):
+def test_a_read_from_inside_an_event_loop_gets_the_same_answer(sim, reader):
     async def go():
-        async with httpx.AsyncClient(trust_env=False) as c:
-            return await health.replica_status(c, sim.urls, timeout=2)
+        return reader.fleet_status(sim.urls, timeout=2)
 
     statuses = asyncio.run(go())
     assert len(statuses) == 2 and all(s.healthy and s.simulated for s in statuses)
 
 
-def test_rates_between_two_scrapes(fleet_settings, sim):
-    before = health.scrape(sim.urls[0])
+def test_rates_between_two_scrapes(fleet_settings, sim, reader):
+    before = reader.scrape(sim.urls[0])
     for _ in range(4):
         caption(fleet_settings, sim.urls[0], "a.mp4")
-    after = health.scrape(sim.urls[0])
+    after = reader.scrape(sim.urls[0])
     r = health.rates(before, after)
     assert r["requests_per_s"] > 0 and r["tokens_per_s"] > 0
     assert health.rates(after, after)["requests_per_s"] is None
 
 
-def test_snapshot_marks_a_simulated_fleet(sim):
-    snap = health.snapshot(sim.urls, timeout=2)
+def test_a_watch_marks_a_simulated_fleet(sim, reader):
+    snap = reader.watch(sim.urls, timeout=2)
     assert snap["simulated"] is True and snap["healthy"] == 2 and snap["total"] == 2
     assert snap["router"] is None and snap["replicas"][0]["state"] == "up"
 
@@ -174,23 +180,23 @@ def router(sim):
         proc.stderr.close()
 
 
-def test_router_status_and_request_spread(fleet_settings, sim, router):
-    st = health.router_status(router, timeout=2)
+def test_router_status_and_request_spread(fleet_settings, sim, router, reader):
+    st = reader.router_status(router, timeout=2)
     assert st.live and st.ready and st.total_workers == 2 and st.healthy_workers == 2
     assert sorted(w["url"] for w in st.workers) == sorted(sim.urls)
     replicas = [caption(fleet_settings, router, f"many/{i % 6:02d}.mp4").provenance["replica"] for i in range(20)]
     assert set(replicas) == set(sim.urls)
-    counts = [s.success_total for s in health.fleet_status(sim.urls)]
+    counts = [s.success_total for s in reader.fleet_status(sim.urls)]
     assert counts == [10, 10]  # round robin: an even spread, seen in each replica's own metrics
 
 
-def test_discover_looks_through_a_router_to_its_workers(sim, router):
-    replicas, router_url = health.discover([router], timeout=2)
+def test_discover_looks_through_a_router_to_its_workers(sim, router, reader):
+    replicas, router_url = reader.discover([router], timeout=2)
     assert router_url == router and sorted(replicas) == sorted(sim.urls)
     # replica URLs given directly stay replicas; no router is invented
-    assert health.discover(sim.urls, timeout=2) == (list(sim.urls), None)
+    assert reader.discover(sim.urls, timeout=2) == (list(sim.urls), None)
 
 
-def test_router_status_of_nothing_is_not_live():
-    st = health.router_status(f"http://127.0.0.1:{free_port()}", timeout=0.5)
+def test_router_status_of_nothing_is_not_live(reader):
+    st = reader.router_status(f"http://127.0.0.1:{free_port()}", timeout=0.5)
     assert st.live is False and st.error

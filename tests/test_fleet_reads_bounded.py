@@ -21,6 +21,7 @@ from data import limits
 from serving import bounded, health
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import ReplicaError
+from serving.fleet_reader import FleetReader
 from tests.support.fleet_fixtures import PROMPT
 from tests.support.hostile_fleet import HostileFleet, bomb
 from tests.support.webapp_fixtures import AppServer, add_users, build_library
@@ -108,10 +109,15 @@ def test_the_runner_client_refuses_a_compressed_bomb_answer_without_holding_it(f
     assert peak < 3 * limits.MAX_ANSWER_BYTES + 16 * MiB  # before: ~256 MiB per answer
 
 
-def test_the_fleet_tab_calls_at_most_max_scraped_of_300_workers(tmp_path):
+@pytest.fixture
+def reader(settings):
+    return FleetReader(settings)
+
+
+def test_the_fleet_tab_calls_at_most_max_scraped_of_300_workers(reader):
     with HostileFleet("ok", workers=300) as hf:
         t = time.monotonic()
-        rows, router = fleet_tab.snapshot([hf.url])
+        rows, router = fleet_tab.snapshot(reader, [hf.url])
         took = time.monotonic() - t
         called = len(hf.called())
     print(f"router with 300 workers: {called} workers called, {len(rows)} rows, {took:.2f} s")
@@ -122,9 +128,9 @@ def test_the_fleet_tab_calls_at_most_max_scraped_of_300_workers(tmp_path):
 
 
 @pytest.mark.parametrize("mode", ["gzip", "br", "huge"])
-def test_the_fleet_tab_reads_hostile_metrics_within_a_bounded_memory(mode):
+def test_the_fleet_tab_reads_hostile_metrics_within_a_bounded_memory(mode, reader):
     with HostileFleet(mode, workers=40, bomb_mib=64, huge_mib=400) as hf:
-        (rows, router), peak = _peak(lambda: fleet_tab.snapshot([hf.url]))
+        (rows, router), peak = _peak(lambda: fleet_tab.snapshot(reader, [hf.url]))
         time.sleep(0.5)  # the server notices the closed connections
         sent = hf.sent()
     print(f"Fleet tab, 40 workers answering {mode}: peak {peak / MiB:.1f} MiB, {sent / MiB:.1f} MiB sent to the app")
@@ -136,19 +142,19 @@ def test_the_fleet_tab_reads_hostile_metrics_within_a_bounded_memory(mode):
     assert peak < bound + 32 * MiB  # before: 64-400 MiB per replica, 40 replicas at once
 
 
-def test_a_trickling_fleet_cannot_hold_a_refresh_past_its_deadline():
+def test_a_trickling_fleet_cannot_hold_a_refresh_past_its_deadline(reader):
     with HostileFleet("trickle", workers=3) as hf:
         t = time.monotonic()
-        rows, _ = fleet_tab.snapshot([hf.url], timeout=1.0)
+        rows, _ = fleet_tab.snapshot(reader, [hf.url], timeout=1.0)
         took = time.monotonic() - t
     print(f"trickling /metrics: refresh took {took:.2f} s")
     assert took < health.REFRESH_ROUNDS * 1.0 + 5.0  # before: for ever (a byte every 0.2 s)
     assert all("no complete answer within" in (r["error"] or "") for r in rows), [r["error"] for r in rows]
 
 
-def test_the_sync_helpers_are_bounded_too():
+def test_the_sync_helpers_are_bounded_too(reader):
     with HostileFleet("gzip", bomb_mib=64) as hf:
-        st, peak = _peak(lambda: health.scrape(hf.url))
+        st, peak = _peak(lambda: reader.scrape(hf.url))
         assert "longer than" in st.error and peak < 2 * health.MAX_METRICS_BYTES + 8 * MiB
         with httpx.Client(trust_env=False) as c:
             with pytest.raises(bounded.TooLarge):

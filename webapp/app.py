@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from data import order
 from data.library import clip_root
-from serving import fleet_key
+from serving.fleet_reader import FleetReader
 from webapp import activity, browse_tab, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse_tab import BrowseTab
@@ -249,7 +249,7 @@ def build_app(settings) -> FastAPI:
     # simulated or not is decided once, here, so the banner is part of the first paint (the Fleet tab's first
     # scrape comes ~10 s later): launched as `--fleet-mode sim`, or a fleet that says so in its /metrics
     simulated = settings.fleet_mode == "sim" or (
-        bool(urls) and any_simulated(snapshot(urls, timeout=1.0, headers=fleet_key.headers(settings))[0])
+        bool(urls) and any_simulated(snapshot(FleetReader(settings), urls, timeout=1.0)[0])
     )
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
     auth = Auth(ctx)

@@ -15,7 +15,10 @@ import sqlite_utils
 
 from data import db as dbmod, users
 from data.errors import DataError
+from data.jobs import fleet_of
 from data.settings import Settings
+from serving.fleet_reader import FleetReader
+from serving.runner import fleet_targets
 from webapp import failures
 
 LOCAL_ADMIN = "local"
@@ -59,6 +62,11 @@ class AppContext:
         # decided once where the app is built (build_app), so the banner is in the first paint
         self.simulated_fleet = simulated
         self.fleet_urls = list(fleet_urls or [])
+        # every read of the fleet's health the app makes (Fleet tab, Jobs tab), with the data dir's fleet key
+        self.fleet_reader = FleetReader(settings)
+        # the fleet the jobs started here are for: the one the app watches, which launch.sh gives the supervised
+        # runner too (without --fleet-urls, what the launcher of this data dir started); data.jobs.fleet_of
+        self.job_fleet = fleet_of(fleet_targets(settings, self.fleet_urls))
         self._local = threading.local()
         self._lock = threading.Lock()
         self._all: list[sqlite_utils.Database] = []

@@ -3,7 +3,9 @@ state with each one: serving.runner.replicas `report`); the app never asks the f
 
 - `waiting`: for a queued or running job while its runner finds every replica failing: "Waiting for the fleet:
   0 of 4 healthy (HTTP 503: ...)", for how long, what the runner does meanwhile, each replica's latest failure.
-- `start_warning`: what a lead should know when starting a job: no runner, or no healthy replica.
+- `start_warning`: what a lead should know when starting a job: no runner, none for its fleet, or no healthy
+  replica.
+- `no_runner`: for a job made for a fleet no running runner sends to, what to run.
 - `summary`: the fleet in a few words, beside the runner's line.
 """
 
@@ -22,14 +24,45 @@ def _fresh(beats: list[dict]) -> list[dict]:
     return [b for b in beats if b["age_s"] < RUNNER_STALE_S]
 
 
-def report_for(beats: list[dict], job_id: int | None = None) -> dict | None:
-    """The fleet report of the freshest running runner that works on `job_id` (any runner when None)."""
+ANY = object()  # `fleet=ANY`: a runner of whatever fleet
+
+
+def _serves(info: dict, job_id: int | None, fleet) -> bool:
+    """The runner whose heartbeat says `info` works on job `job_id` (any job when None) of `fleet` (a job's
+    recorded fleet: it takes only jobs of the fleet it sends to, and jobs that name none)."""
+    jobs = info.get("jobs")
+    if job_id is not None and jobs is not None and int(job_id) not in jobs:
+        return False
+    return fleet is ANY or fleet is None or "sends_to" not in info or info["sends_to"] == fleet
+
+
+def report_for(beats: list[dict], job_id: int | None = None, fleet=ANY) -> dict | None:
+    """The fleet report of the freshest running runner that works on `job_id` (any runner when None) of the
+    fleet `fleet` (a job's recorded fleet; ANY: whichever)."""
     for b in _fresh(beats):
         info = b.get("info") or {}
-        jobs = info.get("jobs")
-        if isinstance(info.get("fleet"), dict) and (job_id is None or jobs is None or int(job_id) in jobs):
+        if isinstance(info.get("fleet"), dict) and _serves(info, job_id, fleet):
             return info["fleet"]
     return None
+
+
+def no_runner(beats: list[dict], job: dict, settings) -> str:
+    """For an active job that no running runner takes because none sends to the fleet it was made for (a job
+    made from a terminal with `--fleet-urls`, whose command stopped): the notice saying so, and how to run it
+    there or move it here; "" otherwise (no runner at all is the runner line's to say)."""
+    fresh = [b.get("info") or {} for b in _fresh(beats)]
+    fleet = job.get("fleet")
+    if not fresh or fleet is None or any(_serves(info, job["id"], fleet) for info in fresh):
+        return ""
+    here = next((info["sends_to"] for info in fresh if info.get("sends_to")), None)
+    run_there = f"python -m serving.caption --data-dir {settings.data_dir} --resume {job['id']} --fleet-urls {fleet}"
+    move = f"; or move it to the fleet the runner here sends to: the same with --fleet-urls {here}" if here else ""
+    return (
+        f'<div class="cw-fleet-wait" id="fleet-wait" data-state="no-runner" role="status"><b>No runner sends to '
+        f"this job's fleet ({render.esc(fleet)}).</b> A job runs only on the fleet it was made for"
+        + (f"; the runner here sends to {render.esc(here)}" if here else "")
+        + f". Run it there: <code>{render.esc(run_there)}</code>{render.esc(move)}.</div>"
+    )
 
 
 def _ago(seconds: float) -> str:
@@ -49,12 +82,18 @@ def _look(report: dict, now: float) -> dict | None:
 
 
 def healthy_text(report: dict, now: float | None = None) -> str:
-    """ "0 of 4 healthy" from the runner's latest look at /health, or "0 of 2 answering" from its requests."""
+    """ "0 of 4 healthy" from the runner's latest look at /health (a router's replicas counted, not the router),
+    or, without a recent look, "0 of 2 answering" from its requests ("the router answers (4 replicas behind it)"
+    when it sends to one router)."""
     now = time.time() if now is None else now
     look = _look(report, now)
     if look is not None:
         return f"{look.get('healthy', 0)} of {look.get('total', look.get('looked', 0))} healthy"
     reps = report.get("replicas") or []
+    behind = report.get("behind")
+    if isinstance(behind, int) and behind > 1 and len(reps) == 1:
+        answers = "answers" if reps[0].get("ok") else "does not answer"
+        return f"the router {answers} ({behind} replicas behind it)"
     return f"{sum(1 for r in reps if r.get('ok'))} of {report.get('total', len(reps))} answering"
 
 
@@ -130,12 +169,15 @@ def waiting(report: dict | None, now: float | None = None, *, max_attempts: int 
     )
 
 
-def start_warning(beats: list[dict], now: float | None = None) -> str:
-    """What a lead starting a job should know, or "": no runner is running, or no replica is healthy."""
+def start_warning(beats: list[dict], now: float | None = None, fleet=ANY) -> str:
+    """What a lead starting a job for `fleet` should know, or "": no runner is running, none sends to that
+    fleet, or no replica is healthy."""
     now = time.time() if now is None else now
     if not _fresh(beats):
         return "No runner is running, so the job stays queued until one starts (see the line above)."
-    report = report_for(beats)
+    if not any(_serves(b.get("info") or {}, None, fleet) for b in _fresh(beats)):
+        return f"No runner sends to this fleet ({fleet}), so the job waits until one does (see the job below)."
+    report = report_for(beats, fleet=fleet)
     if not report:
         return ""
     look = _look(report, now)

@@ -1,7 +1,7 @@
 """Fleet tab: replica health and load from their /metrics, router status, and the simulated-fleet banner.
 
-Reads through serving.health (the one place that talks to the fleet's health and metrics endpoints), with a
-short timeout so that a dead replica cannot stall the page.
+Reads through the app's serving.fleet_reader.FleetReader (the one way to read a fleet, with the data dir's fleet
+key: without it the router gate answers 401), with a short timeout so that a dead replica cannot stall the page.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import time
 import gradio as gr
 import pandas as pd
 
-from serving import fleet_key, health
+from serving import health
+from serving.fleet_reader import FleetReader
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -146,14 +147,12 @@ def row(r: dict) -> list:
     return [c or NONE for c in cells]
 
 
-def snapshot(
-    urls: list[str], timeout: float = TIMEOUT_S, headers: dict[str, str] | None = None
-) -> tuple[list[dict], dict | None]:
-    """(one dict per replica, router status or None) for the configured fleet URLs, looking through a router
-    to its workers, bounded in size, time and fan-out (serving.health.watch); `headers` (the fleet key) go with
-    every read. Never raises: an unreachable replica is a row. The router dict carries `listed`: how many
-    replicas there are in all."""
-    snap = health.watch(urls, timeout=timeout, headers=headers)
+def snapshot(reader: FleetReader, urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
+    """(one dict per replica, router status or None) for the configured fleet URLs, read by `reader` (with its
+    fleet key), looking through a router to its workers, bounded in size, time and fan-out (`FleetReader.watch`).
+    Never raises: an unreachable replica is a row. The router dict carries `listed`: how many replicas there are
+    in all."""
+    snap = reader.watch(urls, timeout=timeout)
     router = dict(snap["router"]) if snap["router"] else None
     if router is not None:
         router["listed"] = snap["listed"]
@@ -198,7 +197,7 @@ class FleetTab:
         with self._lock:
             t, rows, router = self._cache
             if time.monotonic() - t > CACHE_S:
-                rows, router = snapshot(self.ctx.fleet_urls, headers=fleet_key.headers(self.ctx.settings))
+                rows, router = snapshot(self.ctx.fleet_reader, self.ctx.fleet_urls)
                 self._cache = (time.monotonic(), rows, router)
             return rows, router
 

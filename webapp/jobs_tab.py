@@ -26,8 +26,7 @@ from data.errors import DataError, NotFound
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost, fleet_key
-from serving.health import router_workers
+from serving import cost
 from webapp import fleet_notice, render
 from webapp.context import AppContext, shows_errors
 from webapp.number_box import number_box, whole
@@ -271,7 +270,7 @@ class JobsTab:
         rows, focus = [], None
         for j in job_queries.list_jobs(db, kind=kind, state=state or None, created_by=by or None):
             p = job_queries.progress(db, j["id"])
-            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"]))
+            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"], j.get("fleet")))
             rows.append(
                 [
                     j["id"],
@@ -305,8 +304,9 @@ class JobsTab:
             pct = 100.0 * (c["done"] + c["failed"]) / max(1, focus["total"])
             notice = ""
             if focus["state"] in job_queries.ACTIVE:
-                notice = fleet_notice.waiting(
-                    fleet_notice.report_for(beats, focus["id"]), max_attempts=self.ctx.settings.max_attempts
+                notice = fleet_notice.no_runner(beats, focus, self.ctx.settings) or fleet_notice.waiting(
+                    fleet_notice.report_for(beats, focus["id"], focus.get("fleet")),
+                    max_attempts=self.ctx.settings.max_attempts,
                 )
             out[self.detail] = (
                 f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
@@ -393,8 +393,8 @@ class JobsTab:
         if hit and time.monotonic() - hit[1] < 60:
             return hit[0]
         urls = self.ctx.fleet_urls
-        key = fleet_key.headers(self.ctx.settings)
-        n = (router_workers(urls[0], timeout=1.0, headers=key) or 1) if len(urls) == 1 else max(1, len(urls))
+        reader = self.ctx.fleet_reader
+        n = (reader.router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
         self._replica_cache = (n, time.monotonic())
         return n
 
@@ -466,6 +466,7 @@ class JobsTab:
                 selection=Selection(filter=f, origin=source),
                 prompt_id=pid,
                 params=params,
+                fleet=self.ctx.job_fleet,
             )
         except (DataError, ValueError) as e:
             return {self.msg: render.message(str(e), "error"), self.msg_for: None}
@@ -481,7 +482,7 @@ class JobsTab:
                 f" The preview showed {shown:,} (counted at {render.when_s(seen.get('at'))} UTC): the clips of the "
                 "selection changed since, and the job has those of the moment it started."
             )
-        warning = fleet_notice.start_warning(heartbeats.heartbeats(db, "runner"))
+        warning = fleet_notice.start_warning(heartbeats.heartbeats(db, "runner"), fleet=self.ctx.job_fleet)
         if warning:  # true while the job waits: it goes when the job is no longer queued or running
             bound = {"job": job_id, "states": list(job_queries.ACTIVE)}
             return {**out, self.msg: render.message(f"{text} {warning}", "warn"), self.msg_for: bound}

@@ -113,7 +113,7 @@ class PromptPanel:
         try:
             p = prompts.get(db, prompt_id)
             job_id, created = prompt_compare.start_on_ground_truth(
-                db, p["id"], created_by=lead.name, params=JobParams.resolve(self.ctx.settings)
+                db, p["id"], created_by=lead.name, params=JobParams.resolve(self.ctx.settings), fleet=self.ctx.job_fleet
             )
         except DataError as e:
             return {self.msg: render.message(str(e), "error")}

@@ -500,6 +500,7 @@ class ReviewTab:
                 quota=self.ctx.settings.job_quota,
                 prompt_id=prompt["id"],
                 params=JobParams.resolve(self.ctx.settings),
+                fleet=self.ctx.job_fleet,
             )
         except DataError as e:
             return render.message(str(e), "error")

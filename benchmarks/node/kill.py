@@ -8,7 +8,7 @@ import time
 from benchmarks.node.context import Ctx, say
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import caption_job, good_clip_ids, job_check, new_job, prepare_db
-from serving import health as fleet_mod
+from serving.fleet_reader import FleetReader
 
 
 def stage_kill(ctx: Ctx) -> dict:
@@ -40,7 +40,7 @@ def stage_kill(ctx: Ctx) -> dict:
                             if c["done"] + c["failed"] >= ctx.a.kill_at * len(ids):
                                 # kill while the victim has requests in flight (they die with it), or give up
                                 # waiting for that after 15 s and kill anyway
-                                st = fleet_mod.scrape(fleet.children[victim].url, timeout=2.0)
+                                st = FleetReader(settings).scrape(fleet.children[victim].url, timeout=2.0)
                                 if (
                                     st.running + st.waiting == 0
                                     and time.time() - t0 < 15 + waited.setdefault("since", time.time() - t0)

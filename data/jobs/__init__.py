@@ -15,6 +15,10 @@ caption, duplicates none and re-sends at most what was in flight; tested in test
 - A job with nothing left to do is `done`, whichever way it got there (a last result, a resume, a claim).
 - `create_once` makes a repeated start (a triple click) one job: the same user, prompt, params and selection
   within DEDUPE_S of an active job return that job.
+- A job records the fleet it is for (`fleet`, from `fleet_of(urls)`): the app's jobs the fleet the app watches
+  (the launcher's), a terminal's the `--fleet-urls` it was given. A runner claims only jobs of the fleet it sends
+  to (`queries.runnable(db, fleet)`), and jobs made before fleets were recorded (NULL) from any. `move_to_fleet`
+  sends a job elsewhere, said in the events.
 
 Job states: queued -> running -> done; running|queued -> paused -> queued; any but done -> cancelled -> queued.
 Item states: pending -> leased -> done | failed | pending (retry after `not_before`).
@@ -30,6 +34,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Iterable
+from urllib.parse import urlsplit
 
 import sqlite_utils
 
@@ -44,6 +50,28 @@ from data.jobs.selection import Selection
 DEDUPE_S = 30.0  # a second start of the same job within this window is the same job (double clicks)
 
 
+def _fleet_url(url: str) -> str:
+    u = urlsplit(url if "://" in url else "http://" + url)
+    scheme, host = u.scheme.lower(), (u.hostname or "").lower()
+    try:
+        port = u.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        return url.strip().rstrip("/")
+    host = "127.0.0.1" if host == "localhost" else host
+    path = u.path.rstrip("/")
+    path = path[:-3] if path.endswith("/v1") else path
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}{path}"
+
+
+def fleet_of(urls: Iterable[str] | str | None) -> str | None:
+    """The fleet a job is for, as it is recorded and compared: its URLs (a list or one comma-separated string)
+    with scheme and host in lower case, `localhost` as 127.0.0.1, the port spelled out, no trailing `/` or `/v1`,
+    sorted and comma-separated; None for no URLs. Two spellings of one router compare equal."""
+    items = urls.split(",") if isinstance(urls, str) else list(urls or ())
+    found = sorted({_fleet_url(u) for u in (str(i).strip() for i in items) if u})
+    return ",".join(found) or None
+
+
 def create(
     db: sqlite_utils.Database,
     *,
@@ -52,11 +80,19 @@ def create(
     selection: Selection,
     prompt_id: int | None,
     params: JobParams,
+    fleet: str | None = None,
 ) -> int:
     """Create a queued job over the clips `selection` names (duplicates ignored), never deduplicated (see
     `create_once`). Returns the job id."""
     return create_once(
-        db, name=name, created_by=created_by, selection=selection, prompt_id=prompt_id, params=params, dedupe_s=0.0
+        db,
+        name=name,
+        created_by=created_by,
+        selection=selection,
+        prompt_id=prompt_id,
+        params=params,
+        fleet=fleet,
+        dedupe_s=0.0,
     )[0]
 
 
@@ -68,12 +104,15 @@ def create_once(
     selection: Selection,
     prompt_id: int | None,
     params: JobParams,
+    fleet: str | None = None,
     dedupe_s: float = DEDUPE_S,
 ) -> tuple[int, bool]:
-    """(job id, created): like `create`, but an identical start (same user, name, prompt, params and selection)
-    of a job still queued or running, made less than `dedupe_s` ago, returns that job instead of a second one.
-    The check, the selection's clips and the insert are one IMMEDIATE transaction, so concurrent clicks cannot
-    both pass it. The job row records `params.to_dict()` and `selection.to_dict()`."""
+    """(job id, created): like `create`, but an identical start (same user, name, prompt, params, selection and
+    fleet) of a job still queued or running, made less than `dedupe_s` ago, returns that job instead of a second
+    one. The check, the selection's clips and the insert are one IMMEDIATE transaction, so concurrent clicks
+    cannot both pass it. The job row records `params.to_dict()`, `selection.to_dict()` and `fleet` (`fleet_of`'s
+    form: the runners of that fleet take it; None: any runner)."""
+    fleet = fleet_of(fleet)
     name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
     t = now()
     sel_json = json.dumps(selection.to_dict(), sort_keys=True)
@@ -83,17 +122,18 @@ def create_once(
             same = next(
                 db.query(
                     "SELECT id FROM jobs WHERE created_by = ? AND name = ? AND prompt_id IS ? AND params = ? "
-                    "AND selection = ? AND state IN ('queued', 'running') AND created_at >= ? ORDER BY id DESC LIMIT 1",
-                    [created_by, name, prompt_id, params_json, sel_json, t - dedupe_s],
+                    "AND selection = ? AND fleet IS ? AND state IN ('queued', 'running') AND created_at >= ? "
+                    "ORDER BY id DESC LIMIT 1",
+                    [created_by, name, prompt_id, params_json, sel_json, fleet, t - dedupe_s],
                 ),
                 None,
             )
             if same:
                 return same["id"], False
         job_id = db.execute(
-            "INSERT INTO jobs (name, created_by, selection, prompt_id, params, state, created_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?, 'queued', ?, ?)",
-            [name, created_by, sel_json, prompt_id, params_json, t, t],
+            "INSERT INTO jobs (name, created_by, selection, prompt_id, params, fleet, state, created_at, updated_at) "
+            "VALUES (?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
+            [name, created_by, sel_json, prompt_id, params_json, fleet, t, t],
         ).lastrowid
         db.conn.executemany(
             "INSERT OR IGNORE INTO job_items (job_id, clip_id, updated_at) VALUES (?, ?, ?)",
@@ -103,7 +143,7 @@ def create_once(
         if total == 0:
             raise DataError("No clips match this selection: nothing to caption.")
         db.execute("UPDATE jobs SET total = ? WHERE id = ?", [total, job_id])
-        events.record(db, created_by, "job.create", job_id=job_id, total=total, name=name)
+        events.record(db, created_by, "job.create", job_id=job_id, total=total, name=name, fleet=fleet)
     return job_id, True
 
 
@@ -116,6 +156,7 @@ def create_recaption(
     quota: int,
     prompt_id: int | None,
     params: JobParams,
+    fleet: str | None = None,
     window: float = 3600.0,
 ) -> int:
     """A one-clip re-caption job, refused with a reason when it cannot help or would flood the job table:
@@ -160,6 +201,7 @@ def create_recaption(
             selection=Selection.of_clips([clip_id], origin="re-caption"),
             prompt_id=prompt_id,
             params=params,
+            fleet=fleet,
         )
 
 
@@ -198,6 +240,19 @@ def change_state(db: sqlite_utils.Database, job_id: int, action: str, user: str)
         events.record(db, user, f"job.{action}", job_id=job_id, previous=job["state"], released=released)
         if target == "queued":
             finish_if_drained(db, job_id)  # resuming a job with nothing left makes it done, not running forever
+    return get(db, job_id)
+
+
+def move_to_fleet(db: sqlite_utils.Database, job_id: int, fleet: str | None, user: str) -> dict:
+    """Make job `job_id` one of `fleet` (`fleet_of`'s form; None: any runner's), as a lead who names another
+    fleet for it asks (`serving.caption --resume N --fleet-urls ...`). The runners of its old fleet take nothing
+    more of it; what they have in flight is still written. Said in the events."""
+    fleet = fleet_of(fleet)
+    with immediate(db):
+        job = get(db, job_id)
+        if job.get("fleet") != fleet:
+            db.execute("UPDATE jobs SET fleet = ?, updated_at = ? WHERE id = ?", [fleet, now(), job_id])
+            events.record(db, user, "job.fleet", job_id=job_id, previous=job.get("fleet"), fleet=fleet)
     return get(db, job_id)
 
 

@@ -93,9 +93,18 @@ def creators(db: sqlite_utils.Database) -> list[str]:
     ]
 
 
-def runnable(db: sqlite_utils.Database) -> list[dict]:
-    """Jobs a runner should work on now, oldest first."""
-    return [_decode(r) for r in db.query("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id")]
+def runnable(db: sqlite_utils.Database, fleet: str | None = None) -> list[dict]:
+    """Jobs a runner should work on now, oldest first: with `fleet` (data.jobs.fleet_of's form), those for that
+    fleet and those made before jobs recorded one (NULL); without, every one."""
+    if fleet is None:
+        return [_decode(r) for r in db.query("SELECT * FROM jobs WHERE state IN ('queued', 'running') ORDER BY id")]
+    return [
+        _decode(r)
+        for r in db.query(
+            "SELECT * FROM jobs WHERE state IN ('queued', 'running') AND (fleet IS NULL OR fleet = ?) ORDER BY id",
+            [fleet],
+        )
+    ]
 
 
 def states(db: sqlite_utils.Database, job_ids: Iterable[int]) -> dict[int, str]:

@@ -48,9 +48,11 @@ def start_on_ground_truth(
     created_by: str,
     params: JobParams,
     f: clips.Filter = clips.Filter(),
+    fleet: str | None = None,
 ) -> tuple[int, bool]:
     """(job id, created): one job of prompt version `prompt_id` over the approved clips of `f` (data.jobs'
-    `create_once`: a repeated click within its window is the same job). Its captions arrive as candidates."""
+    `create_once`: a repeated click within its window is the same job), for the fleet `fleet` (data.jobs.fleet_of;
+    None: any runner's). Its captions arrive as candidates."""
     prompt = prompts.get(db, prompt_id)
     gt = ground_truth(f)
     if not clips.count_capped(db, gt, cap=1)[0]:
@@ -62,6 +64,7 @@ def start_on_ground_truth(
         selection=Selection(filter=gt, origin="ground truth: approved clips"),
         prompt_id=prompt["id"],
         params=params,
+        fleet=fleet,
     )
 
 

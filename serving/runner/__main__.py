@@ -16,6 +16,7 @@ import sys
 
 from data.errors import DataError
 from data.settings import add_arguments, from_args
+from serving.fleet_key import auth
 from serving.runner.loop import Runner, serve
 
 # options of this command that are Runner arguments of the same name
@@ -40,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = from_args(args)
+    # every line it logs is redacted: the status line httpx logs per request, an exception's text, are the fleet's
+    auth(settings).redact.install()
     try:
         runner = Runner(settings, **{k: getattr(args, k) for k in RUNNER_OPTIONS})
     except DataError as e:

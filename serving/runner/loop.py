@@ -11,17 +11,19 @@ import random
 import signal
 import threading
 import time
+import traceback
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, prompts
+from data import db as dbmod, jobs, prompts
+from data.errors import DataError
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
-from serving import fleet_key, fleet_record, media_urls
+from serving import fleet_record, media_urls
 from serving.answer_check import AnswerChecker
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
-from serving.health import router_workers
+from serving.fleet_reader import FleetReader
 from serving.runner import watch
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import Replica, ReplicaHealth
@@ -49,8 +51,9 @@ class Runner:
     stands for; None asks the router's `/workers` when the runner starts. `client` is closed by whoever made it;
     by default the runner makes and closes its own `FleetClient` (one connection pool set per replica).
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
-    when it made its own client, and not when it was given one (a fake fleet has no `/health`) unless `look`
-    is given too. None: requests alone tell whether the fleet is down.
+    (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
+    one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader).
     """
 
     def __init__(
@@ -73,6 +76,7 @@ class Runner:
         # clips are found under the root the library recorded at ingest, never under a default
         self.settings = settings = clip_root.settings_for_path(settings)
         urls = fleet_targets(settings, fleet_urls)
+        self.fleet = jobs.fleet_of(urls)  # it takes only jobs made for this fleet (and jobs that name none)
         self._ask_router = len(urls) == 1 and replicas is None
         rng = random.Random()
         self.health = ReplicaHealth(
@@ -82,12 +86,14 @@ class Runner:
             backoff_base=backoff_base,
             rng=rng,
         )
-        self._look = (watch.look if client is None else None) if look == "default" else look
+        self.reader = FleetReader(settings, timeout=watch.LOOK_TIMEOUT_S)
+        self._look = (self.reader.look if client is None else None) if look == "default" else look
         self.identity = job_items.runner_identity()
         self.store = JobStore(
             settings,
             self.identity,
             job_ids=job_ids,
+            fleet=self.fleet,
             name=name,
             backoff_base=backoff_base,
             backoff_cap=backoff_cap,
@@ -142,9 +148,11 @@ class Runner:
             out.error = e
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # a bug or an unexpected library error: record it, retry elsewhere
-            log.exception("caption of clip %s failed unexpectedly", item["clip_id"])
-            out.error = ReplicaError(f"{type(e).__name__}: {e}", replica=rep.url, kind="internal")
+        except Exception as e:  # a bug or an unexpected library error: record it (redacted), retry elsewhere
+            redact = self.reader.auth.redact
+            trace = redact("".join(traceback.format_exception(e)))
+            log.error("caption of clip %s failed unexpectedly: %s", item["clip_id"], trace)
+            out.error = ReplicaError(redact(f"{type(e).__name__}: {e}"), replica=rep.url, kind="internal")
         finally:
             self.health.finished(rep, out.error, time.monotonic(), clip, sent)
             if out.error is not None and self.health.all_failing():
@@ -168,6 +176,7 @@ class Runner:
             "replicas": self.health.info(t),
             "fleet": self.health.report(t),
             "jobs": sorted(self.store.job_ids) if self.store.job_ids is not None else None,
+            "sends_to": self.fleet,  # the fleet whose jobs it takes (data.jobs.fleet_of)
             "state": self.state,
             **dict(self.stats),
         }
@@ -214,8 +223,8 @@ class Runner:
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
-                auth = fleet_key.headers(self.settings)
-                self.health.behind_router(await asyncio.to_thread(router_workers, url, 3.0, auth) or 1)
+                n = await asyncio.to_thread(self.reader.router_workers, url, timeout=3.0)
+                self.health.behind_router(n or 1)
             log.info(
                 "runner %s: %d replica slot(s) over %s",
                 self.identity,
@@ -249,14 +258,15 @@ class Runner:
         return self.info()
 
     async def _watch(self) -> None:
-        """Look at the fleet's health while answers do not say it is fine (watch.py); feed it to the rule."""
+        """Look at the fleet's health every LOOK_EVERY_S, and every LOOK_FAILING_S while every replica fails
+        (watch.py); feed it to the rule and the heartbeat."""
         urls = [r.url for r in self.replicas]
         looking: asyncio.Future | None = None  # a look still under way is never started twice
         while True:
             t = time.monotonic()
             failing = self.health.all_failing()
-            quiet = self.health.last_ok is None or t - self.health.last_ok > watch.LOOK_QUIET_S
-            if (failing or quiet) and (looking is None or looking.done()):
+            due = self.health.look_t is None or t - self.health.look_t >= watch.LOOK_EVERY_S - watch.LOOK_MIN_GAP_S
+            if (failing or due) and (looking is None or looking.done()):
                 looking = watch.in_daemon_thread(self._look, urls)
                 try:
                     seen = await asyncio.wait_for(asyncio.shield(looking), timeout=watch.LOOK_DEADLINE_S)
@@ -268,7 +278,7 @@ class Runner:
                     self.health.observe(seen, time.monotonic())
             self._look_now.clear()
             await asyncio.sleep(watch.LOOK_MIN_GAP_S)
-            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_QUIET_S
+            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_EVERY_S
             try:
                 await asyncio.wait_for(self._look_now.wait(), timeout=pause)
             except asyncio.TimeoutError:
@@ -411,9 +421,22 @@ def run_job(
     """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
-    drain_seconds, backoff_base, look ...). `progress_cb(progress)` is called about every
+    drain_seconds, backoff_base, look ...). A job made for another fleet than `fleet_urls` is refused
+    (DataError): a runner sends a job only to the fleet it was made for. `progress_cb(progress)` is called about every
     `HEARTBEAT_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
     """
+    sends_to = jobs.fleet_of(fleet_targets(settings, fleet_urls))
+    d = dbmod.connect(settings.db)
+    try:
+        made_for = job_queries.get(d, job_id).get("fleet")
+    finally:
+        d.close()
+    if made_for is not None and made_for != sends_to:
+        raise DataError(
+            f"Job {job_id} was made for the fleet {made_for}; this runner sends to {sends_to}. Run it there, or "
+            "name the fleet it should move to (python -m serving.caption --resume JOB --fleet-urls URL)."
+        )
+
     runner = Runner(
         settings,
         fleet_urls,

@@ -117,6 +117,8 @@ class ReplicaHealth:
             [Replica(urls[0], per * max(1, behind_router))] if len(urls) == 1 else [Replica(u, per) for u in urls]
         )
         self.per_replica = per
+        # replicas behind a single URL that is a router (None: one replica, or several URLs)
+        self.behind = behind_router if len(self.replicas) == 1 and behind_router > 1 else None
         self.backoff_base = backoff_base
         self.rng = rng or random.Random()
         self.last_ok: float | None = None  # the last answer from any replica (monotonic)
@@ -133,6 +135,7 @@ class ReplicaHealth:
         """The single URL turned out to be a router with `n` workers: bound it as `n` replicas."""
         if len(self.replicas) == 1:
             self.replicas[0].limit = self.per_replica * max(1, n)
+            self.behind = n if n > 1 else None
 
     @property
     def capacity(self) -> int:
@@ -247,7 +250,8 @@ class ReplicaHealth:
         `state` up | failing (every replica's latest request failed, attempts counted) | down (backing off as a
         whole, attempts not counted) | idle (nothing sent yet); when the current run of failures began
         (`failing_since`) and the outage (`down_since`), the next request while down (`next_try_in`), each
-        replica's latest failure, and the latest `/health` look (`look`: healthy of total, per replica)."""
+        replica's latest failure, the replicas behind a single router URL (`behind`, None otherwise), and the latest
+        `/health` look (`look`: healthy of total, per replica)."""
         sent = any(r.sent for r in self.replicas)
         failing = self.all_failing()
         state = "down" if self.fleet_down() else "failing" if failing else "up" if sent else "idle"
@@ -274,5 +278,6 @@ class ReplicaHealth:
                 for r in self.replicas[:REPORT_MAX]
             ],
             "total": len(self.replicas),
+            "behind": self.behind,
             "look": look,
         }

@@ -63,7 +63,8 @@ class Outcome:
 
 
 class JobStore:
-    """The runner's side of `data.jobs`, for the jobs `job_ids` (all runnable jobs when None)."""
+    """The runner's side of `data.jobs`, for the jobs `job_ids` (all runnable jobs when None) of the fleet
+    `fleet` (data.jobs.fleet_of's form; jobs that name no fleet too)."""
 
     pace = True  # off only to measure what pacing changes (benchmarks/bench_runner.py --head --no-pace)
 
@@ -73,6 +74,7 @@ class JobStore:
         identity: str,
         *,
         job_ids: Iterable[int] | None = None,
+        fleet: str | None = None,
         name: str = "runner",
         backoff_base: float = 0.5,
         backoff_cap: float = 30.0,
@@ -81,6 +83,7 @@ class JobStore:
         self.settings = settings
         self.identity = identity
         self.job_ids = set(job_ids) if job_ids is not None else None
+        self.fleet = fleet  # the fleet this runner sends to (data.jobs.fleet_of): it claims only jobs for it
         self.name = name
         self.backoff_base = backoff_base
         self.backoff_cap = backoff_cap
@@ -105,9 +108,10 @@ class JobStore:
         return JobConfig(prompt, job["params"], taxonomy.costly_refusal(prompt.get("schema")))
 
     def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
-        """Runnable jobs (oldest first) and the items claimed from each, up to `want` in all."""
+        """Runnable jobs of this runner's fleet (oldest first; and jobs that name none) and the items claimed
+        from each, up to `want` in all."""
         out = []
-        for job in job_queries.runnable(db):
+        for job in job_queries.runnable(db, self.fleet):
             if self.job_ids is not None and job["id"] not in self.job_ids:
                 continue
             if want <= 0:

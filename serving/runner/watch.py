@@ -2,46 +2,26 @@
 for what the Jobs tab says about it (the look goes out with the runner's heartbeat: the app never asks the
 fleet for this itself).
 
-A look is each replica's `/health` through serving.health (a router's workers found through its `/workers`),
-with a short timeout, in a worker thread: never on the event loop, never inside a transaction. The runner
-looks every LOOK_QUIET_S while no answer has come for that long (an idle runner still knows whether a job
-started now could run), every LOOK_FAILING_S while every replica fails, and not at all while answers flow.
+A look is each replica's `/health` (a router's workers found through its `/workers`), read with the data dir's
+fleet key through serving.fleet_reader (`FleetReader.look`: without the key the router gate answers 401 and a
+healthy fleet looks down), with a short timeout, in a worker thread: never on the event loop, never inside a
+transaction. The runner looks every LOOK_EVERY_S, so that the Jobs tab's "fleet: 4 of 4 healthy" is never older
+than that (an idle runner still knows whether a job started now could run), and every LOOK_FAILING_S while every
+replica fails. A look is one `/workers` and three small reads of a router and one `/health` per replica (at most
+MAX_SCRAPED): nothing beside the requests it watches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from typing import Any, Callable
 
-from serving import health
-
 LOOK_TIMEOUT_S = 2.0  # per request of a look
-LOOK_QUIET_S = 15.0
+LOOK_EVERY_S = 15.0
 LOOK_FAILING_S = 5.0
 LOOK_MIN_GAP_S = 1.0  # between two looks, however often failures ask for one
 LOOK_DEADLINE_S = 10.0  # the runner stops waiting for a look after this long (and starts none while it lasts)
-LOOK_MAX = 32  # replicas looked at (a router may list hundreds; the rest are counted)
-ERROR_CHARS = 300
-
-
-def look(urls: list[str], timeout: float = LOOK_TIMEOUT_S) -> dict:
-    """{at (Unix time), router (URL or None), healthy, looked, total, replicas: [{url, healthy, error}]}:
-    how many of the replicas behind `urls` answer `/health` with 200. Blocking; never raises for a fleet that
-    is down (an unreachable replica is one not healthy)."""
-    replicas, router = health.discover(urls, timeout=timeout)
-    statuses = health.fleet_status(replicas[:LOOK_MAX], timeout=timeout)
-    return {
-        "at": time.time(),
-        "router": router,
-        "healthy": sum(1 for s in statuses if s.healthy),
-        "looked": len(statuses),
-        "total": len(replicas),
-        "replicas": [
-            {"url": s.url, "healthy": bool(s.healthy), "error": (s.error or "")[:ERROR_CHARS] or None} for s in statuses
-        ],
-    }
 
 
 def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:
