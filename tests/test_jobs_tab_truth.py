@@ -197,6 +197,30 @@ def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench
     assert out[tab.preview_seen]["n"] == 4  # the preview shown after the start is the count of now
 
 
+def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out(workbench, settings):
+    """`python -m serving.caption --has-caption no` made a job over clips that failed ingest (each could only
+    fail), while the app's preview left them out. Every way of selecting "without a caption" now names the same
+    clips: the CLI's job, the app's two sources and their previews; `--ingest-failed yes` still asks for them."""
+    from serving import caption
+
+    tab, db = workbench.jobs, workbench.ctx.db()
+    add_clips(db, 6, probe_errors={1: "not a video", 4: "truncated"})
+    ok = [r["id"] for r in db.query("SELECT id FROM clips WHERE probe_error IS NULL ORDER BY id")]
+    args = caption.build_parser().parse_args(["--data-dir", str(settings.data_dir), "--has-caption", "no"])
+    cli_job = caption.create_job(db, settings, args)
+    assert [
+        r["clip_id"] for r in db.query("SELECT clip_id FROM job_items WHERE job_id = ? ORDER BY clip_id", [cli_job])
+    ] == ok
+    for source, fdict in (("everything uncaptioned", {}), ("current filter", {"has_caption": False})):
+        shown = tab.count_preview(source, 16, None, fdict, None)
+        assert shown[tab.preview_seen]["n"] == len(ok) == job_queries.get(db, cli_job)["total"], (source, shown)
+        assert "ingest ok" in shown[tab.preview]
+    asked = caption.build_parser().parse_args(
+        ["--data-dir", str(settings.data_dir), "--has-caption", "no", "--ingest-failed", "yes"]
+    )
+    assert job_queries.get(db, caption.create_job(db, settings, asked))["total"] == 2
+
+
 def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_creator(workbench):
     tab, db = workbench.jobs, workbench.ctx.db()
     ids = add_clips(db, 6)

@@ -357,7 +357,8 @@ class JobsTab:
             f = clips.Filter.from_dict(fdict)
             shown = f.to_dict()
             desc = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in shown.items()) or "no filter: every clip"
-            return f, f"the Browse filter ({desc})"
+            ok = "" if f.failed is not None else "; ingest ok"
+            return f, f"the Browse filter ({desc}{ok})"
         return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
 
     def count_preview(self, source, frames, max_pixels, fdict, request: gr.Request) -> dict:
@@ -365,7 +366,7 @@ class JobsTab:
         GPU is committed, counted now (and when)."""
         self.ctx.user(request)
         f, desc = self._selection(source, fdict)
-        n = clips.count(self.ctx.db(), f)
+        n = Selection(filter=f).count(self.ctx.db())  # what a start would send (ingest failures left out)
         t = time.time()
         html = (
             f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
