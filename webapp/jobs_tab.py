@@ -108,6 +108,17 @@ def _fleet_bad(report: dict | None) -> bool:
     return bool(report) and report.get("state") in ("down", "failing")
 
 
+# while the runner finds the fleet down (or failing every request) no rate says when the job ends
+ETA_UNKNOWN = {"down": "unknown while the fleet is down", "failing": "unknown while the fleet fails every request"}
+
+
+def _eta_text(p: dict, report: dict | None) -> str:
+    """The ETA of job progress `p` (data.jobs.queries.progress) as the Jobs tab shows it."""
+    if p["state"] == "running" and _fleet_bad(report):
+        return ETA_UNKNOWN[report["state"]]
+    return _eta(p["eta_seconds"])
+
+
 TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "broken", "clips", "approval rate", "last active"]
 
 
@@ -266,7 +277,8 @@ class JobsTab:
         rows, focus = [], None
         for j in job_queries.list_jobs(db, kind=kind, state=state or None, created_by=by or None):
             p = job_queries.progress(db, j["id"])
-            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"]))
+            report = fleet_notice.report_for(beats, j["id"])
+            waiting = j["state"] == "running" and _fleet_bad(report)
             rows.append(
                 [
                     j["id"],
@@ -278,7 +290,7 @@ class JobsTab:
                     p["counts"]["failed"],
                     p["remaining"],
                     round(p["rate"], 2),
-                    _eta(p["eta_seconds"]),
+                    _eta_text(p, report),
                 ]
             )
             if job_id and int(job_id) == j["id"]:
@@ -309,7 +321,7 @@ class JobsTab:
                 f"Job {int(focus['id'])} “{render.esc(focus['name'])}”: <b>{render.esc(focus['state'])}</b>"
                 f" · {pct:.0f}% · done {c['done']} · failed {c['failed']} · pending {c['pending']}"
                 f" · in flight {c['leased']} · {focus['rate']:.2f} clips/s"
-                + (f" · ETA {_eta(focus['eta_seconds'])}" if focus["eta_seconds"] else "")
+                + (f" · ETA {eta}" if (eta := _eta_text(focus, fleet_notice.report_for(beats, focus["id"]))) else "")
                 + f" · ran {_eta(focus['run_seconds']) or '0m00s'}"
                 + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>'
                 + notice
