@@ -92,6 +92,14 @@ def test_setting_flags_work_after_the_subcommand_of_every_cli(tmp_path, capsys, 
     assert capsys.readouterr().out.endswith("bob\tlead\n")
 
 
+def test_browse_says_what_to_do_while_no_clip_has_a_caption():
+    """A first launch showed "0 captioned" and nothing said that a job had to be started."""
+    empty = render.counts({"clips": 9, "captioned": 0, "failed": 3}, 9)
+    assert 'id="no-captions"' in empty and "0 captioned" in empty and "Jobs tab" in empty
+    assert "no-captions" not in render.counts({"clips": 9, "captioned": 1, "failed": 3}, 9)
+    assert "no-captions" not in render.counts({"clips": 3, "captioned": 0, "failed": 3}, 3)  # nothing to caption
+
+
 def test_sessions_are_server_side_and_end(db):
     from data import sessions
 
