@@ -393,6 +393,7 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
 
 
 def test_review_walks_the_grid_order_both_ways(workbench):
+    from data import captions, examples
     from webapp.review_form import ReviewForm
 
     r = workbench.review
@@ -400,7 +401,11 @@ def test_review_walks_the_grid_order_both_ways(workbench):
     assert step(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4  # newest first: next is older
     assert step(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
     assert r.step(-1)(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 6
+    db = workbench.ctx.db()
+    for cid in (4, 6, 7):  # the queue serves clips with a caption to check
+        captions.add_machine(db, cid, job_id=None, text=f"c{cid}", labels=examples.LABELS, provenance={"model": "m"})
     assert r.queue_next(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
+    assert r.queue_next(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4
 
 
 def test_history_badges_the_candidates_data_marks(db):
