@@ -193,15 +193,20 @@ def _tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
     return [dataclasses.replace(base, assignee=user), dataclasses.replace(base, unassigned=True)]
 
 
+AWAITING_CAP = 1000  # an empty queue says "1,000+ clips await captioning" past this: the count stays cheap
+
+
 def awaiting_caption(db: sqlite_utils.Database, f: clips.Filter, user: str) -> tuple[int, bool]:
     """(count, exact): the clips `user`'s queue within `f` would serve once a job captioned them (each tier
-    without a caption yet); counted up to clips.COUNT_CAP per tier."""
+    without a caption yet); counted up to AWAITING_CAP."""
     if f.has_caption is True:
         return 0, True
     n, exact = 0, True
     for tier in _tiers(f, user):
-        k, ok = clips.count_capped(db, dataclasses.replace(tier, has_caption=False))
+        k, ok = clips.count_upto(db, dataclasses.replace(tier, has_caption=False), AWAITING_CAP - n)
         n, exact = n + k, exact and ok
+        if not exact:
+            break
     return n, exact
 
 

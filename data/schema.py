@@ -648,3 +648,15 @@ def m020_fleet_state(db: sqlite_utils.Database) -> None:
         "WHERE started_at IS NOT NULL AND state IN ('paused', 'cancelled', 'done')"
     )
     db.execute("UPDATE jobs SET running_since = started_at WHERE started_at IS NOT NULL AND state = 'running'")
+
+
+@MIGRATIONS()
+def m021_queue_captioned(db: sqlite_utils.Database) -> None:
+    """The review queue serves only clips with a caption (data.assignments.queue_tiers). After an ingest, the newest
+    unreviewed clips have none, and the queue's walk in the newest order passed each of them: 272 ms a press with
+    50,000 such clips among 200,000 (the shared VM). A partial index of the captioned clips by review state and id
+    makes it a seek again (0.4 ms)."""
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS idx_clips_captioned_review ON clips(review_status, id) "
+        "WHERE current_caption_id IS NOT NULL"
+    )

@@ -184,6 +184,17 @@ def test_the_queue_serves_only_clips_with_a_caption_and_counts_those_awaiting_on
     assert assignments.next_in_queue(team, f, "ann") == 14
 
 
+def test_the_queue_seeks_past_clips_without_a_caption(team):
+    """After an ingest the newest clips have no caption: the walk in the newest order must not pass each of them
+    (272 ms a press at 50,000 of 200,000 before m021's partial index; docs/BENCHMARKS.md)."""
+    from data import order as orders
+
+    for tier in assignments.queue_tiers(clips.Filter(), "ann"):
+        [(sql, args)] = clips._page_sql(tier, orders.get("newest"), None, 2)
+        plan = " | ".join(r[3] for r in team.execute("EXPLAIN QUERY PLAN " + sql, args))
+        assert "idx_clips_captioned_review" in plan or "idx_assignments_assignee" in plan, plan
+
+
 def test_browse_filters_and_shows_the_assignee(team):
     assignments.assign(team, clips.Filter(), "ann", actor="lead", role="lead", limit=2)  # 11, 10
     assert [r["id"] for r in clips.page(team, clips.Filter(assignee="ann"), order="newest").rows] == [11, 10]
