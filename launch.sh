@@ -250,12 +250,19 @@ if [ "$ROLE" = node ]; then
   exit 1
 fi
 
+FRESH=0   # the first launch of this data dir: no library before this launch ingests one
+[ -f "$CW_DB" ] || FRESH=1
 if [ "$DEMO" = 1 ] && [ -z "$(ls -A "$CLIP_ROOT" 2>/dev/null)" ]; then
   say "generating a demo library of $DEMO_COUNT synthetic clips in $CLIP_ROOT"
   run "$PY" -m data.demo "$CLIP_ROOT" --count "$DEMO_COUNT"
 fi
 say "ingesting $CLIP_ROOT"
 run "$PY" -m data.ingest "$CLIP_ROOT" --data-dir "$DATA_DIR"
+if [ "$FRESH" = 1 ] && [ "$DEMO" = 1 ] && [ "$START" = sim ]; then
+  # a newcomer's first page has captions to review: the demo library's own job, listed on Jobs (once)
+  say "starting a captioning job over the demo library (first launch)"
+  run "$PY" -m serving.demo_job --data-dir "$DATA_DIR"
+fi
 
 case "$START" in
   head)

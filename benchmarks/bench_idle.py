@@ -4,7 +4,8 @@
 
 Starts `python -m webapp` (login on, simulated fleet setting, a fresh data dir) on a free loopback port in its
 own process group, waits until it answers, then samples its CPU time (process and children, psutil) over
-`--seconds` with nothing connected. Prints the share of one core.
+`--seconds` with nothing connected. Prints the share of one core, and the wake-ups per second (voluntary context
+switches of all its threads: a thread that sleeps on a timer or a poll counts one each time it wakes).
 """
 
 from __future__ import annotations
@@ -32,6 +33,17 @@ def cpu_seconds(proc: psutil.Process) -> float:
         try:
             t = p.cpu_times()
             total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def wakeups(proc: psutil.Process) -> int:
+    """Voluntary context switches of the process's threads and its children's, so far."""
+    total = 0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            total += p.num_ctx_switches().voluntary
         except psutil.NoSuchProcess:
             pass
     return total
@@ -66,11 +78,14 @@ def main() -> int:
                     time.sleep(0.2)
             time.sleep(args.settle)
             p = psutil.Process(proc.pid)
-            c0, t0 = cpu_seconds(p), time.monotonic()
+            c0, w0, t0 = cpu_seconds(p), wakeups(p), time.monotonic()
             time.sleep(args.seconds)
-            c1, t1 = cpu_seconds(p), time.monotonic()
+            c1, w1, t1 = cpu_seconds(p), wakeups(p), time.monotonic()
             share = 100.0 * (c1 - c0) / (t1 - t0)
-            print(f"idle app, no browser: {c1 - c0:.3f} CPU s over {t1 - t0:.1f} s = {share:.2f} % of one core")
+            print(
+                f"idle app, no browser: {c1 - c0:.3f} CPU s over {t1 - t0:.1f} s = {share:.2f} % of one core; "
+                f"{(w1 - w0) / (t1 - t0):.1f} wake-ups/s"
+            )
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(10)

@@ -12,8 +12,10 @@
 - `next_in_queue(db, f, user, ...)`: "next unreviewed" for `user`, in the grid's order: their clips of the
   filter first, then clips nobody has; clips assigned to someone else are theirs to review, so they are
   skipped (unless the filter itself names an assignee or asks for unassigned clips: then it is the queue as
-  asked). Only clips a person can review are in it: unreviewed (not approved, rejected or flagged broken)
-  and read by ingest (an ingest failure has nothing to play). data.review_queue adds the leases on top.
+  asked). Only clips a person can review are in it: unreviewed (not approved, rejected or flagged broken),
+  read by ingest (an ingest failure has nothing to play) and with a current caption (a clip no job captioned
+  yet has nothing to check: `awaiting_caption` counts those, for the message of an empty queue).
+  data.review_queue adds the leases on top.
 """
 
 from __future__ import annotations
@@ -178,10 +180,34 @@ def workload(db: sqlite_utils.Database) -> dict[str, dict[str, int]]:
 
 def queue_tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
     """The filters "next unreviewed" walks for `user`, in order (see the module docstring)."""
+    if f.has_caption is False:  # a filter of clips without a caption: nothing in it to review yet
+        return []
+    return [dataclasses.replace(t, has_caption=True) for t in _tiers(f, user)]
+
+
+def _tiers(f: clips.Filter, user: str) -> list[clips.Filter]:
+    """The queue's tiers, captioned or not: unreviewed, read by ingest; `user`'s clips, then nobody's."""
     base = dataclasses.replace(f, review_status="unreviewed", failed=False)
     if f.assignee or f.unassigned:
         return [base]
     return [dataclasses.replace(base, assignee=user), dataclasses.replace(base, unassigned=True)]
+
+
+AWAITING_CAP = 1000  # an empty queue says "1,000+ clips await captioning" past this: the count stays cheap
+
+
+def awaiting_caption(db: sqlite_utils.Database, f: clips.Filter, user: str) -> tuple[int, bool]:
+    """(count, exact): the clips `user`'s queue within `f` would serve once a job captioned them (each tier
+    without a caption yet); counted up to AWAITING_CAP."""
+    if f.has_caption is True:
+        return 0, True
+    n, exact = 0, True
+    for tier in _tiers(f, user):
+        k, ok = clips.count_upto(db, dataclasses.replace(tier, has_caption=False), AWAITING_CAP - n)
+        n, exact = n + k, exact and ok
+        if not exact:
+            break
+    return n, exact
 
 
 def next_in_queue(

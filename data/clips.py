@@ -305,6 +305,16 @@ def count_capped(db: sqlite_utils.Database, f: Filter = Filter(), cap: int = COU
     return (cap, False) if n > cap else (n, True)
 
 
+def count_upto(db: sqlite_utils.Database, f: Filter, cap: int) -> tuple[int, bool]:
+    """(count, exact) like `count_capped`, but in no order: the matches are counted as the cheapest index finds
+    them and the count stops at `cap` + 1. For a filter an index narrows but the id order does not (clips without a
+    caption, unreviewed: `count_capped` sorted all ~95,000 of 200,000 to count 10,001 of them, 1.7 s)."""
+    where, args = _where(f)
+    sql = "SELECT 1 FROM clips c" + (" WHERE " + " AND ".join(where) if where else "") + " LIMIT ?"
+    n = db.execute(f"SELECT COUNT(*) FROM ({sql})", [*args, cap + 1]).fetchone()[0]
+    return (cap, False) if n > cap else (n, True)
+
+
 def total(db: sqlite_utils.Database) -> int:
     """Clips present (not missing), without scanning: the row count kept by triggers (`_counts`, see
     migration m003) minus the few missing rows (a partial index)."""

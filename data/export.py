@@ -346,6 +346,8 @@ def csv_cell(value: Any) -> Any:
 
 
 def _flat(value: Any) -> Any:
+    if isinstance(value, bool):  # as the JSON Lines spell it: a reader of both sees one vocabulary
+        return "true" if value else "false"
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         return ";".join(value)
     if isinstance(value, (dict, list)):

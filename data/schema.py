@@ -742,3 +742,15 @@ def m023_job_fleet(db: sqlite_utils.Database) -> None:
     `--fleet-urls X` is captioned on X, not by the supervised runner on the launcher's fleet. NULL: a job made
     before fleets were recorded, which any runner of the data dir takes, as before."""
     db.execute("ALTER TABLE jobs ADD COLUMN fleet TEXT")
+
+
+@MIGRATIONS()
+def m024_queue_captioned(db: sqlite_utils.Database) -> None:
+    """The review queue serves only clips with a caption (data.assignments.queue_tiers). After an ingest, the newest
+    unreviewed clips have none, and the queue's walk in the newest order passed each of them: 272 ms a press with
+    50,000 such clips among 200,000 (the shared VM). A partial index of the captioned clips by review state and id
+    makes it a seek again (0.4 ms)."""
+    db.execute(
+        "CREATE INDEX IF NOT EXISTS idx_clips_captioned_review ON clips(review_status, id) "
+        "WHERE current_caption_id IS NOT NULL"
+    )

@@ -330,6 +330,27 @@ def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None =
         )
 
 
+def add_command_arguments(
+    parser: argparse.ArgumentParser, commands: Iterable[argparse.ArgumentParser], names: Iterable[str]
+) -> None:
+    """The named settings' flags on a command line with subcommands: on `parser` and on each subcommand's parser,
+    so that `--data-dir D` works before and after the subcommand (`accounts add bob --data-dir D`, as
+    `accounts --data-dir D add bob`). A subcommand's copy has no default (argparse.SUPPRESS): a flag given
+    before the subcommand is not overwritten by the subcommand's None."""
+    names = list(names)
+    add_arguments(parser, names)
+    fields = {f.name: f for f in dataclasses.fields(Settings)}
+    for sub in commands:
+        for name in names:
+            sub.add_argument(
+                flag(name),
+                dest=name,
+                default=argparse.SUPPRESS,
+                metavar=name.upper(),
+                help=f"{fields[name].metadata['help']} [env {env_name(name)}]",
+            )
+
+
 def from_args(args: argparse.Namespace) -> Settings:
     """Settings from parsed arguments (those added by `add_arguments`) plus the environment. A value the
     settings refuse ends the command with the message (exit status 2, as argparse does)."""

@@ -52,6 +52,36 @@ def edit_ratio(old: str | None, new: str | None) -> float:
     return 1.0 - kept / longest
 
 
+def describe(old: str | None, new: str | None) -> str:
+    """What changed from `old` to `new`, in words, for a person deciding what to keep: "12 words added at the
+    end; 1 word changed at the start" (by kind and place, in the text's order), "" when the words are the same,
+    "rewritten (90 words, now 120)" when no word was kept. Places are those of `old`: the start (before its
+    first word), the end (after its last), else the middle."""
+    d = word_diff(old, new)
+    if d.a == d.b:
+        return ""
+    if not d.a:
+        return f"{_words(len(d.b))} written"
+    if not d.b:
+        return "the text removed"
+    if not any(op[0] == "equal" for op in d.ops):
+        return f"rewritten ({_words(len(d.a))}, now {len(d.b)})"
+    groups: dict[tuple[str, str], int] = {}
+    for op, i1, i2, j1, j2 in d.ops:
+        if op == "equal":
+            continue
+        where = "at the start" if i1 == 0 else "at the end" if i2 == len(d.a) else "in the middle"
+        kind, n = {"insert": ("added", j2 - j1), "delete": ("removed", i2 - i1)}.get(
+            op, ("changed", max(i2 - i1, j2 - j1))
+        )
+        groups[(kind, where)] = groups.get((kind, where), 0) + n
+    return "; ".join(f"{_words(n)} {kind} {where}" for (kind, where), n in groups.items())
+
+
+def _words(n: int) -> str:
+    return f"{n:,} word{'' if n == 1 else 's'}"
+
+
 def _unique_anchors(a: list[str], b: list[str]) -> list[tuple[int, int]]:
     """(i, j) of words unique in a and in b, in an order increasing on both sides (LIS over j)."""
     ca, cb = Counter(a), Counter(b)

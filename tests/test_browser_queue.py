@@ -126,7 +126,7 @@ def test_annotators_pressing_n_at_once_never_share_a_clip(browser, server, queue
                 elif f"clip {waiting[name]} approved" in msg:
                     if cur != waiting[name]:
                         waiting[name] = None  # a new clip: recorded and approved on the next round
-                    elif "No unreviewed clips left" in msg:
+                    elif "No unreviewed clips" in msg:
                         done.add(name)
             time.sleep(0.05)
         seconds = time.monotonic() - started

@@ -176,6 +176,7 @@ def test_cli_rejects_an_empty_selection_with_a_message(settings, db):
         "serving.fleet_key",
         "serving.router_gate",
         "data.deployment",
+        "serving.demo_job",
     ],
 )
 def test_every_command_has_help_with_an_example(module):

@@ -308,7 +308,13 @@ def test_csv_carries_the_same_fields_flattened(db):
     (row,) = exported(db, fmt="csv")
     assert list(row) == export.csv_header()
     assert row["origin_model"] == rec["origin"]["model"] and int(row["origin_job_id"]) == job
-    assert row["simulated"] == "True" and row["origin_simulated"] == "True" and row["changed"] == "both"
+    assert row["simulated"] == "true" and row["origin_simulated"] == "true" and row["changed"] == "both"
+    # every true/false is spelt as the JSON Lines spell it (before: Python's True/False)
+    flat = {k: v for k, v in rec.items() if k not in ("labels", "origin")}
+    flat.update({f"origin_{k}": v for k, v in rec["origin"].items()})
+    bools = {k: v for k, v in flat.items() if isinstance(v, bool)}
+    assert {"human_reviewed", "random_sample", "simulated", "origin_simulated"} <= set(bools)
+    assert {k: row[k] for k in bools} == {k: json.dumps(v) for k, v in bools.items()}
     assert row["labels_changed"] == "weather" and json.loads(row["origin_params"]) == rec["origin"]["params"]
     assert json.loads(row["edits"]) == rec["edits"] and row["label_weather"] == "snow"
     top = [f.name for f in export.FIELDS if f.name not in ("labels", "origin")]

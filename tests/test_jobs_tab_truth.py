@@ -197,6 +197,30 @@ def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench
     assert out[tab.preview_seen]["n"] == 4  # the preview shown after the start is the count of now
 
 
+def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out(workbench, settings):
+    """`python -m serving.caption --has-caption no` made a job over clips that failed ingest (each could only
+    fail), while the app's preview left them out. Every way of selecting "without a caption" now names the same
+    clips: the CLI's job, the app's two sources and their previews; `--ingest-failed yes` still asks for them."""
+    from serving import caption
+
+    tab, db = workbench.jobs, workbench.ctx.db()
+    add_clips(db, 6, probe_errors={1: "not a video", 4: "truncated"})
+    ok = [r["id"] for r in db.query("SELECT id FROM clips WHERE probe_error IS NULL ORDER BY id")]
+    args = caption.build_parser().parse_args(["--data-dir", str(settings.data_dir), "--has-caption", "no"])
+    cli_job = caption.create_job(db, settings, args)
+    assert [
+        r["clip_id"] for r in db.query("SELECT clip_id FROM job_items WHERE job_id = ? ORDER BY clip_id", [cli_job])
+    ] == ok
+    for source, fdict in (("everything uncaptioned", {}), ("current filter", {"has_caption": False})):
+        shown = tab.count_preview(source, 16, None, fdict, None)
+        assert shown[tab.preview_seen]["n"] == len(ok) == job_queries.get(db, cli_job)["total"], (source, shown)
+        assert "ingest ok" in shown[tab.preview]
+    asked = caption.build_parser().parse_args(
+        ["--data-dir", str(settings.data_dir), "--has-caption", "no", "--ingest-failed", "yes"]
+    )
+    assert job_queries.get(db, caption.create_job(db, settings, asked))["total"] == 2
+
+
 def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_creator(workbench):
     tab, db = workbench.jobs, workbench.ctx.db()
     ids = add_clips(db, 6)
@@ -255,6 +279,47 @@ def test_a_job_waiting_for_the_fleet_says_why_and_a_start_warns(workbench):
     # a paused job is not waiting for anything: no notice
     jobs.change_state(db, job_id, "pause", "lead")
     assert "fleet-wait" not in tab.refresh(job_id, "jobs", "", "", None, None)[tab.detail]
+
+
+def test_the_eta_during_and_after_an_outage_is_true(workbench, monkeypatch):
+    """2 clips/s for 2 minutes, the fleet down for 5 minutes, then back. During the outage Jobs says the ETA is
+    unknown (not a number the outage makes up); once it is back the ETA is the one the fleet's pace gives.
+    Before: the rate of the last minute of wall time decayed to 3 clips / 60 s, and the ETA read 52 minutes for
+    a job 78 s from its end."""
+    clock = Clock(monkeypatch)
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 400)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 400, lease_seconds=3600, max_attempts=3)
+    slow = {**PROV, "latency_ms": 2000.0}  # a request takes 2 s; 4 in flight: one result every 0.5 s
+    done = 0
+
+    def results(n):
+        nonlocal done
+        for c in ids[done : done + n]:
+            clock.t += 0.5
+            job_items.complete(db, job_id, c, text=f"clip {c}", labels=examples.LABELS, provenance=slow)
+        done += n
+
+    results(240)
+    assert job_queries.progress(db, job_id)["rate"] == pytest.approx(2.0, rel=0.05)
+    clock.t += 300  # the fleet is down
+    heartbeats.heartbeat(
+        db, "runner", "runner", info={"fleet": fleet_down_report(["http://10.0.0.1:8000"]), "jobs": None}
+    )
+    out = tab.refresh(job_id, "jobs", "", "", None, None)
+    assert "ETA unknown while the fleet is down" in out[tab.detail]
+    assert out[tab.table].loc[0, "ETA"] == "unknown while the fleet is down"
+    assert job_queries.progress(db, job_id)["rate"] > 1.5  # the pace it had, not decayed by the outage
+    heartbeats.heartbeat(db, "runner", "runner", info={"jobs": None})  # back: the runner reports no outage
+    results(3)
+    p = job_queries.progress(db, job_id)
+    true_eta = (400 - 243) / 2.0
+    assert true_eta <= p["eta_seconds"] <= 1.25 * true_eta, p["eta_seconds"]
+    out = tab.refresh(job_id, "jobs", "", "", None, None)
+    shown = out[tab.table].loc[0, "ETA"]
+    assert re.fullmatch(r"1m[0-5]\ds", shown), shown  # ~78-98 s
+    assert f"ETA {shown}" in out[tab.detail]
 
 
 def test_a_start_with_no_runner_says_the_job_stays_queued(workbench):

@@ -116,6 +116,7 @@ clip_st = st.fixed_dictionaries(
         "review_status": st.sampled_from(["unreviewed", "unreviewed", "approved"]),
         "word": st.sampled_from(["car", "bus", None]),
         "assignee": st.sampled_from([None, None, "ann", "bob"]),
+        "captioned": st.sampled_from([True, True, False]),
     }
 )
 order_st = st.builds(
@@ -146,9 +147,10 @@ def _load(db, rows: list[dict]) -> list[dict]:
         db.execute("DELETE FROM clips")
         for i, r in enumerate(rows):
             r["id"] = db.execute(
-                "INSERT INTO clips (path, hazard_level, weather, duration, review_status, caption_text) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                [f"clip{i:03d}.mp4", r["hazard_level"], r["weather"], r["duration"], r["review_status"], r["word"]],
+                "INSERT INTO clips (path, hazard_level, weather, duration, review_status, caption_text, "
+                "current_caption_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [f"clip{i:03d}.mp4", r["hazard_level"], r["weather"], r["duration"], r["review_status"], r["word"]]
+                + [i + 1 if r.get("captioned", True) else None],
             ).lastrowid
             if r["assignee"]:
                 db.execute(
@@ -230,8 +232,12 @@ def test_neighbours_of_any_clip_in_any_order(db, registered, rows, o, f):
 
 def _queue_oracle(rows: list[dict], f: Filter, user: str, after: int | None, o: Order) -> int | None:
     """data.assignments' queue, in Python: the user's unreviewed clips of the filter, then unassigned ones;
-    from `after` within its own tier (wrapping around), from the top of any other."""
-    base = [r for r in _sorted(rows, o) if _matches(r, f) and r["review_status"] == "unreviewed"]
+    from `after` within its own tier (wrapping around), from the top of any other; only clips with a caption."""
+    base = [
+        r
+        for r in _sorted(rows, o)
+        if _matches(r, f) and r["review_status"] == "unreviewed" and r.get("captioned", True)
+    ]
     if f.assignee or f.unassigned:
         tiers = [(base, True)]
     else:

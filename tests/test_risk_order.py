@@ -44,6 +44,7 @@ def generated(seed: int, n: int = 48) -> list[dict]:
             "review_status": rng.choice(["unreviewed", "unreviewed", "approved"]),
             "word": rng.choice(["car", "bus", None]),
             "assignee": rng.choice([None, None, "ann", "bob"]),
+            "captioned": rng.choice([True, True, True, False]),
         }
         for _ in range(n)
     ]
@@ -55,10 +56,10 @@ def load(db, rows: list[dict]) -> list[dict]:
         db.execute("DELETE FROM clips")
         for i, r in enumerate(rows):
             r["id"] = db.execute(
-                "INSERT INTO clips (path, hazard_level, confidence_min, label_conflicts, review_status, caption_text)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO clips (path, hazard_level, confidence_min, label_conflicts, review_status, caption_text,"
+                " current_caption_id) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [f"c{i:03d}.mp4", r["hazard_level"], r["confidence_min"], r["label_conflicts"], r["review_status"]]
-                + [r["word"]],
+                + [r["word"], i + 1 if r.get("captioned", True) else None],
             ).lastrowid
             if r["assignee"]:
                 db.execute(
@@ -125,9 +126,11 @@ def test_neighbours_in_the_risk_order(db, f):
 
 
 def queue_oracle(rows: list[dict], f: Filter, user: str, after: int | None) -> int | None:
-    """The review queue in Python: the user's unreviewed clips of the filter by risk, then unassigned ones; from
-    `after` within its own tier (wrapping round), from the top of any other."""
-    base = [r for r in oracle(rows) if matches(r, f) and r["review_status"] == "unreviewed"]
+    """The review queue in Python: the user's unreviewed clips of the filter with a caption, by risk, then
+    unassigned ones; from `after` within its own tier (wrapping round), from the top of any other."""
+    base = [
+        r for r in oracle(rows) if matches(r, f) and r["review_status"] == "unreviewed" and r.get("captioned", True)
+    ]
     if f.assignee or f.unassigned:
         tiers = [(base, True)]
     else:

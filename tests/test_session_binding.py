@@ -61,7 +61,7 @@ def test_another_users_session_id_moves_nothing_and_the_lead_saves_where_they_lo
         r = ann.http.post(f"/gradio_api/{route}", json=body)
         assert r.status_code == 403, (route, r.status_code, r.text[:200])
         before = _authors(app, 5).count("lead")
-        out = lead.call("save_caption", SAVE)
+        out = lead.call("save_caption", [*SAVE[:3], f"{SAVE[3]} ({route})", *SAVE[4:]])  # a change each time
         assert any("Saved as version" in v for v in out if isinstance(v, str))
         assert _authors(app, 5).count("lead") == before  # before the fix: the lead's save went to clip 5
         assert "lead" in _authors(app, 2)

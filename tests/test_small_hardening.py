@@ -87,8 +87,8 @@ def test_ingest_refuses_a_system_folder_or_the_database_folder_as_the_root(setti
 @pytest.fixture
 def team(db):
     with immediate(db):
-        for i in range(6):
-            db.execute("INSERT INTO clips (path) VALUES (?)", [f"c{i}.mp4"])
+        for i in range(6):  # each with a caption (current_caption_id): the queue serves only those
+            db.execute("INSERT INTO clips (path, current_caption_id) VALUES (?, ?)", [f"c{i}.mp4", i + 1])
     for name, role in (("ann", "annotator"), ("ann2", "annotator"), ("lead", "lead")):
         users.create(db, name, role=role, password=PASSWORD)
     return db

@@ -62,6 +62,44 @@ def test_users_cli_adds_and_lists(tmp_path):
     assert "python -m webapp.accounts add" in helptext
 
 
+def test_setting_flags_work_after_the_subcommand_of_every_cli(tmp_path, capsys, monkeypatch):
+    """`--data-dir D` after the subcommand (as the README writes it) reaches the same data dir as before it, for
+    every command line with subcommands; before the fix `accounts add bob --data-dir D` was refused (exit 2)."""
+    from data import db as dbmod
+    from data.library import clip_root, deployment
+    from webapp import accounts
+
+    monkeypatch.chdir(tmp_path)  # the default data dir would be ./var: it must stay unmade
+    for name in ("CW_DATA_DIR", "CW_DB"):
+        monkeypatch.delenv(name, raising=False)
+    pw = tmp_path / "pw"
+    pw.write_text("a fine password\n")
+    after, before = tmp_path / "after", tmp_path / "before"
+    assert accounts.main(["add", "bob", "--role", "lead", "--password-file", str(pw), "--data-dir", str(after)]) == 0
+    assert accounts.main(["--data-dir", str(before), "add", "ann", "--password-file", str(pw)]) == 0
+    for d, name in ((after, "bob"), (before, "ann")):
+        db = dbmod.connect(d / "workbench.db")
+        assert [u["name"] for u in users.list_users(db)] == [name]
+        db.close()
+    capsys.readouterr()
+    assert accounts.main(["list", "--data-dir", str(after)]) == 0
+    assert capsys.readouterr().out == "bob\tlead\n"
+    assert clip_root.main(["show", "--data-dir", str(after)]) == 0
+    assert deployment.main(["show", "--data-dir", str(after)]) == 0
+    assert not (tmp_path / "var").exists()  # nothing fell back to the default data dir
+    # a flag before the subcommand is not overwritten by the subcommand's own (absent) copy
+    assert accounts.main(["--data-dir", str(after), "list"]) == 0
+    assert capsys.readouterr().out.endswith("bob\tlead\n")
+
+
+def test_browse_says_what_to_do_while_no_clip_has_a_caption():
+    """A first launch showed "0 captioned" and nothing said that a job had to be started."""
+    empty = render.counts({"clips": 9, "captioned": 0, "failed": 3}, 9)
+    assert 'id="no-captions"' in empty and "0 captioned" in empty and "Jobs tab" in empty
+    assert "no-captions" not in render.counts({"clips": 9, "captioned": 1, "failed": 3}, 9)
+    assert "no-captions" not in render.counts({"clips": 3, "captioned": 0, "failed": 3}, 3)  # nothing to caption
+
+
 def test_sessions_are_server_side_and_end(db):
     from data import sessions
 
@@ -355,6 +393,7 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
 
 
 def test_review_walks_the_grid_order_both_ways(workbench):
+    from data import captions, examples
     from webapp.review_form import ReviewForm
 
     r = workbench.review
@@ -362,7 +401,11 @@ def test_review_walks_the_grid_order_both_ways(workbench):
     assert step(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4  # newest first: next is older
     assert step(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
     assert r.step(-1)(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 6
+    db = workbench.ctx.db()
+    for cid in (4, 6, 7):  # the queue serves clips with a caption to check
+        captions.add_machine(db, cid, job_id=None, text=f"c{cid}", labels=examples.LABELS, provenance={"model": "m"})
     assert r.queue_next(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
+    assert r.queue_next(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4
 
 
 def test_history_badges_the_candidates_data_marks(db):

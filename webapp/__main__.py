@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from data import db as dbmod, users
     from data.errors import DataError
+    from webapp import idle
     from webapp.app import build_app
 
     db = dbmod.connect(settings.db)
@@ -55,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     # local proxy passing the header through) pick the address the login limiter counts (S7): only from
     # --trusted-proxies.
     trusted = ",".join(settings.trusted_proxies)
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         proxy_headers=bool(trusted),
         forwarded_allow_ips=trusted or "",
     )
+    idle.Server(config).run()  # uvicorn's server, without its 10-a-second tick (webapp.idle)
     return 0
 
 

@@ -2,6 +2,7 @@
 
 Examples:
   python -m webapp.accounts add alice --role admin          # prompts for the password twice
+  python -m webapp.accounts add carol --role lead --data-dir var   # --data-dir before or after the command
   python -m webapp.accounts add bob --role annotator --password-file /run/secrets/bob
   python -m webapp.accounts list
   python -m webapp.accounts set-role bob lead
@@ -52,7 +53,6 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m webapp.accounts", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    settings_mod.add_arguments(p, ["data_dir", "db"])
     sub = p.add_subparsers(dest="command", required=True)
     a = sub.add_parser("add", help="add a user, e.g. `add alice --role admin`")
     a.add_argument("name")
@@ -74,6 +74,8 @@ def build_parser() -> argparse.ArgumentParser:
     for cmd in ("disable", "enable"):
         d = sub.add_parser(cmd, help=f"{cmd} a user's login, e.g. `{cmd} bob`")
         d.add_argument("name")
+    # --data-dir and --db before or after the command (`add bob --role lead --data-dir var`)
+    settings_mod.add_command_arguments(p, sub.choices.values(), ["data_dir", "db"])
     return p
 
 

@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from data import order
 from data.library import clip_root
 from serving.fleet_reader import FleetReader
-from webapp import activity, browse_tab, exports, failures, media_routes, render
+from webapp import activity, browse_tab, exports, failures, idle, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse_tab import BrowseTab
 from webapp.context import AppContext, shows_errors
@@ -29,8 +29,6 @@ from webapp.review_tab import ReviewTab
 from webapp.second_review_tab import SecondReviewTab
 
 STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
-IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
-PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
 HELP = """
 <div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
@@ -120,14 +118,8 @@ class Workbench:
         if direct:  # the page would call Gradio's /run route for them, which webapp.guard keeps closed
             raise RuntimeError(f"events must go through the queue (queue=False on {', '.join(direct)})")
         # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
-        # ~7.7 % of a core for an app nobody has open (benchmarks/bench_idle.py). 50 ms / 250 ms cost an event
-        # at most 50 ms of extra wait (25 ms on average; our handlers take 5-100 ms) and bring idle use under
-        # 1 % (20 ms still used 1.5 %; docs/BENCHMARKS.md). Private attributes of
-        # gradio.queueing.Queue (6.x): if they go away this is a no-op, not an error.
-        q = getattr(demo, "_queue", None)
-        if q is not None and hasattr(q, "sleep_when_free"):
-            q.sleep_when_free = IDLE_POLL_S
-            q.progress_update_sleep_when_free = PROGRESS_POLL_S
+        # 7.7 % of a core for an app nobody has open; it now sleeps until an event comes (webapp.idle)
+        idle.quiet_queue(demo)
         return demo
 
     def userline_html(self, request: gr.Request) -> str:

@@ -108,6 +108,17 @@ def _fleet_bad(report: dict | None) -> bool:
     return bool(report) and report.get("state") in ("down", "failing")
 
 
+# while the runner finds the fleet down (or failing every request) no rate says when the job ends
+ETA_UNKNOWN = {"down": "unknown while the fleet is down", "failing": "unknown while the fleet fails every request"}
+
+
+def _eta_text(p: dict, report: dict | None) -> str:
+    """The ETA of job progress `p` (data.jobs.queries.progress) as the Jobs tab shows it."""
+    if p["state"] == "running" and _fleet_bad(report):
+        return ETA_UNKNOWN[report["state"]]
+    return _eta(p["eta_seconds"])
+
+
 TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "broken", "clips", "approval rate", "last active"]
 
 
@@ -270,7 +281,8 @@ class JobsTab:
         rows, focus = [], None
         for j in job_queries.list_jobs(db, kind=kind, state=state or None, created_by=by or None):
             p = job_queries.progress(db, j["id"])
-            waiting = j["state"] == "running" and _fleet_bad(fleet_notice.report_for(beats, j["id"], j.get("fleet")))
+            report = fleet_notice.report_for(beats, j["id"], j.get("fleet"))
+            waiting = j["state"] == "running" and _fleet_bad(report)
             rows.append(
                 [
                     j["id"],
@@ -282,7 +294,7 @@ class JobsTab:
                     p["counts"]["failed"],
                     p["remaining"],
                     round(p["rate"], 2),
-                    _eta(p["eta_seconds"]),
+                    _eta_text(p, report),
                 ]
             )
             if job_id and int(job_id) == j["id"]:
@@ -314,7 +326,7 @@ class JobsTab:
                 f"Job {int(focus['id'])} “{render.esc(focus['name'])}”: <b>{render.esc(focus['state'])}</b>"
                 f" · {pct:.0f}% · done {c['done']} · failed {c['failed']} · pending {c['pending']}"
                 f" · in flight {c['leased']} · {focus['rate']:.2f} clips/s"
-                + (f" · ETA {_eta(focus['eta_seconds'])}" if focus["eta_seconds"] else "")
+                + (f" · ETA {eta}" if (eta := _eta_text(focus, fleet_notice.report_for(beats, focus["id"]))) else "")
                 + f" · ran {_eta(focus['run_seconds']) or '0m00s'}"
                 + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>'
                 + notice
@@ -362,7 +374,8 @@ class JobsTab:
             f = clips.Filter.from_dict(fdict)
             shown = f.to_dict()
             desc = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in shown.items()) or "no filter: every clip"
-            return f, f"the Browse filter ({desc})"
+            ok = "" if f.failed is not None else "; ingest ok"
+            return f, f"the Browse filter ({desc}{ok})"
         return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
 
     def count_preview(self, source, frames, max_pixels, fdict, request: gr.Request) -> dict:
@@ -370,7 +383,7 @@ class JobsTab:
         GPU is committed, counted now (and when)."""
         self.ctx.user(request)
         f, desc = self._selection(source, fdict)
-        n = clips.count(self.ctx.db(), f)
+        n = Selection(filter=f).count(self.ctx.db())  # what a start would send (ingest failures left out)
         t = time.time()
         html = (
             f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '

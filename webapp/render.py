@@ -73,7 +73,14 @@ def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
         f"{summary.get('broken', 0):,} broken",
         f"{summary.get('failed', 0):,} ingest failed",
     ]
-    return '<div class="cw-counts">' + " · ".join(parts) + "</div>"
+    hint = ""
+    if not summary.get("captioned") and summary.get("clips", 0) > summary.get("failed", 0):
+        # a library nobody captioned yet: what would make the review queue fill
+        hint = (
+            '<div class="cw-msg cw-msg-info" id="no-captions">No clip has a caption yet: captions appear here as a '
+            "captioning job writes them. A lead starts one on the Jobs tab (“everything uncaptioned”).</div>"
+        )
+    return '<div class="cw-counts">' + " · ".join(parts) + "</div>" + hint
 
 
 def _fps(clip: dict) -> float:
@@ -172,12 +179,20 @@ def loaded_key(clip_id: int, caption_id: int | None, review_status: str | None) 
 
 
 def header(
-    clip: dict, user: str, role: str, *, loaded: str | None = None, holder: str | None = None, dirty: bool = False
+    clip: dict,
+    user: str,
+    role: str,
+    *,
+    loaded: str | None = None,
+    holder: str | None = None,
+    dirty: bool = False,
+    kept: bool = False,
 ) -> str:
     """The Review header. `loaded` (default: the clip's stored caption and review state, `loaded_key`) is what the
     page script compares to tell a freshly loaded form from an edited one: a redraw that keeps the form passes the
     form's. `dirty`: the form was filled with an edit that is not saved (a restored draft, your text on top of
-    theirs after a conflict). `holder`: someone else is on this clip (data.review_queue)."""
+    theirs after a conflict). `kept`: the answer left the form as the person has it (a save: what was typed after
+    the request left is theirs, still unsaved). `holder`: someone else is on this clip (data.review_queue)."""
     # the Review tab's h2: the clip it shows
     bits = [
         f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{int(clip["id"])}</b> '
@@ -208,6 +223,7 @@ def header(
     return (
         f'<div class="cw-clip-header" id="clip-header" data-clip="{int(clip["id"])}" data-loaded="{loaded}"'
         + (' data-dirty="1"' if dirty else "")
+        + (' data-form="kept"' if kept else "")
         + ">"
         + " · ".join(bits)
         + "</div>"
@@ -359,12 +375,51 @@ def local_time(ts: float | None) -> str:
     return f'<time class="cw-local-time" datetime="{d.isoformat()}">{d.strftime("%H:%M")} UTC</time>'
 
 
-def conflict(theirs: dict, mine_text: str, mine_labels: dict) -> str:
-    """A caption conflict, side by side: their version (left, with the words yours does not have struck) and your
-    unsaved edit (right, with your words marked), then the labels that differ. Every piece escaped."""
+def label_changes(old: dict | None, new: dict | None) -> list[str]:
+    """The labels that differ, as "weather rain → snow" (road users as sets: "road users car → car, truck")."""
+    out = []
+    for key in taxonomy.ENUMS:
+        o, n = (old or {}).get(key), (new or {}).get(key)
+        if isinstance(o, list) or isinstance(n, list):
+            same = sorted(o or []) == sorted(n or [])
+        else:
+            same = (o or None) == (n or None)
+        if not same:
+            out.append(f"{key.replace('_', ' ')} {_label(old, key)} → {_label(new, key)}")
+    return out
+
+
+def what_they_changed(base: dict | None, theirs: dict) -> str:
+    """The conflict's first line: what the other person changed since the version the form was loaded from,
+    "Since you opened v3, anna saved v5: 12 words added at the end; weather rain → snow." (escaped)."""
+    who = f"{esc(theirs.get('author') or 'someone')} saved v{int(theirs['version'])}"
+    if base is None:
+        since = f"You started from no caption; {who}"
+    else:
+        since = f"Since you opened v{int(base['version'])}, {who}"
+    text = textdiff.describe((base or {}).get("text"), theirs.get("text"))
+    parts = ([text] if text else []) + label_changes((base or {}).get("labels"), theirs.get("labels"))
+    changed = "; ".join(esc(p) for p in parts) or "the same caption and labels as that version"
+    return f'<p class="cw-conflict-what" id="conflict-what"><b>{since}:</b> {changed}.</p>'
+
+
+FIRST_DIFF = '<span class="cw-first-diff"></span>'  # each box opens scrolled to it (webapp/static/shortcuts.js)
+
+
+def conflict(theirs: dict, mine_text: str, mine_labels: dict, base: dict | None = None) -> str:
+    """A caption conflict: first what they changed since the version you opened (`base`), then the labels where
+    theirs and yours differ, then the two texts side by side: their version (left, with the words yours does not
+    have struck) and your unsaved edit (right, with your words marked), each box opening at its first
+    difference (a ~900-character caption overflows its box, and the change was below the fold). Every piece
+    escaped."""
     a, b, ops, cut = textdiff.word_diff(theirs.get("text") or "", mine_text or "")
     left, right = [], []
+    first = True
     for op, i1, i2, j1, j2 in ops:
+        if op != "equal" and first:
+            left.append(FIRST_DIFF)
+            right.append(FIRST_DIFF)
+            first = False
         if op == "equal":
             left.append(esc(" ".join(a[i1:i2])))
             right.append(esc(" ".join(b[j1:j2])))
@@ -387,13 +442,13 @@ def conflict(theirs: dict, mine_text: str, mine_labels: dict) -> str:
     )
     who = f"v{int(theirs['version'])} by {esc(theirs['author'])}, {when(theirs.get('created_at'))}"
     return (
-        '<div class="cw-conflict" id="conflict-view"><div class="cw-sbs">'
+        '<div class="cw-conflict" id="conflict-view">'
+        + what_they_changed(base, theirs)
+        + labels
+        + '<div class="cw-sbs">'
         f'<section><h3>Theirs: {who}</h3><div class="cw-diff" id="conflict-theirs">{" ".join(left)}</div></section>'
         f'<section><h3>Yours (not saved)</h3><div class="cw-diff" id="conflict-mine">{" ".join(right)}</div>'
-        "</section></div>"
-        + labels
-        + (f'<p class="cw-muted cw-diff-cut">{esc(DIFF_TOO_LONG)}</p>' if cut else "")
-        + "</div>"
+        "</section></div>" + (f'<p class="cw-muted cw-diff-cut">{esc(DIFF_TOO_LONG)}</p>' if cut else "") + "</div>"
     )
 
 

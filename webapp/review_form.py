@@ -54,6 +54,12 @@ class ReviewForm:
             tuple(draft["labels"].get(name) for name in LABELS),
         )
 
+    @classmethod
+    def of(cls, cap: dict) -> ReviewForm:
+        """The form a stored caption version fills in (to compare two versions as a form would)."""
+        labels = cap.get("labels") or {}
+        return cls(cap["clip_id"], cap["id"], None, cap.get("text") or "", tuple(labels.get(n) for n in LABELS))
+
     def draft_labels(self) -> dict:
         """The labels as typed, none refused (an empty one stays empty): what a conflict view or a draft shows."""
         return {

@@ -50,7 +50,7 @@ import sqlite3
 
 import gradio as gr
 
-from data import captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, taxonomy
+from data import assignments, captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from data.quality import samples
@@ -63,8 +63,9 @@ from webapp.review_form import LABELS, ReviewForm
 # opening a clip takes its review lease, a write: it waits this long for another program's write lock, then
 # opens the clip anyway (without the lease) rather than keep the person waiting (issue 21, class 7)
 LEASE_WAIT_S = 2.0
-# the queue is empty for this person: clips others are on are not theirs to take (data.review_queue)
-NONE_LEFT = "No unreviewed clips left in this filter that nobody else is on."
+# the queue is empty for this person: clips others are on are not theirs to take (data.review_queue), and clips
+# without a caption have nothing to review yet (data.assignments.awaiting_caption says how many wait for one)
+NONE_LEFT = "No unreviewed clips with a caption left in this filter that nobody else is on."
 CONFLICT_NEXT = (
     " Your edit is kept: compare the two below, then keep yours, take theirs, or edit yours on top of theirs."
 )
@@ -237,7 +238,12 @@ class ReviewTab:
         keep_media: bool = False,
     ) -> dict:
         """All review components for `clip_id` (the form is refilled unless keep_form; the player and filmstrip
-        are left alone with keep_media, so that saving or approving does not reload the video being watched)."""
+        are left alone with keep_media, so that saving or approving does not reload the video being watched).
+
+        keep_form is for every answer that stays on the clip with the form as the person sent it (a save, a
+        decision with no next clip, a flag cleared): the answer then carries no text and no label, so what was
+        typed after the request left is still there when it arrives (issue 26: a save's answer reset a fix typed
+        within 0.3 s of ctrl+s), and the header says so (`kept`) for the page script."""
         user = self.ctx.user(request)
         db = self.ctx.db()
         try:
@@ -264,7 +270,7 @@ class ReviewTab:
             )
             kind = "conflict"
         out = {
-            self.header: render.header(clip, user.name, user.role, holder=holder),
+            self.header: render.header(clip, user.name, user.role, holder=holder, kept=keep_form),
             self.provenance: render.provenance(cap, captions.lineage(db, cap)),
             **self._history(db, clip["id"]),
             self.msg: render.message(message, kind),
@@ -363,8 +369,9 @@ class ReviewTab:
             out[self.reload_btn] = gr.update(visible=True)
             return out
         mine = form.draft_labels()
+        base = captions.get(self.ctx.db(), int(form.base)) if form.base is not None else None
         out[self.msg] = render.message(str(e) + CONFLICT_NEXT, "conflict")
-        out[self.conflict_view] = render.conflict(theirs, form.text or "", mine)
+        out[self.conflict_view] = render.conflict(theirs, form.text or "", mine, base=base)
         out[self.conflict_box] = gr.update(visible=True)
         out[self.theirs] = theirs["id"]
         return out
@@ -412,11 +419,24 @@ class ReviewTab:
         f = clips.Filter.from_dict(fdict or {})
         return review_queue.take_next(self.ctx.db(), f, user.name, ttl=self.lease_ttl, after=after, order=sort)
 
+    def _none_left(self, fdict: dict, user) -> str:
+        """What an empty queue says: none left, and how many clips of the filter wait for a caption."""
+        n, exact = assignments.awaiting_caption(self.ctx.db(), clips.Filter.from_dict(fdict or {}), user.name)
+        if not n:
+            return NONE_LEFT
+        count = f"{n:,}{'' if exact else '+'}"
+        who = "start one on the Jobs tab" if user.can("lead") else "a lead starts one on the Jobs tab"
+        return (
+            f"{NONE_LEFT} {count} clip{'s' if n != 1 else ''} of it await captioning: they join the queue once a "
+            f"captioning job has written their captions ({who})."
+        )
+
     def _then_next(self, clip_id: int, done: str, fdict: dict, sort: str, user, request: gr.Request) -> dict:
         """After a decision on `clip_id`: the next clip of the queue with `done` said, or this clip if none is left."""
         target = self._take_next(fdict, sort, clip_id, user)
         if target is None:
-            return self.view(clip_id, request, message=done + f" {NONE_LEFT}", kind="ok", keep_media=True)
+            none = self._none_left(fdict, user)
+            return self.view(clip_id, request, message=f"{done} {none}", kind="ok", keep_form=True, keep_media=True)
         return self.view(target, request, message=done, kind="ok")
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
@@ -425,13 +445,38 @@ class ReviewTab:
         user = self.ctx.user(request)
         if form.clip_id is None:
             raise gr.Error("Open a clip first.")
+        unchanged = self._nothing_to_save(form)
+        if unchanged is not None:
+            return unchanged
         try:
             cap = self._save_form(form, user)
         except DataError as e:
             return self._refused(form.clip_id, e, request, form=form)
         return self.view(
-            form.clip_id, request, message=f"Saved as version {cap['version']}.", kind="ok", keep_media=True
+            form.clip_id,
+            request,
+            message=f"Saved as version {cap['version']}.",
+            kind="ok",
+            keep_form=True,
+            keep_media=True,
         )
+
+    def _nothing_to_save(self, form: ReviewForm) -> dict | None:
+        """The answer to a save of a form that is the version it was loaded from (None: there is something to
+        save): no version is written (a version identical to the one before says nothing, and 22 of one clip's
+        48 were), and the message says so, and whether someone saved another version since."""
+        db = self.ctx.db()
+        base = captions.get(db, int(form.base)) if form.base is not None else None
+        if form.differs_from(base):
+            return None
+        if base is None:
+            return {self.msg: render.message("Nothing to save: write a caption first.", "info")}
+        note = f"Nothing to save: the caption and labels are those of version {base['version']}."
+        cur = clips.get(db, int(form.clip_id))["caption"]
+        if cur is not None and cur["id"] != base["id"]:
+            note += f" {cur['author']} saved version {cur['version']} since: reload to see it."
+            return {self.msg: render.message(note, "info"), self.reload_btn: gr.update(visible=True)}
+        return {self.msg: render.message(note, "info")}
 
     def _decide_and_next(self, request: gr.Request, form: ReviewForm, fdict: dict, sort: str, act) -> dict:
         """A decision on the clip the form shows: save an edit first, then `act(clip_id, user, base, review_base)`
@@ -470,6 +515,15 @@ class ReviewTab:
         user = self.ctx.user(request)
         if clip_id is None or caption_id in (None, ""):
             return {self.msg: render.message("Choose a version to adopt.", "error")}
+        db = self.ctx.db()
+        chosen, current = captions.get(db, int(caption_id)), clips.get(db, int(clip_id))["caption"]
+        if chosen and current and chosen["clip_id"] == int(clip_id) and base == current["id"]:
+            if not ReviewForm.of(chosen).differs_from(current):
+                note = (
+                    f"Nothing to adopt: version {chosen['version']} has the caption and labels of the current "
+                    f"version {current['version']}."
+                )
+                return {self.msg: render.message(note, "info")}
         try:
             cap = captions.adopt(
                 self.ctx.db(),
@@ -530,7 +584,7 @@ class ReviewTab:
                 target = next_id if direction > 0 else prev_id
                 if target is None:
                     return {
-                        **(self.view(clip_id, request, keep_media=True) if note else {}),
+                        **(self.view(clip_id, request, keep_form=True, keep_media=True) if note else {}),
                         self.msg: render.message(note + "No more clips in this filter in that direction.", "info"),
                     }
                 return self.view(target, request, message=note, kind="ok" if note else "info")
@@ -549,7 +603,7 @@ class ReviewTab:
             after = int(form.clip_id) if form.clip_id is not None else None
             target = self._take_next(fdict, sort, after, user)
             if target is None:
-                return {self.msg: render.message(note + NONE_LEFT, "info")}
+                return {self.msg: render.message(note + self._none_left(fdict, user), "info")}
             return self.view(target, request, message=note, kind="ok" if note else "info")
 
         return self._leave(form, request, go)
@@ -643,8 +697,18 @@ class ReviewTab:
         user = self.ctx.user(request)
         if form.clip_id is None or theirs is None:
             return gr.skip()
+        mine = dataclasses.replace(form, base=int(theirs))
+        if not mine.differs_from(captions.get(self.ctx.db(), int(theirs))):
+            out = self.view(
+                form.clip_id,
+                request,
+                message="Nothing to save: yours and theirs are the same caption and labels.",
+                keep_form=True,
+                keep_media=True,
+            )
+            return out
         try:
-            cap = self._save_form(dataclasses.replace(form, base=int(theirs)), user)
+            cap = self._save_form(mine, user)
         except DataError as e:
             return self._refused(form.clip_id, e, request, form=form)
         return self.view(
@@ -652,6 +716,7 @@ class ReviewTab:
             request,
             message=f"Kept yours: saved as version {cap['version']}, on top of theirs (still in the history).",
             kind="ok",
+            keep_form=True,
             keep_media=True,
         )
 
@@ -710,14 +775,17 @@ class ReviewTab:
         except DataError as e:
             return {self.msg: render.message(str(e), "error")}
         note = f"Cleared the broken flag: clip {int(clip_id)} is unreviewed and back in the queue."
-        return self.view(clip_id, request, message=note, kind="ok", keep_media=True)
+        return self.view(clip_id, request, message=note, kind="ok", keep_form=True, keep_media=True)
 
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
         outs = self.view_outputs()
         form = self.form_inputs()
         walk = form + [filter_state, sort_state]  # the form, then where to go next
         nav = dict(show_progress="hidden")
-        self.save_btn.click(shows_errors(self.save), form, outs, api_name="save_caption")
+        # a second ctrl+s while the first is on its way is sent when the first is answered (with the version it
+        # made as its base), not dropped ("once") nor sent at once on the old base ("multiple": a conflict with
+        # oneself)
+        self.save_btn.click(shows_errors(self.save), form, outs, api_name="save_caption", trigger_mode="always_last")
         self.approve_btn.click(shows_errors(self.decide("approved")), walk, outs, api_name="approve", **nav)
         self.reject_btn.click(shows_errors(self.decide("rejected")), walk, outs, api_name="reject", **nav)
         self.adopt_btn.click(

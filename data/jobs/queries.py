@@ -17,6 +17,11 @@ from data.jobs.selection import Selection
 
 JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
 ACTIVE = ("queued", "running")
+RATE_WINDOW_S = 60.0  # a running job's clips/s: over the last minute the fleet answered
+# a gap between two results longer than twice what a request takes (its 90th percentile), and at least this, is
+# time the fleet did not answer (an outage, a stall): it counts as that much, not as its length
+OUTAGE_GAP_MIN_S = 10.0
+RATE_ROWS = 5000  # the newest results read for the rate: enough for 60 s at ~80 clips/s
 
 
 def _decode(row: dict) -> dict:
@@ -134,19 +139,26 @@ def progress(
     drawn across it. Buckets are 10 s, coarser for long jobs so that the series stays under `max_points`.
 
     `run_seconds` is how long the job has been in state running, all stretches together. `rate` (clips
-    finished per second, done or failed) is, while the job runs, that of the last minute of its current
-    stretch; otherwise (queued, paused, cancelled, done) its clips over its `run_seconds`, so that it neither
-    decays while the job stands still nor counts the time it stood still."""
+    finished per second, done or failed) is, while the job runs, that of the last minute of its current stretch
+    during which the fleet answered (`answering_rate`: an outage neither decays it nor, once over, leaves an ETA
+    made of the outage); otherwise (queued, paused, cancelled, done) its clips over its `run_seconds`, so that it
+    neither decays while the job stands still nor counts the time it stood still."""
     job = get(db, job_id)
     c = counts(db, job_id)
     t = now()
     run_s = (job.get("run_seconds") or 0.0) + (max(0.0, t - job["running_since"]) if job.get("running_since") else 0.0)
     if job["state"] == "running":
-        since = max(t - 60.0, job.get("running_since") or job["started_at"] or t)
-        recent = db.execute(
-            "SELECT COUNT(*) FROM job_items WHERE job_id = ? AND finished_at >= ?", [job_id, since]
-        ).fetchone()[0]
-        rate = recent / max(1.0, t - since)
+        since = job.get("running_since") or job["started_at"] or t
+        rows = list(
+            db.query(
+                "SELECT finished_at, latency_ms FROM job_items WHERE job_id = ? AND finished_at >= ? "
+                "ORDER BY finished_at DESC LIMIT ?",
+                [job_id, since, RATE_ROWS],
+            )
+        )
+        rate = answering_rate(
+            [r["finished_at"] for r in rows], [r["latency_ms"] for r in rows if r["latency_ms"]], t, since
+        )
     else:
         rate = (c["done"] + c["failed"]) / run_s if run_s > 0 else 0.0
     remaining = c["pending"] + c["leased"]
@@ -175,6 +187,29 @@ def progress(
         "eta_seconds": remaining / rate if rate > 0 and job["state"] in ACTIVE else None,
         "series": series,
     }
+
+
+def answering_rate(finished: list[float], latencies_ms: list[float], t: float, since: float) -> float:
+    """Results per second over the newest RATE_WINDOW_S of time the fleet answered, from the results' times
+    (`finished`, newest first, none before `since`, the start of the stretch) at time `t`.
+
+    While a fleet answers, a result follows the one before within about one request's time, so a gap longer
+    than twice the 90th percentile of the requests' latencies (`latencies_ms`; at least OUTAGE_GAP_MIN_S) is
+    time it did not answer: it counts as that bound, not as its length. Before, an outage of 5 minutes left 3
+    results in the last minute once the fleet was back, and an ETA of "39m00s" for a 2-minute job."""
+    if not finished:
+        return 0.0
+    slow = sorted(latencies_ms)[int(0.9 * (len(latencies_ms) - 1))] / 1000.0 if latencies_ms else 0.0
+    cap = max(OUTAGE_GAP_MIN_S, 2.0 * slow)
+    answered = min(max(0.0, t - finished[0]), cap)  # since the newest result
+    n = 0
+    for i, at in enumerate(finished):
+        if answered >= RATE_WINDOW_S:
+            break
+        n += 1
+        older = finished[i + 1] if i + 1 < len(finished) else since
+        answered += min(max(0.0, at - older), cap)
+    return n / max(1.0, answered)
 
 
 def failures(db: sqlite_utils.Database, job_id: int, limit: int = 100) -> list[dict]:

@@ -7,6 +7,11 @@ ids, plus `origin`: what asked for it, in words ("current filter", "everything u
 
     {"origin": str, "filter": Filter.to_dict(), "limit": int | None, "clip_ids": [int, ...] | None}
 
+A filter that says nothing of ingest failures (`failed` unset) selects only clips whose ingest passed: the fleet
+cannot caption a clip ingest could not read, so its item could only fail (`sent_filter`; `--ingest-failed yes`
+asks for them). The Jobs tab's preview counts with the same rule, so it and `python -m serving.caption
+--has-caption no` name the same clips.
+
 `data.jobs.create` makes the job's items from `clip_ids_in(db)`, so what is recorded is what was captioned
 (at the time it was started: a filter's matches change later). `from_dict` also reads the shapes jobs were
 stored in before this one: the Jobs tab's {"source", "filter"}, the command line's flat filter fields with
@@ -53,11 +58,23 @@ class Selection:
         """Exactly these clips (duplicates are one job item)."""
         return cls(clip_ids=tuple(clip_ids), origin=origin)
 
+    @property
+    def sent_filter(self) -> Filter:
+        """The filter whose clips a job sends: `filter`, and ingest passed unless it asks for failures."""
+        return self.filter if self.filter.failed is not None else dataclasses.replace(self.filter, failed=False)
+
     def clip_ids_in(self, db: sqlite_utils.Database) -> Iterator[int]:
         """The clip ids this selection names now."""
         if self.clip_ids is not None:
             return iter(self.clip_ids)
-        return itertools.islice(clips.iter_ids(db, self.filter), self.limit)
+        return itertools.islice(clips.iter_ids(db, self.sent_filter), self.limit)
+
+    def count(self, db: sqlite_utils.Database) -> int:
+        """How many clips `clip_ids_in` names now (a preview's count)."""
+        if self.clip_ids is not None:
+            return len(set(self.clip_ids))
+        n = clips.count(db, self.sent_filter)
+        return n if self.limit is None else min(n, self.limit)
 
     def to_dict(self) -> dict[str, Any]:
         """What a job row stores: always the four keys of the module docstring."""

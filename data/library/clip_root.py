@@ -206,8 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     move = sub.add_parser("move-root", help="re-point the library at the folder its clips moved to")
     move.add_argument("new_root", help="the folder that now holds the clips (same relative paths)")
     move.add_argument("--force", action="store_true", help="move even if the sampled clips do not match")
-    for p in (show, move):
-        settings_mod.add_arguments(p, ["data_dir", "db"])
+    settings_mod.add_command_arguments(parser, (show, move), ["data_dir", "db"])
     args = parser.parse_args(argv)
     s = settings_mod.from_args(args)
     db = connect(s.db)

@@ -197,8 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     change.add_argument("--media-url-base", dest="new_base", default="", help="a head's: the app as nodes see it")
     change.add_argument("--media-url-ttl", dest="new_ttl", type=float, default=None, help="seconds (default 900)")
     env = sub.add_parser("env", help="the role, after the record, as an `export CW_ROLE=...` line (launch.sh)")
-    for p in (show, change, env):
-        settings_mod.add_arguments(p, ["data_dir", "db"])
+    settings_mod.add_command_arguments(parser, (show, change, env), ["data_dir", "db"])
     args = parser.parse_args(argv)
     s = settings_mod.from_args(args)
     if args.cmd == "env":

@@ -145,8 +145,9 @@
   window.addEventListener("pagehide", flush);
   document.addEventListener("visibilitychange", () => { if (document.visibilityState === "hidden") flush(); });
 
-  // The form was refilled by the server (a save, another clip, "take theirs"): a pending write is for a form that
-  // is gone. A form filled with an edit (data-dirty) is written at once, with the base it has now.
+  // The form was refilled by the server (another clip, "take theirs"): a pending write is for a form that is
+  // gone. A form filled with an edit (data-dirty), or kept by a save with an edit typed after it left (data-form
+  // "kept", still unsaved: shortcuts.js), is written after the usual pause, with the base it has now.
   let shown = null;
   const watchHeader = () => {
     const h = $("#clip-header");
@@ -155,7 +156,8 @@
     shown = now;
     clearTimeout(timer);
     timer = null;
-    if (h && h.dataset.dirty === "1") timer = setTimeout(push, PUSH_DELAY_MS);
+    const unsaved = h && (h.dataset.dirty === "1" || (h.dataset.form === "kept" && window.cwUnsaved?.()));
+    if (unsaved) timer = setTimeout(push, PUSH_DELAY_MS);
   };
   // "discard" and "take theirs" drop the edit on purpose: the browser's copy goes too
   document.addEventListener("click", (ev) => {

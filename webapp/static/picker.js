@@ -91,10 +91,21 @@
     const value = () => (multi ? (Array.isArray(props.value) ? props.value : []) : props.value || null);
     const shownValue = () => (multi ? value().join(", ") || "none" : value() || "empty");
 
+    // A message under a field low on the page (ten road-user chips make it tall; a narrow window wraps them)
+    // could fall below the window: the page moves just enough to show it, and goes back when the field is left
+    // (as for a field below the fold, `focus`).
+    const showMsg = () => {
+      if (!msg.textContent || !root.contains(document.activeElement)) return;
+      const below = msg.getBoundingClientRect().bottom + 4 - window.innerHeight;
+      if (below <= 0) return;
+      if (state.scroll === null) state.scroll = window.scrollY;
+      window.scrollBy({top: below, behavior: "instant"});
+    };
     const say = (text, kind = "info") => {
       msg.textContent = text;
       msg.dataset.kind = text ? kind : "";
       root.classList.toggle("cw-pick-error", !!text && kind === "error");
+      showMsg();
       place();  // a list drawn below the field goes below the message, which stays readable
     };
     const render = () => {

@@ -42,13 +42,25 @@
   });
 
   // ---- unsaved edits ------------------------------------------------------------------------------------
+  // `edits` counts changes to the form; `sentAt` is its value when the last request left (a button of the
+  // Review tab, Enter in the broken reason). An answer that keeps the form (header data-form="kept": a save)
+  // leaves it unsaved only if it changed after its request left: that edit is the person's, not the save's.
   let dirty = false;
   let loaded = null;
+  let edits = 0;
+  let sentAt = 0;
+  const edited = () => { dirty = true; edits += 1; };
   document.addEventListener("input", (ev) => {
-    if (ev.target.closest && ev.target.closest("#caption-text")) dirty = true;
+    if (ev.target.closest && ev.target.closest("#caption-text")) edited();
   }, true);
   // a label counts once a value is taken, not while text is typed into its field
-  document.addEventListener("cw-label-change", () => { dirty = true; });
+  document.addEventListener("cw-label-change", edited);
+  document.addEventListener("click", (ev) => {
+    if (ev.target.closest && ev.target.closest("#tab-review button")) sentAt = edits;
+  }, true);
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && ev.target.closest && ev.target.closest("#broken-reason")) sentAt = edits;
+  }, true);
   window.cwUnsaved = () => dirty;  // for the browser tests and anyone curious
   window.addEventListener("beforeunload", (ev) => {
     // once the session has ended the edit is kept in the browser (webapp/static/drafts.js) and offered after login
@@ -89,9 +101,15 @@
     // saved (data-dirty: a restored draft, your text on top of theirs after a conflict)
     const key = header ? `${header.dataset.loaded}|${header.dataset.dirty || ""}` : null;
     if (header && key !== loaded) {
+      const kept = header.dataset.form === "kept" && header.dataset.clip === seenClip;
       loaded = key;
-      dirty = header.dataset.dirty === "1";
-      window.cwPicker?.resetAll();  // no list or typed text of the old form stays on show
+      if (kept) {
+        // the answer did not touch the form: what was typed since the request left stays, and stays unsaved
+        dirty = header.dataset.dirty === "1" || (dirty && edits > sentAt);
+      } else {
+        dirty = header.dataset.dirty === "1";
+        window.cwPicker?.resetAll();  // no list or typed text of the old form stays on show
+      }
     }
     const clip = header ? header.dataset.clip : null;
     if (clip && clip !== seenClip) {
@@ -104,11 +122,27 @@
     const want = urlFor(q.get("clip"), filter, sort);
     if (want !== location.pathname + location.search) history.replaceState(history.state, "", want);
   };
+  // A caption conflict: each text's box opens at its first difference (a marker the server puts there), one line
+  // of context above it; once per box drawn, so a box the person scrolled stays where they put it.
+  let diffTries = 0;  // frames waited for a box to be laid out (then the next DOM change tries again)
+  const toFirstDiff = (frame) => {
+    diffTries = frame === undefined ? 0 : diffTries + 1;
+    let waiting = false;
+    for (const box of document.querySelectorAll("#conflict-view .cw-diff:not([data-opened])")) {
+      const mark = box.querySelector(".cw-first-diff");
+      if (!mark) { box.dataset.opened = "1"; continue; }
+      if (!box.clientHeight) { waiting = true; continue; }  // not laid out yet (the box is being shown)
+      box.dataset.opened = "1";
+      const line = parseFloat(getComputedStyle(box).lineHeight) || 16;
+      box.scrollTop = Math.max(0, mark.offsetTop - line);
+    }
+    if (waiting && diffTries < 60) requestAnimationFrame(toFirstDiff);
+  };
   // In the observer itself (a microtask after the DOM change, before anything can read the page), not an
   // animation frame later: until that frame the address bar still named the previous clip, and a tab in the
   // background gets no frames at all.
-  new MutationObserver(sync).observe(document.documentElement, {childList: true, subtree: true, attributes: true,
-                                         attributeFilter: ["data-clip", "data-loaded", "data-filter"]});
+  new MutationObserver(() => { sync(); toFirstDiff(); }).observe(document.documentElement, {
+    childList: true, subtree: true, attributes: true, attributeFilter: ["data-clip", "data-loaded", "data-filter"]});
   window.addEventListener("popstate", () => {
     const clip = new URLSearchParams(location.search).get("clip");
     if (!clip) { document.getElementById("tab-browse-button")?.click(); return; }
