@@ -93,7 +93,11 @@ def test_a_job_started_with_the_fleet_down_says_why_on_jobs(browser, server, sim
 
             knobs(simfleet, unavailable_for=0, unhealthy=False)
             page.click("#tab-jobs-button")
-            page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=180_000)
+            page.wait_for_function(
+                f"""() => {{ const p = document.querySelector('#job-progress');
+                    return p?.dataset.job === '{job_id}' && p.dataset.state === 'done'; }}""",
+                timeout=180_000,
+            )
             page.wait_for_function("!document.querySelector('#fleet-wait')", timeout=30_000)
             counts = job_queries.counts(d, job_id)
             attempts = [r[0] for r in d.execute("SELECT attempts FROM job_items WHERE job_id = ?", [job_id])]

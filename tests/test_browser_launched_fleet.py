@@ -87,6 +87,15 @@ def login(ctx, stack):
     return page, watch
 
 
+def wait_job_done(page, job_id: int, timeout: float) -> None:
+    """Until the progress panel shows job `job_id` done (not the first launch's job, shown before it)."""
+    page.wait_for_function(
+        f"""() => {{ const p = document.querySelector('#job-progress');
+            return p && p.dataset.job === '{job_id}' && p.dataset.state === 'done'; }}""",
+        timeout=timeout,
+    )
+
+
 def start_job(page, name: str) -> float:
     page.click("#tab-jobs-button")
     page.locator("#job-source").get_by_text("current filter", exact=True).click()
@@ -127,8 +136,9 @@ def test_the_launched_stack_tells_the_truth_about_its_fleet(browser, stack):
         start_job(page, "on a healthy fleet")
         msg = page.inner_text("#jobs-msg")
         assert "No replica is healthy" not in msg and "No runner" not in msg, msg
-        page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=180_000)
         healthy_job = job_queries.list_jobs(d, 1)[0]
+        assert healthy_job["name"] == "on a healthy fleet", healthy_job
+        wait_job_done(page, healthy_job["id"], 180_000)
         assert job_queries.counts(d, healthy_job["id"])["done"] > 0
         status = launch_sh(stack["env"], "status", "--data-dir", str(stack["data"]), timeout=120)
         assert status.returncode == 0 and "router-gate" in status.stdout, status.stdout + status.stderr
@@ -151,8 +161,9 @@ def test_the_launched_stack_tells_the_truth_about_its_fleet(browser, stack):
         assert "fleet failing every request: 2 of 2 healthy" in page.inner_text("#runner-status")
         page.screenshot(path=str(SCREENSHOTS / "jobs-fleet-fails-every-request.png"), full_page=True)
         job = job_queries.list_jobs(d, 1)[0]
+        assert job["name"] == "on a fleet that fails every request", job
         # its clips use their attempts and fail; the job ends
-        page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'", timeout=300_000)
+        wait_job_done(page, job["id"], 300_000)
         items = list(d.query("SELECT attempts, state, error_kind FROM job_items WHERE job_id = ?", [job["id"]]))
         sent = [i for i in items if i["error_kind"] != "ingest"]
         detail = page.inner_text("#job-progress")

@@ -188,7 +188,7 @@ def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings
     args = caption_cli.build_parser().parse_args(["--has-caption", "no", "--ingest-failed", "no", "--limit", "2"])
     db = dbmod.connect(web_settings.db)
     try:
-        cli_job = caption_cli.create_job(db, web_settings, args)
+        cli_job = caption_cli.create_job(db, web_settings, args, fleet=None)
         ui, cli = (
             json.loads(db.execute("SELECT selection FROM jobs WHERE id = ?", [j]).fetchone()[0])
             for j in (ui_job, cli_job)

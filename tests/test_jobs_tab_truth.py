@@ -207,7 +207,7 @@ def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out
     add_clips(db, 6, probe_errors={1: "not a video", 4: "truncated"})
     ok = [r["id"] for r in db.query("SELECT id FROM clips WHERE probe_error IS NULL ORDER BY id")]
     args = caption.build_parser().parse_args(["--data-dir", str(settings.data_dir), "--has-caption", "no"])
-    cli_job = caption.create_job(db, settings, args)
+    cli_job = caption.create_job(db, settings, args, fleet=None)
     assert [
         r["clip_id"] for r in db.query("SELECT clip_id FROM job_items WHERE job_id = ? ORDER BY clip_id", [cli_job])
     ] == ok
@@ -218,7 +218,7 @@ def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out
     asked = caption.build_parser().parse_args(
         ["--data-dir", str(settings.data_dir), "--has-caption", "no", "--ingest-failed", "yes"]
     )
-    assert job_queries.get(db, caption.create_job(db, settings, asked))["total"] == 2
+    assert job_queries.get(db, caption.create_job(db, settings, asked, fleet=None))["total"] == 2
 
 
 def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_creator(workbench):

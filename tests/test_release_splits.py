@@ -83,12 +83,17 @@ def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include
         db = dbmod.connect(Path(tmp) / "wb.db")
         try:
             built = build(db, specs)
+            want = [cid for cid in built.ids if released(built.specs[cid], include_simulated)]
             options = rel.Options(Filter(), field, tuple(splits.parse(shares).items()), seed, "prop", include_simulated)
+            if not want:  # nothing releasable (every clip unapproved, failed at ingest or simulated): refused
+                with pytest.raises(DataError, match="Nothing to release"):
+                    rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
+                assert not (Path(tmp) / "out").exists()
+                return
             r = rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
         finally:
             db.close()
         manifest = [json.loads(line) for line in (r.path / "manifest.jsonl").read_text().splitlines()]
-    want = [cid for cid in built.ids if released(built.specs[cid], include_simulated)]
     assert [m["clip_id"] for m in manifest] == want  # exactly what was asked, in clip-id order
     split_of_group: dict[str, set[str]] = defaultdict(set)
     for m in manifest:

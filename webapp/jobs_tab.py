@@ -321,7 +321,7 @@ class JobsTab:
                     max_attempts=self.ctx.settings.max_attempts,
                 )
             out[self.detail] = (
-                f'<div class="cw-job-detail" id="job-progress" data-pct="{pct:.0f}" '
+                f'<div class="cw-job-detail" id="job-progress" data-job="{int(focus["id"])}" data-pct="{pct:.0f}" '
                 f'data-state="{render.esc(focus["state"])}">'
                 f"Job {int(focus['id'])} “{render.esc(focus['name'])}”: <b>{render.esc(focus['state'])}</b>"
                 f" · {pct:.0f}% · done {c['done']} · failed {c['failed']} · pending {c['pending']}"
