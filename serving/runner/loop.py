@@ -13,7 +13,7 @@ import threading
 import time
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, prompts
+from data import db as dbmod, heartbeats, prompts
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
@@ -29,7 +29,6 @@ from serving.runner.store import JobConfig, JobStore, Outcome
 log = logging.getLogger("serving.runner")
 
 IDLE_POLL_S = 0.25  # how often to look for new work when there was none
-HEARTBEAT_S = 2.0  # how often the runner reports itself in `heartbeats`
 WRITE_BATCH = 500  # results per write transaction at most
 ABORT_CHECK_S = 0.5  # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
@@ -98,6 +97,10 @@ class Runner:
         self.thread_stop = stop_event
         self.exit_when_idle = exit_when_idle
         self._db = RunnerDB(settings.db)
+        # heartbeats on a thread of their own: a call waiting out a full disk or a foreign lock does not silence
+        # the runner (its supervisor restarts a runner whose heartbeat goes stale: serving.supervisor)
+        self._beats = RunnerDB(settings.db, retry=False, name="runner-beat")
+        self._beat_error: str | None = None
         self._tasks: dict[asyncio.Task, tuple[int, int]] = {}
         self._results: list[Outcome] = []
         self._avoid: dict[tuple[int, int], set[str]] = {}
@@ -168,11 +171,28 @@ class Runner:
             "fleet": self.health.report(t),
             "jobs": sorted(self.store.job_ids) if self.store.job_ids is not None else None,
             "state": self.state,
+            "waiting": self._db.waiting,  # a database call waiting out a locked database or a full disk
             **dict(self.stats),
         }
 
-    async def _heartbeat(self) -> dict | None:
-        return await self._db(self.store.heartbeat, self.info(), self.progress_cb is not None)
+    async def _heartbeat(self) -> None:
+        """Write the heartbeat, best-effort: one that cannot be written (a full disk, a foreign lock held past a
+        period) is skipped and said once in the log, and the next comes a period later."""
+        try:
+            await self._beats(self.store.heartbeat, self.info())
+        except Exception as e:  # noqa: BLE001 - a heartbeat never stops the runner
+            if self._beat_error is None:
+                log.warning("heartbeat not written (%s); trying again every %.0f s", e, heartbeats.PERIOD_S)
+            self._beat_error = str(e)
+        else:
+            if self._beat_error is not None:
+                log.info("heartbeat written again")
+            self._beat_error = None
+
+    async def _beating(self) -> None:
+        while True:
+            await self._heartbeat()
+            await asyncio.sleep(heartbeats.PERIOD_S)
 
     # ---- the loop ----------------------------------------------------------------------------------------
     async def _flush(self) -> None:
@@ -201,6 +221,7 @@ class Runner:
         own_client = self._client is None
         if own_client:  # its connection pools per replica keep httpcore's per-request work small (serving.client)
             self._client = FleetClient(self.settings)
+        beating = asyncio.ensure_future(self._beating())
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
@@ -223,14 +244,18 @@ class Runner:
             if watcher is not None:
                 watcher.cancel()
             self.state = "stopping"
-            await self._drain()
-            self.state = "stopped"
             try:
-                await self._heartbeat()
+                await self._drain()
             finally:
-                if own_client:
-                    await self._client.aclose()
-                self._db.close()
+                beating.cancel()
+                self.state = "stopped"
+                try:
+                    await self._heartbeat()
+                finally:
+                    if own_client:
+                        await self._client.aclose()
+                    self._db.close()
+                    self._beats.close()
         return self.info()
 
     async def _watch(self) -> None:
@@ -299,9 +324,9 @@ class Runner:
                     next_claim = time.monotonic() + IDLE_POLL_S
                 if self.exit_when_idle and not got and not self._tasks and not self._results:
                     return
-            if t >= next_beat:
-                next_beat = t + HEARTBEAT_S
-                prog = await self._heartbeat()
+            if self.progress_cb is not None and t >= next_beat:
+                next_beat = t + heartbeats.PERIOD_S
+                prog = await self._db(self.store.progress)
                 if prog is not None:
                     self.progress_cb(prog)
                     if self.exit_when_idle and prog["state"] not in job_queries.ACTIVE and not self._tasks:
@@ -392,7 +417,7 @@ def run_job(
 
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
     drain_seconds, backoff_base, look ...). `progress_cb(progress)` is called about every
-    `HEARTBEAT_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
+    `data.heartbeats.PERIOD_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
     """
     runner = Runner(
         settings,
