@@ -147,6 +147,10 @@ class GradioSession:
         dep = self.deps[api_name]
         data = list(data or [])
         data += [None] * (len(dep["inputs"]) - len(data))
+        return self.call_raw(dep, data, event_data=event_data)
+
+    def call_raw(self, dep: dict, data: list, *, event_data=None) -> list:
+        """Run the event of dependency `dep` with `data` exactly as given (too few values too)."""
         r = self.http.post(
             "/gradio_api/queue/join",
             json={
