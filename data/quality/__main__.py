@@ -11,6 +11,7 @@ import argparse
 import json
 import sys
 
+from data import limits
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import calibration
@@ -63,9 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scope = Scope.of(job=args.job, prompt=args.prompt, model=args.model)
         try:
-            f = Filter.from_dict(json.loads(args.filter)).checked() if args.filter else Filter()
-        except ValueError:
-            raise DataError('--filter takes a JSON object, for example \'{"weather": "rain"}\'.') from None
+            raw = limits.outside_json(args.filter, "--filter") if args.filter else {}
+        except limits.UnreadableJson as e:
+            raise DataError(f'{e} It takes a JSON object, for example \'{{"weather": "rain"}}\'.') from None
+        f = Filter.from_dict(raw).checked()
         margin = check_margin(args.margin)
         by = [b.strip() for b in args.by.split(",") if b.strip()]
         r = report(db, f, scope, by=by)
