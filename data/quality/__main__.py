@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             raw = limits.outside_json(args.filter, "--filter") if args.filter else {}
         except limits.UnreadableJson as e:
-            raise DataError(f'{e} It takes a JSON object, for example \'{{"weather": "rain"}}\'.') from None
+            raise DataError(f'--filter takes a JSON object, for example \'{{"weather": "rain"}}\' ({e})') from None
         f = Filter.from_dict(raw).checked()
         margin = check_margin(args.margin)
         by = [b.strip() for b in args.by.split(",") if b.strip()]
