@@ -235,10 +235,11 @@ def save_human(
 ) -> dict:
     """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale, or
     TooFast past `rate` (limits.SAVE_RATE in the web app; None: no limit)."""
-    text = limits.check_text((text or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
+    # controls a reader cannot see (ESC, BEL, bidi overrides) are not stored (limits.CONTROLS)
+    text = limits.check_text((limits.plain_text(text) or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
     if not text:
         raise DataError("A caption cannot be empty.")
-    limits.check_text(note, limits.MAX_NOTE_CHARS, "The note")
+    note = limits.check_text(limits.plain_text(note), limits.MAX_NOTE_CHARS, "The note")
     limits.check_labels(labels)
     taxonomy.validate_labels(labels)
     found = consistency.conflicts(text, labels)
@@ -318,7 +319,7 @@ def add_machine(
     Idempotent per (job_id, clip_id): a repeated result returns the first one and changes nothing.
     Never replaces a human or approved caption (it becomes a candidate version instead).
     """
-    limits.check_text(text, limits.MAX_CAPTION_CHARS, "The model's caption")
+    text = limits.check_text(limits.plain_text(text), limits.MAX_CAPTION_CHARS, "The model's caption")
     limits.check_labels(labels)
     found = consistency.conflicts(text, labels)
     confidence = provenance.get("confidence") if isinstance(provenance.get("confidence"), dict) else None
@@ -647,7 +648,7 @@ def flag_broken(
     """Flag a clip whose video cannot be reviewed although ingest passed (it does not play, shows nothing, is
     other footage): review status 'broken', the reason kept and audited. Counted apart from rejections; the queue
     skips it. `base_review` (data.captions.review_token) makes it optimistic like a decision."""
-    reason = (reason or "").strip()
+    reason = (limits.plain_text(reason) or "").strip()
     limits.check_text(reason, limits.MAX_NOTE_CHARS, "The reason")
     if not reason:
         raise DataError("Say why the video is broken (e.g. 'black frames only', 'does not play'), then flag it.")

@@ -23,13 +23,14 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, TextIO
 
 import sqlite_utils
 
-from data import captions, clips, filter_args, taxonomy
+from data import captions, clips, filter_args, limits, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.job_params import current_names
@@ -334,15 +335,29 @@ def csv_header() -> list[str]:
 
 
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+_CONTROLS_LEFT = re.compile("[\x7f-\x9f\u202a-\u202e\u2066-\u2069]")  # what json.dumps leaves unescaped
 
 
 def csv_cell(value: Any) -> Any:
-    """A text cell a spreadsheet will not run: NUL bytes dropped, and a leading =, +, -, @, tab or CR
-    (formula triggers in Excel, LibreOffice and Sheets) escaped with a leading apostrophe (OWASP's advice)."""
+    """A text cell a spreadsheet will not run and a terminal will not act on: NUL and the controls a reader
+    cannot see (ESC, BEL, BS, bidi overrides: limits.CONTROLS, also in rows stored before saves dropped them)
+    removed, and a leading =, +, -, @, tab or CR (formula triggers in Excel, LibreOffice and Sheets) escaped with
+    a leading apostrophe (OWASP's advice)."""
     if not isinstance(value, str):
         return value
-    value = value.replace("\x00", "")
+    value = limits.CONTROLS.sub("", value.replace("\x00", ""))
     return "'" + value if value.startswith(FORMULA_START) else value
+
+
+def _escaped(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def jsonl_line(row: dict) -> str:
+    """One record as a JSON Lines line (with its newline): what the export and a release's split files write.
+    JSON escapes C0 controls itself; DEL, C1 and the bidi controls are written as \\u
+    escapes too, so the record holds the same value and a terminal that shows it acts on none of them."""
+    return _CONTROLS_LEFT.sub(_escaped, json.dumps(row, ensure_ascii=False, allow_nan=False)) + "\n"
 
 
 def _flat(value: Any) -> Any:
@@ -364,11 +379,6 @@ def _csv_row(row: dict) -> list[Any]:
         v = _flat(flat.get(col))
         out.append("" if v is None else csv_cell(v))
     return out
-
-
-def jsonl_line(row: dict) -> str:
-    """One record as a JSON Lines line (with its newline): what the export and a release's split files write."""
-    return json.dumps(row, ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def export(db: sqlite_utils.Database, f: Filter | None, fmt: str, out: TextIO) -> int:

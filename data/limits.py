@@ -63,6 +63,22 @@ def check_text(value: str, limit: int, what: str) -> str:
     return value
 
 
+# Characters a reader never sees but a terminal or a text renderer acts on: C0 controls but tab, newline and NUL
+# (NUL is refused by check_text, with a message), DEL, C1 controls (U+009B is CSI in some terminals), and the
+# bidi embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069), which reorder what a reader sees
+# (Trojan Source). ESC [ ... rewrites a terminal that prints an exported caption; BEL rings, BS erases.
+CONTROLS = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def plain_text(value: str | None) -> str | None:
+    """`value` without CONTROLS (line ends become newlines): what a caption, a note or a reason is stored as,
+    whoever wrote it (a person's paste, a model's answer)."""
+    if not value:
+        return value
+    value = value.replace("\r\n", "\n").replace("\r", "\n")
+    return CONTROLS.sub("", value)
+
+
 def check_labels(labels: Any) -> Any:
     size = len(json.dumps(labels, default=str))
     if size > MAX_LABELS_BYTES:
@@ -128,6 +144,25 @@ def strict_json_loads(text: str | bytes) -> Any:
     """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not), and
     numbers a double cannot hold (1e400 would become inf, 1e-400 would become 0.0)."""
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
+
+
+class UnreadableJson(DataError, ValueError):
+    """JSON from outside (typed by a person, or a file they gave) that is not read: not JSON, too deep, a
+    number a double cannot hold. A ValueError too, for callers that treat any unreadable text alike."""
+
+
+def outside_json(text: str | bytes, what: str = "The JSON", *, depth: int = MAX_SIDECAR_DEPTH) -> Any:
+    """Parse JSON a person typed (a filter, a schema, a URL's ?f=) or handed us (a file): its nesting is checked
+    first, in linear time and without parsing (the stdlib parser recurses: 5,000 nested objects end in a
+    RecursionError), then it is parsed strictly (`strict_json_loads`). Raises UnreadableJson saying why."""
+    if not json_depth_ok(text, depth):
+        raise UnreadableJson(f"{what} nests deeper than {depth} levels.")
+    try:
+        return strict_json_loads(text)
+    except RecursionError:  # pragma: no cover - the depth check comes first
+        raise UnreadableJson(f"{what} nests too deep.") from None
+    except (ValueError, UnicodeDecodeError) as e:
+        raise UnreadableJson(f"{what} is not JSON: {str(e)[:120]}.") from None
 
 
 def storable_json(value: Any) -> str:

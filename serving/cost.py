@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from data import limits
 from data.job_params import RECIPE_MAX_PIXELS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,7 +142,10 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
 def load_table(path: str | Path = WORK_TABLE) -> dict:
     """The work-per-clip table ({"points": [...], ...}); an empty one where the file is missing or unreadable."""
     try:
-        table = json.loads(Path(path).read_text())
+        text = Path(path).read_text()
+        if not limits.json_depth_ok(text):  # before parsing: the stdlib parser recurses (RecursionError)
+            return {"points": []}
+        table = json.loads(text)
     except (OSError, ValueError):
         return {"points": []}
     return table if isinstance(table, dict) and isinstance(table.get("points"), list) else {"points": []}
@@ -168,7 +172,7 @@ def load_measurements(*paths: str | Path) -> list[Measurement]:
             continue
         for i, line in enumerate(lines, 1):
             try:
-                rec = json.loads(line)
+                rec = json.loads(line) if limits.json_depth_ok(line) else None
             except ValueError:
                 continue
             m = from_record(rec, f"{f}:{i}") if isinstance(rec, dict) else None

@@ -24,6 +24,7 @@ pytest_plugins = [
     "tests.support.clip_fixtures",
     "tests.support.fleet_fixtures",
     "tests.support.leak_guard",
+    "tests.support.small_filesystem",
 ]
 
 

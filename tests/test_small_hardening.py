@@ -42,7 +42,7 @@ def test_move_root_checks_the_clips_even_when_every_clip_is_missing(moved_librar
     other = tmp_path / "other"
     other.mkdir()
     (other / "unrelated.txt").write_text("x")
-    with pytest.raises(DataError, match="does not look like this library's clip root"):
+    with pytest.raises(DataError, match="is not this library's clip root"):
         clip_root.move_root(db, other)  # before: accepted (no present clip to sample)
     out = clip_root.move_root(db, moved_library)
     assert out["found"] == 3 and clip_root.recorded_root(db) == moved_library.resolve()

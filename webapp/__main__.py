@@ -16,6 +16,7 @@ import argparse
 import sys
 
 from data import settings as settings_mod
+from serving import console
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -27,6 +28,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # the app's log may sit on a full disk: a line (or a traceback Gradio prints) that cannot be written must
+    # never stop an event from answering
+    console.install()
     args = build_parser().parse_args(argv)
     settings = settings_mod.from_args(args)
     if settings.auth.lower() == "off" and not settings.loopback:

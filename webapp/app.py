@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from data import order
+from data import limits, order
 from data.library import clip_root
 from serving.fleet_reader import FleetReader
 from webapp import activity, browse_tab, exports, failures, idle, media_routes, render
@@ -79,7 +79,8 @@ class Workbench:
         self.fleet = FleetTab(ctx)
 
     def build(self) -> gr.Blocks:
-        with gr.Blocks(title="Clip captioning workbench") as demo:
+        # failures.Blocks: every failure of an event reaches the person as a sentence, never a repr or a traceback
+        with failures.Blocks(title="Clip captioning workbench") as demo:
             self.banner = gr.HTML(render.banner(self.ctx.simulated_fleet), elem_id="banner")
             self.userline = gr.HTML("", elem_id="userline")
             self.filter_state = gr.State({})
@@ -113,6 +114,7 @@ class Workbench:
             self.fleet.wire(self.banner)
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
+        failures.guard_events(demo)  # every handler, also those wired without shows_errors (timers, tab selects)
         demo.queue(default_concurrency_limit=CONCURRENCY)
         direct = sorted(str(f.api_name) for f in demo.fns.values() if not f.queue)
         if direct:  # the page would call Gradio's /run route for them, which webapp.guard keeps closed
@@ -154,15 +156,15 @@ class Workbench:
             out[self.tabs] = gr.Tabs(selected="review")
         return out
 
-    def open_tile(self, evt: gr.EventData, request: gr.Request, *values):
-        """A Browse tile: open it in Review, saving an edit left in the Review form (`values`) first."""
+    def open_tile(self, evt: gr.EventData, request: gr.Request, *values) -> dict:
+        """A Browse tile: open it in Review, saving an edit left in the Review form (`values`) first. Review is
+        shown whatever happened: the clip opened, Review says why the edit was not saved, or the clip was
+        already open there."""
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
-            return gr.skip()
-        out = self.review.goto(request, str(int(clip)), *values)
-        if isinstance(out, dict):  # the clip opened, or Review shows why the edit was not saved: show Review
-            out[self.tabs] = gr.Tabs(selected="review")
-        return out
+            return {self.tabs: gr.skip()}
+        out = self.review.goto(request, str(limits.sql_int(clip, "clip id")), *values)
+        return {**out, self.tabs: gr.Tabs(selected="review")}
 
     def _wire(self) -> None:
         review_outs = self.review.view_outputs()

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from data import clips, order as orders, search
+from data import clips, limits, order as orders, search
 from data.errors import DataError, SearchSyntaxError
 from data.quality import samples
 from webapp import assigning, release_panel, render, sampling, second_review_tab
@@ -188,8 +188,8 @@ class BrowseTab:
         if not raw:
             return {}
         try:
-            return clips.Filter.from_dict(json.loads(raw)).to_dict()
-        except (ValueError, TypeError, RecursionError, DataError):
+            return clips.Filter.from_dict(limits.outside_json(raw, "The link's filter")).to_dict()
+        except (ValueError, TypeError, DataError):
             return {}
 
     def set_inputs(self, form: dict, user) -> dict:

@@ -5,8 +5,6 @@ Built by `build_app`; never a module global (two apps in one process, as in test
 
 from __future__ import annotations
 
-import functools
-import sqlite3
 import threading
 from dataclasses import dataclass
 
@@ -14,7 +12,6 @@ import gradio as gr
 import sqlite_utils
 
 from data import db as dbmod, users
-from data.errors import DataError
 from data.jobs import fleet_of
 from data.settings import Settings
 from serving.fleet_reader import FleetReader
@@ -25,25 +22,13 @@ LOCAL_ADMIN = "local"
 
 
 def shows_errors(fn):
-    """Wrap a handler so that any data.errors.DataError it lets through (a limit, a refusal, a conflict nobody
-    caught) reaches the user as a visible message (gr.Error, a toast) instead of a generic "Error", and so
-    does a failure of the server's own (the database's write lock held by another program, a full disk:
-    webapp.failures). The signature is kept (functools.wraps), so Gradio still passes gr.Request /
-    gr.EventData."""
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except DataError as e:
-            raise gr.Error(str(e), title="Not done") from None
-        except (sqlite3.OperationalError, OSError) as e:
-            known = failures.describe(e)
-            if known is None:
-                raise
-            raise gr.Error("Not done: " + known[1], title="Server problem") from None
-
-    return wrapper
+    """Wrap a handler so that whatever it lets through reaches the user as a message (gr.Error, a toast) instead
+    of a generic "Error": a data.errors.DataError (a limit, a refusal, a conflict nobody caught) as its text, a
+    failure of the server's own (the database's write lock held by another program, a full disk) as its
+    sentence, anything else as a fixed sentence with a log reference (webapp.failures.handler). The signature
+    is kept, so Gradio still passes gr.Request / gr.EventData. Every event is wrapped so in the end
+    (failures.guard_events); wiring it here says so where the event is made."""
+    return failures.handler(fn)
 
 
 @dataclass(frozen=True)

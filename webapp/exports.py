@@ -7,7 +7,6 @@ with its own connection, then streamed.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 
@@ -16,7 +15,7 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
-from data import clips, db as dbmod, export as exporter
+from data import clips, db as dbmod, export as exporter, limits
 from data.errors import DataError
 from webapp.context import AppContext
 
@@ -45,13 +44,13 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         if len(filter) > 4096:
             raise HTTPException(400, "filter is too long (4,096 characters at most)")
         try:
-            fdict = json.loads(filter)
+            fdict = limits.outside_json(filter, "The filter")
             if not isinstance(fdict, dict):
                 raise ValueError
             f = clips.Filter.from_dict(fdict)
-        except DataError as e:
+        except DataError as e:  # limits.UnreadableJson too: not JSON, or nested too deep
             raise HTTPException(400, f"bad filter: {e}") from None
-        except (ValueError, TypeError, RecursionError):
+        except (ValueError, TypeError):
             raise HTTPException(400, "filter must be a JSON object of clip filter fields") from None
         fd, path = tempfile.mkstemp(prefix="cw-export-", suffix="." + fmt)
         os.close(fd)

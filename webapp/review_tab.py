@@ -254,20 +254,22 @@ class ReviewTab:
         try:  # opening a clip is a read: it does not wait long for a write lock another program holds
             holder = review_queue.visit(db, clip["id"], user.name, ttl=self.lease_ttl, wait=LEASE_WAIT_S)
         except sqlite3.OperationalError as e:
-            if failures.describe(e) is not failures.BUSY:
+            # the lease is a write, the view a read: a database that takes no writes still shows the clip
+            known = failures.describe(e)
+            if known not in (failures.BUSY, failures.FULL):
                 raise
             holder = review_queue.holder(db, clip["id"])
             holder = None if holder == user.name else holder  # their own lease from before: nobody else's
-            message = " ".join(
-                filter(
-                    None,
-                    [
-                        message,
-                        "The database is busy: this clip is not marked as yours yet, so a "
-                        "colleague's n may serve it too. Saving works once the database is free.",
-                    ],
-                )
+            why, until = (
+                ("The database is busy", "the database is free")
+                if known is failures.BUSY
+                else ("The server's disk is full", "space is freed (tell whoever runs the workbench)")
             )
+            note = (
+                f"{why}: this clip is not marked as yours yet, so a colleague's n may serve it too. "
+                f"Saving works once {until}."
+            )
+            message = " ".join(filter(None, [message, note]))
             kind = "conflict"
         out = {
             self.header: render.header(clip, user.name, user.role, holder=holder, kept=keep_form),
@@ -608,13 +610,15 @@ class ReviewTab:
 
         return self._leave(form, request, go)
 
-    def goto(self, request: gr.Request, target, *values):
-        """Open clip `target` (browser Back/Forward, a Browse tile), saving the form first."""
+    def goto(self, request: gr.Request, target, *values) -> dict:
+        """Open clip `target` (browser Back/Forward, a Browse tile), saving the form first. Always a dict keyed by
+        components, whatever the path (the Browse tile adds the tab to it): the clip already open changes
+        nothing."""
         form, _ = ReviewForm.split(values)
         self.ctx.user(request)
         target = str(target or "").strip()
         if not target.isdigit() or (form.clip_id is not None and int(target) == int(form.clip_id)):
-            return gr.skip()
+            return {self.msg: gr.skip()}
         return self._leave(
             form, request, lambda note: self.view(int(target), request, message=note, kind="ok" if note else "info")
         )

@@ -94,16 +94,22 @@ def recorded_root(db: sqlite_utils.Database) -> Path | None:
 
 def record_root(db: sqlite_utils.Database, root: str | Path, *, actor: str = "ingest") -> Path:
     """Record `root` as the library's clip root at ingest; the same root again is a no-op. A different one
-    raises RootMismatch saying what to do instead."""
+    raises RootMismatch saying what to do instead, unless the library has no clips yet (then it is the root)."""
     root = Path(root).resolve()
     refusal = root_refusal(root, db)
-    if refusal and recorded_root(db) is None:
-        raise DataError(f"refused as the clip root: {refusal}.")
     with immediate(db):
-        have = recorded_root(db)
+        have = replaced = recorded_root(db)
+        if have is not None and have != root and next(db.query("SELECT 1 FROM clips LIMIT 1"), None) is None:
+            # a library without clips has no relative paths to keep: its root is simply the new one (move-root
+            # has nothing to check there and refuses)
+            db.execute("DELETE FROM clip_roots")
+            have = None
         if have is None:
+            if refusal:
+                raise DataError(f"refused as the clip root: {refusal}.")
             db.execute("INSERT INTO clip_roots (path, added_at) VALUES (?, ?)", [str(root), now()])
-            events.record(db, actor, "library.root", root=str(root))
+            was = {"replaced": str(replaced)} if replaced else {}
+            events.record(db, actor, "library.root", root=str(root), **was)
             return root
     if have != root:
         raise RootMismatch(
@@ -147,8 +153,10 @@ def move_root(
 ) -> dict:
     """Re-point the library at `new_root` after checking that it holds the library's files: of up to `sample`
     clips (present ones first: those marked missing are the ones that moved, and count too), at least one must
-    exist there and none may have another size (unless `force`). A folder that can never be a clip root
-    (`root_refusal`: a system or home folder, one holding the database) is refused, `force` or not."""
+    exist there with its recorded size, `force` or not (the replicas may read everything under the clip root),
+    and none may have another size (unless `force`). A folder that can never be a clip root (`root_refusal`: a
+    system or home folder, one holding the database) is refused, `force` or not; so is any move of a library
+    without clips (there is nothing to check: ingest records the root)."""
     new = Path(new_root).resolve()
     if not new.is_dir():
         raise DataError(f"{new} is not a folder")
@@ -162,17 +170,29 @@ def move_root(
             [sample],
         )
     )
+    if not rows:  # nothing could show that the folder holds this library's clips
+        raise DataError(
+            "this library has no clips yet: there is nothing to move. Ingest the folder that holds the clips "
+            "(python -m data.library.ingest ROOT): it records the root."
+        )
     found = [r for r in rows if (new / r["path"]).is_file()]
     wrong = [r["path"] for r in found if os.path.getsize(new / r["path"]) != r["size"]]
-    if rows and not force and (not found or wrong):
+    if len(wrong) == len(found):
+        # even with --force: the replicas may read everything under the clip root, so it must be the library's
+        # own folder (~/.ssh or /var/lib hold none of its clips)
         why = (
             f"none of {len(rows)} sampled clips is there"
             if not found
-            else f"{len(wrong)} sampled clips have another size there (e.g. {wrong[0]})"
+            else f"the {len(found)} sampled clips found there all have another size (e.g. {wrong[0]})"
         )
         raise DataError(
-            f"{new} does not look like this library's clip root: {why}. Check the folder, or pass "
-            "--force to move anyway."
+            f"{new} is not this library's clip root: {why}. The clip root must hold the library's clips, even "
+            "with --force; check the folder."
+        )
+    if wrong and not force:
+        raise DataError(
+            f"{new} does not look like this library's clip root: {len(wrong)} sampled clips have another size "
+            f"there (e.g. {wrong[0]}). Check the folder, or pass --force to move anyway."
         )
     with immediate(db):
         db.execute("DELETE FROM clip_roots")
@@ -205,7 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     show = sub.add_parser("show", help="print the recorded clip root")
     move = sub.add_parser("move-root", help="re-point the library at the folder its clips moved to")
     move.add_argument("new_root", help="the folder that now holds the clips (same relative paths)")
-    move.add_argument("--force", action="store_true", help="move even if the sampled clips do not match")
+    move.add_argument(
+        "--force",
+        action="store_true",
+        help="move even if some sampled clips have another size there (the folder must still hold the library's clips)",
+    )
     settings_mod.add_command_arguments(parser, (show, move), ["data_dir", "db"])
     args = parser.parse_args(argv)
     s = settings_mod.from_args(args)

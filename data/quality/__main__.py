@@ -15,6 +15,7 @@ import getpass
 import json
 import sys
 
+from data import limits
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import calibration, rounds, targets
@@ -124,9 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         scope = Scope.of(job=args.job, prompt=args.prompt, model=args.model)
         try:
-            f = Filter.from_dict(json.loads(args.filter)).checked() if args.filter else Filter()
-        except ValueError:
-            raise DataError('--filter takes a JSON object, for example \'{"weather": "rain"}\'.') from None
+            raw = limits.outside_json(args.filter, "--filter") if args.filter else {}
+        except limits.UnreadableJson as e:
+            raise DataError(f'--filter takes a JSON object, for example \'{{"weather": "rain"}}\' ({e})') from None
+        f = Filter.from_dict(raw).checked()
         margin = check_margin(args.margin)
         by = [b.strip() for b in args.by.split(",") if b.strip()]
         if args.confidence is not None and not args.set_target:

@@ -16,6 +16,7 @@ import sys
 
 from data.errors import DataError
 from data.settings import add_arguments, from_args
+from serving import console
 from serving.fleet_key import auth
 from serving.runner.loop import Runner, serve
 
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    console.install()  # its log may sit on a full disk: a line that cannot be written never stops the runner
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = from_args(args)

@@ -14,7 +14,7 @@ import time
 import traceback
 from typing import Any, Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, jobs, prompts
+from data import db as dbmod, heartbeats, jobs, prompts
 from data.errors import DataError
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
@@ -32,7 +32,6 @@ from serving.runner.store import JobConfig, JobStore, Outcome
 log = logging.getLogger("serving.runner")
 
 IDLE_POLL_S = 0.25  # how often to look for new work when there was none
-HEARTBEAT_S = 2.0  # how often the runner reports itself in `heartbeats`
 RELEASE_CHUNK = 128  # leases handed back per transaction when draining (store.py: no long write lock)
 ABORT_CHECK_S = 0.5  # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
@@ -105,6 +104,10 @@ class Runner:
         self.thread_stop = stop_event
         self.exit_when_idle = exit_when_idle
         self._db = RunnerDB(settings.db)
+        # heartbeats on a thread of their own: a call waiting out a full disk or a foreign lock does not silence
+        # the runner (its supervisor restarts a runner whose heartbeat goes stale: serving.supervisor)
+        self._beats = RunnerDB(settings.db, retry=False, name="runner-beat")
+        self._beat_error: str | None = None
         self._tasks: dict[asyncio.Task, tuple[int, int]] = {}
         self._results: list[Outcome] = []
         self._avoid: dict[tuple[int, int], set[str]] = {}
@@ -178,11 +181,28 @@ class Runner:
             "jobs": sorted(self.store.job_ids) if self.store.job_ids is not None else None,
             "sends_to": self.fleet,  # the fleet whose jobs it takes (data.jobs.fleet_of)
             "state": self.state,
+            "waiting": self._db.waiting,  # a database call waiting out a locked database or a full disk
             **dict(self.stats),
         }
 
-    async def _heartbeat(self) -> dict | None:
-        return await self._db(self.store.heartbeat, self.info(), self.progress_cb is not None)
+    async def _heartbeat(self) -> None:
+        """Write the heartbeat, best-effort: one that cannot be written (a full disk, a foreign lock held past a
+        period) is skipped and said once in the log, and the next comes a period later."""
+        try:
+            await self._beats(self.store.heartbeat, self.info())
+        except Exception as e:  # noqa: BLE001 - a heartbeat never stops the runner
+            if self._beat_error is None:
+                log.warning("heartbeat not written (%s); trying again every %.0f s", e, heartbeats.PERIOD_S)
+            self._beat_error = str(e)
+        else:
+            if self._beat_error is not None:
+                log.info("heartbeat written again")
+            self._beat_error = None
+
+    async def _beating(self) -> None:
+        while True:
+            await self._heartbeat()
+            await asyncio.sleep(heartbeats.PERIOD_S)
 
     # ---- the loop ----------------------------------------------------------------------------------------
     async def _flush(self) -> None:
@@ -220,6 +240,7 @@ class Runner:
             # every answer is read in a checker process within a time budget, never on this loop (answer_check)
             checker = AnswerChecker.from_settings(self.settings)
             self._client = FleetClient(self.settings, checker=checker)
+        beating = asyncio.ensure_future(self._beating())
         try:
             if self._ask_router:  # a router knows how many replicas it stands for (a network call: not in __init__)
                 url = self.replicas[0].url
@@ -244,17 +265,21 @@ class Runner:
             if watcher is not None:
                 watcher.cancel()
             self.state = "stopping"
-            await self._drain()
-            self.state = "stopped"
             try:
-                await self._heartbeat()
+                await self._drain()
             finally:
-                if own_client:
-                    await self._client.aclose()
-                if checker is not None:
-                    self.stats.update({f"checks_{k}": v for k, v in checker.stats.items()})
-                    await checker.aclose()
-                self._db.close()
+                beating.cancel()
+                self.state = "stopped"
+                try:
+                    await self._heartbeat()
+                finally:
+                    if own_client:
+                        await self._client.aclose()
+                    if checker is not None:
+                        self.stats.update({f"checks_{k}": v for k, v in checker.stats.items()})
+                        await checker.aclose()
+                    self._db.close()
+                    self._beats.close()
         return self.info()
 
     async def _watch(self) -> None:
@@ -324,9 +349,9 @@ class Runner:
                     next_claim = time.monotonic() + IDLE_POLL_S
                 if self.exit_when_idle and not got and not self._tasks and not self._results:
                     return
-            if t >= next_beat:
-                next_beat = t + HEARTBEAT_S
-                prog = await self._heartbeat()
+            if self.progress_cb is not None and t >= next_beat:
+                next_beat = t + heartbeats.PERIOD_S
+                prog = await self._db(self.store.progress)
                 if prog is not None:
                     self.progress_cb(prog)
                     if self.exit_when_idle and prog["state"] not in job_queries.ACTIVE and not self._tasks:
@@ -423,7 +448,7 @@ def run_job(
     The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
     drain_seconds, backoff_base, look ...). A job made for another fleet than `fleet_urls` is refused
     (DataError): a runner sends a job only to the fleet it was made for. `progress_cb(progress)` is called about every
-    `HEARTBEAT_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
+    `data.heartbeats.PERIOD_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
     """
     sends_to = jobs.fleet_of(fleet_targets(settings, fleet_urls))
     d = dbmod.connect(settings.db)

@@ -1,10 +1,10 @@
 """What the job runner reads and writes in SQLite: claims, results, unsendable clips, heartbeats.
 
-Every method runs on the runner's database thread (dbthread.RunnerDB), with that thread's connection
-as its first argument, and is one transaction: a retry after a locked database repeats nothing. Results are
-written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through `data.jobs.complete`, which
-goes through `data.captions.add_machine`: a machine caption never replaces a human or approved one, and a result
-is written once per (job, clip).
+Every method runs on one of the runner's database threads (dbthread.RunnerDB: heartbeats on their own), with
+that thread's connection as its first argument, and is one transaction: a retry after a locked database repeats
+nothing. Results are written in batches (one `BEGIN IMMEDIATE` per batch, one savepoint per item) through
+`data.jobs.complete`, which goes through `data.captions.add_machine`: a machine caption never replaces a human or
+approved one, and a result is written once per (job, clip).
 
 A transaction holds SQLite's write lock, and every annotator's save waits for it: so a batch is bounded by time,
 not by count. `write` stores results until WRITE_HOLD_S has passed and leaves the rest to the next transaction,
@@ -229,9 +229,13 @@ class JobStore:
                     )
             self._held(began)
 
-    def heartbeat(self, db, info: dict, progress: bool = False) -> dict | None:
-        """Report the runner in `heartbeats`; with `progress` (and one job), return that job's progress."""
-        heartbeats.heartbeat(db, self.name, "runner", info=info)
-        if progress and self.job_ids and len(self.job_ids) == 1:
+    def heartbeat(self, db, info: dict) -> None:
+        """Report the runner in `heartbeats` (on the runner's heartbeat thread: waits at most one period for the
+        write lock)."""
+        heartbeats.heartbeat(db, self.name, "runner", info=info, wait=heartbeats.PERIOD_S)
+
+    def progress(self, db) -> dict | None:
+        """The progress of this runner's job when it runs exactly one (run_job), else None."""
+        if self.job_ids and len(self.job_ids) == 1:
             return job_queries.progress(db, next(iter(self.job_ids)))
         return None

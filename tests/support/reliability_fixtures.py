@@ -112,12 +112,25 @@ def login_cookie(url: str, user: str, password: str = PASSWORD) -> str:
 
 
 # ---- Gradio over raw HTTP -------------------------------------------------------------------------------------
+# what an error event must never carry to a person: an object's repr, Gradio's or Python's own error text, a
+# traceback (issue 27, class 2)
+LEAKS = re.compile(
+    r"object at 0x|<[\w.]+ object|gradio\.|Traceback|\b\w+(Error|Exception)\b|has no attribute|not subscriptable|"
+    r"Error binding|Wanted inputs|Could not preprocess|positional argument|keyword argument|NoneType|"
+    r"not supported between|Returned dictionary"
+)
+
+
 class GradioError(Exception):
     """An event answered with an error (gr.Error, a crash) or an HTTP refusal."""
 
     def __init__(self, message: str, status: int | None = None):
         super().__init__(message)
         self.status = status
+
+
+class NoAnswer(GradioError):
+    """An event that did not answer in time (GradioSession.call_raw's `within`)."""
 
 
 def dependencies(url: str, cookie: str | None) -> dict[str, dict]:
@@ -147,6 +160,13 @@ class GradioSession:
         dep = self.deps[api_name]
         data = list(data or [])
         data += [None] * (len(dep["inputs"]) - len(data))
+        return self.call_raw(dep, data, event_data=event_data)
+
+    def call_raw(self, dep: dict, data: list, *, event_data=None, within: float | None = None) -> list:
+        """Run the event of dependency `dep` with `data` exactly as given (too few values too). `within`: raise
+        NoAnswer once that many seconds pass without its result (checked at each message of the stream, and
+        at the client's read timeout)."""
+        deadline = time.monotonic() + within if within is not None else None
         r = self.http.post(
             "/gradio_api/queue/join",
             json={
@@ -164,6 +184,8 @@ class GradioSession:
             if resp.status_code != 200:
                 raise GradioError(f"HTTP {resp.status_code} on the event stream", resp.status_code)
             for line in resp.iter_lines():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise NoAnswer(f"no answer within {within} s")
                 if not line.startswith("data:"):
                     continue
                 msg = json.loads(line[5:])

@@ -1,0 +1,108 @@
+"""A handler's error reaches the browser as a sentence meant for a person, never as an object's repr, a library's
+own text or a traceback (issue 27, class 2; issue 31, class 3). Every event the page has (read from /config, so a
+new one is covered) is sent the wrong types, too few values and nonsense through the page's own path
+(`/gradio_api/queue/join` + the event stream); then a handler is made to fail inside, as a bug would."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tests.support.reliability_fixtures import LEAKS, GradioError, GradioSession, dependencies
+from tests.support.webapp_fixtures import AppServer, add_users, build_library
+from webapp import failures
+
+FAILED = re.compile(re.escape(failures.FAILED).replace(r"\{ref\}", "[0-9a-f]{8}"))
+VARIANTS = {
+    "nothing": lambda n: [None] * n,
+    "numbers": lambda n: [-(10**30)] * n,
+    "objects": lambda n: [{"a": [1, {"b": "<b>x</b>"}]}] * n,
+    "too few values": lambda n: [1],
+}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    from data.settings import Settings
+
+    d = tmp_path_factory.mktemp("event-errors")
+    s = Settings.load({"data_dir": str(d / "var"), "fleet_mode": "sim"}, environ={})
+    build_library(s, n=6)
+    add_users(s)
+    with AppServer(s, fleet_urls=[]) as srv:
+        yield srv
+
+
+def run_raw(tab: GradioSession, dep: dict, data: list, event_data=None) -> str | None:
+    """Send `data` as is (GradioSession.call pads it to the inputs); the error text, or None on success."""
+    try:
+        tab.call_raw(dep, data, event_data=event_data)
+    except GradioError as e:
+        return str(e)
+    return None
+
+
+def test_every_event_fed_the_wrong_inputs_answers_with_a_sentence(app):
+    cookie = app.client("lead").cookies["cw_session"]
+    deps = dependencies(app.url, cookie)
+    assert len(deps) > 50  # every event of the page, as the page lists them
+    seen: dict[str, list[str]] = {}
+    leaked: list[tuple[str, str, str]] = []
+    for name, dep in sorted(deps.items()):
+        tab = GradioSession(app.url, cookie, deps)
+        try:
+            errors = {
+                v: run_raw(tab, dep, make(len(dep["inputs"])), event_data={"clip": [1]}) for v, make in VARIANTS.items()
+            }
+        finally:
+            tab.close()
+        for variant, err in errors.items():
+            if err is None:
+                continue
+            seen.setdefault(FAILED.sub("FAILED", err)[:100], []).append(f"{name}/{variant}")
+            if LEAKS.search(err):
+                leaked.append((name, variant, err[:300]))
+    for text, where in sorted(seen.items(), key=lambda kv: -len(kv[1])):
+        print(f"{len(where):4d} {text!r} e.g. {where[:3]}")
+    assert not leaked, f"{len(leaked)} errors show internals, e.g. {leaked[:5]}"
+    assert any("FAILED" in t for t in seen)  # the fixed sentence was what most of them got
+
+
+def test_a_handler_that_fails_inside_says_the_fixed_sentence_and_logs_the_traceback(app, monkeypatch, caplog):
+    from data import clips
+
+    def broken(*_a, **_k):
+        raise RuntimeError("internal detail <secret.Thing object at 0xdeadbeef>")
+
+    cookie = app.client("ann").cookies["cw_session"]
+    deps = dependencies(app.url, cookie)
+    monkeypatch.setattr(clips, "get", broken)
+    tab = GradioSession(app.url, cookie, deps)
+    try:
+        with pytest.raises(GradioError) as got:
+            tab.call("open_clip", event_data={"clip": 2})
+    finally:
+        tab.close()
+    text = str(got.value)
+    assert FAILED.search(text) and "deadbeef" not in text and "RuntimeError" not in text, text
+    ref = re.search(r"reference ([0-9a-f]{8})", text).group(1)
+    logged = [r for r in caplog.records if ref in r.getMessage()]
+    assert logged and logged[0].exc_info and "internal detail" in str(logged[0].exc_info[1])
+
+
+def test_opening_the_clip_already_open_is_an_answer_not_an_error(app):
+    """One return shape on every path of open_clip (issue 31, item 6). Before: Gradio's "Returned dictionary
+    included some keys as Components..." for the second open."""
+    cookie = app.client("ann").cookies["cw_session"]
+    tab = GradioSession(app.url, cookie, dependencies(app.url, cookie))
+    try:
+        first = tab.call("open_clip", event_data={"clip": 3})
+        again = tab.call("open_clip", event_data={"clip": 3})  # the session's form holds clip 3 now
+        other = tab.call("open_clip", event_data={"clip": 4})
+    finally:
+        tab.close()
+    assert any("version" in v for v in first if isinstance(v, str))
+    assert len(again) == len(first)  # an answer for every output (nothing changes but the tab shown)
+    assert any(isinstance(v, dict) and v.get("selected") == "review" for v in again), again
+    assert any(isinstance(v, str) and "clip 4" in v.lower() or "/media/4" in str(v) for v in other)
