@@ -11,15 +11,15 @@ from pathlib import Path
 
 import gradio as gr
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import order
 from data.library import clip_root
 from serving import fleet_key
-from webapp import activity, browse_tab, exports, failures, media_routes, render
+from webapp import activity, browse_tab, budget, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
 from webapp.browse_tab import BrowseTab
+from webapp.budget import Budget, WriteBudget
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
@@ -264,22 +264,12 @@ def build_app(settings) -> FastAPI:
         """Liveness for launch.sh and load balancers: answers before login, reveals nothing."""
         return {"ok": True}
 
-    @app.middleware("http")
-    async def close_unused_gradio_routes(request, call_next):
-        # No handler of this app takes a file, so Gradio's upload route only offers disk space to anyone logged
-        # in; and its OpenAPI document lists routes to callers who have not logged in (S2).
-        path = request.url.path
-        if path.endswith("/gradio_api/upload") or path.endswith("/upload_progress"):
-            return JSONResponse({"detail": "this app takes no uploads"}, status_code=403)
-        if path.endswith("/openapi.json") and auth.user_name(request) is None and auth.required:
-            return JSONResponse({"detail": "log in first"}, status_code=401)
-        return await call_next(request)
-
     media_routes.install(app, ctx, auth.user_name)
     media_routes.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
     activity.install(app, ctx, auth.user_name)  # drafts and review-lease activity from the page script
     app.mount("/cw-static", StaticFiles(directory=STATIC), name="cw-static")
+    own_routes = list(app.routes)  # what webapp.guard lets through besides the Gradio routes the page uses
     bench = Workbench(ctx)
     demo = bench.build()
     app.state.workbench = bench
@@ -290,7 +280,7 @@ def build_app(settings) -> FastAPI:
         path="/",
         auth_dependency=auth.user_name,
         ssr_mode=False,
-        footer_links=["api"],
+        footer_links=[],  # no "Use via API": the page's queue is the only way in (webapp.guard)
         run_history=False,
         head=head_html(),
         css_paths=[STATIC / "app.css"],
@@ -301,6 +291,16 @@ def build_app(settings) -> FastAPI:
         user = ctx.user_by_name(name) if name else None
         return user is not None and user.can("lead")
 
-    # outermost: Host allow-list, Origin checks, no CORS, security headers, queue sessions bound to users (S8)
-    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead, auth_required=auth.required)
+    # outermost: Host allow-list, Origin checks, no CORS, security headers, only the routes the page uses, queue
+    # sessions bound to users (S8), one write budget per person (issue 27)
+    app.add_middleware(
+        Guard,
+        settings=settings,
+        user_name=auth.user_name,
+        is_lead=is_lead,
+        auth_required=auth.required,
+        own_routes=own_routes,
+        budget=WriteBudget(Budget(settings.write_budget, settings.write_burst)),
+        reads=frozenset(i for i, fn in demo.fns.items() if not budget.writes(fn.api_name)),
+    )
     return app

@@ -167,7 +167,7 @@ class Auth:
             device = device or sessions.new_device_token()
             try:
                 with immediate(self.ctx.db()):
-                    token = sessions.create(self.ctx.db(), user["name"])
+                    token = sessions.create(self.ctx.db(), user["name"], keep=self.ctx.settings.sessions_per_person)
                     sessions.remember(self.ctx.db(), user["name"], device=device, address=ip)
             except sqlite3.OperationalError as e:  # a full disk, a write lock held past the busy timeout
                 status, message = failures.describe(e)
@@ -199,8 +199,9 @@ class Auth:
         def logout(request: Request) -> Response:
             # the Guard refuses a POST whose Origin names another site (S8)
             name = self.user_name(request) if self.required else None
-            sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
-            if name:  # the clip they were on is free for the others' "next" at once, not when its lease runs out
+            if name:  # a live session: it is dead now, not just dropped (a cookie naming none writes nothing)
+                sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))
+                # the clip they were on is free for the others' "next" at once, not when its lease runs out
                 review_queue.release(self.ctx.db(), name)
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")
