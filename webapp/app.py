@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+import matplotlib
 from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
@@ -18,6 +19,7 @@ from data.library import clip_root
 from serving import fleet_key
 from webapp import activity, browse_tab, budget, exports, failures, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
+from webapp.blocks import Blocks
 from webapp.browse_tab import BrowseTab
 from webapp.budget import Budget, WriteBudget
 from webapp.context import AppContext, shows_errors
@@ -32,6 +34,8 @@ STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
 IDLE_POLL_S = 0.05  # Gradio queue's poll period when empty (see Workbench.build)
 PROGRESS_POLL_S = 0.25
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
+ANALYTICS_EVERY = 200  # Gradio's monitoring summary is recomputed once per this many events (see Workbench.build)
+ANALYTICS_EVENTS = 2_000  # over at most this many recent events
 HELP = """
 <div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
 <b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s and Esc)
@@ -81,7 +85,7 @@ class Workbench:
         self.fleet = FleetTab(ctx)
 
     def build(self) -> gr.Blocks:
-        with gr.Blocks(title="Clip captioning workbench") as demo:
+        with Blocks(title="Clip captioning workbench") as demo:  # outputs left unchanged cost nothing
             self.banner = gr.HTML(render.banner(self.ctx.simulated_fleet), elem_id="banner")
             self.userline = gr.HTML("", elem_id="userline")
             self.filter_state = gr.State({})
@@ -128,6 +132,13 @@ class Workbench:
         if q is not None and hasattr(q, "sleep_when_free"):
             q.sleep_when_free = IDLE_POLL_S
             q.progress_update_sleep_when_free = PROGRESS_POLL_S
+        # After every event Gradio recomputed its monitoring summary (/monitoring/summary, for leads) with pandas
+        # over the last 10,000 events: a cost per event that grew with the events served, and the largest part
+        # of the app's CPU per event once a team had worked a while (issue 27, benchmarks/bench_team.py). Every
+        # ANALYTICS_EVERY events over the last ANALYTICS_EVENTS is plenty for a summary of timings.
+        if q is not None and hasattr(q, "ANAYLTICS_CACHE_FREQUENCY"):
+            q.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY
+            q.ANALYTICS_MAX_EVENTS = ANALYTICS_EVENTS
         return demo
 
     def userline_html(self, request: gr.Request) -> str:
@@ -252,6 +263,10 @@ def build_app(settings) -> FastAPI:
         bool(urls) and any_simulated(snapshot(urls, timeout=1.0, headers=fleet_key.headers(settings))[0])
     )
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
+    # Gradio asks matplotlib for its backend around every handler call; left to choose one itself, matplotlib
+    # imports pyplot then (3 s of CPU on the event loop, at the first event after a start). The Quality tab
+    # draws with the Figure API, which needs no more than Agg.
+    matplotlib.use("agg")
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
     failures.install(app)  # a message and a status for every failure of our own routes, never a traceback
