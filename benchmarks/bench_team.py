@@ -274,7 +274,11 @@ async def _heartbeat(http: httpx.AsyncClient, session: str, stop: asyncio.Event)
 async def flooder(k: int, url: str, name: str, stats: Stats, stop: asyncio.Event) -> None:
     """One connection of one person writing 20 KB drafts as fast as the app answers (issue 27, class 1)."""
     async with httpx.AsyncClient(base_url=url, timeout=120, trust_env=False) as http:
-        r = await http.post("/login", data={"username": name, "password": PASSWORD, "next": "/"})
+        for _ in range(60):  # the limiter lets 5 parallel sign-ins of one account through at once
+            r = await http.post("/login", data={"username": name, "password": PASSWORD, "next": "/"})
+            if r.status_code == 303:
+                break
+            await _sleep(stop, 1 + k)
         i = 0
         while not stop.is_set():
             i += 1
@@ -324,6 +328,17 @@ def family(pid: int) -> list[psutil.Process]:
         return [p, *p.children(recursive=True)]
     except psutil.Error:
         return []
+
+
+def schedstat(pid: int) -> dict[int, tuple[float, float]]:
+    """{thread id: (seconds on a CPU, seconds runnable but waiting for one)} from /proc (Linux schedstat)."""
+    out = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError, ValueError):
+                run, wait, _ = open(f"/proc/{pid}/task/{tid}/schedstat").read().split()
+                out[int(tid)] = (int(run) / 1e9, int(wait) / 1e9)
+    return out
 
 
 def busiest_thread(pid: int, before: dict[int, float]) -> tuple[float, dict[int, float]]:
@@ -505,6 +520,7 @@ async def _run(args, url: str, ids: list[int], stats: Stats, app_pid: int, runne
     }
     cpu0 = {k: cpu_of(f()) for k, f in groups.items()}
     _, threads0 = busiest_thread(app_pid, {})
+    sched0 = schedstat(app_pid)
     db = dbmod.connect(settings.db)
     model0 = db.execute("SELECT COUNT(*) FROM captions WHERE source = 'model'").fetchone()[0]
     t0 = time.monotonic()
@@ -517,6 +533,9 @@ async def _run(args, url: str, ids: list[int], stats: Stats, app_pid: int, runne
     elapsed = time.monotonic() - t0
     cpu = {k: (cpu_of(f()) - cpu0[k]) / elapsed for k, f in groups.items()}
     busiest, _ = busiest_thread(app_pid, threads0)
+    sched1 = schedstat(app_pid)
+    loop = [b - a for a, b in zip(sched0.get(app_pid, (0, 0)), sched1.get(app_pid, (0, 0)))]
+    waited = sum(v[1] - sched0.get(t, (0, 0))[1] for t, v in sched1.items())
     model1 = db.execute("SELECT COUNT(*) FROM captions WHERE source = 'model'").fetchone()[0]
     db.close()
     stop.set()
@@ -525,6 +544,10 @@ async def _run(args, url: str, ids: list[int], stats: Stats, app_pid: int, runne
         "elapsed": elapsed,
         "cpu": cpu,
         "app_busiest_thread": busiest / elapsed,
+        # the event loop's thread: the share of the window it ran, and the share it was ready but had no CPU
+        "app_loop_running": loop[0] / elapsed,
+        "app_loop_waiting_for_cpu": loop[1] / elapsed,
+        "app_threads_waiting_for_cpu": waited / elapsed,
         "captions_per_s": (model1 - model0) / elapsed,
         "load": samples,
     }
@@ -567,6 +590,11 @@ def _report(args, stats: Stats, result: dict) -> None:
         "CPU (cores): "
         + ", ".join(f"{k} {v:.2f}" for k, v in cpu.items())
         + f"; the app's busiest thread {result.get('app_busiest_thread', 0):.2f}"
+    )
+    print(
+        f"the app's event loop (main thread): running {result.get('app_loop_running', 0):.0%} of the window, "
+        f"ready but waiting for a CPU {result.get('app_loop_waiting_for_cpu', 0):.0%}; all the app's threads "
+        f"together waited {result.get('app_threads_waiting_for_cpu', 0):.2f} CPU-seconds per second for a CPU"
     )
     print(f"errors: {len(stats.errors)}; conflicts (the job wrote the clip meanwhile, explicit): {stats.conflicts}")
     for e in stats.errors[:10]:
