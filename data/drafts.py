@@ -11,7 +11,11 @@ transaction).
   (a late autosave after a save, a person who typed the text back).
 - `get` / `discard` read and drop one; `drop` is for data.captions, inside its save.
 - `base_caption_id` is the version the edit started from: when someone saved another version since, the draft
-  is offered as a conflict (theirs beside yours), never applied over their version silently.
+  is offered as a conflict (theirs beside yours), never applied over their version silently. It must be a
+  version of the same clip (a draft naming another clip's caption is refused).
+- What a person can make the server keep is bounded (issue 27): `keep` drafts per person (the web app passes
+  its `drafts_per_person` setting); past it their oldest draft is dropped. The rate of writes is the web app's
+  write budget (webapp.budget).
 """
 
 from __future__ import annotations
@@ -85,10 +89,12 @@ def put(
     base_caption_id: int | None,
     text: str | None,
     labels: Any,
+    keep: int | None = None,
 ) -> dict | None:
-    """Store `user`'s unsaved edit of `clip_id` (replacing their previous one). Returns the draft, or None when it
-    says what the current caption says (then there is no draft any more). TooLarge/DataError for an edit over the
-    bounds or labels outside the taxonomy; NotFound for a clip that does not exist."""
+    """Store `user`'s unsaved edit of `clip_id` (replacing their previous one), keeping at most `keep` drafts of
+    theirs (the oldest dropped; None: no bound). Returns the draft, or None when it says what the current caption
+    says (then there is no draft any more). TooLarge/DataError for an edit over the bounds, labels outside the
+    taxonomy or a base that is not a version of this clip; NotFound for a clip that does not exist."""
     clip_id = limits.sql_int(clip_id, "clip id")
     text = limits.check_text(text or "", limits.MAX_CAPTION_CHARS, "The caption")
     if base_caption_id is not None:
@@ -98,6 +104,13 @@ def put(
         clip = next(db.query("SELECT current_caption_id FROM clips WHERE id = ?", [clip_id]), None)
         if clip is None:
             raise NotFound(f"clip {clip_id} does not exist")
+        if base_caption_id is not None:
+            base = next(db.query("SELECT clip_id FROM captions WHERE id = ?", [base_caption_id]), None)
+            if base is None or base["clip_id"] != clip_id:
+                raise DataError(
+                    f"The draft names caption {base_caption_id} as the version it started from, which is not a "
+                    f"version of clip {clip_id}: open the clip again and edit it there."
+                )
         current = _version(db, clip["current_caption_id"])
         if _same(text, labels, current):
             drop(db, user, clip_id)
@@ -109,6 +122,12 @@ def put(
             "text = excluded.text, labels = excluded.labels, saved_at = excluded.saved_at",
             [user, clip_id, base_caption_id, text, json.dumps(labels, sort_keys=True), t],
         )
+        if keep is not None:  # the person's drafts past `keep`, oldest first (at most keep + 1 rows read)
+            db.execute(
+                "DELETE FROM drafts WHERE user = ? AND clip_id NOT IN (SELECT clip_id FROM drafts WHERE user = ? "
+                "ORDER BY saved_at DESC, clip_id DESC LIMIT ?)",
+                [user, user, max(1, int(keep))],
+            )
     return {
         "user": user,
         "clip_id": clip_id,

@@ -27,8 +27,10 @@ def _hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8", "replace")).hexdigest()
 
 
-def create(db: sqlite_utils.Database, user: str) -> str:
-    """A new session for `user`; returns the token for the cookie."""
+def create(db: sqlite_utils.Database, user: str, *, keep: int | None = None) -> str:
+    """A new session for `user`; returns the token for the cookie. With `keep`, the user keeps at most that many
+    sessions: their oldest ones end (a script signing in in a loop must not grow the table for 12 hours; the
+    web app passes its `sessions_per_person` setting). Joins the caller's transaction if there is one."""
     token = secrets.token_urlsafe(32)
     t = now()
     with immediate(db):
@@ -36,6 +38,12 @@ def create(db: sqlite_utils.Database, user: str) -> str:
             "INSERT INTO sessions (token_hash, user, created_at, last_seen) VALUES (?, ?, ?, ?)",
             [_hash(token), user, t, t],
         )
+        if keep is not None:
+            db.execute(
+                "DELETE FROM sessions WHERE user = ? AND token_hash NOT IN (SELECT token_hash FROM sessions "
+                "WHERE user = ? ORDER BY created_at DESC, token_hash DESC LIMIT ?)",
+                [user, user, max(1, int(keep))],
+            )
     return token
 
 

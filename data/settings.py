@@ -88,6 +88,13 @@ def _non_negative(value: Any) -> int:
     return n
 
 
+def _positive(value: Any) -> int:
+    n = _int(value)
+    if n < 1:
+        raise ValueError(f"must be 1 or more, not {n}")
+    return n
+
+
 def _float(value: Any) -> float:
     try:
         return float(value)
@@ -234,6 +241,25 @@ class Settings:
         parse=name_list,
     )
     job_quota: int = setting(20, "re-caption jobs an annotator may start per hour (leads and admins: no quota)")
+    write_budget: int = setting(
+        120,
+        "writes one person may make per minute in the web app: saves, review decisions, opened clips, drafts, "
+        "lease pings, flags, re-captions, samples, assignments, jobs, prompt versions (a person working fast "
+        "makes 20-40); past it the next one is refused with the wait",
+        parse=_positive,
+    )
+    write_burst: int = setting(
+        60,
+        "writes one person may make at once before WRITE_BUDGET paces them (a page pushing the drafts it kept "
+        "while signed out, a quick run of n)",
+        parse=_positive,
+    )
+    drafts_per_person: int = setting(
+        200, "unsaved edits (drafts) kept per person; past it the oldest is dropped", parse=_positive
+    )
+    sessions_per_person: int = setting(
+        20, "login sessions kept per person (browsers signed in at once); past it the oldest ends", parse=_positive
+    )
     review_lease_seconds: float = setting(
         300.0,
         "how long a clip the review queue served (or a person opened) stays theirs without activity on it: "

@@ -360,13 +360,18 @@ LABELS_FIT = """(longest) => {
 
 
 def api_call(client: httpx.Client, name: str, data: list) -> tuple[str, str]:
-    """Call a Gradio endpoint the way a script would (POST /gradio_api/call/NAME, then read its events)."""
-    r = client.post(f"/gradio_api/call/{name}", json={"data": data})
-    assert r.status_code == 200, r.text
-    event_id = r.json()["event_id"]
-    body = client.get(f"/gradio_api/call/{name}/{event_id}", timeout=30).text
-    kind = re.findall(r"^event: (\w+)", body, re.M)[-1]
-    return kind, body
+    """Call a Gradio endpoint the way a script would: a join of the queue and its data stream, as the page does
+    (Gradio's REST `call/` route is closed). Returns ("complete" or "error", what it answered)."""
+    from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
+
+    url, cookie = str(client.base_url).rstrip("/"), client.cookies["cw_session"]
+    session = GradioSession(url, cookie, dependencies(url, cookie))
+    try:
+        return "complete", json.dumps(session.call(name, data))
+    except GradioError as e:
+        return "error", str(e)
+    finally:
+        session.close()
 
 
 def test_job_limits_hold_through_the_api(server):

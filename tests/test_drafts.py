@@ -89,3 +89,41 @@ def test_drafts_are_bounded_like_captions_and_hold_only_taxonomy_values(db, clip
     with pytest.raises(NotFound):
         drafts.put(db, "ann", 99999, base_caption_id=None, text="x", labels={})
     assert drafts.get(db, "ann", cid)["text"] == "w" * limits.MAX_CAPTION_CHARS
+
+
+def test_a_drafts_base_must_be_a_version_of_the_same_clip(db, clip):
+    """Issue 27: a draft named another clip's caption as the version it started from."""
+    cid, base = clip
+    other = db.execute("INSERT INTO clips (path) VALUES ('d/1.mp4')").lastrowid
+    db.conn.commit()
+    theirs, _ = captions.add_machine(db, other, job_id=None, text="A tram.", labels=LABELS, provenance={})
+    for bad in (theirs["id"], 10**9):
+        with pytest.raises(DataError, match=f"not a version of clip {cid}"):
+            drafts.put(db, "ann", cid, base_caption_id=bad, text="my edit", labels={})
+    assert drafts.get(db, "ann", cid) is None
+    assert drafts.put(db, "ann", cid, base_caption_id=base, text="my edit", labels={})["base_caption_id"] == base
+
+
+def test_a_person_keeps_at_most_k_drafts_the_oldest_dropped(db):
+    """Issue 27: nothing bounded a person's drafts (clips x 20 KB)."""
+    ids = [db.execute("INSERT INTO clips (path) VALUES (?)", [f"k/{i}.mp4"]).lastrowid for i in range(8)]
+    db.conn.commit()
+    for cid in ids:
+        drafts.put(db, "ann", cid, base_caption_id=None, text=f"edit of {cid}", labels={}, keep=5)
+        drafts.put(db, "bob", cid, base_caption_id=None, text="bob's", labels={}, keep=5)
+    mine = [r["clip_id"] for r in db.query("SELECT clip_id FROM drafts WHERE user = 'ann' ORDER BY clip_id")]
+    assert mine == ids[-5:]  # the newest five; the three oldest dropped
+    drafts.put(db, "ann", ids[3], base_caption_id=None, text="touched again", labels={}, keep=5)
+    assert drafts.get(db, "ann", ids[3])["text"] == "touched again"
+    assert db.execute("SELECT COUNT(*) FROM drafts WHERE user = 'bob'").fetchone()[0] == 5  # each their own
+
+
+def test_a_person_keeps_at_most_k_sessions_the_oldest_ended(db):
+    """Issue 27: a script signing in in a loop grew the sessions table for 12 hours."""
+    from data import sessions
+
+    tokens = [sessions.create(db, "ann", keep=3) for _ in range(6)]
+    other = sessions.create(db, "bob", keep=3)
+    alive = [sessions.lookup(db, t, idle=3600, absolute=3600) for t in tokens]
+    assert alive == [None, None, None, "ann", "ann", "ann"]
+    assert sessions.lookup(db, other, idle=3600, absolute=3600) == "bob"

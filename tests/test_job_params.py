@@ -175,16 +175,15 @@ def test_a_selection_is_a_filter_or_a_list_not_both():
 def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings):  # noqa: F811
     """The same clips chosen from the app ("everything uncaptioned") and from a terminal
     (`--has-caption no --ingest-failed no`) record the same filter, in the same four keys."""
-    from gradio_client import Client
-
     from data import db as dbmod
+    from tests.support.reliability_fixtures import GradioSession, dependencies
 
     cookie = server.client("lead").cookies["cw_session"]
-    lead = Client(server.url, download_files=False, headers={"Cookie": f"cw_session={cookie}"}, verbose=False)
+    lead = GradioSession(server.url, cookie, dependencies(server.url, cookie))
     # the Jobs tab's inputs: name, clips, prompt, frames, max tokens, pixels, the Browse filter, the preview shown
-    _, ui_job, _preview = lead.predict(
-        "uncaptioned", "everything uncaptioned", None, 16, 640, None, {}, None, api_name="/start_job"
-    )
+    # its outputs: the message, the message's job (state), the job id, the preview, the preview shown (state)
+    ui_job = lead.call("start_job", ["uncaptioned", "everything uncaptioned", None, 16, 640, None, {}, None])[2]
+    lead.close()
     args = caption_cli.build_parser().parse_args(["--has-caption", "no", "--ingest-failed", "no", "--limit", "2"])
     db = dbmod.connect(web_settings.db)
     try:

@@ -1,22 +1,27 @@
 """S2: roles hold at the API, not just in the UI. `docs/roles.csv` lists every endpoint (each Gradio event by
-its api_name, each route of the app, the Gradio routes that matter) x role (anonymous, annotator, lead, admin)
--> allow/deny. The tests below are generated from it and call each endpoint directly over HTTP (Gradio events
-through the queue, like a browser). A new endpoint the table does not list fails `test_table_lists_every_endpoint`.
+its api_name, each route of the app, every route of the Gradio app it mounts) x role (anonymous, annotator,
+lead, admin) -> allow/deny. The tests below are generated from it and call each endpoint directly over HTTP
+(Gradio events through the queue, like a browser). The routes are read from the app itself (its own and Gradio's
+router: tests/support/app_routes.py), so a route the table does not list, one a new Gradio adds included, fails
+`test_table_lists_every_endpoint` until someone classifies it; of Gradio's routes only those the page uses are
+open (issue 27: webapp.guard), the rest answer 403 to every role.
 """
 
 from __future__ import annotations
 
 import csv
+import uuid
 from pathlib import Path
 
+import gradio
 import httpx
 import pytest
-from starlette.routing import Mount
 
 from data import db as dbmod, jobs
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
+from tests.support.app_routes import app_routes, concrete
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import PASSWORD
 
@@ -164,12 +169,40 @@ def call_event(server, deps, cookie, endpoint: str, job_id: int) -> str:  # noqa
         session.close()
 
 
+FRONTEND = Path(gradio.__file__).parent / "templates" / "frontend"
+# a real file behind each of Gradio's file-serving routes the page uses (a placeholder would be a plain 404)
+REAL_FILES = {
+    "/assets/{path:path}": "/assets/" + sorted(p.name for p in (FRONTEND / "assets").iterdir() if p.is_file())[0],
+    "/static/{path:path}": "/static/"
+    + next(str(p.relative_to(FRONTEND / "static")) for p in sorted((FRONTEND / "static").rglob("*")) if p.is_file()),
+}
+QUEUE = ("/gradio_api/queue/data", "/gradio_api/cancel", "/gradio_api/reset", "/gradio_api/reset/")
+
+
+def _queue_request(c: httpx.Client, path: str) -> httpx.Response:
+    """A request to one of the queue's routes as the page makes it: for the data stream, cancel and reset, after
+    a join of the caller's own (an event that writes nothing: the tab timers)."""
+    session = uuid.uuid4().hex[:11]
+    dep = dependencies(str(c.base_url).rstrip("/"), c.cookies.get("cw_session"))["timers_browse"]
+    join = c.post(
+        "/gradio_api/queue/join", json={"data": [], "fn_index": dep["id"], "session_hash": session, "trigger_id": None}
+    )
+    if path == "/gradio_api/queue/join" or join.status_code != 200:
+        return join
+    event = join.json()["event_id"]
+    if path == "/gradio_api/queue/data":
+        with c.stream("GET", path, params={"session_hash": session}) as r:
+            return r  # an event stream: its status is the answer
+    return c.post(path, json={"session_hash": session, "fn_index": dep["id"], "event_id": event})
+
+
 def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa: F811
     method, path = endpoint.split(" ", 1)
     if method == "MOUNT":
         path = "/cw-static/app.css" if path == "/cw-static" else "/config"
         method = "GET"
-    path = path.replace("{clip_id}", str(clip_id))
+    path = REAL_FILES.get(path, path).replace("{clip_id}", str(clip_id))
+    path = path.replace("{session_hash}", uuid.uuid4().hex[:11])  # a session id of the caller's own
     kwargs = {}
     if endpoint == "POST /login":
         kwargs["data"] = {"username": "ann", "password": PASSWORD}
@@ -184,12 +217,16 @@ def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa:
         timeout=30,
         trust_env=False,
     ) as c:
-        r = c.request(method, path, **kwargs)
+        if cookie and (path in QUEUE or path == "/gradio_api/queue/join"):
+            r = _queue_request(c, path)
+        else:
+            with c.stream(method, concrete(path), **kwargs) as r:  # event streams (heartbeat) never end
+                pass
     if r.status_code in (401, 403):
         return "deny"
     if r.status_code == 303 and r.headers.get("location", "").startswith("/login") and endpoint != "POST /logout":
         return "deny"
-    assert r.status_code < 400 or r.status_code == 416, (endpoint, r.status_code, r.text[:200])
+    assert r.status_code < 400 or r.status_code == 416, (endpoint, r.status_code)
     return "allow"
 
 
@@ -224,20 +261,45 @@ def test_endpoint_role_matches_the_table(
 
 
 def test_table_lists_every_endpoint(server, deps):  # noqa: F811
-    """Every Gradio event and every route of the app is in the table, and the table lists nothing else."""
-    app = server.app
+    """Every Gradio event and every route of the app and of the Gradio app it mounts is in the table, and the
+    table lists nothing else."""
+    own, gradio_routes = app_routes(server.app)
     listed = {r["endpoint"] for r in ROWS}
     events = {"/" + name for name in deps}
-    routes = set()
-    for r in app.routes:
-        if isinstance(r, Mount):
-            routes.add(f"MOUNT {r.path or '/'}")
-        else:
-            routes.update(f"{m} {r.path}" for m in sorted(r.methods - {"HEAD"}))
-    want = events | routes
-    table_own = {e for e, k in ((r["endpoint"], r["kind"]) for r in ROWS) if k in ("gradio", "http", "gradio-app")}
+    want = events | own | gradio_routes
     assert want - listed == set(), f"endpoints missing from docs/roles.csv: {sorted(want - listed)}"
-    assert table_own - want == set(), f"docs/roles.csv lists endpoints that do not exist: {sorted(table_own - want)}"
+    assert listed - want == set(), f"docs/roles.csv lists endpoints that do not exist: {sorted(listed - want)}"
+
+
+def test_only_the_routes_the_page_uses_are_open(server):  # noqa: F811
+    """Issue 27: of Gradio's routes, an annotator reaches only those the page uses (the page, its assets and
+    config, the queue); `call/` was still open before. Each closed one answers 403 (or 404) before any work."""
+    _, gradio_routes = app_routes(server.app)
+    table = {r["endpoint"]: r for r in ROWS}
+    open_ = {e for e in gradio_routes if table[e]["annotator"] == "allow"} - {"POST /login", "GET /logout"}
+    assert open_ == set(
+        [
+            "GET /",
+            "GET /assets/{path:path}",
+            "GET /config",
+            "GET /config/",
+            "GET /favicon.ico",
+            "GET /gradio_api/heartbeat/{session_hash}",
+            "GET /gradio_api/queue/data",
+            "GET /static/{path:path}",
+            "GET /theme.css",
+            "POST /gradio_api/cancel",
+            "POST /gradio_api/queue/join",
+            "POST /gradio_api/reset",
+            "POST /gradio_api/reset/",
+        ]
+    )  # Gradio's own POST /login and GET /logout are behind the app's routes of the same name
+    cookie = server.client("ann").cookies["cw_session"]
+    with httpx.Client(base_url=server.url, cookies={"cw_session": cookie}, timeout=30, trust_env=False) as c:
+        for endpoint in sorted(gradio_routes - open_ - {"POST /login", "GET /logout"}):
+            method, path = endpoint.split(" ", 1)
+            r = c.request(method, concrete(path), json={"data": [], "session_hash": "abc"})
+            assert r.status_code in (403, 404), (endpoint, r.status_code, r.text[:200])
 
 
 def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):  # noqa: F811

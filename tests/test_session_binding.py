@@ -2,8 +2,8 @@
 
 Before, `POST /gradio_api/run/<api>` (and `call/<api>`, whose body takes a `session_hash` too) accepted another
 user's session id: an annotator moved a lead's open clip, and the lead's next save landed on another clip.
-Now the routes the page does not use are closed, every session id a request names is its first user's, and
-every event id is its creator's."""
+Now the routes the page does not use are closed (`call/` too since issue 27), every session id a request names
+is its first user's, and every event id is its creator's."""
 
 from __future__ import annotations
 
@@ -71,22 +71,26 @@ def test_another_users_session_id_moves_nothing_and_the_lead_saves_where_they_lo
 
 
 def test_event_ids_belong_to_their_creator(app):
-    lead_c, ann_c = app.client("lead"), app.client("ann")
+    lead, ann = _session(app, "lead"), _session(app, "ann")
     try:
-        r = lead_c.post("/gradio_api/call/team_stats", json={"data": ["all time"]})
+        dep = lead.deps["team_stats"]
+        body = {"data": ["all time"], "fn_index": dep["id"], "session_hash": lead.hash, "trigger_id": None}
+        r = lead.http.post("/gradio_api/queue/join", json=body)
         assert r.status_code == 200, r.text
         event = r.json()["event_id"]
-        # the annotator cannot read the lead-only answer, nor cancel or reset the lead's event
-        assert ann_c.get(f"/gradio_api/call/team_stats/{event}").status_code == 403
-        cancel = {"session_hash": "x" * 11, "fn_index": 0, "event_id": event}
-        assert ann_c.post("/gradio_api/cancel", json=cancel).status_code == 403
-        assert ann_c.post("/gradio_api/reset", json={"event_id": event}).status_code == 403
-        assert ann_c.get("/gradio_api/call/team_stats/not-an-event").status_code == 403
-        body = lead_c.get(f"/gradio_api/call/team_stats/{event}", timeout=60).text
-        assert "event: complete" in body
+        # the annotator can neither read the lead's answers, nor cancel or reset the lead's event
+        assert ann.http.get("/gradio_api/queue/data", params={"session_hash": lead.hash}).status_code == 403
+        cancel = {"session_hash": ann.hash, "fn_index": 0, "event_id": event}
+        assert ann.http.post("/gradio_api/cancel", json=cancel).status_code == 403
+        assert ann.http.post("/gradio_api/reset", json={"event_id": event}).status_code == 403
+        assert ann.http.post("/gradio_api/reset", json={"event_id": "not-an-event"}).status_code == 403
+        with lead.http.stream("GET", "/gradio_api/queue/data", params={"session_hash": lead.hash}) as stream:
+            assert stream.status_code == 200
+            done = next(line for line in stream.iter_lines() if "process_completed" in line)
+        assert event in done
     finally:
-        lead_c.close()
-        ann_c.close()
+        lead.close()
+        ann.close()
 
 
 @pytest.mark.parametrize(
@@ -94,7 +98,15 @@ def test_event_ids_belong_to_their_creator(app):
     [
         ("POST", "/gradio_api/run/save_caption"),
         ("POST", "/gradio_api/api/save_caption"),
+        ("POST", "/gradio_api/call/save_caption"),  # issue 27: open until then
+        ("GET", "/gradio_api/call/save_caption/abc"),
         ("POST", "/gradio_api/call/v2/save_caption"),
+        ("GET", "/gradio_api/info"),
+        ("GET", "/gradio_api/file=/etc/hostname"),
+        ("GET", "/gradio_api/openapi.json"),
+        ("GET", "/openapi.json"),
+        ("POST", "/gradio_api/upload"),
+        ("POST", "/login/"),  # Gradio's own login route, behind the app's /login
         ("POST", "/gradio_api/component_server"),
         ("POST", "/gradio_api/stream/abc"),
         ("GET", "/gradio_api/stream/abc/run/1/playlist.m3u8"),
@@ -110,7 +122,7 @@ def test_routes_the_page_does_not_use_are_closed_for_everyone(app, method, path)
         r = c.request(method, path, json={"data": [], "session_hash": "abc"})
     finally:
         c.close()
-    assert r.status_code == 403 and "closed" in r.json()["detail"]
+    assert r.status_code == 403 and "closed" in r.json()["detail"], (path, r.status_code, r.text[:200])
 
 
 @pytest.mark.parametrize(
@@ -152,5 +164,6 @@ def test_the_guard_names_every_open_gradio_route():
     from webapp import guard
 
     names = {p.pattern for _, p in guard.GRADIO_ROUTES}
-    assert not any(re.fullmatch(p, "run/save_caption") for p in names)
-    assert any(re.fullmatch(p, "queue/join") for p in names)
+    for closed in ("/gradio_api/run/save_caption", "/gradio_api/call/save_caption", "/gradio_api/info"):
+        assert not any(re.fullmatch(p, closed) for p in names)
+    assert any(re.fullmatch(p, "/gradio_api/queue/join") for p in names)

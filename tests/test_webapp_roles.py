@@ -1,24 +1,25 @@
 """Roles hold at the API: every Gradio event is an HTTP endpoint, so the checks live in the handlers.
 
-An annotator calling the start-job or job-control endpoints directly (gradio_client, or a raw POST to the
-queue) is refused and nothing is written; export answers 403; anonymous callers get 401 everywhere.
+An annotator calling the start-job or job-control endpoints directly (a raw join of Gradio's queue, as the page
+makes; the REST `call/` route is closed since issue 27) is refused and nothing is written; export answers 403;
+anonymous callers get 401 everywhere.
 """
 
 from __future__ import annotations
 
 import httpx
 import pytest
-from gradio_client import Client
 
 from data import db as dbmod, jobs
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
+from tests.support.reliability_fixtures import GradioSession, dependencies
 
 
-def client_as(server, user: str) -> Client:  # noqa: F811
+def session_as(server, user: str) -> GradioSession:  # noqa: F811
     cookie = server.client(user).cookies["cw_session"]
-    return Client(server.url, download_files=False, headers={"Cookie": f"cw_session={cookie}"}, verbose=False)
+    return GradioSession(server.url, cookie, dependencies(server.url, cookie))
 
 
 def job_count(settings) -> int:
@@ -36,7 +37,7 @@ START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None, {}, N
 def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # noqa: F811
     before = job_count(web_settings)
     with pytest.raises(Exception, match="lead role"):
-        client_as(server, "ann").predict(*START_ARGS, api_name="/start_job")
+        session_as(server, "ann").call("start_job", list(START_ARGS))
     assert job_count(web_settings) == before
 
 
@@ -53,26 +54,24 @@ def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa:
     )
     state = job_queries.get(db, job_id)["state"]
     with pytest.raises(Exception, match="lead role"):
-        client_as(server, "ann").predict(job_id, api_name=endpoint)
+        session_as(server, "ann").call(endpoint.lstrip("/"), [job_id])
     assert job_queries.get(db, job_id)["state"] == state
     db.close()
 
 
 def test_lead_can_start_a_job(server, web_settings):  # noqa: F811
     before = job_count(web_settings)
-    msg, job_id, *_preview = client_as(server, "lead").predict(*START_ARGS, api_name="/start_job")
+    msg, job_id, *_preview = session_as(server, "lead").call("start_job", list(START_ARGS))
     assert "Started job" in msg and job_count(web_settings) == before + 1
 
 
 def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):  # noqa: F811
-    """Straight to Gradio's REST call route, no client library."""
+    """Straight to Gradio's REST call route, no client library: closed for every role (issue 27)."""
     before = job_count(web_settings)
-    c = server.client("ann")
-    r = c.post("/gradio_api/call/start_job", json={"data": list(START_ARGS)})
-    assert r.status_code == 200
-    event_id = r.json()["event_id"]
-    stream = c.get(f"/gradio_api/call/start_job/{event_id}").text
-    assert "event: error" in stream and "lead role" in stream
+    for user in ("ann", "lead"):
+        c = server.client(user)
+        r = c.post("/gradio_api/call/start_job", json={"data": list(START_ARGS)})
+        assert r.status_code == 403 and "closed" in r.json()["detail"]
     assert job_count(web_settings) == before
 
 
@@ -94,7 +93,7 @@ def test_anonymous_is_kept_out(server, path):  # noqa: F811
 
 def test_anonymous_event_call_is_refused(server, web_settings):  # noqa: F811
     before = job_count(web_settings)
-    r = httpx.post(server.url + "/gradio_api/call/start_job", json={"data": list(START_ARGS)})
+    r = httpx.post(server.url + "/gradio_api/queue/join", json={"data": list(START_ARGS), "fn_index": 0})
     assert r.status_code == 401
     assert job_count(web_settings) == before
 

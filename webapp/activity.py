@@ -13,7 +13,9 @@ Why routes and not Gradio events: the page needs a plain answer it can act on. A
 after the person logs in again. Through Gradio's queue a 401 only paints every output red.
 
 Both need a login (401 without), act for that person only, and are state-changing requests under webapp.guard's
-Origin check. A body is bounded before it is parsed (413), a refusal of data/ is 400/413 with its message.
+Origin check; each costs one of the person's write budget (webapp.budget: past it 429 with the wait, answered
+by webapp.guard before this module runs). A body is bounded before it is parsed (413), a refusal of data/ is
+400/413 with its message. A person keeps at most `drafts_per_person` drafts (the oldest dropped).
 """
 
 from __future__ import annotations
@@ -79,7 +81,13 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         def store():
             db = ctx.db()
             draft = drafts.put(
-                db, name, clip_id, base_caption_id=body.get("base"), text=text, labels=body.get("labels")
+                db,
+                name,
+                clip_id,
+                base_caption_id=body.get("base"),
+                text=text,
+                labels=body.get("labels"),
+                keep=ctx.settings.drafts_per_person,
             )
             review_queue.renew(db, clip_id, name, ttl=ttl)
             return draft

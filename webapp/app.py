@@ -10,16 +10,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+import matplotlib
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from data import limits, order
 from data.library import clip_root
 from serving.fleet_reader import FleetReader
-from webapp import activity, browse_tab, exports, failures, idle, media_routes, render
+from webapp import activity, browse_tab, budget, exports, failures, idle, media_routes, render
 from webapp.auth import LOGOUT_FORM, Auth
+from webapp.blocks import Blocks
 from webapp.browse_tab import BrowseTab
+from webapp.budget import Budget, WriteBudget
 from webapp.context import AppContext, shows_errors
 from webapp.fleet_tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
@@ -30,6 +32,8 @@ from webapp.second_review_tab import SecondReviewTab
 
 STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
+ANALYTICS_EVERY = 200  # Gradio's monitoring summary is recomputed once per this many events (see Workbench.build)
+ANALYTICS_EVENTS = 2_000  # over at most this many recent events
 HELP = """
 <div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
 <b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s and Esc)
@@ -79,8 +83,9 @@ class Workbench:
         self.fleet = FleetTab(ctx)
 
     def build(self) -> gr.Blocks:
-        # failures.Blocks: every failure of an event reaches the person as a sentence, never a repr or a traceback
-        with failures.Blocks(title="Clip captioning workbench") as demo:
+        # webapp.blocks.Blocks: outputs left unchanged cost nothing; and (failures.Blocks) every failure of an
+        # event reaches the person as a sentence, never a repr or a traceback
+        with Blocks(title="Clip captioning workbench") as demo:
             self.banner = gr.HTML(render.banner(self.ctx.simulated_fleet), elem_id="banner")
             self.userline = gr.HTML("", elem_id="userline")
             self.filter_state = gr.State({})
@@ -122,6 +127,15 @@ class Workbench:
         # Gradio's queue polls itself every 1 ms (and its progress loop every 10 ms) while nothing is queued:
         # 7.7 % of a core for an app nobody has open; it now sleeps until an event comes (webapp.idle)
         idle.quiet_queue(demo)
+        # After every event Gradio recomputed its monitoring summary (/monitoring/summary, for leads) with pandas
+        # over the last 10,000 events: a cost per event that grew with the events served, and the largest part
+        # of the app's CPU per event once a team had worked a while (issue 27, benchmarks/bench_team.py). Every
+        # ANALYTICS_EVERY events over the last ANALYTICS_EVENTS is plenty for a summary of timings. Private
+        # attributes of gradio.queueing.Queue (6.x): if they go away this is a no-op, not an error.
+        q = getattr(demo, "_queue", None)
+        if q is not None and hasattr(q, "ANAYLTICS_CACHE_FREQUENCY"):
+            q.ANAYLTICS_CACHE_FREQUENCY = ANALYTICS_EVERY
+            q.ANALYTICS_MAX_EVENTS = ANALYTICS_EVENTS
         return demo
 
     def userline_html(self, request: gr.Request) -> str:
@@ -246,6 +260,10 @@ def build_app(settings) -> FastAPI:
         bool(urls) and any_simulated(snapshot(FleetReader(settings), urls, timeout=1.0)[0])
     )
     ctx = AppContext(settings, fleet_urls=urls, simulated=simulated)
+    # Gradio asks matplotlib for its backend around every handler call; left to choose one itself, matplotlib
+    # imports pyplot then (3 s of CPU on the event loop, at the first event after a start). The Quality tab
+    # draws with the Figure API, which needs no more than Agg.
+    matplotlib.use("agg")
     auth = Auth(ctx)
     app = FastAPI(title="clip workbench", docs_url=None, redoc_url=None, openapi_url=None)
     failures.install(app)  # a message and a status for every failure of our own routes, never a traceback
@@ -258,22 +276,12 @@ def build_app(settings) -> FastAPI:
         """Liveness for launch.sh and load balancers: answers before login, reveals nothing."""
         return {"ok": True}
 
-    @app.middleware("http")
-    async def close_unused_gradio_routes(request, call_next):
-        # No handler of this app takes a file, so Gradio's upload route only offers disk space to anyone logged
-        # in; and its OpenAPI document lists routes to callers who have not logged in (S2).
-        path = request.url.path
-        if path.endswith("/gradio_api/upload") or path.endswith("/upload_progress"):
-            return JSONResponse({"detail": "this app takes no uploads"}, status_code=403)
-        if path.endswith("/openapi.json") and auth.user_name(request) is None and auth.required:
-            return JSONResponse({"detail": "log in first"}, status_code=401)
-        return await call_next(request)
-
     media_routes.install(app, ctx, auth.user_name)
     media_routes.install_signed(app, ctx)  # clips for replicas on other nodes (signed URLs, no login)
     exports.install(app, ctx, auth.user_name)
     activity.install(app, ctx, auth.user_name)  # drafts and review-lease activity from the page script
     app.mount("/cw-static", StaticFiles(directory=STATIC), name="cw-static")
+    own_routes = list(app.routes)  # what webapp.guard lets through besides the Gradio routes the page uses
     bench = Workbench(ctx)
     demo = bench.build()
     app.state.workbench = bench
@@ -284,7 +292,7 @@ def build_app(settings) -> FastAPI:
         path="/",
         auth_dependency=auth.user_name,
         ssr_mode=False,
-        footer_links=["api"],
+        footer_links=[],  # no "Use via API": the page's queue is the only way in (webapp.guard)
         run_history=False,
         head=head_html(),
         css_paths=[STATIC / "app.css"],
@@ -295,6 +303,16 @@ def build_app(settings) -> FastAPI:
         user = ctx.user_by_name(name) if name else None
         return user is not None and user.can("lead")
 
-    # outermost: Host allow-list, Origin checks, no CORS, security headers, queue sessions bound to users (S8)
-    app.add_middleware(Guard, settings=settings, user_name=auth.user_name, is_lead=is_lead, auth_required=auth.required)
+    # outermost: Host allow-list, Origin checks, no CORS, security headers, only the routes the page uses, queue
+    # sessions bound to users (S8), one write budget per person (issue 27)
+    app.add_middleware(
+        Guard,
+        settings=settings,
+        user_name=auth.user_name,
+        is_lead=is_lead,
+        auth_required=auth.required,
+        own_routes=own_routes,
+        budget=WriteBudget(Budget(settings.write_budget, settings.write_burst)),
+        reads=frozenset(i for i, fn in demo.fns.items() if not budget.writes(fn.api_name)),
+    )
     return app

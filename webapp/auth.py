@@ -9,8 +9,10 @@ through `auth_dependency`, so `gr.Request.username` is set in every handler and 
 
 The limiter (S7, webapp.throttle): delays that grow with the failures, never a lockout, counted so that
 nobody else's failures hold back a person at a browser or address they signed in from before (trust kept
-per account in data.sessions); an attempt takes its place *before* the password is checked, under one lock,
-so parallel attempts cannot race past it; the client address is the socket's (uvicorn believes
+per account in data.sessions), and, from a new browser on a network that never failed on the account, a
+turn in line within throttle.CLEAN_CAP while someone keeps failing on it from elsewhere (the request waits
+here for it, asking again every POLL_S); an attempt takes its place *before* the password is checked, under
+one lock, so parallel attempts cannot race past it; the client address is the socket's (uvicorn believes
 X-Forwarded-For only from --trusted-proxies). Password hashing runs on its own small thread pools with
 bounded queues (one kept for trusted browsers): a flood of logins waits there (or gets 429) instead of
 taking the threads that serve pages. Unknown and known users cost one scrypt run each (data.users.verify).
@@ -18,11 +20,14 @@ taking the threads that serve pages. Unknown and known users cost one scrypt run
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import html
 import math
+import secrets
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -31,7 +36,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from data import review_queue, sessions, users
 from data.db import immediate
-from webapp import failures
+from webapp import failures, throttle
 from webapp.context import LOCAL_ADMIN, AppContext
 from webapp.throttle import LoginThrottle
 
@@ -42,6 +47,7 @@ HASH_QUEUE = 32  # checks waiting beyond this are answered 429 at once
 TRUSTED_QUEUE = 8  # the same for browsers that signed the account in before (their own lane)
 DEVICE_COOKIE = "cw_device"  # a random id of this browser: the limiter trusts it for the accounts it signed in
 DEVICE_DAYS = 365
+POLL_S = 0.5  # how often an attempt held in its account's line asks for its turn (webapp.throttle)
 LOGOUT_FORM = (
     '<form method="post" action="/logout" class="cw-logout"><button type="submit" id="logout">Sign out</button></form>'
 )
@@ -115,6 +121,22 @@ class Auth:
             return None
         return name if self.ctx.user_by_name(name) is not None else None
 
+    async def _take_turn(self, request: Request, keys: list[tuple]) -> float:
+        """0 once this attempt has its place for a check, or the seconds to wait (the caller answers 429). An
+        attempt the limiter holds in its account's line (webapp.throttle: a clean network) waits here, asking
+        again every POLL_S, for at most throttle.HOLD_S: the person's browser simply takes a little longer."""
+        ticket = secrets.token_hex(8)
+        deadline = time.monotonic() + throttle.HOLD_S
+        while True:
+            wait = self.limiter.attempt(keys, ticket=ticket)
+            if wait <= 0:
+                return 0.0
+            held = self.limiter.in_line(keys, ticket) and time.monotonic() + min(wait, POLL_S) < deadline
+            if not held or await request.is_disconnected():
+                self.limiter.leave(keys, ticket)
+                return wait
+            await asyncio.sleep(min(wait, POLL_S))
+
     def install(self, app: FastAPI) -> None:
         @app.get("/login", include_in_schema=False)
         def login_form(next: str = "/") -> Response:  # noqa: A002 - the query parameter's name
@@ -137,7 +159,7 @@ class Auth:
             except sqlite3.OperationalError as e:
                 return login_page(failures.describe(e)[1], next_url, status=failures.describe(e)[0])
             keys = self.limiter.keys(name, ip, trust, device)
-            wait = self.limiter.attempt(keys)
+            wait = await self._take_turn(request, keys)
             if wait > 0:
                 return login_page(
                     f"Too many failed sign-ins for this account or from this network: wait {math.ceil(wait)} s "
@@ -167,7 +189,7 @@ class Auth:
             device = device or sessions.new_device_token()
             try:
                 with immediate(self.ctx.db()):
-                    token = sessions.create(self.ctx.db(), user["name"])
+                    token = sessions.create(self.ctx.db(), user["name"], keep=self.ctx.settings.sessions_per_person)
                     sessions.remember(self.ctx.db(), user["name"], device=device, address=ip)
             except sqlite3.OperationalError as e:  # a full disk, a write lock held past the busy timeout
                 status, message = failures.describe(e)
@@ -199,8 +221,9 @@ class Auth:
         def logout(request: Request) -> Response:
             # the Guard refuses a POST whose Origin names another site (S8)
             name = self.user_name(request) if self.required else None
-            sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))  # the cookie is dead, not just dropped
-            if name:  # the clip they were on is free for the others' "next" at once, not when its lease runs out
+            if name:  # a live session: it is dead now, not just dropped (a cookie naming none writes nothing)
+                sessions.revoke(self.ctx.db(), request.cookies.get(COOKIE))
+                # the clip they were on is free for the others' "next" at once, not when its lease runs out
                 review_queue.release(self.ctx.db(), name)
             resp = RedirectResponse("/login", status_code=303)
             resp.delete_cookie(COOKIE, path="/")

@@ -13,22 +13,30 @@ One pure ASGI middleware, outside everything else (Gradio's mounted app included
   `base-uri 'self'`, `form-action 'self'`; nosniff; Referrer-Policy same-origin. script-src is not restricted:
   Gradio's page runs inline scripts (its bootstrap and our shortcuts), so a strict script-src would break it;
   S3 (escaping everywhere) is what stops script injection.
-- **Gradio's API is the page's, and bound to its user** (issue 21): of Gradio's routes under /gradio_api/ only
-  those the page and the documented `call` API use are open (GRADIO_ROUTES; `run`, `api`, `call/v2`,
-  `stream`, `component_server`, ... answer 403), all of them only after login. Every session id a request
+- **Only the routes the page uses** (issue 27): a request goes on only to a route of the app's own (login,
+  media, drafts, ...: `own_routes`, matched as Starlette routes them) or to one of the Gradio routes the page
+  uses (GRADIO_ROUTES: the page, its assets, the queue's join and data stream, heartbeat, cancel, reset).
+  Every other route of Gradio's (`run`, `api`, `call`, `call/v2`, `info`, `file=`, `upload`, `stream`,
+  `component_server`, ... and whatever a new Gradio adds) answers 403 for everyone, before any login.
+- **Gradio's queue is bound to its user** (issue 21): all of it only after login. Every session id a request
   names (a body's `session_hash`, the data stream's query, the heartbeat's path) belongs to the first user who
-  used it; every event id (`cancel`, `reset`, the `call` result stream) to the user whose request created it
-  (read from the join or call answer). Another user naming either is 403: otherwise a save could land on
-  another user's clip through `run/<api>` with that user's session id.
+  used it; every event id (`cancel`, `reset`) to the user whose join created it (read from the join's
+  answer). Another user naming either is 403: otherwise a save could land on another user's clip with that
+  user's session id.
+- **One write budget per person** (issue 27, webapp.budget): a join of an event that writes, a draft, a lease
+  ping, costs the person one write; past their budget it is 429 with the wait, before the queue or a thread
+  does any work for it.
 - **/monitoring/summary** (per-endpoint counts and timings) is for leads only.
 """
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import ipaddress
 import json
 import logging
+import math
 import re
 import secrets
 import socket
@@ -39,29 +47,32 @@ from urllib.parse import parse_qs, urlsplit
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from data.settings import Settings
 from webapp import failures
+from webapp.budget import WriteBudget
 
 log = logging.getLogger(__name__)
 
 STATE_CHANGING = {"POST", "PUT", "PATCH", "DELETE"}
-# (methods, the path after /gradio_api/) the app's page and its `call` API use; every other Gradio route is 403
+# (methods, the whole path) of the Gradio routes the app's page uses; every other route of Gradio's is 403
 GRADIO_ROUTES = [
-    ({"POST"}, re.compile(r"queue/join/?")),
-    ({"GET"}, re.compile(r"queue/data/?")),
-    ({"GET"}, re.compile(r"heartbeat/[^/]+/?")),
-    ({"POST"}, re.compile(r"cancel/?")),
-    ({"POST"}, re.compile(r"reset/?")),
-    ({"POST"}, re.compile(r"call/(?!v2/)[^/]+/?")),
-    ({"GET"}, re.compile(r"call/(?!v2/)[^/]+/[^/]+/?")),
-    ({"GET", "HEAD"}, re.compile(r"file[=/].*", re.S)),
-    ({"GET"}, re.compile(r"(info|app_id|startup-events|login_check|user)/?")),
-    ({"GET"}, re.compile(r"openapi\.json")),
-    ({"POST"}, re.compile(r"upload/?")),  # refused by the app with its own message (it takes no uploads)
-    ({"GET"}, re.compile(r"upload_progress/?")),
+    ({"GET", "HEAD"}, re.compile(r"/")),  # the page
+    ({"GET"}, re.compile(r"/config/?")),  # the Blocks config (the page also carries it inline)
+    ({"GET", "HEAD"}, re.compile(r"/(assets|static)/[^?#]+")),  # Gradio's scripts, styles and fonts
+    ({"GET"}, re.compile(r"/(theme\.css|favicon\.ico)")),
+    ({"POST"}, re.compile(r"/gradio_api/queue/join/?")),
+    ({"GET"}, re.compile(r"/gradio_api/queue/data/?")),
+    ({"GET"}, re.compile(r"/gradio_api/heartbeat/[^/]+/?")),
+    ({"POST"}, re.compile(r"/gradio_api/(cancel|reset)/?")),
+    ({"GET"}, re.compile(r"/monitoring/summary")),  # leads only (below)
 ]
-EVENT_CREATING = re.compile(r"(queue/join|call/[^/]+)/?")  # their answer is {"event_id": ...}
+JOIN = re.compile(r"/gradio_api/queue/join/?")  # its answer is {"event_id": ...}
+# the app's own routes that write for the person (each costs one from their write budget, webapp.budget); the
+# others that change state are the login (its own limiter, webapp.throttle) and the logout (ends a session)
+OWN_WRITES = {("PUT", "/drafts/{clip_id}"), ("POST", "/leases/{clip_id}")}
+TARPIT_S = 2.0  # a write refused by the budget is answered after this pause (at most its wait)
 MAX_BODY = 4 << 20  # a join is a few KiB (a caption at its limit fits)
 CSP = "frame-ancestors 'none'; object-src 'none'; base-uri 'self'; form-action 'self'"
 SECURITY_HEADERS = [
@@ -144,6 +155,9 @@ class Guard:
         user_name: Callable,
         is_lead: Callable[[str | None], bool],
         auth_required: bool = True,
+        own_routes: list | None = None,
+        budget: WriteBudget | None = None,
+        reads: frozenset[int] = frozenset(),
     ):
         self.app = app
         self.hosts = allowed_hosts(settings)
@@ -152,6 +166,9 @@ class Guard:
         self.owners = Owners()  # Gradio session ids
         self.events = Owners()  # Gradio event ids
         self.auth_required = auth_required
+        self.own_routes = list(own_routes or [])  # the app's routes, in front of Gradio's mount
+        self.budget = budget
+        self.reads = reads  # fn indices of the Gradio events that write nothing (webapp.budget.READS)
 
     def host_ok(self, host: str | None) -> bool:
         if not host:
@@ -213,15 +230,23 @@ class Guard:
                     {"detail": f"refused: this request came from another site (Origin {source[:80]!r})"},
                     status_code=403,
                 )(scope, receive, send)
-        if path.endswith("/monitoring/summary") and not self.is_lead(self.user_name(Request(scope))):
+        own = self._own_route(scope)
+        if own is None and not any(method in m and p.fullmatch(path) for m, p in GRADIO_ROUTES):
+            return await JSONResponse(
+                {"detail": f"this route is closed: the workbench's page does not use {path[:80]}"}, status_code=403
+            )(scope, receive, send)
+        if path == "/monitoring/summary" and not self.is_lead(self.user_name(Request(scope))):
             return await JSONResponse({"detail": "monitoring is for leads"}, status_code=403)(scope, receive, send)
-        user = None
-        if "/gradio_api/" in path:
+        if own is not None and (method, own) in OWN_WRITES:
+            refused = await self._charge(self.user_name(Request(scope)))
+            if refused is not None:
+                return await refused(scope, receive, send)
+        if path.startswith("/gradio_api/"):
             refused, user = await self._check_gradio(scope, receive, path, method)
             if refused is not None:
                 return await refused(scope, receive, send)
             receive = self._replay(scope, receive)
-            if method == "POST" and EVENT_CREATING.fullmatch(path.split("/gradio_api/", 1)[1]):
+            if method == "POST" and JOIN.fullmatch(path):
                 send = self._claiming_events(send, user)
 
         async def send_secured(message):
@@ -236,6 +261,33 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, send_secured)
+
+    def _own_route(self, scope) -> str | None:
+        """The path template of the app's own route that `scope` goes to (a method it does not take included:
+        the route answers 405), or None when the request would go on to Gradio's mount."""
+        for route in self.own_routes:
+            match, _ = route.matches(scope)
+            if match is not Match.NONE:
+                return getattr(route, "path", "")
+        return None
+
+    async def _charge(self, user: str | None) -> JSONResponse | None:
+        """One write of `user`'s budget: None when it may go on (or nobody is signed in: the route answers
+        401), or the 429 that says how long to wait. The 429 itself comes after a pause (up to TARPIT_S, never
+        past the wait): a script that sends again at once meets the pause on every connection it holds, so a
+        refused flood costs the server a sleeping coroutine, not the event loop that serves everyone else."""
+        if self.budget is None or user is None:
+            return None
+        wait = self.budget.take(user)
+        if wait <= 0:
+            return None
+        await asyncio.sleep(min(wait, TARPIT_S))
+        wait = max(0.0, wait - TARPIT_S)
+        return JSONResponse(
+            {"detail": self.budget.message(wait), "retry_after": max(1, math.ceil(wait))},
+            status_code=429,
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
 
     # -- Gradio queue sessions -----------------------------------------------------------------------------
     def _replay(self, scope, receive):
@@ -267,25 +319,18 @@ class Guard:
         return b"".join(chunks)
 
     async def _check_gradio(self, scope, receive, path: str, method: str):
-        """(a refusal or None, the user) for a request to Gradio's API (see the module docstring)."""
+        """(a refusal or None, the user) for a request to Gradio's queue (see the module docstring)."""
         sub = path.split("/gradio_api/", 1)[1]
-        if not any(method in methods and pattern.fullmatch(sub) for methods, pattern in GRADIO_ROUTES):
-            return JSONResponse(
-                {"detail": f"this API route is closed: the workbench's page does not use /gradio_api/{sub[:60]}"},
-                status_code=403,
-            ), None
         user = self.user_name(Request(scope))
         if user is None:
             # Gradio's heartbeat, cancel and reset routes check no login: none of them may act for nobody
             return (JSONResponse({"detail": "log in first"}, status_code=401) if self.auth_required else None), None
-        sessions, events = [], []
+        sessions, events, fn_index = [], [], None
         if sub.startswith("heartbeat/"):
             sessions.append(sub.split("/")[1])
         elif method == "GET":
             qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             sessions += qs.get("session_hash") or []
-            if sub.startswith("call/"):
-                events.append(sub.rstrip("/").split("/")[2])
         elif method == "POST":
             body = await self._read_body(receive)
             if body is None:
@@ -300,16 +345,20 @@ class Guard:
                     sessions.append(data["session_hash"])
                 if isinstance(data.get("event_id"), str) and sub.rstrip("/") in ("cancel", "reset"):
                     events.append(data["event_id"])
+                if JOIN.fullmatch(path):
+                    fn_index = data.get("fn_index")
         for session in sessions:
             if not self.owners.claim(session, user):
                 return JSONResponse({"detail": "this queue session belongs to another user"}, status_code=403), user
         for event in events:
             if not self.events.owns(event, user):
                 return JSONResponse({"detail": "this event is not yours (or is unknown)"}, status_code=403), user
+        if JOIN.fullmatch(path) and not (isinstance(fn_index, int) and fn_index in self.reads):
+            return await self._charge(user), user
         return None, user
 
     def _claiming_events(self, send, user: str | None):
-        """`send` for a join or call: the event id in its answer ({"event_id": ...}, a few bytes) becomes the
+        """`send` for a join: the event id in its answer ({"event_id": ...}, a few bytes) becomes the
         user's before the answer leaves, so the user can follow or cancel it and nobody else can."""
         held: list[dict] = []
 

@@ -18,12 +18,23 @@ design with its figures; in short:
 - **Atomic.** An attempt takes its place (a provisional failure on each of its keys) before the password is
   checked, under one lock, so parallel attempts cannot all pass while the count is low; a right password
   gives the place back (and clears the failures of a trusted key: they were its owner's typos).
+- **The owner's turn comes** (issue 27). Before, someone failing on an account every 5 s from rotating addresses
+  kept its owner out of every new browser on a new address: whoever asked first when the account's wait ended
+  took the check, and each failure renewed the wait. Now the account key remembers the networks (an IPv4 /24,
+  an IPv6 /64) its failures came from. An attempt from a network with no failure on the account ("clean") waits
+  at most CLEAN_CAP after the account's last failure, while one from a network that failed waits the full
+  delay (up to 60 s): when the clean slot opens, only clean attempts can take it. And a clean attempt is held
+  (the login request waits in the server, HOLD_S at most) in a line per account, first come first served, so
+  a script asking more often cannot take the turn of the person who came before it. Attempts from networks
+  that failed get their 429 at once and never take a turn while someone clean waits. The cost to a guesser:
+  one check per CLEAN_CAP per account from networks it never failed from, one a minute from the others.
 In memory, bounded; a restart forgets the counts (not the trust, which is in SQLite).
 """
 
 from __future__ import annotations
 
 import collections
+import ipaddress
 import threading
 import time
 from dataclasses import dataclass
@@ -49,15 +60,39 @@ ACCOUNT = Backoff(free=5, window=900.0)  # an account, from browsers and address
 ADDRESS = Backoff(free=20, window=600.0)  # an address, over accounts it never signed in to
 PAIR = Backoff(free=5, window=900.0)  # an account at an address it signed in from before
 DEVICE = Backoff(free=5, window=900.0)  # an account at a browser it signed in from before
+NETWORK = Backoff(free=2**62, window=ACCOUNT.window)  # failures of an account from one network: never a wait itself
 MAX_KEYS = 100_000  # keys kept before the idle ones are dropped (a spray of names must not grow memory)
+CLEAN_CAP = 20.0  # the longest an attempt from a network with no failure on the account waits after the last one
+HOLD_S = 25.0  # the longest a clean attempt is held in the account's line (CLEAN_CAP + room for the check)
+LIVE_S = 2.0  # a place in line whose request has not asked again this long is given up (the browser left)
+MAX_LINE = 16  # attempts held per account; more are answered 429 at once
+MAX_HELD = 512  # attempts held over all accounts
+
+
+def network(address: str) -> str:
+    """The network an address belongs to, as one party holds it: an IPv4 /24, an IPv6 /64 (anything else: itself)."""
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return address
+    if ip.version == 6 and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return str(ipaddress.ip_network(f"{ip}/{24 if ip.version == 4 else 64}", strict=False))
 
 
 class LoginThrottle:
     """See the module docstring. Keys are tuples whose first item names the Backoff (`kinds`)."""
 
     def __init__(self, kinds: dict[str, Backoff] | None = None):
-        self.kinds = kinds or {"account": ACCOUNT, "address": ADDRESS, "pair": PAIR, "device": DEVICE}
+        self.kinds = kinds or {
+            "account": ACCOUNT,
+            "address": ADDRESS,
+            "pair": PAIR,
+            "device": DEVICE,
+            "net": NETWORK,
+        }
         self._failures: dict[tuple, collections.deque] = {}
+        self._lines: dict[str, collections.OrderedDict] = {}  # account -> {ticket: last asked}, first come first
         self._lock = threading.Lock()
 
     @staticmethod
@@ -68,7 +103,7 @@ class LoginThrottle:
             return [("device", user, device)]
         if "address" in trust:
             return [("pair", user, address)]
-        return [("account", user), ("address", address)]
+        return [("account", user), ("address", address), ("net", user, network(address))]
 
     def _recent(self, key: tuple, t: float) -> collections.deque:
         q = self._failures.setdefault(key, collections.deque())
@@ -77,30 +112,87 @@ class LoginThrottle:
             q.popleft()
         return q
 
-    def _wait(self, key: tuple, t: float) -> float:
+    def _wait(self, key: tuple, t: float, cap: float | None = None) -> float:
         q = self._recent(key, t)
         if not q:
             return 0.0
-        return max(0.0, q[-1] + self.kinds[key[0]].delay(len(q)) - t)
+        delay = self.kinds[key[0]].delay(len(q))
+        return max(0.0, q[-1] + (delay if cap is None else min(delay, cap)) - t)
+
+    def _waits(self, keys: list[tuple], t: float) -> tuple[float, tuple | None, bool]:
+        """(the wait, the attempt's network key or None when trusted, whether that network is clean)."""
+        net = next((k for k in keys if k[0] == "net"), None)
+        clean = net is not None and not self._recent(net, t)
+        caps = {"account": CLEAN_CAP} if clean else {}
+        return max((self._wait(k, t, caps.get(k[0])) for k in keys), default=0.0), net, clean
+
+    def _line(self, account: str, t: float) -> collections.OrderedDict:
+        """The account's line of held attempts, those whose request stopped asking dropped."""
+        line = self._lines.setdefault(account, collections.OrderedDict())
+        for ticket in [k for k, seen in line.items() if seen <= t - LIVE_S]:
+            del line[ticket]
+        return line
+
+    def _held(self, t: float) -> int:
+        """Attempts held over all accounts (lines whose requests all stopped asking are dropped)."""
+        for account in list(self._lines):
+            if not self._line(account, t):
+                del self._lines[account]
+        return sum(len(line) for line in self._lines.values())
 
     def wait(self, keys: list[tuple], *, now: float | None = None) -> float:
         """Seconds before an attempt on `keys` may be checked (0: now)."""
         t = now if now is not None else time.monotonic()
         with self._lock:
-            return max((self._wait(k, t) for k in keys), default=0.0)
+            return self._waits(keys, t)[0]
 
-    def attempt(self, keys: list[tuple], *, now: float | None = None) -> float:
+    def attempt(self, keys: list[tuple], *, now: float | None = None, ticket: str | None = None) -> float:
         """Take a place for one check, counted as a failure unless `succeeded` is called: 0.0. Or, nothing
-        taken, the seconds to wait first."""
+        taken, the seconds to wait first. A clean attempt (see the module docstring) with a `ticket` that must
+        wait takes a place in its account's line, if there is room (`in_line`); while it asks again, the slot
+        that opens is its own, before anyone who came after it and before any attempt from a network that
+        failed on the account."""
         t = now if now is not None else time.monotonic()
         with self._lock:
-            wait = max((self._wait(k, t) for k in keys), default=0.0)
-            if wait > 0:
+            wait, net, clean = self._waits(keys, t)
+            if net is not None:
+                held = self._held(t)
+                line = self._line(net[1], t)
+                first = next(iter(line), None)
+                if wait <= 0 and first not in (None, ticket):
+                    wait = LIVE_S  # the slot belongs to the attempt that came first; it takes it at its next ask
+                if wait > 0:
+                    room = len(line) < MAX_LINE and held < MAX_HELD
+                    if clean and ticket is not None and (ticket in line or room):
+                        line[ticket] = t
+                    elif not line:
+                        del self._lines[net[1]]
+                    return wait
+                line.pop(ticket, None)
+                if not line:
+                    del self._lines[net[1]]
+            elif wait > 0:
                 return wait
             for k in keys:
                 self._recent(k, t).append(t)
             self._prune(t)
             return 0.0
+
+    def in_line(self, keys: list[tuple], ticket: str) -> bool:
+        """Is the attempt `ticket` held in its account's line (it may wait for its turn)?"""
+        net = next((k for k in keys if k[0] == "net"), None)
+        with self._lock:
+            return net is not None and ticket in self._lines.get(net[1], {})
+
+    def leave(self, keys: list[tuple], ticket: str) -> None:
+        """The attempt `ticket` stops waiting (answered 429, or its browser left): its place in line is free."""
+        net = next((k for k in keys if k[0] == "net"), None)
+        with self._lock:
+            line = self._lines.get(net[1]) if net is not None else None
+            if line is not None:
+                line.pop(ticket, None)
+                if not line:
+                    del self._lines[net[1]]
 
     def succeeded(self, keys: list[tuple]) -> None:
         """The password was right: the attempt's place is given back; a trusted key's failures are cleared."""

@@ -409,7 +409,9 @@ def annotation_rig(settings, tmp_path, *, clips: int = 40, annotators: int = 20,
     )
     runner = procs.start("runner", runner_cmd, log=tmp_path / "runner.log", cwd=REPO)
     stop = threading.Event()
-    app = AppProcess(settings, tmp_path / "webapp.log")
+    # these annotators open and save with no think time, several times a human's pace: what R1 and R4 test is
+    # concurrency, so each gets a write budget (webapp.budget) they cannot run out of
+    app = AppProcess(settings, tmp_path / "webapp.log", extra=["--write-budget", "1000000", "--write-burst", "100000"])
     try:
         with job_feeder(settings.db, ids, stop, prompt_id=pid):
             app.start()

@@ -90,7 +90,16 @@
       body: JSON.stringify({base: entry.base, text: entry.text, labels: entry.labels}),
     });
     if (resp.status === 401) { ended(); return false; }
-    if (resp.ok) { unstash(u, entry.clip, entry); return true; }
+    if (resp.ok) { unstash(u, entry.clip, entry); $("#draft-status")?.remove(); return true; }
+    if (resp.status === 429) {
+      // over the person's write budget (webapp/budget.py): the edit stays in this browser and is written after
+      // the wait the server gave
+      const wait = Math.max(1, Number(resp.headers.get("Retry-After")) || 5);
+      say(`Your unsaved edit is kept in this browser and will be written as a draft in ${wait} s ` +
+          "(too many changes in a short time).");
+      if (!timer && open()?.clip === String(entry.clip)) timer = setTimeout(push, wait * 1000);
+      return false;
+    }
     // refused for good (over a bound, a clip gone): the text stays in the form, the page says why
     const why = (await resp.json().catch(() => ({}))).detail || `HTTP ${resp.status}`;
     say(`Your unsaved edit could not be kept as a draft: ${why}`);
