@@ -272,7 +272,7 @@ def test_a_second_root_is_refused_and_a_moved_root_is_named(settings, db, tmp_pa
     a.rename(tmp_path / "a-moved")
     with pytest.raises(errors.RootMissing, match="move-root"):
         clip_root.settings_for(db, settings)
-    with pytest.raises(errors.DataError, match="does not look like"):
+    with pytest.raises(errors.DataError, match="is not this library's clip root"):
         clip_root.move_root(db, b)  # another library's files
     clip_root.move_root(db, tmp_path / "a-moved")
     assert clip_root.settings_for(db, settings).clip_root == (tmp_path / "a-moved").resolve()

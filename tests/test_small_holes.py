@@ -88,6 +88,8 @@ def test_disabling_a_person_hands_the_clip_they_were_on_to_the_others_at_once(db
     with immediate(db):
         for i in range(2):
             db.execute("INSERT INTO clips (path) VALUES (?)", [f"c{i}.mp4"])
+    for cid in (1, 2):  # the queue serves captioned clips
+        captions.add_machine(db, cid, job_id=None, text="A car waits.", labels=LABELS, provenance=machine_provenance())
     for name in ("ann", "ann2"):
         users.create(db, name, role="annotator", password=PASSWORD)
     first = review_queue.take_next(db, clips.Filter(), "ann", ttl=300)
