@@ -17,7 +17,7 @@ from tests.support.webapp_fixtures import LABELS
 pytestmark = pytest.mark.browser
 
 
-def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library):  # noqa: F811
+def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library):
     db = dbmod.connect(server.settings.db)
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ann_ctx = browser.new_context(viewport={"width": 1366, "height": 900})

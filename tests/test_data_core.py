@@ -89,7 +89,7 @@ def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
                     acked.append(row["id"])
                 except Conflict:
                     conflicts.append(cid)
-        except Exception as e:  # noqa: BLE001 - any other error fails the test below
+        except Exception as e:  # any other error fails the test below
             errors.append(repr(e))
         finally:
             d.close()
