@@ -404,6 +404,19 @@ def path_of(db: sqlite_utils.Database, clip_id: int) -> str:
     return row["path"]
 
 
+MEDIA_KINDS = ("thumbnail", "filmstrip", "preview")  # the derived images and the H.264 copy the ingest records
+
+
+def media_of(db: sqlite_utils.Database, clip_id: int, kind: str) -> str | None:
+    """The stored path (under the media dir) of a clip's thumbnail, filmstrip or preview: None when the clip has
+    none, does not exist, its id is out of SQLite's range (a huge id is "no such clip", not an OverflowError), or
+    `kind` is not one of MEDIA_KINDS (the column name is never taken from the caller)."""
+    if not 0 <= clip_id <= limits.MAX_SQL_INT or kind not in MEDIA_KINDS:
+        return None
+    row = next(db.query(f"SELECT {kind} FROM clips WHERE id = ?", [clip_id]), None)
+    return row[kind] if row else None
+
+
 def facet_counts(db: sqlite_utils.Database, column: str) -> dict[str, int]:
     """How many clips have each value of one facet column."""
     if column not in _FACETS:
