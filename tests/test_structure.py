@@ -5,6 +5,7 @@ name is imported from the module that defines it, and each package's public surf
 from __future__ import annotations
 
 import ast
+import builtins
 import functools
 import importlib
 import types
@@ -229,3 +230,29 @@ def test_every_package_is_shipped():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {_module_of(p) for p in _files(PACKAGES) if p.name == "__init__.py"}
     assert found == listed
+
+
+ROOTS = {"data.errors.DataError", "serving.errors.FleetError"}  # the two trees
+# exceptions outside the two trees, each with the reason it stays outside
+OUTSIDE_THE_TREES = {
+    "serving.procs.StartupError": "a child process of the launcher died or never became healthy: a launch failure",
+    "serving.simfleet.errors.SimError": "the simulated vLLM's own error answer (the server's side, not ours)",
+}
+
+
+def test_every_error_joins_the_data_tree_or_the_fleet_tree():
+    """An exception class the product defines derives from `data.errors.DataError` or `serving.errors.FleetError`
+    (each with its message fit for a user), unless it is private to its module or listed with its reason above:
+    one `except` at an edge then catches every refusal of its floor (issue 28)."""
+    exceptions = {n for n, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException)}
+    stray = []
+    for path in _files(PACKAGES):
+        for node in ast.walk(_tree(path)):
+            if not isinstance(node, ast.ClassDef) or node.name.startswith("_"):
+                continue
+            bases = {b.id for b in node.bases if isinstance(b, ast.Name)}
+            if bases & exceptions:
+                name = f"{_module_of(path)}.{node.name}"
+                if name not in ROOTS | set(OUTSIDE_THE_TREES) and not {"DataError", "FleetError"} & bases:
+                    stray.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({', '.join(sorted(bases))})")
+    assert not stray, stray
