@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
-from data import captions, limits, order as orders, search, taxonomy
+from data import captions, limits, order as orders, review_states, search, taxonomy
 from data.errors import DataError, NotFound
 from data.order import Order
 
@@ -36,7 +36,7 @@ class Filter:
     URLs, browser state, export links and a job's recorded selection carry; each field's metadata (help,
     allowed values) is what the command lines' flags are made from (data.filter_args)."""
 
-    review_status: str | None = _field("only clips in this review state", choices=captions.REVIEW_STATES)
+    review_status: str | None = _field("only clips in this review state", choices=review_states.REVIEW_STATES)
     scenario: str | None = _field("only clips whose scenario is this", choices=taxonomy.SCENARIO_CATEGORIES)
     hazard_level: str | None = _field("only clips whose hazard level is this", choices=taxonomy.HAZARD_LEVELS)
     weather: str | None = _field("only clips whose weather is this", choices=taxonomy.WEATHER)

@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, users
+from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, review_states, users
 from data.job_params import JobParams
 from data.jobs.selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
@@ -37,7 +37,7 @@ def queue(web_settings):
             captions.add_machine(
                 db, lib.clip_ids[k], job_id=None, text=f"clip {k}", labels=LABELS, provenance=machine_provenance()
             )
-        captions.flag_broken(db, lib.clip_ids[BROKEN_AT], user="lead", reason="green frames only")
+        review_states.flag_broken(db, lib.clip_ids[BROKEN_AT], user="lead", reason="green frames only")
         for name in [*PEOPLE, "lead"]:
             users.create(db, name, role="lead" if name == "lead" else "annotator", password=PASSWORD)
     finally:

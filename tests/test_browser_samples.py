@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, clips, db as dbmod, taxonomy
+from data import captions, clips, db as dbmod, review_states, taxonomy
 from data.quality import samples
 from tests.support.blind_form import fill_labels, form_is_empty
 from tests.support.browser_fixtures import SCREENSHOTS, choose, login
@@ -53,7 +53,7 @@ def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, s
         saved = captions.save_human(
             db, target, text=FIRST_TEXT, labels=first, author="ann", base_caption_id=origin["id"]
         )
-        captions.set_review(db, target, status="approved", user="ann", base_caption_id=saved["id"])
+        review_states.set_review(db, target, status="approved", user="ann", base_caption_id=saved["id"])
 
         assert lead.input_value("#second-sample input") == str(sample_id)  # the draw filled it in
         choose(lead, "second-reviewer", "ann2")

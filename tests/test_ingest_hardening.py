@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 
-from data import captions, db as dbmod, export
+from data import captions, db as dbmod, export, review_states
 from data.clips import Filter
 from data.library import clipgen, ingest, worker_pool
 from tests.support.webapp_fixtures import LABELS
@@ -60,7 +60,7 @@ def test_other_footage_under_the_same_name_makes_the_caption_stale(settings, db,
     ingest.ingest(settings, db=db, workers=1, decoder="pyav")
     cid = db.execute("SELECT id FROM clips").fetchone()[0]
     cap = captions.save_human(db, cid, text="a red car turns left", labels=LABELS, author="ann", base_caption_id=None)
-    captions.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
+    review_states.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
     _ts(root / "c.ts", 160, 96, n=12, shade=128)  # other footage, same name
     ingest.ingest(settings, db=db, workers=1, decoder="pyav")
     clip = next(db.query("SELECT review_status, current_caption_id FROM clips WHERE id = ?", [cid]))
