@@ -19,16 +19,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import (  # noqa: E402
+from data import (
     captions,
     clips,
-    db as dbmod,  # noqa: E402
+    db as dbmod,
     errors,
     examples,
     limits,
     textdiff,
 )
-from webapp import render  # noqa: E402
+from webapp import render
 
 LABELS = examples.LABELS
 

@@ -29,10 +29,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.library_build import fresh_library  # noqa: E402
-from data import clips, order as orders, schema  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect  # noqa: E402
+from benchmarks.library_build import fresh_library
+from data import clips, order as orders, schema
+from data.clips import Filter
+from data.db import connect
 
 HAZARD = (("none", 40), ("low", 30), ("medium", 18), ("high", 9), ("critical", 3))
 WEATHER = (("clear", 50), ("cloudy", 20), ("rain", 15), ("fog", 5), ("snow", 5), ("unknown", 5))

@@ -29,14 +29,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.library_build import fresh_library  # noqa: E402
-from data import assignments, clips, consistency, schema, taxonomy  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect  # noqa: E402
-from data.quality import calibration  # noqa: E402
-from serving.logprobs import label_confidence  # noqa: E402
-from serving.simfleet import answers as sim_answers  # noqa: E402
-from serving.simfleet.logprobs import simulate  # noqa: E402
+from benchmarks.library_build import fresh_library
+from data import assignments, clips, consistency, schema, taxonomy
+from data.clips import Filter
+from data.db import connect
+from data.quality import calibration
+from serving.logprobs import label_confidence
+from serving.simfleet import answers as sim_answers
+from serving.simfleet.logprobs import simulate
 
 HAZARD = (("none", 40), ("low", 30), ("medium", 18), ("high", 9), ("critical", 3))
 WEATHER = (("clear", 50), ("cloudy", 20), ("rain", 15), ("fog", 5), ("snow", 5), ("unknown", 5))

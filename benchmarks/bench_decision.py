@@ -26,9 +26,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.quality import decision, sequential, stats  # noqa: E402
-from data.quality.stats import Stratum  # noqa: E402
-from data.quality.targets import Target  # noqa: E402
+from data.quality import decision, sequential, stats
+from data.quality.stats import Stratum
+from data.quality.targets import Target
 
 
 def run(batch: list[int], target: Target, first: int) -> tuple[str, int, int, str | None]:

@@ -29,11 +29,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.library_build import fresh_library  # noqa: E402
-from data import captions, clips, export, schema  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect  # noqa: E402
-from data.examples import LABELS  # noqa: E402
+from benchmarks.library_build import fresh_library
+from data import captions, clips, export, schema
+from data.clips import Filter
+from data.db import connect
+from data.examples import LABELS
 
 WEATHER = ("clear", "rain", "fog", "snow", "cloudy")
 WORDS = "the ego vehicle slows as a pedestrian crosses while a cyclist waits at the light on a wet street".split()

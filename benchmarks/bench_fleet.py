@@ -239,7 +239,7 @@ def efficiency(per_clip: list, frames: int, clips_per_s: float | None, precision
         if clip not in sizes:
             try:
                 sizes[clip] = clip_size(clip)
-            except Exception:  # noqa: BLE001 - an unreadable header: that clip is left out of the count
+            except Exception:  # an unreadable header: that clip is left out of the count
                 continue
         h, w = sizes[clip]
         work.append(flops.ClipWork(prompt, completion, frames, h, w))

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-import psutil  # noqa: E402
+import httpx
+import psutil
 
-from data.settings import Settings  # noqa: E402
-from serving import fleet_key, procs, simfleet  # noqa: E402
-from serving.fleet_commands import gate_command, router_command  # noqa: E402
+from data.settings import Settings
+from serving import fleet_key, procs, simfleet
+from serving.fleet_commands import gate_command, router_command
 
 BODY = {"messages": [{"role": "user", "content": "hello"}], "max_completion_tokens": 600}
 

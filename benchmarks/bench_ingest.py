@@ -19,10 +19,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.library import (
-    demo,  # noqa: E402
-    ingest,  # noqa: E402
+    demo,
+    ingest,
 )
-from data.settings import Settings  # noqa: E402
+from data.settings import Settings
 
 
 def main(argv=None) -> int:

@@ -36,12 +36,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.library_build import fresh_library  # noqa: E402
-from data import prompts, quality, schema, taxonomy  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect, immediate  # noqa: E402
-from data.quality import prompt_compare  # noqa: E402
-from webapp import quality_plots, quality_tab  # noqa: E402
+from benchmarks.library_build import fresh_library
+from data import prompts, quality, schema, taxonomy
+from data.clips import Filter
+from data.db import connect, immediate
+from data.quality import prompt_compare
+from webapp import quality_plots, quality_tab
 
 JOBS = 10
 MODELS = ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct")

@@ -27,12 +27,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_browse import build  # noqa: E402
-from bench_webapp import pct, timed  # noqa: E402
+from bench_browse import build
+from bench_webapp import pct, timed
 
-from data import assignments, review_queue, users  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect, immediate  # noqa: E402
+from data import assignments, review_queue, users
+from data.clips import Filter
+from data.db import connect, immediate
 
 
 def main(argv=None) -> None:

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.library_build import fresh_library  # noqa: E402
-from data import prompts, taxonomy  # noqa: E402
+from benchmarks.library_build import fresh_library
+from data import prompts, taxonomy
 
 HAZARD_WEIGHTS = (40, 30, 18, 9, 3)
 WEATHER = ("clear", "rain", "fog")

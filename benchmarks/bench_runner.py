@@ -50,17 +50,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import db as dbmod, jobs, prompts  # noqa: E402
+from data import db as dbmod, jobs, prompts
 from data.job_params import JobParams
-from data.jobs import queries as job_queries  # noqa: E402
+from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from data.library.clipgen import tiny_library  # noqa: E402
-from data.settings import Settings  # noqa: E402
+from data.library.clipgen import tiny_library
+from data.settings import Settings
 from serving import (
-    runner as runmod,  # noqa: E402
-    simfleet,  # noqa: E402
+    runner as runmod,
+    simfleet,
 )
-from serving.client import POOL_SLOTS, CaptionRequest, FleetClient  # noqa: E402
+from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
 
 
 def cpu() -> float:

@@ -35,12 +35,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_browse import build  # noqa: E402
+from bench_browse import build
 
-from data import prompts, taxonomy, users  # noqa: E402
-from data.clips import Filter  # noqa: E402
-from data.db import connect, write_lock_stats  # noqa: E402
-from data.quality import (  # noqa: E402
+from data import prompts, taxonomy, users
+from data.clips import Filter
+from data.db import connect, write_lock_stats
+from data.quality import (
     decision,
     population,
     prompt_compare,

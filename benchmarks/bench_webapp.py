@@ -27,15 +27,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
-from bench_browse import build  # noqa: E402
+from bench_browse import build
 
-from data import clips, examples, jobs, taxonomy  # noqa: E402
-from data.db import connect  # noqa: E402
+from data import clips, examples, jobs, taxonomy
+from data.db import connect
 from data.job_params import JobParams
-from data.jobs import items as job_items  # noqa: E402
+from data.jobs import items as job_items
 from data.jobs.selection import Selection
-from data.settings import Settings  # noqa: E402
-from webapp.review_form import ReviewForm  # noqa: E402
+from data.settings import Settings
+from webapp.review_form import ReviewForm
 
 LABELS = examples.HAZARD_LABELS
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from data.library import clipgen  # noqa: E402
+from data.library import clipgen
 
 
 def _frame_maker(width: int, height: int, seed: int):

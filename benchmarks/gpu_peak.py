@@ -40,13 +40,13 @@ def measure(n: int = 8192, reps: int = 20) -> dict:
             out["errors"]["gpu"] = "torch sees no CUDA device"
             return out
         out["gpu"] = torch.cuda.get_device_name(0)
-    except Exception as e:  # noqa: BLE001 - no torch here: the report says so and falls back
+    except Exception as e:  # no torch here: the report says so and falls back
         out["errors"]["gpu"] = f"{type(e).__name__}: {e}"
         return out
     for precision, product in (("bf16", _bf16), ("fp8", _fp8)):
         try:
             out[f"{precision}_tflops"] = _rate(product(n), n, reps)
-        except Exception as e:  # noqa: BLE001 - e.g. no FP8 on this GPU: that rate stays null, with the reason
+        except Exception as e:  # e.g. no FP8 on this GPU: that rate stays null, with the reason
             out["errors"][precision] = f"{type(e).__name__}: {e}"
         torch.cuda.empty_cache()
     return out

@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere: the repo first
 
-from benchmarks.node.cli import main  # noqa: E402
+from benchmarks.node.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

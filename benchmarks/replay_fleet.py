@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import taxonomy  # noqa: E402
-from serving.simfleet import answers as sim_answers, logprobs as sim_logprobs  # noqa: E402
+from data import taxonomy
+from serving.simfleet import answers as sim_answers, logprobs as sim_logprobs
 
 RECORDED_CAPTION_CHARS = 1500  # the recorded answer's caption ran to the schema's maxLength
 

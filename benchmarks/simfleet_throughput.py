@@ -24,11 +24,11 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from data import examples  # noqa: E402
-from data.library import clipgen  # noqa: E402
-from data.settings import Settings  # noqa: E402
-from serving import simfleet  # noqa: E402
-from serving.client import CaptionRequest, FleetClient  # noqa: E402
+from data import examples
+from data.library import clipgen
+from data.settings import Settings
+from serving import simfleet
+from serving.client import CaptionRequest, FleetClient
 
 PROMPT = examples.PROMPT
 
@@ -50,7 +50,7 @@ async def drive(settings: Settings, urls: list[str], clips: list[str], n: int, c
             try:
                 await client.caption(urls[i % len(urls)], CaptionRequest(clips[i % len(clips)], PROMPT))
                 latencies.append(time.monotonic() - t0)
-            except Exception:  # noqa: BLE001 - counted, the benchmark goes on
+            except Exception:  # counted, the benchmark goes on
                 errors += 1
 
     t0 = time.monotonic()

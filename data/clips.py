@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
-from data import captions, limits, order as orders, search, taxonomy
+from data import captions, limits, order as orders, review_states, search, taxonomy
 from data.errors import DataError, NotFound
 from data.order import Order
 
@@ -36,7 +36,7 @@ class Filter:
     URLs, browser state, export links and a job's recorded selection carry; each field's metadata (help,
     allowed values) is what the command lines' flags are made from (data.filter_args)."""
 
-    review_status: str | None = _field("only clips in this review state", choices=captions.REVIEW_STATES)
+    review_status: str | None = _field("only clips in this review state", choices=review_states.REVIEW_STATES)
     scenario: str | None = _field("only clips whose scenario is this", choices=taxonomy.SCENARIO_CATEGORIES)
     hazard_level: str | None = _field("only clips whose hazard level is this", choices=taxonomy.HAZARD_LEVELS)
     weather: str | None = _field("only clips whose weather is this", choices=taxonomy.WEATHER)
@@ -402,6 +402,19 @@ def path_of(db: sqlite_utils.Database, clip_id: int) -> str:
     if row is None:
         raise NotFound(f"clip {clip_id} does not exist")
     return row["path"]
+
+
+MEDIA_KINDS = ("thumbnail", "filmstrip", "preview")  # the derived images and the H.264 copy the ingest records
+
+
+def media_of(db: sqlite_utils.Database, clip_id: int, kind: str) -> str | None:
+    """The stored path (under the media dir) of a clip's thumbnail, filmstrip or preview: None when the clip has
+    none, does not exist, its id is out of SQLite's range (a huge id is "no such clip", not an OverflowError), or
+    `kind` is not one of MEDIA_KINDS (the column name is never taken from the caller)."""
+    if not 0 <= clip_id <= limits.MAX_SQL_INT or kind not in MEDIA_KINDS:
+        return None
+    row = next(db.query(f"SELECT {kind} FROM clips WHERE id = ?", [clip_id]), None)
+    return row[kind] if row else None
 
 
 def facet_counts(db: sqlite_utils.Database, column: str) -> dict[str, int]:

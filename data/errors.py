@@ -16,13 +16,18 @@
     ├── SearchSyntaxError      a search data.search cannot run as written (the message says what to write)
     ├── RootMismatch           ingest asked to scan a folder that is not the library's clip root
     ├── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
-    └── DeploymentMismatch     a setting (role, media base, TTL) that contradicts the recorded deployment
-                               (data.deployment; the message names the command that changes the record)
+    ├── DeploymentMismatch     a setting (role, media base, TTL) that contradicts the recorded deployment
+    │                          (data.deployment; the message names the command that changes the record)
+    │   defined beside their use (each also a ValueError, as json.loads' own refusals are):
+    ├── limits.UnreadableJson  JSON a person gave that is not read: not JSON, too deep, a number out of range
+    ├── limits.Unstorable      JSON that parses but would not be stored as the value it holds
+    │   defined in the library wing:
+    └── library.media.DecodeError  a clip whose frames cannot be decoded (stored as the clip's probe error)
 
 The edges catch `DataError` once and show its message (webapp: `gr.Error` or an inline message; CLIs: one
 line on stderr and a non-zero exit); a subclass is caught apart only where the edge does something else with
-it (a `Conflict` offers a reload). Errors that are not refusals (SQLite's own, a decoder's) are not in this
-tree: they are bugs or outages, and reach the logs as they are.
+it (a `Conflict` offers a reload). Errors that are not refusals (SQLite's own, a library's unexpected one)
+are not in this tree: they are bugs or outages, and reach the logs as they are.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator, TextIO
 
 import sqlite_utils
 
-from data import captions, clips, filter_args, limits, taxonomy
+from data import caption_history, clips, filter_args, limits, review_states, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.job_params import current_names
@@ -78,7 +78,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "review_status",
         "c.review_status",
-        {"enum": list(captions.REVIEW_STATES)},
+        {"enum": list(review_states.REVIEW_STATES)},
         "the clip's review decision ('broken': a person flagged the video as unreviewable, apart from rejections)",
     ),
     Field("reviewed_by", "c.reviewed_by", _null("string"), "who decided it"),
@@ -142,7 +142,7 @@ FIELDS: tuple[Field, ...] = (
     Field(
         "changed",
         None,
-        {"enum": list(captions.CHANGE_KINDS)},
+        {"enum": list(caption_history.CHANGE_KINDS)},
         "what people changed compared with the origin: unchanged, text, labels or both; written when there is "
         "no origin (text compared word by word, multi-choice labels as sets)",
     ),
@@ -162,7 +162,7 @@ FIELDS: tuple[Field, ...] = (
         "edits_truncated",
         None,
         {"type": "boolean"},
-        f"true when more than {captions.EDITS_MAX} human versions lie on the chain (only the newest are listed)",
+        f"true when more than {caption_history.EDITS_MAX} human versions lie on the chain (only the newest are listed)",
     ),
 )
 
@@ -229,7 +229,7 @@ EDIT_SCHEMA = {
         "author": {"type": "string", "description": "who saved it"},
         "created_at": {"type": "number", "description": "when (Unix seconds)"},
         "changed": {
-            "enum": list(captions.CHANGE_KINDS),
+            "enum": list(caption_history.CHANGE_KINDS),
             "description": "what it changed compared with the version it was derived from",
         },
     },
@@ -289,13 +289,16 @@ def _lineage_fields(db: sqlite_utils.Database, raw: dict, rec: dict) -> dict:
     if raw["origin_caption_id"] is not None:
         origin = _decoded(raw, _ORIGIN_READ)
     if origin is None:
-        changed, labels = captions.change_kind(None, rec), None
+        changed, labels = caption_history.change_kind(None, rec), None
     elif origin["caption_id"] == rec["caption_id"]:  # a machine caption, its own origin (most rows)
         changed, labels = "unchanged", []
     else:
         before = {"text": raw["_origin_text"], "labels": _json(raw["_origin_labels"]) or {}}
-        changed, labels = captions.change_kind(before, rec), captions.labels_changed(before["labels"], rec["labels"])
-    human, truncated = captions.edits(db, rec["caption_id"]) if rec["source"] == "human" else ([], False)
+        changed, labels = (
+            caption_history.change_kind(before, rec),
+            caption_history.labels_changed(before["labels"], rec["labels"]),
+        )
+    human, truncated = caption_history.edits(db, rec["caption_id"]) if rec["source"] == "human" else ([], False)
     return {
         "simulated": bool(raw["_simulated"]) or bool(origin and origin["simulated"]),
         "origin": origin,

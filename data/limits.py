@@ -127,8 +127,9 @@ def _no_constant(name: str) -> Any:
 _NONZERO_MANTISSA = re.compile(r"[1-9]")
 
 
-class Unstorable(ValueError):
-    """JSON that parses but would not be stored as the value it holds."""
+class Unstorable(DataError, ValueError):
+    """JSON that parses but would not be stored as the value it holds (a ValueError too, as json.loads' own
+    refusals are: its readers catch both alike)."""
 
 
 def _finite_float(text: str) -> float:

@@ -2,6 +2,10 @@
 edit one that has shipped. `table.transform()` silently drops triggers (FTS ones included): a migration
 that transforms `clips` must call `_fts_clips(db)` again.
 
+Whole on purpose: the migrations are one ordered list, applied by name and never edited once shipped; read
+in one file, in order, they are the history of every table, and each one sees the helpers (FTS triggers,
+facet columns) the others use.
+
 Tables
 - clips: one row per file under the clip root (path relative to it). Facet columns (scenario, hazard_level,
   weather, lighting, road_type) and caption_text/labels_text mirror the *current* caption so that browsing a

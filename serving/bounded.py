@@ -15,9 +15,10 @@ bytes are decompressed with an output limit (zlib's `max_length`, brotli's `outp
 Requests ask for no compression (`Accept-Encoding: identity`); a server that compresses anyway is decoded
 (gzip, deflate, br) under the bound, and any other or stacked encoding is refused.
 
-Errors (all `ReadRefused`, each with a `kind`):
+Errors (all `ReadRefused`, a `serving.errors.FleetError`, each with a `kind`; callers turn them into the
+FleetError their caller expects, e.g. a ReplicaError):
     ReadRefused
-    ├── TooLarge     kind "oversized": more than max_bytes after decoding; nothing more is read
+    ├── Oversized    kind "oversized": more than max_bytes after decoding; nothing more is read
     ├── TooSlow      kind "timeout": the whole read took longer than its deadline (a trickling server)
     └── BadEncoding  kind "encoding": a Content-Encoding we do not decode, or corrupt compressed data
 """
@@ -31,16 +32,18 @@ from typing import Any
 
 import httpx
 
+from serving.errors import FleetError
+
 HEADERS = {"accept-encoding": "identity"}
 
 
-class ReadRefused(Exception):
+class ReadRefused(FleetError):
     """An answer not read in full because it broke a bound (the message says which)."""
 
     kind = "refused"
 
 
-class TooLarge(ReadRefused):
+class Oversized(ReadRefused):
     kind = "oversized"
 
 
@@ -151,11 +154,11 @@ def _check_declared(headers: httpx.Headers | dict, max_bytes: int, what: str) ->
     answer whose compressed form is larger than the bound is not worth reading either)."""
     declared = str(headers.get("content-length") or "")
     if declared.isdigit() and int(declared) > max_bytes:
-        raise TooLarge(f"{what} of {int(declared):,} bytes refused (the limit is {max_bytes:,})")
+        raise Oversized(f"{what} of {int(declared):,} bytes refused (the limit is {max_bytes:,})")
 
 
 class Reader:
-    """Decoded bytes of one answer, refused past `max_bytes` (TooLarge) as soon as they pass it."""
+    """Decoded bytes of one answer, refused past `max_bytes` (Oversized) as soon as they pass it."""
 
     def __init__(self, headers: httpx.Headers | dict, max_bytes: int, *, what: str = "answer"):
         self.max_bytes, self.what = max_bytes, what
@@ -167,7 +170,7 @@ class Reader:
     def _take(self, piece: bytes) -> None:
         self.size += len(piece)
         if self.size > self.max_bytes:
-            raise TooLarge(f"{self.what} longer than {self.max_bytes:,} bytes: refused, not read further")
+            raise Oversized(f"{self.what} longer than {self.max_bytes:,} bytes: refused, not read further")
         if piece:
             self.parts.append(piece)
 
@@ -193,7 +196,7 @@ def _in_memory(resp: httpx.Response, max_bytes: int, what: str) -> bytes | None:
         return None
     _check_declared(resp.headers, max_bytes, what)
     if len(body) > max_bytes:
-        raise TooLarge(f"{what} longer than {max_bytes:,} bytes: refused")
+        raise Oversized(f"{what} longer than {max_bytes:,} bytes: refused")
     return body
 
 
@@ -292,10 +295,10 @@ __all__ = [
     "fetch",
     "fetch_sync",
     "HEADERS",
+    "Oversized",
     "read_async",
     "read_sync",
     "Reader",
     "ReadRefused",
-    "TooLarge",
     "TooSlow",
 ]

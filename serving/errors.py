@@ -9,7 +9,11 @@
     │                          limits, same answer).
     ├── ReplicaError           any other 5xx: the server failed. Retried elsewhere with backoff.
     ├── Overloaded             503 / 429: the replica is busy or its engine is down. Retried with backoff.
-    └── Unreachable            connect error, read timeout, remote closed. Retried elsewhere.
+    ├── Unreachable            connect error, read timeout, remote closed. Retried elsewhere.
+    │   defined beside their use (never raised out of the fleet client: it turns them into the ones above):
+    ├── bounded.ReadRefused    an answer not read in full: Oversized, TooSlow, BadEncoding (serving.bounded)
+    ├── fleet_key.FleetKeyError    the data dir's fleet key file is missing where it must exist, or not a key
+    └── media_urls.MediaKeyError   the media URL signing key cannot be trusted (wrong size, readable by others)
 
 The runner decides what to do from `retryable` alone; `kind` is a short stable word stored on the job
 item (`last_error` kind) so leads can group failures. The message is fit to show a user: the fleet client

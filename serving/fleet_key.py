@@ -27,6 +27,7 @@ from pathlib import Path
 
 from data.settings import Settings, add_arguments, from_args
 from serving import keyfile
+from serving.errors import FleetError
 from serving.redact import Redactor
 
 KEY_FILE = "fleet.key"
@@ -34,8 +35,11 @@ ENV = "VLLM_API_KEY"  # what vLLM (and the simulated fleet) read the key from wh
 _KEY = re.compile(r"[A-Za-z0-9_-]{32,256}")
 
 
-class FleetKeyError(RuntimeError):
-    """The key file is missing where it must exist, or holds something that is not a key."""
+class FleetKeyError(FleetError, RuntimeError):
+    """The key file is missing where it must exist, or holds something that is not a key (a RuntimeError too, as
+    it was before it joined the fleet errors)."""
+
+    kind = "fleet_key"
 
 
 def path(settings: Settings) -> Path:

@@ -28,6 +28,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from serving import keyfile
+from serving.errors import FleetError
 
 KEY_FILE = "media-url.key"
 KEY_BYTES = 32
@@ -37,8 +38,11 @@ ROUTE = "/media/signed"
 MAX_TTL_S = 24 * 3600
 
 
-class MediaKeyError(RuntimeError):
-    """The key file exists but cannot be trusted (wrong size, or readable by others)."""
+class MediaKeyError(FleetError, RuntimeError):
+    """The key file exists but cannot be trusted (wrong size, or readable by others); a RuntimeError too, as it
+    was before it joined the fleet errors."""
+
+    kind = "media_key"
 
 
 def key_path(data_dir: str | Path) -> Path:

@@ -66,7 +66,7 @@ class Supervisor:
     def _say(self, msg: str) -> None:
         try:  # best-effort twice over: the stream drops what the disk refuses, and nothing here may raise
             print(f"[supervisor {self.name}] {msg}", file=sys.stderr, flush=True)
-        except Exception:  # noqa: BLE001 - reporting must never stop the supervision
+        except Exception:  # reporting must never stop the supervision
             pass
 
     # ---- the database: the supervisor's heartbeat and the child's ---------------------------------------
@@ -81,7 +81,7 @@ class Supervisor:
         try:
             if self._db is not None:
                 self._db.close()
-        except Exception:  # noqa: BLE001 - a connection that cannot even close is dropped all the same
+        except Exception:  # a connection that cannot even close is dropped all the same
             pass
         self._db = None
 
@@ -105,7 +105,7 @@ class Supervisor:
                 },
                 wait=min(heartbeats.PERIOD_S, 1.0),
             )
-        except Exception as e:  # noqa: BLE001 - a locked, full or missing database must not stop the supervision
+        except Exception as e:  # a locked, full or missing database must not stop the supervision
             if self._writable_since is not None or not self._unwritable_said:
                 self._say(f"the database takes no writes ({e}): a silent child is not restarted meanwhile")
                 self._unwritable_said = True
@@ -119,7 +119,7 @@ class Supervisor:
     def _last_beat(self, pid: int) -> float | None:
         try:
             return heartbeats.last_beat_of(self._database(), pid)
-        except Exception:  # noqa: BLE001 - unreadable: nothing is known, so nothing is judged
+        except Exception:  # unreadable: nothing is known, so nothing is judged
             self._drop_database()
             return None
 

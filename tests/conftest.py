@@ -11,8 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("NO_PROXY", "localhost,127.0.0.1")
 os.environ.setdefault("no_proxy", "localhost,127.0.0.1")
 
-from data import db as dbmod  # noqa: E402
-from data.settings import Settings  # noqa: E402
+from data import db as dbmod
+from data.settings import Settings
 
 # the helpers' own asserts (assert_audit_complete, check_oracle, ...) report their operands too
 pytest.register_assert_rewrite("tests.support")

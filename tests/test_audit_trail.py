@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from data import captions
+from data import captions, review_states
 from tests.support.audit_checks import assert_audit_complete
 from tests.support.reliability_fixtures import LABELS
 from tests.support.runner_fixtures import add_clips
@@ -26,7 +26,7 @@ def test_audit_after_every_kind_of_change(db):
     a, b = add_clips(db, 2, prefix="r9")
     m, _ = captions.add_machine(db, a, job_id=None, text="machine v1", labels=LABELS, provenance={"model": "x"})
     h = captions.save_human(db, a, text="human v2", labels=LABELS, author="ann", base_caption_id=m["id"])
-    captions.set_review(db, a, status="approved", user="lead", base_caption_id=h["id"])
+    review_states.set_review(db, a, status="approved", user="lead", base_caption_id=h["id"])
     c, replaced = captions.add_machine(db, a, job_id=None, text="candidate", labels=LABELS, provenance={"model": "x"})
     assert not replaced
     captions.adopt(db, a, caption_id=c["id"], author="lead", base_caption_id=h["id"])

@@ -40,7 +40,7 @@ def pick(page, elem_id: str, value: str) -> None:
     page.keyboard.press("Escape")
 
 
-def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, library):  # noqa: F811
+def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, library):
     ids = library.clip_ids
     target = ids[3]  # the oldest snow clip: deep in the default (newest first) grid, never the queue's first pick
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -94,7 +94,7 @@ def test_a_lead_assigns_and_the_annotators_next_lands_on_it(browser, server, lib
         ann_ctx.close()
 
 
-def test_an_annotator_cannot_assign_through_the_api(server, library):  # noqa: F811
+def test_an_annotator_cannot_assign_through_the_api(server, library):
     from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
     cookie = login_cookie(server.url, "ann")
@@ -113,7 +113,7 @@ def test_an_annotator_cannot_assign_through_the_api(server, library):  # noqa: F
     assert assignments_of(server) == {}
 
 
-def test_a_lead_assigns_the_clip_open_in_review_and_an_unsaved_edit_stays_unsaved(browser, server, library):  # noqa: F811
+def test_a_lead_assigns_the_clip_open_in_review_and_an_unsaved_edit_stays_unsaved(browser, server, library):
     target = library.clip_ids[5]
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ann_ctx = browser.new_context(viewport={"width": 1366, "height": 768})

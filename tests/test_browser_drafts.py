@@ -85,7 +85,7 @@ def set_weather(page, value: str) -> None:
     page.wait_for_function(f"window.cwPicker.value('weather') === '{value}'")
 
 
-def test_an_unsaved_edit_survives_sign_out_reload_and_a_closed_tab(browser, server, library):  # noqa: F811
+def test_an_unsaved_edit_survives_sign_out_reload_and_a_closed_tab(browser, server, library):
     cid = library.clip_ids[11]
     before = versions(server, cid)
     ctx = browser.new_context(viewport={"width": 1366, "height": 768})
@@ -166,7 +166,7 @@ def test_an_unsaved_edit_survives_sign_out_reload_and_a_closed_tab(browser, serv
         ctx.close()
 
 
-def test_discarding_an_offered_edit_drops_it_and_writes_nothing(browser, server, library):  # noqa: F811
+def test_discarding_an_offered_edit_drops_it_and_writes_nothing(browser, server, library):
     cid = library.clip_ids[12]
     before = versions(server, cid)
     ctx = browser.new_context()
@@ -212,7 +212,7 @@ def _two_editors(browser, server, cid: int, theirs: str, mine: str):
     return ca, cb, a, b
 
 
-def test_a_conflict_shows_both_and_each_way_out_does_what_it_says(browser, server, library):  # noqa: F811
+def test_a_conflict_shows_both_and_each_way_out_does_what_it_says(browser, server, library):
     c1, c2, c3 = library.clip_ids[13], library.clip_ids[14], library.clip_ids[15]
     opened = []
     try:
@@ -274,7 +274,7 @@ def test_a_conflict_shows_both_and_each_way_out_does_what_it_says(browser, serve
             c.close()
 
 
-def test_versions_are_only_written_by_saves(server, library):  # noqa: F811
+def test_versions_are_only_written_by_saves(server, library):
     """The drafts route as a script would call it: many writes, no version; a bad draft is refused with a reason."""
     cid = library.clip_ids[16]
     before = versions(server, cid)

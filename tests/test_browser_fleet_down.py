@@ -28,13 +28,13 @@ NOTICE_WITHIN_S = 10.0  # the issue's acceptance: the cause on Jobs within 10 s 
 
 
 @pytest.fixture(scope="module")
-def router(simfleet, tmp_path_factory):  # noqa: F811
+def router(simfleet, tmp_path_factory):
     with real_router(simfleet, tmp_path_factory.mktemp("router")) as url:
         yield url
 
 
 @pytest.fixture(scope="module")
-def server(web_settings, library, router):  # noqa: F811
+def server(web_settings, library, router):
     with AppServer(web_settings, fleet_urls=[router]) as s:
         yield s
 
@@ -44,7 +44,7 @@ def knobs(urls: list[str], **values) -> None:
         set_knobs(url, **values).raise_for_status()
 
 
-def test_a_job_started_with_the_fleet_down_says_why_on_jobs(browser, server, simfleet, router, web_settings):  # noqa: F811
+def test_a_job_started_with_the_fleet_down_says_why_on_jobs(browser, server, simfleet, router, web_settings):
     knobs(simfleet, unavailable_for=3600, unhealthy=True)
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
     d = dbmod.connect(web_settings.db)

@@ -36,7 +36,7 @@ def cell(page, table: str, row_name: str, column: int) -> str:
     return page.evaluate(CELL, [table, row_name, column])
 
 
-def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(browser, server, library):  # noqa: F811
+def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(browser, server, library):
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ann_ctx = browser.new_context(viewport={"width": 1366, "height": 900})
     ann2_ctx = browser.new_context(viewport={"width": 1366, "height": 900})

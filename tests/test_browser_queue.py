@@ -13,7 +13,7 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, users
+from data import captions, clips as clipsmod, db as dbmod, jobs, review_queue, review_states, users
 from data.job_params import JobParams
 from data.jobs.selection import Selection
 from tests.support.browser_fixtures import SCREENSHOTS, login
@@ -37,7 +37,7 @@ def queue(web_settings):
             captions.add_machine(
                 db, lib.clip_ids[k], job_id=None, text=f"clip {k}", labels=LABELS, provenance=machine_provenance()
             )
-        captions.flag_broken(db, lib.clip_ids[BROKEN_AT], user="lead", reason="green frames only")
+        review_states.flag_broken(db, lib.clip_ids[BROKEN_AT], user="lead", reason="green frames only")
         for name in [*PEOPLE, "lead"]:
             users.create(db, name, role="lead" if name == "lead" else "annotator", password=PASSWORD)
     finally:
@@ -92,7 +92,7 @@ def approvals_since(server, t: float) -> collections.Counter:
 
 
 @pytest.mark.parametrize("people", [2, 5])
-def test_annotators_pressing_n_at_once_never_share_a_clip(browser, server, queue, people):  # noqa: F811
+def test_annotators_pressing_n_at_once_never_share_a_clip(browser, server, queue, people):
     t0 = reset(server, queue)
     contexts = [browser.new_context(viewport=VIEW) for _ in range(people)]
     try:
@@ -146,7 +146,7 @@ def test_annotators_pressing_n_at_once_never_share_a_clip(browser, server, queue
             ctx.close()
 
 
-def test_who_is_on_a_clip_is_shown_and_signing_out_gives_it_back(browser, server, queue):  # noqa: F811
+def test_who_is_on_a_clip_is_shown_and_signing_out_gives_it_back(browser, server, queue):
     reset(server, queue)
     ca, cb = browser.new_context(viewport=VIEW), browser.new_context(viewport=VIEW)
     try:
@@ -178,7 +178,7 @@ def test_who_is_on_a_clip_is_shown_and_signing_out_gives_it_back(browser, server
         cb.close()
 
 
-def test_a_killed_browsers_clip_comes_back_when_its_lease_runs_out(browser, web_settings, server, queue):  # noqa: F811
+def test_a_killed_browsers_clip_comes_back_when_its_lease_runs_out(browser, web_settings, server, queue):
     """A second app on the same library with a 10 s lease, and a queue of two clips (a job's). ann's browser is
     closed without a word to the server (no sign-out: what a crashed browser or a dead laptop does): ann2's n
     passes her clip over while the lease lives, and gets it once the lease has run out."""
@@ -237,7 +237,7 @@ def test_a_killed_browsers_clip_comes_back_when_its_lease_runs_out(browser, web_
             cb.close()
 
 
-def test_clips_nobody_can_review_are_flagged_counted_apart_and_never_served(browser, server, queue):  # noqa: F811
+def test_clips_nobody_can_review_are_flagged_counted_apart_and_never_served(browser, server, queue):
     reset(server, queue)
     failed, broken = queue.clip_ids[7], queue.clip_ids[BROKEN_AT]
     ctx, lead_ctx = browser.new_context(viewport={"width": 1366, "height": 768}), browser.new_context()

@@ -10,14 +10,14 @@ import json
 import pandas as pd
 import pytest
 
-from data import captions, clips, db as dbmod
+from data import captions, clips, db as dbmod, review_states
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.webapp_fixtures import LABELS
 
 pytestmark = pytest.mark.browser
 
 
-def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library):  # noqa: F811
+def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library):
     db = dbmod.connect(server.settings.db)
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ann_ctx = browser.new_context(viewport={"width": 1366, "height": 900})
@@ -25,7 +25,7 @@ def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library)
         ids = library.clip_ids
         for cid in ids[:6]:  # machine captions of the simulated fleet, approved
             cap = clips.get(db, cid)["caption"]
-            captions.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
+            review_states.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
         for cid in ids[8:10]:  # uncaptioned: a person writes from scratch (no simulated text), approved
             cap = captions.save_human(
                 db,
@@ -35,7 +35,7 @@ def test_a_lead_releases_the_filter_and_reads_its_card(browser, server, library)
                 author="ann",
                 base_caption_id=None,
             )
-            captions.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
+            review_states.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
 
         lead, _ = login(lead_ctx, server.url, "lead")
         lead.wait_for_selector(".cw-tile")

@@ -37,7 +37,7 @@ def library(web_settings) -> Library:
 
 
 @pytest.fixture(scope="module")
-def server(web_settings, library, simfleet):  # noqa: F811
+def server(web_settings, library, simfleet):
     # the fleet is named by URL (no --fleet-mode sim): the banner must still be in the first paint
     with AppServer(web_settings.replace(fleet_mode="auto"), fleet_urls=simfleet) as s:
         yield s
@@ -95,7 +95,7 @@ def edit(page, text: str, weather: str) -> None:
     assert page.input_value("#caption-text textarea") == text
 
 
-def test_the_simulated_banner_is_in_the_first_paint(browser, server):  # noqa: F811
+def test_the_simulated_banner_is_in_the_first_paint(browser, server):
     ctx = browser.new_context()
     try:
         page, _ = login(ctx, server.url, "ann")
@@ -104,7 +104,7 @@ def test_the_simulated_banner_is_in_the_first_paint(browser, server):  # noqa: F
         ctx.close()
 
 
-def test_twenty_clip_review_keys_per_clip(browser, server, library):  # noqa: F811
+def test_twenty_clip_review_keys_per_clip(browser, server, library):
     """Approve without edits: 1 key ('a' approves and opens the next unreviewed clip). Fix one label, approve
     and move on: 4 keys (5, f, Enter, a: Enter takes fog and leaves the field). Timed over 20 clips of a filter;
     the keys of every option of every label are in tests/test_browser_picker.py (docs/keys-per-clip.txt)."""
@@ -160,7 +160,7 @@ def test_twenty_clip_review_keys_per_clip(browser, server, library):  # noqa: F8
         ctx.close()
 
 
-def test_zero_lost_edits(browser, server, library):  # noqa: F811
+def test_zero_lost_edits(browser, server, library):
     """Edit the caption and a label, then leave by j, k, approve, another tab, a Browse click, browser Back:
     every time the edit is saved (or still in the form, for a tab switch)."""
     ctx = browser.new_context(viewport={"width": 1366, "height": 768})
@@ -239,7 +239,7 @@ def test_zero_lost_edits(browser, server, library):  # noqa: F811
         ctx.close()
 
 
-def test_deep_link_carries_the_filter(browser, server, library):  # noqa: F811
+def test_deep_link_carries_the_filter(browser, server, library):
     ctx = browser.new_context()
     try:
         page, _ = login(ctx, server.url, "ann")
@@ -256,7 +256,7 @@ def test_deep_link_carries_the_filter(browser, server, library):  # noqa: F811
         ctx.close()
 
 
-def test_browse_tiles_are_fresh_after_a_review(browser, server, library):  # noqa: F811
+def test_browse_tiles_are_fresh_after_a_review(browser, server, library):
     ctx = browser.new_context()
     try:
         page, _ = login(ctx, server.url, "ann")
@@ -271,7 +271,7 @@ def test_browse_tiles_are_fresh_after_a_review(browser, server, library):  # noq
         ctx.close()
 
 
-def test_approve_after_someone_elses_reject_is_a_conflict(browser, server, library):  # noqa: F811
+def test_approve_after_someone_elses_reject_is_a_conflict(browser, server, library):
     cid = library.clip_ids[22]
     ctx_a, ctx_b = browser.new_context(), browser.new_context()
     try:
@@ -292,7 +292,7 @@ def test_approve_after_someone_elses_reject_is_a_conflict(browser, server, libra
         ctx_b.close()
 
 
-def test_review_fits_1366x768(browser, server, library):  # noqa: F811
+def test_review_fits_1366x768(browser, server, library):
     ctx = browser.new_context(viewport={"width": 1366, "height": 768})
     try:
         page, _ = login(ctx, server.url, "ann")
@@ -427,9 +427,9 @@ def test_an_over_long_caption_is_refused_through_the_api(server):
 def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
     browser,
     server,
-    library,  # noqa: F811
+    library,
     runner,
-):  # noqa: F811
+):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     try:
         page, _ = login(ctx, server.url, "lead")
@@ -486,7 +486,7 @@ def test_lead_jobs_tab_preview_one_job_per_triple_click_rows_and_pause_resume(
         ctx.close()
 
 
-def test_fleet_tab_is_readable_at_once(browser, server):  # noqa: F811
+def test_fleet_tab_is_readable_at_once(browser, server):
     ctx = browser.new_context(viewport={"width": 1400, "height": 900})
     try:
         page, _ = login(ctx, server.url, "lead")
@@ -509,7 +509,7 @@ BUTTON_TOPS_JS = """() => { window.__buttonTops = [];
     f(); }"""
 
 
-def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, library, simfleet, runner):  # noqa: F811
+def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, library, simfleet, runner):
     """At the simulated fleet's realistic speed (~1.2 s a caption): Pause shows paused with the true count and
     nothing lands while paused; Resume ends as done with every clip counted; Cancel stops new captions
     within 2 s."""
@@ -585,7 +585,7 @@ def test_lead_pauses_resumes_and_cancels_from_the_jobs_tab(browser, server, libr
         ctx.close()
 
 
-def test_typing_a_chosen_label_again_keeps_it(browser, server, library):  # noqa: F811
+def test_typing_a_chosen_label_again_keeps_it(browser, server, library):
     ctx = browser.new_context()
     try:
         page, _ = login(ctx, server.url, "ann")

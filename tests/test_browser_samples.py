@@ -11,7 +11,7 @@ from urllib.parse import quote
 
 import pytest
 
-from data import captions, clips, db as dbmod, taxonomy
+from data import captions, clips, db as dbmod, review_states, taxonomy
 from data.quality import samples
 from tests.support.blind_form import fill_labels, form_is_empty
 from tests.support.browser_fixtures import SCREENSHOTS, choose, login
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.browser
 FIRST_TEXT = "The first reviewer's own words: a cyclist, not a bus."
 
 
-def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, server, library):  # noqa: F811
+def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, server, library):
     lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ann2_ctx = browser.new_context(viewport={"width": 1366, "height": 900})
     db = dbmod.connect(server.settings.db)
@@ -53,7 +53,7 @@ def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, s
         saved = captions.save_human(
             db, target, text=FIRST_TEXT, labels=first, author="ann", base_caption_id=origin["id"]
         )
-        captions.set_review(db, target, status="approved", user="ann", base_caption_id=saved["id"])
+        review_states.set_review(db, target, status="approved", user="ann", base_caption_id=saved["id"])
 
         assert lead.input_value("#second-sample input") == str(sample_id)  # the draw filled it in
         choose(lead, "second-reviewer", "ann2")
@@ -109,7 +109,7 @@ def draw_and_wait(page, last: int | None) -> int:
     return int(page.get_attribute("#sample-result", "data-sample"))
 
 
-def test_empty_fields_start_empty_and_an_empty_seed_draws_a_new_sample_each_time(browser, server, library):  # noqa: F811
+def test_empty_fields_start_empty_and_an_empty_seed_draws_a_new_sample_each_time(browser, server, library):
     """Issue 26: "Seed (empty: a new one)" showed 0 and every draw used seed 0, so two draws were one sample. Every
     field whose label gives empty a meaning starts empty; two draws without touching the seed take two new seeds
     (recorded and shown) and two different samples; typing a shown seed draws its clips again; an empty "How

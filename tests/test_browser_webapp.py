@@ -14,13 +14,13 @@ pytestmark = pytest.mark.browser
 
 
 @pytest.fixture(scope="module")
-def server(web_settings, library, simfleet):  # noqa: F811
+def server(web_settings, library, simfleet):
     with AppServer(web_settings, fleet_urls=simfleet) as s:
         yield s
 
 
 @pytest.fixture(scope="module")
-def ann(browser, server):  # noqa: F811
+def ann(browser, server):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     page, watch = login(ctx, server.url, "ann")
     yield page, watch
@@ -126,7 +126,7 @@ def test_edit_save_reload_shows_edit(ann, server, library):
     assert "edited by ann" in page.inner_text("#provenance")
 
 
-def test_two_annotators_get_a_conflict(browser, server, library):  # noqa: F811
+def test_two_annotators_get_a_conflict(browser, server, library):
     cid = library.clip_ids[4]
     ctx_a = browser.new_context()
     ctx_b = browser.new_context()
@@ -186,7 +186,7 @@ def test_keyboard_shortcuts(ann, server, library):
     page.wait_for_function("document.activeElement?.closest('#search') !== null")
 
 
-def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner):  # noqa: F811
+def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner):
     ctx = browser.new_context(viewport={"width": 1400, "height": 1100})
     try:
         page, watch = login(ctx, server.url, "lead")
@@ -228,7 +228,7 @@ def test_lead_starts_job_and_watches_it_finish(browser, server, library, runner)
         ctx.close()
 
 
-def test_login_screenshot(browser, server):  # noqa: F811
+def test_login_screenshot(browser, server):
     ctx = browser.new_context(viewport={"width": 1000, "height": 700})
     page = ctx.new_page()
     page.goto(server.url + "/")

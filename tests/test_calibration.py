@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from data import captions, taxonomy
+from data import captions, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError
@@ -37,7 +37,7 @@ def _machine(db, clip_id: int, labels: dict, confidence: dict | None) -> dict:
 
 
 def _approve(db, clip_id: int, cap: dict) -> None:
-    captions.set_review(db, clip_id, status="approved", user="rev", base_caption_id=cap["id"])
+    review_states.set_review(db, clip_id, status="approved", user="rev", base_caption_id=cap["id"])
 
 
 def _history(db, seed: int, n: int = 120) -> list[dict]:
@@ -73,7 +73,7 @@ def _history(db, seed: int, n: int = 120) -> list[dict]:
             if fate == "adopt":  # adopting the fixed version: still derived from the same origin
                 cur = captions.adopt(db, cid, caption_id=cur["id"], author="lee", base_caption_id=cur["id"])
         if fate == "reject":
-            captions.set_review(db, cid, status="rejected", user="rev", base_caption_id=cur["id"])
+            review_states.set_review(db, cid, status="rejected", user="rev", base_caption_id=cur["id"])
         elif fate != "leave":
             _approve(db, cid, cur)
         truth.append(

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from data import captions, clips, consistency, db as dbmod, schema, taxonomy
+from data import caption_confidence, captions, clips, consistency, db as dbmod, review_states, schema, taxonomy
 from data.db import immediate
 
 LABELS = {
@@ -101,7 +101,7 @@ def test_a_machine_caption_stores_its_confidence_and_conflicts_and_the_clip_mirr
         db, cid, job_id=None, text=text, labels=LABELS, provenance={"model": "m", "confidence": CONF}
     )
     assert current
-    assert row["confidence"] == CONF and captions.confidence_of(row)["weather"] == 0.42
+    assert row["confidence"] == CONF and caption_confidence.confidence_of(row)["weather"] == 0.42
     assert row["conflicts"] == ["the text names a pedestrian but road users lacks pedestrian"]
     assert _mirror(db, cid) == (0.42, 1)
     raw = db.execute("SELECT confidence, conflicts FROM captions WHERE id = ?", [row["id"]]).fetchone()
@@ -115,7 +115,7 @@ def test_a_person_s_version_has_no_model_confidence_and_is_checked_too(db):
     h = captions.save_human(
         db, cid, text="A cyclist passes at night.", labels=LABELS, author="ann", base_caption_id=m["id"]
     )
-    assert h["confidence"] is None and captions.confidence_of(h) == dict.fromkeys(taxonomy.ENUMS)
+    assert h["confidence"] is None and caption_confidence.confidence_of(h) == dict.fromkeys(taxonomy.ENUMS)
     assert len(h["conflicts"]) == 2
     assert _mirror(db, cid) == (None, 2)
     # adopting the machine version back is a person's version too: the check runs again, no confidence
@@ -126,7 +126,7 @@ def test_a_person_s_version_has_no_model_confidence_and_is_checked_too(db):
 def test_a_candidate_leaves_the_clip_s_mirrors_as_they_are(db):
     cid = _clip(db)
     m, _ = captions.add_machine(db, cid, job_id=None, text="A car.", labels=LABELS, provenance={})
-    captions.set_review(db, cid, status="approved", user="ann", base_caption_id=m["id"])
+    review_states.set_review(db, cid, status="approved", user="ann", base_caption_id=m["id"])
     cand, current = captions.add_machine(
         db, cid, job_id=None, text="A pedestrian.", labels=LABELS, provenance={"confidence": CONF}
     )
@@ -136,11 +136,11 @@ def test_a_candidate_leaves_the_clip_s_mirrors_as_they_are(db):
 
 def test_confidence_of_reads_only_probabilities(db):
     odd = {"labels": {"weather": 1.5, "lighting": "high", "road_type": True, "hazard_level": 0.3}}
-    got = captions.confidence_of({"confidence": json.dumps(odd)})
+    got = caption_confidence.confidence_of({"confidence": json.dumps(odd)})
     assert got["hazard_level"] == 0.3 and got["weather"] is got["lighting"] is got["road_type"] is None
     assert set(got) == set(taxonomy.ENUMS)
-    assert captions.lowest_confidence(odd) == 0.3 and captions.lowest_confidence(None) is None
-    assert captions.confidence_of(None) == dict.fromkeys(taxonomy.ENUMS)
+    assert caption_confidence.lowest_confidence(odd) == 0.3 and caption_confidence.lowest_confidence(None) is None
+    assert caption_confidence.confidence_of(None) == dict.fromkeys(taxonomy.ENUMS)
 
 
 def test_caption_versions_keep_their_confidence_and_conflicts(db):
@@ -167,7 +167,7 @@ def test_the_migration_leaves_older_captions_unknown(settings):
     try:
         assert d.execute("SELECT confidence, conflicts FROM captions").fetchone() == (None, None)
         assert d.execute("SELECT confidence_min, label_conflicts FROM clips").fetchone() == (None, None)
-        assert captions.confidence_of(captions.get(d, 1)) == dict.fromkeys(taxonomy.ENUMS)
+        assert caption_confidence.confidence_of(captions.get(d, 1)) == dict.fromkeys(taxonomy.ENUMS)
         assert "idx_clips_risk" in {i.name for i in d["clips"].indexes}
     finally:
         d.close()

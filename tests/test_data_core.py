@@ -3,7 +3,7 @@ import time
 
 import pytest
 
-from data import captions, clips, db as dbmod, jobs, schema
+from data import captions, clips, db as dbmod, jobs, review_states, schema
 from data.db import immediate
 from data.errors import Conflict
 from data.job_params import JobParams
@@ -89,7 +89,7 @@ def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
                     acked.append(row["id"])
                 except Conflict:
                     conflicts.append(cid)
-        except Exception as e:  # noqa: BLE001 - any other error fails the test below
+        except Exception as e:  # any other error fails the test below
             errors.append(repr(e))
         finally:
             d.close()
@@ -165,9 +165,9 @@ def test_team_stats_count_people_not_machines_within_the_window(db):
     a, b = add_clip(db, "t1.mp4"), add_clip(db, "t2.mp4")
     m, _ = captions.add_machine(db, a, job_id=None, text="machine", labels=LABELS, provenance={"model": "m"})
     h = captions.save_human(db, b, text="human", labels=LABELS, author="ann", base_caption_id=None)
-    captions.set_review(db, a, status="approved", user="ann", base_caption_id=m["id"])
-    captions.set_review(db, b, status="rejected", user="ann", base_caption_id=h["id"])
-    captions.set_review(db, a, status="rejected", user="bob", base_caption_id=m["id"])
+    review_states.set_review(db, a, status="approved", user="ann", base_caption_id=m["id"])
+    review_states.set_review(db, b, status="rejected", user="ann", base_caption_id=h["id"])
+    review_states.set_review(db, a, status="rejected", user="bob", base_caption_id=m["id"])
     stats = {r["actor"]: r for r in events.team_stats(db, since=0)}
     assert set(stats) == {"ann", "bob"}  # the model's caption is not a person's work
     assert (stats["ann"]["edits"], stats["ann"]["approved"], stats["ann"]["rejected"]) == (1, 1, 1)

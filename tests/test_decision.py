@@ -27,7 +27,7 @@ import pytest
 from scipy.special import betaln, comb
 from scipy.stats import betabinom, hypergeom
 
-from data import captions, events, jobs, taxonomy, users
+from data import captions, events, jobs, review_states, taxonomy, users
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
@@ -234,7 +234,7 @@ def review(db, clip_id: int, weather: str | None = None, status: str = "approved
             db, clip_id, text=cur["text"], labels={**cur["labels"], "weather": weather}, author="ann",
             base_caption_id=cur["id"],
         )  # fmt: skip
-    captions.set_review(db, clip_id, status=status, user="ann", base_caption_id=cur["id"])
+    review_states.set_review(db, clip_id, status=status, user="ann", base_caption_id=cur["id"])
 
 
 def draw(db, size: int, **kw) -> dict:

@@ -72,7 +72,7 @@ def test_other_return_shapes_go_to_gradio_as_they_were(built):
     assert asyncio.run(demo.postprocess_data(fn, gr.skip(), state))[0]["__type__"] == "update"
 
 
-def test_gradios_monitoring_summary_is_not_recomputed_after_every_event(server, monkeypatch):  # noqa: F811
+def test_gradios_monitoring_summary_is_not_recomputed_after_every_event(server, monkeypatch):
     """Before: a pandas summary over up to 10,000 past events after each event, on every event."""
     queue = server.app.state.demo._queue
     summaries = []

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import jsonschema
 
-from data import captions, clips, export, jobs, prompts, taxonomy
+from data import caption_history, captions, clips, export, jobs, prompts, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.job_params import JobParams
@@ -51,7 +51,7 @@ def populate(db):
     cur = captions.add_machine(db, ids[2], job_id=None, text="Rainy cut-in.", labels=LABELS, provenance={"model": "m"})[
         0
     ]
-    captions.set_review(db, ids[2], status="approved", user="lead", base_caption_id=cur["id"])
+    review_states.set_review(db, ids[2], status="approved", user="lead", base_caption_id=cur["id"])
     return ids  # ids[3], ids[4] have no caption
 
 
@@ -98,7 +98,7 @@ def test_csv_round_trip_matches_the_database(db):
             value = cap["labels"][name]
             assert row[f"label_{name}"] == (";".join(value) if isinstance(value, list) else value)
         assert json.loads(row["sidecar"]) == clip["sidecar"]
-        assert row["origin_model"] == (cap.get("model") or "") and row["changed"] in captions.CHANGE_KINDS
+        assert row["origin_model"] == (cap.get("model") or "") and row["changed"] in caption_history.CHANGE_KINDS
 
 
 def test_filters_select_what_they_say(db):
@@ -224,7 +224,7 @@ def test_a_label_fix_on_a_simulated_caption_keeps_its_origin(db):
         author="anna",
         base_caption_id=machine["id"],
     )
-    captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+    review_states.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
     (rec,) = exported(db, Filter(review_status="approved"))
     assert rec["source"] == "human" and rec["author"] == "anna" and rec["derived_from_id"] == machine["id"]
     assert rec["simulated"] is True
@@ -284,17 +284,17 @@ def test_a_long_chain_of_edits_is_listed_up_to_its_bound_and_says_so(db):
     a, b = make_clips(db, 2)
     m, _ = captions.add_machine(db, a, job_id=None, text="v0", labels=LABELS, provenance={"model": "m"})
     base = m["id"]
-    for i in range(captions.EDITS_MAX + 2):
+    for i in range(caption_history.EDITS_MAX + 2):
         base = captions.save_human(db, a, text=f"edit {i}", labels=LABELS, author=f"p{i}", base_caption_id=base)["id"]
     m, _ = captions.add_machine(db, b, job_id=None, text="v0", labels=LABELS, provenance={"model": "m"})
     base = m["id"]
-    for i in range(captions.EDITS_MAX):
+    for i in range(caption_history.EDITS_MAX):
         base = captions.save_human(db, b, text=f"edit {i}", labels=LABELS, author=f"p{i}", base_caption_id=base)["id"]
     ra, rb = exported(db)
-    assert ra["edits_truncated"] is True and len(ra["edits"]) == captions.EDITS_MAX
-    assert ra["edits"][-1]["author"] == f"p{captions.EDITS_MAX + 1}" and ra["edits"][0]["author"] == "p2"
-    assert ra["origin"]["caption_id"] == m["id"] - captions.EDITS_MAX - 3 and ra["changed"] == "text"
-    assert rb["edits_truncated"] is False and len(rb["edits"]) == captions.EDITS_MAX
+    assert ra["edits_truncated"] is True and len(ra["edits"]) == caption_history.EDITS_MAX
+    assert ra["edits"][-1]["author"] == f"p{caption_history.EDITS_MAX + 1}" and ra["edits"][0]["author"] == "p2"
+    assert ra["origin"]["caption_id"] == m["id"] - caption_history.EDITS_MAX - 3 and ra["changed"] == "text"
+    assert rb["edits_truncated"] is False and len(rb["edits"]) == caption_history.EDITS_MAX
     assert rb["edits"][0]["changed"] == "text" and rb["edits"][0]["author"] == "p0"
 
 
@@ -326,7 +326,7 @@ def test_exported_jsonl_validates_against_the_published_schema(db):
     (clip,) = make_clips(db, 1, prefix="sim")
     machine, _, _ = simulated_job_caption(db, clip)
     fixed = captions.save_human(db, clip, text="x", labels=CALM, author="anna", base_caption_id=machine["id"])
-    captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+    review_states.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
     published = json.loads(SCHEMA_FILE.read_text())
     assert published == export.json_schema(), "docs/export.schema.json is stale: python -m data.export --schema"
     validator = jsonschema.Draft202012Validator(published, format_checker=jsonschema.FormatChecker())
@@ -392,7 +392,7 @@ def test_simulated_fleet_caption_fixed_approved_and_exported(fleet_settings, sim
         fixed = captions.save_human(
             db, clip, text=machine["text"], labels=labels, author="anna", base_caption_id=machine["id"]
         )
-        captions.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
+        review_states.set_review(db, clip, status="approved", user="lead", base_caption_id=fixed["id"])
         (rec,) = exported(db, Filter(review_status="approved"))
     finally:
         db.close()

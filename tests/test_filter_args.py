@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, clips, export, filter_args
+from data import clips, export, filter_args, review_states
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import release
@@ -146,7 +146,7 @@ def test_export_selects_by_the_shared_flags(settings, db, capsys):
     assert exported("--source", "human") == [ids[1]]
     assert exported("--status", "approved", "--weather", "rain", "--unassigned") == [ids[2]]
     assert exported("--has-caption", "no") == []
-    assert captions.REVIEW_STATES[-1] == "broken" and exported("--status", "broken") == []
+    assert review_states.REVIEW_STATES[-1] == "broken" and exported("--status", "broken") == []
 
 
 def test_export_refuses_an_unknown_label_value_with_the_allowed_values(settings, db):

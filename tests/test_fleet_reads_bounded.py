@@ -47,7 +47,7 @@ def test_a_compression_bomb_is_refused_after_about_the_limit_decoded(encoding):
 
     def read():
         reader = bounded.Reader({"content-encoding": encoding}, MiB)
-        with pytest.raises(bounded.TooLarge, match="longer than 1,048,576 bytes"):
+        with pytest.raises(bounded.Oversized, match="longer than 1,048,576 bytes"):
             for i in range(0, len(data), 65536):  # the network's chunks
                 reader.add(data[i : i + 65536])
             reader.finish()
@@ -158,7 +158,7 @@ def test_the_sync_helpers_are_bounded_too(reader):
         st, peak = _peak(lambda: reader.scrape(hf.url))
         assert "longer than" in st.error and peak < 2 * health.MAX_METRICS_BYTES + 8 * MiB
         with httpx.Client(trust_env=False) as c:
-            with pytest.raises(bounded.TooLarge):
+            with pytest.raises(bounded.Oversized):
                 bounded.fetch_sync(c, "GET", hf.url + "/metrics", max_bytes=MiB, seconds=5)
 
 

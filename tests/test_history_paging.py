@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from data import captions, db as dbmod, errors, limits
+from data import caption_history, captions, db as dbmod, errors, limits
 from tests.support.reliability_fixtures import GradioSession, dependencies
 from tests.support.webapp_fixtures import LABELS, AppServer, add_users, build_library
 from webapp import render
@@ -94,10 +94,10 @@ def test_a_page_of_versions_at_the_caption_limit_stays_within_its_budget(db):
     for _ in range(limits.HISTORY_PAGE + 5):
         text = _text(rng, 4000)[: limits.MAX_CAPTION_CHARS]
         base = captions.save_human(db, cid, text=text, labels=LABELS, author="ann", base_caption_id=base)["id"]
-    html, shown = render.history_page(captions.history_page(db, cid))
+    html, shown = render.history_page(caption_history.history_page(db, cid))
     print(f"a page of versions at the caption limit: {len(html) / 1024:.0f} KiB, {len(shown)} versions")
     assert len(html) <= limits.HISTORY_PAGE_CHARS + 2_000 and 1 <= len(shown) <= limits.HISTORY_PAGE
-    nxt = captions.history_page(db, cid, before=shown[-1]["version"])
+    nxt = caption_history.history_page(db, cid, before=shown[-1]["version"])
     assert nxt["versions"][0]["version"] == shown[-1]["version"] - 1  # the rest is the next page
 
 

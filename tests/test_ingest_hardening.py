@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 
-from data import captions, db as dbmod, export
+from data import captions, db as dbmod, export, review_states
 from data.clips import Filter
 from data.library import clipgen, ingest, worker_pool
 from tests.support.webapp_fixtures import LABELS
@@ -44,7 +44,7 @@ def test_the_worker_memory_cap_holds():
     assert out.stdout.strip() == "refused", out.stderr[-500:]
 
 
-def test_hostile_corpus_stays_under_the_worker_cap(settings, db, hostile_root):  # noqa: F811
+def test_hostile_corpus_stays_under_the_worker_cap(settings, db, hostile_root):
     summary = ingest.ingest(settings, db=db, workers=2, decoder="pyav", memory_mib=worker_pool.WORKER_MEMORY_MIB)
     print(
         f"R10: ingest worker peak RSS over the hostile corpus ({summary['seen']} files): "
@@ -60,7 +60,7 @@ def test_other_footage_under_the_same_name_makes_the_caption_stale(settings, db,
     ingest.ingest(settings, db=db, workers=1, decoder="pyav")
     cid = db.execute("SELECT id FROM clips").fetchone()[0]
     cap = captions.save_human(db, cid, text="a red car turns left", labels=LABELS, author="ann", base_caption_id=None)
-    captions.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
+    review_states.set_review(db, cid, status="approved", user="lead", base_caption_id=cap["id"])
     _ts(root / "c.ts", 160, 96, n=12, shade=128)  # other footage, same name
     ingest.ingest(settings, db=db, workers=1, decoder="pyav")
     clip = next(db.query("SELECT review_status, current_caption_id FROM clips WHERE id = ?", [cid]))
@@ -73,14 +73,14 @@ def test_other_footage_under_the_same_name_makes_the_caption_stale(settings, db,
     assert export.export(db, Filter(review_status="approved"), "jsonl", out) == 0
 
 
-def test_two_ingests_of_one_root_at_once_end_cleanly(settings, tiny_library):  # noqa: F811
+def test_two_ingests_of_one_root_at_once_end_cleanly(settings, tiny_library):
     dbmod.connect(settings.db).close()
     errors, summaries = [], []
 
     def run():
         try:
             summaries.append(ingest.ingest(settings, workers=1, decoder="pyav", media=False))
-        except Exception as e:  # noqa: BLE001 - the test reports any
+        except Exception as e:  # the test reports any
             errors.append(repr(e))
 
     threads = [threading.Thread(target=run) for _ in range(2)]

@@ -172,7 +172,7 @@ def test_a_selection_is_a_filter_or_a_list_not_both():
         Selection(limit=0)
 
 
-def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings):  # noqa: F811
+def test_the_jobs_tab_and_the_command_line_record_one_shape(server, web_settings):
     """The same clips chosen from the app ("everything uncaptioned") and from a terminal
     (`--has-caption no --ingest-failed no`) record the same filter, in the same four keys."""
     from data import db as dbmod

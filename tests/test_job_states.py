@@ -183,7 +183,7 @@ def test_three_rapid_starts_make_one_job(settings, db):
                     params=JobParams(frames=16, max_tokens=320),
                 )
             )
-        except Exception as e:  # noqa: BLE001 - reported below
+        except Exception as e:  # reported below
             errors.append(e)
         finally:
             conn.close()

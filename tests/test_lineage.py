@@ -9,7 +9,7 @@ import sqlite3
 
 import pytest
 
-from data import captions, db as dbmod, schema
+from data import caption_history, captions, db as dbmod, schema
 from tests.support.audit_checks import assert_audit_complete, lineage_problems
 from tests.support.runner_fixtures import LABELS
 
@@ -145,7 +145,7 @@ def test_backfill_walks_the_old_parent_chains(old_db, settings):
         }
         assert lineage_problems(db) == []
         assert_audit_complete(db)  # the old rows and their events still form a complete history
-        lin = captions.lineage(db, captions.get(db, a5))
+        lin = caption_history.lineage(db, captions.get(db, a5))
         assert lin["simulated"] is True and lin["origin"]["id"] == a1 and lin["changed"] == "both"
         assert [(e["caption_id"], e["author"], e["changed"]) for e in lin["edits"]] == [
             (a2, "ann", "both"),
@@ -186,7 +186,7 @@ def test_new_versions_record_what_they_were_derived_from(db):
     assert (ad["derived_from_id"], ad["origin_id"], ad["parent_id"]) == (m["id"], m["id"], h["id"])
     s = captions.save_human(db, b, text="scratch", labels=LABELS, author="ann", base_caption_id=None)
     assert (s["derived_from_id"], s["origin_id"]) == (None, None)
-    lin = captions.lineage(db, captions.get(db, s["id"]))
+    lin = caption_history.lineage(db, captions.get(db, s["id"]))
     assert lin["origin"] is None and lin["changed"] == "written" and lin["simulated"] is False
     assert [e["changed"] for e in lin["edits"]] == ["written"]
     assert lineage_problems(db) == []
@@ -219,7 +219,9 @@ def test_walking_a_chain_looks_versions_up_by_id_never_scans(db):
     for _ in range(3):  # enough rows for ANALYZE to give the planner statistics
         captions.add_machine(db, 1, job_id=None, text="m", labels=LABELS, provenance={})
     db.execute("ANALYZE")
-    plan = [r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + captions.CHAIN_SQL, [1, captions.EDITS_MAX])]
+    plan = [
+        r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + caption_history.CHAIN_SQL, [1, caption_history.EDITS_MAX])
+    ]
     lookups = [p for p in plan if "captions" in p or p.split()[1:2] in (["d"], ["k"])]
     assert lookups and all("USING INTEGER PRIMARY KEY" in p for p in lookups), plan
     assert not any("BLOOM" in p or p.startswith(("SCAN d", "SCAN k")) for p in plan), plan

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, db as dbmod, jobs, prompts
+from data import captions, db as dbmod, jobs, prompts, review_states
 from data.errors import Conflict, DataError
 from data.job_params import JobParams
 from data.jobs import items as job_items
@@ -133,13 +133,13 @@ class Versions(RuleBasedStateMachine):
         if stale and self._stale_base(clip) != "none":
             base = self._stale_base(clip)
             return self._expect_conflict(
-                clip, lambda: captions.set_review(self.db, clip, status=status, user="rev", base_caption_id=base)
+                clip, lambda: review_states.set_review(self.db, clip, status=status, user="rev", base_caption_id=base)
             )
         if status == "approved" and self._cur(clip) is None:
             with pytest.raises(DataError):
-                captions.set_review(self.db, clip, status=status, user="rev", base_caption_id=None)
+                review_states.set_review(self.db, clip, status=status, user="rev", base_caption_id=None)
             return
-        captions.set_review(self.db, clip, status=status, user="rev", base_caption_id=self._cur(clip))
+        review_states.set_review(self.db, clip, status=status, user="rev", base_caption_id=self._cur(clip))
         if status == "approved":
             self.protected[clip] = True
         elif self.current[clip] is not None and captions.get(self.db, self.current[clip])["source"] == "model":

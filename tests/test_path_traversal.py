@@ -19,7 +19,7 @@ CANARY = "CANARY-" + uuid.uuid4().hex
 
 
 @pytest.fixture(scope="module")
-def planted(web_settings, library):  # noqa: F811
+def planted(web_settings, library):
     """The canary outside the roots, a symlink to it inside each root, and clip rows pointing out."""
     canary = web_settings.data_dir / "canary-secret.txt"
     canary.write_text(CANARY)
@@ -123,7 +123,7 @@ def payloads(canary: str, clip_root: str) -> list[str]:
 
 
 @pytest.mark.parametrize("who", ["anonymous", "ann"])
-def test_no_byte_outside_the_roots(server, planted, web_settings, who):  # noqa: F811
+def test_no_byte_outside_the_roots(server, planted, web_settings, who):
     canary, _ = planted
     cookie = server.client(who).cookies.get("cw_session") if who != "anonymous" else None
     sent = payloads(str(canary), str(web_settings.clip_root))
@@ -136,7 +136,7 @@ def test_no_byte_outside_the_roots(server, planted, web_settings, who):  # noqa:
     assert leaks == []
 
 
-def test_hostile_stored_paths_are_404(server, planted):  # noqa: F811
+def test_hostile_stored_paths_are_404(server, planted):
     _, ids = planted
     c = server.client("ann")
     assert len(ids) >= 6
@@ -150,7 +150,7 @@ def test_hostile_stored_paths_are_404(server, planted):  # noqa: F811
                 assert r.headers["content-type"].startswith("image/svg")
 
 
-def test_good_clip_is_served_with_ranges(server, library):  # noqa: F811
+def test_good_clip_is_served_with_ranges(server, library):
     c = server.client("ann")
     whole = library.video_file.read_bytes()
     r = c.get(f"/media/{library.clip_ids[0]}", headers={"Range": "bytes=100-199"})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, clips, events, jobs, prompts, taxonomy
+from data import captions, clips, events, jobs, prompts, review_states, taxonomy
 from data.errors import DataError, InvalidPrompt
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
@@ -192,7 +192,7 @@ def test_a_new_version_runs_over_the_approved_clips_as_candidates_and_compares_w
                 cap = captions.save_human(
                     db, cid, text=cap["text"], labels=labels, author="ann", base_caption_id=cap["id"]
                 )
-            captions.set_review(db, cid, status="approved", user="ann", base_caption_id=cap["id"])
+            review_states.set_review(db, cid, status="approved", user="ann", base_caption_id=cap["id"])
             truth_ids[cid] = cap["id"]
 
         v3 = new_version(db, narrowed(), description="narrowed choices")

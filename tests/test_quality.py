@@ -31,7 +31,7 @@ from sklearn.metrics import (
 )
 from sklearn.preprocessing import MultiLabelBinarizer
 
-from data import captions, clips, jobs, quality, taxonomy, textdiff, users
+from data import captions, clips, jobs, quality, review_states, taxonomy, textdiff, users
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, NotFound
@@ -112,7 +112,7 @@ def build_history(db, n: int = 240, seed: int = 7) -> History:
             mine = captions.save_human(
                 db, cid, text="written by hand", labels=random_labels(rng), author="ann", base_caption_id=None
             )
-            captions.set_review(db, cid, status="approved", user="lee", base_caption_id=mine["id"])
+            review_states.set_review(db, cid, status="approved", user="lee", base_caption_id=mine["id"])
             h.scratch.append(cid)
             continue
         version = 1 + i % 2
@@ -125,7 +125,7 @@ def build_history(db, n: int = 240, seed: int = 7) -> History:
             h.unreviewed.append(cid)
             continue
         if roll < 0.15:
-            captions.set_review(db, cid, status="rejected", user="lee", base_caption_id=cap["id"])
+            review_states.set_review(db, cid, status="rejected", user="lee", base_caption_id=cap["id"])
             h.rejected.append(cid)
             continue
         current, labels, words = cap, said, text
@@ -141,7 +141,7 @@ def build_history(db, n: int = 240, seed: int = 7) -> History:
         if current is not cap and rng.random() < 0.15:  # an adopt of the machine version: back to what it said
             current = captions.adopt(db, cid, caption_id=cap["id"], author="ann", base_caption_id=current["id"])
             labels, words = said, text
-        captions.set_review(db, cid, status="approved", user="lee", base_caption_id=current["id"])
+        review_states.set_review(db, cid, status="approved", user="lee", base_caption_id=current["id"])
         h.pairs.append(
             {
                 "clip": cid,
@@ -396,7 +396,7 @@ def review(db, clip_id: int, change: dict | None = None, status: str = "approved
         cur = captions.save_human(
             db, clip_id, text=cur["text"], labels={**cur["labels"], **change}, author="ann", base_caption_id=cur["id"]
         )
-    captions.set_review(db, clip_id, status=status, user="ann", base_caption_id=cur["id"])
+    review_states.set_review(db, clip_id, status=status, user="ann", base_caption_id=cur["id"])
     return cur
 
 
@@ -424,7 +424,7 @@ def test_estimate_from_a_simple_random_sample_is_wilson(batch):
             right += 1
             review(db, m["clip_id"])
     review(db, members[25]["clip_id"], status="rejected")  # not counted, and said so
-    captions.flag_broken(db, members[26]["clip_id"], user="ann", reason="black frames only")  # likewise
+    review_states.flag_broken(db, members[26]["clip_id"], user="ann", reason="black frames only")  # likewise
     # a clip reviewed because someone chose it, outside the sample, changes nothing
     outside = next(c for c in range(1, 101) if c not in {m["clip_id"] for m in members})
     review(db, outside, {"weather": "fog"})
@@ -627,7 +627,7 @@ def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
             review_caption = captions.save_human(
                 db, cid, text="t", labels={**said, "hazard_level": "high"}, author="ann", base_caption_id=cap["id"]
             )
-        captions.set_review(db, cid, status="approved", user="lee", base_caption_id=review_caption["id"])
+        review_states.set_review(db, cid, status="approved", user="lee", base_caption_id=review_caption["id"])
     rows = calibration.calibration(db, label="hazard_level", buckets=10)
     assert quality_tab.calibration_rows(rows) == [
         ["0.3 - 0.4", "1", "0", "0.000", "0.350"],

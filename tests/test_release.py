@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from data import captions, clips, export, prompts, taxonomy
+from data import captions, clips, export, prompts, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
@@ -250,8 +250,10 @@ def test_a_second_release_says_what_changed(db, tmp_path):
             author="ann",
             base_caption_id=cur["id"],
         )
-        captions.set_review(db, cid, status="approved", user="lead", base_caption_id=saved["id"])
-    captions.set_review(db, c, status="rejected", user="lead", base_caption_id=clips.get(db, c)["current_caption_id"])
+        review_states.set_review(db, cid, status="approved", user="lead", base_caption_id=saved["id"])
+    review_states.set_review(
+        db, c, status="rejected", user="lead", base_caption_id=clips.get(db, c)["current_caption_id"]
+    )
     new = build(db, [ClipSpec(folder="drive9", sidecar={"route": "R900"}, hazard="critical")], start=9_000).ids[0]
     second = make(db, tmp_path / "v2", name="av")
     ch = second.changes

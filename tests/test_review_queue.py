@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from data import assignments, captions, clips, db as dbmod, events, review_queue, schema, users
+from data import assignments, captions, clips, db as dbmod, events, review_queue, review_states, schema, users
 from data.db import immediate
 from data.errors import Conflict, DataError, Forbidden
 from tests.support.runner_fixtures import LABELS
@@ -35,7 +35,7 @@ def make_queue(db, n: int, *, failed=(), broken=()) -> list[int]:
         if i not in failed:
             captions.add_machine(db, cid, job_id=None, text=f"clip {i}", labels=LABELS, provenance={"model": "m"})
     for i in broken:
-        captions.flag_broken(db, ids[i], user="ann", reason="black frames only")
+        review_states.flag_broken(db, ids[i], user="ann", reason="black frames only")
     return ids
 
 
@@ -92,7 +92,7 @@ def test_m013_keeps_every_row_index_trigger_and_foreign_key_of_clips(tmp_path):
     db.execute("INSERT INTO clips (path) VALUES ('q/new.mp4')")
     db.conn.commit()
     assert clips.total(db) == 6  # the row count triggers too
-    captions.flag_broken(db, ids[1], user="ann", reason="no picture")
+    review_states.flag_broken(db, ids[1], user="ann", reason="no picture")
     with pytest.raises(Exception, match="CHECK constraint failed"):
         db.execute("UPDATE clips SET review_status = 'lost' WHERE id = ?", [ids[2]])
     assert db.execute("PRAGMA foreign_key_check").fetchall() == []
@@ -166,7 +166,7 @@ def test_clips_nobody_can_review_are_not_in_the_queue(team):
     served = []
     while cid := review_queue.take_next(team, clips.Filter(), "ann", ttl=TTL, after=served[-1] if served else None):
         served.append(cid)
-        captions.set_review(
+        review_states.set_review(
             team, cid, status="approved", user="ann", base_caption_id=clips.get(team, cid)["current_caption_id"]
         )
     assert served == [ids[2], ids[1], ids[0]]
@@ -177,21 +177,21 @@ def test_clips_nobody_can_review_are_not_in_the_queue(team):
 def test_approve_and_reject_refuse_a_broken_or_failed_clip_and_say_what_to_do(team):
     ids = make_queue(team, 3, failed={2})
     with pytest.raises(DataError, match="failed at ingest.*Press n for the next clip"):
-        captions.set_review(team, ids[2], status="rejected", user="ann", base_caption_id=None)
+        review_states.set_review(team, ids[2], status="rejected", user="ann", base_caption_id=None)
     cap = clips.get(team, ids[0])["current_caption_id"]
-    token = captions.review_token(clips.get(team, ids[0]))
+    token = review_states.review_token(clips.get(team, ids[0]))
     with pytest.raises(DataError, match="Say why"):
-        captions.flag_broken(team, ids[0], user="ann", reason="  ")
-    captions.flag_broken(team, ids[0], user="ann", reason="green frames only", base_review=token)
+        review_states.flag_broken(team, ids[0], user="ann", reason="  ")
+    review_states.flag_broken(team, ids[0], user="ann", reason="green frames only", base_review=token)
     for status in ("approved", "rejected"):
         with pytest.raises(
             DataError, match="ann flagged this clip as broken \\(green frames only\\).*a lead can clear"
         ):
-            captions.set_review(team, ids[0], status=status, user="bob", base_caption_id=cap)
+            review_states.set_review(team, ids[0], status=status, user="bob", base_caption_id=cap)
     with pytest.raises(DataError, match="broken already"):
-        captions.flag_broken(team, ids[0], user="bob", reason="again")
+        review_states.flag_broken(team, ids[0], user="bob", reason="again")
     # a flag based on a stale review state is a conflict, like a decision
-    captions.set_review(
+    review_states.set_review(
         team,
         ids[1],
         status="approved",
@@ -199,10 +199,10 @@ def test_approve_and_reject_refuse_a_broken_or_failed_clip_and_say_what_to_do(te
         base_caption_id=None or clips.get(team, ids[1])["current_caption_id"],
     )
     with pytest.raises(Conflict):
-        captions.flag_broken(team, ids[1], user="ann", reason="x", base_review="unreviewed@0")
+        review_states.flag_broken(team, ids[1], user="ann", reason="x", base_review="unreviewed@0")
     with pytest.raises(Forbidden):
-        captions.clear_broken(team, ids[0], user="bob", role="annotator")
-    captions.clear_broken(team, ids[0], user="lead", role="lead")
+        review_states.clear_broken(team, ids[0], user="bob", role="annotator")
+    review_states.clear_broken(team, ids[0], user="lead", role="lead")
     assert clips.get(team, ids[0])["review_status"] == "unreviewed" and clips.get(team, ids[0])["review_note"] is None
     log = [(e["action"], e["actor"]) for e in events.for_clip(team, ids[0]) if e["action"].startswith("review.")]
     assert log == [("review.unbroken", "lead"), ("review.broken", "ann")]
@@ -211,11 +211,11 @@ def test_approve_and_reject_refuse_a_broken_or_failed_clip_and_say_what_to_do(te
 
 def test_broken_is_counted_apart_from_rejections(team):
     ids = make_queue(team, 4)
-    captions.flag_broken(team, ids[0], user="ann", reason="does not play")
-    captions.set_review(
+    review_states.flag_broken(team, ids[0], user="ann", reason="does not play")
+    review_states.set_review(
         team, ids[1], status="rejected", user="ann", base_caption_id=clips.get(team, ids[1])["current_caption_id"]
     )
-    captions.set_review(
+    review_states.set_review(
         team, ids[2], status="approved", user="ann", base_caption_id=clips.get(team, ids[2])["current_caption_id"]
     )
     s = clips.summary(team)
@@ -242,13 +242,13 @@ def _review_all(db_path, user: str, out: list, barrier=None) -> None:
             t_take = time.monotonic()
             clip = clips.get(db, cur)
             try:
-                captions.set_review(
+                review_states.set_review(
                     db,
                     cur,
                     status="approved",
                     user=user,
                     base_caption_id=clip["current_caption_id"],
-                    base_review=captions.review_token(clip),
+                    base_review=review_states.review_token(clip),
                 )
                 ok = True
             except Conflict:

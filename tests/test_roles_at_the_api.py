@@ -116,22 +116,22 @@ def _inputs(endpoint: str, job_id: int) -> tuple[list, dict | None]:
     return [], None
 
 
-def _cookie(server, user):  # noqa: F811
+def _cookie(server, user):
     return server.client(user).cookies["cw_session"] if user else None
 
 
 @pytest.fixture(scope="module")
-def cookies(server):  # noqa: F811
+def cookies(server):
     return {role: _cookie(server, user) for role, user in ROLES.items()}
 
 
 @pytest.fixture(scope="module")
-def deps(server, cookies):  # noqa: F811
+def deps(server, cookies):
     return dependencies(server.url, cookies["admin"])
 
 
 @pytest.fixture(scope="module")
-def job_id(web_settings):  # noqa: F811
+def job_id(web_settings):
     db = dbmod.connect(web_settings.db)
     try:
         return jobs.create(
@@ -146,7 +146,7 @@ def job_id(web_settings):  # noqa: F811
         db.close()
 
 
-def call_event(server, deps, cookie, endpoint: str, job_id: int) -> str:  # noqa: F811
+def call_event(server, deps, cookie, endpoint: str, job_id: int) -> str:
     """'allow' or 'deny' as the server answered (deny = 401/403, not logged in, or a role refusal)."""
     session = GradioSession(server.url, cookie, deps)
     try:
@@ -196,7 +196,7 @@ def _queue_request(c: httpx.Client, path: str) -> httpx.Response:
     return c.post(path, json={"session_hash": session, "fn_index": dep["id"], "event_id": event})
 
 
-def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:  # noqa: F811
+def call_route(server, cookie, endpoint: str, clip_id: int = 1) -> str:
     method, path = endpoint.split(" ", 1)
     if method == "MOUNT":
         path = "/cw-static/app.css" if path == "/cw-static" else "/config"
@@ -242,7 +242,7 @@ def test_endpoint_role_matches_the_table(
     web_settings,
     endpoint,
     kind,
-    role,  # noqa: F811
+    role,
     expected,
 ):
     if kind == "gradio":
@@ -260,7 +260,7 @@ def test_endpoint_role_matches_the_table(
     assert got == expected, f"{endpoint} as {role}: {got}, table says {expected}"
 
 
-def test_table_lists_every_endpoint(server, deps):  # noqa: F811
+def test_table_lists_every_endpoint(server, deps):
     """Every Gradio event and every route of the app and of the Gradio app it mounts is in the table, and the
     table lists nothing else."""
     own, gradio_routes = app_routes(server.app)
@@ -271,7 +271,7 @@ def test_table_lists_every_endpoint(server, deps):  # noqa: F811
     assert listed - want == set(), f"docs/roles.csv lists endpoints that do not exist: {sorted(listed - want)}"
 
 
-def test_only_the_routes_the_page_uses_are_open(server):  # noqa: F811
+def test_only_the_routes_the_page_uses_are_open(server):
     """Issue 27: of Gradio's routes, an annotator reaches only those the page uses (the page, its assets and
     config, the queue); `call/` was still open before. Each closed one answers 403 (or 404) before any work."""
     _, gradio_routes = app_routes(server.app)
@@ -302,7 +302,7 @@ def test_only_the_routes_the_page_uses_are_open(server):  # noqa: F811
             assert r.status_code in (403, 404), (endpoint, r.status_code, r.text[:200])
 
 
-def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):  # noqa: F811
+def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps, web_settings):
     db = dbmod.connect(web_settings.db)
     try:
 
@@ -333,7 +333,7 @@ def test_lead_only_actions_write_nothing_for_an_annotator(server, cookies, deps,
         db.close()
 
 
-def test_annotator_sees_no_job_table(server, cookies, deps, job_id):  # noqa: F811
+def test_annotator_sees_no_job_table(server, cookies, deps, job_id):
     s = GradioSession(server.url, cookies["annotator"], deps)
     try:
         out = s.call("jobs_refresh", [job_id])

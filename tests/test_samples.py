@@ -12,7 +12,7 @@ import sqlite3
 
 import pytest
 
-from data import assignments, captions, clips, events, schema, users
+from data import assignments, captions, clips, events, review_states, schema, users
 from data.db import immediate
 from data.errors import DataError, Forbidden, NotFound
 from data.quality import samples
@@ -52,7 +52,7 @@ def lib(db):
             by_level.setdefault(level, []).append(cid)
             cid += 1
     approved = machine(db, 61, hazard_level="high")
-    captions.set_review(db, 61, status="approved", user="lee", base_caption_id=approved["id"])
+    review_states.set_review(db, 61, status="approved", user="lee", base_caption_id=approved["id"])
     human = machine(db, 62, hazard_level="critical")
     captions.save_human(db, 62, text="a person's words", labels=LABELS, author="ann", base_caption_id=human["id"])
     # clip 63 failed ingest; clip 64 has no caption
@@ -228,7 +228,7 @@ def reviewed(lib):
         author="ann",
         base_caption_id=clip["caption"]["id"],
     )
-    captions.set_review(lib, clip["id"], status="approved", user="ann", base_caption_id=cap["id"])
+    review_states.set_review(lib, clip["id"], status="approved", user="ann", base_caption_id=cap["id"])
     lib.sample, lib.members, lib.first = s, ms, first
     return lib
 
@@ -320,7 +320,9 @@ def test_nobody_second_reviews_a_clip_they_reviewed_first(reviewed):
     # ann3 reviews one of ann2's clips through the ordinary queue while its second review waits for her
     victim = next(m for m in reviewed.members if m["assignee"] == "ann2")
     review = next(r for r in samples.second_reviews(db, answered_only=False) if r["clip_id"] == victim["clip_id"])
-    captions.set_review(db, victim["clip_id"], status="approved", user="ann3", base_caption_id=victim["caption_id"])
+    review_states.set_review(
+        db, victim["clip_id"], status="approved", user="ann3", base_caption_id=victim["caption_id"]
+    )
     with pytest.raises(DataError, match="reviewed clip .* yourself"):
         samples.answer(db, review["id"], "ann3", labels=dict(LABELS), decision="approved")
     assert all(r["state"] == "pending" for r in samples.second_reviews(db, answered_only=False))

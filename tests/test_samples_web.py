@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from data import captions, clips, db as dbmod, prompts, taxonomy
+from data import captions, clips, db as dbmod, prompts, review_states, taxonomy
 from data.quality import samples
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
@@ -62,7 +62,7 @@ def sent(server, sessions):
         saved = captions.save_human(
             db, clip["id"], text=FIRST_TEXT, labels=mine, author="ann", base_caption_id=origin["id"]
         )
-        captions.set_review(db, clip["id"], status="approved", user="ann", base_caption_id=saved["id"])
+        review_states.set_review(db, clip["id"], status="approved", user="ann", base_caption_id=saved["id"])
     finally:
         db.close()
     said = flat(lead.call("send_second", [s["id"], "ann2", True]))

@@ -46,14 +46,14 @@ PROBES = [
 
 
 @pytest.mark.parametrize("path", PROBES, ids=[repr(p)[:40] for p in PROBES])
-def test_client_refuses_paths_outside_the_root(fleet_settings, path):  # noqa: F811
+def test_client_refuses_paths_outside_the_root(fleet_settings, path):
     with pytest.raises(ClipRejected):
         resolve_clip(fleet_settings, path)
     with pytest.raises(ClipRejected):
         clip_url(fleet_settings, path)
 
 
-def test_client_refusal_sends_nothing(fleet_settings, sim):  # noqa: F811
+def test_client_refusal_sends_nothing(fleet_settings, sim):
     for path in PROBES:
         with pytest.raises(ClipRejected):
             caption(fleet_settings, sim.urls[0], path)
@@ -73,7 +73,7 @@ FLEET_PROBES = [
 ]
 
 
-def test_simulated_fleet_refuses_probes(sim, clip_root):  # noqa: F811
+def test_simulated_fleet_refuses_probes(sim, clip_root):
     outside = clip_root.parent / "outside.mp4"
     probes = FLEET_PROBES + [
         f"file://{clip_root}/../outside.mp4",

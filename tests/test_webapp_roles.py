@@ -17,7 +17,7 @@ from data.jobs.selection import Selection
 from tests.support.reliability_fixtures import GradioSession, dependencies
 
 
-def session_as(server, user: str) -> GradioSession:  # noqa: F811
+def session_as(server, user: str) -> GradioSession:
     cookie = server.client(user).cookies["cw_session"]
     return GradioSession(server.url, cookie, dependencies(server.url, cookie))
 
@@ -34,7 +34,7 @@ def job_count(settings) -> int:
 START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None, {}, None)
 
 
-def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # noqa: F811
+def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):
     before = job_count(web_settings)
     with pytest.raises(Exception, match="lead role"):
         session_as(server, "ann").call("start_job", list(START_ARGS))
@@ -42,7 +42,7 @@ def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):  # 
 
 
 @pytest.mark.parametrize("endpoint", ["/job_pause", "/job_resume", "/job_cancel", "/job_retry"])
-def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa: F811
+def test_annotator_cannot_control_jobs(server, web_settings, endpoint):
     db = dbmod.connect(web_settings.db)
     job_id = jobs.create(
         db,
@@ -59,13 +59,13 @@ def test_annotator_cannot_control_jobs(server, web_settings, endpoint):  # noqa:
     db.close()
 
 
-def test_lead_can_start_a_job(server, web_settings):  # noqa: F811
+def test_lead_can_start_a_job(server, web_settings):
     before = job_count(web_settings)
     msg, job_id, *_preview = session_as(server, "lead").call("start_job", list(START_ARGS))
     assert "Started job" in msg and job_count(web_settings) == before + 1
 
 
-def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):  # noqa: F811
+def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):
     """Straight to Gradio's REST call route, no client library: closed for every role (issue 27)."""
     before = job_count(web_settings)
     for user in ("ann", "lead"):
@@ -75,7 +75,7 @@ def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):  # n
     assert job_count(web_settings) == before
 
 
-def test_export_needs_lead(server):  # noqa: F811
+def test_export_needs_lead(server):
     assert server.client("ann").get("/export?fmt=jsonl").status_code == 403
     assert server.client().get("/export?fmt=jsonl").status_code == 401
     r = server.client("lead").get("/export?fmt=jsonl&filter=%7B%22has_caption%22%3A%20true%7D")
@@ -84,21 +84,21 @@ def test_export_needs_lead(server):  # noqa: F811
 
 
 @pytest.mark.parametrize("path", ["/", "/config", "/gradio_api/info", "/media/1", "/thumb/1", "/export"])
-def test_anonymous_is_kept_out(server, path):  # noqa: F811
+def test_anonymous_is_kept_out(server, path):
     r = httpx.get(server.url + path, follow_redirects=False)
     assert r.status_code in (303, 401, 403), (path, r.status_code)
     if path == "/":
         assert r.headers["location"].startswith("/login")
 
 
-def test_anonymous_event_call_is_refused(server, web_settings):  # noqa: F811
+def test_anonymous_event_call_is_refused(server, web_settings):
     before = job_count(web_settings)
     r = httpx.post(server.url + "/gradio_api/queue/join", json={"data": list(START_ARGS), "fn_index": 0})
     assert r.status_code == 401
     assert job_count(web_settings) == before
 
 
-def test_login_rate_limit(server):  # noqa: F811
+def test_login_rate_limit(server):
     c = httpx.Client(base_url=server.url)
     codes = [c.post("/login", data={"username": "admin", "password": "guess-" + str(i)}).status_code for i in range(7)]
     assert codes[:5] == [401] * 5 and codes[5:] == [429, 429]

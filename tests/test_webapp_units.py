@@ -461,7 +461,7 @@ def test_browse_search_unions_or_and_hints_when_it_cannot_or_does_not_find(serve
 
 
 def test_provenance_says_where_the_text_came_from_and_who_changed_it(db):
-    from data import captions
+    from data import caption_history, captions
     from tests.support.webapp_fixtures import LABELS, machine_provenance
 
     cid = db.execute("INSERT INTO clips (path) VALUES ('p.mp4')").lastrowid
@@ -474,14 +474,14 @@ def test_provenance_says_where_the_text_came_from_and_who_changed_it(db):
         labels=LABELS,
         provenance=machine_provenance(model="Qwen3-VL-8B", prompt_name="av-caption", prompt_version=2),
     )
-    own = render.provenance(m, captions.lineage(db, m))
+    own = render.provenance(m, caption_history.lineage(db, m))
     assert "Machine caption by Qwen3-VL-8B, prompt av-caption v2, 16 frames, 150 tokens" in own
     assert "SIMULATED" in own and "{" not in own  # parameters in words, not JSON
     assert "frames 16" in own and "max tokens 320" in own
     fixed = captions.save_human(
         db, cid, text=m["text"], labels={**LABELS, "weather": "snow"}, author="anna", base_caption_id=m["id"]
     )
-    html_out = render.provenance(fixed, captions.lineage(db, fixed))
+    html_out = render.provenance(fixed, caption_history.lineage(db, fixed))
     summary = html_out[html_out.index('id="prov-summary"') : html_out.index("</p>")]
     assert "Machine caption v1 by Qwen3-VL-8B, prompt av-caption v2" in summary
     assert f"edited by anna {render.when(fixed['created_at'])} (labels)" in summary
@@ -490,17 +490,17 @@ def test_provenance_says_where_the_text_came_from_and_who_changed_it(db):
     assert "<th>changed since</th><td>labels (weather)</td>" in html_out
     assert "source" not in html_out  # no more "source: human by anna"
     back = captions.adopt(db, cid, caption_id=m["id"], author="lee", base_caption_id=fixed["id"])
-    html_out = render.provenance(back, captions.lineage(db, back))
+    html_out = render.provenance(back, caption_history.lineage(db, back))
     assert "<th>adopted from</th><td>v1 (model, model)</td>" in html_out and "(no change)" in html_out
     other = db.execute("INSERT INTO clips (path) VALUES ('q.mp4')").lastrowid
     db.conn.commit()
     typed = captions.save_human(db, other, text="by hand", labels=LABELS, author="bo", base_caption_id=None)
-    html_out = render.provenance(typed, captions.lineage(db, typed))
+    html_out = render.provenance(typed, caption_history.lineage(db, typed))
     assert f"Written by bo {render.when(typed['created_at'])}" in html_out and "SIMULATED" not in html_out
 
 
 def test_provenance_shows_the_model_s_least_sure_labels_and_where_text_and_labels_disagree(db):
-    from data import captions, taxonomy
+    from data import caption_history, captions, taxonomy
     from tests.support.webapp_fixtures import LABELS, machine_provenance
     from webapp import render
 
@@ -515,14 +515,14 @@ def test_provenance_shows_the_model_s_least_sure_labels_and_where_text_and_label
         labels={**LABELS, "road_users": ["car"]},
         provenance=machine_provenance(confidence=conf | {"end": {}}),
     )
-    html_out = render.provenance(m, captions.lineage(db, m))
+    html_out = render.provenance(m, caption_history.lineage(db, m))
     least = "weather 0.42, lighting 0.71, ego maneuver 0.97 (least sure first; 4 more above)"
     assert f"<th>model confidence</th><td>{least}</td>" in html_out
     assert "<th>text vs labels</th><td>the text names a pedestrian but road users lacks pedestrian</td>" in html_out
     fixed = captions.save_human(
         db, cid, text="A car waits.", labels={**LABELS, "road_users": ["car"]}, author="ann", base_caption_id=m["id"]
     )
-    html_out = render.provenance(fixed, captions.lineage(db, fixed))
+    html_out = render.provenance(fixed, caption_history.lineage(db, fixed))
     assert f"<th>model confidence</th><td>{least}</td>" in html_out  # the origin's, kept through the edit
     assert "text vs labels" not in html_out
     unread = {"labels": dict.fromkeys(taxonomy.ENUMS), "items": {}, "end": {}, "note": "the tokens do not spell it"}

@@ -78,7 +78,7 @@ PAYLOADS = [t.replace("{js}", HIT) for t in TEMPLATES]
 
 
 @pytest.fixture(scope="module")
-def hostile(web_settings, library):  # noqa: F811
+def hostile(web_settings, library):
     db = dbmod.connect(web_settings.db)
     rows = [
         {
@@ -115,7 +115,7 @@ def hits(page) -> int:
     return page.evaluate("window.__xss || 0") + page.evaluate("window.__alerts || 0")
 
 
-def test_no_payload_executes(browser, server, hostile):  # noqa: F811
+def test_no_payload_executes(browser, server, hostile):
     assert len(hostile) == len(PAYLOADS)  # every payload (50+) is a clip in the library, with its captions
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
     ctx.add_init_script(

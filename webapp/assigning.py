@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, users
+from data import assignments, clips, review_states, users
 from data.errors import DataError
 from webapp import render
 from webapp.context import AppContext, shows_errors
@@ -151,7 +151,7 @@ class ClipAssign:
         def redraw(cid, base_id, token, note: str, request: gr.Request) -> dict:
             user = self.ctx.user(request)
             clip = clips.get(self.ctx.db(), cid)
-            status = captions.review_token_status(token) if token else clip.get("review_status")
+            status = review_states.review_token_status(token) if token else clip.get("review_status")
             loaded = render.loaded_key(clip["id"], base_id, status)
             return {header: render.header(clip, user.name, user.role, loaded=loaded), msg: render.message(note, "ok")}
 

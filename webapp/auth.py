@@ -139,7 +139,7 @@ class Auth:
 
     def install(self, app: FastAPI) -> None:
         @app.get("/login", include_in_schema=False)
-        def login_form(next: str = "/") -> Response:  # noqa: A002 - the query parameter's name
+        def login_form(next: str = "/") -> Response:  # the query parameter's name
             if not self.required:
                 return RedirectResponse(_safe_next(next), status_code=303)
             return login_page(next_url=next)

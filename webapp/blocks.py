@@ -47,7 +47,7 @@ def _unchanged(block, value, state) -> bool:
 def _same(a, b) -> bool:
     try:
         return type(a) is type(b) and bool(a == b)
-    except Exception:  # noqa: BLE001 - a value that cannot say whether it is equal is not
+    except Exception:  # a value that cannot say whether it is equal is not
         return False
 
 

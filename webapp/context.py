@@ -71,7 +71,7 @@ class AppContext:
             for conn in self._all:
                 try:
                     conn.close()
-                except Exception:  # noqa: BLE001 - closing from another thread may refuse; nothing to save
+                except Exception:  # closing from another thread may refuse; nothing to save
                     pass
             self._all.clear()
 

@@ -33,7 +33,7 @@ def write_export(db_path, f: clips.Filter, fmt: str, path: str) -> None:
 
 def install(app: FastAPI, ctx: AppContext, user_name) -> None:
     @app.get("/export", include_in_schema=False)
-    async def export(request: Request, fmt: str = "jsonl", filter: str = "{}"):  # noqa: A002
+    async def export(request: Request, fmt: str = "jsonl", filter: str = "{}"):
         user = ctx.user_by_name(user_name(request))
         if user is None:
             raise HTTPException(401, "not logged in")

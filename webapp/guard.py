@@ -196,7 +196,7 @@ class Guard:
 
         try:
             await self._handle(scope, receive, tracked)
-        except Exception as e:  # noqa: BLE001 - the last place an error can become a message instead of a reset
+        except Exception as e:  # the last place an error can become a message instead of a reset
             if started:
                 raise
             known = failures.describe(e)

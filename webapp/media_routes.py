@@ -14,7 +14,7 @@ from pathlib import Path
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import FileResponse, Response
 
-from data import clips, limits
+from data import clips
 from data.errors import NotFound
 from webapp.context import AppContext
 
@@ -88,16 +88,6 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
         if user_name(request) is None:
             raise HTTPException(401, "not logged in")
 
-    def lookup(clip_id: int, column: str) -> str | None:
-        if not 0 <= clip_id <= limits.MAX_SQL_INT:  # a huge id is "no such clip", not an OverflowError
-            return None
-        row = (
-            next(ctx.db().query(f"SELECT {column} FROM clips WHERE id = ?", [clip_id]), None)
-            if column in ("thumbnail", "filmstrip", "preview")
-            else None
-        )
-        return row[column] if row else None
-
     @app.get("/media/{clip_id}", include_in_schema=False)
     def media(clip_id: int, request: Request) -> Response:
         gate(request)
@@ -106,7 +96,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
 
     def image(clip_id: int, request: Request, column: str) -> Response:
         gate(request)
-        path = _media_path(ctx.settings, lookup(clip_id, column))
+        path = _media_path(ctx.settings, clips.media_of(ctx.db(), clip_id, column))
         if path is None:
             if column == "thumbnail":
                 return FileResponse(PLACEHOLDER, media_type="image/svg+xml")

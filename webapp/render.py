@@ -1,5 +1,9 @@
 """HTML pieces the UI shows. Every piece of user or model text goes through `esc` (html.escape, quotes too);
-nothing else builds markup from data."""
+nothing else builds markup from data.
+
+Whole on purpose: markup is built in one module so that escaping is by construction and can be read in one
+place; a fragment split off into another module would be markup built elsewhere.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import json
 import time
 from typing import Any, Iterable
 
-from data import captions, limits, taxonomy, textdiff
+from data import caption_confidence, limits, taxonomy, textdiff
 
 
 def esc(value: Any) -> str:
@@ -283,7 +287,9 @@ def confidence_summary(confidence: dict | None, shown: int = 3) -> str | None:
     why it has none; None when it was never recorded."""
     if not confidence:
         return None
-    known = sorted((p, n) for n, p in captions.confidence_of({"confidence": confidence}).items() if p is not None)
+    known = sorted(
+        (p, n) for n, p in caption_confidence.confidence_of({"confidence": confidence}).items() if p is not None
+    )
     if not known:
         return str(confidence.get("note") or "not readable")
     words = [f"{n.replace('_', ' ')} {p:.2f}" for p, n in known[:shown]]

@@ -50,7 +50,20 @@ import sqlite3
 
 import gradio as gr
 
-from data import assignments, captions, clips, drafts, jobs, limits, order as orders, prompts, review_queue, taxonomy
+from data import (
+    assignments,
+    caption_history,
+    captions,
+    clips,
+    drafts,
+    jobs,
+    limits,
+    order as orders,
+    prompts,
+    review_queue,
+    review_states,
+    taxonomy,
+)
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
 from data.quality import samples
@@ -189,7 +202,7 @@ class ReviewTab:
 
     def _history(self, db, clip_id: int, before: int | None = None) -> dict:
         """One page of the clip's history, the adopt choices from it, and the page buttons."""
-        page = captions.history_page(db, clip_id, before=before)
+        page = caption_history.history_page(db, clip_id, before=before)
         html, shown = render.history_page(page)
         older = page["older"] + len(page["versions"]) - len(shown)
         return {
@@ -273,7 +286,7 @@ class ReviewTab:
             kind = "conflict"
         out = {
             self.header: render.header(clip, user.name, user.role, holder=holder, kept=keep_form),
-            self.provenance: render.provenance(cap, captions.lineage(db, cap)),
+            self.provenance: render.provenance(cap, caption_history.lineage(db, cap)),
             **self._history(db, clip["id"]),
             self.msg: render.message(message, kind),
             self.reload_btn: gr.update(visible=False),
@@ -281,7 +294,7 @@ class ReviewTab:
             self.unbreak_btn: gr.update(visible=clip["review_status"] == "broken" and user.can("lead")),
             self.clip_id: clip["id"],
             self.base: clip["current_caption_id"],
-            self.review_base: captions.review_token(clip),
+            self.review_base: review_states.review_token(clip),
             self.theirs: None,
             **self._offer(db, user, clip, show=not keep_form),
         }
@@ -501,7 +514,7 @@ class ReviewTab:
         clip of the filter (approve-and-next: one key per clip)."""
 
         def act(clip_id, user, base, review_base) -> str:
-            captions.set_review(
+            review_states.set_review(
                 self.ctx.db(), clip_id, status=status, user=user.name, base_caption_id=base, base_review=review_base
             )
             return f"marked clip {clip_id} {status}"
@@ -649,7 +662,7 @@ class ReviewTab:
             out = self._conflict(clip_id, e, request, form)
             out.update(self._fill(draft))
             out[self.base] = draft["base_caption_id"]
-            out[self.review_base] = captions.review_token(clip)
+            out[self.review_base] = review_states.review_token(clip)
             out[self.header] = self._header(clip, user, draft["base_caption_id"], dirty=True)
             return out
         out = self.view(
@@ -762,7 +775,9 @@ class ReviewTab:
         flagged = []
 
         def act(clip_id, user, base, review_base) -> str:
-            captions.flag_broken(self.ctx.db(), clip_id, user=user.name, reason=reason or "", base_review=review_base)
+            review_states.flag_broken(
+                self.ctx.db(), clip_id, user=user.name, reason=reason or "", base_review=review_base
+            )
             flagged.append(clip_id)
             return f"flagged clip {clip_id} as broken (counted apart from rejections)"
 
@@ -775,7 +790,7 @@ class ReviewTab:
         if clip_id is None:
             return gr.skip()
         try:
-            captions.clear_broken(self.ctx.db(), int(clip_id), user=user.name, role=user.role)
+            review_states.clear_broken(self.ctx.db(), int(clip_id), user=user.name, role=user.role)
         except DataError as e:
             return {self.msg: render.message(str(e), "error")}
         note = f"Cleared the broken flag: clip {int(clip_id)} is unreviewed and back in the queue."

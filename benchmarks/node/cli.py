@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                 rep = runners[stage](ctx)
             except KeyboardInterrupt:
                 raise
-            except Exception as e:  # noqa: BLE001 - one failed stage must not cost the others
+            except Exception as e:  # one failed stage must not cost the others
                 rep = {"ok": False, "error": f"{type(e).__name__}: {e}"}
                 say(f"{stage} FAILED: {e}")
             rep["stage_s"] = round(time.time() - t, 1)

@@ -139,7 +139,7 @@ def runner_heartbeat(data_dir: Path, t0: float, deadline: float) -> float | None
                 db.close()
             if beats:
                 return round(min(b["at"] for b in beats) - t0, 1)
-        except Exception:  # noqa: BLE001 - the database may be busy or not there yet
+        except Exception:  # the database may be busy or not there yet
             pass
         time.sleep(0.5)
     return None

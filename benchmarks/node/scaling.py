@@ -89,7 +89,7 @@ def stage_scaling(ctx: Ctx) -> dict:
                         f"{row['core_s_per_clip']} core-s/clip ({done}/{len(sel)} done, {check['failed']} failed); "
                         f"{flops.summary(row['efficiency'])}"
                     )
-            except Exception as e:  # noqa: BLE001 - record, stop this decoder's fleet, go on with the next
+            except Exception as e:  # record, stop this decoder's fleet, go on with the next
                 rows.append({"decoder": decoder, "error": f"{type(e).__name__}: {e}"})
                 say(f"scaling: {decoder} FAILED: {e}")
             finally:

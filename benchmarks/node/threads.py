@@ -221,7 +221,7 @@ def stage_threads(ctx: Ctx) -> dict:
                     f"core-s/clip, {row['cores_busy']} cores busy (vLLM {row['vllm_core_s_per_clip']} / "
                     f"{row['vllm_cores_busy']}), {done}/{len(measured)} done"
                 )
-            except Exception as e:  # noqa: BLE001 - record, stop this configuration's replicas, go on
+            except Exception as e:  # record, stop this configuration's replicas, go on
                 rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
                 say(f"threads: {config} FAILED: {e}")
             finally:

@@ -49,7 +49,7 @@ def parse_points(ctx: Ctx) -> list[tuple[int, int]]:
             JobParams.checked(frames=f)
         for p in pixels:
             JobParams.checked(max_pixels=p)
-    except Exception as e:  # noqa: BLE001 - a bad option ends the stage with the reason
+    except Exception as e:  # a bad option ends the stage with the reason
         raise SystemExit(f"node_run: --workload-frames/--workload-pixels: {e}") from None
     return [(f, p) for p in pixels for f in frames]
 
@@ -102,7 +102,7 @@ def stage_workload(ctx: Ctx) -> dict:
                 t = time.time()
                 rows.append(point(ctx, settings, urls, measured, frames, pixels, peak))
                 last_cost = time.time() - t
-        except Exception as e:  # noqa: BLE001 - the replica or the clips failed: the report says so
+        except Exception as e:  # the replica or the clips failed: the report says so
             rows.append({"error": f"{type(e).__name__}: {e}"})
             say(f"workload FAILED: {e}")
         finally:

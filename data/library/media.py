@@ -37,6 +37,7 @@ from typing import Sequence
 
 import numpy as np
 
+from data.errors import DataError
 from data.library import clipgen
 from data.library.probe import open_input
 
@@ -48,7 +49,7 @@ JPEG_QUALITY = 82
 DECODERS = ("auto", "pyav", "nvdec")
 
 
-class DecodeError(Exception):
+class DecodeError(DataError):
     """A clip's frames could not be decoded (message fit for clips.probe_error after 'corrupt: ')."""
 
 

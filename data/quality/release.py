@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterator
 
 import sqlite_utils
 
-from data import captions, clips, events, export, filter_args, prompts, users
+from data import caption_history, clips, events, export, filter_args, prompts, users
 from data.clips import Filter
 from data.db import immediate, now
 from data.errors import DataError, Forbidden
@@ -363,12 +363,12 @@ def _changes(db: sqlite_utils.Database, previous: dict | None) -> dict | None:
     for a_text, a_labels, b_text, b_labels in rows:
         before = {"text": a_text, "labels": json.loads(a_labels or "{}")}
         after = {"text": b_text, "labels": json.loads(b_labels or "{}")}
-        changed = captions.labels_changed(before["labels"], after["labels"])
+        changed = caption_history.labels_changed(before["labels"], after["labels"])
         if changed:
             relabelled += 1
             for label in changed:
                 per_label[label] = per_label.get(label, 0) + 1
-        elif captions.change_kind(before, after) != "unchanged":
+        elif caption_history.change_kind(before, after) != "unchanged":
             text_only += 1
     return {**out, "relabelled": relabelled, "relabelled_by_label": per_label, "text_only": text_only}
 

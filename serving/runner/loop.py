@@ -190,7 +190,7 @@ class Runner:
         period) is skipped and said once in the log, and the next comes a period later."""
         try:
             await self._beats(self.store.heartbeat, self.info())
-        except Exception as e:  # noqa: BLE001 - a heartbeat never stops the runner
+        except Exception as e:  # a heartbeat never stops the runner
             if self._beat_error is None:
                 log.warning("heartbeat not written (%s); trying again every %.0f s", e, heartbeats.PERIOD_S)
             self._beat_error = str(e)

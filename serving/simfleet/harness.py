@@ -193,7 +193,7 @@ def _start_thread(spec: FleetSpec, timeout: float) -> FleetHandle:
 
             try:
                 await serve_fleet(spec, on_ready=on_ready, stop=stop_event)
-            except BaseException as e:  # noqa: BLE001 - reported to the starting thread
+            except BaseException as e:  # reported to the starting thread
                 box["error"] = e
                 ready.set()
 

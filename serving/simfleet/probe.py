@@ -102,5 +102,5 @@ def probe_file(path: Path | None, size: int, data: bytes | None = None) -> ClipI
         if path is not None and data is None and (mp4_structure(path, size) or "").startswith("truncated"):
             return frames_missing()
         return ClipInfo(width, height, frames, duration, size)
-    except Exception:  # noqa: BLE001 - any PyAV failure is the clip's fault, as for the real decoder
+    except Exception:  # any PyAV failure is the clip's fault, as for the real decoder
         return decode_failure(path)

@@ -62,7 +62,7 @@ class EchoFleet:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 echo = self._echo()
                 if self.path.startswith("/workers"):
                     worker = {"url": fleet.url, "is_healthy": True, "note": echo[:1000]}
@@ -76,7 +76,7 @@ class EchoFleet:
                 else:
                     self._send(404, json.dumps({"error": {"message": echo, "code": 404}}).encode())
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers.get("content-length") or 0))
                 fleet.requests += 1
                 time.sleep(delay)

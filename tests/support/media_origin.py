@@ -26,7 +26,7 @@ class MediaOrigin:
         clip_bytes = clip
 
         class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:  # http.server's name
                 parts = self.path.strip("/").split("/")
                 kind, arg = parts[0], (int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0)
                 if kind == "status":

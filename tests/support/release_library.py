@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from data import captions, taxonomy
+from data import captions, review_states, taxonomy
 from data.db import immediate
 
 LABELS = {
@@ -100,7 +100,7 @@ def build(db, specs: list[ClipSpec], *, start: int = 0) -> Built:
         if s.failed:
             continue
         if s.status in ("approved", "rejected"):
-            captions.set_review(db, cid, status=s.status, user="lead", base_caption_id=cap["id"])
+            review_states.set_review(db, cid, status=s.status, user="lead", base_caption_id=cap["id"])
         elif s.status == "broken":
-            captions.flag_broken(db, cid, user="ann", reason="black frames only")
+            review_states.flag_broken(db, cid, user="ann", reason="black frames only")
     return out
