@@ -18,9 +18,10 @@
     ├── RootMissing            the recorded clip root is not a folder any more (moved, unmounted)
     ├── DeploymentMismatch     a setting (role, media base, TTL) that contradicts the recorded deployment
     │                          (data.deployment; the message names the command that changes the record)
-    │   defined beside their use (each also a ValueError, as json.loads' own refusals are):
-    ├── limits.UnreadableJson  JSON a person gave that is not read: not JSON, too deep, a number out of range
-    ├── limits.Unstorable      JSON that parses but would not be stored as the value it holds
+    ├── UnreadableJson         JSON a person gave that is not read: not JSON, too deep, a number out of range
+    │                          (a ValueError too, as json.loads' own refusals are; data.limits.outside_json)
+    ├── Unstorable             JSON that parses but would not be stored as the value it holds (a ValueError
+    │                          too; data.limits.storable_json)
     │   defined in the library wing:
     └── library.media.DecodeError  a clip whose frames cannot be decoded (stored as the clip's probe error)
 
@@ -94,6 +95,16 @@ class DeploymentMismatch(DataError):
     """A role, media base or TTL that says something else than the library's recorded deployment."""
 
 
+class UnreadableJson(DataError, ValueError):
+    """JSON from outside (typed by a person, or a file they gave) that is not read: not JSON, too deep, a
+    number a double cannot hold. A ValueError too, for callers that treat any unreadable text alike."""
+
+
+class Unstorable(DataError, ValueError):
+    """JSON that parses but would not be stored as the value it holds (a ValueError too, as json.loads' own
+    refusals are: its readers catch both alike)."""
+
+
 __all__ = [
     "BadCursor",
     "Conflict",
@@ -109,4 +120,6 @@ __all__ = [
     "SearchSyntaxError",
     "TooFast",
     "TooLarge",
+    "UnreadableJson",
+    "Unstorable",
 ]

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from data.errors import DataError, TooLarge
+from data.errors import DataError, TooLarge, UnreadableJson, Unstorable
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_CAPTION_CHARS = 20_000
@@ -127,11 +127,6 @@ def _no_constant(name: str) -> Any:
 _NONZERO_MANTISSA = re.compile(r"[1-9]")
 
 
-class Unstorable(DataError, ValueError):
-    """JSON that parses but would not be stored as the value it holds (a ValueError too, as json.loads' own
-    refusals are: its readers catch both alike)."""
-
-
 def _finite_float(text: str) -> float:
     value = float(text)
     mantissa = re.split("[eE]", text, maxsplit=1)[0]
@@ -145,11 +140,6 @@ def strict_json_loads(text: str | bytes) -> Any:
     """json.loads that refuses NaN, Infinity and -Infinity (Python accepts them; JSONL readers do not), and
     numbers a double cannot hold (1e400 would become inf, 1e-400 would become 0.0)."""
     return json.loads(text, parse_constant=_no_constant, parse_float=_finite_float)
-
-
-class UnreadableJson(DataError, ValueError):
-    """JSON from outside (typed by a person, or a file they gave) that is not read: not JSON, too deep, a
-    number a double cannot hold. A ValueError too, for callers that treat any unreadable text alike."""
 
 
 def outside_json(text: str | bytes, what: str = "The JSON", *, depth: int = MAX_SIDECAR_DEPTH) -> Any:

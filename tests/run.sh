@@ -3,15 +3,24 @@
 # the project with its test extra), then the lint and format checks (ruff, configured in pyproject.toml), then
 # pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
 # GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").
+#
+# Two parts. Every unit and integration test (no browser, no load) runs on CW_TEST_WORKERS pytest-xdist workers
+# (default 2 per core, at least 4: most of these tests wait on servers and processes they start, each on its own
+# free port and temporary data dir, so they overlap well; a test module stays on one worker). Then the real-browser
+# tests, the fault-injection runs under load and the tests that watch the whole machine or wait by the clock
+# (marked `browser`, `load`, `serial`) run one at a time: they must not share the machine with other tests.
+#   tests/run.sh --quick   the first part only (docs/TESTING.md: its time on a 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+QUICK=0
+if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
 if [ ! -x /usr/bin/chromium ]; then
   echo "[tests] installing Debian chromium for the browser tests"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
 fi
-if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, hypothesis, playwright, pytest_timeout, sklearn, scipy, data.settings" 2>/dev/null \
+if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, hypothesis, playwright, pytest_timeout, xdist, sklearn, scipy, data.settings" 2>/dev/null \
    || ! "$PY" -m ruff --version >/dev/null 2>&1; then
   echo "[tests] installing the project and its test extra"
   "$PY" -m pip install -q -e ".[test]"
@@ -24,4 +33,18 @@ echo "[tests] ruff check, ruff format --check"
 # put its bin/ there, and the end-to-end tests start the real router as a process
 PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
-exec "$PY" -m pytest -m "not slow" -q "$@"
+cores=$(nproc 2>/dev/null || echo 2)
+WORKERS=${CW_TEST_WORKERS:-$(( cores * 2 > 4 ? cores * 2 : 4 ))}
+echo "[tests] unit and integration tests on $WORKERS workers"
+rc=0
+"$PY" -m pytest -m "not slow and not browser and not load and not serial" -q -n "$WORKERS" --dist loadfile "$@" || rc=$?
+# 5: nothing selected (a -k that names only browser tests, say), not a failure
+[ $rc = 5 ] && rc=0
+if [ $QUICK = 0 ]; then
+  echo "[tests] real-browser tests, runs under load and tests that watch the machine, one at a time"
+  rc2=0
+  "$PY" -m pytest -m "(browser or load or serial) and not slow" -q "$@" || rc2=$?
+  [ $rc2 = 5 ] && rc2=0
+  [ $rc = 0 ] && rc=$rc2
+fi
+exit $rc

@@ -19,6 +19,8 @@ from tests.support.browser_fixtures import login
 from tests.support.reliability_fixtures import LEAKS, AppProcess
 from tests.support.webapp_fixtures import add_users, build_library
 
+pytestmark = pytest.mark.browser
+
 FULL = "the server's disk is full"
 ANSWER_S = 5.0
 TABS = ("browse", "review", "second", "jobs", "quality", "fleet")

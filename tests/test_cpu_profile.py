@@ -9,7 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from benchmarks import cpu_profile
+
+# the profiler watches every process of the machine: another test's caption CLI would be counted
+pytestmark = pytest.mark.serial
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, settings as hsettings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from data import captions, db as dbmod, jobs, prompts, review_states
+from data import captions, db as dbmod, jobs, limits, prompts, review_states
 from data.errors import Conflict, DataError
 from data.job_params import JobParams
 from data.jobs import items as job_items
@@ -108,6 +108,7 @@ class Versions(RuleBasedStateMachine):
     )
     def human_edit(self, i, stale, text):
         clip = self.clips[i]
+        text = limits.plain_text(text) or ""  # what is stored: controls a reader cannot see are dropped
         if not text.strip():
             text = "x"
         if stale and self._stale_base(clip) != "none":

@@ -91,6 +91,7 @@ def test_s6_idle_and_absolute_lifetimes(lib_settings):
 
 
 # ---- S7 ---------------------------------------------------------------------------------------------------
+@pytest.mark.serial  # counts which attempts land inside the limiter's waits: the clock must be this test's
 def test_s7_forwarded_for_is_ignored_parallel_attempts_and_spraying_are_limited(lib_settings, tmp_path):
     app = AppProcess(lib_settings, tmp_path / "webapp.log")
     app.start()

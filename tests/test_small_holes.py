@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from data import captions, clips, export, limits, review_queue, team as people, users
+from data import captions, clips, errors, export, limits, review_queue, team as people, users
 from data.db import immediate
 from data.errors import DataError
 from data.library import clip_root, ingest
@@ -107,9 +107,9 @@ NESTED = '{"a":' * 5000 + "1" + "}" * 5000
 
 
 def test_typed_json_is_depth_checked_before_it_is_parsed():
-    with pytest.raises(limits.UnreadableJson, match="nests deeper than"):
+    with pytest.raises(errors.UnreadableJson, match="nests deeper than"):
         limits.outside_json(NESTED, "--filter")
-    with pytest.raises(limits.UnreadableJson, match="not JSON"):
+    with pytest.raises(errors.UnreadableJson, match="not JSON"):
         limits.outside_json("{'weather': 'rain'}")
     assert limits.outside_json('{"weather": "rain"}') == {"weather": "rain"}
 

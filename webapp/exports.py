@@ -48,7 +48,7 @@ def install(app: FastAPI, ctx: AppContext, user_name) -> None:
             if not isinstance(fdict, dict):
                 raise ValueError
             f = clips.Filter.from_dict(fdict)
-        except DataError as e:  # limits.UnreadableJson too: not JSON, or nested too deep
+        except DataError as e:  # UnreadableJson too: not JSON, or nested too deep
             raise HTTPException(400, f"bad filter: {e}") from None
         except (ValueError, TypeError):
             raise HTTPException(400, "filter must be a JSON object of clip filter fields") from None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Iterator
 
 from data import limits
+from data.errors import Unstorable
 
 VIDEO_EXTENSIONS = frozenset({".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi", ".ts", ".mts"})
 
@@ -84,7 +85,7 @@ def read_sidecar(abs_path: str) -> str | None:
         if not isinstance(data, dict):
             data = {"value": data}
         return limits.storable_json(data)
-    except limits.Unstorable as e:
+    except Unstorable as e:
         return refused(f"cannot be stored as it is: {str(e)[:120]} (ignored)")
     except (ValueError, RecursionError, OverflowError) as e:
         return refused(f"is not valid JSON ({str(e)[:80]})")

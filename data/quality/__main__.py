@@ -17,7 +17,7 @@ import sys
 
 from data import limits
 from data.clips import Filter
-from data.errors import DataError
+from data.errors import DataError, UnreadableJson
 from data.quality import calibration, rounds, targets
 from data.quality.accuracy import DEFAULT_BY, report
 from data.quality.decision import decide
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         scope = Scope.of(job=args.job, prompt=args.prompt, model=args.model)
         try:
             raw = limits.outside_json(args.filter, "--filter") if args.filter else {}
-        except limits.UnreadableJson as e:
+        except UnreadableJson as e:
             raise DataError(f'--filter takes a JSON object, for example \'{{"weather": "rain"}}\' ({e})') from None
         f = Filter.from_dict(raw).checked()
         margin = check_margin(args.margin)
