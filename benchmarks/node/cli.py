@@ -118,7 +118,7 @@ OPTIONS: tuple[tuple[str, object, str], ...] = (
     ),
     ("--kill-replica", 1, "index of the replica to kill (default 1)"),
     ("--launch-clips", 24, "clips launch.sh ingests before the fleet starts (default 24: the start-up is the figure)"),
-    ("--max-tokens", 320, "output token limit per caption (default 320)"),
+    ("--max-tokens", 400, "output token limit per caption (default 400: a 600-character caption and its labels)"),
     ("--base-port", 8000, "replica i listens on BASE+i (default 8000)"),
     ("--router-port", 30000, "router port (default 30000)"),
     ("--router-prometheus-port", 29000, "router's Prometheus metrics port (default 29000)"),

@@ -34,16 +34,46 @@ def good_clip_ids(settings) -> list[int]:
         db.close()
 
 
+# Random weights fill the caption to its bound: the shipped prompt's 1,500 characters are ~700 tokens, past the
+# --max-tokens every stage sends (the answer is cut, its JSON unreadable, and the clip fails: 0 of 80 done on the
+# H200 on 2026-12-02). 600 characters come to ~280 completion tokens, as in the GPU test (CW_GPU_CAPTION_CHARS=600),
+# 1.5-3x what a real model writes (100-200).
+CAPTION_CHARS = 600
+
+
+def bounded_prompt(db, chars: int = CAPTION_CHARS) -> dict:
+    """The latest prompt version, or a new version of it whose caption is at most `chars` characters."""
+    import json
+
+    from data import prompts
+
+    base = prompts.latest(db)
+    caption = base["schema"]["properties"]["caption"]
+    if caption.get("maxLength", chars + 1) <= chars:
+        return base
+    schema = json.loads(json.dumps(base["schema"]))
+    schema["properties"]["caption"]["maxLength"] = chars
+    prompts.create_version(
+        db,
+        name=base["name"],
+        system=base["system"],
+        user=base["user"],
+        schema=schema,
+        description=f"{base['description']}; caption at most {chars} characters (node_run: random weights)",
+    )
+    return prompts.latest(db)
+
+
 def new_job(settings, name: str, clip_ids: list[int], **params) -> int:
     """A caption job over `clip_ids` with the settings' frames, max tokens and temperature, and `params` over
-    them (the workload sweep's frames and pixels per point)."""
-    from data import db as dbmod, jobs, prompts
+    them (the workload sweep's frames and pixels per point), with the prompt's caption bounded (`bounded_prompt`)."""
+    from data import db as dbmod, jobs
     from data.job_params import JobParams
     from data.jobs.selection import Selection
 
     db = dbmod.connect(settings.db)
     try:
-        prompt = prompts.latest(db)
+        prompt = bounded_prompt(db)
         return jobs.create(
             db,
             name=name,

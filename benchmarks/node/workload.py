@@ -214,6 +214,8 @@ def write_table(ctx: Ctx, rows: list[dict]):
     for r in rows:
         if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
             continue
+        if r.get("failed"):  # its clips/s counts the clips that got through, not the work of a point: not priced
+            continue
         eff = r["efficiency"]
         new = {
             "frames": r["frames"],
