@@ -24,6 +24,7 @@ import sqlite_utils
 from data import clips, db as dbmod, jobs, prompts
 from data.errors import DataError
 from data.job_params import JobParams
+from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.settings import Settings, add_arguments, from_args
 
@@ -34,7 +35,7 @@ CREATED_BY = "launch"
 def start(db: sqlite_utils.Database, settings: Settings) -> tuple[int | None, str]:
     """(job id or None, what was done, in words): the first launch's job over every uncaptioned clip whose
     ingest passed, unless the library has a job already or nothing to caption."""
-    if db["jobs"].exists() and db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0]:
+    if db["jobs"].exists() and sum(job_queries.count_jobs(db).values()):
         return None, "the library has jobs already: no demo job started"
     selection = Selection(filter=clips.Filter(has_caption=False), origin="first launch: the demo library")
     n = selection.count(db)
