@@ -154,6 +154,7 @@ def _progress(db_path, job_id) -> dict:
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.serial  # the runner must reach a log write within the 15 s the disk is full: not on a crowded machine
 def test_a_full_disk_mid_job_then_space_back_the_job_finishes_without_a_relaunch(small_filesystem, tmp_path):
     """The data dir (database, logs) on a 48 MiB filesystem, filled to the last byte mid-job for 15 s, then freed.
     Before: the runner died of "database or disk is full", the supervisor of its restart message, and the job
