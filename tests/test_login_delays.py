@@ -225,3 +225,23 @@ def test_a_clean_network_waits_its_turn_in_line_and_a_failing_one_never_takes_it
     lim.succeeded(owner)
     assert lim.attempt(rival, now=s + 0.5, ticket="r") == 0  # then the next in line
     assert lim.attempt(owner, now=s + 1) > 0 and not lim.in_line(owner, "x")
+
+
+def test_an_attempt_its_address_holds_back_is_not_held_in_the_accounts_line():
+    """The line is for an account's slot (the owner's turn). Spraying one password over fresh accounts from one
+    address: past the address's 20 free failures each attempt gets its 429 at once. Before, an attempt from a
+    network clean on its (fresh) account was held in that account's line and waited out the address's delay, so
+    a spray got 5 more checks per burst (the S7 test: 20 of 25 checked instead of 15)."""
+    from webapp.throttle import LoginThrottle
+
+    lim, t = LoginThrottle(), 1000.0
+    for i in range(20):  # the address's free failures, each on another account
+        assert lim.attempt(LoginThrottle.keys(f"nobody{i}", "192.0.2.7", set()), now=t + i, ticket=f"t{i}") == 0.0
+    keys = LoginThrottle.keys("nobody20", "192.0.2.7", set())
+    assert lim.attempt(keys, now=t + 20, ticket="spray") > 0  # held back by the address
+    assert not lim.in_line(keys, "spray")  # and not held in the account's line to wait it out
+    # the owner of an account failed on from elsewhere still waits in that account's line from a clean network
+    for i in range(5):
+        assert lim.attempt(LoginThrottle.keys("lead", f"198.51.100.{i}", set()), now=t + 30 + i) == 0.0
+    owner = LoginThrottle.keys("lead", "203.0.113.9", set())
+    assert lim.attempt(owner, now=t + 35, ticket="owner") > 0 and lim.in_line(owner, "owner")

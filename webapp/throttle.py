@@ -163,7 +163,10 @@ class LoginThrottle:
                     wait = LIVE_S  # the slot belongs to the attempt that came first; it takes it at its next ask
                 if wait > 0:
                     room = len(line) < MAX_LINE and held < MAX_HELD
-                    if clean and ticket is not None and (ticket in line or room):
+                    # the line is for the account's slot: an attempt that another key holds back (its address,
+                    # spraying many accounts) is not held to wait that out, it gets its 429 at once
+                    own = all(self._wait(k, t) <= 0 for k in keys if k[0] != "account")
+                    if clean and own and ticket is not None and (ticket in line or room):
                         line[ticket] = t
                     elif not line:
                         del self._lines[net[1]]

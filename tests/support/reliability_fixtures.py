@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"
 LABELS = examples.HAZARD_LABELS
 VERSION_RE = re.compile(r'<table class="cw-prov" data-version="(\d+)"')
+SAVED_RE = re.compile(r"Saved as version (\d+)")
 
 
 def pct(xs, p: float) -> float:
@@ -248,14 +249,25 @@ class AnnotatorLoad:
         session = None
         n = 0
         down = 0  # consecutive failures to reach the app: back off, as a browser's reconnect does
+        held: tuple[int, int | None] | None = None  # (clip, version) the session's form holds
         while not self.stop.is_set():
             try:
                 if session is None:
                     session = self._session(name)
+                    held = None
                 cid = rng.choice(self.clip_ids)
+                if held is not None and held[1] is None and held[0] == cid and len(self.clip_ids) > 1:
+                    # the form holds this clip in a state the oracle did not follow (a conflict, an error)
+                    cid = rng.choice([c for c in self.clip_ids if c != cid])
                 out = session.call("open_clip", event_data={"clip": cid})
                 m = VERSION_RE.search(" ".join(v for v in out if isinstance(v, str)))
-                seen = int(m.group(1)) if m else None
+                if m:
+                    seen = int(m.group(1))
+                elif held is not None and held[0] == cid and held[1] is not None:
+                    seen = held[1]  # the clip already open: the answer changes nothing, the form keeps its version
+                else:
+                    seen = None
+                held = (cid, seen)
                 down = 0
             except (httpx.HTTPError, GradioError, AssertionError, OSError):
                 if session is not None:
@@ -278,6 +290,7 @@ class AnnotatorLoad:
                 session = None
             except GradioError as e:
                 ans = Answer(name, cid, text, seen, "error", (time.perf_counter() - t) * 1000, str(e)[:300])
+                held = (cid, None)
             else:
                 ms = (time.perf_counter() - t) * 1000
                 msg = " ".join(v for v in out if isinstance(v, str) and "cw-msg" in v) or " ".join(
@@ -285,10 +298,14 @@ class AnnotatorLoad:
                 )
                 if "Saved as version" in msg:
                     ans = Answer(name, cid, text, seen, "saved", ms, msg[:200])
+                    v = SAVED_RE.search(msg)
+                    held = (cid, int(v.group(1))) if v else None  # the form now holds the version it saved
                 elif "changed by" in msg and "after you opened it" in msg:
                     ans = Answer(name, cid, text, seen, "conflict", ms, msg[:300])
+                    held = (cid, None)
                 else:
                     ans = Answer(name, cid, text, seen, "error", ms, msg[:300])
+                    held = (cid, None)
             with self.lock:
                 self.answers.append(ans)
         if session is not None:
