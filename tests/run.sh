@@ -5,8 +5,8 @@
 # GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").
 #
 # Two parts. Every unit and integration test (no browser, no load) runs on CW_TEST_WORKERS pytest-xdist workers
-# (default 2 per core, at least 4: most of these tests wait on servers and processes they start, each on its own
-# free port and temporary data dir, so they overlap well; a test module stays on one worker). Then the real-browser
+# (default 2 per core, 4 to 8: most of these tests wait on servers and processes they start, each on its own free
+# port and temporary data dir, so they overlap well; a test module stays on one worker). Then the real-browser
 # tests, the fault-injection runs under load and the tests that watch the whole machine or wait by the clock
 # (marked `browser`, `load`, `serial`) run one at a time: they must not share the machine with other tests.
 #   tests/run.sh --quick   the first part only (docs/TESTING.md: its time on a 2-core machine)
@@ -34,7 +34,8 @@ echo "[tests] ruff check, ruff format --check"
 PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
 cores=$(nproc 2>/dev/null || echo 2)
-WORKERS=${CW_TEST_WORKERS:-$(( cores * 2 > 4 ? cores * 2 : 4 ))}
+w=$(( cores * 2 > 4 ? cores * 2 : 4 ))
+WORKERS=${CW_TEST_WORKERS:-$(( w > 8 ? 8 : w ))}  # each worker holds an app's imports (~0.5 GB): at most 8
 echo "[tests] unit and integration tests on $WORKERS workers"
 rc=0
 "$PY" -m pytest -m "not slow and not browser and not load and not serial" -q -n "$WORKERS" --dist loadfile "$@" || rc=$?
