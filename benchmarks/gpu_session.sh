@@ -2,7 +2,10 @@
 # Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
 # Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
 #   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage
-#   setup     unpack vLLM, install carried wheels (.whl), write the dummy Qwen3-VL-8B model
+#   pregen    the first call, before staging (carry .whl: PyAV): install the wheels and start generating node_run's
+#             clip cache (PREGEN clips, default 80) in the background, detached, from a copy of the tree, so the
+#             ~2 minutes of generation overlap the staging calls; threads/workload wait for it to finish
+#   setup     unpack vLLM, install carried wheels (.whl, and .whl2 when carried), write the dummy Qwen3-VL-8B model
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
 #   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
 #             router; TOPOLOGY=nodehead: a --role node and a --role head on two loopback addresses, the README's
@@ -41,11 +44,23 @@ case "$step" in gputest|bench|sweep|node|threads|workload) stop_leftovers ;; esa
 case "$step" in
   stage)
     mkdir -p /tmp/stage && cp ".gpu/p$2/"* /tmp/stage/ && ls -la /tmp/stage ;;
+  pregen)
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    rm -rf /tmp/pregen-src && cp -r . /tmp/pregen-src && touch /tmp/pregen.started
+    d=/tmp/clips-node/realistic n=${PREGEN:-80}
+    # what benchmarks/node/clips.py's clip_library does, with its .complete marker, then pregen.done
+    (cd /tmp/pregen-src && setsid bash -c "python3 -m data.demo $d/library --count $n --realistic --no-broken \
+      --workers $(nproc) && python3 -m data.demo $d/hostile --hostile \
+      && echo '{\"clips\": $n, \"seconds\": 0, \"generated_now\": $n}' > $d/.complete; touch /tmp/pregen.done" \
+      >/tmp/pregen.log 2>&1 < /dev/null &)
+    sleep 5; cat /tmp/pregen.log ;;
   setup)
     bash .gpu/gpu_setup.sh
-    if ls .whl/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-    fi
+    for w in .whl .whl2; do
+      if ls $w/*.whl >/dev/null 2>&1; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w/*.whl
+      fi
+    done
     python3 -c "import av, vllm; print('av', av.__version__, 'vllm', vllm.__version__)"
     [ -f /tmp/model/config.json ] || python3 .gpu/make_dummy_qwen3vl.py /tmp/model
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
@@ -92,6 +107,10 @@ case "$step" in
     python3 benchmarks/gpu_peak.py --out "$OUT/peak.json" ;;
   perfclips|threads|workload)
     shift
+    if [ -f /tmp/pregen.started ]; then  # the clips a pregen call is still generating
+      for _ in $(seq 600); do [ -f /tmp/pregen.done ] && break; sleep 1; done
+      tail -n 3 /tmp/pregen.log
+    fi
     case "$step" in
       perfclips) stage=clips; extra=(--clips 128) ;;
       threads) stage=threads; extra=(--threads-configs "${THREADS:-1,2,4,budget}") ;;

@@ -3,7 +3,8 @@ budget, pinned, or vLLM's own pools), the same clips through our runner against 
 
 A configuration may carry modifiers after `+`: `apiN` starts the replica with N API servers and N renderer
 workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), `nocache` with prefix caching off
-(the recipe leaves it on: the prompt's text is a prefix every clip shares). `1+api2`, `budget+nocache`. Each row
+(the recipe leaves it on: the prompt's text is a prefix every clip shares), `fp8` with the language model's linear
+layers quantized to FP8 at load (`--quantization fp8`). `1+api2`, `budget+nocache`, `budget+fp8`. Each row
 also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
@@ -39,7 +40,7 @@ from benchmarks.node.jobs import (
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "apiN")
+MODIFIERS = ("nocache", "fp8", "apiN")
 
 
 def _base(config: str) -> str:
@@ -51,7 +52,7 @@ def _modifiers(config: str) -> list[str]:
 
 
 def _modifier_ok(m: str) -> bool:
-    return m == "nocache" or (m.startswith("api") and m[3:].isdigit() and int(m[3:]) > 0)
+    return m in ("nocache", "fp8") or (m.startswith("api") and m[3:].isdigit() and int(m[3:]) > 0)
 
 
 def replica_flags(config: str) -> tuple[list[str], bool]:
@@ -60,6 +61,8 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
     for m in _modifiers(config):
         if m.startswith("api"):
             flags += ["--api-server-count", m[3:], "--renderer-num-workers", m[3:]]
+        elif m == "fp8":
+            flags += ["--quantization", "fp8"]
     return flags, "nocache" in _modifiers(config)
 
 
@@ -103,6 +106,8 @@ def describe(config: str, settings, replicas: int) -> str:
         text += f"; {flags[1]} API servers and renderer workers (the recipe: 4)"
     if nocache:
         text += "; prefix caching off"
+    if "fp8" in _modifiers(config):
+        text += "; FP8 weights (--quantization fp8)"
     return text
 
 
