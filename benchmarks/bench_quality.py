@@ -9,7 +9,7 @@ probability (the hazard level mostly by one step) and the text of 40 % of captio
 them); each change is a human version derived from the machine caption, as data.captions writes it. A third
 prompt version (job 11) re-captions 20,000 approved clips as candidates (the version comparison), and a random
 sample stratified by hazard level is drawn from job 1, 1,500 of its members reviewed and 400 of those reviewed
-again, blind, by a second reviewer (data.quality.samples' tables).
+again, blind, by a second reviewer (data.quality.samples' and second_review's tables).
 
 Then empties `quality_pairs` and times storing every pair again (what the first report after an upgrade does;
 --warm skips it), and prints, per operation, the median wall and CPU time of --repeat runs (ms; CPU includes child

@@ -137,12 +137,13 @@ def run_one(db_path: str, out: str, name: str, fdict: dict) -> None:
     from data.clips import Filter
     from data.db import connect
     from data.quality import release as rel
+    from data.quality.release_options import Options
 
     db = connect(db_path)
     pairs = db.execute("SELECT COUNT(*) FROM quality_pairs").fetchone()[0]
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cpu, wall = time.process_time(), time.perf_counter()
-    r = rel.release(db, rel.Options(Filter.from_dict(fdict), name=name), out, actor="bench", role="lead")
+    r = rel.release(db, Options(Filter.from_dict(fdict), name=name), out, actor="bench", role="lead")
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stored = db.execute("SELECT COUNT(*) FROM quality_pairs").fetchone()[0] - pairs

@@ -20,7 +20,8 @@ Tables
 - users, events (append-only audit trail, enforced by triggers), heartbeats (runner liveness).
 - assignments: which clip a lead gave to whom (the review queue serves a person's clips first).
 - samples, sample_strata, sample_members, second_reviews (m017): random review samples with their draw, and blind
-  second reviews of their clips (data.quality.samples; m017_samples documents each column).
+  second reviews of their clips (data.quality.samples, data.quality.second_review; m017_samples documents each
+  column).
 - Confidence and consistency (m014): captions.confidence (a machine caption's per-label probabilities, JSON) and
   captions.conflicts (where text and labels disagree, JSON list), mirrored onto clips.confidence_min and
   clips.label_conflicts for the risk order (m014_confidence documents each column).
@@ -391,7 +392,7 @@ def m012_hardening2(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m017_samples(db: sqlite_utils.Database) -> None:
-    """Random review samples and blind second reviews (data.quality.samples).
+    """Random review samples and blind second reviews (data.quality.samples, data.quality.second_review).
 
     - samples: one row per draw: who drew it and when, the population it was drawn from (`source`: the filter,
       as `Filter.to_dict()`, with the clips a draw can take added to it; `job_id` when the filter names a job),

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from data import captions, clips, db as dbmod, quality, taxonomy
-from data.quality import samples, tables
+from data.quality import samples, second_review, tables
 from tests.support.blind_form import fill_labels, form_is_empty
 from tests.support.browser_fixtures import SCREENSHOTS, choose, login
 
@@ -118,7 +118,7 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
                 timeout=WAIT,
             )
             answered.append(cid)
-        assert len(samples.second_reviews(db, sample_id=sample_id)) == 4
+        assert len(second_review.second_reviews(db, sample_id=sample_id)) == 4
 
         # the Quality tab opens on the decision for the only sample's batch, without choosing it, above the rest
         lead.locator("#tab-quality-button").click()

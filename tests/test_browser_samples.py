@@ -12,7 +12,7 @@ from urllib.parse import quote
 import pytest
 
 from data import captions, clips, db as dbmod, review_states, taxonomy
-from data.quality import samples
+from data.quality import samples, second_review
 from tests.support.blind_form import fill_labels, form_is_empty
 from tests.support.browser_fixtures import SCREENSHOTS, choose, login
 
@@ -78,7 +78,7 @@ def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, s
         ann2.wait_for_function("document.querySelector('#second-review-msg').innerText.includes('is saved (approved)')")
         assert "No blind second review waits for you" in ann2.inner_text("#second-status")
 
-        (pair,) = samples.second_reviews(db, sample_id=sample_id)
+        (pair,) = second_review.second_reviews(db, sample_id=sample_id)
         assert pair["reviewer"] == "ann2" and pair["decision"] == "approved"
         assert pair["labels"] == dict(origin["labels"], weather=weather)
         after = clips.get(db, target)

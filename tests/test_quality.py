@@ -37,7 +37,7 @@ from data.db import immediate
 from data.errors import DataError, NotFound
 from data.job_params import JobParams
 from data.jobs.selection import Selection
-from data.quality import pairs, samples, stats
+from data.quality import pairs, samples, second_review, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 PASSWORD = "correct horse battery"
@@ -370,7 +370,7 @@ def test_kappa_equals_scikit_learn_unweighted_and_linear():
     assert stats.kappa({("a", "a"): 5}) is None and stats.kappa({}) is None
 
 
-# -- samples and second reviews (data.quality.samples' marks) ----------------------------------------------------------
+# -- samples and second reviews (data.quality.samples, second_review) ---------------------------------------------
 
 
 @pytest.fixture
@@ -494,15 +494,15 @@ def test_kappa_between_first_and_blind_second_reviewer_equals_scikit_learn(batch
         change = {"hazard_level": rng.choice(taxonomy.HAZARD_LEVELS)} if rng.random() < 0.4 else None
         status = "rejected" if rng.random() < 0.1 else "approved"
         review(db, m["clip_id"], change, status)
-    samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
-    while (t := samples.next_task(db, "ann3")) is not None:
+    second_review.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
+    while (t := second_review.next_task(db, "ann3")) is not None:
         said = machine_labels(db, t["id"])  # what the model said: the second reviewer is not shown it
         answer = {**said, "hazard_level": rng.choice(taxonomy.HAZARD_LEVELS)} if rng.random() < 0.5 else said
         if rng.random() < 0.3:
             answer = {**answer, "road_users": sorted(set(answer["road_users"]) ^ {"bus"})}
         decision = "rejected" if rng.random() < 0.1 else "approved"
-        samples.answer(db, t["id"], "ann3", labels=answer, decision=decision)
-    for r in samples.second_reviews(db, sample_id=s["id"]):
+        second_review.answer(db, t["id"], "ann3", labels=answer, decision=decision)
+    for r in second_review.second_reviews(db, sample_id=s["id"]):
         decisions.append((r["first_decision"], r["decision"]))
         if r["first_decision"] == "approved":
             first.append(r["first_labels"])
@@ -576,10 +576,10 @@ def test_export_says_which_records_were_reviewed_sampled_and_reviewed_twice(batc
         review(db, clip_id)
     chosen = next(c for c in range(1, 101) if c not in members)
     review(db, chosen, status="rejected")  # reviewed because someone chose it: not a sample
-    samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
-    t = samples.next_task(db, "ann3")
-    samples.answer(db, t["id"], "ann3", labels=machine_labels(db, t["id"]), decision="approved")
-    pending = samples.next_task(db, "ann3")  # sent but not answered: not double-reviewed yet
+    second_review.send_to_second(db, s["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
+    t = second_review.next_task(db, "ann3")
+    second_review.answer(db, t["id"], "ann3", labels=machine_labels(db, t["id"]), decision="approved")
+    pending = second_review.next_task(db, "ann3")  # sent but not answered: not double-reviewed yet
     assert pending is not None and pending["clip_id"] != t["clip_id"]
     recs = {r["clip_id"]: r for r in export.iter_rows(db)}
     assert len(recs) == 100

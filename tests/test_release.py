@@ -24,6 +24,7 @@ from data.errors import DataError, Forbidden
 from data.quality import card, release as rel, release_files, stats
 from data.quality.accuracy import report
 from data.quality.pairs import Scope
+from data.quality.release_options import Options
 from tests.support.release_library import ClipSpec, build
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +58,7 @@ def library(db, n_routes: int = 8, per_route: int = 5):
 
 
 def make(db, out: Path, **options) -> rel.Result:
-    return rel.release(db, rel.Options(**options), out, actor="lead", role="lead")
+    return rel.release(db, Options(**options), out, actor="lead", role="lead")
 
 
 def lines(path: Path) -> list[dict]:
@@ -177,7 +178,7 @@ def test_a_failed_release_leaves_nothing_at_out_and_is_recorded(db, tmp_path):
         raise KeyboardInterrupt
 
     with pytest.raises(KeyboardInterrupt):
-        rel.release(db, rel.Options(name="av"), tmp_path / "out" / "r1", actor="lead", role="lead", progress=interrupt)
+        rel.release(db, Options(name="av"), tmp_path / "out" / "r1", actor="lead", role="lead", progress=interrupt)
     assert list((tmp_path / "out").iterdir()) == []  # neither the release nor its hidden work folder
     (row,) = db.query("SELECT * FROM releases")
     assert row["state"] == "failed" and "KeyboardInterrupt" in row["error"]
@@ -314,7 +315,7 @@ def test_markdown_from_users_and_the_fleet_is_inert_on_the_card():
 def test_only_a_lead_releases_and_bad_options_say_what_to_write(db, tmp_path):
     library(db)
     with pytest.raises(Forbidden):
-        rel.release(db, rel.Options(), tmp_path / "x", actor="ann", role="annotator")
+        rel.release(db, Options(), tmp_path / "x", actor="ann", role="annotator")
     for options, words in (
         ({"group_by": "route; DROP"}, "--group-by"),
         ({"name": "../up"}, "--name"),
@@ -359,6 +360,6 @@ def test_nothing_to_release_is_refused_with_why_and_recorded_nowhere(db, tmp_pat
     with pytest.raises(DataError, match="Nothing to release.*1 are simulated"):
         make(db, tmp_path / "r")
     assert not (tmp_path / "r").exists() and db.execute("SELECT COUNT(*) FROM releases").fetchone()[0] == 0
-    r = rel.release(db, rel.Options(include_simulated=True), into=tmp_path / "all", actor="lead", role="lead")
+    r = rel.release(db, Options(include_simulated=True), into=tmp_path / "all", actor="lead", role="lead")
     assert r.path == (tmp_path / "all" / "release-v1").absolute() and r.counts == {"train": 1, "val": 0, "test": 0}
     assert "val and test hold no clip" in r.card and "val and test: no clip" in rel.summary(r)

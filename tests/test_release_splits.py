@@ -18,6 +18,7 @@ from data import db as dbmod, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import release as rel, splits
+from data.quality.release_options import Options
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS
@@ -84,7 +85,7 @@ def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include
         try:
             built = build(db, specs)
             want = [cid for cid in built.ids if released(built.specs[cid], include_simulated)]
-            options = rel.Options(Filter(), field, tuple(splits.parse(shares).items()), seed, "prop", include_simulated)
+            options = Options(Filter(), field, tuple(splits.parse(shares).items()), seed, "prop", include_simulated)
             if not want:  # nothing releasable (every clip unapproved, failed at ingest or simulated): refused
                 with pytest.raises(DataError, match="Nothing to release"):
                     rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")

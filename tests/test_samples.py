@@ -1,8 +1,7 @@
-"""Random review samples and blind second reviews (data.quality.samples) on real SQLite: the allocation over hazard
-strata
-(hand-worked cases), a seeded draw that is reproducible, uniform and recorded with N_h and n_h, members marked
-and assigned in one action, only unreviewed machine captions drawn; second reviews that show the footage alone
-(no caption, none of the model's labels, nothing of the first review), and that change nothing of the clip."""
+"""Random review samples and blind second reviews (data.quality.samples, second_review) on real SQLite: the allocation
+over hazard strata (hand-worked cases), a seeded draw that is reproducible, uniform and recorded with N_h and n_h,
+members marked and assigned in one action, only unreviewed machine captions drawn; second reviews that show the footage
+alone (no caption, none of the model's labels, nothing of the first review), and that change nothing of the clip."""
 
 from __future__ import annotations
 
@@ -15,7 +14,7 @@ import pytest
 from data import assignments, captions, clips, events, review_states, schema, users
 from data.db import immediate
 from data.errors import DataError, Forbidden, NotFound
-from data.quality import samples
+from data.quality import samples, second_review
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 
 PASSWORD = "correct horse battery"
@@ -235,41 +234,41 @@ def reviewed(lib):
 
 def test_sending_skips_the_first_reviewer_and_unreviewed_clips_when_asked(reviewed):
     db, s = reviewed, reviewed.sample
-    only = samples.send_to_second(db, s["id"], "ann2", actor="lead", role="lead", reviewed_only=True)
+    only = second_review.send_to_second(db, s["id"], "ann2", actor="lead", role="lead", reviewed_only=True)
     assert only["sent"] == 1 and only["unreviewed"] == 5 and only["own"] == 0  # ann's approved clip
-    out = samples.send_to_second(db, s["id"], "ann2", actor="lead", role="lead")
+    out = second_review.send_to_second(db, s["id"], "ann2", actor="lead", role="lead")
     # ann2 was given 3 of the 6 to review first: those are not second opinions
     assert out == {**out, "sent": 2, "unchanged": 1, "own": 3, "answered": 0, "moved": 0}
-    moved = samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
-    assert moved["moved"] == 3 and moved["sent"] == 3 and samples.pending_count(db, "ann2") == 0
-    assert samples.pending_count(db, "ann3") == 6
+    moved = second_review.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
+    assert moved["moved"] == 3 and moved["sent"] == 3 and second_review.pending_count(db, "ann2") == 0
+    assert second_review.pending_count(db, "ann3") == 6
     log = list(events.iter_all(db, "second_review.request"))
     assert len(log) == 1 + 2 + 6 and all(e["actor"] == "lead" for e in log)
     with pytest.raises(Forbidden):
-        samples.send_to_second(db, s["id"], "ann3", actor="ann", role="annotator")
+        second_review.send_to_second(db, s["id"], "ann3", actor="ann", role="annotator")
     with pytest.raises(DataError, match="no user named"):
-        samples.send_to_second(db, s["id"], "ghost", actor="lead", role="lead")
+        second_review.send_to_second(db, s["id"], "ghost", actor="lead", role="lead")
     with pytest.raises(NotFound):
-        samples.send_to_second(db, 999, "ann3", actor="lead", role="lead")
+        second_review.send_to_second(db, 999, "ann3", actor="lead", role="lead")
 
 
 def test_a_person_given_a_member_since_the_draw_is_not_its_second_reviewer(reviewed):
     db = reviewed
     moved = next(m for m in reviewed.members if m["assignee"] == "ann2")
     assignments.assign_clip(db, moved["clip_id"], "ann3", actor="lead", role="lead")
-    out = samples.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead")
+    out = second_review.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead")
     assert (out["own"], out["sent"]) == (1, 5)
-    assert not samples.is_blind(db, moved["clip_id"], "ann3")
+    assert not second_review.is_blind(db, moved["clip_id"], "ann3")
 
 
 def test_the_second_reviewer_gets_the_footage_alone_no_caption_no_labels_no_first_review(reviewed):
     db, clip_id = reviewed, reviewed.first["clip_id"]
-    samples.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
-    t = samples.next_task(db, "ann3")
+    second_review.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
+    t = second_review.next_task(db, "ann3")
     origin = captions.get(db, reviewed.first["caption_id"])  # the machine caption ann started from
     assert t["clip_id"] == clip_id and set(t) == {"id", "sample_id", "clip_id", "clip"}
-    assert set(t["clip"]) == set(samples.BLIND_CLIP_FIELDS)
-    (pending,) = [r for r in samples.second_reviews(db, answered_only=False) if r["id"] == t["id"]]
+    assert set(t["clip"]) == set(second_review.BLIND_CLIP_FIELDS)
+    (pending,) = [r for r in second_review.second_reviews(db, answered_only=False) if r["id"] == t["id"]]
     assert pending["origin_caption_id"] == origin["id"]  # recorded, not shown
     flat = repr(t)
     # the model's text and labels, her text, her labels, her decision, her name
@@ -277,63 +276,63 @@ def test_the_second_reviewer_gets_the_footage_alone_no_caption_no_labels_no_firs
         assert leak not in flat, leak
     for leak in ("ann's own careful words", "snow", "critical", "approved", "'ann'", "review_status", "reviewed_by"):
         assert leak not in flat, leak
-    assert samples.is_blind(db, clip_id, "ann3") and not samples.is_blind(db, clip_id, "ann2")
-    assert samples.blind_clip_ids(db, "ann3", range(1, 70)) == {clip_id}
+    assert second_review.is_blind(db, clip_id, "ann3") and not second_review.is_blind(db, clip_id, "ann2")
+    assert second_review.blind_clip_ids(db, "ann3", range(1, 70)) == {clip_id}
     with pytest.raises(Forbidden, match="ann3's"):
-        samples.task(db, t["id"], "ann2")
+        second_review.task(db, t["id"], "ann2")
 
 
 def test_an_answer_is_stored_apart_and_changes_nothing_of_the_clip(reviewed):
     db, clip_id = reviewed, reviewed.first["clip_id"]
-    samples.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
+    second_review.send_to_second(db, reviewed.sample["id"], "ann3", actor="lead", role="lead", reviewed_only=True)
     before = clips.get(db, clip_id)
     versions = len(captions.history(db, clip_id))
-    t = samples.next_task(db, "ann3")
+    t = second_review.next_task(db, "ann3")
     mine = dict(captions.get(db, reviewed.first["caption_id"])["labels"], weather="rain")
     with pytest.raises(DataError, match="approves or rejects"):
-        samples.answer(db, t["id"], "ann3", labels=mine, decision="maybe")
+        second_review.answer(db, t["id"], "ann3", labels=mine, decision="maybe")
     with pytest.raises(DataError, match="weather"):
-        samples.answer(db, t["id"], "ann3", labels=dict(mine, weather="hail"), decision="approved")
-    done = samples.answer(db, t["id"], "ann3", labels=mine, decision="approved")
+        second_review.answer(db, t["id"], "ann3", labels=dict(mine, weather="hail"), decision="approved")
+    done = second_review.answer(db, t["id"], "ann3", labels=mine, decision="approved")
     assert done["state"] == "done" and done["labels"] == mine and done["decision"] == "approved"
     after = clips.get(db, clip_id)
     for key in ("current_caption_id", "review_status", "reviewed_by", "reviewed_at", "weather", "hazard_level"):
         assert after[key] == before[key], key
     assert len(captions.history(db, clip_id)) == versions
-    assert not samples.is_blind(db, clip_id, "ann3") and samples.next_task(db, "ann3") is None
+    assert not second_review.is_blind(db, clip_id, "ann3") and second_review.next_task(db, "ann3") is None
     with pytest.raises(DataError, match="answered already"):
-        samples.answer(db, t["id"], "ann3", labels=mine, decision="rejected")
+        second_review.answer(db, t["id"], "ann3", labels=mine, decision="rejected")
     with pytest.raises(sqlite3.IntegrityError, match="never changed"):
         db.execute("UPDATE second_reviews SET decision = 'rejected'")
     (ev,) = events.iter_all(db, "second_review.answer")
     assert ev["actor"] == "ann3" and ev["clip_id"] == clip_id
-    (pair,) = samples.second_reviews(db, sample_id=reviewed.sample["id"])
+    (pair,) = second_review.second_reviews(db, sample_id=reviewed.sample["id"])
     assert pair["labels"] == mine and pair["decision"] == "approved" and pair["reviewer"] == "ann3"
     assert pair["first_reviewer"] == "ann" and pair["first_decision"] == "approved"
     assert pair["first_labels"]["weather"] == "snow" and pair["origin_caption_id"] == reviewed.first["caption_id"]
-    assert samples.second_reviews(db, sample_id=999) == []
+    assert second_review.second_reviews(db, sample_id=999) == []
 
 
 def test_nobody_second_reviews_a_clip_they_reviewed_first(reviewed):
     db, s = reviewed, reviewed.sample
-    samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
+    second_review.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
     # ann3 reviews one of ann2's clips through the ordinary queue while its second review waits for her
     victim = next(m for m in reviewed.members if m["assignee"] == "ann2")
-    review = next(r for r in samples.second_reviews(db, answered_only=False) if r["clip_id"] == victim["clip_id"])
+    review = next(r for r in second_review.second_reviews(db, answered_only=False) if r["clip_id"] == victim["clip_id"])
     review_states.set_review(
         db, victim["clip_id"], status="approved", user="ann3", base_caption_id=victim["caption_id"]
     )
     with pytest.raises(DataError, match="reviewed clip .* yourself"):
-        samples.answer(db, review["id"], "ann3", labels=dict(LABELS), decision="approved")
-    assert all(r["state"] == "pending" for r in samples.second_reviews(db, answered_only=False))
+        second_review.answer(db, review["id"], "ann3", labels=dict(LABELS), decision="approved")
+    assert all(r["state"] == "pending" for r in second_review.second_reviews(db, answered_only=False))
 
 
 def test_next_task_walks_the_pending_reviews_in_order_and_wraps(reviewed):
     db, s = reviewed, reviewed.sample
-    samples.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
-    ids = [r["id"] for r in samples.second_reviews(db, answered_only=False)]
-    assert samples.next_task(db, "ann3")["id"] == ids[0]
-    assert samples.next_task(db, "ann3", after=ids[2])["id"] == ids[3]
-    assert samples.next_task(db, "ann3", after=ids[-1])["id"] == ids[0]
-    assert samples.next_task(db, "ann") is None
-    assert "origin" not in samples.next_task(db, "ann3")
+    second_review.send_to_second(db, s["id"], "ann3", actor="lead", role="lead")
+    ids = [r["id"] for r in second_review.second_reviews(db, answered_only=False)]
+    assert second_review.next_task(db, "ann3")["id"] == ids[0]
+    assert second_review.next_task(db, "ann3", after=ids[2])["id"] == ids[3]
+    assert second_review.next_task(db, "ann3", after=ids[-1])["id"] == ids[0]
+    assert second_review.next_task(db, "ann") is None
+    assert "origin" not in second_review.next_task(db, "ann3")

@@ -12,7 +12,7 @@ import re
 import pytest
 
 from data import captions, clips, db as dbmod, prompts, review_states, taxonomy
-from data.quality import samples
+from data.quality import samples, second_review
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies, login_cookie
 
 FIRST_TEXT = "FIRST-REVIEWER-WORDS: ann rewrote this caption"
@@ -124,7 +124,7 @@ def test_the_answer_is_stored_apart_and_changes_nothing_of_the_clip(server, sess
     assert "is saved (rejected)" in flat(out)
     db = connect(server)
     try:
-        (pair,) = samples.second_reviews(db, sample_id=sent["sample"]["id"])
+        (pair,) = second_review.second_reviews(db, sample_id=sent["sample"]["id"])
         after = clips.get(db, sent["clip_id"])
     finally:
         db.close()

@@ -18,7 +18,7 @@ import gradio as gr
 
 from data import clips, limits, order as orders, search
 from data.errors import DataError, SearchSyntaxError
-from data.quality import samples
+from data.quality import second_review
 from webapp import assigning, release_panel, render, sampling, second_review_tab
 from webapp.context import AppContext
 from webapp.number_box import number_box, whole
@@ -235,7 +235,7 @@ class BrowseTab:
         except DataError as e:  # a tampered cursor or filter from a script: a message, not a 500
             raise gr.Error(str(e), title="Cannot show that page") from None
         rows = shown.rows
-        blind = samples.blind_clip_ids(db, user.name, [r["id"] for r in rows])  # their pending second reviews
+        blind = second_review.blind_clip_ids(db, user.name, [r["id"] for r in rows])  # their pending second reviews
         rows = [second_review_tab.masked(r) if r["id"] in blind else r for r in rows]
         n, exact = clips.count_capped(db, f)
         hint = search.no_match_hint(f.text) if f.text and not n else ""

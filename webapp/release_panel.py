@@ -13,6 +13,7 @@ import gradio as gr
 from data import clips
 from data.errors import DataError
 from data.quality import release as rel, splits
+from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_NAME, Options
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -33,10 +34,10 @@ class ReleasePanel:
                 f"the data folder, `{RELEASES}/NAME-vVERSION`, read-only; `python -m data.release --help` says more."
             )
             with gr.Row():
-                self.name = gr.Textbox(value=rel.DEFAULT_NAME, label="Name", elem_id="release-name", min_width=140)
+                self.name = gr.Textbox(value=DEFAULT_NAME, label="Name", elem_id="release-name", min_width=140)
                 self.shares = gr.Textbox(value=splits.DEFAULT, label="Splits", elem_id="release-splits", min_width=220)
                 self.group_by = gr.Textbox(
-                    value=rel.DEFAULT_GROUP_BY, label="Group by (sidecar field)", elem_id="release-group-by"
+                    value=DEFAULT_GROUP_BY, label="Group by (sidecar field)", elem_id="release-group-by"
                 )
                 self.seed = gr.Number(value=0, precision=0, label="Seed", elem_id="release-seed", min_width=100)
                 self.simulated = gr.Checkbox(
@@ -58,12 +59,12 @@ class ReleasePanel:
         """Release the filter's clips (data.quality.release.release) and show what was written and its card."""
         lead = self.ctx.require(request, "lead")
         try:
-            options = rel.Options(
+            options = Options(
                 clips.Filter.from_dict(fdict or {}),
-                str(group_by or rel.DEFAULT_GROUP_BY).strip(),
+                str(group_by or DEFAULT_GROUP_BY).strip(),
                 tuple(splits.parse(shares or splits.DEFAULT).items()),
                 0 if seed in (None, "") else seed,
-                str(name or rel.DEFAULT_NAME).strip(),
+                str(name or DEFAULT_NAME).strip(),
                 bool(simulated),
             )
             r = rel.release(

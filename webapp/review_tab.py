@@ -34,9 +34,9 @@ function that fills every region for a clip (handlers add to or override what it
 `view_outputs`/`form_inputs` are the lists every handler shares. Handlers that may leave a clip go through
 `_leave` (save first) and the queue through `_take_next` (pick + lease).
 
-Blind mode: a clip the person has a pending blind second review of (data.quality.samples) is shown without its caption,
-labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or decide
-on it (`_blind`); they answer on the Second review tab (webapp.second_review_tab).
+Blind mode: a clip the person has a pending blind second review of (data.quality.second_review) is shown without its
+caption, labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or
+decide on it (`_blind`); they answer on the Second review tab (webapp.second_review_tab).
 
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate
@@ -66,7 +66,7 @@ from data import (
 )
 from data.errors import Conflict, DataError, NotFound
 from data.job_params import JobParams
-from data.quality import samples
+from data.quality import second_review
 from webapp import failures, render, second_review_tab
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
@@ -303,15 +303,14 @@ class ReviewTab:
             out[self.filmstrip] = render.filmstrip(clip)
         if not keep_form:
             out.update(self._fill(cap))
-        if samples.is_blind(db, clip["id"], user.name):
+        if second_review.is_blind(db, clip["id"], user.name):
             out.update(self._blind(clip))
         return out
 
     def _blind(self, clip: dict) -> dict:
-        """Blind mode: the person has a pending blind second review of this clip (data.quality.samples), so the view
-        hides
-        its caption, labels, review, assignee, provenance and history, and holds no clip in the form's state, so
-        that no save or decision here can touch it (they answer on the Second review tab)."""
+        """Blind mode: the person has a pending blind second review of this clip (data.quality.second_review), so the
+        view hides its caption, labels, review, assignee, provenance and history, and holds no clip in the form's
+        state, so that no save or decision here can touch it (they answer on the Second review tab)."""
         return {
             self.header: second_review_tab.blind_header(clip),
             self.provenance: "",

@@ -1,10 +1,10 @@
 """The lead's random review sample panel on Browse: draw N clips of the current filter (a job's clips: the Job id
 filter) at random, optionally stratified by hazard level, and assign them to one or more people in one click; then
-send a drawn sample (or its reviewed part) to a second reviewer, blind to the first review. data.quality.samples does
-the
-work, records the draw and audits it; this module only reads the form and says what happened.
+send a drawn sample (or its reviewed part) to a second reviewer, blind to the first review. data.quality.samples and
+data.quality.second_review do the work, record the draw and audit it; this module only reads the form and says what
+happened.
 
-Shown to leads only (first paint); each handler checks the lead role itself, as data.quality.samples does again.
+Shown to leads only (first paint); each handler checks the lead role itself, as data.quality does again.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import gradio as gr
 
 from data import clips
 from data.errors import DataError
-from data.quality import samples
+from data.quality import samples, second_review
 from webapp import assigning, render
 from webapp.context import AppContext, shows_errors
 from webapp.number_box import number_box, whole
@@ -151,13 +151,13 @@ class SamplePanel:
 
         def send(sample_id, reviewer, reviewed_only, request: gr.Request):
             """Send sample `sample_id`'s clips to `reviewer` for a blind second review
-            (data.quality.samples.send_to_second)."""
+            (data.quality.second_review.send_to_second)."""
             lead = self.ctx.require(request, "lead")
             try:
                 sample_id = whole(sample_id, "The sample")
                 if sample_id is None:
                     return render.message("Give the sample's number (a draw fills it in).", "error")
-                out = samples.send_to_second(
+                out = second_review.send_to_second(
                     self.ctx.db(),
                     sample_id,
                     reviewer,

@@ -1,6 +1,6 @@
-"""Second review tab: a person answers the blind second reviews a lead sent them (data.quality.samples).
+"""Second review tab: a person answers the blind second reviews a lead sent them (data.quality.second_review).
 
-Blind means the tab is given the clip's footage alone, as data.quality.samples.task returns it: no caption, none
+Blind means the tab is given the clip's footage alone, as data.quality.second_review.task returns it: no caption, none
 of the model's labels, nothing of the first review, never the clip row itself (its facet columns mirror the
 current, reviewed caption). The form opens empty, so the answer is the person's own: shown the model's labels,
 both reviewers would start from the same answer and their agreement would measure how often people keep it. The
@@ -20,7 +20,7 @@ import gradio as gr
 
 from data import taxonomy
 from data.errors import DataError
-from data.quality import samples
+from data.quality import second_review
 from webapp import render
 from webapp.context import AppContext, shows_errors
 
@@ -107,7 +107,7 @@ class SecondReviewTab:
         ]
 
     def _status(self, name: str) -> str:
-        n = samples.pending_count(self.ctx.db(), name)
+        n = second_review.pending_count(self.ctx.db(), name)
         words = (
             "No blind second review waits for you."
             if not n
@@ -116,7 +116,7 @@ class SecondReviewTab:
         return f'<div class="cw-counts" id="second-count" data-n="{n}">{words}</div>'
 
     def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
-        """Every region for `task` (data.quality.samples.task: the footage alone), or empty ones for None; the
+        """Every region for `task` (data.quality.second_review.task: the footage alone), or empty ones for None; the
         labels always start empty."""
         out = {self.status: self._status(name), self.msg: render.message(message, kind)}
         out.update({comp: [] if n in taxonomy.MULTI else None for n, comp in self.labels.items()})
@@ -138,13 +138,13 @@ class SecondReviewTab:
         user = self.ctx.user(request)
         if task_id is not None:
             return {self.status: self._status(user.name)}
-        return self.view(samples.next_task(self.ctx.db(), user.name), user.name)
+        return self.view(second_review.next_task(self.ctx.db(), user.name), user.name)
 
     def open_next(self, task_id, request: gr.Request):
         """The person's next pending second review after the one shown (wrapping around)."""
         user = self.ctx.user(request)
         after = int(task_id) if task_id not in (None, "") else None
-        task = samples.next_task(self.ctx.db(), user.name, after=after)
+        task = second_review.next_task(self.ctx.db(), user.name, after=after)
         return self.view(task, user.name, "" if task else "No blind second review waits for you.")
 
     def answer(self, decision: str):
@@ -162,11 +162,11 @@ class SecondReviewTab:
                     labels[name] = value
             db = self.ctx.db()
             try:
-                done = samples.answer(db, task_id, user.name, labels=labels, decision=decision)
+                done = second_review.answer(db, task_id, user.name, labels=labels, decision=decision)
             except DataError as e:
                 return {self.msg: render.message(str(e), "error")}
             said = f"Your second review of clip {done['clip_id']} is saved ({decision})."
-            task = samples.next_task(db, user.name, after=done["id"])
+            task = second_review.next_task(db, user.name, after=done["id"])
             return self.view(task, user.name, said + ("" if task else " None is left."), "ok")
 
         handler.__name__ = f"second_review_{decision}"

@@ -14,7 +14,8 @@ What is measured (each figure's meaning, and how a lead decides from it, is in t
 - **A decision per label and per batch** (decision.py): accept, fix or review K more, against each label's
   target (targets.py), from bounds valid however often the lead looks (sequential.py); the K more are drawn into
   the same sample from the rest of its batch (rounds.py, from the population kept at the draw: population.py).
-- **Agreement between reviewers** (reviewers.py): Cohen's kappa between a first and a blind second review.
+- **Agreement between reviewers** (reviewers.py): Cohen's kappa between a first and a blind second review
+  (second_review.py).
 - Accuracy by the model's confidence (calibration.py); prompt versions on the same clips (prompt_compare.py);
   the figures as rows and text for the Quality tab and the terminal (tables.py); the command (__main__.py).
 

@@ -1,5 +1,5 @@
 """Agreement between reviewers: Cohen's kappa per label between the first reviewer (the approved caption) and a
-blind second reviewer (data.quality.samples' second reviews); linear weights for the hazard level.
+blind second reviewer (data.quality.second_review); linear weights for the hazard level.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ tests/test_release_splits.py over generated groups: every split's count of every
 largest group's size of its asked share, and its size within twice that, however many groups there are.
 
 Memory: `Placer` keeps counts per split and level only; the release streams its groups to it in the order
-`order_key` gives (data.quality.release sorts them in SQLite), so a million one-clip groups cost no more than
+`order_key` gives (data.quality.release_split sorts them in SQLite), so a million one-clip groups cost no more than
 ten. `assign` is the same for groups held in a dict (tests, small callers).
 """
 

@@ -1,0 +1,80 @@
+"""A release's options (`Options`): what it holds and how it is split, checked before anything is read
+(data.quality.release says what is released and how)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+
+from data.clips import Filter
+from data.errors import DataError
+from data.quality import splits
+
+DEFAULT_GROUP_BY = "route"
+DEFAULT_NAME = "release"
+NEVER = ("rejected", "broken")  # review states never released
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
+_FIELD = re.compile(r"[A-Za-z0-9_-]{1,64}(\.[A-Za-z0-9_-]{1,64}){0,4}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """What a release holds and how it is split: the clip filter, the sidecar field that groups clips, the
+    split shares (name -> share, in file order), the seed, the release's name, and whether simulated text is
+    released (flagged)."""
+
+    filter: Filter = Filter()
+    group_by: str = DEFAULT_GROUP_BY
+    shares: tuple[tuple[str, float], ...] = tuple(splits.parse(splits.DEFAULT).items())
+    seed: int = 0
+    name: str = DEFAULT_NAME
+    include_simulated: bool = False
+
+    def checked(self) -> Options:
+        """These options made explicit (review status approved unless another is asked; ingest ok; a current
+        caption), or a DataError saying what to ask instead."""
+        f = self.filter.checked()
+        status = f.review_status or "approved"
+        if status in NEVER:
+            raise DataError(
+                f"Rejected and broken clips are never released (the filter asks for {status} ones): choose "
+                "approved (the default) or unreviewed."
+            )
+        if f.failed:
+            raise DataError("Clips whose ingest failed are never released: leave out --ingest-failed yes.")
+        if f.include_missing:
+            raise DataError("A release lists files a trainer reads: clips whose file is gone are never released.")
+        if f.has_caption is False:
+            raise DataError("A release is captions: --has-caption no would select nothing.")
+        if not _FIELD.fullmatch(str(self.group_by or "")):
+            raise DataError(
+                "--group-by: a sidecar field, such as route, vehicle or drive_id (letters, digits, _ or -; "
+                f"a.b for a nested field), not {str(self.group_by)[:40]!r}."
+            )
+        if not _NAME.fullmatch(str(self.name or "")):
+            raise DataError(
+                "--name: letters, digits, '.', '_' or '-', at most 64, starting with a letter or digit "
+                f"(for example av-hazard), not {str(self.name)[:40]!r}."
+            )
+        shares = dict(self.shares)
+        if len(shares) != len(self.shares) or abs(sum(shares.values()) - 1) > 1e-6 or not shares:
+            raise DataError(f"--splits: shares that add up to 1, for example {splits.DEFAULT}.")
+        try:
+            seed = int(self.seed)
+        except (TypeError, ValueError):
+            raise DataError(f"--seed: a whole number, not {str(self.seed)[:20]!r}.") from None
+        if not 0 <= seed < 2**63:
+            raise DataError("--seed: a whole number of 0 or more.")
+        f = dataclasses.replace(f, review_status=status, failed=False, has_caption=True)
+        return dataclasses.replace(self, filter=f, seed=seed)
+
+    def to_dict(self) -> dict:
+        return {
+            "filter": self.filter.to_dict(),
+            "group_by": self.group_by,
+            "splits": dict(self.shares),
+            "seed": self.seed,
+            "name": self.name,
+            "include_simulated": self.include_simulated,
+        }
