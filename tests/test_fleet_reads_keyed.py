@@ -32,7 +32,7 @@ from data.settings import Settings
 from serving import fleet_addresses, launcher, procs
 from serving.fleet_reader import FleetReader
 from tests.support.waiting import wait_until
-from webapp import fleet_notice, jobs_tab
+from webapp import fleet_notice, jobs_progress
 from webapp.fleet_tab import snapshot
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_every_reader_sees_the_replicas_behind_the_gate_and_none_is_refused(flee
 
             beats = wait_until(looked, timeout=60, what="a runner heartbeat with a look at the fleet")
             look = fleet_notice.report_for(beats)["look"]
-            line = jobs_tab.runner_line(beats, settings)
+            line = jobs_progress.runner_line(beats, settings)
             warning = fleet_notice.start_warning(beats)
         finally:
             d.close()

@@ -106,18 +106,18 @@ def test_a_message_goes_with_the_state_it_describes(workbench):
     tab, db = workbench.jobs, workbench.ctx.db()
     ids = add_clips(db, 3)
     job_id = make_job(db, ids)
-    out = tab.action("pause")(job_id, None, None)
-    assert "is now paused" in out[tab.msg]
-    shown = tab.refresh(job_id, "jobs", "", "", out[tab.msg_for], None)
-    assert tab.msg not in shown  # still paused: the message stays
-    out = tab.action("resume")(job_id, None, None)
-    assert "resumed" in out[tab.msg] and "queued" not in out[tab.msg]
-    msg_for = out[tab.msg_for]
+    out = tab.control.action("pause")(job_id, None, None)
+    assert "is now paused" in out[tab.control.msg]
+    shown = tab.progress.refresh(job_id, "jobs", "", "", out[tab.control.msg_for], None)
+    assert tab.control.msg not in shown  # still paused: the message stays
+    out = tab.control.action("resume")(job_id, None, None)
+    assert "resumed" in out[tab.control.msg] and "queued" not in out[tab.control.msg]
+    msg_for = out[tab.control.msg_for]
     job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
-    assert tab.msg not in tab.refresh(job_id, "jobs", "", "", msg_for, None)  # running: still true
+    assert tab.control.msg not in tab.progress.refresh(job_id, "jobs", "", "", msg_for, None)  # running: still true
     finish(db, job_id, ids)
-    shown = tab.refresh(job_id, "jobs", "", "", msg_for, None)
-    assert shown[tab.msg] == "" and shown[tab.msg_for] is None  # done: the message is gone
+    shown = tab.progress.refresh(job_id, "jobs", "", "", msg_for, None)
+    assert shown[tab.control.msg] == "" and shown[tab.control.msg_for] is None  # done: the message is gone
 
 
 def test_resuming_or_retrying_a_cancelled_job_asks_first_and_says_what_it_sends(workbench):
@@ -128,20 +128,20 @@ def test_resuming_or_retrying_a_cancelled_job_asks_first_and_says_what_it_sends(
     finish(db, job_id, ids[:2])
     job_items.fail(db, job_id, ids[2], error="HTTP 400: bad", kind="bad_request", retryable=False, max_attempts=3)
     jobs.change_state(db, job_id, "cancel", "lead")
-    out = tab.action("resume")(job_id, None, None)
-    text = out[tab.msg]
+    out = tab.control.action("resume")(job_id, None, None)
+    text = out[tab.control.msg]
     assert "was cancelled" in text and "3 clip(s) not captioned yet are sent" in text and "again" in text
     assert "cw-msg-warn" in text and job_queries.get(db, job_id)["state"] == "cancelled"  # nothing done yet
     # another button in between does not count as the confirmation
-    assert "was cancelled" in tab.action("retry")(job_id, out[tab.confirm], None)[tab.msg]
-    again = tab.action("resume")(job_id, out[tab.confirm], None)
-    assert job_queries.get(db, job_id)["state"] == "queued" and "runs again" in again[tab.msg]
-    assert again[tab.confirm] is None
+    assert "was cancelled" in tab.control.action("retry")(job_id, out[tab.control.confirm], None)[tab.control.msg]
+    again = tab.control.action("resume")(job_id, out[tab.control.confirm], None)
+    assert job_queries.get(db, job_id)["state"] == "queued" and "runs again" in again[tab.control.msg]
+    assert again[tab.control.confirm] is None
     # a done job has nothing to resume: it says so instead of "is now queued"
     job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
     finish(db, job_id, ids[3:])
-    out = tab.action("resume")(job_id, None, None)
-    assert "is done: nothing is left to resume" in out[tab.msg] and "1 failed" in out[tab.msg]
+    out = tab.control.action("resume")(job_id, None, None)
+    assert "is done: nothing is left to resume" in out[tab.control.msg] and "1 failed" in out[tab.control.msg]
 
 
 def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(workbench):
@@ -163,8 +163,8 @@ def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(wo
     db.execute("UPDATE clips SET missing = 1 WHERE id = ?", [ids[6]])
     job_items.fail(db, job_id, ids[6], error="HTTP 500: No such file", kind="missing", retryable=False, max_attempts=1)
     db.conn.commit()
-    out = tab.action("retry")(job_id, None, None)
-    text = out[tab.msg]
+    out = tab.control.action("retry")(job_id, None, None)
+    text = out[tab.control.msg]
     pending = {r[0] for r in db.execute("SELECT clip_id FROM job_items WHERE job_id=? AND state='pending'", [job_id])}
     assert pending == {ids[1], ids[4], ids[5]}
     assert "3 failed clip(s) queued again" in text
@@ -175,26 +175,27 @@ def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(wo
     for c in (ids[1], ids[4], ids[5]):
         job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
         job_items.fail(db, job_id, c, error="decode", kind="decode", retryable=False, max_attempts=3)
-    out = tab.action("retry")(job_id, None, None)
-    assert "no failed clip a retry can help" in out[tab.msg] and job_queries.get(db, job_id)["state"] == "done"
+    out = tab.control.action("retry")(job_id, None, None)
+    assert "no failed clip a retry can help" in out[tab.control.msg] and job_queries.get(db, job_id)["state"] == "done"
 
 
 def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench):
     tab, db = workbench.jobs, workbench.ctx.db()
+    form = tab.form
     add_clips(db, 5)
-    shown = tab.count_preview("everything uncaptioned", 16, None, {}, None)
-    seen = shown[tab.preview_seen]
-    assert seen["n"] == 5 and 'data-n="5"' in shown[tab.preview] and "counted at" in shown[tab.preview]
+    shown = form.count_preview("everything uncaptioned", 16, None, {}, None)
+    seen = shown[form.preview_seen]
+    assert seen["n"] == 5 and 'data-n="5"' in shown[form.preview] and "counted at" in shown[form.preview]
     captions.add_machine(db, 1, job_id=None, text="A car.", labels=examples.LABELS, provenance=PROV)
-    assert tab.preview_seen not in tab.preview_tick("everything uncaptioned", 16, None, {}, seen, None)  # fresh: kept
+    assert form.preview_seen not in form.preview_tick("everything uncaptioned", 16, None, {}, seen, None)  # fresh: kept
     stale = {**seen, "at": seen["at"] - 60}
-    assert tab.preview_tick("everything uncaptioned", 16, None, {}, stale, None)[tab.preview_seen]["n"] == 4
-    out = tab.start("from the test", "everything uncaptioned", None, 16, 320, None, {}, seen, None)
-    text = out[tab.msg]
-    job_id = out[tab.job_id]
+    assert form.preview_tick("everything uncaptioned", 16, None, {}, stale, None)[form.preview_seen]["n"] == 4
+    out = form.start("from the test", "everything uncaptioned", None, 16, 320, None, {}, seen, None)
+    text = out[tab.control.msg]
+    job_id = out[tab.control.job_id]
     assert job_queries.get(db, job_id)["total"] == 4
     assert "over 4 clips" in text and "The preview showed 5" in text, text
-    assert out[tab.preview_seen]["n"] == 4  # the preview shown after the start is the count of now
+    assert out[form.preview_seen]["n"] == 4  # the preview shown after the start is the count of now
 
 
 def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out(workbench, settings):
@@ -212,9 +213,9 @@ def test_the_terminal_and_the_app_select_the_same_clips_ingest_failures_left_out
         r["clip_id"] for r in db.query("SELECT clip_id FROM job_items WHERE job_id = ? ORDER BY clip_id", [cli_job])
     ] == ok
     for source, fdict in (("everything uncaptioned", {}), ("current filter", {"has_caption": False})):
-        shown = tab.count_preview(source, 16, None, fdict, None)
-        assert shown[tab.preview_seen]["n"] == len(ok) == job_queries.get(db, cli_job)["total"], (source, shown)
-        assert "ingest ok" in shown[tab.preview]
+        shown = tab.form.count_preview(source, 16, None, fdict, None)
+        assert shown[tab.form.preview_seen]["n"] == len(ok) == job_queries.get(db, cli_job)["total"], (source, shown)
+        assert "ingest ok" in shown[tab.form.preview]
     asked = caption.build_parser().parse_args(
         ["--data-dir", str(settings.data_dir), "--has-caption", "no", "--ingest-failed", "yes"]
     )
@@ -231,8 +232,8 @@ def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_cr
     jobs.change_state(db, other, "pause", "lena")
 
     def listed(kind="jobs", state="", by=""):
-        out = tab.refresh(lead_job, kind, state, by, None, None)
-        return sorted(int(i) for i in out[tab.table]["id"]), out[tab.list_note]
+        out = tab.progress.refresh(lead_job, kind, state, by, None, None)
+        return sorted(int(i) for i in out[tab.progress.table]["id"]), out[tab.progress.list_note]
 
     rows, note = listed()
     assert rows == [lead_job, other]
@@ -241,7 +242,7 @@ def test_the_job_list_hides_re_captions_with_a_count_and_filters_by_state_and_cr
     assert listed(state="paused")[0] == [other]
     assert listed(kind="all", by="ann")[0] == sorted(set(listed("re-captions")[0]))
     assert listed(by="lead")[0] == [lead_job]
-    assert "lena" in str(tab.list_choices(None)["choices"])
+    assert "lena" in str(tab.progress.list_choices(None)["choices"])
     with pytest.raises(DataError, match="Unknown job state"):
         job_queries.list_jobs(db, state="sideways")
 
@@ -266,19 +267,19 @@ def test_a_job_waiting_for_the_fleet_says_why_and_a_start_warns(workbench):
     report = fleet_down_report(["http://10.0.0.1:8000", "http://10.0.0.2:8000"])
     assert report["state"] == "down"
     heartbeats.heartbeat(db, "runner", "runner", info={"fleet": report, "jobs": None})
-    out = tab.refresh(job_id, "jobs", "", "", None, None)
-    detail = out[tab.detail]
+    out = tab.progress.refresh(job_id, "jobs", "", "", None, None)
+    detail = out[tab.progress.detail]
     assert 'id="fleet-wait"' in detail
     assert re.search(r"Waiting for the fleet: 0 of 4 healthy \(HTTP 503: Service Unavailable\), for \d+ s\.", detail)
     assert "no clip uses an attempt meanwhile" in detail and "10.0.0.2:8000" in detail
-    assert "waiting for the fleet" in str(out[tab.table].loc[0, "state"])
-    assert "fleet down: 0 of 4 healthy" in out[tab.runner]
-    start = tab.start("while down", "everything uncaptioned", None, 16, 320, None, {}, None, None)
-    assert "cw-msg-warn" in start[tab.msg] and "No replica is healthy (0 of 4 healthy" in start[tab.msg]
-    assert job_queries.get(db, start[tab.job_id])["state"] == "queued"
+    assert "waiting for the fleet" in str(out[tab.progress.table].loc[0, "state"])
+    assert "fleet down: 0 of 4 healthy" in out[tab.progress.runner]
+    start = tab.form.start("while down", "everything uncaptioned", None, 16, 320, None, {}, None, None)
+    assert "cw-msg-warn" in start[tab.control.msg] and "No replica is healthy (0 of 4 healthy" in start[tab.control.msg]
+    assert job_queries.get(db, start[tab.control.job_id])["state"] == "queued"
     # a paused job is not waiting for anything: no notice
     jobs.change_state(db, job_id, "pause", "lead")
-    assert "fleet-wait" not in tab.refresh(job_id, "jobs", "", "", None, None)[tab.detail]
+    assert "fleet-wait" not in tab.progress.refresh(job_id, "jobs", "", "", None, None)[tab.progress.detail]
 
 
 def test_the_eta_during_and_after_an_outage_is_true(workbench, monkeypatch):
@@ -307,27 +308,27 @@ def test_the_eta_during_and_after_an_outage_is_true(workbench, monkeypatch):
     heartbeats.heartbeat(
         db, "runner", "runner", info={"fleet": fleet_down_report(["http://10.0.0.1:8000"]), "jobs": None}
     )
-    out = tab.refresh(job_id, "jobs", "", "", None, None)
-    assert "ETA unknown while the fleet is down" in out[tab.detail]
-    assert out[tab.table].loc[0, "ETA"] == "unknown while the fleet is down"
+    out = tab.progress.refresh(job_id, "jobs", "", "", None, None)
+    assert "ETA unknown while the fleet is down" in out[tab.progress.detail]
+    assert out[tab.progress.table].loc[0, "ETA"] == "unknown while the fleet is down"
     assert job_queries.progress(db, job_id)["rate"] > 1.5  # the pace it had, not decayed by the outage
     heartbeats.heartbeat(db, "runner", "runner", info={"jobs": None})  # back: the runner reports no outage
     results(3)
     p = job_queries.progress(db, job_id)
     true_eta = (400 - 243) / 2.0
     assert true_eta <= p["eta_seconds"] <= 1.25 * true_eta, p["eta_seconds"]
-    out = tab.refresh(job_id, "jobs", "", "", None, None)
-    shown = out[tab.table].loc[0, "ETA"]
+    out = tab.progress.refresh(job_id, "jobs", "", "", None, None)
+    shown = out[tab.progress.table].loc[0, "ETA"]
     assert re.fullmatch(r"1m[0-5]\ds", shown), shown  # ~78-98 s
-    assert f"ETA {shown}" in out[tab.detail]
+    assert f"ETA {shown}" in out[tab.progress.detail]
 
 
 def test_a_start_with_no_runner_says_the_job_stays_queued(workbench):
     tab, db = workbench.jobs, workbench.ctx.db()
     add_clips(db, 2)
-    out = tab.start("no runner", "everything uncaptioned", None, 16, 320, None, {}, None, None)
-    assert "cw-msg-warn" in out[tab.msg] and "No runner is running" in out[tab.msg]
-    assert out[tab.msg_for] == {"job": out[tab.job_id], "states": ["queued", "running"]}
+    out = tab.form.start("no runner", "everything uncaptioned", None, 16, 320, None, {}, None, None)
+    assert "cw-msg-warn" in out[tab.control.msg] and "No runner is running" in out[tab.control.msg]
+    assert out[tab.control.msg_for] == {"job": out[tab.control.job_id], "states": ["queued", "running"]}
 
 
 def test_before_any_request_fails_the_notice_names_what_health_found():

@@ -283,19 +283,19 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     from webapp.jobs_tab import JobsTab
 
     urls = [f"http://10.9.9.{i}:8000" for i in range(8)]  # a list of replicas: counted, not asked
-    tab = JobsTab(AppContext(settings.replace(fleet_urls=tuple(urls)), fleet_urls=urls, simulated=False))
-    html = tab._cost_html(1_000_000)
+    form = JobsTab(AppContext(settings.replace(fleet_urls=tuple(urls)), fleet_urls=urls, simulated=False)).form
+    html = form._cost_html(1_000_000)
     assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and " h " in html
     assert "at 16 frames, 9,437,184 pixels" in html and "efficiency measured at 2 GPUs" in html  # the defaults
     # the lead's choice of work per clip: a measured point gets its figure, one nobody measured says so, a
     # value the job would refuse says why
-    assert tab._cost_html(1_000_000, "16", 9_437_184) == html
-    none = tab._cost_html(100_000, 8, "4718592")
+    assert form._cost_html(1_000_000, "16", 9_437_184) == html
+    none = form._cost_html(100_000, 8, "4718592")
     assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
     assert "GPU-hours" not in none
-    assert "Frames must be 1-128" in tab._cost_html(100_000, 500, None)
-    assert "Pixels per clip must be" in tab._cost_html(100_000, 16, "99999999")
-    sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True))
+    assert "Frames must be 1-128" in form._cost_html(100_000, 500, None)
+    assert "Pixels per clip must be" in form._cost_html(100_000, 16, "99999999")
+    sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
     assert sim._cost_html(100_000) == ""
 
 

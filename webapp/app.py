@@ -162,7 +162,7 @@ class Workbench:
         out.update(b.apply(request, *browse_tab.form_values(form)))
         out.update(b.set_inputs(form, self.ctx.user(request)))
         out.update(self.review.assign.for_user(self.ctx.user(request)))
-        out[self.jobs.prompt] = self.jobs.prompt_choices(request)
+        out[self.jobs.form.prompt] = self.jobs.form.prompt_choices(request)
         out.update(self.jobs.prompts.for_user(self.ctx.user(request)))
         clip = str(params.get("clip") or "").strip()
         if clip:  # the clip, or Review saying why there is none (never a silent Browse)
@@ -183,7 +183,7 @@ class Workbench:
     def _wire(self) -> None:
         review_outs = self.review.view_outputs()
         load_outs = (
-            [self.userline, self.jobs.prompt, self.tabs]
+            [self.userline, self.jobs.form.prompt, self.tabs]
             + self.browse.apply_outputs
             + self.browse.first_paint_outputs
             + [self.review.assign.row, self.review.assign.person]

@@ -1,0 +1,209 @@
+"""The Jobs tab's start form (leads): the clips, the prompt version, the work per clip, the preview, Start.
+
+The app never captions anything itself: starting a job writes rows (data.jobs.create_once) and the runner process
+(serving.runner) does the work. Start checks the lead role itself: each Gradio event is an HTTP endpoint anyone can
+call, so parameters are checked here too (data.job_params), not only by the form. The preview says how many clips a
+start would caption and what that costs on this fleet (serving.cost), counted again on a timer of its own while
+the tab is shown; a start says the job's true clip count, and warns when no runner or no healthy replica can run
+it yet (webapp.fleet_notice).
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import gradio as gr
+
+from data import clips, heartbeats, jobs, prompts
+from data.errors import DataError
+from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
+from data.jobs import queries as job_queries
+from data.jobs.selection import Selection
+from serving import cost
+from webapp import fleet_notice, render
+from webapp.context import AppContext
+from webapp.jobs_control import JobControl
+
+# the work-per-clip sweep's pixel budgets (docs/work-per-clip.json); any other value may be typed in
+PIXEL_CHOICES = [
+    (f"{RECIPE_MAX_PIXELS:,} (recipe)", RECIPE_MAX_PIXELS),  # 16 frames of 1024x576
+    (f"{RECIPE_MAX_PIXELS // 2:,} (half)", RECIPE_MAX_PIXELS // 2),
+    (f"{RECIPE_MAX_PIXELS // 4:,} (quarter)", RECIPE_MAX_PIXELS // 4),
+]
+PREVIEW_EVERY_S = 10.0  # the start preview is counted again at least this often while the tab is shown
+
+
+class StartForm:
+    def __init__(self, ctx: AppContext, shown: JobControl):
+        self.ctx = ctx
+        self.shown = shown  # a start shows its job, with the message about it
+
+    def render(self) -> None:
+        with gr.Accordion("Start a job", open=True):
+            with gr.Row():
+                self.name = gr.Textbox(label="Job name", placeholder="e.g. night clips, prompt v2", elem_id="job-name")
+                self.source = gr.Radio(
+                    ["current filter", "everything uncaptioned"],
+                    value="everything uncaptioned",
+                    label="Clips",
+                    elem_id="job-source",
+                )
+                self.prompt = gr.Dropdown([], label="Prompt version", elem_id="job-prompt")
+                # no minimum/maximum on the Numbers: Gradio would refuse out-of-range values with its own
+                # terse message before our handler; data.job_params says why and what to use instead
+                self.frames = gr.Number(
+                    self.ctx.settings.frames,
+                    label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
+                    precision=0,
+                    elem_id="job-frames",
+                )
+                self.max_tokens = gr.Number(
+                    self.ctx.settings.max_tokens,
+                    label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})",
+                    precision=0,
+                    elem_id="job-max-tokens",
+                )
+                # all frames of a clip share this budget: more frames are smaller frames (docs/BENCHMARKS.md)
+                self.max_pixels = gr.Dropdown(
+                    PIXEL_CHOICES,
+                    value=JobParams.resolve(self.ctx.settings).max_pixels,
+                    label="Pixels per clip (all frames)",
+                    allow_custom_value=True,
+                    elem_id="job-max-pixels",
+                )
+            self.preview = gr.HTML("", elem_id="job-preview")
+            self.preview_seen = gr.State(None)  # {"n": clips the preview showed, "at": when it counted them}
+            self.start_btn = gr.Button("Start job", variant="primary", elem_id="btn-start-job")
+
+    def _selection(self, source, fdict) -> tuple[clips.Filter, str]:
+        if source == "current filter":
+            f = clips.Filter.from_dict(fdict)
+            shown = f.to_dict()
+            desc = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in shown.items()) or "no filter: every clip"
+            ok = "" if f.failed is not None else "; ingest ok"
+            return f, f"the Browse filter ({desc}{ok})"
+        return clips.Filter(has_caption=False, failed=False), "every clip without a caption (ingest ok)"
+
+    def count_preview(self, source, frames, max_pixels, fdict, request: gr.Request) -> dict:
+        """How many clips a start would caption, and what that costs at the frames and pixels chosen, before any
+        GPU is committed, counted now (and when)."""
+        self.ctx.user(request)
+        f, desc = self._selection(source, fdict)
+        n = Selection(filter=f).count(self.ctx.db())  # what a start would send (ingest failures left out)
+        t = time.time()
+        html = (
+            f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
+            f"clips: {render.esc(desc)} (counted at {render.when_s(t)} UTC)."
+            f"{self._cost_html(n, frames, max_pixels)}</div>"
+        )
+        return {self.preview: html, self.preview_seen: {"n": n, "at": t}}
+
+    def preview_tick(self, source, frames, max_pixels, fdict, seen, request: gr.Request):
+        """Count the preview again on its timer (every PREVIEW_EVERY_S): clips are captioned, ingested and
+        changed while the tab is open, and a count the lead reads must be a recent one."""
+        # half the period: a count made by a filter change since the last tick is fresh enough to keep
+        if isinstance(seen, dict) and time.time() - float(seen.get("at") or 0) < PREVIEW_EVERY_S / 2:
+            return gr.skip()
+        return self.count_preview(source, frames, max_pixels, fdict, request)
+
+    def _replicas(self) -> int:
+        """Replicas behind the configured fleet (a router is asked for its workers), cached for a minute."""
+        hit = getattr(self, "_replica_cache", None)
+        if hit and time.monotonic() - hit[1] < 60:
+            return hit[0]
+        urls = self.ctx.fleet_urls
+        reader = self.ctx.fleet_reader
+        n = (reader.router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
+        self._replica_cache = (n, time.monotonic())
+        return n
+
+    def _cost_html(self, n: int, frames=None, max_pixels=None) -> str:
+        """What the job will cost on this fleet at the frames and pixels chosen (the form's values; empty: the
+        defaults), from the work-per-clip table and the recorded GPU runs (serving.cost). A point nobody measured
+        says so; values the job would refuse say that; simulated fleets get nothing (their speed says nothing
+        about GPUs)."""
+        if not n or self.ctx.simulated_fleet:
+            return ""
+        try:
+            p = JobParams.resolve(self.ctx.settings, frames=frames, max_pixels=max_pixels)
+        except DataError as e:
+            return f' <span class="cw-cost cw-cost-none" id="job-cost">{render.esc(str(e))}</span>'
+        replicas = self._replicas()
+        e = cost.estimate(replicas, p.frames, "bf16", _measurements(), max_pixels=p.max_pixels)
+        if not e.clips_per_s:
+            return (
+                f' <span class="cw-cost cw-cost-none" id="job-cost">No cost estimate for {p.frames} frames at '
+                f"{p.max_pixels:,} pixels: {render.esc(e.note[:200])}.</span>"
+            )
+        return (
+            f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
+            f"{replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels ({e.clips_per_s:.1f} clips/s, "
+            f"{e.gpu_hours(n):.1f} GPU-hours; {render.esc(e.basis)}: {render.esc(e.note[:240])}).</span>"
+        )
+
+    def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, seen, request: gr.Request):
+        """Start a job over the selection as it is now. The message gives the job's true clip count (and says
+        so when the preview showed another), and warns when no runner or no healthy replica can run it yet:
+        the job is started all the same and waits."""
+        user = self.ctx.require(request, "lead")
+        db = self.ctx.db()
+        f, _ = self._selection(source, fdict)
+        msg, msg_for = self.shown.msg, self.shown.msg_for
+        try:
+            params = JobParams.resolve(self.ctx.settings, frames=frames, max_tokens=max_tokens, max_pixels=max_pixels)
+            pid = int(prompt_id) if prompt_id not in (None, "") else prompts.latest(db)["id"]
+            prompts.get(db, pid)
+            job_id, created = jobs.create_once(
+                db,
+                name=name or f"{source} by {user.name}",
+                created_by=user.name,
+                selection=Selection(filter=f, origin=source),
+                prompt_id=pid,
+                params=params,
+                fleet=self.ctx.job_fleet,
+            )
+        except (DataError, ValueError) as e:
+            return {msg: render.message(str(e), "error"), msg_for: None}
+        total = job_queries.get(db, job_id)["total"]
+        out = {self.shown.job_id: job_id, **self.count_preview(source, frames, max_pixels, fdict, request)}
+        if not created:
+            text = f"Job {job_id} over {total:,} clips was just started with the same settings: not started twice."
+            return {**out, msg: render.message(text, "info"), msg_for: None}
+        text = f"Started job {job_id} over {total:,} clips."
+        shown = seen.get("n") if isinstance(seen, dict) else None
+        if shown is not None and shown != total:
+            text += (
+                f" The preview showed {shown:,} (counted at {render.when_s(seen.get('at'))} UTC): the clips of the "
+                "selection changed since, and the job has those of the moment it started."
+            )
+        warning = fleet_notice.start_warning(heartbeats.heartbeats(db, "runner"), fleet=self.ctx.job_fleet)
+        if warning:  # true while the job waits: it goes when the job is no longer queued or running
+            bound = {"job": job_id, "states": list(job_queries.ACTIVE)}
+            return {**out, msg: render.message(f"{text} {warning}", "warn"), msg_for: bound}
+        return {**out, msg: render.message(text, "ok"), msg_for: None}
+
+    def prompt_choices(self, request: gr.Request):
+        self.ctx.user(request)
+        db = self.ctx.db()
+        prompts.latest(db)  # installs the presets on a fresh database
+        rows = prompts.list_prompts(db)
+        return gr.update(
+            choices=[(f"{p['name']} v{p['version']}", p["id"]) for p in rows], value=rows[0]["id"] if rows else None
+        )
+
+
+@functools.lru_cache(maxsize=1)
+def _measurements() -> tuple:
+    """The work-per-clip table and the GPU runs recorded in the repository, read once per process."""
+    return tuple(cost.default_measurements())
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
