@@ -264,7 +264,6 @@ WHOLE_MARK = "Whole on purpose:"  # a line of the opening docstring that starts 
 # Longer modules still to be split (issue 28), each with what it holds: the list only shrinks; a module leaves it
 # when it is split or when its docstring gives a real reason to stay whole.
 NOT_YET_SPLIT = {
-    "webapp/review_tab.py": "the review tab: view, save, decide, drafts, conflicts, broken flags, wiring",
     "webapp/jobs_tab.py": "the jobs tab: start, control, progress and notices rendering, wiring",
     "data/quality/release.py": "a release: options, selection, split, files, the card's figures",
     "data/quality/samples.py": "review samples: draw, assign, second reviews, their reading",
