@@ -264,7 +264,6 @@ WHOLE_MARK = "Whole on purpose:"  # a line of the opening docstring that starts 
 # Longer modules still to be split (issue 28), each with what it holds: the list only shrinks; a module leaves it
 # when it is split or when its docstring gives a real reason to stay whole.
 NOT_YET_SPLIT = {
-    "webapp/review_tab.py": "the review tab: view, save, decide, drafts, conflicts, broken flags, wiring",
     "serving/launcher.py": "left whole while the GPU fleet path is re-measured on real vLLM (issue 28)",
 }
 

@@ -30,7 +30,7 @@ class ReviewForm:
 
     @classmethod
     def split(cls, values: Sequence) -> tuple[ReviewForm, list]:
-        """The form from the first SIZE input values (in ReviewTab.form_inputs order), and the values after it
+        """The form from the first SIZE input values (in ReviewView.form_inputs order), and the values after it
         (a handler's own inputs: the filter, the sort)."""
         values = list(values)
         if len(values) < cls.SIZE:  # a script calling the API with a short list: missing values are "not sent"

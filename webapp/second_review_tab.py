@@ -9,7 +9,7 @@ wrong footage); the answer is stored as a second review and changes nothing of t
 review status). The tab then opens their next one.
 
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
-without its caption or review (`blind_header`, webapp.review_tab) and Browse masks its tile (`masked`). That keeps
+without its caption or review (`blind_header`, webapp.review_view) and Browse masks its tile (`masked`). That keeps
 the first review out of sight, not out of reach: a person who filters Browse by a label value can still infer
 it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
 """
