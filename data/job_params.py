@@ -2,6 +2,7 @@
 check that refuses a value that cannot work. Building (`resolve`), checking (`checked`), storing (`to_dict`) and
 reading (`from_dict`) all go through the fields, so a new per-job knob is one new field here (and, if the
 deployment should set its default, a setting of the same name in data.settings: `resolve` takes it from there).
+Its help is also the help of its flag in `python -m serving.caption` (data.job_param_args makes the flags).
 
 A job row stores `to_dict()`; `data.jobs.queries` reads it back as a `JobParams`; the runner sends it as it is
 (serving.client builds the request from it); each caption's provenance records it under the same names.
@@ -132,20 +133,30 @@ class JobParams:
     """How each clip of a job is captioned. Constructed directly, nothing is checked (tests, stored jobs);
     `checked` and `resolve` check every field."""
 
-    frames: int = knob(_frames, int, "frames sampled from each clip", _DEPLOYMENT["frames"])
-    max_tokens: int = knob(_max_tokens, int, "output token limit of each request", _DEPLOYMENT["max_tokens"])
-    temperature: float = knob(_temperature, float, "sampling temperature", _DEPLOYMENT["temperature"])
+    frames: int = knob(_frames, int, f"frames sampled from each clip, {MIN_FRAMES}-{MAX_FRAMES}", _DEPLOYMENT["frames"])
+    max_tokens: int = knob(
+        _max_tokens,
+        int,
+        f"output token limit of each request, {MIN_MAX_TOKENS}-{MAX_MAX_TOKENS} (an answer takes about 190-530)",
+        _DEPLOYMENT["max_tokens"],
+    )
+    temperature: float = knob(
+        _temperature, float, f"sampling temperature, 0-{MAX_TEMPERATURE:g}", _DEPLOYMENT["temperature"]
+    )
     seed: int | None = knob(_seed, _optional_int, "sampling seed (none: the server's)")
     top_logprobs: int = knob(
         _top_logprobs,
         int,
-        "alternatives per token asked of vLLM, from which each label's confidence is read (0: none)",
+        f"alternatives per token asked of vLLM, from which each label's confidence is read, 0-{MAX_TOP_LOGPROBS} "
+        "(0: none, no label confidence)",
         DEFAULT_TOP_LOGPROBS,
     )
     max_pixels: int = knob(
         _max_pixels,
         int,
-        "pixel budget of the sampled frames together (Qwen3-VL's size.longest_edge)",
+        f"pixel budget of the sampled frames together (Qwen3-VL's size.longest_edge), {MIN_PIXELS:,}-"
+        f"{RECIPE_MAX_PIXELS:,}: at most the fleet's recipe (16 frames of 1024x576); half or a quarter of it cost "
+        "fewer vision tokens",
         RECIPE_MAX_PIXELS,
     )
 

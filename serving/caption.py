@@ -40,9 +40,8 @@ import signal
 import sys
 import threading
 
-from data import db as dbmod, filter_args, jobs, prompts
+from data import db as dbmod, filter_args, job_param_args, jobs, prompts
 from data.errors import DataError, NotFound
-from data.job_params import RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library import clip_root
@@ -70,15 +69,7 @@ def create_job(db, settings, args: argparse.Namespace, fleet: str | None) -> int
     f = filter_args.from_args(args)
     prompt = pick_prompt(db, args.prompt)
     selection = Selection(filter=f, limit=args.limit, origin="command line")
-    params = JobParams.resolve(
-        settings,
-        frames=args.frames,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        seed=args.seed,
-        top_logprobs=args.top_logprobs,
-        max_pixels=args.max_pixels,
-    )
+    params = job_param_args.from_args(args, settings)
     n = sum(1 for _ in selection.clip_ids_in(db))
     name = args.name or f"cli: {prompt['name']} v{prompt['version']} over {n} clips"
     return jobs.create(
@@ -139,24 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--limit", type=int, default=None, help="at most this many clips (in id order)")
     how = p.add_argument_group("how")
     how.add_argument("--prompt", help="prompt name (newest version), name@version, or id (default: av-hazard)")
-    how.add_argument("--frames", type=int, default=None, help="frames per clip (default: settings)")
-    how.add_argument("--max-tokens", type=int, default=None, help="output token limit (default: settings)")
-    how.add_argument(
-        "--max-pixels",
-        type=int,
-        default=None,
-        help="pixel budget of all sampled frames together, Qwen3-VL's size.longest_edge (default and most: "
-        f"{RECIPE_MAX_PIXELS:,}, the fleet's recipe; half or a quarter of it cost fewer vision tokens)",
-    )
-    how.add_argument("--temperature", type=float, default=None)
-    how.add_argument("--seed", type=int, default=None)
-    how.add_argument(
-        "--top-logprobs",
-        type=int,
-        default=None,
-        help="alternatives per token asked of vLLM for each label's confidence, 0-20; 0: none (default: "
-        f"{JobParams().top_logprobs})",
-    )
+    # one flag per JobParams field, with the field's help and check (data.job_param_args)
+    job_param_args.add_arguments(how)
     how.add_argument("--name", help="job name")
     how.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who the job is created by")
     how.add_argument(

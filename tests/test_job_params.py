@@ -1,6 +1,7 @@
 """A job's parameters and selection, end to end: declared once (data.job_params, data.jobs.selection), stored by
 `jobs.create`, read back typed by `job_queries.get`, sent by the request builder with JobParams' defaults, and
-recorded in provenance under the same names; rows written before read the same."""
+recorded in provenance under the same names; rows written before read the same. Each is a flag of
+`python -m serving.caption` made from its field (data.job_param_args)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import types
 
 import pytest
 
-from data import captions, export, jobs
+from data import captions, export, job_param_args, jobs
 from data.clips import Filter
 from data.errors import InvalidJobParams
 from data.job_params import JobParams, knob
@@ -81,6 +82,52 @@ def test_a_new_parameter_is_one_field():
     assert p.longest_edge == 512 and p.to_dict()["longest_edge"] == 512
     assert Wider.from_dict(p.to_dict()) == p
     assert "longest_edge" not in Wider.resolve(Settings.load({}, environ={})).to_dict()  # no such setting: none
+
+
+# what people type today (README, docs/, tests, benchmarks): each must keep setting its parameter
+FLAGS_IN_USE = {
+    "frames": "--frames",
+    "max_tokens": "--max-tokens",
+    "temperature": "--temperature",
+    "seed": "--seed",
+    "top_logprobs": "--top-logprobs",
+    "max_pixels": "--max-pixels",
+}
+
+
+@pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(JobParams)])
+def test_every_parameter_is_a_flag_of_the_caption_command_with_the_fields_help(name, capsys):
+    # generated from the dataclass: a field added to JobParams is a case here, and fails until it is a flag or is
+    # in job_param_args.NOT_FLAGS with the reason
+    help = {f.name: f.metadata["help"] for f in dataclasses.fields(JobParams)}[name]
+    parser = caption_cli.build_parser()
+    actions = {a.dest: a for a in parser._actions if a.option_strings}
+    if name in job_param_args.NOT_FLAGS:
+        assert job_param_args.NOT_FLAGS[name].strip(), f"say why JobParams.{name} is not a flag"
+        assert name not in actions
+        return
+    assert name in actions, f"JobParams.{name} has no flag in serving.caption (data.job_param_args makes them)"
+    flag = actions[name].option_strings[0]
+    assert actions[name].option_strings == [job_param_args.flag(name)]
+    assert help and actions[name].help.replace("%%", "%").startswith(help)  # the field's own help, not a copy
+    assert help in " ".join(parser.format_help().split())
+    # the flag's text is read as a form's is, by the field's check; its refusal names the flag
+    args = parser.parse_args([flag, str(GOOD[name])])
+    assert job_param_args.from_args(args, Settings.load({}, environ={})) == JobParams(**{name: GOOD[name]})
+    with pytest.raises(InvalidJobParams) as refused:
+        JobParams.checked(**{name: str(BAD[name])})
+    with pytest.raises(SystemExit) as exited:
+        parser.parse_args([flag, str(BAD[name])])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {refused.value}" in capsys.readouterr().err
+
+
+def test_the_flags_people_type_today_set_their_parameters_and_left_out_take_the_deployments():
+    parser = caption_cli.build_parser()
+    argv = [a for name, flag in FLAGS_IN_USE.items() for a in (flag, str(GOOD[name]))]
+    deployment = Settings.load({}, environ={}).replace(frames=24, max_tokens=1000)
+    assert job_param_args.from_args(parser.parse_args(argv), deployment) == JobParams(**GOOD)
+    assert job_param_args.from_args(parser.parse_args([]), deployment) == JobParams(frames=24, max_tokens=1000)
 
 
 def test_the_request_takes_its_defaults_from_jobparams(fleet_settings):

@@ -221,9 +221,10 @@ def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):
 
     with db.conn:
         db["clips"].insert_all([{"path": "a.mp4", "size": 1}])
-    rc = caption.main(
-        ["--db", str(settings.db), "--fleet-urls", "http://127.0.0.1:9", "--max-tokens", "64", "--no-progress"]
-    )
-    assert rc != 0
-    assert "cannot hold a complete answer" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exited:  # refused as the flag is read, with argparse's status
+        caption.main(
+            ["--db", str(settings.db), "--fleet-urls", "http://127.0.0.1:9", "--max-tokens", "64", "--no-progress"]
+        )
+    assert exited.value.code == 2
+    assert "argument --max-tokens: Max tokens 64 cannot hold a complete answer" in capsys.readouterr().err
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
