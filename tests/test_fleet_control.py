@@ -24,7 +24,7 @@ from data.job_params import JobParams
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_addresses, fleet_key, launcher, media_urls, procs, runner as runmod, simfleet
+from serving import fleet_addresses, fleet_key, launcher, media_urls, procs, recorded_fleet, runner as runmod, simfleet
 from serving.client import CaptionRequest, FleetClient, content_part
 from serving.errors import ClipRejected
 from tests.support.fleet_fixtures import PROMPT, caption
@@ -57,7 +57,7 @@ def fleet(tmp_path_factory):
             "auth": fleet_key.headers(settings),
         }
     finally:
-        launcher.down(settings, grace=5, quiet=True)
+        recorded_fleet.down(settings, grace=5, quiet=True)
 
 
 def test_the_router_answers_no_cross_site_request(fleet):
@@ -225,7 +225,7 @@ def test_node_replicas_require_the_key_the_head_sends(tmp_path):
             d.close()
         assert all("allowed-local-media-path" in e for e in errors), errors
     finally:
-        launcher.down(node, grace=5, quiet=True)
+        recorded_fleet.down(node, grace=5, quiet=True)
 
 
 def test_media_urls_off_the_apps_origin_are_never_sent(fleet_settings, sim):

@@ -29,7 +29,7 @@ import pytest
 from data import db as dbmod, heartbeats
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_addresses, launcher, procs
+from serving import fleet_addresses, launcher, procs, recorded_fleet
 from serving.fleet_reader import FleetReader
 from tests.support.waiting import wait_until
 from webapp import fleet_notice, jobs_progress
@@ -94,7 +94,7 @@ def fleet(tmp_path_factory):
     try:
         yield settings, rec["router_url"]
     finally:
-        launcher.down(settings, grace=5, quiet=True)
+        recorded_fleet.down(settings, grace=5, quiet=True)
 
 
 def test_every_reader_sees_the_replicas_behind_the_gate_and_none_is_refused(fleet):
@@ -137,7 +137,7 @@ def test_every_reader_sees_the_replicas_behind_the_gate_and_none_is_refused(flee
         )
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
-            status = launcher.status(settings)
+            status = recorded_fleet.status(settings)
     finally:
         procs.stop_group(runner.pid, runner.pid, grace=10, popen=runner)
     reader = FleetReader(settings)

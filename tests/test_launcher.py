@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from serving import fleet_record, launcher, procs
+from serving import fleet_record, fleet_up, launch_options, launcher, procs
 
 # NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
 # design notes give it (they live outside this repo; docs/GPU.md, "Running the fleet", describes the command).
@@ -182,12 +182,12 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
 
 def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_path, settings):
     # a "replica" that exits at once: the launcher must notice fast, clean up and fail
-    opts = launcher.LaunchOptions(no_router=True, startup_timeout=30, sim_args=("--no-such-flag-for-simfleet",))
+    opts = launch_options.LaunchOptions(no_router=True, startup_timeout=30, sim_args=("--no-such-flag-for-simfleet",))
     s = settings.replace(fleet_mode="sim", fleet_port=procs.free_port())
     import time
 
     t = time.monotonic()
-    assert launcher.up(s, opts) == 1
+    assert fleet_up.up(s, opts) == 1
     assert time.monotonic() - t < 20
     assert fleet_record.load_record(s) is None
 

@@ -18,7 +18,7 @@ import pytest
 
 from data import db as dbmod, heartbeats
 from data.settings import Settings
-from serving import fleet_addresses, fleet_commands, fleet_key, fleet_record, launcher, procs
+from serving import fleet_addresses, fleet_commands, fleet_key, fleet_record, launcher, procs, recorded_fleet
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
@@ -94,7 +94,7 @@ def test_second_workbench_with_the_same_ports_gets_its_own_fleet_and_router(tmp_
         assert after_a == before_a and sum(after_b) == 4
     finally:
         for d in (b, a):
-            launcher.down(Settings.load({"data_dir": str(d)}, environ={}), quiet=True)
+            recorded_fleet.down(Settings.load({"data_dir": str(d)}, environ={}), quiet=True)
 
 
 def test_launcher_refuses_a_port_answered_by_someone_else(tmp_path):

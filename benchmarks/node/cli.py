@@ -19,7 +19,7 @@ from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
 from benchmarks.node.threads import budgets as thread_budgets, parse_configs, replica_flags, stage_threads
 from benchmarks.node.workload import parse_points, stage_workload
-from serving import fleet_commands, launcher, procs
+from serving import fleet_commands, fleet_up, procs
 
 
 def preflight(ctx: Ctx, stages: list[str]) -> None:
@@ -61,14 +61,14 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
             cmd, env = ctx.replica(s, slot, dec, benchmark=True, budget=budget)
             print(
                 f"# scaling replica ({dec}, slot {slot}; {budget.describe()}):\n"
-                + launcher.shell_line(cmd, env, cpus=budget.cpus)
+                + fleet_up.shell_line(cmd, env, cpus=budget.cpus)
             )
     print(
         "# router:\n"
         + shlex.join(fleet_commands.router_command(s, [f"http://127.0.0.1:{s.fleet_port + g}" for g in ctx.gpus]))
     )
     cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False, budget=budgets[0])
-    print("# kill-stage replica:\n" + launcher.shell_line(cmd, env, cpus=budgets[0].cpus))
+    print("# kill-stage replica:\n" + fleet_up.shell_line(cmd, env, cpus=budgets[0].cpus))
     if "threads" in stages:
         for config in parse_configs(ctx.a.threads_configs):
             b = thread_budgets(config, s, ctx.size)[0]
@@ -76,7 +76,7 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
             cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags)
             print(
                 f"# threads {config} ({b.describe() if b else 'no thread variables'}; {ctx.a.threads_clips} clips "
-                f"per replica):\n" + launcher.shell_line(cmd, env, cpus=b.cpus if b else None)
+                f"per replica):\n" + fleet_up.shell_line(cmd, env, cpus=b.cpus if b else None)
             )
     if "workload" in stages:
         points = parse_points(ctx)

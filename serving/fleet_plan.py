@@ -1,0 +1,172 @@
+"""What `up` starts, in order, worked out before anything starts: the replicas of a node (one vLLM per GPU under
+CUDA MPS, with its CPU budget, or the simulated fleet), the head's router over the GPU nodes' replicas, and
+vllm-router on a private loopback address behind serving.router_gate. A plan is data (each step's command,
+environment, log and health URLs); serving.fleet_up prints it for a dry run or starts it."""
+
+from __future__ import annotations
+
+import shlex
+import shutil
+from typing import Sequence
+
+from data.library import clip_root, deployment
+from data.settings import Settings
+from serving import fleet_key, procs
+from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
+from serving.fleet_commands import (
+    choose_gpus,
+    entry_command,
+    gate_command,
+    installed_vllm_version,
+    launch_mode,
+    mps_env,
+    parse_version,
+    replica_budgets,
+    router_command,
+    simfleet_command,
+    vllm_command,
+)
+from serving.launch_options import LaunchOptions
+
+
+def plan(settings: Settings, opts: LaunchOptions) -> dict:
+    """Everything `up` would start, in order: [{name, cmd, env, log, url, health}] (a replica also with its CPU
+    budget: `budget`, and `cpus` where it is pinned), plus the fleet URLs."""
+    settings = clip_root.settings_for_path(settings)  # replicas may read only the library's recorded clip root
+    logs = settings.data_dir / "logs"
+    if settings.role == "head":
+        return head_plan(settings, opts)
+    if settings.role == "node":  # replicas fetch clips over signed URLs only: file:// reaches an empty folder
+        settings = settings.replace(clip_root=no_local_media(settings))
+    fleet = launch_mode(settings.fleet_mode)
+    steps: list[dict] = []
+    media_args = remote_media_args(settings)
+    mps = None
+    if fleet == "gpu":
+        gpus = choose_gpus(settings.gpus)
+        if not gpus:
+            raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet-mode sim")
+        version = parse_version(opts.vllm_version or installed_vllm_version())
+        extra = media_args + [t for a in opts.vllm_args for t in shlex.split(a)]
+        env_common: dict[str, str] = {}
+        if not opts.no_mps:
+            mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
+            env_common.update(mps_env(settings))
+        replica_urls = []
+        for i, budget in zip(gpus, replica_budgets(settings, len(gpus))):
+            port = settings.fleet_port + i
+            url = f"http://{advertised_host(settings.replica_host)}:{port}"
+            replica_urls.append(url)
+            steps.append(
+                {
+                    "name": f"replica-{i}",
+                    "cmd": vllm_command(settings, port, version=version, extra=extra, host=settings.replica_host),
+                    "env": {"CUDA_VISIBLE_DEVICES": str(i), **budget.env(), **env_common},
+                    "secret_env": {fleet_key.ENV: str(fleet_key.path(settings))},
+                    "log": str(logs / f"replica-{i}.log"),
+                    "url": url,
+                    "health": f"http://{local_host(settings.replica_host)}:{port}/health",
+                    "budget": budget.describe(),
+                    "cpus": budget.cpus,
+                }
+            )
+        timeout = opts.startup_timeout or 1800
+    else:
+        n = opts.replicas
+        replica_urls = [f"http://{advertised_host(settings.replica_host)}:{settings.fleet_port + i}" for i in range(n)]
+        steps.append(
+            {
+                "name": "simfleet",
+                "cmd": simfleet_command(
+                    settings,
+                    n,
+                    remote_media_args(settings, sim=True) + [t for a in opts.sim_args for t in shlex.split(a)],
+                ),
+                "env": {},
+                "secret_env": {fleet_key.ENV: str(fleet_key.path(settings))},
+                "log": str(logs / "simfleet.log"),
+                "url": ",".join(replica_urls),
+                "health": [
+                    f"http://{local_host(settings.replica_host)}:{settings.fleet_port + i}/health" for i in range(n)
+                ],
+            }
+        )
+        timeout = opts.startup_timeout or 60
+    router_url = None
+    router_cmd = entry_command("vllm-router", "vllm_router.launch_router")
+    # the router runs when its script is on PATH or its module is importable (an offline bundle on PYTHONPATH)
+    if (
+        not opts.no_router
+        and settings.role != "node"
+        and (router_cmd != ["vllm-router"] or shutil.which("vllm-router") or opts.dry_run)
+    ):
+        router_url = f"http://127.0.0.1:{settings.router_port}"
+        steps += router_steps(settings, replica_urls, health_interval=10 if fleet == "gpu" else 1, timeout=timeout)
+    return {
+        "fleet": fleet,
+        "mps": mps,
+        "steps": steps,
+        "replica_urls": replica_urls,
+        "router_url": router_url,
+        "timeout": timeout,
+    }
+
+
+def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
+    """The head: no replicas here, vllm-router over the GPU nodes' replicas (WORKER_URLS)."""
+    workers = list(settings.worker_urls)
+    if not workers:
+        raise SystemExit(
+            "launcher: --role head needs --worker-urls http://node1:8000,http://node1:8001,... (what "
+            "`./launch.sh --role node` printed on each GPU node)"
+        )
+    try:
+        deployment.media_base(settings)  # the runner needs it: fail here, not in a restart loop
+    except ValueError as e:
+        raise SystemExit(f"launcher: {e}") from None
+    timeout = opts.startup_timeout or 1800
+    return {
+        "fleet": "remote",
+        "mps": None,
+        "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
+        "replica_urls": workers,
+        "router_url": f"http://127.0.0.1:{settings.router_port}",
+        "timeout": timeout,
+    }
+
+
+def router_steps(settings: Settings, workers: Sequence[str], *, health_interval: int, timeout: float) -> list[dict]:
+    """vllm-router over `workers` on a private loopback address (a random 127.x.y.z and port: vllm-router lets
+    anyone add workers), then serving.router_gate on ROUTER_PORT in front of it (the only way in: the fleet key,
+    no cross-site request, no worker changes)."""
+    logs = settings.data_dir / "logs"
+    host = private_loopback()
+    private = f"http://{host}:{procs.free_port(host)}"
+    public = f"http://127.0.0.1:{settings.router_port}"
+    router = router_command(
+        settings,
+        workers,
+        host=host,
+        port=int(private.rsplit(":", 1)[1]),
+        prometheus_port=settings.router_prometheus_port,
+        health_interval=health_interval,
+        startup_timeout=int(timeout),
+    )
+    return [
+        {
+            "name": "router",
+            "cmd": router,
+            "env": {},
+            "log": str(logs / "router.log"),
+            "url": private,
+            "health": private + "/liveness",
+        },
+        {
+            "name": "router-gate",
+            "cmd": gate_command(settings, private, workers),
+            "env": {},
+            "log": str(logs / "router-gate.log"),
+            "url": public,
+            "health": public + "/liveness",
+        },
+    ]
