@@ -12,6 +12,7 @@ import html
 import json
 import time
 from typing import Any, Iterable
+from urllib.parse import quote
 
 from data import caption_confidence, limits, taxonomy, textdiff
 
@@ -85,6 +86,25 @@ def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
             "captioning job writes them. A lead starts one on the Jobs tab (“everything uncaptioned”).</div>"
         )
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>" + hint
+
+
+def browse_state(fdict: dict, sort: str, summary: dict[str, int], matching: int, exact: bool = True) -> str:
+    """The counts (`counts`) in an element whose data-filter / data-sort the page script writes into the URL
+    (?f=...&sort=...), so that Back and links work; `sort` is "" for the default order."""
+    return (
+        f'<div id="browse-state" data-filter="{esc(json.dumps(fdict, sort_keys=True))}" data-sort="{esc(sort)}">'
+        + counts(summary, matching, exact)
+        + "</div>"
+    )
+
+
+def export_links(fdict: dict) -> str:
+    """The filter's export as JSONL and CSV (the /export route, the filter in the URL)."""
+    q = esc(quote(json.dumps(fdict, sort_keys=True), safe=""))
+    return (
+        f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
+        f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>'
+    )
 
 
 def _fps(clip: dict) -> float:
@@ -232,6 +252,12 @@ def header(
         + " · ".join(bits)
         + "</div>"
     )
+
+
+def label_field(data: dict[str, str]) -> str:
+    """A label picker's markup before webapp/static/picker.js builds it: what the script needs to know, as data
+    attributes (webapp.picker)."""
+    return '<div class="cw-pick" ' + " ".join(f'data-{esc(k)}="{esc(v)}"' for k, v in data.items()) + "></div>"
 
 
 CHANGE_WORDS = {"unchanged": "no change", "text": "text", "labels": "labels", "both": "text and labels"}
