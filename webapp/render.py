@@ -591,42 +591,6 @@ def _history(
     return '<ol class="cw-history">' + "".join(items) + "</ol>", versions[: len(items)]
 
 
-def throughput(series: list[dict], bucket_s: float | None = None) -> str:
-    """The throughput of a job as SVG bars (clips/s per bucket) with readable axes: one bucket still shows a
-    bar, and the y ticks are round numbers with their unit."""
-    if not series:
-        return '<p class="cw-muted" id="job-plot-empty">No results yet: the plot starts with the first caption.</p>'
-    W, H, L, B, T = 640, 190, 48, 24, 22
-    ymax_raw = max(p["clips_per_s"] for p in series) or 1.0
-    step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e9) if ymax_raw / s <= 4)
-    ymax = step * max(1, -(-ymax_raw // step))
-    n = len(series)
-    bw = min(48.0, (W - L - 4) / n)  # one bucket is one bar, not a wall
-    parts = [
-        f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
-        f'aria-label="throughput, clips per second">'
-    ]
-    k = 0.0
-    while k <= ymax + 1e-9:
-        y = T + (H - T - B) * (1 - k / ymax)
-        parts.append(
-            f'<line x1="{L}" x2="{W}" y1="{y:.1f}" y2="{y:.1f}" class="cw-grid-line"/>'
-            f'<text x="{L - 4}" y="{y + 4:.1f}" text-anchor="end">{k:g}</text>'
-        )
-        k += step
-    for i, p in enumerate(series):
-        h = (H - T - B) * p["clips_per_s"] / ymax
-        parts.append(
-            f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
-            f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>'
-        )
-    for i in sorted({0, n // 2, n - 1}):
-        x = L + 2 + (i + 0.5) * bw
-        parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
-    parts.append(f'<text x="{L - 4}" y="12" text-anchor="end" class="cw-axis">clips/s</text></svg>')
-    return '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket)' + "".join(parts) + "</div>"
-
-
 def when_s(ts: float | None) -> str:
     if not ts:
         return ""
