@@ -254,6 +254,19 @@ def header(
     )
 
 
+def blind_header(clip: dict) -> str:
+    """Review's header for a clip the person has a pending blind second review of: which clip, and where to
+    review it; nothing of its caption, review or assignee (webapp.second_review_tab)."""
+    cid = int(clip["id"])
+    return (
+        f'<div class="cw-clip-header" id="clip-header" data-clip="{cid}" data-loaded="{cid}:blind">'
+        f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{cid}</b> '
+        f"{esc(clip.get('path'))}</h2> · "
+        f'<span class="cw-badge" id="review-blind">blind</span> You are this clip\'s second reviewer: its '
+        "caption and first review are hidden until you answer. Review it on the Second review tab.</div>"
+    )
+
+
 def label_field(data: dict[str, str]) -> str:
     """A label picker's markup before webapp/static/picker.js builds it: what the script needs to know, as data
     attributes (webapp.picker)."""
