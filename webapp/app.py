@@ -17,8 +17,8 @@ from fastapi.staticfiles import StaticFiles
 from data import limits, order
 from data.library import clip_root
 from serving.fleet_reader import FleetReader
-from webapp import activity, browse_tab, budget, exports, failures, idle, media_routes, render
-from webapp.auth import LOGOUT_FORM, Auth
+from webapp import activity, browse_tab, budget, exports, failures, idle, media_routes, render, render_page
+from webapp.auth import Auth
 from webapp.blocks import Blocks
 from webapp.browse_tab import BrowseTab
 from webapp.budget import Budget, WriteBudget
@@ -34,40 +34,18 @@ STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing
 ANALYTICS_EVERY = 200  # Gradio's monitoring summary is recomputed once per this many events (see Workbench.build)
 ANALYTICS_EVENTS = 2_000  # over at most this many recent events
-HELP = """
-<div id="shortcut-help" class="cw-help" role="dialog" aria-label="Keyboard shortcuts">
-<b>Keyboard shortcuts</b> (not while typing in a field, except ctrl+s and Esc)
-<table>
-<tr><td><kbd>a</kbd> / <kbd>r</kbd></td><td>approve / reject, then the next unreviewed clip</td></tr>
-<tr><td><kbd>n</kbd></td><td>next unreviewed clip of the Browse filter (those assigned to you first)</td></tr>
-<tr><td><kbd>j</kbd> / <kbd>k</kbd></td><td>next / previous clip</td></tr>
-<tr><td><kbd>Space</kbd></td><td>play / pause</td></tr>
-<tr><td><kbd>←</kbd> / <kbd>→</kbd></td><td>one frame back / forward</td></tr>
-<tr><td><kbd>shift</kbd>+<kbd>←</kbd> / <kbd>→</kbd></td><td>one second back / forward</td></tr>
-<tr><td><kbd>c</kbd></td><td>edit the caption (<kbd>Esc</kbd> leaves it)</td></tr>
-<tr><td><kbd>b</kbd></td><td>the video is broken: type why, <kbd>Enter</kbd> flags it and opens the next clip</td></tr>
-<tr><td><kbd>1</kbd>…<kbd>7</kbd></td><td>fix a label: type its first letters or its number, <kbd>Enter</kbd>
-(<kbd>Esc</kbd> cancels; road users: <kbd>shift</kbd>+<kbd>Enter</kbd> adds and stays open,
-<kbd>Delete</kbd> removes)</td></tr>
-<tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
-<tr><td><kbd>/</kbd></td><td>search</td></tr>
-<tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
-</table>Edits are saved when you move to another clip. An edit not saved yet is kept as a draft (also if your
-session ends) and offered back when you return to the clip. The clip you are on is yours: the others'
-<kbd>n</kbd> skips it.</div>
-"""
 
 
 def tab_heading(text: str) -> None:
     """A tab's h2, for the page's heading structure: read by screen readers, not drawn (the tab button is)."""
-    gr.HTML(f'<h2 class="cw-sr-only">{render.esc(text)}</h2>', elem_classes="cw-sr-only", padding=False)
+    gr.HTML(render_page.tab_heading(text), elem_classes="cw-sr-only", padding=False)
 
 
 def head_html() -> str:
     """The page scripts: the label picker first (the Review tab's fields mount through it), then the keys, then
     drafts and the session (it wraps fetch before Gradio's client starts)."""
     names = ("picker.js", "shortcuts.js", "drafts.js")
-    return "".join(f"<script>\n{(STATIC / name).read_text()}\n</script>" for name in names)
+    return render_page.scripts([(STATIC / name).read_text() for name in names])
 
 
 class Workbench:
@@ -110,7 +88,7 @@ class Workbench:
                 with gr.Tab("Fleet", id="fleet", elem_id="tab-fleet") as self.tab_fleet:
                     tab_heading("Fleet")
                     self.fleet.render()
-            gr.HTML(HELP, elem_id="help-panel")
+            gr.HTML(render_page.SHORTCUT_HELP, elem_id="help-panel")
             self.browse.wire(self.filter_state, self.sort_state)
             self.review.wire(self.filter_state, self.sort_state)
             self.jobs.wire(self.filter_state)
@@ -140,16 +118,7 @@ class Workbench:
 
     def userline_html(self, request: gr.Request) -> str:
         user = self.ctx.user(request)
-        logout = (
-            f" · {LOGOUT_FORM}"  # a POST: a cross-site link cannot sign anyone out
-            if self.ctx.settings.auth_required
-            else " · login is off (local use only)"
-        )
-        return (
-            '<div class="cw-topbar"><h1 class="cw-title">Clip captioning workbench</h1>'
-            f'<div class="cw-userline">Signed in as <b id="whoami">{render.esc(user.name)}</b> '
-            f"({render.esc(user.role)}){logout} · press <kbd>?</kbd> for shortcuts</div></div>"
-        )
+        return render_page.topbar(user.name, user.role, self.ctx.settings.auth_required)
 
     def on_load(self, request: gr.Request):
         """First paint: who is here, the filter and clip the URL carries (/?f={...}&clip=123, so deep links

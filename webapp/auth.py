@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import html
 import math
 import secrets
 import sqlite3
@@ -36,7 +35,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from data import review_queue, sessions, users
 from data.db import immediate
-from webapp import failures, throttle
+from webapp import failures, render_page, throttle
 from webapp.context import LOCAL_ADMIN, AppContext
 from webapp.throttle import LoginThrottle
 
@@ -48,14 +47,6 @@ TRUSTED_QUEUE = 8  # the same for browsers that signed the account in before (th
 DEVICE_COOKIE = "cw_device"  # a random id of this browser: the limiter trusts it for the accounts it signed in
 DEVICE_DAYS = 365
 POLL_S = 0.5  # how often an attempt held in its account's line asks for its turn (webapp.throttle)
-LOGOUT_FORM = (
-    '<form method="post" action="/logout" class="cw-logout"><button type="submit" id="logout">Sign out</button></form>'
-)
-LOGOUT_PAGE = (
-    '<!doctype html><html><head><meta charset="utf-8"><title>Sign out</title>'
-    '<link rel="stylesheet" href="/cw-static/login.css"></head><body><main class="login">'
-    f'<h1>Sign out?</h1>{LOGOUT_FORM}<p><a href="/">Back to the workbench</a></p></main></body></html>'
-)
 
 
 class HashPool:
@@ -97,7 +88,7 @@ def _safe_next(target: str | None) -> str:
 
 def login_page(message: str = "", next_url: str = "/", status: int = 200, headers: dict | None = None) -> HTMLResponse:
     page = (STATIC / "login.html").read_text()
-    page = page.replace("{{message}}", html.escape(message)).replace("{{next}}", html.escape(_safe_next(next_url)))
+    page = render_page.sign_in(page, message, _safe_next(next_url))
     return HTMLResponse(page, status_code=status, headers={"Cache-Control": "no-store", **(headers or {})})
 
 
@@ -215,7 +206,7 @@ class Auth:
         def logout_page() -> Response:
             # A GET changes nothing: a link or an image on another site (a cross-site navigation carries the
             # Lax cookie) must not end a session. Signing out is the POST below, from this page or the app's.
-            return HTMLResponse(LOGOUT_PAGE, headers={"Cache-Control": "no-store"})
+            return HTMLResponse(render_page.LOGOUT_PAGE, headers={"Cache-Control": "no-store"})
 
         @app.post("/logout", include_in_schema=False)
         def logout(request: Request) -> Response:

@@ -9,10 +9,8 @@ Gradio's cache.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
-from urllib.parse import quote
 
 import gradio as gr
 
@@ -109,16 +107,6 @@ def form_from_filter(fdict: dict) -> dict:
         else:
             form[name] = str(v or "")
     return form
-
-
-def export_links(fdict: dict, can_export: bool) -> str:
-    if not can_export:
-        return ""
-    q = quote(json.dumps(fdict, sort_keys=True), safe="")
-    return (
-        f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
-        f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>'
-    )
 
 
 class BrowseTab:
@@ -239,17 +227,13 @@ class BrowseTab:
         rows = [second_review_tab.masked(r) if r["id"] in blind else r for r in rows]
         n, exact = clips.count_capped(db, f)
         hint = search.no_match_hint(f.text) if f.text and not n else ""
-        # data-filter / data-sort: the page script writes them into the URL (?f=...&sort=...), so Back and
-        # links work; the default order is left out of the URL
+        # the page script writes the filter and order into the URL (render.browse_state); the default order is
+        # left out of it
         url_sort = "" if order.name == orders.DEFAULT else order.name
-        counts = (
-            f'<div id="browse-state" data-filter="{render.esc(json.dumps(f.to_dict(), sort_keys=True))}" '
-            f'data-sort="{render.esc(url_sort)}">' + render.counts(self.summary(db), n, exact) + "</div>"
-        )
         return {
             self.grid: render.tiles(rows, hint),
-            self.counts: counts,
-            self.export: export_links(f.to_dict(), user.can("lead")),
+            self.counts: render.browse_state(f.to_dict(), url_sort, self.summary(db), n, exact),
+            self.export: render.export_links(f.to_dict()) if user.can("lead") else "",
             self.page_label: f"Page {len(anchors)}" + (f" · clips #{rows[0]['id']}–#{rows[-1]['id']}" if rows else ""),
             self.prev_btn: gr.update(interactive=len(anchors) > 1),
             self.next_btn: gr.update(interactive=shown.next is not None),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from webapp import render
+from webapp import render_jobs
 
 RUNNER_STALE_S = 15.0  # a heartbeat older than this is a runner that is not running
 LOOK_STALE_S = 60.0  # a look at /health older than this says nothing about now
@@ -57,12 +57,7 @@ def no_runner(beats: list[dict], job: dict, settings) -> str:
     here = next((info["sends_to"] for info in fresh if info.get("sends_to")), None)
     run_there = f"python -m serving.caption --data-dir {settings.data_dir} --resume {job['id']} --fleet-urls {fleet}"
     move = f"; or move it to the fleet the runner here sends to: the same with --fleet-urls {here}" if here else ""
-    return (
-        f'<div class="cw-fleet-wait" id="fleet-wait" data-state="no-runner" role="status"><b>No runner sends to '
-        f"this job's fleet ({render.esc(fleet)}).</b> A job runs only on the fleet it was made for"
-        + (f"; the runner here sends to {render.esc(here)}" if here else "")
-        + f". Run it there: <code>{render.esc(run_there)}</code>{render.esc(move)}.</div>"
-    )
+    return render_jobs.no_runner(fleet, here, run_there, move)
 
 
 def _ago(seconds: float) -> str:
@@ -112,26 +107,21 @@ def _cause(report: dict, now: float | None = None) -> str:
     return msg[:200]
 
 
-def _replica_lines(report: dict, now: float) -> str:
+def _replica_causes(report: dict, now: float) -> list[tuple[str, str]]:
+    """(URL, what) for each replica's latest failure, then for each replica the last look found unhealthy."""
     items = []
     for r in (report.get("replicas") or [])[:SHOWN_REPLICAS]:
         e = r.get("last_error")
         if not isinstance(e, dict):
             continue
         since = f", failing for {_ago(now - r['failing_since'])}" if r.get("failing_since") else ""
-        items.append(
-            f"<li><code>{render.esc(r.get('url'))}</code>: {render.esc(str(e.get('message') or '')[:300])} "
-            f"({int(r.get('fails') or 0)} failure(s) in a row{since})</li>"
-        )
+        what = f"{str(e.get('message') or '')[:300]} ({int(r.get('fails') or 0)} failure(s) in a row{since})"
+        items.append((r.get("url"), what))
     look = _look(report, now)
     for r in ((look or {}).get("replicas") or [])[:SHOWN_REPLICAS]:
         if not r.get("healthy"):
-            items.append(
-                f"<li><code>{render.esc(r.get('url'))}</code>: not healthy"
-                + (f" ({render.esc(str(r['error'])[:300])})" if r.get("error") else "")
-                + "</li>"
-            )
-    return '<ul class="cw-fleet-causes">' + "".join(items) + "</ul>" if items else ""
+            items.append((r.get("url"), "not healthy" + (f" ({str(r['error'])[:300]})" if r.get("error") else "")))
+    return items
 
 
 def waiting(report: dict | None, now: float | None = None, *, max_attempts: int | None = None) -> str:
@@ -163,10 +153,7 @@ def waiting(report: dict | None, now: float | None = None, *, max_attempts: int 
         then = "Not an outage by /health, so each failure uses one of the clip's attempts" + (
             f" (a clip fails after {max_attempts})." if max_attempts else "."
         )
-    return (
-        f'<div class="cw-fleet-wait" id="fleet-wait" data-state="{render.esc(report["state"])}" role="status">'
-        f"<b>{render.esc(head)}.</b> {render.esc(then)}{_replica_lines(report, now)}</div>"
-    )
+    return render_jobs.fleet_wait(report["state"], head, then, _replica_causes(report, now))
 
 
 def start_warning(beats: list[dict], now: float | None = None, fleet=ANY) -> str:

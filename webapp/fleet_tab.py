@@ -14,7 +14,7 @@ import pandas as pd
 
 from serving import health
 from serving.fleet_reader import FleetReader
-from webapp import render
+from webapp import render, render_fleet
 from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
@@ -83,22 +83,11 @@ def value(v) -> str:
 def workers_table(workers: list) -> str:
     """The router's workers as a table, one row each with its health (yes/no), load, type and model."""
     rows = [w if isinstance(w, dict) else {"url": w} for w in workers[:WORKERS_SHOWN]]
-    if not rows:
-        return f'<span class="cw-muted">{NONE}</span>'
     keys = [k for k in WORKER_FIELDS if any(k in w for w in rows)]
     keys += [k for k in dict.fromkeys(k for w in rows for k in w) if k not in WORKER_FIELDS]
-    head = "".join(f"<th>{render.esc(WORKER_FIELDS.get(k, str(k).replace('_', ' ')))}</th>" for k in keys)
-    body = "".join(
-        "<tr"
-        + (' class="cw-down"' if w.get("is_healthy") is False else "")
-        + ">"
-        + "".join(f"<td>{render.esc(value(w.get(k)))}</td>" for k in keys)
-        + "</tr>"
-        for w in rows
-    )
-    more = len(workers) - WORKERS_SHOWN
-    more_html = f'<p class="cw-muted">{more:,} more not shown</p>' if more > 0 else ""
-    return f'<table class="cw-workers" id="fleet-workers"><tr>{head}</tr>{body}</table>{more_html}'
+    head = [WORKER_FIELDS.get(k, str(k).replace("_", " ")) for k in keys]
+    cells = [(w.get("is_healthy") is False, [value(w.get(k)) for k in keys]) for w in rows]
+    return render_fleet.workers_table(head, cells, len(workers) - WORKERS_SHOWN, NONE)
 
 
 def router_html(router: dict | None) -> str:
@@ -113,18 +102,13 @@ def router_html(router: dict | None) -> str:
     rows = []
     for key, label in ROUTER_FIELDS.items():
         if key in r:
-            rows.append((label, render.esc(value(r[key]))))
+            rows.append((label, value(r[key])))
         if key == "ready" and (healthy is not None or r.get("total_workers") is not None):
             rows.append(("healthy workers", f"{value(healthy)} of {value(r.get('total_workers'))}"))
     # `listed` (replicas known, snapshot) is said by the summary above the table
     known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers", "listed"}
-    rows += [(str(k).replace("_", " "), render.esc(value(v))) for k, v in r.items() if k not in known]
-    rows.append(("workers", workers_table(list(r.get("workers") or []))))
-    return (
-        '<table class="cw-prov" id="fleet-router-table">'
-        + "".join(f"<tr><th>{render.esc(k)}</th><td>{v}</td></tr>" for k, v in rows)
-        + "</table>"
-    )
+    rows += [(str(k).replace("_", " "), value(v)) for k, v in r.items() if k not in known]
+    return render_fleet.router_table(rows, workers_table(list(r.get("workers") or [])))
 
 
 def row(r: dict) -> list:
@@ -207,19 +191,11 @@ class FleetTab:
         df = pd.DataFrame([row(r) for r in rows], columns=COLUMNS)
         healthy = sum(1 for r in rows if r.get("healthy"))
         listed = (router or {}).get("listed", len(rows))
-        summary = (
-            f'<div class="cw-counts">{healthy} of {len(rows)} replicas healthy'
-            + (
-                f" ({len(rows)} of {listed} shown: at most {health.MAX_SCRAPED} are scraped per refresh)"
-                if listed > len(rows)
-                else ""
-            )
-            + (" · <b>simulated</b>" if any_simulated(rows) else "")
-            + "</div>"
-        )
         return {
             self.table: df,
-            self.summary: summary,
+            self.summary: render_fleet.fleet_summary(
+                healthy, len(rows), listed, health.MAX_SCRAPED, any_simulated(rows)
+            ),
             self.router: router_html(router),
             self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows)),
         }

@@ -16,7 +16,7 @@ import pandas as pd
 from data import heartbeats
 from data.errors import DataError, NotFound
 from data.jobs import queries as job_queries
-from webapp import fleet_notice, render
+from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.jobs_control import JobControl
 from webapp.number_box import whole
@@ -43,25 +43,10 @@ def runner_line(beats: list[dict], settings) -> str:
         b = fresh[0]
         report = fleet_notice.report_for(fresh)
         fleet = fleet_notice.summary(report)
-        bad = _fleet_bad(report)
-        return (
-            f'<div class="cw-runner cw-ok" id="runner-status">Runner alive: {render.esc(b["name"])} '
-            f"(pid {render.esc(b.get('pid'))}, heartbeat {b['age_s']:.0f} s ago)"
-            + (
-                f' · <span class="cw-fleet-state{" cw-fleet-bad" if bad else ""}" id="fleet-state">'
-                f"{render.esc(fleet)}</span>"
-                if fleet
-                else ""
-            )
-            + "</div>"
-        )
+        return render_jobs.runner_alive(b["name"], b.get("pid"), b["age_s"], fleet, _fleet_bad(report))
     urls = f" --fleet-urls {','.join(settings.fleet_urls)}" if settings.fleet_urls else ""
     cmd = f"python -m serving.runner --db {settings.db}{urls}"
-    last = f" (last heartbeat {beats[0]['age_s']:.0f} s ago)" if beats else ""
-    return (
-        f'<div class="cw-runner cw-stale" id="runner-status">Runner not running{last}: jobs stay queued. '
-        f"Start it with <code>{render.esc(cmd)}</code> (launch.sh does this).</div>"
-    )
+    return render_jobs.runner_missing(cmd, beats[0]["age_s"] if beats else None)
 
 
 def _outlived(db, msg_for) -> bool:
@@ -203,18 +188,10 @@ class JobProgress:
                     fleet_notice.report_for(beats, focus["id"], focus.get("fleet")),
                     max_attempts=self.ctx.settings.max_attempts,
                 )
-            out[self.detail] = (
-                f'<div class="cw-job-detail" id="job-progress" data-job="{int(focus["id"])}" data-pct="{pct:.0f}" '
-                f'data-state="{render.esc(focus["state"])}">'
-                f"Job {int(focus['id'])} “{render.esc(focus['name'])}”: <b>{render.esc(focus['state'])}</b>"
-                f" · {pct:.0f}% · done {c['done']} · failed {c['failed']} · pending {c['pending']}"
-                f" · in flight {c['leased']} · {focus['rate']:.2f} clips/s"
-                + (f" · ETA {eta}" if (eta := _eta_text(focus, fleet_notice.report_for(beats, focus["id"]))) else "")
-                + f" · ran {_eta(focus['run_seconds']) or '0m00s'}"
-                + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>'
-                + notice
-            )
-            out[self.plot] = render.throughput(focus["series"] or [])
+            eta = _eta_text(focus, fleet_notice.report_for(beats, focus["id"]))
+            ran = _eta(focus["run_seconds"]) or "0m00s"
+            out[self.detail] = render_jobs.job_detail(focus, pct, eta, ran) + notice
+            out[self.plot] = render_jobs.throughput(focus["series"] or [])
             out[self.failures] = pd.DataFrame(
                 [
                     [f["clip_id"], f["path"], f["attempts"], f["error_kind"], f["last_error"]]
@@ -240,11 +217,7 @@ class JobProgress:
         if not n:
             return ""
         active = sum(v for k, v in hidden.items() if k in job_queries.ACTIVE)
-        return (
-            f'<div class="cw-counts" id="jobs-hidden" data-n="{n}">{n:,} one-clip re-caption job(s) hidden'
-            + (f" ({active:,} queued or running)" if active else "")
-            + ": Show “re-captions only” or “all” to list them.</div>"
-        )
+        return render_jobs.jobs_hidden(n, active)
 
     def list_choices(self, request: gr.Request):
         """The creators the "Started by" filter offers (read when the tab is shown)."""

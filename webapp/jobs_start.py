@@ -21,7 +21,7 @@ from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKE
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from serving import cost
-from webapp import fleet_notice, render
+from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.jobs_control import JobControl
 
@@ -92,11 +92,7 @@ class StartForm:
         f, desc = self._selection(source, fdict)
         n = Selection(filter=f).count(self.ctx.db())  # what a start would send (ingest failures left out)
         t = time.time()
-        html = (
-            f'<div class="cw-preview" id="job-preview-count" data-n="{n}">Start would caption <b>{n:,}</b> '
-            f"clips: {render.esc(desc)} (counted at {render.when_s(t)} UTC)."
-            f"{self._cost_html(n, frames, max_pixels)}</div>"
-        )
+        html = render_jobs.job_preview(n, desc, t, self._cost_html(n, frames, max_pixels))
         return {self.preview: html, self.preview_seen: {"n": n, "at": t}}
 
     def preview_tick(self, source, frames, max_pixels, fdict, seen, request: gr.Request):
@@ -128,18 +124,16 @@ class StartForm:
         try:
             p = JobParams.resolve(self.ctx.settings, frames=frames, max_pixels=max_pixels)
         except DataError as e:
-            return f' <span class="cw-cost cw-cost-none" id="job-cost">{render.esc(str(e))}</span>'
+            return render_jobs.job_cost(str(e), estimate=False)
         replicas = self._replicas()
         e = cost.estimate(replicas, p.frames, "bf16", _measurements(), max_pixels=p.max_pixels)
         if not e.clips_per_s:
-            return (
-                f' <span class="cw-cost cw-cost-none" id="job-cost">No cost estimate for {p.frames} frames at '
-                f"{p.max_pixels:,} pixels: {render.esc(e.note[:200])}.</span>"
+            return render_jobs.job_cost(
+                f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels: {e.note[:200]}.", estimate=False
             )
-        return (
-            f' <span class="cw-cost" id="job-cost">About {render.esc(_duration(e.seconds_for(n)))} on '
-            f"{replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels ({e.clips_per_s:.1f} clips/s, "
-            f"{e.gpu_hours(n):.1f} GPU-hours; {render.esc(e.basis)}: {render.esc(e.note[:240])}).</span>"
+        return render_jobs.job_cost(
+            f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels "
+            f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {e.basis}: {e.note[:240]})."
         )
 
     def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, seen, request: gr.Request):

@@ -18,12 +18,12 @@ The rule Enter follows, for every label (the browser tests are generated from da
 
 from __future__ import annotations
 
-import html
 import re
 
 import gradio as gr
 
 from data import taxonomy
+from webapp import render
 
 MOUNT = "window.cwPicker.mount(element, props, watch);"
 # what an option may be spelt with: its name goes into the template, which Gradio evaluates as a JS template string
@@ -64,4 +64,4 @@ def template(name: str, shortcut: int) -> str:
         "multi": "1" if name in taxonomy.MULTI else "",
         "options": " ".join(options),
     }
-    return '<div class="cw-pick" ' + " ".join(f'data-{k}="{html.escape(v)}"' for k, v in data.items()) + "></div>"
+    return render.label_field(data)

@@ -15,30 +15,12 @@ import pandas as pd
 from data import quality
 from data.errors import DataError
 from data.quality import rounds, tables, targets
-from webapp import render
+from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 from webapp.quality_plots import estimate_figure
 
 ESTIMATE_COLUMNS = quality.ESTIMATE_COLUMNS
 DECISION_COLUMNS = quality.DECISION_COLUMNS
-VERDICT_CLASS = {"accept": "ok", "fix": "error", "review": "warn", "no target": "info"}
-
-
-def decision_html(d: quality.Decision) -> str:
-    """The batch's decision first, in words, with what the bounds are and the conditions they rest on."""
-    confidence = ", ".join(sorted({f"{x.target.confidence:.0%}" for x in d.labels.values()}))
-    s = d.sample
-    head, _, why = tables.decision_text(d).partition(": ")  # "Review 16 more of the batch of sample 1": why
-    return (
-        f'<div class="cw-msg cw-msg-{VERDICT_CLASS[d.verdict]}" id="quality-decision" data-verdict="{d.verdict}" '
-        f'data-more="{d.more}" data-draw="{d.draw}" data-sample="{int(s["id"])}" role="status">'
-        f"<b>{render.esc(head)}</b>: {render.esc(why)}</div>"
-        f'<p class="cw-muted" id="quality-decision-how">Sample {int(s["id"])}: {s["drawn"]:,} of '
-        f"{s['population']:,} clips drawn at random, {d.pending:,} of them waiting for review. Each label is "
-        f"accepted when the lower bound of its accuracy reaches its target, fixed when the upper bound is under it. "
-        f"The bounds hold at every look ({render.esc(confidence)} confidence), so looking again after each round "
-        "of reviews is sound; a rejected or broken clip has no approved labels and is not measured.</p>"
-    )
 
 
 class DecisionPanel:
@@ -185,10 +167,10 @@ class DecisionPanel:
             else gr.update(visible=False)
         )
         return {
-            self.decision_html: decision_html(d),
+            self.decision_html: render_quality.decision(d),
             self.decision_table: pd.DataFrame(quality.decision_rows(d), columns=DECISION_COLUMNS),
             self.draw_btn: draw,
-            self.estimate_html: f'<div class="cw-counts" id="quality-estimate-text">{render.esc(text)}</div>',
+            self.estimate_html: render_quality.estimate(text),
             self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=ESTIMATE_COLUMNS),
             self.estimate_plot: estimate_figure(e, d),
         }

@@ -28,7 +28,7 @@ from data import prompts, quality, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import calibration, prompt_compare, tables
-from webapp import render
+from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 from webapp.quality_decision import DecisionPanel
 from webapp.quality_plots import (
@@ -158,7 +158,7 @@ class QualityTab:
                 label="Per label: the model's accuracy, and how often two reviewers agree (the second one blind)",
                 elem_id="quality-labels",
             )
-            gr.HTML(f'<p class="cw-muted" id="quality-agreement-note">{render.esc(tables.AGREEMENT_NOTE)}</p>')
+            gr.HTML(render_quality.agreement_note(tables.AGREEMENT_NOTE))
             self.accuracy_plot = gr.Plot(label="Accuracy per label", elem_id="quality-accuracy-plot", format="png")
             with gr.Row():
                 self.matrix_plot = gr.Plot(label="Confusion matrix", elem_id="quality-matrix", format="png")
@@ -222,13 +222,7 @@ class QualityTab:
         except DataError as e:
             return {self.summary: render.message(str(e), "error")}
         where = ", ".join(f"{k.replace('_', ' ')}={v}" for k, v in f.to_dict().items()) or "every clip"
-        text = (
-            f"{r.approved:,} approved clips ({render.esc(where)}); {r.without_origin:,} of them written from scratch "
-            f"(no machine caption to measure). {agree.pairs:,} reviewed twice, blind."
-        )
-        out: dict = {
-            self.summary: f'<div class="cw-counts" id="quality-counts" data-approved="{r.approved}">{text}</div>'
-        }
+        out: dict = {self.summary: render_quality.report_counts(r.approved, where, r.without_origin, agree.pairs)}
         out[self.overview] = pd.DataFrame(overview_rows(r), columns=OVERVIEW_COLUMNS)
         choices = [(f"{g.name} ({g.n:,} clips)", _group_value(g.key)) for g in r.groups]
         values = [v for _, v in choices]
@@ -278,9 +272,7 @@ class QualityTab:
             else f"{clips:,} clips, one value each"
         )
         return {
-            self.cal_note: f'<div class="cw-counts" id="quality-cal-text" data-clips="{clips}" data-values="{n}">'
-            f"{render.esc(label)}: {what}, every prompt version of the filter. Points under the diagonal: the "
-            "model is surer than it is right.</div>",
+            self.cal_note: render_quality.calibration_note(label, clips, n, what),
             self.cal_plot: calibration_figure(label, rows),
             self.cal_table: pd.DataFrame(calibration_rows(rows), columns=calibration_columns(label)),
         }
@@ -333,13 +325,8 @@ class QualityTab:
             a_acc, b_acc = x["a_accuracy"], x["b_accuracy"]
             lines.append(f"{name.replace('_', ' ')} {a_acc:.2f} → {b_acc:.2f} on {n:,} clips")
             rows.append([name, f"{a_acc:.3f}", f"{b_acc:.3f}", f"{b_acc - a_acc:+.3f}", f"{n:,}"])
-        head = (
-            f"{render.esc(version_name(cmp['a']))} → {render.esc(version_name(cmp['b']))}, each against what "
-            "reviewers approved, on the same clips. A version whose caption the reviewer started from has an edge."
-        )
-        items = "".join(f"<li>{render.esc(line)}</li>" for line in lines)
         return {
-            self.compare_html: f'<div class="cw-counts" id="quality-compare-lines">{head}<ul>{items}</ul></div>',
+            self.compare_html: render_quality.compare_lines(version_name(cmp["a"]), version_name(cmp["b"]), lines),
             self.compare_table: pd.DataFrame(rows, columns=COMPARE_COLUMNS),
             self.compare_plot: compare_figure(cmp),
         }

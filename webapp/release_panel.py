@@ -14,7 +14,7 @@ from data import clips
 from data.errors import DataError
 from data.quality import release as rel, splits
 from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_NAME, Options
-from webapp import render
+from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 
 RELEASES = "releases"  # under the data folder
@@ -73,8 +73,7 @@ class ReleasePanel:
         except DataError as e:
             return {self.msg: render.message(str(e), "error"), self.card: ""}
         return {
-            self.msg: f'<div class="cw-msg cw-msg-ok" id="release-result" data-release="{int(r.id)}" role="status">'
-            f"{render.esc(rel.summary(r))}</div>",
+            self.msg: render_quality.release_made(r.id, rel.summary(r)),
             self.card: r.card,
         }
 

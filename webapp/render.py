@@ -1,8 +1,11 @@
-"""HTML pieces the UI shows. Every piece of user or model text goes through `esc` (html.escape, quotes too);
-nothing else builds markup from data.
+"""HTML pieces the UI shows: `esc`, the pieces every tab uses (messages, the banner, times), and the Browse and
+Review markup. Every piece of user or model text goes through `esc` (html.escape, quotes too). Markup is made
+in the webapp/render*.py modules and nowhere else (tests/test_markup.py): this one, and render_page (the page
+around the tabs), render_jobs, render_fleet and render_quality.
 
-Whole on purpose: markup is built in one module so that escaping is by construction and can be read in one
-place; a fragment split off into another module would be markup built elsewhere.
+Whole on purpose: the Browse and Review markup is drawn from shared pieces (the status and assignee badges of a
+tile and of a header, the times, labels and word diffs of provenance, history and a conflict), and is read as
+one when checking that every value is escaped.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import html
 import json
 import time
 from typing import Any, Iterable
+from urllib.parse import quote
 
 from data import caption_confidence, limits, taxonomy, textdiff
 
@@ -85,6 +89,25 @@ def counts(summary: dict[str, int], matching: int, exact: bool = True) -> str:
             "captioning job writes them. A lead starts one on the Jobs tab (“everything uncaptioned”).</div>"
         )
     return '<div class="cw-counts">' + " · ".join(parts) + "</div>" + hint
+
+
+def browse_state(fdict: dict, sort: str, summary: dict[str, int], matching: int, exact: bool = True) -> str:
+    """The counts (`counts`) in an element whose data-filter / data-sort the page script writes into the URL
+    (?f=...&sort=...), so that Back and links work; `sort` is "" for the default order."""
+    return (
+        f'<div id="browse-state" data-filter="{esc(json.dumps(fdict, sort_keys=True))}" data-sort="{esc(sort)}">'
+        + counts(summary, matching, exact)
+        + "</div>"
+    )
+
+
+def export_links(fdict: dict) -> str:
+    """The filter's export as JSONL and CSV (the /export route, the filter in the URL)."""
+    q = esc(quote(json.dumps(fdict, sort_keys=True), safe=""))
+    return (
+        f'<div class="cw-export">Export this filter: <a id="export-jsonl" href="/export?fmt=jsonl&filter={q}">'
+        f'JSONL</a> · <a id="export-csv" href="/export?fmt=csv&filter={q}">CSV</a></div>'
+    )
 
 
 def _fps(clip: dict) -> float:
@@ -232,6 +255,25 @@ def header(
         + " · ".join(bits)
         + "</div>"
     )
+
+
+def blind_header(clip: dict) -> str:
+    """Review's header for a clip the person has a pending blind second review of: which clip, and where to
+    review it; nothing of its caption, review or assignee (webapp.second_review_tab)."""
+    cid = int(clip["id"])
+    return (
+        f'<div class="cw-clip-header" id="clip-header" data-clip="{cid}" data-loaded="{cid}:blind">'
+        f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{cid}</b> '
+        f"{esc(clip.get('path'))}</h2> · "
+        f'<span class="cw-badge" id="review-blind">blind</span> You are this clip\'s second reviewer: its '
+        "caption and first review are hidden until you answer. Review it on the Second review tab.</div>"
+    )
+
+
+def label_field(data: dict[str, str]) -> str:
+    """A label picker's markup before webapp/static/picker.js builds it: what the script needs to know, as data
+    attributes (webapp.picker)."""
+    return '<div class="cw-pick" ' + " ".join(f'data-{esc(k)}="{esc(v)}"' for k, v in data.items()) + "></div>"
 
 
 CHANGE_WORDS = {"unchanged": "no change", "text": "text", "labels": "labels", "both": "text and labels"}
@@ -563,42 +605,6 @@ def _history(
         items.append(item)
         size += len(item)
     return '<ol class="cw-history">' + "".join(items) + "</ol>", versions[: len(items)]
-
-
-def throughput(series: list[dict], bucket_s: float | None = None) -> str:
-    """The throughput of a job as SVG bars (clips/s per bucket) with readable axes: one bucket still shows a
-    bar, and the y ticks are round numbers with their unit."""
-    if not series:
-        return '<p class="cw-muted" id="job-plot-empty">No results yet: the plot starts with the first caption.</p>'
-    W, H, L, B, T = 640, 190, 48, 24, 22
-    ymax_raw = max(p["clips_per_s"] for p in series) or 1.0
-    step = next(s for s in (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1e9) if ymax_raw / s <= 4)
-    ymax = step * max(1, -(-ymax_raw // step))
-    n = len(series)
-    bw = min(48.0, (W - L - 4) / n)  # one bucket is one bar, not a wall
-    parts = [
-        f'<svg class="cw-plot" id="job-plot-svg" viewBox="0 0 {W} {H}" role="img" '
-        f'aria-label="throughput, clips per second">'
-    ]
-    k = 0.0
-    while k <= ymax + 1e-9:
-        y = T + (H - T - B) * (1 - k / ymax)
-        parts.append(
-            f'<line x1="{L}" x2="{W}" y1="{y:.1f}" y2="{y:.1f}" class="cw-grid-line"/>'
-            f'<text x="{L - 4}" y="{y + 4:.1f}" text-anchor="end">{k:g}</text>'
-        )
-        k += step
-    for i, p in enumerate(series):
-        h = (H - T - B) * p["clips_per_s"] / ymax
-        parts.append(
-            f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
-            f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>'
-        )
-    for i in sorted({0, n // 2, n - 1}):
-        x = L + 2 + (i + 0.5) * bw
-        parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
-    parts.append(f'<text x="{L - 4}" y="12" text-anchor="end" class="cw-axis">clips/s</text></svg>')
-    return '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket)' + "".join(parts) + "</div>"
 
 
 def when_s(ts: float | None) -> str:

@@ -11,7 +11,7 @@ import gradio as gr
 from data import caption_history, captions, clips, drafts, review_queue, review_states, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.quality import second_review
-from webapp import failures, render, second_review_tab
+from webapp import failures, render
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext
 from webapp.picker import label_picker
@@ -249,7 +249,7 @@ class ReviewView:
         view hides its caption, labels, review, assignee, provenance and history, and holds no clip in the form's
         state, so that no save or decision here can touch it (they answer on the Second review tab)."""
         return {
-            self.header: second_review_tab.blind_header(clip),
+            self.header: render.blind_header(clip),
             self.provenance: "",
             self.history: "",
             self.adopt_choice: gr.update(choices=[], value=None),

@@ -14,7 +14,7 @@ import gradio as gr
 from data import clips
 from data.errors import DataError
 from data.quality import samples, second_review
-from webapp import assigning, render
+from webapp import assigning, render, render_quality
 from webapp.context import AppContext, shows_errors
 from webapp.number_box import number_box, whole
 
@@ -23,29 +23,6 @@ STRATIFY_CHOICES = [
     ("by hazard level, proportional", "proportional"),
     ("by hazard level, equal per level", "equal"),
 ]
-
-
-def sample_summary(s: dict, new_seed: bool = False) -> str:
-    """What a draw did, for the lead: the sample's id, N and n, the seed (and whether it is a new one, drawn because
-    the field was empty), each stratum's N_h and n_h, who got what."""
-    shares = ", ".join(f"{render.esc(p)} {n:,}" for p, n in s.get("assigned", {}).items())
-    moved = f" ({s['reassigned']:,} taken from someone else)" if s.get("reassigned") else ""
-    capped = f" (the population holds only {s['population']:,})" if s["drawn"] < s["size"] else ""
-    rows = "".join(
-        f"<tr><td>{render.esc(r['stratum'] or '(no level)')}</td><td>{r['population']:,}</td>"
-        f"<td>{r['drawn']:,}</td></tr>"
-        for r in s["strata"]
-    )
-    return (
-        f'<div class="cw-msg cw-msg-ok" id="sample-result" data-sample="{int(s["id"])}" role="status">'
-        f"Drew sample <b>{int(s['id'])}</b>: {s['drawn']:,} of {s['population']:,} unreviewed machine captions"
-        f"{capped}, at random ({render.esc(s['stratify'])}; "
-        f'seed <span id="sample-seed-used">{int(s["seed"])}</span>'
-        f"{', a new one: type it in Seed to draw these clips again' if new_seed else ''}), assigned to {shares}"
-        f"{moved}."
-        f'<table class="cw-strata" id="sample-strata"><tr><th>stratum</th><th>N<sub>h</sub> (clips)</th>'
-        f"<th>n<sub>h</sub> (drawn)</th></tr>{rows}</table></div>"
-    )
 
 
 def second_summary(out: dict) -> str:
@@ -145,7 +122,7 @@ class SamplePanel:
                 return {self.msg: render.message(str(e), "error")}
             return {
                 **browse.page(fdict or {}, anchors, sort, request),
-                self.msg: sample_summary(s, new_seed=seed is None),
+                self.msg: render_quality.sample_summary(s, new_seed=seed is None),
                 self.sample: s["id"],
             }
 

@@ -9,9 +9,9 @@ wrong footage); the answer is stored as a second review and changes nothing of t
 review status). The tab then opens their next one.
 
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
-without its caption or review (`blind_header`, webapp.review_view) and Browse masks its tile (`masked`). That keeps
-the first review out of sight, not out of reach: a person who filters Browse by a label value can still infer
-it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
+without its caption or review (`render.blind_header`, webapp.review_view) and Browse masks its tile (`masked`).
+That keeps the first review out of sight, not out of reach: a person who filters Browse by a label value can
+still infer it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
 """
 
 from __future__ import annotations
@@ -21,39 +21,17 @@ import gradio as gr
 from data import taxonomy
 from data.errors import DataError
 from data.quality import second_review
-from webapp import render
+from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 
 LABELS = list(taxonomy.ENUMS)
 BLIND_NOTE = "Caption and review hidden: you review this clip blind (Second review tab)."
 
 
-def blind_header(clip: dict) -> str:
-    """Review's header for a clip the person has a pending blind second review of: which clip, and where to
-    review it; nothing of its caption, review or assignee."""
-    cid = int(clip["id"])
-    return (
-        f'<div class="cw-clip-header" id="clip-header" data-clip="{cid}" data-loaded="{cid}:blind">'
-        f'<h2 class="cw-clip-title"><span class="cw-sr-only">Review: </span><b>#{cid}</b> '
-        f"{render.esc(clip.get('path'))}</h2> · "
-        f'<span class="cw-badge" id="review-blind">blind</span> You are this clip\'s second reviewer: its '
-        "caption and first review are hidden until you answer. Review it on the Second review tab.</div>"
-    )
-
-
 def masked(row: dict) -> dict:
     """A Browse tile's row with what the current caption and its review say taken out (for its blind reviewer)."""
     hidden = dict.fromkeys(("scenario", "hazard_level", "weather", "lighting", "road_type", "assignee"))
     return {**row, **hidden, "review_status": "blind", "caption_preview": BLIND_NOTE}
-
-
-def header(task: dict) -> str:
-    clip = task["clip"]
-    return (
-        f'<div class="cw-clip-header" id="second-clip" data-clip="{int(clip["id"])}" data-review="{int(task["id"])}">'
-        f'<h2 class="cw-clip-title"><b>#{int(clip["id"])}</b> {render.esc(clip.get("path"))}</h2> · '
-        f"sample {int(task['sample_id'])} · blind second review: set every label from the video alone</div>"
-    )
 
 
 HELP = (
@@ -113,7 +91,7 @@ class SecondReviewTab:
             if not n
             else f"{n:,} blind second review{' waits' if n == 1 else 's wait'} for you."
         )
-        return f'<div class="cw-counts" id="second-count" data-n="{n}">{words}</div>'
+        return render_quality.second_count(n, words)
 
     def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
         """Every region for `task` (data.quality.second_review.task: the footage alone), or empty ones for None; the
@@ -125,7 +103,7 @@ class SecondReviewTab:
             return out
         out.update(
             {
-                self.header: header(task),
+                self.header: render_quality.second_header(task),
                 self.player: render.player(task["clip"]),
                 self.filmstrip: render.filmstrip(task["clip"]),
                 self.task: task["id"],
