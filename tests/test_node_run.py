@@ -232,3 +232,16 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
 
     assert not [m for m in cost.load_measurements(out / "work-per-clip.json") if m.max_pixels == 65_536]
     assert (out / "work-per-clip.png").stat().st_size > 10_000
+
+
+def test_a_job_no_longer_than_its_pipeline_has_no_steady_rate():
+    """A 48-clip job with 48 requests in flight is sent at once and its results come back in a burst: the middle
+    80 % of that burst read as 105 clips/s for a replica doing 3.4 (GPU run of 2026-12-02). Such a job has no
+    steady rate (the whole job's is the figure); a job of four in-flight windows has one, at the rate it ran."""
+    from benchmarks.node.jobs import steady_rate
+
+    burst = [{"created_at": 100.0 + 14.0 + k * 0.01} for k in range(48)]  # one batch, done within half a second
+    assert steady_rate(burst, in_flight=48) is None
+    spread = [{"created_at": 100.0 + k / 3.4} for k in range(208)]  # 3.4 clips/s all along
+    assert steady_rate(spread, in_flight=48) == pytest.approx(3.4, rel=0.01)
+    assert steady_rate(spread, in_flight=64) is None  # 208 < 4 x 64

@@ -171,13 +171,25 @@ def job_work(settings, job_id: int) -> list[dict]:
         db.close()
 
 
-def steady_rate(work: list[dict]) -> float | None:
-    """Clips/s over the middle 80 % of results (the GPU test's 'steady'): without the ramp and the tail."""
+STEADY_WAVES = 4  # a job is long enough for a steady rate when it holds this many in-flight windows
+
+
+def steady_rate(work: list[dict], in_flight: int) -> float | None:
+    """Clips/s over the middle 80 % of results (the GPU test's 'steady'): without the ramp and the tail. Only
+    for a job of at least STEADY_WAVES x `in_flight` clips (the requests the runner keeps in flight, all
+    replicas): a shorter job is sent all at once, its results come back in one or two bursts, and the middle
+    80 % of a burst is a few seconds wide, which read as 9-105 clips/s for a replica doing 3.4 (GPU run of
+    2026-12-02). None then: the whole job's rate is the figure."""
     ends = sorted(w["created_at"] for w in work)
-    if len(ends) < 20:
+    if len(ends) < max(20, STEADY_WAVES * in_flight):
         return None
     lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
     return round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 3) if hi > lo else None
+
+
+def in_flight(settings, replicas: int) -> int:
+    """The requests our runner keeps in flight against `replicas` replicas."""
+    return settings.per_replica_inflight * max(1, replicas)
 
 
 def efficiency(ctx: Ctx, work: list[dict], clips_per_s: float | None, gpus: int, peak: dict | None) -> dict:

@@ -11,6 +11,7 @@ from benchmarks.node.jobs import (
     caption_job,
     efficiency,
     good_clip_ids,
+    in_flight,
     job_check,
     job_work,
     new_job,
@@ -62,7 +63,7 @@ def stage_scaling(ctx: Ctx) -> dict:
                     check = job_check(settings, job)
                     done = check["counts"]["done"]
                     work = job_work(settings, job)
-                    steady = steady_rate(work)
+                    steady = steady_rate(work, in_flight(settings, n))
                     row = {
                         "decoder": decoder,
                         "backend": DECODERS[decoder],

@@ -31,6 +31,7 @@ from benchmarks.node.jobs import (
     caption_job,
     efficiency,
     good_clip_ids,
+    in_flight,
     job_check,
     job_work,
     new_job,
@@ -199,7 +200,7 @@ def stage_threads(ctx: Ctx) -> dict:
                 check = job_check(settings, job)
                 work = job_work(settings, job)
                 done = check["counts"]["done"]
-                steady = steady_rate(work)
+                steady = steady_rate(work, in_flight(settings, n))
                 row = {
                     "config": config,
                     "cpu_budget": describe(config, settings, n),
