@@ -13,17 +13,28 @@ ROOT = Path(__file__).resolve().parents[1]
 M = cost.Measurement
 
 
+def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf16") -> float:
+    """The committed work-per-clip table's clips/s at a point (what a new GPU measurement changes)."""
+    points = json.loads((ROOT / "docs" / "work-per-clip.json").read_text())["points"]
+    return next(
+        p["clips_per_s"]
+        for p in points
+        if (p["frames"], p["max_pixels"], p["precision"]) == (frames, max_pixels, precision)
+    )
+
+
 def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
     ms = cost.default_measurements()
     assert ms and all(m.clips_per_s > 0 for m in ms)  # the failed first run (error, no rate) is skipped
     e = cost.estimate(8, 16, "bf16", ms)
-    # the work-per-clip table's point (3.89 clips/s steady through our runner), scaled by the 2-GPU efficiency
-    # node_run measured in one run (4.412 / 2 per GPU at 2 replicas over 2.574 at 1: x0.86)
+    # the work-per-clip table's point (clips/s through our runner), scaled by the 2-GPU efficiency node_run
+    # measured in one run (4.412 / 2 per GPU at 2 replicas over 2.574 at 1: x0.86)
     eff = 4.412 / 2 / 2.574
-    assert e.basis == "measured" and "3.89" in e.note and "efficiency measured at 2 GPUs" in e.note
-    assert e.clips_per_s == pytest.approx(8 * 3.89 * eff)
-    assert e.seconds_for(100_000) == pytest.approx(100_000 / (8 * 3.89 * eff))
-    assert e.gpu_hours(100_000) == pytest.approx(100_000 / (3.89 * eff) / 3600)
+    rate = table_rate()
+    assert e.basis == "measured" and f"{rate:.2f}" in e.note and "efficiency measured at 2 GPUs" in e.note
+    assert e.clips_per_s == pytest.approx(8 * rate * eff)
+    assert e.seconds_for(100_000) == pytest.approx(100_000 / (8 * rate * eff))
+    assert e.gpu_hours(100_000) == pytest.approx(100_000 / (rate * eff) / 3600)
     # without the runner's records, vLLM alone
     alone = cost.estimate(8, 16, "bf16", [m for m in ms if m.via != "runner"])
     assert "4.35" in alone.note and alone.clips_per_s == pytest.approx(8 * 4.351)
@@ -111,7 +122,7 @@ def test_records_from_a_sweep_file(tmp_path):
 def test_cli_prints_the_estimate_and_the_gpu_hours(capsys):
     assert cost.main(["--replicas", "8", "--frames", "16", "--clips", "100000"]) == 0
     out = capsys.readouterr().out
-    assert f"{8 * 3.89 * 4.412 / 2 / 2.574:.2f} clips/s on 8 replica(s)" in out and "GPU-hours" in out
+    assert f"{8 * table_rate() * 4.412 / 2 / 2.574:.2f} clips/s on 8 replica(s)" in out and "GPU-hours" in out
     assert cost.main(["--replicas", "1", "--frames", "16", "--precision", "fp8"]) == 0
     assert "4.33 clips/s" in capsys.readouterr().out
     # a point the table has not measured yet: no figure, exit 1, and which run gives one

@@ -236,7 +236,8 @@ def write_table(ctx: Ctx, rows: list[dict]):
             "fraction_of_peak": eff.get("fraction_of_peak"),
             "peak_tflops": eff.get("peak_tflops_per_gpu"),
             "peak_source": eff.get("peak_source"),
-            "config": f"node_run workload, {r['done']} clips",
+            "config": f"node_run workload, {'steady over' if r['steady_clips_per_s'] else 'whole job of'} "
+            f"{r['done']} clips",
             "date": r["date"],
             "source": "benchmarks/node_run.py workload (workload.json)",
         }
