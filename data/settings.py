@@ -95,13 +95,6 @@ def _positive(value: Any) -> int:
     return n
 
 
-def _niceness(value: Any) -> int:
-    n = _int(value)
-    if not 0 <= n <= 19:
-        raise ValueError(f"must be 0 (as the app) to 19 (yield the most), not {n}")
-    return n
-
-
 def _float(value: Any) -> float:
     try:
         return float(value)
@@ -227,12 +220,6 @@ class Settings:
         "again",
     )
     answer_checkers: int = setting(0, "checker processes that read the runner's answers (default: cores - 1, 1-8)")
-    runner_nice: int = setting(
-        10,
-        "CPU priority the job runner and its answer checkers give up (nice, 0-19): where they share cores with the "
-        "web app, a person's click is served before the next caption is stored; 0 treats them alike",
-        parse=_niceness,
-    )
     workers: int = setting(0, "ingest worker processes (default: number of cores)")
     auth: str = setting(
         "on",

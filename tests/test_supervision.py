@@ -267,23 +267,3 @@ def test_a_runner_waiting_out_a_foreign_write_lock_is_not_killed(settings, tmp_p
         assert supervisor_beat(settings.db)["info"].get("restarts", 0) == 0
     finally:
         stop_supervisor(sup)
-
-
-def test_the_runner_yields_busy_cores_to_the_app(settings, tmp_path):
-    """On a machine the runner shares with the app (a head, the demo), a person's event must not wait for a core
-    the runner holds (issue 27: approve's p95 was the app waiting for a core): the runner, as launch.sh's
-    supervisor starts it, runs at RUNNER_NICE lower priority, and the supervisor beside it does not."""
-    import psutil
-
-    dbmod.connect(settings.db).close()
-    runner = fleet_commands.runner_command(settings, "http://127.0.0.1:9")
-    with open(tmp_path / "runner.log", "a") as log:
-        sup = start_supervisor(settings, runner, log)
-    try:
-        pid = live_runner(settings.db)["pid"]
-        base = os.nice(0)
-        assert settings.runner_nice == 10
-        assert psutil.Process(pid).nice() == min(19, base + settings.runner_nice)
-        assert psutil.Process(sup.pid).nice() == base
-    finally:
-        stop_supervisor(sup)

@@ -12,7 +12,6 @@ import argparse
 import asyncio
 import json
 import logging
-import os
 import sys
 
 from data.errors import DataError
@@ -44,10 +43,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = from_args(args)
-    # a batch process beside the app: when the cores are all busy, the annotators' events go first (its checker
-    # processes inherit the priority)
-    if settings.runner_nice:
-        os.nice(settings.runner_nice)
     # every line it logs is redacted: the status line httpx logs per request, an exception's text, are the fleet's
     auth(settings).redact.install()
     try:
