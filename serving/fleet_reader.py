@@ -265,19 +265,26 @@ class FleetReader:
         return self._run(go, t)
 
     def look(self, urls: Iterable[str], *, timeout: float | None = None) -> dict[str, Any]:
-        """{at (Unix time), router (URL or None), healthy, looked, total, replicas: [{url, healthy, error}]}: how
-        many of the replicas behind `urls` (a router looked through) answer `/health` with 200; `/health` only, at
-        most MAX_SCRAPED of them. Never raises for a fleet that is down (an unreachable replica is one not healthy)."""
+        """{at (Unix time), router (URL or None), router_healthy, healthy, looked, total, replicas: [{url, healthy,
+        error}]}: how many of the replicas behind `urls` (a router looked through) answer `/health` with 200, and no
+        more than the router counts healthy; `/health` only, at most MAX_SCRAPED of them. Never raises for a fleet
+        that is down (an unreachable replica is one not healthy)."""
         t = self.timeout if timeout is None else timeout
         configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
 
         async def go(client: httpx.AsyncClient) -> dict[str, Any]:
             replicas, router = await self._discover(client, configured, t)
             statuses = await self._replicas(client, replicas[:MAX_SCRAPED], t, metrics=False)
+            healthy = sum(1 for s in statuses if s.healthy)
+            # requests go through the router: a replica it has not (re)admitted yet serves nothing, so the router's
+            # own count caps what /health says (it lags the replicas by its health-check interval when they return)
+            if router is not None and isinstance(router.healthy_workers, int):
+                healthy = min(healthy, max(0, router.healthy_workers))
             return {
                 "at": time.time(),
                 "router": router.url if router else None,
-                "healthy": sum(1 for s in statuses if s.healthy),
+                "router_healthy": router.healthy_workers if router else None,
+                "healthy": healthy,
                 "looked": len(statuses),
                 "total": len(replicas),
                 "replicas": [

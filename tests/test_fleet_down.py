@@ -235,3 +235,24 @@ def test_an_idle_runner_knows_whether_a_job_could_run(settings, db):
         wait_until(lambda: (fleet_report(db).get("look") or {}).get("total") == 2, timeout=10, what="a look")
     report = fleet_report(db)  # /health finds none up: a job started now would get one request at a time
     assert report["state"] == "down" and report["look"]["healthy"] == 0 and report["attempts_counted"] is False
+
+
+def test_a_request_sent_into_an_outage_uses_no_attempt_when_it_fails_after_the_outage(settings, db):
+    """The fleet comes back while a request sent during the outage is on its way: its failure is written after a
+    look saw the fleet up (the Chromium test caught a clip at attempts 2), and it is still the outage's, not the
+    clip's. The runner marks the outcome `in_outage`; the store refunds it whatever the fleet's state now."""
+    from serving.runner.store import JobStore, Outcome
+
+    job_id, _ = make_job(db, 2)
+    store = JobStore(settings, "test-runner")
+    ((_, items),) = store.claim(db, 2)
+    assert [it["attempts"] for it in items] == [1, 1]
+    outcomes = [
+        Outcome(job_id, items[0]["clip_id"], 1, error=Overloaded("503 while down"), in_outage=True),
+        Outcome(job_id, items[1]["clip_id"], 1, error=Overloaded("503 once up")),
+    ]
+    counts, written = store.write(db, outcomes, fleet_down=False)
+    assert written == 2 and counts["refunded"] == 1
+    attempts = dict(db.execute("SELECT clip_id, attempts FROM job_items WHERE job_id = ?", [job_id]).fetchall())
+    assert attempts[items[0]["clip_id"]] == 0  # refunded: the outage's failure
+    assert attempts[items[1]["clip_id"]] == 1  # counted: sent and failed while the fleet was up

@@ -200,3 +200,30 @@ def test_discover_looks_through_a_router_to_its_workers(sim, router, reader):
 def test_router_status_of_nothing_is_not_live(reader):
     st = reader.router_status(f"http://127.0.0.1:{free_port()}", timeout=0.5)
     assert st.live is False and st.error
+
+
+@pytest.mark.parametrize("router_healthy, expected", [(0, 0), (1, 1), (2, 2), (None, 2)])
+def test_a_look_through_a_router_counts_no_more_than_the_router_admits(settings, router_healthy, expected):
+    """Replicas back up answer /health 200 before vllm-router's own health check re-admits them; until it does,
+    the router refuses the runner's requests, so a look counts no more healthy replicas than the router does (the
+    runner's outage then lasts until the router serves, and no clip spends an attempt on its refusals). A router
+    that does not say counts as not capping."""
+    replicas = ["http://gpu-a:8000", "http://gpu-b:8000"]
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        host, path = request.url.host, request.url.path
+        if host == "router":
+            if path == "/liveness":
+                return httpx.Response(200, text="ok")
+            if path == "/readiness":
+                body = {"total_workers": 2} | ({} if router_healthy is None else {"healthy_workers": router_healthy})
+                return httpx.Response(200 if router_healthy else 503, json=body)
+            if path == "/workers":
+                return httpx.Response(200, json={"workers": [{"url": u} for u in replicas]})
+        if path == "/health":
+            return httpx.Response(200, text="")
+        return httpx.Response(404)
+
+    look = FleetReader(settings, transport=httpx.MockTransport(handler)).look(["http://router:30000"])
+    assert look["router"] == "http://router:30000" and look["total"] == 2 and look["looked"] == 2
+    assert look["healthy"] == expected and look["router_healthy"] == router_healthy

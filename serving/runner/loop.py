@@ -145,6 +145,7 @@ class Runner:
     async def _send(self, cfg: JobConfig, item: dict, rep: Replica, sent: float) -> None:
         clip = (item["job_id"], item["clip_id"])
         out = Outcome(*clip, item["attempts"], replica=rep.url)
+        down_when_sent = self.health.fleet_down()
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
         except FleetError as e:
@@ -158,6 +159,8 @@ class Runner:
             out.error = ReplicaError(redact(f"{type(e).__name__}: {e}"), replica=rep.url, kind="internal")
         finally:
             self.health.finished(rep, out.error, time.monotonic(), clip, sent)
+            # a request sent into an outage that fails as a look sees the fleet back is still the outage's
+            out.in_outage = out.error is not None and (down_when_sent or self.health.fleet_down())
             if out.error is not None and self.health.all_failing():
                 self._look_now.set()  # every replica fails: is the fleet down? (watch.py)
         self._results.append(out)

@@ -60,6 +60,9 @@ class Outcome:
     result: CaptionResult | None = None
     error: FleetError | None = None
     replica: str | None = None
+    # the fleet was down when the request was sent or when it failed (serving.runner.replicas): a retryable failure
+    # then uses no attempt, also when the outage has ended by the time the failure is written
+    in_outage: bool = False
 
 
 class JobStore:
@@ -144,7 +147,7 @@ class JobStore:
         """Record outcomes from the start of `batch` in one transaction (one savepoint per item), as many as fit in
         `hold_s` of write lock (at least one); returns (counts by new state, how many were recorded): the caller
         writes the rest in the next transaction. `fleet_down`: the whole fleet is down (serving.runner.replicas),
-        so retryable failures do not use up the clips' attempts."""
+        so retryable failures do not use up the clips' attempts (nor does one whose Outcome says `in_outage`)."""
         counts: collections.Counter = collections.Counter()
         written = 0
         self._pace()
@@ -156,9 +159,10 @@ class JobStore:
                 written += 1
                 try:
                     with db.atomic():
-                        state = self._store_result(db, o) if o.error is None else self._store_error(db, o, fleet_down)
+                        down = fleet_down or o.in_outage
+                        state = self._store_result(db, o) if o.error is None else self._store_error(db, o, down)
                         counts[state] += 1
-                        if o.error is not None and o.error.retryable and fleet_down:
+                        if o.error is not None and o.error.retryable and down:
                             counts["refunded"] += 1  # see _store_error
                 except sqlite3.OperationalError:
                     raise  # a locked database: the whole batch is retried by RunnerDB (rolled back), never item by item
