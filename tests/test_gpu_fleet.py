@@ -419,15 +419,14 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
                 [job["id"]],
             )
         )
-        # steady only for a job of at least 4 in-flight windows (benchmarks/node/jobs.py, steady_rate): a shorter
-        # job's results come back in bursts whose middle 80 % reads as many times the real rate
-        replicas = sim_replicas if REHEARSE else len([g for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g])
+        # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
+        from benchmarks.node.jobs import in_flight, steady_rate
         from data.settings import Settings
 
-        in_flight = Settings.load(environ={}).per_replica_inflight * max(1, replicas)
-        if len(ends) >= max(20, 4 * in_flight):
-            lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
-            report["job"]["steady_clips_per_s"] = round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 2)
+        replicas = sim_replicas if REHEARSE else len([g for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g])
+        steady = steady_rate([{"created_at": e} for e in ends], in_flight(Settings.load(environ={}), replicas))
+        if steady is not None:
+            report["job"]["steady_clips_per_s"] = round(steady, 2)
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)

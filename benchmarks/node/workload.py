@@ -17,6 +17,7 @@ adds to the same table while the machine keeps its /tmp.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 
@@ -301,7 +302,7 @@ def reprice(report: dict, in_flight: int) -> list[dict]:
 
     rows = []
     for r in report["rows"]:
-        r = json.loads(json.dumps(r))
+        r = copy.deepcopy(r)
         if "clips_per_s" in r and r["done"] < max(20, STEADY_WAVES * in_flight):
             r["steady_clips_per_s"] = None
             eff = r["efficiency"]
