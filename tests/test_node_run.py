@@ -123,7 +123,14 @@ def test_rehearsal_scaling_kill_and_report(tmp_path):
 def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     p = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "threads,workload", "--fleet", "gpu", "--gpus", "0", "--dry-run"]
-        + ["--vllm-version", "0.25.0", "--threads-configs", "1,4,unset,1+api2+nocache", "--out", str(tmp_path / "o")]
+        + [
+            "--vllm-version",
+            "0.25.0",
+            "--threads-configs",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64",
+            "--out",
+            str(tmp_path / "o"),
+        ]
         + ["--work", str(tmp_path / "w"), "--workload-frames", "8,32", "--workload-pixels", "9437184,2359296"],
         cwd=ROOT,
         env={**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "7"},
@@ -143,6 +150,11 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     cmd = lines[i + 1]
     assert "OMP_NUM_THREADS=1" in cmd and cmd.endswith("--api-server-count 2 --renderer-num-workers 2")
     assert "--no-enable-prefix-caching" in cmd and cmd.count("--api-server-count") == 2
+    # FP8 and a larger prefill batch: each said once, in words, and the batch flag after the recipe's
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+fp8+mbt64 ("))
+    assert "FP8 weights" in lines[i] and "--max-num-batched-tokens 65536 (the recipe: 32768)" in lines[i]
+    assert "API servers" not in lines[i]
+    assert lines[i + 1].endswith("--quantization fp8 --max-num-batched-tokens 65536")
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

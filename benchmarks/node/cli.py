@@ -17,7 +17,13 @@ from benchmarks.node.kill import stage_kill
 from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
-from benchmarks.node.threads import budgets as thread_budgets, parse_configs, replica_flags, stage_threads
+from benchmarks.node.threads import (
+    budgets as thread_budgets,
+    describe as describe_config,
+    parse_configs,
+    replica_flags,
+    stage_threads,
+)
 from benchmarks.node.workload import parse_points, stage_workload
 from serving import fleet_commands, fleet_up, procs
 
@@ -75,7 +81,7 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
             flags, nocache = replica_flags(config)
             cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags)
             print(
-                f"# threads {config} ({b.describe() if b else 'no thread variables'}; {ctx.a.threads_clips} clips "
+                f"# threads {config} ({describe_config(config, s, ctx.size)}; {ctx.a.threads_clips} clips "
                 f"per replica):\n" + fleet_up.shell_line(cmd, env, cpus=b.cpus if b else None)
             )
     if "workload" in stages:

@@ -4,7 +4,8 @@ budget, pinned, or vLLM's own pools), the same clips through our runner against 
 A configuration may carry modifiers after `+`: `apiN` starts the replica with N API servers and N renderer
 workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), `nocache` with prefix caching off
 (the recipe leaves it on: the prompt's text is a prefix every clip shares), `fp8` with the language model's linear
-layers quantized to FP8 at load (`--quantization fp8`). `1+api2`, `budget+nocache`, `budget+fp8`. Each row
+layers quantized to FP8 at load (`--quantization fp8`), `mbtN` with `--max-num-batched-tokens` N x 1024 (the
+recipe: 32; a prefill lever). `1+api2`, `budget+nocache`, `budget+fp8`, `budget+mbt64`. Each row
 also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
@@ -41,7 +42,7 @@ from benchmarks.node.jobs import (
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN")
 
 
 def _base(config: str) -> str:
@@ -52,16 +53,24 @@ def _modifiers(config: str) -> list[str]:
     return config.split("+")[1:]
 
 
+def _count(m: str, prefix: str) -> int | None:
+    """N of a modifier `<prefix>N` (N > 0), else None."""
+    rest = m[len(prefix) :]
+    return int(rest) if m.startswith(prefix) and rest.isdigit() and int(rest) > 0 else None
+
+
 def _modifier_ok(m: str) -> bool:
-    return m in ("nocache", "fp8") or (m.startswith("api") and m[3:].isdigit() and int(m[3:]) > 0)
+    return m in ("nocache", "fp8") or _count(m, "api") is not None or _count(m, "mbt") is not None
 
 
 def replica_flags(config: str) -> tuple[list[str], bool]:
     """(extra replica flags, prefix caching off) of a configuration's modifiers."""
     flags: list[str] = []
     for m in _modifiers(config):
-        if m.startswith("api"):
+        if _count(m, "api"):
             flags += ["--api-server-count", m[3:], "--renderer-num-workers", m[3:]]
+        elif _count(m, "mbt"):  # after the recipe's flags: the last one given is the one vLLM takes
+            flags += ["--max-num-batched-tokens", str(_count(m, "mbt") * 1024)]
         elif m == "fp8":
             flags += ["--quantization", "fp8"]
     return flags, "nocache" in _modifiers(config)
@@ -102,12 +111,15 @@ def budgets(config: str, settings, replicas: int) -> list:
 def describe(config: str, settings, replicas: int) -> str:
     b = budgets(config, settings, replicas)[0]
     text = b.describe() if b else "no thread variables (vLLM sizes its own pools: one thread per core it sees)"
-    flags, nocache = replica_flags(config)
-    if flags:
-        text += f"; {flags[1]} API servers and renderer workers (the recipe: 4)"
-    if nocache:
+    mods = _modifiers(config)
+    for m in mods:
+        if _count(m, "api"):
+            text += f"; {_count(m, 'api')} API servers and renderer workers (the recipe: 4)"
+        elif _count(m, "mbt"):
+            text += f"; --max-num-batched-tokens {_count(m, 'mbt') * 1024} (the recipe: 32768)"
+    if "nocache" in mods:
         text += "; prefix caching off"
-    if "fp8" in _modifiers(config):
+    if "fp8" in mods:
         text += "; FP8 weights (--quantization fp8)"
     return text
 
