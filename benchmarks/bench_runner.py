@@ -23,6 +23,7 @@ the simulated fleet's answers, rendered beforehand, 5 alternatives per token, ~2
     python benchmarks/bench_runner.py --head --rates 448 --seconds 40   # the 16-node rehearsal: 128 x 3.5 clips/s
     python benchmarks/bench_runner.py --runners 2                 # the ceiling of 1 vs 2 runner processes
     python benchmarks/bench_runner.py --profile                   # where a runner's CPU goes per answer
+    python benchmarks/bench_runner.py --head --rates 28 --gil-hogs 1 --switch both   # a GIL-bound runner process
 
 4. --head: at each rate (replicas = rate / 3.5, each running 8 at once; rate 0 = zero-latency replicas, the
    ceiling) the runner (this process, its own checker processes) captions a job while another process saves a
@@ -291,6 +292,26 @@ def latency_at_speed_1(settings) -> float:
 REPLICA_RATE = 3.5  # clips/s of one H200 (docs/GPU.md)
 REPLICA_CAPACITY = 8  # requests a paced replica runs at once
 
+
+def _pythonpath() -> str:
+    """The repository first, then what PYTHONPATH already names (where a machine keeps its packages: the GPU
+    machine's /tmp/site), so that a child process imports what this one does."""
+    return os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
+
+
+def gil_hogs(n: int) -> None:
+    """`n` daemon threads in this process that run Python without pause: a stand-in for a runner whose event loop
+    needs a whole core (a head reading hundreds of answers a second), on a machine too small to make one."""
+
+    def spin() -> None:
+        x = 0
+        while True:
+            x += 1
+
+    for _ in range(n):
+        threading.Thread(target=spin, name="gil-hog", daemon=True).start()
+
+
 _ANNOTATOR = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
@@ -390,13 +411,13 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
     held = dbmod._write_lock(Path(settings.db))  # count the runner's transactions only, not the set-up's
     held.holds, held.total_s, held.max_s = 0, 0.0, 0.0
     fleet = ReplayFleet(replicas, REPLICA_RATE if rate else 0)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    env = {**os.environ, "PYTHONPATH": _pythonpath()}
     ann = subprocess.Popen(
         [
             sys.executable,
             "-c",
             _ANNOTATOR,
-            env["PYTHONPATH"],
+            str(Path(__file__).resolve().parent.parent),
             str(settings.db),
             str(seconds + 30),
             ",".join(map(str, ids[n:])),
@@ -637,6 +658,16 @@ def main() -> int:
         choices=("on", "off", "both"),
         help="--head: the runner's pause after a long write (serving.runner.store); both: off then on at each rate",
     )
+    ap.add_argument(
+        "--switch",
+        default="on",
+        choices=("on", "off", "both"),
+        help="--head: the runner's short GIL switch interval (serving.runner.dbthread.prompt_gil); off: Python's "
+        "default; both: off then on at each rate",
+    )
+    ap.add_argument(
+        "--gil-hogs", type=int, default=0, help="--head: threads beside the runner that hold the GIL (gil_hogs)"
+    )
     ap.add_argument("--runners", type=int, default=0, help="the ceiling with 1 and with N runner processes")
     ap.add_argument("--profile", action="store_true", help="where the runner's CPU goes per answer")
     args = ap.parse_args()
@@ -646,14 +677,24 @@ def main() -> int:
         return 0
     if args.head:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
-        from serving.runner import store as store_mod
+        from serving.runner import dbthread, store as store_mod
 
+        gil_hogs(args.gil_hogs)
+        default_switch, shipped = sys.getswitchinterval(), dbthread.GIL_SWITCH_S
+        both = {"on": [True], "off": [False], "both": [False, True]}
         for rate in (float(x) for x in args.rates.split(",")):
-            for pace in {"on": [True], "off": [False], "both": [False, True]}[args.pace]:
-                store_mod.JobStore.pace = pace
-                got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
-                print(f"pacing {'on' if pace else 'off'}: ", end="")
-                print_head(got)
+            for pace in both[args.pace]:
+                for switch in both[args.switch]:
+                    store_mod.JobStore.pace = pace
+                    sys.setswitchinterval(default_switch)  # prompt_gil only ever shortens it
+                    dbthread.GIL_SWITCH_S = shipped if switch else default_switch
+                    got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
+                    print(
+                        f"pacing {'on' if pace else 'off'}, switch {sys.getswitchinterval() * 1000:g} ms"
+                        f"{f', {args.gil_hogs} GIL hog(s)' if args.gil_hogs else ''}: ",
+                        end="",
+                    )
+                    print_head(got)
         return 0
     if args.runners:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")

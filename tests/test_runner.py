@@ -279,3 +279,22 @@ def test_the_fleet_client_keeps_at_most_pool_slots_requests_in_each_connection_p
     results, pools = asyncio.run(go())
     assert len(results) == n and all(r.text for r in results)
     assert len(pools) == 3 and pools == [0, 0, 0]  # 20 at once: 8 + 8 + 4, all given back
+
+
+def test_the_runner_process_gives_its_database_thread_the_gil_back_promptly(settings, db):
+    """A statement of the database thread gives up the GIL; with Python's 5 ms switch interval a busy event loop
+    kept it away for 5 ms each time, and a result batch held SQLite's write lock for hundreds of ms (dbthread)."""
+    from serving.runner import dbthread
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)  # Python's default
+    try:
+        job_id, _, _ = make_job(db, 3)
+        prog = runmod.run_job(settings, job_id, URLS, client=FakeClient())
+        assert prog["state"] == "done"
+        assert sys.getswitchinterval() <= dbthread.GIL_SWITCH_S < 0.005
+        sys.setswitchinterval(0.0001)  # never lengthened: a process that chose a shorter one keeps it
+        dbthread.prompt_gil()
+        assert sys.getswitchinterval() == pytest.approx(0.0001, rel=0.05)  # kept in whole microseconds
+    finally:
+        sys.setswitchinterval(before)

@@ -24,7 +24,7 @@ from serving.answer_check import AnswerChecker
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet_reader import FleetReader
-from serving.runner import watch
+from serving.runner import dbthread, watch
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import Replica, ReplicaHealth
 from serving.runner.store import JobConfig, JobStore, Outcome
@@ -233,6 +233,7 @@ class Runner:
     async def run(self) -> dict:
         """Work until stopped (or, with `exit_when_idle`, until no runnable job of ours is left)."""
         self.state = "starting"
+        dbthread.prompt_gil()  # the database thread's write lock must not wait on this loop's GIL (dbthread)
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._look_now = asyncio.Event()
