@@ -9,8 +9,9 @@ the GIL. On a busy head the event loop wants the GIL all the time (reading hundr
 thread that asks for it back waits the interpreter's switch interval (5 ms by default) each time: a result of a
 dozen statements then holds the lock for tens of milliseconds, a batch for hundreds, and every annotator's save
 waits behind it. So the runner's process switches every GIL_SWITCH_S instead (`prompt_gil`): with a thread that
-holds the GIL without pause beside the runner, the longest hold fell from 245 ms (one of 887 ms) to 45 ms and a
-save's p99 from 181 to 13 ms (docs/BENCHMARKS.md, "One head"); the loop's own CPU per clip did not change.
+holds the GIL without pause beside the runner, the longest hold fell from 93-324 ms to 45-71 ms and a save's p99
+from 20-230 to 9-55 ms, four pairs side by side (docs/BENCHMARKS.md, "One head"); without that thread the runner's
+CPU per clip is the same either way.
 """
 
 from __future__ import annotations
