@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import os
 
+import httpx._transports.default as httpx_transports
 import pytest
 
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -13,6 +15,26 @@ os.environ.setdefault("no_proxy", "localhost,127.0.0.1")
 
 from data import db as dbmod
 from data.settings import Settings
+
+
+# Each httpx client builds its own SSL context and loads certifi's CA bundle into it (~18 ms of CPU), even for the
+# http:// loopback URLs every test uses; the tests make thousands (a Gradio tab, a login, a /config read each:
+# test_roles_at_the_api alone made 730, 12 CPU-s). One context with httpx's default verification, built on first
+# use, serves every client of a test process that asks for that default (httpx's advice: share one SSLContext;
+# serving.client does the same). Clients that pass their own `verify` or `cert` still get their own.
+@functools.lru_cache(maxsize=None)
+def _default_ssl_context(trust_env: bool, cert_file: str | None, cert_dir: str | None):
+    return _make_ssl_context(verify=True, cert=None, trust_env=trust_env)
+
+
+def _shared_ssl_context(verify=True, cert=None, trust_env=True):
+    if verify is True and cert is None:
+        return _default_ssl_context(trust_env, os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    return _make_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+
+
+_make_ssl_context = httpx_transports.create_ssl_context
+httpx_transports.create_ssl_context = _shared_ssl_context
 
 # the helpers' own asserts (assert_audit_complete, check_oracle, ...) report their operands too
 pytest.register_assert_rewrite("tests.support")

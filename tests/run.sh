@@ -33,6 +33,10 @@ echo "[tests] ruff check, ruff format --check"
 # put its bin/ there, and the end-to-end tests start the real router as a process
 PATH="$("$PY" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'):$PATH"
 export PATH GRADIO_ANALYTICS_ENABLED=False HF_HUB_OFFLINE=1 NO_PROXY=localhost,127.0.0.1 no_proxy=localhost,127.0.0.1
+# compiled bytecode kept (in the __pycache__ folders .gitignore names): with PYTHONDONTWRITEBYTECODE set, as some
+# shells and containers do, every worker rewrote and compiled all ~110 test modules again (~4 of its ~10 s of
+# collection) and every app, runner and CLI process the tests start compiled the project again
+unset PYTHONDONTWRITEBYTECODE
 cores=$(nproc 2>/dev/null || echo 2)
 w=$(( cores * 2 > 4 ? cores * 2 : 4 ))
 WORKERS=${CW_TEST_WORKERS:-$(( w > 8 ? 8 : w ))}  # each worker holds an app's imports (~0.5 GB): at most 8

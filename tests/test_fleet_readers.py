@@ -180,7 +180,8 @@ def test_no_logprobs_make_the_reader_raise_or_fail_the_caption(changes):
     assert_confidence_sane(got.confidence)
 
 
-@hsettings(max_examples=200, deadline=None)
+# 100 examples: a reader taking any usage for a dict, or any model for a string, failed this under every seed tried
+@hsettings(max_examples=100, deadline=None)
 @given(usage=VALUES, model=VALUES, finish_extra=VALUES)
 def test_hostile_usage_and_model_are_unreadable_not_a_failed_caption(usage, model, finish_extra):
     def mutate(body):
