@@ -23,6 +23,8 @@
 #   perfclips the 128 realistic clips `threads` and `workload` share (node_run's clip cache; ~3 min the first time)
 #   threads   a fresh replica per CPU budget (THREADS, default 1,2,4,budget), the same 120 clips through our runner
 #             against each: clips/s, core-s per clip, cores busy, % of peak -> $OUT/threads.{json,md}
+#   head ...  one head's runner on this machine's cores, the GPU idle (benchmarks/bench_runner.py --head and the
+#             given arguments, e.g. --rates 112,224,448 --switch both) -> $OUT/head.log
 #   workload  one replica, a job of 120 clips per frames x pixels point (8,16,32 x the recipe's, half, a quarter)
 #             -> $OUT/workload.{json,md}, $OUT/work-per-clip.{json,png} (copy both over docs/)
 set -euo pipefail
@@ -105,6 +107,10 @@ case "$step" in
       --clip-cache /tmp/clips-node --work /tmp/node-work --out "$OUT" "$@" 2>&1 | tee -a "$OUT/console.log" ;;
   peak)
     python3 benchmarks/gpu_peak.py --out "$OUT/peak.json" ;;
+  head)
+    shift
+    export PYTHONPATH=$PYTHONPATH:$PWD
+    python3 benchmarks/bench_runner.py --head "$@" 2>&1 | tee -a "$OUT/head.log" ;;
   perfclips|threads|workload)
     shift
     if [ -f /tmp/pregen.started ]; then  # the clips a pregen call is still generating

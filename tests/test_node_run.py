@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import socket
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "--vllm-version",
             "0.25.0",
             "--threads-configs",
-            "1,4,unset,1+api2+nocache,budget+fp8+mbt64",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -155,6 +156,12 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     assert "FP8 weights" in lines[i] and "--max-num-batched-tokens 65536 (the recipe: 32768)" in lines[i]
     assert "API servers" not in lines[i]
     assert lines[i + 1].endswith("--quantization fp8 --max-num-batched-tokens 65536")
+    # the video processor on the GPU: the recipe's size kept in the one value that replaces the recipe's
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+gpupre ("))
+    assert "the video processor on the GPU" in lines[i]
+    kwargs = shlex.split(lines[i + 1])[-1]
+    assert shlex.split(lines[i + 1])[-2] == "--mm-processor-kwargs"
+    assert json.loads(kwargs) == {"size": {"shortest_edge": 65536, "longest_edge": 9437184}, "device": "cuda"}
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

@@ -5,7 +5,10 @@ A configuration may carry modifiers after `+`: `apiN` starts the replica with N 
 workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), `nocache` with prefix caching off
 (the recipe leaves it on: the prompt's text is a prefix every clip shares), `fp8` with the language model's linear
 layers quantized to FP8 at load (`--quantization fp8`), `mbtN` with `--max-num-batched-tokens` N x 1024 (the
-recipe: 32; a prefill lever). `1+api2`, `budget+nocache`, `budget+fp8`, `budget+mbt64`. Each row
+recipe: 32; a prefill lever), `gpupre` with Qwen3-VL's video processor asked to run on the GPU (`device: cuda` in the
+server's `--mm-processor-kwargs`, beside the recipe's size: the resize and normalisation of every decoded frame are
+most of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995). `1+api2`, `budget+nocache`, `budget+fp8`,
+`budget+mbt64`, `budget+gpupre`. Each row
 also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
@@ -39,10 +42,11 @@ from benchmarks.node.jobs import (
     prepare_db,
     steady_rate,
 )
+from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre")
 
 
 def _base(config: str) -> str:
@@ -60,7 +64,7 @@ def _count(m: str, prefix: str) -> int | None:
 
 
 def _modifier_ok(m: str) -> bool:
-    return m in ("nocache", "fp8") or _count(m, "api") is not None or _count(m, "mbt") is not None
+    return m in ("nocache", "fp8", "gpupre") or _count(m, "api") is not None or _count(m, "mbt") is not None
 
 
 def replica_flags(config: str) -> tuple[list[str], bool]:
@@ -73,6 +77,9 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
             flags += ["--max-num-batched-tokens", str(_count(m, "mbt") * 1024)]
         elif m == "fp8":
             flags += ["--quantization", "fp8"]
+        elif m == "gpupre":  # the whole value replaces the recipe's: its size kept, the device added
+            size = {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}
+            flags += ["--mm-processor-kwargs", json.dumps({"size": size, "device": "cuda"}, separators=(",", ":"))]
     return flags, "nocache" in _modifiers(config)
 
 
@@ -119,6 +126,8 @@ def describe(config: str, settings, replicas: int) -> str:
             text += f"; --max-num-batched-tokens {_count(m, 'mbt') * 1024} (the recipe: 32768)"
     if "nocache" in mods:
         text += "; prefix caching off"
+    if "gpupre" in mods:
+        text += "; the video processor on the GPU (mm-processor-kwargs device cuda)"
     if "fp8" in mods:
         text += "; FP8 weights (--quantization fp8)"
     return text
