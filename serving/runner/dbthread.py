@@ -5,8 +5,8 @@ call (claims, results) to its work thread. Heartbeats have a thread of their own
 waiting out a locked database or a full disk does not silence the runner while it waits.
 
 The database thread holds SQLite's write lock while it runs Python between statements, and each statement gives up
-the GIL. On a busy head the event loop wants the GIL all the time (reading hundreds of answers a second), and a
-thread that asks for it back waits the interpreter's switch interval (5 ms by default) each time: a result of a
+the GIL. On a busy head the event loop holds the GIL in long bursts (hundreds of answers a second), and a
+thread that asks for it back waits up to the interpreter's switch interval (5 ms by default) each time: a result of a
 dozen statements then holds the lock for tens of milliseconds, a batch for hundreds, and every annotator's save
 waits behind it. So the runner's process switches every GIL_SWITCH_S instead (`prompt_gil`): with a thread that
 holds the GIL without pause beside the runner, the longest hold fell from 93-324 ms to 45-71 ms and a save's p99
