@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 from data import db as dbmod, taxonomy
 from data.clips import Filter
@@ -138,6 +138,8 @@ def test_groups_are_placed_within_two_groups_of_the_asked_shares(groups, shares,
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.sampled_from(LEVELS), min_size=1, max_size=400), st.sampled_from(SHARES), st.integers(0, 99))
+# found by a CI rehearsal: a greedy aiming at the final totals put all 11 in train (val and test empty)
+@example(["none", "none", "low", "low", "low", "medium", "medium", "medium", "high", "high", "critical"], SHARES[0], 1)
 def test_clips_of_their_own_group_are_stratified_to_within_two_clips(levels, shares, seed):
     """With one clip per group the groups allow nearly any split: within 1.5 clips of the asked share per level
     and 2 in size, however many clips (the deviation does not grow with them)."""
