@@ -85,13 +85,12 @@ def order_key(seed: int, key: str, size: int) -> tuple[int, int, str]:
 
 class Placer:
     """Places groups one at a time. `shares`: split -> share (data.quality.splits.parse); `totals`: level ->
-    clips of that level in the whole set (what the shares are taken of). `counts[split][level]` is what has been
-    placed so far."""
+    clips of that level in the whole set (a group of a level not in it is refused: the caller counted wrong).
+    `counts[split][level]` is what has been placed so far, `placed[level]` the same over every split."""
 
     def __init__(self, shares: Mapping[str, float], totals: Mapping[str, int]):
         self.shares = dict(shares)
         self.totals = dict(totals)
-        self.total = sum(self.totals.values())
         self.counts: dict[str, dict[str, int]] = {s: {} for s in self.shares}
         self.sizes: dict[str, int] = {s: 0 for s in self.shares}
         self.placed: dict[str, int] = {}  # level -> clips placed so far, every split together
