@@ -7,8 +7,10 @@ workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), 
 layers quantized to FP8 at load (`--quantization fp8`), `mbtN` with `--max-num-batched-tokens` N x 1024 (the
 recipe: 32; a prefill lever), `gpupre` with Qwen3-VL's video processor asked to run on the GPU (`device: cuda` in the
 server's `--mm-processor-kwargs`, beside the recipe's size: the resize and normalisation of every decoded frame are
-most of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995). `1+api2`, `budget+nocache`, `budget+fp8`,
-`budget+mbt64`, `budget+gpupre`. Each row
+most of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the engine
+through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy, CUDA tensors included; the recipe serializes them,
+which copies a tensor the GPU made back to the CPU first). `1+api2`, `budget+nocache`, `budget+fp8`,
+`budget+mbt64`, `budget+gpupre`, `budget+gpupre+shm`. Each row
 also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
@@ -46,7 +48,7 @@ from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "shm")
 
 
 def _base(config: str) -> str:
@@ -64,7 +66,7 @@ def _count(m: str, prefix: str) -> int | None:
 
 
 def _modifier_ok(m: str) -> bool:
-    return m in ("nocache", "fp8", "gpupre") or _count(m, "api") is not None or _count(m, "mbt") is not None
+    return m in ("nocache", "fp8", "gpupre", "shm") or _count(m, "api") is not None or _count(m, "mbt") is not None
 
 
 def replica_flags(config: str) -> tuple[list[str], bool]:
@@ -80,6 +82,8 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
         elif m == "gpupre":  # the whole value replaces the recipe's: its size kept, the device added
             size = {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}
             flags += ["--mm-processor-kwargs", json.dumps({"size": size, "device": "cuda"}, separators=(",", ":"))]
+        elif m == "shm":
+            flags += ["--mm-tensor-ipc", "torch_shm"]
     return flags, "nocache" in _modifiers(config)
 
 
@@ -128,6 +132,8 @@ def describe(config: str, settings, replicas: int) -> str:
         text += "; prefix caching off"
     if "gpupre" in mods:
         text += "; the video processor on the GPU (mm-processor-kwargs device cuda)"
+    if "shm" in mods:
+        text += "; frames to the engine through shared memory (--mm-tensor-ipc torch_shm)"
     if "fp8" in mods:
         text += "; FP8 weights (--quantization fp8)"
     return text
