@@ -410,7 +410,8 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "state": job["state"],
             "clips_per_s": round(len(done) / report["caption_s"], 2),
         }
-        # through our runner: the whole job (start-up and tail included), the steady middle 80 % of results,
+        # through our runner: the whole job (start-up and tail included), the steady part (the results while the
+        # runner held its whole in-flight window; every result's time is kept so another rule can be applied),
         # and the machine's CPU (vLLM + router + runner) per captioned clip
         ends = sorted(
             r["created_at"]
@@ -420,13 +421,14 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             )
         )
         # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
-        from benchmarks.node.jobs import in_flight, steady_rate
+        from benchmarks.node.jobs import in_flight, result_times, steady_rate
         from data.settings import Settings
 
         replicas = sim_replicas if REHEARSE else len([g for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g])
         steady = steady_rate([{"created_at": e} for e in ends], in_flight(Settings.load(environ={}), replicas))
         if steady is not None:
             report["job"]["steady_clips_per_s"] = round(steady, 2)
+        report["job"]["result_times_s"] = result_times([{"created_at": e} for e in ends])
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)

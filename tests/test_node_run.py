@@ -269,3 +269,27 @@ def test_a_job_no_longer_than_its_pipeline_has_no_steady_rate():
     spread = [{"created_at": 100.0 + k / 3.4} for k in range(208)]  # 3.4 clips/s all along
     assert steady_rate(spread, in_flight=48) == pytest.approx(3.4, rel=0.01)
     assert steady_rate(spread, in_flight=64) is None  # 208 < 4 x 64
+
+
+def test_the_steady_rate_leaves_out_the_first_windows_burst_and_the_tail():
+    """The first 48 requests are sent together: their results come back close together, faster than the
+    replica's rate. After them, one request goes out per result, at the rate the replica runs (3.4 clips/s);
+    the last 48 results come back with fewer in flight. The steady rate is the 3.4 whatever the tail does; a
+    rule by share of results (the middle 80 %) starts inside the burst, so it reads what the tail happens to
+    offset."""
+    from benchmarks.node.jobs import result_times, steady_rate
+
+    def old_rule(ends):
+        return (len(ends) * 9 // 10 - len(ends) // 10) / (ends[len(ends) * 9 // 10] - ends[len(ends) // 10])
+
+    first = [30.0 + k * 0.1 for k in range(48)]  # the first window: 48 results within 5 s
+    steady = [first[-1] + (k + 1) / 3.4 for k in range(112)]
+    reads = []
+    for tail_rate in (3.4, 2.0, 1.0):  # the tail as fast, slower, much slower
+        tail = [steady[-1] + (k + 1) / tail_rate for k in range(48)]
+        work = [{"created_at": 1000.0 + t} for t in first + steady + tail]
+        assert steady_rate(work, in_flight=48) == pytest.approx(3.4, rel=0.01), tail_rate
+        reads.append(old_rule(sorted(w["created_at"] for w in work)))
+        times = result_times(work)
+        assert times[0] == 0.0 and times == sorted(times) and len(times) == 208
+    assert reads[0] > 3.4 * 1.1 and reads[2] < 3.4 * 0.9  # the old rule: high or low, by the tail

@@ -175,16 +175,27 @@ STEADY_WAVES = 4  # a job is long enough for a steady rate when it holds this ma
 
 
 def steady_rate(work: list[dict], in_flight: int) -> float | None:
-    """Clips/s over the middle 80 % of results (the GPU test's 'steady'): without the ramp and the tail. Only
-    for a job of at least STEADY_WAVES x `in_flight` clips (the requests the runner keeps in flight, all
-    replicas): a shorter job is sent all at once, its results come back in one or two bursts, and the middle
-    80 % of a burst is a few seconds wide, which read as 9-105 clips/s for a replica doing 3.4 (GPU run of
-    2026-12-02). None then: the whole job's rate is the figure."""
+    """Clips/s while the runner held `in_flight` requests (all replicas) in flight: the results after the first
+    in-flight window's last one and up to the one whose arrival sent the job's last request (the GPU test's
+    'steady'). The first window is sent all at once and comes back as a burst; a rule by share of results
+    (the middle 80 %, used until 2026-12-02) started inside that burst at 208 clips and 48 in flight, so what it
+    read depended on how the tail offset it (two GPU runs of the same recipe: 3.57 and 4.23 clips/s steady, 2.85
+    and 2.97 whole job). The tail, where fewer requests remain, is left out too. Only for a job of at least
+    STEADY_WAVES x `in_flight` clips, so that two windows or more are measured; a shorter job has no steady rate
+    and the whole job's rate is the figure."""
     ends = sorted(w["created_at"] for w in work)
     if len(ends) < max(20, STEADY_WAVES * in_flight):
         return None
-    lo, hi = ends[len(ends) // 10], ends[len(ends) * 9 // 10]
-    return round((len(ends) * 9 // 10 - len(ends) // 10) / (hi - lo), 3) if hi > lo else None
+    lo, hi = in_flight - 1, len(ends) - in_flight - 1
+    span = ends[hi] - ends[lo]
+    return round((hi - lo) / span, 3) if span > 0 else None
+
+
+def result_times(work: list[dict]) -> list[float]:
+    """Each result's arrival, seconds after the job's first, in order (kept in reports so that a steady rate
+    can be recomputed under another rule)."""
+    ends = sorted(w["created_at"] for w in work)
+    return [round(e - ends[0], 3) for e in ends]
 
 
 def in_flight(settings, replicas: int) -> int:

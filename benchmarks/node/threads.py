@@ -42,6 +42,7 @@ from benchmarks.node.jobs import (
     job_work,
     new_job,
     prepare_db,
+    result_times,
     steady_rate,
 )
 from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
@@ -238,6 +239,7 @@ def stage_threads(ctx: Ctx) -> dict:
                     "seconds": round(wall, 2),
                     "clips_per_s": round(done / wall, 3) if wall else None,
                     "steady_clips_per_s": steady,
+                    "result_times_s": result_times(work),
                     "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
                     "cores_busy": round(cpu.busy / cpu.wall, 2),
                     "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,

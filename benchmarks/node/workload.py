@@ -228,7 +228,11 @@ def write_table(ctx: Ctx, rows: list[dict]):
             "status": "measured",
             # steady where the job was long enough for one (>= 20 clips), else the whole job, and it says which
             "clips_per_s": r["steady_clips_per_s"] or r["clips_per_s"],
-            "rate": "steady (middle 80 % of results)" if r["steady_clips_per_s"] else "whole job (too few clips)",
+            "rate": (
+                "steady (while the runner held its in-flight window)"
+                if r["steady_clips_per_s"]
+                else "whole job (too few clips)"
+            ),
             "clips_per_s_whole_job": r["clips_per_s"],
             "prompt_tokens": r["prompt_tokens"],
             "completion_tokens": r["completion_tokens"],
