@@ -164,6 +164,17 @@ def replica_budgets(settings: Settings, replicas: int, cpus: Sequence[int] | Non
 STRUCTURED_OUTPUTS = json.dumps({"backend": "xgrammar", "disable_any_whitespace": True}, separators=(",", ":"))
 
 
+def processor_kwargs(settings: Settings) -> dict:
+    """The replica's `--mm-processor-kwargs`: the recipe's frame size and, with FRAME_PREPROCESS=gpu, Qwen3-VL's
+    video processor on the GPU (`device`; the resize and normalization of every decoded frame were most of the
+    API servers' CPU: docs/GPU.md). A request's own `mm_processor_kwargs` (a job's pixel budget) replaces keys
+    of this one, not the whole: its `size` leaves `device` as the server has it."""
+    kwargs: dict = {"size": {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}}
+    if settings.frame_preprocess == "gpu":
+        kwargs["device"] = "cuda"
+    return kwargs
+
+
 # ---- command lines --------------------------------------------------------------------------------------------
 def vllm_command(
     settings: Settings,
@@ -208,7 +219,7 @@ def vllm_command(
         "--media-io-kwargs",
         json.dumps({"video": video}, separators=(",", ":")),
         "--mm-processor-kwargs",
-        json.dumps({"size": {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}}, separators=(",", ":")),
+        json.dumps(processor_kwargs(settings), separators=(",", ":")),
         "--allowed-local-media-path",
         str(settings.clip_root),
         # 0.25: renderer workers > 1 refuse to start with the (not thread-safe) processor cache on

@@ -50,6 +50,7 @@ SETTING_NAMES = (
     # the CPU budget of each replica (thread pools, pinning)
     "replica_threads",
     "pin_replicas",
+    "frame_preprocess",
     # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
     "router_prometheus_port",
     "role",

@@ -25,7 +25,7 @@ RECIPE = {
     "--async-scheduling": None,
     "--mm-ipc-gpu-memory-gb": "2",
     "--media-io-kwargs": {"video": {"backend": "pynvvideocodec", "min_frames": 16, "max_frames": 16, "hw_decoders": 2}},
-    "--mm-processor-kwargs": {"size": {"shortest_edge": 65536, "longest_edge": 9437184}},
+    "--mm-processor-kwargs": {"size": {"shortest_edge": 65536, "longest_edge": 9437184}, "device": "cuda"},
 }
 ROUTER = {
     "--policy": "round_robin",
@@ -146,6 +146,23 @@ def test_hw_decoders_only_after_0_25_1(tmp_path):
         assert ("hw_decoders" in video) is present, version
         assert video["backend"] == "pynvvideocodec"
         assert flags(argv)["--port"] == "8003"
+
+
+def test_frames_are_processed_on_the_gpu_unless_the_setting_says_cpu(tmp_path):
+    for extra, device in (((), "cuda"), (("--frame-preprocess", "cpu"), None), (("--frame-preprocess", "gpu"), "cuda")):
+        lines = dry_run(tmp_path, "--fleet-mode", "gpu", "--gpus", "0", "--vllm-version", "0.25.0", "--no-mps", *extra)
+        kwargs = json.loads(flags(split(lines[0])[1])["--mm-processor-kwargs"])
+        assert kwargs.get("device") == device, extra
+        assert kwargs["size"] == {"shortest_edge": 65536, "longest_edge": 9437184}
+    bad = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path)]
+        + ["--fleet-mode", "gpu", "--frame-preprocess", "tpu"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert bad.returncode != 0 and "gpu" in bad.stderr and "cpu" in bad.stderr
 
 
 def test_served_model_name_and_gpu_subset(tmp_path):

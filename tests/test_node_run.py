@@ -128,7 +128,7 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "--vllm-version",
             "0.25.0",
             "--threads-configs",
-            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -167,6 +167,12 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 2+gpupre+shm ("))
     assert "shared memory" in lines[i] and "the video processor on the GPU" in lines[i]
     assert lines[i + 1].endswith("--mm-tensor-ipc torch_shm") and "OMP_NUM_THREADS=2" in lines[i + 1]
+    # the recipe processes frames on the GPU; `cpupre` puts them back on the CPU, in the value that wins (the last)
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+cpupre ("))
+    assert "the video processor on the CPU" in lines[i]
+    argv = shlex.split(lines[i + 1])
+    given = [json.loads(argv[k + 1]) for k, a in enumerate(argv) if a == "--mm-processor-kwargs"]
+    assert given[0]["device"] == "cuda" and given[-1] == {"size": {"shortest_edge": 65536, "longest_edge": 9437184}}
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

@@ -5,12 +5,13 @@ A configuration may carry modifiers after `+`: `apiN` starts the replica with N 
 workers (the recipe has 4 of each: where the CPU goes beyond the thread pools), `nocache` with prefix caching off
 (the recipe leaves it on: the prompt's text is a prefix every clip shares), `fp8` with the language model's linear
 layers quantized to FP8 at load (`--quantization fp8`), `mbtN` with `--max-num-batched-tokens` N x 1024 (the
-recipe: 32; a prefill lever), `gpupre` with Qwen3-VL's video processor asked to run on the GPU (`device: cuda` in the
-server's `--mm-processor-kwargs`, beside the recipe's size: the resize and normalisation of every decoded frame are
-most of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the engine
-through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy, CUDA tensors included; the recipe serializes them,
-which copies a tensor the GPU made back to the CPU first). `1+api2`, `budget+nocache`, `budget+fp8`,
-`budget+mbt64`, `budget+gpupre`, `budget+gpupre+shm`. Each row
+recipe: 32; a prefill lever), `gpupre` / `cpupre` with Qwen3-VL's video processor on the GPU / the CPU whatever
+the FRAME_PREPROCESS setting says (`device: cuda` in the server's `--mm-processor-kwargs`, beside the recipe's size;
+the GPU is the recipe's since 2026-12-02: on the CPU the resize and normalisation of every decoded frame were most
+of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the
+engine through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy, CUDA tensors included; the recipe
+serializes them, which copies a tensor the GPU made back to the CPU first). `1+api2`, `budget+nocache`, `budget+fp8`,
+`budget+mbt64`, `budget+cpupre`, `budget+shm`. Each row
 also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
@@ -45,11 +46,11 @@ from benchmarks.node.jobs import (
     result_times,
     steady_rate,
 )
-from data.job_params import MIN_PIXELS, RECIPE_MAX_PIXELS
+from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "shm")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm")
 
 
 def _base(config: str) -> str:
@@ -67,7 +68,11 @@ def _count(m: str, prefix: str) -> int | None:
 
 
 def _modifier_ok(m: str) -> bool:
-    return m in ("nocache", "fp8", "gpupre", "shm") or _count(m, "api") is not None or _count(m, "mbt") is not None
+    return (
+        m in ("nocache", "fp8", "gpupre", "cpupre", "shm")
+        or _count(m, "api") is not None
+        or _count(m, "mbt") is not None
+    )
 
 
 def replica_flags(config: str) -> tuple[list[str], bool]:
@@ -80,9 +85,10 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
             flags += ["--max-num-batched-tokens", str(_count(m, "mbt") * 1024)]
         elif m == "fp8":
             flags += ["--quantization", "fp8"]
-        elif m == "gpupre":  # the whole value replaces the recipe's: its size kept, the device added
-            size = {"shortest_edge": MIN_PIXELS, "longest_edge": RECIPE_MAX_PIXELS}
-            flags += ["--mm-processor-kwargs", json.dumps({"size": size, "device": "cuda"}, separators=(",", ":"))]
+        elif m in ("gpupre", "cpupre"):  # the whole value replaces the recipe's: its size kept, the device named
+            device = "gpu" if m == "gpupre" else "cpu"
+            kwargs = fleet_commands.processor_kwargs(Settings.load(environ={}).replace(frame_preprocess=device))
+            flags += ["--mm-processor-kwargs", json.dumps(kwargs, separators=(",", ":"))]
         elif m == "shm":
             flags += ["--mm-tensor-ipc", "torch_shm"]
     return flags, "nocache" in _modifiers(config)
@@ -133,6 +139,8 @@ def describe(config: str, settings, replicas: int) -> str:
         text += "; prefix caching off"
     if "gpupre" in mods:
         text += "; the video processor on the GPU (mm-processor-kwargs device cuda)"
+    if "cpupre" in mods:
+        text += "; the video processor on the CPU (mm-processor-kwargs without a device: vLLM's default)"
     if "shm" in mods:
         text += "; frames to the engine through shared memory (--mm-tensor-ipc torch_shm)"
     if "fp8" in mods:
