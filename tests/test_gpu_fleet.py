@@ -410,25 +410,21 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "state": job["state"],
             "clips_per_s": round(len(done) / report["caption_s"], 2),
         }
-        # through our runner: the whole job (start-up and tail included), the steady part (the results while the
-        # runner held its whole in-flight window; every result's time is kept so another rule can be applied),
-        # and the machine's CPU (vLLM + router + runner) per captioned clip
-        ends = sorted(
-            r["created_at"]
-            for r in db.query(
-                "SELECT c.created_at FROM captions c JOIN job_items i ON i.caption_id = c.id WHERE i.job_id = ?",
-                [job["id"]],
-            )
-        )
-        # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
+        # through our runner: the whole job (start-up and tail included), the steady part (Little's law over the
+        # requests sent while the runner held its whole in-flight window; every result's time and latency are kept
+        # so that another rule can be applied), and the machine's CPU (vLLM + router + runner) per captioned clip
         from benchmarks.node.jobs import in_flight, result_times, steady_rate
+        from data.jobs import queries as job_queries
         from data.settings import Settings
 
+        work = job_queries.work_per_clip(db, job["id"])
+        # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
         replicas = sim_replicas if REHEARSE else len([g for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g])
-        steady = steady_rate([{"created_at": e} for e in ends], in_flight(Settings.load(environ={}), replicas))
+        steady = steady_rate(work, in_flight(Settings.load(environ={}), replicas))
         if steady is not None:
             report["job"]["steady_clips_per_s"] = round(steady, 2)
-        report["job"]["result_times_s"] = result_times([{"created_at": e} for e in ends])
+        report["job"]["result_times_s"] = result_times(work)
+        report["job"]["result_latencies_s"] = [round(w["latency_s"] or 0, 3) for w in work]
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)

@@ -175,20 +175,20 @@ STEADY_WAVES = 4  # a job is long enough for a steady rate when it holds this ma
 
 
 def steady_rate(work: list[dict], in_flight: int) -> float | None:
-    """Clips/s while the runner held `in_flight` requests (all replicas) in flight: the results after the first
-    in-flight window's last one and up to the one whose arrival sent the job's last request (the GPU test's
-    'steady'). The first window is sent all at once and comes back as a burst; a rule by share of results
-    (the middle 80 %, used until 2026-12-02) started inside that burst at 208 clips and 48 in flight, so what it
-    read depended on how the tail offset it (two GPU runs of the same recipe: 3.57 and 4.23 clips/s steady, 2.85
-    and 2.97 whole job). The tail, where fewer requests remain, is left out too. Only for a job of at least
-    STEADY_WAVES x `in_flight` clips, so that two windows or more are measured; a shorter job has no steady rate
-    and the whole job's rate is the figure."""
-    ends = sorted(w["created_at"] for w in work)
-    if len(ends) < max(20, STEADY_WAVES * in_flight):
+    """Clips/s while the runner held `in_flight` requests (all replicas) in flight, by Little's law: `in_flight`
+    over the mean latency of the requests sent after the first window and before the last (the GPU test's
+    'steady'). Not a count of results over a span of time: results come back in waves, not evenly. On one H200
+    with dummy weights (every caption as long as its bound) the 48 requests of a window finished within 0.3 s
+    of each other, one wave every ~12.6 s (GPU run of 2026-12-02): a rule by share of results (the middle 80 %,
+    used until then) read 3.57 and 4.23 clips/s for the same recipe, by where its ends fell within a wave, and
+    any span that cuts a wave is off by up to a window. Only for a job of at least STEADY_WAVES x `in_flight`
+    clips whose results all carry their latency; else None, and the whole job's rate is the figure."""
+    if len(work) < max(20, STEADY_WAVES * in_flight) or any(w.get("latency_s") is None for w in work):
         return None
-    lo, hi = in_flight - 1, len(ends) - in_flight - 1
-    span = ends[hi] - ends[lo]
-    return round((hi - lo) / span, 3) if span > 0 else None
+    sent = sorted(work, key=lambda w: w["created_at"] - w["latency_s"])
+    mid = sent[in_flight : len(sent) - in_flight]
+    mean = sum(w["latency_s"] for w in mid) / len(mid)
+    return round(in_flight / mean, 3) if mean > 0 else None
 
 
 def result_times(work: list[dict]) -> list[float]:

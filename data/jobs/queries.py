@@ -240,10 +240,12 @@ def replica_load(db: sqlite_utils.Database, job_id: int) -> list[dict]:
 def work_per_clip(db: sqlite_utils.Database, job_id: int) -> list[dict]:
     """What each clip the job captioned asked of the model, for its FLOPs (serving.flops): prompt and output
     tokens, frames and pixel budget (the caption's params; rows written before the budget existed ran at the
-    recipe's), the clip's size, and when the caption was written. Captions without token counts are left out."""
+    recipe's), the clip's size, when the caption was written and its request's latency (seconds, None where not
+    recorded). Captions without token counts are left out."""
     rows = []
     for r in db.query(
-        "SELECT c.prompt_tokens, c.completion_tokens, c.frames, c.params, c.created_at, k.width, k.height "
+        "SELECT c.prompt_tokens, c.completion_tokens, c.frames, c.params, c.created_at, c.latency_ms, "
+        "k.width, k.height "
         "FROM captions c JOIN job_items i ON i.caption_id = c.id JOIN clips k ON k.id = c.clip_id "
         "WHERE i.job_id = ? AND c.prompt_tokens IS NOT NULL AND c.completion_tokens IS NOT NULL "
         "ORDER BY c.created_at",
@@ -259,6 +261,7 @@ def work_per_clip(db: sqlite_utils.Database, job_id: int) -> list[dict]:
                 "width": r["width"],
                 "height": r["height"],
                 "created_at": r["created_at"],
+                "latency_s": r["latency_ms"] / 1000 if r["latency_ms"] is not None else None,
             }
         )
     return rows
