@@ -235,7 +235,8 @@ def measure_busy(
 _WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from data import db as dbmod, job_items
+from data import db as dbmod
+from data.jobs import items as job_items
 db_path, job_id = sys.argv[2], int(sys.argv[3])
 seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
