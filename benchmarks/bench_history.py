@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+if "--child" not in sys.argv:  # a child imports the code under test, from PYTHONPATH (--code)
+    sys.path.insert(0, str(REPO))
 
 
 def child(versions: int, chars: int) -> None:
@@ -68,8 +69,9 @@ def main(argv=None) -> int:
     if a.child:
         child(a.versions, a.chars)
         return 0
-    env = {**os.environ, "PYTHONPATH": str(a.code.resolve()), "GRADIO_ANALYTICS_ENABLED": "False"}
-    env.update(HF_HUB_OFFLINE="1", NO_PROXY="127.0.0.1,localhost")
+    from benchmarks.child_env import child_env
+
+    env = child_env(a.code, GRADIO_ANALYTICS_ENABLED="False", HF_HUB_OFFLINE="1", NO_PROXY="127.0.0.1,localhost")
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--versions", str(a.versions)]
     r = subprocess.run(
         [*cmd, "--chars", str(a.chars)], cwd=a.code, env=env, capture_output=True, text=True, timeout=1800

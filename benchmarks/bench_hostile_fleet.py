@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -90,11 +89,12 @@ def child(kind: str, url: str) -> None:
 def run(name: str, code: Path, kill_mib: int) -> dict:
     import psutil
 
+    from benchmarks.child_env import child_env
     from tests.support.hostile_fleet import HostileFleet
 
     spec = dict(SCENARIOS[name])
     with HostileFleet(spec.pop("mode"), **spec) as hf:
-        env = {**os.environ, "PYTHONPATH": str(code), "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1"}
+        env = child_env(code, GRADIO_ANALYTICS_ENABLED="False", NO_PROXY="127.0.0.1")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name.split("/")[0], "--url", hf.url]
         p = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         watch, top = psutil.Process(p.pid), 0.0

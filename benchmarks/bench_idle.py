@@ -24,6 +24,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+from benchmarks.child_env import child_env  # noqa: E402
 from serving.procs import free_port  # noqa: E402
 
 
@@ -56,7 +57,7 @@ def main() -> int:
     args = ap.parse_args()
     port = free_port()
     with tempfile.TemporaryDirectory() as d:
-        env = {**os.environ, "PYTHONPATH": str(REPO), "GRADIO_ANALYTICS_ENABLED": "False"}
+        env = child_env(REPO, GRADIO_ANALYTICS_ENABLED="False")
         proc = subprocess.Popen(
             [sys.executable, "-m", "webapp", "--data-dir", d, "--port", str(port), "--fleet-mode", "sim"],
             cwd=REPO,

@@ -36,6 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.child_env import child_env
 from benchmarks.library_build import fresh_library
 from data import prompts, quality, schema, taxonomy
 from data.clips import Filter
@@ -386,7 +387,7 @@ def main(argv=None) -> int:
     )
     row("Quality tab: report, agreement, tables, 3 figures as PNG", lambda: tab_view(db), lambda n: f"{n:,} bytes")
     cli = [sys.executable, "-m", "data.quality", "--db", args.db]
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = child_env(Path(__file__).resolve().parents[1])
     for name, extra in (
         ("CLI, everything", []),
         ("CLI, --job 3", ["--job", "3"]),

@@ -51,6 +51,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks.child_env import child_env
 from data import db as dbmod, jobs, prompts
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
@@ -293,12 +294,6 @@ REPLICA_RATE = 3.5  # clips/s of one H200 (docs/GPU.md)
 REPLICA_CAPACITY = 8  # requests a paced replica runs at once
 
 
-def _pythonpath() -> str:
-    """The repository first, then what PYTHONPATH already names (where a machine keeps its packages: the GPU
-    machine's /tmp/site), so that a child process imports what this one does."""
-    return os.pathsep.join(p for p in (str(Path(__file__).resolve().parent.parent), os.environ.get("PYTHONPATH")) if p)
-
-
 def gil_hogs(n: int) -> None:
     """`n` daemon threads in this process that run Python without pause: a stand-in for a runner whose event loop
     needs a whole core (a head reading hundreds of answers a second), on a machine too small to make one."""
@@ -411,7 +406,7 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
     held = dbmod._write_lock(Path(settings.db))  # count the runner's transactions only, not the set-up's
     held.holds, held.total_s, held.max_s = 0, 0.0, 0.0
     fleet = ReplayFleet(replicas, REPLICA_RATE if rate else 0)
-    env = {**os.environ, "PYTHONPATH": _pythonpath()}
+    env = child_env(Path(__file__).resolve().parent.parent)
     ann = subprocess.Popen(
         [
             sys.executable,

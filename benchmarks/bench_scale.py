@@ -37,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import httpx  # noqa: E402
 
+from benchmarks.child_env import child_env, pythonpath  # noqa: E402
 from data import db as dbmod, jobs, prompts  # noqa: E402
 from data.job_params import JobParams  # noqa: E402
 from data.jobs import queries as job_queries  # noqa: E402
@@ -175,7 +176,7 @@ def measure_busy(
                 + ["--replicas", str(replicas)],
             ),
             log=tmp / "runner.log",
-            env={"PYTHONPATH": str(ROOT)},
+            env={"PYTHONPATH": pythonpath(ROOT)},  # procs.start adds this to the inherited environment
         )
         t_start = time.monotonic()
         with httpx.Client(timeout=30, trust_env=False) as http:
@@ -234,7 +235,8 @@ def measure_busy(
 _WRITER = r"""
 import json, sys, time
 sys.path.insert(0, sys.argv[1])
-from data import db as dbmod, job_items
+from data import db as dbmod
+from data.jobs import items as job_items
 db_path, job_id = sys.argv[2], int(sys.argv[3])
 seconds, batch, rate = float(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 d = dbmod.connect(db_path)
@@ -312,7 +314,7 @@ def measure_sqlite(
         params=JobParams(),
     )
     d.close()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = child_env(ROOT)
     ann = subprocess.Popen(
         [sys.executable, "-c", _ANNOTATOR, str(ROOT), str(settings.db), str(seconds + 1)],
         stdout=subprocess.PIPE,

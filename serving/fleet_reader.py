@@ -27,6 +27,7 @@ from inside a running loop).
 from __future__ import annotations
 
 import asyncio
+import ssl
 import threading
 import time
 from dataclasses import replace
@@ -80,6 +81,7 @@ class FleetReader:
         self._auth: tuple[tuple | None, fleet_key.FleetAuth] | None = None
         self.timeout = timeout
         self._transport = transport
+        self._ssl: ssl.SSLContext | None = None  # made at the first read that connects, then kept: see _verify
 
     @property
     def auth(self) -> fleet_key.FleetAuth:
@@ -98,9 +100,26 @@ class FleetReader:
         return f"FleetReader({self.auth!r}, timeout={self.timeout})"
 
     # ---- clients: the only ones made for a fleet read, each with the key ---------------------------------------
+    def _verify(self, transport: object) -> ssl.SSLContext | bool:
+        """The TLS context of every client this reader makes: what httpx would make for each one (certifi's CAs,
+        the environment's SSL_CERT_FILE/DIR not read: trust_env=False), made once, as making it costs ~20 ms of
+        CPU (loading certifi's bundle) and the app and the runner read their fleet every few seconds. With an
+        injected `transport` (tests) the client connects through it and uses none: httpx's default, nothing made."""
+        if transport is not None:
+            return True
+        if self._ssl is None:
+            self._ssl = httpx.create_ssl_context(trust_env=False)
+        return self._ssl
+
     def _client(self, timeout: float) -> httpx.Client:
         transport = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
-        return httpx.Client(timeout=timeout, trust_env=False, headers=self.auth.headers, transport=transport)
+        return httpx.Client(
+            timeout=timeout,
+            trust_env=False,
+            headers=self.auth.headers,
+            transport=transport,
+            verify=self._verify(transport),
+        )
 
     def _async_client(self, timeout: float) -> httpx.AsyncClient:
         transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
@@ -109,6 +128,7 @@ class FleetReader:
             trust_env=False,
             headers=self.auth.headers,
             transport=transport,
+            verify=self._verify(transport),
             limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY),
         )
 
