@@ -1,0 +1,292 @@
+"""A lead releases a training set on the stack `./launch.sh` starts (router gate, fleet key, supervised runner, login
+on), in a real Chromium, and reads its per-split counts where a lead reads them: the message and the dataset card
+(issue 30; RELIABILITY.md R17).
+
+The library: the launch's demo clips, captioned by the simulated fleet on first launch and approved, and 32 approved
+clips with real (not simulated) captions in 8 groups of uneven sizes (9, 6, 4, 3, 2 and 2 clips by the sidecar's
+route; 4 and 2 by their folder, having no route), every hazard level, two of them written from scratch by a person,
+beside clips of those groups that are not released (unreviewed, rejected, broken). The lead asks for
+train=0.7,val=0.2,test=0.1 with seed 2 in the panel.
+
+What the page says is checked against what the data layer computes from the database, not against the release's
+own SQL: the approved clips as export records (data.export), grouped by route else folder, placed by the placing
+rule over those groups (data.quality.splits.assign), counted here. For each split: its clips, groups and share in
+the message and the card's Splits table, its hazard-level shares, its clips per value of every label, its share
+written from scratch and (once simulated text is included) its simulated share; each equals the expected figure
+and what the split's files hold (manifest, JSONL, parquet, SFT), and the splits sum to the clips released. The
+first release leaves the simulated demo text out and says so; the second, with simulated text included, says what
+changed. An annotator never sees the panel.
+Screenshot: docs/screenshots/browse-release.png. Every page is watched for uncaught JavaScript errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+
+import pandas as pd
+import pytest
+
+from data import captions, clips as clipsmod, export, review_states, taxonomy
+from data.clips import Filter
+from data.quality import release as rel, splits
+from tests.support.browser_fixtures import SCREENSHOTS, login
+from tests.support.launched_stack import LaunchedStack
+from tests.support.release_library import LABELS, ClipSpec, build
+
+pytestmark = pytest.mark.browser
+
+SHARES = "train=0.7,val=0.2,test=0.1"
+SEED = 2
+FIELD = "route"  # the panel's default group-by
+NONE = "(none)"  # the card's cell for a label without a value
+
+
+def _group(route: str, *hazards: str, status: str = "approved") -> list[ClipSpec]:
+    return [ClipSpec("drives", {FIELD: route, "camera": "front"}, h, status=status) for h in hazards]
+
+
+LIBRARY = [
+    *_group("A", "none", "none", "none", "none", "low", "low", "low", "high", "high"),
+    *_group("A", "low", "critical", status="unreviewed"),
+    *_group("A", "medium", status="rejected"),
+    *_group("B", "medium", "medium", "medium", "none", "none", "critical"),
+    *_group("B", "high", status="broken"),
+    *_group("C", "low", "low", "none", "high"),
+    *_group("D", "none", "none", "none"),
+    *_group("E", "medium", "low"),
+    *_group("F", "critical"),
+    ClipSpec("drives", {FIELD: "F"}, captioned=False),  # no machine caption: a person writes one (WRITTEN)
+    # no sidecar: grouped by folder; a sidecar without the route: grouped by folder too
+    *[ClipSpec("loose", None, h) for h in ("none", "low", "high")],
+    ClipSpec("loose", None, "medium", status="unreviewed"),
+    *[ClipSpec("cam2", {"camera": "rear"}, h, edited=True) for h in ("none", "medium")],
+    ClipSpec("loose", None, captioned=False),
+]
+WRITTEN = {"drives": "high", "loose": "low"}  # the uncaptioned clips' folder -> the written caption's hazard level
+RELEASED = 32  # approved, real text
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with LaunchedStack(tmp_path_factory.mktemp("launched") / "var") as s:
+        s.wait_jobs_done()  # the demo library's first-launch job: its captions are the simulated text
+        yield s
+
+
+def expected(stack, *, include_simulated: bool) -> dict:
+    """What the release must hold, from the database through the data layer: the approved clips' export records,
+    their groups (route, else folder), placed by data.quality.splits over those groups, counted per split."""
+    d = stack.db()
+    try:
+        records = [
+            r for r in export.iter_rows(d, Filter(review_status="approved")) if include_simulated or not r["simulated"]
+        ]
+    finally:
+        d.close()
+    group_of, hist = {}, defaultdict(Counter)
+    for r in records:
+        value = (r["sidecar"] or {}).get(FIELD)
+        folder = r["path"].rpartition("/")[0] or "."
+        group_of[r["clip_id"]] = f"{FIELD}={value}" if value not in (None, "") else f"folder={folder}"
+        hist[group_of[r["clip_id"]]][r["labels"]["hazard_level"] or ""] += 1
+    shares = splits.parse(SHARES)
+    split_of_group = splits.assign({g: dict(sorted(h.items())) for g, h in hist.items()}, shares, SEED)
+    out = {
+        "names": list(shares),
+        "shares": shares,
+        "split": {r["clip_id"]: split_of_group[group_of[r["clip_id"]]] for r in records},
+        "group": group_of,
+        "clips": Counter(),
+        "groups": Counter(split_of_group.values()),
+        "simulated": Counter(),
+        "written": Counter(),
+        "labels": {label: defaultdict(Counter) for label in taxonomy.ENUMS},
+    }
+    for r in records:
+        s = out["split"][r["clip_id"]]
+        out["clips"][s] += 1
+        out["simulated"][s] += bool(r["simulated"])
+        out["written"][s] += r["changed"] == "written"
+        for label in taxonomy.ENUMS:
+            v = r["labels"].get(label)
+            if label in taxonomy.MULTI:
+                out["labels"][label][s].update(v or [NONE])
+            else:
+                out["labels"][label][s][NONE if v is None else str(v)] += 1
+    return out
+
+
+def pct(part: int, whole: int) -> str:
+    return f"{part / whole:.1%}" if whole else "-"
+
+
+def card_tables(page) -> list[dict]:
+    """Every table of the card as shown: the bold line above it (a label's name) and its rows of cell texts."""
+    return page.evaluate(
+        """() => { let above = ''; const out = [];
+            for (const el of document.querySelectorAll('#release-card p, #release-card table')) {
+                if (el.tagName === 'P') { above = el.innerText.trim(); continue; }
+                out.push({above, rows: [...el.rows].map(r => [...r.cells].map(c => c.innerText.trim()))});
+            }
+            return out; }"""
+    )
+
+
+def table(tables: list[dict], header: list[str], above: str | None = None) -> dict[str, list[str]]:
+    """The one table with `header` (and the line `above` it): first cell -> the other cells."""
+    (t,) = [t for t in tables if t["rows"][0] == header and (above is None or t["above"] == above)]
+    rows = {row[0]: row[1:] for row in t["rows"][1:]}
+    assert len(rows) == len(t["rows"]) - 1, t  # no row named twice
+    return rows
+
+
+def check_counts_on_the_page(page, release_id: int, want: dict) -> dict[str, int]:
+    """The message's and the card's per-split figures against `want`; returns the clips per split read."""
+    names, total = want["names"], sum(want["clips"].values())
+    said = page.inner_text("#release-result")
+    per_split = ", ".join(f"{s} {want['clips'][s]}" for s in names)
+    assert f": {total} clips ({per_split})." in said, said
+    card = page.inner_text("#release-card")
+    assert f"{total} clips in {per_split}." in card, card[:400]
+    tables = card_tables(page)
+
+    rows = table(tables, ["split", "asked", "achieved", "clips", "groups"])
+    assert list(rows) == names
+    read = {s: int(rows[s][2]) for s in names}
+    for s in names:
+        shown = dict(zip(["asked", "achieved", "clips", "groups"], rows[s]))
+        assert shown == {
+            "asked": f"{want['shares'][s]:.1%}",
+            "achieved": pct(want["clips"][s], total),
+            "clips": str(want["clips"][s]),
+            "groups": str(want["groups"][s]),
+        }, (s, shown)
+    assert sum(read.values()) == total
+
+    hazard = want["labels"]["hazard_level"]
+    levels = set().union(*hazard.values())
+    rows = table(tables, ["hazard level", *names, "all"])
+    assert set(rows) == levels
+    for level in levels:
+        whole = sum(hazard[s][level] for s in names)
+        assert rows[level] == [*[pct(hazard[s][level], want["clips"][s]) for s in names], pct(whole, total)], level
+
+    for label in taxonomy.ENUMS:
+        counts = want["labels"][label]
+        rows = table(tables, ["value", *names, "all"], above=label)
+        assert set(rows) == set().union(*counts.values()), label
+        for value, cells in rows.items():
+            per = [counts[s][value] for s in names]
+            assert cells == [*map(str, per), str(sum(per))], (label, value, cells)
+        if label not in taxonomy.MULTI:  # one value per clip: a split's column sums to its clips
+            assert [sum(counts[s].values()) for s in names] == [want["clips"][s] for s in names], label
+
+    header = ["split", "reviewed by a person", "edited (text or labels changed from the machine's)"]
+    header += ["written from scratch", "simulated"]
+    rows = table(tables, header)
+    for s in names:
+        assert rows[s][2:] == [pct(want[k][s], want["clips"][s]) for k in ("written", "simulated")], (s, rows[s])
+    assert int(page.get_attribute("#release-result", "data-release")) == release_id
+    return read
+
+
+def check_files(stack, release_id: int, want: dict) -> None:
+    """The release's files hold the clips, splits and hazard levels the page counted."""
+    d = stack.db()
+    try:
+        row = rel.get(d, release_id)
+    finally:
+        d.close()
+    names = want["names"]
+    assert row["counts"] == {s: want["clips"][s] for s in names}  # as recorded
+    path = stack.settings.data_dir / "releases" / f"{row['name']}-v{row['version']}"
+    manifest = [json.loads(x) for x in (path / "manifest.jsonl").read_text().splitlines()]
+    assert [m["clip_id"] for m in manifest] == sorted(want["split"])  # each released clip once, in id order
+    assert {m["clip_id"]: m["split"] for m in manifest} == want["split"]
+    assert {m["clip_id"]: m["group"] for m in manifest} == want["group"]
+    for s in names:
+        frame = pd.read_parquet(path / f"{s}.parquet")
+        assert len(frame) == want["clips"][s] == len(json.loads((path / "sft" / f"{s}.json").read_text()))
+        assert len((path / f"{s}.jsonl").read_text().splitlines()) == want["clips"][s]
+        levels = Counter(NONE if x is None else x for x in frame["labels"].map(lambda v: v["hazard_level"]))
+        assert levels == +want["labels"]["hazard_level"][s], s
+        assert int(frame["simulated"].sum()) == want["simulated"][s]
+
+
+def release(page, previous: int | None) -> int:
+    """Click Release and wait for its answer; returns the release's id."""
+    page.click("#btn-release")
+    if previous is None:
+        page.wait_for_selector("#release-result")
+    else:
+        page.wait_for_function(f"document.querySelector('#release-result')?.dataset.release === '{previous + 1}'")
+    return int(page.get_attribute("#release-result", "data-release"))
+
+
+def test_a_lead_releases_a_set_and_reads_each_splits_counts_as_the_data_layer_computes_them(browser, stack):
+    d = stack.db()
+    try:
+        demo = [r[0] for r in d.execute("SELECT id FROM clips WHERE current_caption_id IS NOT NULL ORDER BY id")]
+        assert len(demo) == stack.demo_count
+        for cid in demo:  # the first launch's captions, from the simulated fleet, approved
+            cap = clipsmod.get(d, cid)["caption"]
+            assert cap["simulated"], cap
+            review_states.set_review(d, cid, status="approved", user="lead", base_caption_id=cap["id"])
+        built = build(d, LIBRARY)
+        for cid, spec in built.specs.items():
+            if not spec.captioned:
+                labels = {**LABELS, "hazard_level": WRITTEN[spec.folder]}
+                text = "A person's own caption of a calm drive."
+                cap = captions.save_human(d, cid, text=text, labels=labels, author="ann", base_caption_id=None)
+                review_states.set_review(d, cid, status="approved", user="lead", base_caption_id=cap["id"])
+    finally:
+        d.close()
+    want = expected(stack, include_simulated=False)
+    # the input shows a wrong count: every split holds clips, no two the same number, more than one group in one
+    assert sum(want["clips"].values()) == RELEASED and len(want["groups"]) == 3 and sum(want["written"].values()) == 2
+    assert len(set(want["clips"].values())) == 3 and max(want["groups"].values()) > 1
+
+    lead_ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    ann_ctx = browser.new_context(viewport={"width": 1366, "height": 900})
+    try:
+        lead, watch = login(lead_ctx, stack.url, "lead")
+        lead.wait_for_selector(".cw-tile")
+        lead.get_by_text("Release a training set").click()
+        lead.fill("#release-name textarea", "launched-set")
+        lead.fill("#release-splits textarea", SHARES)
+        lead.fill("#release-seed input", str(SEED))
+        first = release(lead, None)
+        said = lead.inner_text("#release-result")
+        assert "Wrote launched-set v1" in said, said
+        assert f"{stack.demo_count} clips with simulated text left out" in said, said
+        lead.wait_for_function("document.querySelector('#release-card').innerText.includes('launched-set v1')")
+        card = lead.inner_text("#release-card")
+        assert f"Simulated text is left out: {stack.demo_count} clips" in card and "no group is in two splits" in card
+        read = check_counts_on_the_page(lead, first, want)
+        assert sum(read.values()) == RELEASED
+        print(f"launched-set v1, per split as read on the card: {read}")
+        check_files(stack, first, want)
+
+        lead.check("#release-simulated input")
+        second = release(lead, first)
+        want = expected(stack, include_simulated=True)
+        said = lead.inner_text("#release-result")
+        assert "Wrote launched-set v2" in said and f"Since v1: {stack.demo_count} added, 0 removed" in said, said
+        lead.wait_for_function("document.querySelector('#release-card').innerText.includes('launched-set v2')")
+        card = lead.inner_text("#release-card")
+        assert "Simulated text is included" in card and f"{stack.demo_count} records are flagged" in card
+        read = check_counts_on_the_page(lead, second, want)
+        assert sum(read.values()) == RELEASED + stack.demo_count
+        print(f"launched-set v2, per split as read on the card: {read}")
+        check_files(stack, second, want)
+        lead.locator("#release-panel").scroll_into_view_if_needed()
+        lead.screenshot(path=str(SCREENSHOTS / "browse-release.png"))
+        assert not watch.errors
+
+        ann, _ = login(ann_ctx, stack.url, "ann")
+        ann.wait_for_selector(".cw-tile")
+        assert not ann.locator("#release-panel").is_visible()  # leads only
+    finally:
+        lead_ctx.close()
+        ann_ctx.close()
