@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run the test suite on a fresh machine: installs what is missing (Debian chromium for the browser tests,
+# Run the test suite on a fresh machine: installs what is missing (Debian chromium for the browser tests, openssl
+# for the self-signed certificate of test_fleet_reads_tls,
 # the project with its test extra), then the lint and format checks (ruff, configured in pyproject.toml), then
 # pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
 # GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").
@@ -15,10 +16,10 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 QUICK=0
 if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
-if [ ! -x /usr/bin/chromium ]; then
-  echo "[tests] installing Debian chromium for the browser tests"
+if [ ! -x /usr/bin/chromium ] || ! command -v openssl >/dev/null; then
+  echo "[tests] installing Debian chromium (the browser tests) and openssl (a test's self-signed certificate)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
-  $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium
+  $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium openssl
 fi
 if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, hypothesis, playwright, pytest_timeout, xdist, sklearn, scipy, data.settings" 2>/dev/null \
    || ! "$PY" -m ruff --version >/dev/null 2>&1; then
