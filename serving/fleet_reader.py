@@ -81,7 +81,7 @@ class FleetReader:
         self._auth: tuple[tuple | None, fleet_key.FleetAuth] | None = None
         self.timeout = timeout
         self._transport = transport
-        self._ssl: ssl.SSLContext | None = None  # made at the first read that connects, then kept: see _verify
+        self._ssl: ssl.SSLContext | None = None  # made at the first read that connects, then kept: _client_args
 
     @property
     def auth(self) -> fleet_key.FleetAuth:
@@ -100,36 +100,31 @@ class FleetReader:
         return f"FleetReader({self.auth!r}, timeout={self.timeout})"
 
     # ---- clients: the only ones made for a fleet read, each with the key ---------------------------------------
-    def _verify(self, transport: object) -> ssl.SSLContext | bool:
-        """The TLS context of every client this reader makes: what httpx would make for each one (certifi's CAs,
-        the environment's SSL_CERT_FILE/DIR not read: trust_env=False), made once, as making it costs ~20 ms of
-        CPU (loading certifi's bundle) and the app and the runner read their fleet every few seconds. With an
-        injected `transport` (tests) the client connects through it and uses none: httpx's default, nothing made."""
-        if transport is not None:
-            return True
-        if self._ssl is None:
+    def _client_args(self, timeout: float, transport: object) -> dict:
+        """What every client this reader makes shares: the key's headers, no environment (proxies, CA files), the
+        `transport` injected for tests (or None), and one TLS context for all of them: what httpx would make for
+        each (certifi's CAs; trust_env=False, so SSL_CERT_FILE/DIR are not read), made at the first client that
+        connects, as making it costs ~20 ms of CPU (loading certifi's bundle) and the app and the runner read their
+        fleet every few seconds. A client with an injected transport connects through it: nothing is made."""
+        if transport is None and self._ssl is None:
             self._ssl = httpx.create_ssl_context(trust_env=False)
-        return self._ssl
+        verify = True if transport is not None else self._ssl
+        return {
+            "timeout": timeout,
+            "trust_env": False,
+            "headers": self.auth.headers,
+            "transport": transport,
+            "verify": verify,
+        }
 
     def _client(self, timeout: float) -> httpx.Client:
         transport = self._transport if isinstance(self._transport, httpx.BaseTransport) else None
-        return httpx.Client(
-            timeout=timeout,
-            trust_env=False,
-            headers=self.auth.headers,
-            transport=transport,
-            verify=self._verify(transport),
-        )
+        return httpx.Client(**self._client_args(timeout, transport))
 
     def _async_client(self, timeout: float) -> httpx.AsyncClient:
         transport = self._transport if isinstance(self._transport, httpx.AsyncBaseTransport) else None
         return httpx.AsyncClient(
-            timeout=timeout,
-            trust_env=False,
-            headers=self.auth.headers,
-            transport=transport,
-            verify=self._verify(transport),
-            limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY),
+            **self._client_args(timeout, transport), limits=httpx.Limits(max_connections=2 * SCRAPE_CONCURRENCY)
         )
 
     def _run(self, go: Callable[[httpx.AsyncClient], Awaitable[Any]], timeout: float) -> Any:

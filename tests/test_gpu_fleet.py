@@ -424,7 +424,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         if steady is not None:
             report["job"]["steady_clips_per_s"] = round(steady, 2)
         report["job"]["result_times_s"] = result_times(work)
-        report["job"]["result_latencies_s"] = [round(w["latency_s"] or 0, 3) for w in work]
+        report["job"]["result_latencies_s"] = [
+            None if w["latency_s"] is None else round(w["latency_s"], 3) for w in work
+        ]
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)
