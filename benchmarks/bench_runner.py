@@ -24,13 +24,16 @@ the simulated fleet's answers, rendered beforehand, 5 alternatives per token, ~2
     python benchmarks/bench_runner.py --runners 2                 # the ceiling of 1 vs 2 runner processes
     python benchmarks/bench_runner.py --profile                   # where a runner's CPU goes per answer
     python benchmarks/bench_runner.py --head --rates 28 --gil-hogs 1 --switch both   # a GIL-bound runner process
+    python benchmarks/bench_runner.py --head --rates 448 --collect both   # garbage collection: Python's, the runner's
 
 4. --head: at each rate (replicas = rate / 3.5, each running 8 at once; rate 0 = zero-latency replicas, the
    ceiling) the runner (this process, its own checker processes) captions a job while another process saves a
    human caption every 100 ms (data.captions.save_human on clips outside the job). Printed: clips/s, the busy
    share (the replicas' running request-seconds over their capacity, in a window while work is queued), the
    runner's CPU per clip (its process and its checkers), the longest write-lock hold of the runner
-   (data.db.write_lock_stats) and of the saves, and the saves' p50/p99/max.
+   (data.db.write_lock_stats) and of the saves, the saves' p50/p99/max, and the runner process's garbage
+   collections (the longest pause, and their time per clip). `--collect off`: Python's automatic collection instead
+   of the runner's between its transactions (serving.runner.collector).
 5. --runners N: the ceiling (zero-latency replicas) with 1 and with N runner processes sharing one job through
    their leases, alternating; clips/s and the longest write-lock hold each.
 6. --profile: each step of reading and storing one answer of the recorded size, timed alone: JSON (json and
@@ -41,6 +44,7 @@ the simulated fleet's answers, rendered beforehand, 5 alternatives per token, ~2
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import resource
 import sys
@@ -405,6 +409,7 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
     job_id = _job(settings, db, ids[:n])
     held = dbmod._write_lock(Path(settings.db))  # count the runner's transactions only, not the set-up's
     held.holds, held.total_s, held.max_s = 0, 0.0, 0.0
+    pauses = gc_pauses()
     fleet = ReplayFleet(replicas, REPLICA_RATE if rate else 0)
     env = child_env(Path(__file__).resolve().parent.parent)
     ann = subprocess.Popen(
@@ -451,6 +456,7 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
         stop.set()
         th.join()
         lock = dbmod.write_lock_stats(settings.db)
+        pauses.stop()
         ann.terminate()
         out_text = ann.communicate(timeout=60)[0]
         fleet_answer = sum(fleet.answer_bytes) / len(fleet.answer_bytes)
@@ -469,6 +475,8 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
         "runner_cores": runner_cpu / wall,
         "longest_hold_ms": lock["max_ms"],
         "holds": lock["holds"],
+        "gc_longest_ms": max(pauses.took, default=0.0) * 1000,
+        "gc_ms_per_clip": sum(pauses.took) * 1000 / max(1, done),
         "save_p50_ms": _pct(saves["waits"], 0.5) * 1000,
         "save_p99_ms": _pct(saves["waits"], 0.99) * 1000,
         "save_max_ms": max(saves["waits"] or [float("nan")]) * 1000,
@@ -489,6 +497,28 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
     return res
 
 
+class gc_pauses:
+    """The garbage collections of this process from now until `stop()`: `took`, each one's seconds."""
+
+    def __init__(self) -> None:
+        import gc
+
+        self.took: list[float] = []
+        self._t = 0.0
+        self._gc = gc
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.perf_counter()
+        else:
+            self.took.append(time.perf_counter() - self._t)
+
+    def stop(self) -> None:
+        if self._cb in self._gc.callbacks:
+            self._gc.callbacks.remove(self._cb)
+
+
 def print_head(r: dict) -> None:
     busy = (
         f"busy {r['busy_share']:.1%} ({r['window_clips_per_s']:.1f} clips/s over {r['window_s']:.0f} s, "
@@ -507,7 +537,8 @@ def print_head(r: dict) -> None:
         )
         + f"longest write-lock hold "
         f"{r['longest_hold_ms']:.1f} ms over {r['holds']} transactions; a save alongside p50 "
-        f"{r['save_p50_ms']:.1f} / p99 {r['save_p99_ms']:.1f} / max {r['save_max_ms']:.1f} ms ({r['saves']} saves)",
+        f"{r['save_p50_ms']:.1f} / p99 {r['save_p99_ms']:.1f} / max {r['save_max_ms']:.1f} ms ({r['saves']} saves); "
+        f"garbage collection: longest pause {r['gc_longest_ms']:.1f} ms, {r['gc_ms_per_clip']:.2f} ms per clip",
         flush=True,
     )
 
@@ -661,6 +692,13 @@ def main() -> int:
         "default; both: off then on at each rate",
     )
     ap.add_argument(
+        "--collect",
+        default="on",
+        choices=("on", "off", "both"),
+        help="--head: garbage collection by the runner's loop between its transactions (serving.runner.collector); "
+        "off: Python's automatic collection; both: off then on at each rate",
+    )
+    ap.add_argument(
         "--gil-hogs", type=int, default=0, help="--head: threads beside the runner that hold the GIL (gil_hogs)"
     )
     ap.add_argument("--runners", type=int, default=0, help="the ceiling with 1 and with N runner processes")
@@ -672,24 +710,25 @@ def main() -> int:
         return 0
     if args.head:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")
-        from serving.runner import dbthread, store as store_mod
+        from serving.runner import collector as collector_mod, dbthread, store as store_mod
 
         gil_hogs(args.gil_hogs)
         default_switch, shipped = sys.getswitchinterval(), dbthread.GIL_SWITCH_S
         both = {"on": [True], "off": [False], "both": [False, True]}
         for rate in (float(x) for x in args.rates.split(",")):
-            for pace in both[args.pace]:
-                for switch in both[args.switch]:
-                    store_mod.JobStore.pace = pace
-                    sys.setswitchinterval(default_switch)  # prompt_gil only ever shortens it
-                    dbthread.GIL_SWITCH_S = shipped if switch else default_switch
-                    got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
-                    print(
-                        f"pacing {'on' if pace else 'off'}, switch {sys.getswitchinterval() * 1000:g} ms"
-                        f"{f', {args.gil_hogs} GIL hog(s)' if args.gil_hogs else ''}: ",
-                        end="",
-                    )
-                    print_head(got)
+            for pace, switch, collect in itertools.product(both[args.pace], both[args.switch], both[args.collect]):
+                store_mod.JobStore.pace = pace
+                collector_mod.Collector.active = collect
+                sys.setswitchinterval(default_switch)  # prompt_gil only ever shortens it
+                dbthread.GIL_SWITCH_S = shipped if switch else default_switch
+                got = head_run(rate, args.seconds, args.clips if args.clips != 10000 else 4000)
+                print(
+                    f"pacing {'on' if pace else 'off'}, switch {sys.getswitchinterval() * 1000:g} ms, "
+                    f"collection {'between transactions' if collect else 'automatic'}"
+                    f"{f', {args.gil_hogs} GIL hog(s)' if args.gil_hogs else ''}: ",
+                    end="",
+                )
+                print_head(got)
         return 0
     if args.runners:
         print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, {time.strftime('%Y-%m-%d %H:%M')}")

@@ -69,6 +69,21 @@ def _write_lock(path: Path) -> _WriteLock:
         return _WRITE_LOCKS.setdefault(key, _WriteLock())
 
 
+@contextlib.contextmanager
+def between_writes(path: str | Path, timeout: float = 0.0) -> Iterator[bool]:
+    """Hold this process's writer lock on the database at `path`, so that no transaction of this process is open
+    or can start meanwhile (a pause of the whole process, such as Python's garbage collection, then extends no
+    write-lock hold); yields whether it got the lock within `timeout` seconds (0: only if it is free now). Without it
+    the body still runs: the caller decides what to do."""
+    lock = _write_lock(Path(path)).lock
+    got = lock.acquire(timeout=timeout) if timeout > 0 else lock.acquire(blocking=False)
+    try:
+        yield got
+    finally:
+        if got:
+            lock.release()
+
+
 def write_lock_stats(path: str | Path) -> dict[str, float]:
     """How this process used the write lock of the database at `path`: count, total and longest hold (ms)."""
     w = _write_lock(Path(path))

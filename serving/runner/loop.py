@@ -25,6 +25,7 @@ from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
 from serving.fleet_reader import FleetReader
 from serving.runner import dbthread, watch
+from serving.runner.collector import Collector
 from serving.runner.dbthread import RunnerDB
 from serving.runner.replicas import Replica, ReplicaHealth
 from serving.runner.store import JobConfig, JobStore, Outcome
@@ -113,6 +114,7 @@ class Runner:
         self._avoid: dict[tuple[int, int], set[str]] = {}
         self._done_times: collections.deque = collections.deque()
         self.stats: collections.Counter = collections.Counter()
+        self.collections: dict = {}  # the garbage collections the runner's loop made (collector.Collector.stats)
         self.started_at = time.monotonic()
         self.state = "new"
         # replicas on other nodes cannot open file:// paths: send them signed URLs of the app's media route
@@ -186,6 +188,7 @@ class Runner:
             "state": self.state,
             "waiting": self._db.waiting,  # a database call waiting out a locked database or a full disk
             **dict(self.stats),
+            "collections": dict(self.collections),
         }
 
     async def _heartbeat(self) -> None:
@@ -234,6 +237,12 @@ class Runner:
         """Work until stopped (or, with `exit_when_idle`, until no runnable job of ours is left)."""
         self.state = "starting"
         dbthread.prompt_gil()  # the database thread's write lock must not wait on this loop's GIL (dbthread)
+        # and no garbage collection may stop the process inside a write transaction (collector)
+        async with Collector(self.settings.db) as collector:
+            self.collections = collector.stats
+            return await self._work()
+
+    async def _work(self) -> dict:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._look_now = asyncio.Event()

@@ -1,0 +1,131 @@
+"""Python's cyclic garbage collection in the runner's process, run by the event loop between write transactions.
+
+A collection stops every thread of the process while it runs. A busy head holds a few hundred thousand tracked
+objects (coroutines, futures and answers of ~1,500 requests in flight at 16 nodes' rate), and a full collection of
+them took 40-240 ms on a 2-core machine. Python starts a collection in whatever thread allocates past its
+threshold: when that happened while the database thread was inside a transaction, SQLite's write lock stayed held
+for the whole pause, and every annotator's save waited. The longest holds of the head benchmark at 448 clips/s
+(200-270 ms on 2 cores, 111 ms on 16) were each a full collection inside a transaction (docs/SCALE.md, "One head").
+
+So while a runner works, automatic collection is off, and the runner's event loop collects instead, every
+TICK_S, by Python's own thresholds, and only while it holds this process's writer lock of the database
+(`data.db.between_writes`): no transaction of the process is open when a collection starts, and none can begin
+until it ends. A full collection is also spaced so that it takes at most 1 / FULL_SPACING of the time (Python's own
+rule for it, long-lived objects grown by a quarter, is not visible from Python). If the lock stays taken past
+OVERDUE_S, the collection runs anyway: memory is never left to grow without bound.
+
+Automatic collection is turned back on when the last runner of the process stops, if it was on before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+
+from data import db as dbmod
+
+TICK_S = 0.005  # how often the event loop looks whether a collection is due
+OVERDUE_S = 1.0  # a due collection that found the writer lock taken this long runs anyway
+FULL_SPACING = 10  # a full collection that took t seconds is not followed by another for FULL_SPACING x t
+
+_users = 0
+_was_enabled = False
+_guard = threading.Lock()
+
+
+def _hold() -> None:
+    global _users, _was_enabled
+    with _guard:
+        if _users == 0:
+            _was_enabled = gc.isenabled()
+            gc.disable()
+        _users += 1
+
+
+def _release() -> None:
+    global _users
+    with _guard:
+        _users -= 1
+        if _users == 0 and _was_enabled:
+            gc.enable()
+
+
+def due(counts: tuple[int, int, int], thresholds: tuple[int, ...], full_ok: bool) -> int | None:
+    """The generation Python would collect now (None: none is due), as its own allocation rule does: nothing
+    before generation 0's count passes its threshold, then the oldest generation whose count passed its own; a
+    full one (2) only when `full_ok`."""
+    if not thresholds or thresholds[0] <= 0 or counts[0] <= thresholds[0]:
+        return None
+    for gen in (2, 1):
+        if counts[gen] > thresholds[gen] and (gen < 2 or full_ok):
+            return gen
+    return 0
+
+
+class Collector:
+    """Collects on the running event loop between the write transactions of the database at `db_path`; use
+    `async with Collector(path):` around the runner's work. `stats`: collections per generation, the longest
+    pause (ms), and how many ran overdue (with the writer lock taken)."""
+
+    active = True  # False: Python's automatic collection, as before (for side-by-side benchmarks only)
+
+    def __init__(self, db_path, *, tick_s: float = TICK_S, overdue_s: float = OVERDUE_S):
+        self.db_path = db_path
+        self.tick_s = tick_s
+        self.overdue_s = overdue_s
+        self.stats = {"gen0": 0, "gen1": 0, "gen2": 0, "overdue": 0, "longest_ms": 0.0}
+        self._task: asyncio.Task | None = None
+        self._next_full = 0.0
+
+    async def __aenter__(self) -> Collector:
+        if self.active:
+            _hold()
+            self._task = asyncio.ensure_future(self._run())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._task is None:
+            return
+        try:
+            if self._task is not None:
+                self._task.cancel()
+                try:
+                    await self._task
+                except asyncio.CancelledError:
+                    pass
+        finally:
+            _release()
+
+    def collect_if_due(self, *, force: bool = False) -> int | None:
+        """One look: collect the generation that is due if the writer lock is free (or `force`); returns the
+        generation collected, None if none was (not due, or the lock taken)."""
+        gen = due(gc.get_count(), gc.get_threshold(), time.monotonic() >= self._next_full)
+        if gen is None:
+            return None
+        with dbmod.between_writes(self.db_path) as free:
+            if not free and not force:
+                return None
+            t = time.monotonic()
+            gc.collect(gen)
+            took = time.monotonic() - t
+        self.stats[f"gen{gen}"] += 1
+        self.stats["overdue"] += 0 if free else 1
+        self.stats["longest_ms"] = max(self.stats["longest_ms"], round(took * 1000, 1))
+        if gen == 2:
+            self._next_full = time.monotonic() + FULL_SPACING * took
+        return gen
+
+    async def _run(self) -> None:
+        waiting_since = None
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = time.monotonic()
+            overdue = waiting_since is not None and now - waiting_since >= self.overdue_s
+            if self.collect_if_due(force=overdue) is not None:
+                waiting_since = None
+            elif due(gc.get_count(), gc.get_threshold(), now >= self._next_full) is not None:
+                waiting_since = waiting_since or now  # due, but the lock was taken: count how long
+            else:
+                waiting_since = None

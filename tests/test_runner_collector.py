@@ -1,0 +1,158 @@
+"""Garbage collection in the runner's process happens between its write transactions, never inside one
+(serving.runner.collector): a collection stops the whole process, and inside a transaction it kept SQLite's write
+lock held for its whole length (docs/SCALE.md, "One head")."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+
+import pytest
+
+from data import db as dbmod
+from serving.runner import collector as collector_mod
+from serving.runner.collector import Collector, due
+
+
+def test_due_follows_pythons_own_rule():
+    t = (700, 10, 10)
+    assert due((700, 20, 20), t, True) is None  # nothing before generation 0 passes its threshold
+    assert due((701, 0, 0), t, True) == 0
+    assert due((701, 11, 0), t, True) == 1
+    assert due((701, 11, 11), t, True) == 2
+    assert due((701, 11, 11), t, False) == 1  # a full one spaced out: the next younger instead
+    assert due((701, 0, 11), t, True) == 2
+    assert due((5000, 0, 0), (0, 10, 10), True) is None  # thresholds of 0: collection switched off by the user
+
+
+class Pauses:
+    """When this process collected: (start, end) per collection."""
+
+    def __init__(self):
+        self.spans: list[tuple[float, float]] = []
+        self._t = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase, info):
+        if phase == "start":
+            self._t = time.monotonic()
+        else:
+            self.spans.append((self._t, time.monotonic()))
+
+    def close(self):
+        gc.callbacks.remove(self._cb)
+
+
+def _transactions_with_garbage(path, spans: list, stop: threading.Event) -> None:
+    """Write transactions that each make enough garbage (reference cycles) for Python to want a collection."""
+    db = dbmod.connect(path)
+    db.execute("CREATE TABLE IF NOT EXISTS t (x)")
+    try:
+        while not stop.is_set():
+            with dbmod.immediate(db):
+                began = time.monotonic()
+                for _ in range(3):
+                    junk = []
+                    for _ in range(2000):
+                        a: list = []
+                        a.append(a)  # a cycle: only a collection frees it
+                        junk.append(a)
+                    del junk
+                    db.execute("INSERT INTO t VALUES (1)")
+                    time.sleep(0.002)
+                spans.append((began, time.monotonic()))
+            time.sleep(0.003)  # the gap between two batches, where a collection may run
+    finally:
+        db.close()
+
+
+def _inside(pauses, transactions) -> list:
+    return [p for p in pauses if any(p[0] < t1 and p[1] > t0 for t0, t1 in transactions)]
+
+
+async def _run(path, seconds: float, **kw) -> tuple[list, list, dict]:
+    pauses, transactions, stop = Pauses(), [], threading.Event()
+    writer = threading.Thread(target=_transactions_with_garbage, args=(path, transactions, stop))
+    try:
+        async with Collector(path, **kw) as c:
+            writer.start()
+            await asyncio.sleep(seconds)
+            stop.set()
+            await asyncio.to_thread(writer.join)
+        return pauses.spans, transactions, c.stats
+    finally:
+        stop.set()
+        pauses.close()
+
+
+def test_no_collection_starts_inside_a_write_transaction(tmp_path):
+    path = tmp_path / "w.db"
+    assert gc.isenabled()
+    pauses, transactions, stats = asyncio.run(_run(path, 1.5))
+    assert len(transactions) > 20
+    assert len(pauses) >= 5, "the loop collected the cycles the transactions made"
+    assert _inside(pauses, transactions) == []
+    assert stats["gen0"] + stats["gen1"] + stats["gen2"] == len(pauses)
+    assert stats["overdue"] == 0
+    assert gc.isenabled(), "automatic collection is back on after the runner"
+
+
+def test_without_it_python_collects_inside_transactions(tmp_path, monkeypatch):
+    """The same writer with Python's automatic collection: collections land inside the transactions (so the test
+    above can fail)."""
+    monkeypatch.setattr(collector_mod.Collector, "active", False)
+    pauses, transactions, stats = asyncio.run(_run(tmp_path / "w.db", 1.0))
+    assert len(_inside(pauses, transactions)) >= 5
+    assert stats == {"gen0": 0, "gen1": 0, "gen2": 0, "overdue": 0, "longest_ms": 0.0}
+
+
+def test_a_lock_held_for_long_delays_a_collection_only_so_long(tmp_path):
+    """A transaction of this process that never ends (a write waiting out a foreign lock) does not stop
+    collection for good: past `overdue_s` it runs anyway."""
+    path = tmp_path / "w.db"
+    db = dbmod.connect(path)
+
+    async def go():
+        async with Collector(path, overdue_s=0.3) as c:
+            with dbmod.between_writes(path) as got:  # what a transaction holds, for 1 s
+                assert got
+                junk = []
+                for _ in range(5000):
+                    a: list = []
+                    a.append(a)
+                    junk.append(a)
+                del junk
+                t = time.monotonic()
+                while c.stats["overdue"] == 0 and time.monotonic() - t < 1.0:
+                    await asyncio.sleep(0.01)
+                waited = time.monotonic() - t
+            return c.stats, waited
+
+    try:
+        stats, waited = asyncio.run(go())
+    finally:
+        db.close()
+    assert stats["overdue"] >= 1
+    assert 0.25 <= waited < 1.0
+
+
+def test_two_runners_in_one_process_restore_collection_once_both_stop(tmp_path):
+    async def go():
+        a, b = Collector(tmp_path / "a.db"), Collector(tmp_path / "b.db")
+        await a.__aenter__()
+        await b.__aenter__()
+        assert not gc.isenabled()
+        await a.__aexit__(None, None, None)
+        assert not gc.isenabled(), "b still works"
+        await b.__aexit__(None, None, None)
+        assert gc.isenabled()
+
+    asyncio.run(go())
+
+
+@pytest.fixture(autouse=True)
+def _collection_back_on():
+    yield
+    assert gc.isenabled()
