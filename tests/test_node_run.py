@@ -128,7 +128,7 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "--vllm-version",
             "0.25.0",
             "--threads-configs",
-            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -173,6 +173,10 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     argv = shlex.split(lines[i + 1])
     given = [json.loads(argv[k + 1]) for k, a in enumerate(argv) if a == "--mm-processor-kwargs"]
     assert given[0]["device"] == "cuda" and given[-1] == {"size": {"shortest_edge": 65536, "longest_edge": 9437184}}
+    # a deeper window is the runner's: said in words, the replica's command the recipe's
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+infl96 ("))
+    assert "96 requests in flight per replica (the setting: 48)" in lines[i]
+    assert "--max-num-seqs 1024" in lines[i + 1]  # the replica admits the deeper window
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]
@@ -207,7 +211,7 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
         "--warmup",
         "1",
         "--threads-configs",
-        "1,budget",
+        "1+infl1,budget",
         "--threads-clips",
         "6",
         "--workload-frames",
@@ -237,12 +241,16 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
     threads = json.loads((out / "threads.json").read_text())
     assert threads["ok"] is True and threads["simulated"] is True
     rows = {r["config"]: r for r in threads["rows"]}
-    assert set(rows) == {"1", "budget"}
+    assert set(rows) == {"1+infl1", "budget"}
     for r in rows.values():
         assert r["done"] == r["clips"] == 6 and r["failed"] == 0
         assert r["clips_per_s"] > 0 and r["core_s_per_clip"] > 0 and r["cores_busy"] > 0
         assert r["efficiency"]["tflop_per_clip"] > 0 and "SIMULATED" in r["efficiency"]["simulated"]
-    assert rows["1"]["cpu_budget"].startswith("1 thread(s) per pool") and "REPLICA_THREADS" in rows["1"]["cpu_budget"]
+    # `infl1`: our runner kept one request in flight, the recipe's setting 48 (all 6 at once)
+    assert rows["1+infl1"]["in_flight_per_replica"] == 1 and rows["budget"]["in_flight_per_replica"] == 48
+    assert _most_at_once(rows["1+infl1"]) == 1 and _most_at_once(rows["budget"]) >= 4
+    one = rows["1+infl1"]["cpu_budget"]
+    assert one.startswith("1 thread(s) per pool") and "REPLICA_THREADS" in one
     assert "cores / 1 replica(s)" in rows["budget"]["cpu_budget"]
     assert "| budget |" in (out / "threads.md").read_text()
 
@@ -262,6 +270,15 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
 
     assert not [m for m in cost.load_measurements(out / "work-per-clip.json") if m.max_pixels == 65_536]
     assert (out / "work-per-clip.png").stat().st_size > 10_000
+
+
+def _most_at_once(row: dict) -> int:
+    """The most requests of a threads row that were in flight at once, from each result's time and latency (a
+    result is written a little after it arrives: each span is trimmed by 50 ms at its end)."""
+    spans = [
+        (t - lat, t - lat + max(0.0, lat - 0.05)) for t, lat in zip(row["result_times_s"], row["result_latencies_s"])
+    ]
+    return max(sum(1 for a, b in spans if a <= s0 < b) for s0, _ in spans)
 
 
 def _closed_loop(n: int, window: int, latency, start: float = 100.0) -> list[dict]:

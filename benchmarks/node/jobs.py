@@ -198,6 +198,14 @@ def result_times(work: list[dict]) -> list[float]:
     return [round(e - ends[0], 3) for e in ends]
 
 
+def result_latencies(work: list[dict]) -> list[float | None]:
+    """Each result's request latency (seconds; None where not recorded), in the order of result_times."""
+    return [
+        None if w["latency_s"] is None else round(w["latency_s"], 3)
+        for w in sorted(work, key=lambda w: w["created_at"])
+    ]
+
+
 def in_flight(settings, replicas: int) -> int:
     """The requests our runner keeps in flight against `replicas` replicas."""
     return settings.per_replica_inflight * max(1, replicas)

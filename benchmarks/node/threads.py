@@ -10,20 +10,22 @@ the FRAME_PREPROCESS setting says (`device: cuda` in the server's `--mm-processo
 the GPU is the recipe's since 2026-12-02: on the CPU the resize and normalisation of every decoded frame were most
 of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the
 engine through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy, CUDA tensors included; the recipe
-serializes them, which copies a tensor the GPU made back to the CPU first). `1+api2`, `budget+nocache`, `budget+fp8`,
-`budget+mbt64`, `budget+cpupre`, `budget+shm`. Each row
-also reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
+serializes them, which copies a tensor the GPU made back to the CPU first), `inflN` with our runner keeping N
+requests in flight per replica instead of the PER_REPLICA_INFLIGHT setting's (48: with captions of one length, a
+window of 48 is prefilled, then decoded, together; a deeper window overlaps the two). `1+api2`, `budget+nocache`,
+`budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`. Each row also reports the prompt
+tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
-For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands,
-the launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips
-per replica, the same for every configuration), then one job of --threads-clips clips per replica (the same clips
-for every configuration, distinct from the warm-up's; each configuration's replicas start fresh, so nothing is
-cached across them), then the replicas stop. Per configuration: clips/s over the whole job and steady (the middle
-80 % of results), CPU core-s per clip and cores busy (the whole machine from psutil, and vLLM's own processes),
-and the compute efficiency. A configuration that would end past --stage-deadline is not started (the report
-says which, and a later call with `--threads-configs` of the rest adds them to the same table while the machine
-keeps its /tmp).
+For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands, the
+launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips per
+replica, the same for every configuration), then one job of --threads-clips clips per replica (the same clips for
+every configuration, distinct from the warm-up's; each configuration's replicas start fresh, so nothing is cached
+across them), then the replicas stop. Per configuration: clips/s over the whole job and steady (Little's law,
+jobs.steady_rate: only for a job of 4 in-flight windows), CPU core-s per clip and cores busy (the whole machine from
+psutil, and vLLM's own processes), and the compute efficiency. A configuration that would end past --stage-deadline is
+not started (the report says which, and a later call with `--threads-configs` of the rest adds them to the same table
+while the machine keeps its /tmp).
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from benchmarks.node.jobs import (
     job_work,
     new_job,
     prepare_db,
+    result_latencies,
     result_times,
     steady_rate,
 )
@@ -50,7 +53,7 @@ from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN")
 
 
 def _base(config: str) -> str:
@@ -72,6 +75,7 @@ def _modifier_ok(m: str) -> bool:
         m in ("nocache", "fp8", "gpupre", "cpupre", "shm")
         or _count(m, "api") is not None
         or _count(m, "mbt") is not None
+        or _count(m, "infl") is not None
     )
 
 
@@ -92,6 +96,14 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
         elif m == "shm":
             flags += ["--mm-tensor-ipc", "torch_shm"]
     return flags, "nocache" in _modifiers(config)
+
+
+def runner_settings(config: str, settings):
+    """The runner's settings under a configuration: `inflN` sets the requests it keeps in flight per replica."""
+    for m in _modifiers(config):
+        if _count(m, "infl"):
+            settings = settings.replace(per_replica_inflight=_count(m, "infl"))
+    return settings
 
 
 def parse_configs(text: str) -> list[str]:
@@ -135,6 +147,10 @@ def describe(config: str, settings, replicas: int) -> str:
             text += f"; {_count(m, 'api')} API servers and renderer workers (the recipe: 4)"
         elif _count(m, "mbt"):
             text += f"; --max-num-batched-tokens {_count(m, 'mbt') * 1024} (the recipe: 32768)"
+        elif _count(m, "infl"):
+            text += (
+                f"; {_count(m, 'infl')} requests in flight per replica (the setting: {settings.per_replica_inflight})"
+            )
     if "nocache" in mods:
         text += "; prefix caching off"
     if "gpupre" in mods:
@@ -211,6 +227,7 @@ def stage_threads(ctx: Ctx) -> dict:
                 continue
             t_cfg = time.time()
             flags, nocache = replica_flags(config)
+            rs = runner_settings(config, settings)
             fleet = Fleet(
                 ctx,
                 settings,
@@ -225,22 +242,23 @@ def stage_threads(ctx: Ctx) -> dict:
                 startup = fleet.start()
                 with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
                     if warm_ids:
-                        caption_job(settings, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
+                        caption_job(rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
                     job = new_job(settings, f"threads {config}", measured)
                     vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
                     cached0, prompt0 = cached_prompt_tokens(fleet.urls())
                     with CpuMeter() as cpu:
-                        _, wall = caption_job(settings, job, urls, n)
+                        _, wall = caption_job(rs, job, urls, n)
                     vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
                     cached1, prompt1 = cached_prompt_tokens(fleet.urls())
                 check = job_check(settings, job)
                 work = job_work(settings, job)
                 done = check["counts"]["done"]
-                steady = steady_rate(work, in_flight(settings, n))
+                steady = steady_rate(work, in_flight(rs, n))
                 row = {
                     "config": config,
                     "cpu_budget": describe(config, settings, n),
                     "threads": (budgets(config, settings, n)[0].threads if _base(config) != "unset" else None),
+                    "in_flight_per_replica": rs.per_replica_inflight,
                     "clips": len(measured),
                     "done": done,
                     "failed": check["failed"],
@@ -248,6 +266,7 @@ def stage_threads(ctx: Ctx) -> dict:
                     "clips_per_s": round(done / wall, 3) if wall else None,
                     "steady_clips_per_s": steady,
                     "result_times_s": result_times(work),
+                    "result_latencies_s": result_latencies(work),
                     "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
                     "cores_busy": round(cpu.busy / cpu.wall, 2),
                     "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,
