@@ -337,3 +337,35 @@ def test_the_steady_rate_holds_when_results_come_back_in_waves():
         times = result_times(waves)
         assert times[0] == 0.0 and times == sorted(times) and len(times) == n
     assert max(olds) > rate * 1.1 or min(olds) < rate * 0.9  # what the old rule made of the same waves
+
+
+def test_a_job_whose_replica_died_stops_at_the_stage_deadline(tmp_path):
+    """A replica that dies mid-row (as `--mm-tensor-ipc torch_shm` made vLLM 0.25's engine do) leaves our runner
+    waiting for the fleet to come back, as it should in production; the benchmark stops the job at its deadline
+    and says so, instead of running out the device call's time."""
+    import time
+
+    from benchmarks.node.jobs import PastDeadline, caption_job
+    from data import db as dbmod, jobs, prompts
+    from data.job_params import JobParams
+    from data.jobs.selection import Selection
+    from data.library.clipgen import tiny_library
+    from data.settings import Settings
+
+    settings = Settings.load({"data_dir": str(tmp_path)}, environ={})
+    db = dbmod.connect(settings.db)
+    ids = tiny_library(settings, db, 3, prefix="dead")
+    job = jobs.create(
+        db,
+        name="dead",
+        created_by="t",
+        selection=Selection.of_clips(ids),
+        prompt_id=prompts.latest(db)["id"],
+        params=JobParams(),
+    )
+    db.close()
+    dead = f"http://127.0.0.1:{free_port()}"  # nothing listens: every request fails to connect
+    t = time.time()
+    with pytest.raises(PastDeadline, match=r"with 0 of 3 clips done"):
+        caption_job(settings, job, [dead], 1, deadline=t + 4)
+    assert 3.5 < time.time() - t < 40

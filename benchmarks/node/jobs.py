@@ -93,12 +93,35 @@ def new_job(settings, name: str, clip_ids: list[int], **params) -> int:
         db.close()
 
 
-def caption_job(settings, job_id: int, urls: list[str], replicas: int) -> tuple[dict, float]:
-    """Run job `job_id` to its end through our runner (serving.runner.run_job); (final progress, seconds)."""
+class PastDeadline(RuntimeError):
+    """A job stopped at its deadline before it was done (a replica that died mid-job leaves the runner waiting for
+    the fleet to come back, as it should in production; a benchmark must go on)."""
+
+
+def caption_job(
+    settings, job_id: int, urls: list[str], replicas: int, *, deadline: float | None = None
+) -> tuple[dict, float]:
+    """Run job `job_id` to its end through our runner (serving.runner.run_job); (final progress, seconds).
+    `deadline` (time.time()): the runner is stopped then, and PastDeadline raised if the job was not done."""
     from serving.runner import run_job
 
+    stop = threading.Event()
+    timer = threading.Timer(max(0.0, deadline - time.time()), stop.set) if deadline else None
+    if timer:
+        timer.daemon = True
+        timer.start()
     t = time.time()
-    prog = run_job(settings, job_id, urls, replicas=replicas, stop_event=threading.Event())
+    try:
+        prog = run_job(settings, job_id, urls, replicas=replicas, stop_event=stop)
+    finally:
+        if timer:
+            timer.cancel()
+    if stop.is_set() and prog.get("state") != "done":
+        c = prog.get("counts", {})
+        raise PastDeadline(
+            f"stopped at the deadline after {time.time() - t:.0f} s with {c.get('done')} of {sum(c.values())} clips "
+            "done: see the replica's log"
+        )
     return prog, time.time() - t
 
 

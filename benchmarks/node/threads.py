@@ -9,8 +9,9 @@ recipe: 32; a prefill lever), `gpupre` / `cpupre` with Qwen3-VL's video processo
 the FRAME_PREPROCESS setting says (`device: cuda` in the server's `--mm-processor-kwargs`, beside the recipe's size;
 the GPU is the recipe's since 2026-12-02: on the CPU the resize and normalisation of every decoded frame were most
 of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the
-engine through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy, CUDA tensors included; the recipe
-serializes them, which copies a tensor the GPU made back to the CPU first), `inflN` with our runner keeping N
+engine through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy; the recipe serializes them, which copies a
+tensor the GPU made back to the CPU first; with frames made on the GPU vLLM 0.25's engine core dies at the first
+request, "Only dense CPU tensors can be pinned", docs/gpu-runs/2026-12-02-h200-fifth), `inflN` with our runner keeping N
 requests in flight per replica instead of the PER_REPLICA_INFLIGHT setting's (48: with captions of one length, a
 window of 48 is prefilled, then decoded, together; a deeper window overlaps the two). `1+api2`, `budget+nocache`,
 `budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`. Each row also reports the prompt
@@ -242,12 +243,14 @@ def stage_threads(ctx: Ctx) -> dict:
                 startup = fleet.start()
                 with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
                     if warm_ids:
-                        caption_job(rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n)
+                        caption_job(
+                            rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n, deadline=deadline
+                        )
                     job = new_job(settings, f"threads {config}", measured)
                     vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
                     cached0, prompt0 = cached_prompt_tokens(fleet.urls())
                     with CpuMeter() as cpu:
-                        _, wall = caption_job(rs, job, urls, n)
+                        _, wall = caption_job(rs, job, urls, n, deadline=deadline)
                     vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
                     cached1, prompt1 = cached_prompt_tokens(fleet.urls())
                 check = job_check(settings, job)
