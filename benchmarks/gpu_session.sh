@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
 # Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
-#   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage
+#   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage; `stage Ka`, then `stage Kb`: its two halves (a
+#             part of 55 MiB and the working tree together pass the 64 MiB a call carries once the tree is over
+#             ~8 MiB, as on 2026-12-02: run `split` here first, which makes .gpu/pKa and .gpu/pKb)
 #   pregen    the first call, before staging (carry .whl: PyAV): install the wheels and start generating node_run's
 #             clip cache (PREGEN clips, default 80) in the background, detached, from a copy of the tree, so the
 #             ~2 minutes of generation overlap the staging calls; threads/workload wait for it to finish
@@ -44,8 +46,22 @@ stop_leftovers() {
 }
 case "$step" in gputest|bench|sweep|node|threads|workload) stop_leftovers ;; esac
 case "$step" in
-  stage)
-    mkdir -p /tmp/stage && cp ".gpu/p$2/"* /tmp/stage/ && ls -la /tmp/stage ;;
+  split)  # here, before the session: each part of 55 MiB in two halves, .gpu/pKa and .gpu/pKb
+    for d in .gpu/p[0-9]; do
+      f=$(ls "$d"); k=${d#.gpu/p}
+      [ "$(stat -c %s "$d/$f")" -gt 30000000 ] || continue
+      mkdir -p "$d"a "$d"b && split -b 28500000 -d "$d/$f" "/tmp/split-$k-"
+      mv "/tmp/split-$k-00" "$d"a/"$f" && mv "/tmp/split-$k-01" "$d"b/"$f"
+    done
+    ls -d .gpu/p* ;;
+  stage)  # K: a whole part; Ka then Kb: its two halves, joined in that order
+    mkdir -p /tmp/stage
+    case "$2" in
+      *a) cat ".gpu/p$2/"* >"/tmp/stage/part${2%a}" ;;
+      *b) cat ".gpu/p$2/"* >>"/tmp/stage/part${2%b}" ;;
+      *) cp ".gpu/p$2/"* /tmp/stage/ ;;
+    esac
+    ls -la /tmp/stage ;;
   pregen)
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
     rm -rf /tmp/pregen-src && cp -r . /tmp/pregen-src && touch /tmp/pregen.started
