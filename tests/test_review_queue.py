@@ -228,8 +228,10 @@ def test_broken_is_counted_apart_from_rejections(team):
 # -- concurrency ---------------------------------------------------------------------------------------------
 
 
-def _review_all(db_path, user: str, out: list, barrier=None) -> None:
-    """One reviewer: "next", approve, "next", ... until the queue is empty. Appends (user, clip, t_take, t_done)."""
+def _review_all(db_path, user: str, out: list, barrier=None, first_taken=None) -> None:
+    """One reviewer: "next", approve, "next", ... until the queue is empty. Appends (user, clip, t_take, t_done).
+    `first_taken`: a barrier every reviewer waits at after its first "next", so that on a loaded machine no
+    reviewer finds the queue drained by the others before its first turn."""
     db = dbmod.connect(db_path)
     try:
         if barrier is not None:
@@ -237,6 +239,9 @@ def _review_all(db_path, user: str, out: list, barrier=None) -> None:
         cur = None
         while True:
             cur = review_queue.take_next(db, clips.Filter(), user, ttl=TTL, after=cur)
+            if first_taken is not None:
+                first_taken.wait()
+                first_taken = None
             if cur is None:
                 return
             t_take = time.monotonic()
@@ -272,15 +277,18 @@ def _check_once(db, ids: list[int], log: list) -> None:
 def test_threads_pressing_next_at_once_review_every_clip_exactly_once(db, settings, people):
     ids = make_queue(db, 50)
     log: list = []
-    barrier = threading.Barrier(people)
-    threads = [threading.Thread(target=_review_all, args=(settings.db, f"ann{i}", log, barrier)) for i in range(people)]
+    barrier, first_taken = threading.Barrier(people), threading.Barrier(people)
+    threads = [
+        threading.Thread(target=_review_all, args=(settings.db, f"ann{i}", log, barrier, first_taken))
+        for i in range(people)
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join(120)
     assert not any(t.is_alive() for t in threads)
     _check_once(db, ids, log)
-    assert len({u for u, *_ in log}) == people  # everyone got work
+    assert len({u for u, *_ in log}) == people  # everyone got work: each one's first "next" gave a clip
 
 
 def _process_reviewer(db_path, user, queue, barrier):
