@@ -42,6 +42,7 @@ The modules, from the loop outwards:
 - watch.py     the look at the replicas' `/health` while answers do not say the fleet is fine
 - store.py     what the runner reads and writes in SQLite (claims, results, heartbeats), one transaction each
 - dbthread.py  the thread that owns the runner's SQLite connection
+- collector.py Python's garbage collection, run by the loop between write transactions, never inside one
 - __main__.py  the command line
 """
 

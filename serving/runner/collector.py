@@ -4,8 +4,9 @@ A collection stops every thread of the process while it runs. A busy head holds 
 objects (coroutines, futures and answers of ~1,500 requests in flight at 16 nodes' rate), and a full collection of
 them took 40-240 ms on a 2-core machine. Python starts a collection in whatever thread allocates past its
 threshold: when that happened while the database thread was inside a transaction, SQLite's write lock stayed held
-for the whole pause, and every annotator's save waited. The longest holds of the head benchmark at 448 clips/s
-(200-270 ms on 2 cores, 111 ms on 16) were each a full collection inside a transaction (docs/SCALE.md, "One head").
+for the whole pause, and every annotator's save waited. On 2 cores the longest holds of the head benchmark at 448
+clips/s (200-316 ms) were each a full collection inside a transaction; with this module, 65-98 ms in seven runs on 2
+and 16 cores (docs/SCALE.md, "One head").
 
 So while a runner works, automatic collection is off, and the runner's event loop collects instead, every
 TICK_S, by Python's own thresholds, and only while it holds this process's writer lock of the database
@@ -86,15 +87,14 @@ class Collector:
         return self
 
     async def __aexit__(self, *exc) -> None:
-        if self._task is None:
+        if self._task is None:  # not active: nothing was changed
             return
         try:
-            if self._task is not None:
-                self._task.cancel()
-                try:
-                    await self._task
-                except asyncio.CancelledError:
-                    pass
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
         finally:
             _release()
 
