@@ -237,8 +237,7 @@ class Runner:
         """Work until stopped (or, with `exit_when_idle`, until no runnable job of ours is left)."""
         self.state = "starting"
         dbthread.prompt_gil()  # the database thread's write lock must not wait on this loop's GIL (dbthread)
-        # and no garbage collection may stop the process inside a write transaction (collector)
-        async with Collector(self.settings.db) as collector:
+        async with Collector(self.settings.db) as collector:  # and no collection pauses a transaction (collector)
             self.collections = collector.stats
             return await self._work()
 
@@ -246,9 +245,8 @@ class Runner:
         self._stop = asyncio.Event()
         self._wake = asyncio.Event()
         self._look_now = asyncio.Event()
-        watcher = None
+        watcher = checker = None
         own_client = self._client is None
-        checker = None
         if own_client:  # its connection pools per replica keep httpcore's per-request work small (serving.client)
             # every answer is read in a checker process within a time budget, never on this loop (answer_check)
             checker = AnswerChecker.from_settings(self.settings)
