@@ -214,6 +214,18 @@ def check_files(stack, release_id: int, want: dict) -> None:
         assert int(frame["simulated"].sum()) == want["simulated"][s]
 
 
+def fill_kept(page, selector: str, value: str) -> None:
+    """Type `value` into a field of the panel just opened, again if the panel's first render put the default back
+    (once in CI a name typed within milliseconds of opening the accordion was lost; a person types later)."""
+    page.wait_for_selector(selector, state="visible")
+    for _ in range(5):
+        page.fill(selector, value)
+        page.wait_for_timeout(150)
+        if page.input_value(selector) == value:
+            return
+    raise AssertionError(f"{selector} does not keep {value!r}")
+
+
 def release(page, previous: int | None) -> int:
     """Click Release and wait for its answer; returns the release's id."""
     page.click("#btn-release")
@@ -253,9 +265,12 @@ def test_a_lead_releases_a_set_and_reads_each_splits_counts_as_the_data_layer_co
         lead, watch = login(lead_ctx, stack.url, "lead")
         lead.wait_for_selector(".cw-tile")
         lead.get_by_text("Release a training set").click()
-        lead.fill("#release-name textarea", "launched-set")
-        lead.fill("#release-splits textarea", SHARES)
-        lead.fill("#release-seed input", str(SEED))
+        for sel, value in (
+            ("#release-name textarea", "launched-set"),
+            ("#release-splits textarea", SHARES),
+            ("#release-seed input", str(SEED)),
+        ):
+            fill_kept(lead, sel, value)
         first = release(lead, None)
         said = lead.inner_text("#release-result")
         assert "Wrote launched-set v1" in said, said
