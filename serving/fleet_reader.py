@@ -36,7 +36,7 @@ from typing import Any, Awaitable, Callable, Iterable
 import httpx
 
 from data.settings import Settings
-from serving import bounded, fleet_key
+from serving import bounded, fleet_key, fleet_tls
 from serving.health import (
     MAX_METRICS_BYTES,
     MAX_ROUTER_WORKERS,
@@ -101,13 +101,13 @@ class FleetReader:
 
     # ---- clients: the only ones made for a fleet read, each with the key ---------------------------------------
     def _client_args(self, timeout: float, transport: object) -> dict:
-        """What every client this reader makes shares: the key's headers, no environment (proxies, CA files), the
-        `transport` injected for tests (or None), and one TLS context for all of them: what httpx would make for
-        each (certifi's CAs; trust_env=False, so SSL_CERT_FILE/DIR are not read), made at the first client that
-        connects, as making it costs ~20 ms of CPU (loading certifi's bundle) and the app and the runner read their
-        fleet every few seconds. A client with an injected transport connects through it: nothing is made."""
+        """What every client this reader makes shares: the key's headers, no proxies from the environment, the
+        `transport` injected for tests (or None), and one TLS context for all of them, the captioning client's
+        (serving.fleet_tls: SSL_CERT_FILE/DIR, else certifi's CAs), made at the first client that connects, as making
+        it costs ~20 ms of CPU and the app and the runner read their fleet every few seconds. A client with an
+        injected transport connects through it: nothing is made."""
         if transport is None and self._ssl is None:
-            self._ssl = httpx.create_ssl_context(trust_env=False)
+            self._ssl = fleet_tls.context()
         verify = True if transport is not None else self._ssl
         return {
             "timeout": timeout,

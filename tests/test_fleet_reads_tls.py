@@ -1,13 +1,17 @@
-"""A FleetReader's TLS: one context per reader, and the verification every read had before it was shared.
+"""The fleet's TLS: the captioning client and the FleetReader trust the same CAs (serving.fleet_tls), and a reader
+makes its context once.
 
-Each httpx client builds an SSL context of its own, loading certifi's CA bundle (~20 ms of CPU), and the reader
-made a client per read; the app and the runner read their fleet every few seconds. The reader now makes the
-context once and gives it to each client: the same one httpx would make (certifi's CAs, and trust_env=False, so
-SSL_CERT_FILE is not read), so an https fleet is verified as it was: a self-signed certificate is refused.
-The CPU per read, before and after: `python benchmarks/bench_fleet_reads.py` (docs/BENCHMARKS.md)."""
+Each httpx client builds an SSL context of its own, loading a CA bundle (~20 ms of CPU), and the reader made a
+client per read; the app and the runner read their fleet every few seconds. The reader makes the context once and
+gives it to each client. Which CAs: the captioning client read SSL_CERT_FILE (httpx's default) while the reader did
+not, so a fleet behind a private CA was captioned on while the Fleet tab showed every replica down with
+CERTIFICATE_VERIFY_FAILED. Both now verify with serving.fleet_tls: SSL_CERT_FILE/DIR, else certifi's CAs; an
+untrusted certificate is refused by both. The CPU per read, before and after: `python
+benchmarks/bench_fleet_reads.py` (docs/BENCHMARKS.md)."""
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import subprocess
 import sys
@@ -18,6 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from serving.client import FleetClient
 from serving.fleet_reader import FleetReader
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,19 +68,49 @@ def self_signed(tmp_path):
         srv.server_close()
 
 
-def test_an_https_fleet_with_a_self_signed_certificate_is_refused_even_when_ssl_cert_file_names_it(
+async def _client_get(settings, url: str) -> httpx.Response | Exception:
+    """A GET through the captioning client's own connection pool (its TLS context included)."""
+    client = FleetClient(settings)
+    try:
+        async with client._pool(url) as c:
+            return await c.get(url + "/health")
+    except httpx.HTTPError as e:
+        return e
+    finally:
+        await client.aclose()
+
+
+def test_an_https_fleet_with_an_untrusted_certificate_is_refused_by_captioning_and_the_fleet_tab(
     settings, self_signed, monkeypatch
 ):
     url, cert = self_signed
     trusting = httpx.get(url + "/health", verify=ssl.create_default_context(cafile=cert), trust_env=False)
     assert trusting.status_code == 200  # the server answers whoever trusts its certificate
-    monkeypatch.setenv("SSL_CERT_FILE", str(cert))  # the reader does not read the environment (trust_env=False)
+    monkeypatch.delenv("SSL_CERT_FILE", raising=False)
+    monkeypatch.delenv("SSL_CERT_DIR", raising=False)
     reader = FleetReader(settings)
     for _ in range(2):  # the first read makes the reader's context, the second uses it
         r = reader.get(url + "/health")
         assert isinstance(r, httpx.ConnectError) and "CERTIFICATE_VERIFY_FAILED" in str(r), r
     (status,) = reader.fleet_status([url])
     assert not status.healthy and "CERTIFICATE_VERIFY_FAILED" in status.error
+    r = asyncio.run(_client_get(settings, url))
+    assert isinstance(r, httpx.ConnectError) and "CERTIFICATE_VERIFY_FAILED" in str(r), r
+
+
+def test_a_fleet_behind_a_private_ca_named_by_ssl_cert_file_is_captioned_on_and_shown_up(
+    settings, self_signed, monkeypatch
+):
+    """The CA file a deployment names for the captioning client is the one the Fleet tab verifies with: the tab
+    never shows a fleet down that the runner captions on."""
+    url, cert = self_signed
+    monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+    r = asyncio.run(_client_get(settings, url))
+    assert isinstance(r, httpx.Response) and r.status_code == 200, r
+    reader = FleetReader(settings)
+    assert reader.get(url + "/health").status_code == 200
+    (status,) = reader.fleet_status([url])
+    assert status.healthy, status.error
 
 
 # in a child process: the tests' conftest shares one default SSL context among all of httpx's clients
