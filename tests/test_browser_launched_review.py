@@ -322,17 +322,28 @@ def test_n_serves_only_captioned_clips_and_an_empty_queue_says_how_many_await_ca
         open_clip(page, stack, ids[0])
         page.keyboard.press("Escape")
         page.keyboard.press("n")  # from the open clip to the next one of the queue
+        # each key once the last one's answer is on screen (a key pressed while "n" was still on its way once
+        # approved into its answer in CI, and the test waited a minute for a message that never came)
+        shown = str(ids[0])
+        page.wait_for_function(f"() => document.querySelector('#clip-header')?.dataset.clip !== '{shown}'")
         for _ in range(len(ids) + 3):
             page.wait_for_function("() => !document.querySelector('#review-msg .pending')")
-            header = page.locator("#clip-header")
-            served.append(int(header.get_attribute("data-clip")))
+            shown = page.get_attribute("#clip-header", "data-clip")
+            served.append(int(shown))
             before = page.inner_text("#review-msg")
             page.keyboard.press("a")  # approve and next
-            page.wait_for_function(
-                "(b) => { const t = document.querySelector('#review-msg')?.innerText || ''; "
-                "return t !== b && /Marked clip|No unreviewed/.test(t); }",
-                arg=before,
-            )
+            try:
+                page.wait_for_function(
+                    "([b, c]) => { const t = document.querySelector('#review-msg')?.innerText || ''; "
+                    "const now = document.querySelector('#clip-header')?.dataset.clip; "
+                    "return t !== b && (/No unreviewed/.test(t) || (/Marked clip/.test(t) && now !== c)); }",
+                    arg=[before, shown],
+                )
+            except Exception as e:  # say what the page showed instead
+                raise AssertionError(
+                    f"after 'a' on clip {shown}: {page.inner_text('#review-msg')!r}, clip "
+                    f"{page.get_attribute('#clip-header', 'data-clip')}"
+                ) from e
             if "No unreviewed clips" in page.inner_text("#review-msg"):
                 break
         text = page.inner_text("#review-msg")
