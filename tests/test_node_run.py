@@ -369,3 +369,30 @@ def test_a_job_whose_replica_died_stops_at_the_stage_deadline(tmp_path):
     with pytest.raises(PastDeadline, match=r"with 0 of 3 clips done"):
         caption_job(settings, job, [dead], 1, deadline=t + 4)
     assert 3.5 < time.time() - t < 40
+
+
+def test_a_stage_refuses_a_port_something_else_already_listens_on():
+    """A replica an earlier call left running answered /health at once, and the stage measured it: 0 of 64 clips
+    done, reported as a row (2026-12-03). The stage now names the holder and starts nothing."""
+    from benchmarks.node.fleet import port_not_taken
+    from serving import procs
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(procs.StartupError) as e:
+            port_not_taken(port, "replica-0")
+        said = str(e.value)
+        assert f"port {port} for replica-0 is already taken" in said and "kill -- -PGID" in said
+        assert f"pid {os.getpid()}" in said  # the holder, by pid and process group
+    port_not_taken(port, "replica-0")  # free again: nothing to say
+
+
+def test_a_job_with_no_clip_done_is_no_measurement():
+    from benchmarks.node.jobs import none_done
+
+    check = {"counts": {"done": 0, "failed": 64}, "failed": 64, "failed_errors": {7: "HTTP 400: not allowed"}}
+    assert none_done(check, 64) == "0 of 64 clips done (64 failed; the first: HTTP 400: not allowed)"
+    assert none_done({**check, "counts": {"done": 1}}, 64) is None
+

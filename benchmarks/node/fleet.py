@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shlex
 import shutil
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from benchmarks.node.context import CHILDREN, ROOT, Ctx, say
-from serving import fleet_commands, procs
+from serving import fleet_addresses, fleet_commands, procs
 
 
 # ---- MPS ---------------------------------------------------------------------------------------------------
@@ -69,6 +70,8 @@ class Fleet:
     def start(self) -> float:
         """Start every replica and wait until all are healthy; seconds it took."""
         t0 = time.time()
+        for slot in self.slots:  # before any starts: a replica another run left there would answer for ours
+            port_not_taken(self.settings.fleet_port + slot, f"replica-{slot}")
         for slot, budget in zip(self.slots, self.budgets):
             cmd, env = self.ctx.replica(
                 self.settings, slot, self.decoder, benchmark=self.benchmark, budget=budget, extra=self.extra
@@ -128,6 +131,34 @@ class Fleet:
             time.sleep(3)  # let the GPU memory go before the next fleet starts
 
 
+def port_not_taken(port: int, what: str) -> None:
+    """Refuse to start `what` on a port something already listens on. A replica left running by an earlier call
+    (cut by its time limit) answers /health at once: the stage would take it for its own, send it every clip, and
+    report a row of failed clips as a measurement (seen on 2026-12-03: docs/gpu-runs/2026-12-03-h200)."""
+    if fleet_addresses.port_free("127.0.0.1", port):
+        return
+    holders = []
+    try:
+        import psutil
+    except ImportError:  # the stage checks its packages first; this is only for the message
+        psutil = None
+    if psutil is not None:
+        try:
+            conns = psutil.net_connections(kind="tcp")
+        except (psutil.Error, OSError):
+            conns = []
+        for conn in conns:
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                with contextlib.suppress(psutil.Error, OSError):
+                    name = psutil.Process(conn.pid).name()
+                    holders.append(f"pid {conn.pid} {name}, process group {os.getpgid(conn.pid)}")
+    held = "; ".join(holders) or "a process this user cannot see"
+    raise procs.StartupError(
+        f"port {port} for {what} is already taken ({held}): a process left by an earlier run answers there. "
+        "Stop it by its process group (kill -- -PGID), then run the stage again"
+    )
+
+
 @contextlib.contextmanager
 def router(ctx: Ctx, settings, worker_urls: list[str], tag: str):
     """vllm-router (round robin, as the launcher starts it) over `worker_urls`; yields (fleet URLs, note).
@@ -148,6 +179,7 @@ def router(ctx: Ctx, settings, worker_urls: list[str], tag: str):
         yield worker_urls, "no router: the runner spread requests over the replicas itself"
         return
     url = f"http://127.0.0.1:{settings.router_port}"
+    port_not_taken(settings.router_port, "the router")
     c = procs.start(
         "router", cmd, log=ctx.logs / f"{tag}-router.log", env=ctx.env, url=url, health=url + "/readiness", cwd=ROOT
     )

@@ -182,6 +182,15 @@ def job_check(settings, job_id: int) -> dict:
     }
 
 
+def none_done(check: dict, clips: int) -> str | None:
+    """Why a measured job is no measurement: not one of its `clips` captioned (a replica that was not ours
+    answered, or every request failed). None when at least one was."""
+    if check["counts"].get("done"):
+        return None
+    first = next(iter(check["failed_errors"].values()), None)
+    return f"0 of {clips} clips done ({check['failed']} failed{f'; the first: {first[:300]}' if first else ''})"
+
+
 def job_work(settings, job_id: int) -> list[dict]:
     """Per captioned clip: tokens, frames, pixel budget, size, when written (data.jobs.queries.work_per_clip)."""
     from data import db as dbmod

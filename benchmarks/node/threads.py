@@ -45,6 +45,7 @@ from benchmarks.node.jobs import (
     job_check,
     job_work,
     new_job,
+    none_done,
     prepare_db,
     result_latencies,
     result_times,
@@ -254,6 +255,8 @@ def stage_threads(ctx: Ctx) -> dict:
                     vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
                     cached1, prompt1 = cached_prompt_tokens(fleet.urls())
                 check = job_check(settings, job)
+                if why := none_done(check, len(measured)):
+                    raise RuntimeError(why)
                 work = job_work(settings, job)
                 done = check["counts"]["done"]
                 steady = steady_rate(work, in_flight(rs, n))
