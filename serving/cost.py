@@ -21,6 +21,9 @@ How an estimate is made, best basis first:
 2. `measured`: a record of the same frames, pixel budget and precision: the best per-GPU rate (through our runner
    where there is one, else vLLM alone), times the replicas, times the multi-GPU efficiency measured in one run
    (per-GPU rate at N GPUs / at 1 GPU, the same series), else linear, and the note says so.
+A point the table records as `failed` (its clips failed on the GPU, e.g. the replicas ran out of GPU memory at 32
+frames on 2026-12-03) gets no estimate either, unless a later run got through at it: basis `failed`, and the note
+says why, so a lead does not plan a job on a rate the fleet cannot reach.
 Otherwise there is no estimate: `clips_per_s` is None and the note names the run that would give one. Nothing is
 derived from another point: at the recipe's pixel budget more frames means smaller frames, not more vision tokens
 (serving.flops.vision_grid), so no ratio of frames predicts a rate; and FP8 is not derived from bf16.
@@ -78,6 +81,7 @@ class Measurement:
     via: str = "vllm"  # "runner": measured through our runner and router (what a job sees); "vllm": vLLM alone
     max_pixels: int = RECIPE_MAX_PIXELS
     series: str = ""  # records of one run (node_run's scaling rows): the multi-GPU efficiency pairs them
+    failed: str = ""  # a point that failed on the GPU (clips/s 0): why, from the work-per-clip table
 
     @property
     def per_gpu(self) -> float:
@@ -90,7 +94,7 @@ class Estimate:
     replicas: int
     frames: int
     precision: str
-    basis: str  # "live" | "measured" | "none"
+    basis: str  # "live" | "measured" | "failed" | "none"
     note: str
     per_replica: float | None = None
     max_pixels: int = RECIPE_MAX_PIXELS
@@ -118,7 +122,20 @@ def normalise_precision(value: str | None) -> str:
 
 def from_record(rec: dict, source: str = "") -> Measurement | None:
     """A Measurement from one record (a bench_fleet JSON line, a work-per-clip point), or None for a failed or
-    partial run, a simulated one, or a point not yet measured."""
+    partial run, a simulated one, or a point not yet measured. A work-per-clip point whose status is "failed"
+    (its clips failed on the GPU) is a Measurement of 0 clips/s with `failed` saying why."""
+    if rec.get("status") == "failed" and not rec.get("simulated"):
+        return Measurement(
+            clips_per_s=0.0,
+            gpus=int(rec.get("gpus") or 1),
+            frames=int(rec.get("frames") or 16),
+            precision=normalise_precision(rec.get("precision")),
+            date=str(rec.get("date") or ""),
+            source=source,
+            via="runner",
+            max_pixels=int(rec.get("max_pixels") or RECIPE_MAX_PIXELS),
+            failed=str(rec.get("note") or "its clips failed on the GPU"),
+        )
     rate = rec.get("clips_per_s")
     if rec.get("error") or rec.get("simulated") or not isinstance(rate, (int, float)):
         return None  # a failed run, a simulated rehearsal (no GPU figure) or a point not yet measured
@@ -246,7 +263,21 @@ def estimate(
             max_pixels,
         )
     ms = [m for m in measurements if m.precision == precision and m.backend == backend]
+    failures = [m for m in ms if m.failed and m.frames == frames and m.max_pixels == max_pixels]
+    ms = [m for m in ms if not m.failed]
     exact = [m for m in ms if m.frames == frames and m.max_pixels == max_pixels]
+    latest = max(failures, key=lambda m: m.date, default=None)
+    if latest and all(m.date <= latest.date for m in exact):  # no run since has got through at this point
+        return Estimate(
+            None,
+            replicas,
+            frames,
+            precision,
+            "failed",
+            f"it failed on the GPU at {point} ({latest.date or 'undated'}): {latest.failed}",
+            None,
+            max_pixels,
+        )
     if any(m.via == "runner" for m in exact):  # what a job sees beats vLLM alone on another workload
         exact = [m for m in exact if m.via == "runner"]
     if not exact:

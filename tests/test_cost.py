@@ -25,7 +25,8 @@ def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf
 
 def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
     ms = cost.default_measurements()
-    assert ms and all(m.clips_per_s > 0 for m in ms)  # the failed first run (error, no rate) is skipped
+    # the failed first run (error, no rate) is skipped; a point that failed on the GPU says so with 0 clips/s
+    assert ms and all(m.clips_per_s > 0 or m.failed for m in ms)
     e = cost.estimate(8, 16, "bf16", ms)
     # the work-per-clip table's point (clips/s through our runner), scaled by the 2-GPU efficiency node_run
     # measured in one run (4.412 / 2 per GPU at 2 replicas over 2.574 at 1: x0.86)
@@ -53,10 +54,32 @@ def test_every_sweep_point_is_in_the_table_measured_or_said_not_to_be():
             assert (p["status"] == "measured") == bool(p["clips_per_s"]), p
             e = cost.estimate(8, frames, "bf16", cost.default_measurements(), max_pixels=pixels)
             if p["status"] == "measured":
-                assert e.basis == "measured" and p["source"] and p["date"]
+                assert e.basis == "measured" and p["source"] and p["date"] and p["frame_preprocess"] in ("gpu", "cpu")
+            elif p["status"] == "failed":  # no figure, and why in the note the job form shows
+                assert e.clips_per_s is None and e.basis == "failed" and p["note"] in e.note and p["date"] in e.note
             else:  # never a figure for a point nobody measured
                 assert e.clips_per_s is None and e.basis == "none" and "not yet measured" in e.note
                 assert "node workload" in e.note
+
+
+def test_a_point_that_failed_on_the_gpu_gets_no_estimate_until_a_later_run_gets_through(tmp_path):
+    f = tmp_path / "work-per-clip.json"
+    failed = {"frames": 32, "max_pixels": 9437184, "precision": "bf16", "status": "failed", "clips_per_s": None}
+    failed |= {"note": "the replica ran out of GPU memory", "date": "2026-12-03"}
+    older = {"frames": 32, "max_pixels": 9437184, "precision": "bf16", "status": "measured", "clips_per_s": 2.5}
+    f.write_text(json.dumps({"points": [failed, older | {"date": "2026-12-02"}]}))
+    ms = cost.load_measurements(f)
+    e = cost.estimate(8, 32, "bf16", ms)
+    assert e.clips_per_s is None and e.basis == "failed"
+    assert "ran out of GPU memory" in e.note and "2026-12-03" in e.note and "32 frames" in e.note
+    # the failure says nothing about other points, and never feeds another estimate's efficiency
+    assert cost.estimate(8, 16, "bf16", ms).basis == "none"
+    f.write_text(json.dumps({"points": [failed, older | {"date": "2026-12-04"}]}))  # a later run got through
+    e = cost.estimate(8, 32, "bf16", cost.load_measurements(f))
+    assert e.basis == "measured" and e.clips_per_s == pytest.approx(8 * 2.5)
+    # a simulated failure is no record at all
+    f.write_text(json.dumps({"points": [failed | {"simulated": True}]}))
+    assert cost.load_measurements(f) == []
 
 
 def test_exact_match_uses_the_best_single_gpu_rate_and_the_efficiency_of_one_run():

@@ -396,3 +396,22 @@ def test_a_job_with_no_clip_done_is_no_measurement():
     assert none_done(check, 64) == "0 of 64 clips done (64 failed; the first: HTTP 400: not allowed)"
     assert none_done({**check, "counts": {"done": 1}}, 64) is None
 
+
+def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_path):
+    """32 frames ran the replicas out of GPU memory on 2026-12-03; the table still priced 32 frames from the
+    day before. A point with failed clips now says so in the table, and serving.cost gives no figure for it."""
+    from types import SimpleNamespace
+
+    from benchmarks.node import workload
+    from serving import cost
+
+    ctx = SimpleNamespace(sim=False, precision="bf16", out=tmp_path)
+    # a point the committed table has measured (so the old rate is what must not survive)
+    row = {"frames": 8, "max_pixels": 2_359_296, "clips": 48, "done": 46, "failed": 2, "clips_per_s": 1.3}
+    row |= {"failed_errors": {3: "HTTP 500: CUDA out of memory. Tried to allocate 760.00 MiB"}, "date": "2026-12-09"}
+    path = workload.write_table(ctx, [row])
+    points = [p for p in json.loads(path.read_text())["points"] if (p["frames"], p["max_pixels"]) == (8, 2_359_296)]
+    assert len(points) == 1 and points[0]["status"] == "failed" and points[0]["clips_per_s"] is None
+    assert "ran out of GPU memory" in points[0]["note"] and "46 of 48 clips done" in points[0]["note"]
+    e = cost.estimate(1, 8, "bf16", cost.load_measurements(path), max_pixels=2_359_296)
+    assert e.basis == "failed" and e.clips_per_s is None and "2026-12-09" in e.note

@@ -292,6 +292,10 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
     assert form._cost_html(1_000_000, "16", 9_437_184) == html
     none = form._cost_html(100_000, 8, "4718592")
     assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
+    # a point whose clips failed on the GPU: no figure, and the lead reads why and what to choose instead
+    failed = form._cost_html(100_000, 32, "9437184")
+    assert "No cost estimate for 32 frames at 9,437,184 pixels: it failed on the GPU" in failed
+    assert "ran out of GPU memory" in failed and "fewer frames or pixels per clip" in failed
     assert "GPU-hours" not in none
     assert "Frames must be 1-128" in form._cost_html(100_000, 500, None)
     assert "Pixels per clip must be" in form._cost_html(100_000, 16, "99999999")

@@ -129,7 +129,7 @@ class StartForm:
         e = cost.estimate(replicas, p.frames, "bf16", _measurements(), max_pixels=p.max_pixels)
         if not e.clips_per_s:
             return render_jobs.job_cost(
-                f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels: {e.note[:200]}.", estimate=False
+                f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels: {e.note[:300]}.", estimate=False
             )
         return render_jobs.job_cost(
             f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels "

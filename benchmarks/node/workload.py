@@ -31,6 +31,7 @@ from benchmarks.node.jobs import (
     job_check,
     job_work,
     new_job,
+    none_done,
     prepare_db,
     steady_rate,
 )
@@ -131,6 +132,9 @@ def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pi
     job = new_job(settings, f"workload {frames} frames {pixels} pixels", clips, frames=frames, max_pixels=pixels)
     _, wall = caption_job(settings, job, urls, 1)
     check = job_check(settings, job)
+    if why := none_done(check, len(clips)):
+        say(f"workload: {frames} frames x {pixels:,} pixels: {why}")
+        return {"frames": frames, "max_pixels": pixels, "error": why}
     work = job_work(settings, job)
     done = check["counts"]["done"]
     steady = steady_rate(work, in_flight(settings, 1))
@@ -206,6 +210,31 @@ def table(ctx: Ctx, rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+def failed_point(ctx: Ctx, r: dict) -> dict:
+    """The work-per-clip entry of a point whose clips failed: no rate, and why, in words a lead can act on."""
+    errors = " ".join(str(e) for e in (r.get("failed_errors") or {}).values()) + " " + str(r.get("error") or "")
+    if "out of memory" in errors.lower() or "OUT_OF_MEMORY" in errors:
+        why = "the replica ran out of GPU memory decoding and preparing the frames"
+    else:
+        why = (errors.strip() or "its clips failed")[:160]
+    done = f"{r['done']} of {r['clips']} clips done" if "done" in r else "no clip done"
+    point = {
+        "frames": r["frames"],
+        "max_pixels": r["max_pixels"],
+        "precision": ctx.precision,
+        "gpus": 1,
+        "via": "runner",
+        "status": "failed",
+        "clips_per_s": None,
+        "note": f"{why} ({done}); fewer frames or pixels per clip",
+        "date": r.get("date") or time.strftime("%Y-%m-%d", time.gmtime()),
+        "source": "benchmarks/node_run.py workload (workload.json)",
+    }
+    if ctx.sim:
+        point["simulated"] = True
+    return point
+
+
 def write_table(ctx: Ctx, rows: list[dict]):
     """The committed work-per-clip table with the points measured now (and honoured) replaced, to OUT."""
     try:
@@ -214,9 +243,14 @@ def write_table(ctx: Ctx, rows: list[dict]):
         table = {"points": []}
     points = table.setdefault("points", [])
     for r in rows:
-        if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
+        if r.get("failed") or (r.get("error") and r.get("max_pixels")):
+            # its clips/s counts the clips that got through, not the work of a point: not priced, and the point
+            # says so (an older rate at it would price a job the fleet now fails)
+            key = (r["frames"], r["max_pixels"], ctx.precision)
+            points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
+            points.append(failed_point(ctx, r))
             continue
-        if r.get("failed"):  # its clips/s counts the clips that got through, not the work of a point: not priced
+        if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
             continue
         eff = r["efficiency"]
         new = {
