@@ -216,7 +216,11 @@ class Settings:
         "measured 478 tokens on vLLM 0.25)",
     )
     temperature: float = setting(0.0, "sampling temperature of caption requests")
-    per_replica_inflight: int = setting(48, "requests the runner keeps in flight per replica")
+    per_replica_inflight: int = setting(
+        48,
+        "requests in flight per replica, kept by all runners of a fleet together (96 killed an H200 replica; "
+        "docs/SCALE.md)",
+    )
     request_timeout: float = setting(300.0, "seconds a caption request may take before it is abandoned")
     max_attempts: int = setting(4, "attempts per clip before its job item is failed")
     lease_seconds: float = setting(600.0, "how long a claimed job item stays leased without a result")

@@ -127,6 +127,44 @@ def test_job_basics_claim_complete_fail(db):
     assert db.execute("SELECT COUNT(*) FROM captions WHERE job_id = ?", [job]).fetchone()[0] == 1
 
 
+def test_runners_of_one_fleet_keep_one_bound_and_share_it(db):
+    """Runners sharing a fleet keep its in-flight bound together: the live leases of every runner on jobs of that
+    fleet (and jobs that name none) count against it, and while others hold some a runner takes no more than an
+    even share. An expired lease and another fleet's do not count."""
+    ids = [add_clip(db, f"r{i}.mp4") for i in range(12)]
+    F, G = jobs.fleet_of("http://127.0.0.1:30000"), jobs.fleet_of("http://127.0.0.2:30000")
+
+    def job(name, fleet):
+        sel = Selection.of_clips(ids)
+        return jobs.create(
+            db, name=name, created_by="lead", selection=sel, prompt_id=None, params=JobParams(), fleet=fleet
+        )
+
+    a, b, none, other = job("a", F), job("b", F), job("none", None), job("other", G)
+    kw = dict(lease_seconds=60, max_attempts=3)
+    assert len(job_items.claim(db, other, "r3", 5, bound=8, fleet=G, **kw)) == 5  # another fleet's replicas
+    # alone on F, r1 is bounded by its own count of its requests (the runner asks for its free slots): 6, then 2
+    assert len(job_items.claim(db, a, "r1", 6, bound=8, fleet=F, **kw)) == 6
+    assert len(job_items.claim(db, none, "r1", 2, bound=8, fleet=F, **kw)) == 2  # a job that names no fleet
+    assert job_items.leases_on_fleet(db, "r2", F, time.time()) == (0, 8, 1)
+    # r1 holds all of it: r2, holding none, gets one request in (a foot in the door), then nothing more
+    assert len(job_items.claim(db, b, "r2", 10, bound=8, fleet=F, **kw)) == 1
+    assert job_items.claim(db, b, "r2", 10, bound=8, fleet=F, **kw) == []
+    assert job_items.claim(db, a, "r1", 10, bound=8, fleet=F, **kw) == []  # r1 is over its even share of 4
+    db.execute("UPDATE job_items SET state = 'done' WHERE job_id = ? AND leased_by = 'r2'", [b])
+    # r1's leases end (answers written) except 3; r2 gets in, up to an even share (4), not the 5 left
+    done = [r["clip_id"] for r in db.query("SELECT clip_id FROM job_items WHERE job_id = ? AND leased_by = 'r1'", [a])]
+    db.execute(
+        f"UPDATE job_items SET state = 'done' WHERE job_id = ? AND clip_id IN ({','.join('?' * 5)})", [a, *done[:5]]
+    )
+    assert len(job_items.claim(db, b, "r2", 10, bound=8, fleet=F, **kw)) == 4
+    # and r1, holding 3 of its even share of 4 while r2 holds some, gets 1 more
+    assert len(job_items.claim(db, a, "r1", 10, bound=8, fleet=F, **kw)) == 1
+    assert job_items.claim(db, b, "r2", 10, bound=8, fleet=F, **kw) == []  # 8 of 8 in flight
+    db.execute("UPDATE job_items SET lease_until = 0 WHERE leased_by = 'r1'")  # r1's leases ran out
+    assert job_items.leases_on_fleet(db, "r2", F, time.time()) == (4, 0, 0)
+
+
 def test_write_lock_stats_count_holds_and_the_longest(db, settings):
     import time as _time
 

@@ -269,8 +269,9 @@ def _node(head, tmp_path: Path):
 
 def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, tmp_path):
     """The head's supervised runner and the terminal command on one job of the fleet both send to: allowed on
-    purpose. Items are claimed with leases in SQLite, so each clip goes to one runner; both send signed URLs (the
-    record), both get work."""
+    purpose. Items are claimed with leases in SQLite, so each clip goes to one runner, and the leases other runners
+    hold count against a runner's in-flight bound, so that the replicas never get both runners' bounds at once,
+    and each gets a share of it; every request goes with a signed URL (the record)."""
     settings = head["settings"]
     node = _node(head, tmp_path)
     log = tmp_path / "supervised.log"
@@ -295,6 +296,10 @@ def test_two_runners_share_one_job_each_clip_sent_by_one_and_written_once(head, 
     assert c["job"]["state"] == "done" and c["counts"]["done"] == N_CLIPS and c["counts"]["failed"] == 0, c
     assert len(per_clip) == N_CLIPS and all(row["n"] == 1 for row in per_clip)  # written once each
     assert 0 < did.get("done", 0) < N_CLIPS, did  # both runners worked: the supervised one some, the command the rest
+    # and together they kept the replica's in-flight bound of 2 (plus the one request a runner holding none may
+    # send): each alone keeps 2, so both at once used to send 4, and a real replica died at twice its bound
+    # (docs/gpu-runs/2026-12-03-h200)
+    assert 1 <= sent["most_at_once"] <= 3, sent
     assert sent["media_fetches"]["http"] >= N_CLIPS and sent["media_fetches"]["file"] == 0
 
 

@@ -71,12 +71,28 @@ def recover(db: sqlite_utils.Database, *, alive: "callable[[str], bool] | None" 
 
 
 def claim(
-    db: sqlite_utils.Database, job_id: int, runner: str, limit: int, *, lease_seconds: float, max_attempts: int
+    db: sqlite_utils.Database,
+    job_id: int,
+    runner: str,
+    limit: int,
+    *,
+    lease_seconds: float,
+    max_attempts: int,
+    bound: int | None = None,
+    fleet: str | None = None,
 ) -> list[dict]:
     """Lease up to `limit` items of a running job for `runner`; returns them with their clip's path.
 
     Takes pending items whose backoff has passed and leases that expired. Items that already used
     `max_attempts` fail instead of being sent again. Marks a queued job running.
+
+    `bound`: the requests this runner's replicas may hold at once (its in-flight bound), kept by every runner of
+    `fleet` together: the live leases of jobs of that fleet (and of jobs that name none) are requests in flight
+    on the same replicas, so a claim takes only what all runners' leases leave of the bound, and no more than an
+    even share of it while others hold some. A runner that holds none may take one even on a full bound, so
+    that a second runner gets in and stays in (the first cannot keep the whole bound): the replicas then hold at
+    most the bound plus one per extra runner. Counted here, where claims are serialized. (96 requests in flight
+    killed a replica on an H200 that 48 did not: docs/gpu-runs/2026-12-03-h200.)
     """
     t = now()
     with immediate(db):
@@ -109,6 +125,15 @@ def claim(
         if exhausted:
             db.execute("UPDATE jobs SET failed = failed + ?, updated_at = ? WHERE id = ?", [exhausted, t, job_id])
             finish_if_drained(db, job_id)
+        if bound is not None:
+            mine, others, holders = leases_on_fleet(db, runner, fleet, t)
+            if others:  # alone, a runner's own count of its requests (not yet written leases too) is the bound
+                share = -(-bound // (1 + holders))  # an even share, rounded up
+                # one request when it holds none, even on a full bound: its lease makes it a holder, so the others
+                # leave it a share as their requests end (the bound is passed by at most one per extra runner)
+                limit = min(limit, max(bound - mine - others, 0 if mine else 1), share - mine)
+                if limit <= 0:
+                    return []
         rows = [
             dict(r)
             for r in db.query(
@@ -132,6 +157,21 @@ def claim(
         if not rows:
             finish_if_drained(db, job_id)
     return rows
+
+
+def leases_on_fleet(db: sqlite_utils.Database, runner: str, fleet: str | None, t: float) -> tuple[int, int, int]:
+    """(items `runner` holds, items other runners hold, how many other runners hold any) under a lease still
+    running at `t`, on jobs of `fleet` and jobs that name none (every job when `fleet` is None): the requests in
+    flight on the fleet's replicas. A paused job's count too: what was sent still runs there."""
+    where = "" if fleet is None else "WHERE (j.fleet IS NULL OR j.fleet = ?) "
+    row = db.execute(
+        "SELECT COALESCE(SUM(i.leased_by = ?), 0), COALESCE(SUM(i.leased_by != ?), 0), "
+        "COUNT(DISTINCT CASE WHEN i.leased_by != ? THEN i.leased_by END) "
+        f"FROM jobs j JOIN job_items i ON i.job_id = j.id AND i.state = 'leased' {where}"
+        f"{'AND' if where else 'WHERE'} i.lease_until >= ?",
+        [runner, runner, runner] + ([fleet] if fleet is not None else []) + [t],
+    ).fetchone()
+    return int(row[0]), int(row[1]), int(row[2])
 
 
 def complete(

@@ -110,9 +110,10 @@ class JobStore:
         # is refused here, before any GPU time is spent on it
         return JobConfig(prompt, job["params"], taxonomy.costly_refusal(prompt.get("schema")))
 
-    def claim(self, db, want: int) -> list[tuple[dict, list[dict]]]:
+    def claim(self, db, want: int, bound: int | None = None) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs of this runner's fleet (oldest first; and jobs that name none) and the items claimed
-        from each, up to `want` in all."""
+        from each, up to `want` in all; `bound`: the runner's in-flight bound, which the fleet's runners keep
+        together (data.jobs.items.claim)."""
         out = []
         for job in job_queries.runnable(db, self.fleet):
             if self.job_ids is not None and job["id"] not in self.job_ids:
@@ -132,6 +133,8 @@ class JobStore:
                     min(want, CLAIM_CHUNK),
                     lease_seconds=self.settings.lease_seconds,
                     max_attempts=self.settings.max_attempts,
+                    bound=bound,  # kept together with the fleet's other runners (data.jobs.items.claim)
+                    fleet=self.fleet,
                 )
                 self._held(began)
                 items += got

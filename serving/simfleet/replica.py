@@ -91,6 +91,8 @@ class SimReplica:
         self.url = ""
         self.rng = random.Random(seed * 1000 + index)
         self.chat_requests = 0
+        self.at_once = 0  # chat requests between arrival and answer now, and the most there ever were
+        self.most_at_once = 0
         self.statuses: dict[int, int] = {}
         self.media_fetches: dict[str, int] = {"file": 0, "http": 0}  # clips opened, by URL scheme
         self._running = 0
@@ -230,6 +232,14 @@ class SimReplica:
         """Answer one `/v1/chat/completions` body: (200, completion), or raise SimError (vLLM's error answer)
         or ConnectionAbortedError (no answer at all: the replica died, or the client left a hung request)."""
         self.ensure_loop_objects()
+        self.at_once += 1
+        self.most_at_once = max(self.most_at_once, self.at_once)
+        try:
+            return await self._chat(body, disconnected)
+        finally:
+            self.at_once -= 1
+
+    async def _chat(self, body: dict, disconnected: asyncio.Event) -> tuple[int, dict]:
         started = time.monotonic()
         self.chat_requests += 1
         await self._check_faults(body, disconnected)
@@ -270,6 +280,7 @@ class SimReplica:
             "model": self.served,
             "knobs": self.knobs.public(),
             "chat_requests": self.chat_requests,
+            "most_at_once": self.most_at_once,  # what a real replica's API servers would have held at once
             "statuses": dict(self.statuses),
             "running": self.running,
             "media_fetches": dict(self.media_fetches),
