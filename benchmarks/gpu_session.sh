@@ -43,6 +43,13 @@ stop_leftovers() {
   for d in /tmp/pytest-of-*/pytest-*/test_gpu_fleet_*/{node,head} /tmp/node-work/*/; do
     [ -d "$d" ] && ./launch.sh stop --data-dir "$d" >/dev/null 2>&1 || true
   done
+  # node_run's replicas and routers keep no pid files, and vLLM renames its processes (VLLM::EngineCore,
+  # VLLM::APIServer_N): a call cut at its limit left one holding the GPU and its port, and the next calls measured
+  # it (2026-12-03). On this lent machine every vLLM is ours. The brackets keep each pattern from matching this
+  # script's own command line, which names none of them.
+  pkill -9 -f "VLLM:[:]" || true
+  pkill -9 -f "vllm.entrypoints.cli.mai[n]" || true
+  pkill -9 -f "vllm[-_]route[r]" || true
 }
 case "$step" in gputest|bench|sweep|node|threads|workload) stop_leftovers ;; esac
 case "$step" in
