@@ -67,6 +67,7 @@ from serving import (
     simfleet,
 )
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
+from serving.runner.collector import Pauses
 
 
 def cpu() -> float:
@@ -409,7 +410,7 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
     job_id = _job(settings, db, ids[:n])
     held = dbmod._write_lock(Path(settings.db))  # count the runner's transactions only, not the set-up's
     held.holds, held.total_s, held.max_s = 0, 0.0, 0.0
-    pauses = gc_pauses()
+    pauses = Pauses()  # the process's collections, however started
     fleet = ReplayFleet(replicas, REPLICA_RATE if rate else 0)
     env = child_env(Path(__file__).resolve().parent.parent)
     ann = subprocess.Popen(
@@ -456,7 +457,7 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
         stop.set()
         th.join()
         lock = dbmod.write_lock_stats(settings.db)
-        pauses.stop()
+        pauses.close()
         ann.terminate()
         out_text = ann.communicate(timeout=60)[0]
         fleet_answer = sum(fleet.answer_bytes) / len(fleet.answer_bytes)
@@ -495,28 +496,6 @@ def head_run(rate: float, seconds: float, clips: int, log=print) -> dict:
             pending_at_window_end=window["pending"],
         )
     return res
-
-
-class gc_pauses:
-    """The garbage collections of this process from now until `stop()`: `took`, each one's seconds."""
-
-    def __init__(self) -> None:
-        import gc
-
-        self.took: list[float] = []
-        self._t = 0.0
-        self._gc = gc
-        gc.callbacks.append(self._cb)
-
-    def _cb(self, phase: str, info: dict) -> None:
-        if phase == "start":
-            self._t = time.perf_counter()
-        else:
-            self.took.append(time.perf_counter() - self._t)
-
-    def stop(self) -> None:
-        if self._cb in self._gc.callbacks:
-            self._gc.callbacks.remove(self._cb)
 
 
 def print_head(r: dict) -> None:

@@ -13,7 +13,7 @@ import pytest
 
 from data import db as dbmod
 from serving.runner import collector as collector_mod
-from serving.runner.collector import Collector, due
+from serving.runner.collector import Collector, Pauses, due
 
 
 def test_due_follows_pythons_own_rule():
@@ -25,28 +25,6 @@ def test_due_follows_pythons_own_rule():
     assert due((701, 11, 11), t, False) == 1  # a full one spaced out: the next younger instead
     assert due((701, 0, 11), t, True) == 2
     assert due((5000, 0, 0), (0, 10, 10), True) is None  # thresholds of 0: collection switched off by the user
-
-
-class Pauses:
-    """When this process collected: (start, end) per collection, and in which thread (`threads`, same order: a
-    collection runs in the thread that started it)."""
-
-    def __init__(self):
-        self.spans: list[tuple[float, float]] = []
-        self.threads: list[int] = []
-        self.writer: int | None = None  # the writing thread's ident
-        self._t = 0.0
-        gc.callbacks.append(self._cb)
-
-    def _cb(self, phase, info):
-        if phase == "start":
-            self._t = time.monotonic()
-        else:
-            self.spans.append((self._t, time.monotonic()))
-            self.threads.append(threading.get_ident())
-
-    def close(self):
-        gc.callbacks.remove(self._cb)
 
 
 def _transactions_with_garbage(path, spans: list, stop: threading.Event) -> None:
@@ -76,22 +54,21 @@ def _inside(pauses, transactions) -> list:
     return [p for p in pauses if any(p[0] < t1 and p[1] > t0 for t0, t1 in transactions)]
 
 
-async def _run(path, enough, limit_s: float = 30.0, **kw) -> tuple[Pauses, list, dict]:
+async def _run(path, enough, limit_s: float = 30.0, **kw) -> tuple[Pauses, list, dict, int]:
     """The writer beside a Collector until `enough(pauses, transactions)` holds or `limit_s` has passed (a loaded
     machine runs fewer transactions per second: the test waits for enough of them, not for a time). Returns the
-    Pauses, the writer's transactions and the Collector's stats."""
+    Pauses, the writer's transactions, the Collector's stats and the writer thread's ident."""
     pauses, transactions, stop = Pauses(), [], threading.Event()
     writer = threading.Thread(target=_transactions_with_garbage, args=(path, transactions, stop))
     try:
         async with Collector(path, **kw) as c:
             writer.start()
-            pauses.writer = writer.ident
             t = time.monotonic()
             while not enough(pauses.spans, transactions) and time.monotonic() - t < limit_s:
                 await asyncio.sleep(0.05)
             stop.set()
             await asyncio.to_thread(writer.join)
-        return pauses, transactions, c.stats
+        return pauses, transactions, c.stats, writer.ident
     finally:
         stop.set()
         pauses.close()
@@ -101,11 +78,11 @@ def test_no_collection_starts_inside_a_write_transaction(tmp_path):
     path = tmp_path / "w.db"
     assert gc.isenabled()
     loop_thread = threading.get_ident()
-    pauses, transactions, stats = asyncio.run(_run(path, lambda p, t: len(t) > 20 and len(p) >= 5))
+    pauses, transactions, stats, writer = asyncio.run(_run(path, lambda p, t: len(t) > 20 and len(p) >= 5))
     # Other threads of this pytest worker (servers an earlier test left, an explicit gc.collect) may collect too;
     # the subject is the loop's collections and the writer's, where Python's automatic ones would land.
     by_loop = [p for p, th in zip(pauses.spans, pauses.threads) if th == loop_thread]
-    by_writer = [p for p, th in zip(pauses.spans, pauses.threads) if th == pauses.writer]
+    by_writer = [p for p, th in zip(pauses.spans, pauses.threads) if th == writer]
     assert len(transactions) > 20
     assert len(by_loop) >= 5, "the loop collected the cycles the transactions made"
     assert _inside(by_loop, transactions) == []
@@ -119,7 +96,7 @@ def test_without_it_python_collects_inside_transactions(tmp_path, monkeypatch):
     """The same writer with Python's automatic collection: collections land inside the transactions (so the test
     above can fail)."""
     monkeypatch.setattr(collector_mod.Collector, "active", False)
-    pauses, transactions, stats = asyncio.run(_run(tmp_path / "w.db", lambda p, t: len(_inside(p, t)) >= 5))
+    pauses, transactions, stats, _ = asyncio.run(_run(tmp_path / "w.db", lambda p, t: len(_inside(p, t)) >= 5))
     assert len(_inside(pauses.spans, transactions)) >= 5
     assert stats == {"gen0": 0, "gen1": 0, "gen2": 0, "overdue": 0, "longest_ms": 0.0}
 

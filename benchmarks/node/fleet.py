@@ -137,21 +137,18 @@ def port_not_taken(port: int, what: str) -> None:
     report a row of failed clips as a measurement (seen on 2026-12-03: docs/gpu-runs/2026-12-03-h200)."""
     if fleet_addresses.port_free("127.0.0.1", port):
         return
+    import psutil  # node_run checks its packages before any stage
+
     holders = []
     try:
-        import psutil
-    except ImportError:  # the stage checks its packages first; this is only for the message
-        psutil = None
-    if psutil is not None:
-        try:
-            conns = psutil.net_connections(kind="tcp")
-        except (psutil.Error, OSError):
-            conns = []
-        for conn in conns:
-            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
-                with contextlib.suppress(psutil.Error, OSError):
-                    name = psutil.Process(conn.pid).name()
-                    holders.append(f"pid {conn.pid} {name}, process group {os.getpgid(conn.pid)}")
+        conns = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        conns = []
+    for conn in conns:
+        if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+            with contextlib.suppress(psutil.Error, OSError):
+                name = psutil.Process(conn.pid).name()
+                holders.append(f"pid {conn.pid} {name}, process group {os.getpgid(conn.pid)}")
     held = "; ".join(holders) or "a process this user cannot see"
     raise procs.StartupError(
         f"port {port} for {what} is already taken ({held}): a process left by an earlier run answers there. "

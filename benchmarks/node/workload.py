@@ -213,7 +213,7 @@ def table(ctx: Ctx, rows: list[dict]) -> str:
 def failed_point(ctx: Ctx, r: dict) -> dict:
     """The work-per-clip entry of a point whose clips failed: no rate, and why, in words a lead can act on."""
     errors = " ".join(str(e) for e in (r.get("failed_errors") or {}).values()) + " " + str(r.get("error") or "")
-    if "out of memory" in errors.lower() or "OUT_OF_MEMORY" in errors:
+    if "out of memory" in errors.lower().replace("_", " "):  # torch's words and CUDA_ERROR_OUT_OF_MEMORY
         why = "the replica ran out of GPU memory decoding and preparing the frames"
     else:
         why = (errors.strip() or "its clips failed")[:160]

@@ -163,13 +163,12 @@ def leases_on_fleet(db: sqlite_utils.Database, runner: str, fleet: str | None, t
     """(items `runner` holds, items other runners hold, how many other runners hold any) under a lease still
     running at `t`, on jobs of `fleet` and jobs that name none (every job when `fleet` is None): the requests in
     flight on the fleet's replicas. A paused job's count too: what was sent still runs there."""
-    where = "" if fleet is None else "WHERE (j.fleet IS NULL OR j.fleet = ?) "
     row = db.execute(
         "SELECT COALESCE(SUM(i.leased_by = ?), 0), COALESCE(SUM(i.leased_by != ?), 0), "
         "COUNT(DISTINCT CASE WHEN i.leased_by != ? THEN i.leased_by END) "
-        f"FROM jobs j JOIN job_items i ON i.job_id = j.id AND i.state = 'leased' {where}"
-        f"{'AND' if where else 'WHERE'} i.lease_until >= ?",
-        [runner, runner, runner] + ([fleet] if fleet is not None else []) + [t],
+        "FROM jobs j JOIN job_items i ON i.job_id = j.id AND i.state = 'leased' "
+        "WHERE (? IS NULL OR j.fleet IS NULL OR j.fleet = ?) AND i.lease_until >= ?",
+        [runner, runner, runner, fleet, fleet, t],
     ).fetchone()
     return int(row[0]), int(row[1]), int(row[2])
 

@@ -129,3 +129,31 @@ class Collector:
                 waiting_since = waiting_since or now  # due, but the lock was taken: count how long
             else:
                 waiting_since = None
+
+
+class Pauses:
+    """The collections of this process from now until `close()`, however started: (start, end) per collection in
+    `spans` (time.monotonic) and the thread that ran it in `threads` (same order). What the collector is measured
+    with (tests/test_runner_collector.py, benchmarks/bench_runner.py)."""
+
+    def __init__(self) -> None:
+        self.spans: list[tuple[float, float]] = []
+        self.threads: list[int] = []
+        self._t = 0.0
+        gc.callbacks.append(self._cb)
+
+    def _cb(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t = time.monotonic()
+        else:
+            self.spans.append((self._t, time.monotonic()))
+            self.threads.append(threading.get_ident())
+
+    @property
+    def took(self) -> list[float]:
+        """Each collection's seconds."""
+        return [end - start for start, end in self.spans]
+
+    def close(self) -> None:
+        if self._cb in gc.callbacks:
+            gc.callbacks.remove(self._cb)
