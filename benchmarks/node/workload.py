@@ -66,6 +66,7 @@ def stage_workload(ctx: Ctx) -> dict:
         "points": [list(p) for p in points],
         "precision": ctx.precision,
         "clips_per_point": per,
+        "replica_args": " ".join(ctx.a.vllm_arg) or None,  # flags added to the recipe's replica command
         "rows": rows,
         "method": (
             "one replica (the launcher's recipe, prefix caching on as in production) on the first GPU, "
@@ -88,7 +89,7 @@ def stage_workload(ctx: Ctx) -> dict:
             report["fleet_startup_s"] = fleet.start()
             urls = fleet.urls()
             if warm:
-                caption_job(settings, new_job(settings, "warm-up workload", ids[:warm]), urls, 1)
+                caption_job(settings, new_job(settings, "warm-up workload", ids[:warm]), urls, 1, deadline=deadline)
             measured = ids[warm : warm + per]
             last_cost = None
             for frames, pixels in points:
@@ -103,7 +104,7 @@ def stage_workload(ctx: Ctx) -> dict:
                     say(f"workload: {frames} frames x {pixels:,} pixels not started (stage deadline)")
                     continue
                 t = time.time()
-                rows.append(point(ctx, settings, urls, measured, frames, pixels, peak))
+                rows.append(point(ctx, settings, urls, measured, frames, pixels, peak, deadline))
                 last_cost = time.time() - t
         except Exception as e:  # the replica or the clips failed: the report says so
             rows.append({"error": f"{type(e).__name__}: {e}"})
@@ -120,17 +121,18 @@ def stage_workload(ctx: Ctx) -> dict:
     report["table"] = table(ctx, rows)
     (ctx.out / "workload.md").write_text(report["table"] + "\n")
     print(report["table"], flush=True)
-    report["work_per_clip"] = str(write_table(ctx, rows))
+    report["work_per_clip"] = str(write_table(ctx, rows, frame_preprocess=settings.frame_preprocess))
     png = plot(ctx, rows)
     report["plot"] = str(png) if png else None
     report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
     return report
 
 
-def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pixels: int, peak) -> dict:
-    """One job at `frames` x `pixels`; its row."""
+def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pixels: int, peak, deadline=None) -> dict:
+    """One job at `frames` x `pixels`; its row. Past `deadline` the runner stops (a replica that died leaves
+    the runner waiting for it to come back, as in production) and the stage reports it."""
     job = new_job(settings, f"workload {frames} frames {pixels} pixels", clips, frames=frames, max_pixels=pixels)
-    _, wall = caption_job(settings, job, urls, 1)
+    _, wall = caption_job(settings, job, urls, 1, deadline=deadline)
     check = job_check(settings, job)
     if why := none_done(check, len(clips)):
         say(f"workload: {frames} frames x {pixels:,} pixels: {why}")
@@ -210,7 +212,20 @@ def table(ctx: Ctx, rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def failed_point(ctx: Ctx, r: dict) -> dict:
+def provenance(ctx: Ctx, frame_preprocess: str | None) -> dict:
+    """What a point was measured with beyond frames and pixels: where the frames were prepared, and the
+    replica flags the call added to the recipe (e.g. --gpu-memory-utilization), so that a point measured off the
+    recipe never reads as the recipe's."""
+    out: dict = {}
+    if frame_preprocess:
+        out["frame_preprocess"] = frame_preprocess
+    extra = list(getattr(getattr(ctx, "a", None), "vllm_arg", None) or [])
+    if extra:
+        out["replica_args"] = " ".join(extra)
+    return out
+
+
+def failed_point(ctx: Ctx, r: dict, frame_preprocess: str | None = None) -> dict:
     """The work-per-clip entry of a point whose clips failed: no rate, and why, in words a lead can act on."""
     errors = " ".join(str(e) for e in (r.get("failed_errors") or {}).values()) + " " + str(r.get("error") or "")
     if "out of memory" in errors.lower().replace("_", " "):  # torch's words and CUDA_ERROR_OUT_OF_MEMORY
@@ -229,14 +244,15 @@ def failed_point(ctx: Ctx, r: dict) -> dict:
         "note": f"{why} ({done}); fewer frames or pixels per clip",
         "date": r.get("date") or time.strftime("%Y-%m-%d", time.gmtime()),
         "source": "benchmarks/node_run.py workload (workload.json)",
-    }
+    } | provenance(ctx, frame_preprocess)
     if ctx.sim:
         point["simulated"] = True
     return point
 
 
-def write_table(ctx: Ctx, rows: list[dict]):
-    """The committed work-per-clip table with the points measured now (and honoured) replaced, to OUT."""
+def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = None):
+    """The committed work-per-clip table with the points measured now (and honoured) replaced, to OUT; each
+    point says how it was measured (`provenance`)."""
     try:
         table = json.loads(TABLE.read_text())
     except (OSError, ValueError):
@@ -248,7 +264,7 @@ def write_table(ctx: Ctx, rows: list[dict]):
             # says so (an older rate at it would price a job the fleet now fails)
             key = (r["frames"], r["max_pixels"], ctx.precision)
             points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
-            points.append(failed_point(ctx, r))
+            points.append(failed_point(ctx, r, frame_preprocess))
             continue
         if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
             continue
@@ -279,7 +295,7 @@ def write_table(ctx: Ctx, rows: list[dict]):
             f"{r['done']} clips",
             "date": r["date"],
             "source": "benchmarks/node_run.py workload (workload.json)",
-        }
+        } | provenance(ctx, frame_preprocess)
         if ctx.sim:
             new["simulated"] = True  # serving.cost never reads a simulated point
         key = (r["frames"], r["max_pixels"], ctx.precision)
