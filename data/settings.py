@@ -102,6 +102,13 @@ def _float(value: Any) -> float:
         raise ValueError(f"not a number: {value!r}") from None
 
 
+def _memory_share(value: Any) -> float:
+    x = _float(value)
+    if not 0.5 <= x <= 0.95:
+        raise ValueError(f"must be 0.5-0.95 (a share of the GPU's memory), not {x:g}")
+    return x
+
+
 def _path(value: Any) -> Path | None:
     return Path(value).expanduser() if str(value).strip() else None
 
@@ -209,6 +216,14 @@ class Settings:
         "processor on the replica's GPU: 0.80 vs 1.42 CPU core-s per clip at the same clips/s, one H200, "
         "docs/GPU.md) or 'cpu' (vLLM's default)",
         choices=("gpu", "cpu"),
+    )
+    gpu_memory_utilization: float = setting(
+        0.8,
+        "share of each GPU's memory a vLLM replica's engine takes for weights and KV cache (--gpu-memory-utilization); "
+        "the rest is left to its API servers, which decode and prepare every frame on the GPU. At vLLM's default 0.9, "
+        "32 frames per clip ran an H200 replica out of memory and 96 requests in flight killed it; at 0.8, 32 frames "
+        "passed and the KV cache still holds ~100 requests of 5,700 tokens (docs/GPU.md). 0.5-0.95",
+        parse=_memory_share,
     )
     max_tokens: int = setting(
         640,

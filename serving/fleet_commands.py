@@ -214,6 +214,9 @@ def vllm_command(
         "--renderer-num-workers",
         str(API_SERVERS),
         "--async-scheduling",
+        # what the engine leaves is the API servers' room to decode and prepare frames on the GPU
+        "--gpu-memory-utilization",
+        f"{settings.gpu_memory_utilization:g}",
         "--mm-ipc-gpu-memory-gb",
         "2",
         "--media-io-kwargs",

@@ -51,6 +51,7 @@ SETTING_NAMES = (
     "replica_threads",
     "pin_replicas",
     "frame_preprocess",
+    "gpu_memory_utilization",
     # beyond one node (issue 12): roles, where replicas bind, the head's worker list, remote media
     "router_prometheus_port",
     "role",

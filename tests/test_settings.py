@@ -30,6 +30,7 @@ def example(f: dataclasses.Field, tmp_path: Path) -> str:
         settings_mod.replica_urls: "http://n1:8000,http://n2:8001",
         settings_mod.gpu_list: "0, 2",
         settings_mod.name_list: "Proxy.Example,10.0.0.1",
+        settings_mod._memory_share: "0.7",  # a share of the GPU's memory, 0.5-0.95
     }
     if parse in texts:
         return texts[parse]
@@ -82,6 +83,8 @@ def _other(f, text, tmp_path):
     if choices:  # another word than `text`; for a two-word setting (off/on) that is the default
         others = [c for c in choices if c != text]
         return next((c for c in others if c != f.default), others[0])
+    if f.metadata["parse"] is settings_mod._memory_share:
+        return "0.6"
     if isinstance(f.default, (int, float)) and not isinstance(f.default, bool):
         return str(f.default + 11)
     return example(f, tmp_path / "other")
