@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from serving import cost
+from tests.support.work_table import table_with_gaps
 
 ROOT = Path(__file__).resolve().parents[1]
 M = cost.Measurement
@@ -142,13 +143,14 @@ def test_records_from_a_sweep_file(tmp_path):
         cost.estimate(0, 16, "bf16", ms)
 
 
-def test_cli_prints_the_estimate_and_the_gpu_hours(capsys):
+def test_cli_prints_the_estimate_and_the_gpu_hours(capsys, tmp_path):
     assert cost.main(["--replicas", "8", "--frames", "16", "--clips", "100000"]) == 0
     out = capsys.readouterr().out
     assert f"{8 * table_rate() * 4.412 / 2 / 2.574:.2f} clips/s on 8 replica(s)" in out and "GPU-hours" in out
     assert cost.main(["--replicas", "1", "--frames", "16", "--precision", "fp8"]) == 0
     assert "4.33 clips/s" in capsys.readouterr().out
     # a point the table has not measured yet: no figure, exit 1, and which run gives one
-    assert cost.main(["--replicas", "8", "--frames", "8", "--max-pixels", "4718592", "--clips", "1000"]) == 1
+    gaps = ["--table", str(table_with_gaps(tmp_path))]
+    assert cost.main(["--replicas", "8", "--frames", "8", "--max-pixels", "4718592", "--clips", "1000", *gaps]) == 1
     out = capsys.readouterr().out
     assert "no estimate: not yet measured at 8 frames, 4,718,592 pixels" in out

@@ -276,11 +276,19 @@ def test_main_refuses_auth_off_on_a_network(tmp_path):
     )
 
 
-def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings):
+def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path, monkeypatch):
     """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
-    (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs)."""
+    (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
+    point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
+    from serving import cost
+    from tests.support.work_table import table_with_gaps
+    from webapp import jobs_start
     from webapp.context import AppContext
     from webapp.jobs_tab import JobsTab
+
+    monkeypatch.setattr(cost, "WORK_TABLE", table_with_gaps(tmp_path))
+    jobs_start._measurements.cache_clear()  # read once per process: this test's table, then the real one again
+    monkeypatch.setattr(jobs_start, "_measurements", jobs_start._measurements.__wrapped__)
 
     urls = [f"http://10.9.9.{i}:8000" for i in range(8)]  # a list of replicas: counted, not asked
     form = JobsTab(AppContext(settings.replace(fleet_urls=tuple(urls)), fleet_urls=urls, simulated=False)).form

@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import json
 import time
+from pathlib import Path
 
 from benchmarks.node.context import ROOT, Ctx, say
 from benchmarks.node.fleet import Fleet, mps_daemon
@@ -122,7 +123,7 @@ def stage_workload(ctx: Ctx) -> dict:
     (ctx.out / "workload.md").write_text(report["table"] + "\n")
     print(report["table"], flush=True)
     report["work_per_clip"] = str(write_table(ctx, rows, frame_preprocess=settings.frame_preprocess))
-    png = plot(ctx, rows)
+    png = plot(ctx, report["work_per_clip"])
     report["plot"] = str(png) if png else None
     report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
     return report
@@ -310,33 +311,51 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
     return path
 
 
-def plot(ctx: Ctx, rows: list[dict]):
-    """Clips/s, prompt tokens and the share of the peak against the pixel budget, one line per frame count."""
+def table_points(path, precision: str) -> list[dict]:
+    """The measured points of a work-per-clip table at `precision`, as plot() draws them."""
+    table = json.loads(Path(path).read_text())
+    return [
+        p
+        for p in table.get("points", [])
+        if p.get("precision") == precision and p.get("status") == "measured" and p.get("clips_per_s")
+    ]
+
+
+def plot(ctx: Ctx, table_path) -> Path | None:
+    """The whole work-per-clip table (its measured points at the run's precision, the ones measured now
+    included): clips/s, prompt tokens and the share of the peak against the pixel budget, one line per frame
+    count; a point whose frames were prepared on the CPU (before 2026-12-02's recipe) drawn hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = [r for r in rows if "clips_per_s" in r and r.get("size_honoured") is not False]
-    if not ok:
+    points = table_points(table_path, ctx.precision)
+    if not points:
         return None
     fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-    for frames in sorted({r["frames"] for r in ok}):
-        pts = sorted((r for r in ok if r["frames"] == frames), key=lambda r: r["max_pixels"])
-        xs = [r["max_pixels"] / 1e6 for r in pts]
-        label = f"{frames} frames"
-        ax[0].plot(xs, [r["steady_clips_per_s"] or r["clips_per_s"] for r in pts], "o-", label=label)
-        ax[1].plot(xs, [r["prompt_tokens"] for r in pts], "o-", label=label)
-        ax[2].plot(xs, [100 * (r["efficiency"].get("fraction_of_peak") or 0) for r in pts], "o-", label=label)
-    for a, y in zip(
-        ax, ("clips/s per GPU (steady, else whole job)", "prompt tokens per clip", f"% of {ctx.precision} peak")
-    ):
+    for k, frames in enumerate(sorted({p["frames"] for p in points})):
+        pts = sorted((p for p in points if p["frames"] == frames), key=lambda p: p["max_pixels"])
+        xs = [p["max_pixels"] / 1e6 for p in pts]
+        color = f"C{k}"
+        ys = (
+            [p["clips_per_s"] for p in pts],
+            [p.get("prompt_tokens") or 0 for p in pts],
+            [100 * (p.get("fraction_of_peak") or 0) for p in pts],
+        )
+        for a, y in zip(ax, ys):
+            a.plot(xs, y, "-", color=color, label=f"{frames} frames")
+            for x, v, p in zip(xs, y, pts):
+                cpu = p.get("frame_preprocess") == "cpu"
+                a.plot([x], [v], "o", color=color, markerfacecolor="white" if cpu else color)
+    labels = ("clips/s per GPU (steady, else whole job)", "prompt tokens per clip", f"% of {ctx.precision} peak")
+    for a, y in zip(ax, labels):
         a.set_xlabel("pixels per clip, all frames (millions)")
         a.set_ylabel(y)
         a.set_ylim(bottom=0)
         a.grid(alpha=0.3)
         a.legend(fontsize=8)
-    title = "Work per clip: Qwen3-VL-8B through our runner, one GPU"
+    title = "Work per clip: Qwen3-VL-8B through our runner, one GPU (hollow: frames prepared on the CPU)"
     if ctx.sim:
         title = "SIMULATED REHEARSAL (no GPU): " + title
     fig.suptitle(title, color="red" if ctx.sim else "black")
@@ -372,10 +391,9 @@ def reprice(report: dict, in_flight: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> int:
     """`python -m benchmarks.node.workload REPORT OUT [--in-flight N]`: price a saved workload.json again (see
     `reprice`) and write OUT/workload.md, OUT/work-per-clip.json (the committed table with these points replaced:
-    copy it over docs/work-per-clip.json) and OUT/work-per-clip.png."""
+    copy it over docs/work-per-clip.json) and OUT/work-per-clip.png (that whole table)."""
     import argparse
     import types
-    from pathlib import Path
 
     p = argparse.ArgumentParser(prog="python -m benchmarks.node.workload", description=main.__doc__)
     p.add_argument("report", type=Path)
@@ -389,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     check_honoured(rows)
     (a.out / "workload.md").write_text(table(ctx, rows) + "\n")
     print(table(ctx, rows))
-    print(write_table(ctx, rows), plot(ctx, rows))
+    written = write_table(ctx, rows)
+    print(written, plot(ctx, written))
     return 0
 
 
