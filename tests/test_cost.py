@@ -24,15 +24,22 @@ def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf
     )
 
 
+def steady_rate() -> float:
+    """The best steady rate the committed GPU tests' reports hold at the recipe's point (bf16, 16 frames)."""
+    ms = cost.load_measurements(cost.RUNS)
+    return max(m.per_gpu for m in ms if m.steady and (m.frames, m.max_pixels, m.precision) == (16, 9437184, "bf16"))
+
+
 def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
     ms = cost.default_measurements()
     # the failed first run (error, no rate) is skipped; a point that failed on the GPU says so with 0 clips/s
     assert ms and all(m.clips_per_s > 0 or m.failed for m in ms)
     e = cost.estimate(8, 16, "bf16", ms)
-    # the work-per-clip table's point (clips/s through our runner), scaled by the 2-GPU efficiency node_run
-    # measured in one run (4.412 / 2 per GPU at 2 replicas over 2.574 at 1: x0.86)
+    # the GPU test's steady rate (Little's law, through our runner) beats the table's 48-clip whole job, scaled
+    # by the 2-GPU efficiency node_run measured in one run (4.412 / 2 per GPU at 2 replicas over 2.574 at 1: x0.86)
     eff = 4.412 / 2 / 2.574
-    rate = table_rate()
+    rate = steady_rate()
+    assert rate > table_rate() and "the GPU test, steady over" in e.note
     assert e.basis == "measured" and f"{rate:.2f}" in e.note and "efficiency measured at 2 GPUs" in e.note
     assert e.clips_per_s == pytest.approx(8 * rate * eff)
     assert e.seconds_for(100_000) == pytest.approx(100_000 / (8 * rate * eff))
@@ -146,7 +153,7 @@ def test_records_from_a_sweep_file(tmp_path):
 def test_cli_prints_the_estimate_and_the_gpu_hours(capsys, tmp_path):
     assert cost.main(["--replicas", "8", "--frames", "16", "--clips", "100000"]) == 0
     out = capsys.readouterr().out
-    assert f"{8 * table_rate() * 4.412 / 2 / 2.574:.2f} clips/s on 8 replica(s)" in out and "GPU-hours" in out
+    assert f"{8 * steady_rate() * 4.412 / 2 / 2.574:.2f} clips/s on 8 replica(s)" in out and "GPU-hours" in out
     assert cost.main(["--replicas", "1", "--frames", "16", "--precision", "fp8"]) == 0
     assert "4.33 clips/s" in capsys.readouterr().out
     # a point the table has not measured yet: no figure, exit 1, and which run gives one
@@ -154,3 +161,35 @@ def test_cli_prints_the_estimate_and_the_gpu_hours(capsys, tmp_path):
     assert cost.main(["--replicas", "8", "--frames", "8", "--max-pixels", "4718592", "--clips", "1000", *gaps]) == 1
     out = capsys.readouterr().out
     assert "no estimate: not yet measured at 8 frames, 4,718,592 pixels" in out
+
+
+def test_a_gpu_test_s_steady_rate_prices_a_long_job_and_a_short_job_s_rate_says_it_reads_low(tmp_path):
+    """A lead's estimate is for a long job: a GPU test's steady rate (Little's law over every result's latency) is
+    used before a 48-clip job's whole rate at the same point, and where only the short job's rate exists the note
+    says a long job runs faster. A report from before Little's law, a rehearsal or an unfinished job is no record."""
+    table = tmp_path / "work-per-clip.json"
+    point = {"frames": 16, "max_pixels": 9437184, "precision": "bf16", "status": "measured", "via": "runner"}
+    point |= {"clips_per_s": 2.96, "rate": "whole job (too few clips)", "config": "node_run workload, whole job of 48"}
+    table.write_text(json.dumps({"points": [point | {"date": "2026-12-03"}]}))
+    runs = tmp_path / "runs"
+    job = {"state": "done", "failed": 0, "done": 208, "steady_clips_per_s": 3.7, "result_latencies_s": [24.6] * 208}
+    job |= {"efficiency": {"precision": "bf16"}}
+    good = {"rehearsal": False, "gpus": "0", "date": "2026-12-03 10:55 UTC", "provenance_example": {"frames": 16}}
+    reports = {
+        "good": good | {"job": job},
+        "old-rule": good
+        | {"job": {k: v for k, v in job.items() if k != "result_latencies_s"} | {"steady_clips_per_s": 9}},
+        "rehearsal": good | {"rehearsal": True, "job": job | {"steady_clips_per_s": 74.0}},
+        "unfinished": good | {"job": job | {"state": "stopped", "steady_clips_per_s": 8.0}},
+        "nested": "[" * 100_000,  # unreadable: no record, no crash
+    }
+    for name, report in reports.items():
+        (runs / name).mkdir(parents=True)
+        (runs / name / "report.json").write_text(report if isinstance(report, str) else json.dumps(report))
+    ms = cost.load_measurements(table, runs)
+    steady = [m for m in ms if m.steady]
+    assert [(m.clips_per_s, m.via, m.date) for m in steady] == [(3.7, "runner", "2026-12-03")]
+    e = cost.estimate(1, 16, "bf16", ms)
+    assert e.clips_per_s == pytest.approx(3.7) and "the GPU test, steady over 208 clips" in e.note
+    short = cost.estimate(1, 16, "bf16", cost.load_measurements(table))
+    assert short.clips_per_s == pytest.approx(2.96) and "a long job runs faster" in short.note
