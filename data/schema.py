@@ -759,3 +759,15 @@ def m024_queue_captioned(db: sqlite_utils.Database) -> None:
         "CREATE INDEX IF NOT EXISTS idx_clips_captioned_review ON clips(review_status, id) "
         "WHERE current_caption_id IS NOT NULL"
     )
+
+
+@MIGRATIONS()
+def m025_job_items_by_state(db: sqlite_utils.Database) -> None:
+    """A runner's claim, the count of leases on a fleet and the check for a drained job find a job's items by
+    state (data.jobs.items, INDEXED BY this index). The planner, with no statistics, chose the primary key
+    (job_id, clip_id) for them, so each read every item of the job: the items already done lie first, and a claim
+    late in a job of 1,000,000 clips read ~900,000 rows under the write lock (benchmarks/bench_leases.py). With
+    `attempts` last, the claim's "gave up after the last attempt" check is a seek too. It replaces the index on
+    (job_id, state), its prefix."""
+    db.execute("CREATE INDEX IF NOT EXISTS idx_job_items_job_id_state_attempts ON job_items(job_id, state, attempts)")
+    db.execute("DROP INDEX IF EXISTS idx_job_items_job_id_state")

@@ -165,6 +165,68 @@ def test_runners_of_one_fleet_keep_one_bound_and_share_it(db):
     assert job_items.leases_on_fleet(db, "r2", F, time.time()) == (4, 0, 0)
 
 
+def _vm_steps(db, fn) -> int:
+    """SQLite virtual-machine instructions `fn` runs (in thousands): how many rows its queries read, whatever the
+    machine's speed."""
+    n = [0]
+
+    def tick():
+        n[0] += 1
+        return 0
+
+    db.conn.set_progress_handler(tick, 1000)
+    try:
+        fn()
+    finally:
+        db.conn.set_progress_handler(None, 1000)
+    return n[0]
+
+
+def test_a_claim_reads_the_items_it_needs_not_every_item_of_the_job(db):
+    """A runner claims, counts the fleet's leases and asks whether a job is drained under the write lock, on every
+    batch and result. Each must cost the same late in a big job as in a small one, and finished jobs must not add
+    to it: the planner took the primary key and read every item of the job, the done ones first (a claim late in a
+    job of 1,000,000 clips read ~900,000 rows; benchmarks/bench_leases.py)."""
+    from tests.support.runner_fixtures import add_clips
+
+    F = jobs.fleet_of("http://127.0.0.1:30000")
+    kw = dict(lease_seconds=60, max_attempts=3, bound=48, fleet=F)
+
+    def job_late_in_its_run(n: int, prefix: str) -> int:
+        ids = add_clips(db, n, prefix=prefix)
+        sel = Selection.of_clips(ids)
+        job = jobs.create(
+            db, name=prefix, created_by="lead", selection=sel, prompt_id=None, params=JobParams(), fleet=F
+        )
+        job_items.claim(db, job, "r1", 8, **kw)  # running, 8 in flight
+        db.execute(  # 90 % done, the first ones, as a runner leaves them
+            "UPDATE job_items SET state = 'done', attempts = 1 WHERE job_id = ? AND state = 'pending' AND clip_id < ?",
+            [job, ids[int(n * 0.9)]],
+        )
+        return job
+
+    small, big = job_late_in_its_run(400, "small"), job_late_in_its_run(8000, "big")
+
+    def costs(job):
+        return (
+            _vm_steps(db, lambda: job_items.claim(db, job, "r1", 4, **kw)),
+            _vm_steps(db, lambda: job_items.finish_if_drained(db, job)),
+        )
+
+    (claim_small, drained_small), (claim_big, drained_big) = costs(small), costs(big)
+    assert claim_big <= 2 * claim_small + 5, (claim_small, claim_big)  # 20x the items: was ~20x the rows read
+    assert drained_big <= 2 * drained_small + 5, (drained_small, drained_big)
+    # the lease count reads the leased items of live jobs: a finished job of 8,000 items adds nothing to it
+    count = _vm_steps(db, lambda: job_items.leases_on_fleet(db, "r2", F, time.time()))
+    db.execute("UPDATE jobs SET state = 'done' WHERE id = ?", [big])
+    db.execute("UPDATE job_items SET state = 'done' WHERE job_id = ?", [big])
+    assert job_items.leases_on_fleet(db, "r2", F, time.time()) == (0, 12, 1)  # the small job's, by r1
+    history = job_late_in_its_run(8000, "history")
+    db.execute("UPDATE job_items SET state = 'done' WHERE job_id = ?", [history])
+    db.execute("UPDATE jobs SET state = 'done' WHERE id = ?", [history])
+    assert _vm_steps(db, lambda: job_items.leases_on_fleet(db, "r2", F, time.time())) <= count + 5
+
+
 def test_write_lock_stats_count_holds_and_the_longest(db, settings):
     import time as _time
 
