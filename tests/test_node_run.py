@@ -128,7 +128,7 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "--vllm-version",
             "0.25.0",
             "--threads-configs",
-            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96,budget+gmu90",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -177,6 +177,12 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+infl96 ("))
     assert "96 requests in flight per replica (the setting: 48)" in lines[i]
     assert "--max-num-seqs 1024" in lines[i + 1]  # the replica admits the deeper window
+    # the engine's share of GPU memory: after the recipe's 0.8, so the row's is the one vLLM takes
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+gmu90 ("))
+    assert "90 % of the GPU's memory for the engine (the recipe: 80 %)" in lines[i]
+    argv = shlex.split(lines[i + 1])
+    given = [argv[k + 1] for k, a in enumerate(argv) if a == "--gpu-memory-utilization"]
+    assert given == ["0.8", "0.9"]
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

@@ -11,11 +11,13 @@ the GPU is the recipe's since 2026-12-02: on the CPU the resize and normalisatio
 of the API servers' CPU, docs/GPU.md; vllm-project/vllm#21995), `shm` with the processed frames handed to the
 engine through shared memory (`--mm-tensor-ipc torch_shm`, zero-copy; the recipe serializes them, which copies a
 tensor the GPU made back to the CPU first; with frames made on the GPU vLLM 0.25's engine core dies at the first
-request, "Only dense CPU tensors can be pinned", docs/gpu-runs/2026-12-02-h200-fifth), `inflN` with our runner keeping N
+request, "Only dense CPU tensors can be pinned", docs/gpu-runs/2026-12-02-h200-fifth), `gmuN` with the replica
+taking N % of the GPU's memory (N 50-95; `--gpu-memory-utilization`, after the recipe's 0.8, which left the API servers
+the room to prepare 32 frames per clip that 0.9 did not, 2026-12-03), `inflN` with our runner keeping N
 requests in flight per replica instead of the PER_REPLICA_INFLIGHT setting's (48: with captions of one length, a
 window of 48 is prefilled, then decoded, together; a deeper window overlaps the two). `1+api2`, `budget+nocache`,
-`budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`. Each row also reports the prompt
-tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
+`budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`, `budget+gmu90+infl96`. Each row also
+reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
 the job), i.e. the prefill not repeated.
 
 For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands, the
@@ -55,7 +57,7 @@ from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN")
+MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "gmuN")
 
 
 def _base(config: str) -> str:
@@ -78,6 +80,7 @@ def _modifier_ok(m: str) -> bool:
         or _count(m, "api") is not None
         or _count(m, "mbt") is not None
         or _count(m, "infl") is not None
+        or (_count(m, "gmu") or 0) in range(50, 96)
     )
 
 
@@ -97,6 +100,8 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
             flags += ["--mm-processor-kwargs", json.dumps(kwargs, separators=(",", ":"))]
         elif m == "shm":
             flags += ["--mm-tensor-ipc", "torch_shm"]
+        elif _count(m, "gmu"):  # after the recipe's: the last one given is the one vLLM takes
+            flags += ["--gpu-memory-utilization", f"{_count(m, 'gmu') / 100:g}"]
     return flags, "nocache" in _modifiers(config)
 
 
@@ -122,7 +127,7 @@ def parse_configs(text: str) -> list[str]:
     if bad or not out:
         raise SystemExit(
             f"node_run: --threads-configs takes threads per pool (1, 2, 4, ...) or {', '.join(CONFIG_WORDS)}, "
-            f"each optionally followed by +{' +'.join(MODIFIERS)}; "
+            f"each optionally followed by +{' +'.join(MODIFIERS)} (gmuN: N 50-95); "
             f"not {', '.join(bad) or repr(text)}"
         )
     return out
@@ -149,6 +154,8 @@ def describe(config: str, settings, replicas: int) -> str:
             text += f"; {_count(m, 'api')} API servers and renderer workers (the recipe: 4)"
         elif _count(m, "mbt"):
             text += f"; --max-num-batched-tokens {_count(m, 'mbt') * 1024} (the recipe: 32768)"
+        elif _count(m, "gmu"):
+            text += f"; {_count(m, 'gmu')} % of the GPU's memory for the engine (the recipe: 80 %)"
         elif _count(m, "infl"):
             text += (
                 f"; {_count(m, 'infl')} requests in flight per replica (the setting: {settings.per_replica_inflight})"
