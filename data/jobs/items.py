@@ -170,7 +170,7 @@ def leases_on_fleet(db: sqlite_utils.Database, runner: str, fleet: str | None, t
     running at `t`, on jobs of `fleet` and jobs that name none (every job when `fleet` is None): the requests in
     flight on the fleet's replicas. A paused job's count too: what was sent still runs there."""
     # only a queued or running job holds leases (pausing or cancelling hands them back): its items by state, a
-    # seek per such job, never a scan of every item of every job (20-40 ms a claim at 225,000 items)
+    # seek per such job, never a scan of every item of every job (46-60 ms a claim at 1,100,000 items before)
     row = db.execute(
         "SELECT COALESCE(SUM(i.leased_by = ?), 0), COALESCE(SUM(i.leased_by != ?), 0), "
         "COUNT(DISTINCT CASE WHEN i.leased_by != ? THEN i.leased_by END) "
