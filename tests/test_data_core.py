@@ -227,6 +227,28 @@ def test_a_claim_reads_the_items_it_needs_not_every_item_of_the_job(db):
     assert _vm_steps(db, lambda: job_items.leases_on_fleet(db, "r2", F, time.time())) <= count + 5
 
 
+def test_a_claim_sends_what_is_due_first_then_fresh_items_in_clip_order(db):
+    """A lease that ran out, then a retry whose backoff has passed, go out before never-tried items (a clip a hung
+    replica held is sent again at once: RELIABILITY R8); a retry still in its backoff waits; fresh items go in
+    clip order."""
+    ids = [add_clip(db, f"o{i}.mp4") for i in range(8)]
+    job = jobs.create(
+        db, name="o", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+    t = time.time()
+    db.execute("UPDATE job_items SET state = 'leased', leased_by = 'gone', lease_until = ?, attempts = 1 "
+               "WHERE job_id = ? AND clip_id = ?", [t - 1, job, ids[7]])  # fmt: skip
+    db.execute(
+        "UPDATE job_items SET attempts = 1, not_before = ? WHERE job_id = ? AND clip_id = ?", [t - 1, job, ids[6]]
+    )
+    db.execute(
+        "UPDATE job_items SET attempts = 1, not_before = ? WHERE job_id = ? AND clip_id = ?", [t + 60, job, ids[5]]
+    )
+    got = job_items.claim(db, job, "r1", 4, lease_seconds=60, max_attempts=3)
+    assert [g["clip_id"] for g in got] == [ids[7], ids[6], ids[0], ids[1]]
+    assert [g["attempts"] for g in got] == [2, 2, 1, 1]
+
+
 def test_write_lock_stats_count_holds_and_the_longest(db, settings):
     import time as _time
 

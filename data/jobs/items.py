@@ -139,18 +139,25 @@ def claim(
                 limit = min(limit, max(bound - mine - others, 0 if mine else 1), share - mine)
                 if limit <= 0:
                     return []
-        rows = [
-            dict(r)
-            for r in db.query(
-                "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, "
-                "c.sidecar "
-                f"FROM job_items i {BY_STATE} JOIN clips c ON c.id = i.clip_id "
-                "WHERE i.job_id = ? AND i.state IN ('pending', 'leased') "
-                "AND ((i.state = 'pending' AND (i.not_before IS NULL OR i.not_before <= ?)) "
-                "OR (i.state = 'leased' AND i.lease_until < ?)) LIMIT ?",
-                [job_id, t, t, limit],
-            )
-        ]
+        # what is due, each by an index seek: leases that ran out, then retries whose backoff has passed (a clip a
+        # hung replica held goes out again at once, RELIABILITY R8), then never-tried items in clip order
+        rows: list[dict] = []
+        for which, args in (
+            ("i.state = 'leased' AND i.lease_until < ?", [t]),
+            ("i.state = 'pending' AND i.attempts > 0 AND (i.not_before IS NULL OR i.not_before <= ?)", [t]),
+            ("i.state = 'pending' AND i.attempts = 0 AND (i.not_before IS NULL OR i.not_before <= ?)", [t]),
+        ):
+            if len(rows) >= limit:
+                break
+            rows += [
+                dict(r)
+                for r in db.query(
+                    "SELECT i.clip_id, i.attempts, c.path, c.probe_error, c.width, c.height, c.frames, c.duration, "
+                    f"c.sidecar FROM job_items i {BY_STATE} JOIN clips c ON c.id = i.clip_id "
+                    f"WHERE i.job_id = ? AND {which} LIMIT ?",
+                    [job_id, *args, limit - len(rows)],
+                )
+            ]
         if rows:
             db.conn.executemany(
                 "UPDATE job_items SET state = 'leased', leased_by = ?, lease_until = ?, attempts = attempts + 1, "
