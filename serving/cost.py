@@ -88,6 +88,7 @@ class Measurement:
     series: str = ""  # records of one run (node_run's scaling rows): the multi-GPU efficiency pairs them
     failed: str = ""  # a point that failed on the GPU (clips/s 0): why, from the work-per-clip table
     steady: bool = False  # the rate a long job runs at (Little's law over a job of several in-flight windows)
+    short_job: bool = False  # the whole rate of a job of one in-flight window: a long job runs faster
 
     @property
     def per_gpu(self) -> float:
@@ -160,6 +161,7 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
         max_pixels=int(rec.get("max_pixels") or RECIPE_MAX_PIXELS),
         series=f"{source.rsplit(':', 1)[0]}#{rec['report']}" if rec.get("report") else "",
         steady=str(rec.get("rate") or "").startswith("steady"),
+        short_job=str(rec.get("rate") or "").startswith("whole job"),
     )
 
 
@@ -191,19 +193,22 @@ def from_gpu_test(report: dict, source: str = "") -> Measurement | None:
     )
 
 
-def load_table(path: str | Path = WORK_TABLE, *, key: str = "points") -> dict:
-    """The work-per-clip table ({"points": [...], ...}), or with `key` "job" a GPU test's report; an empty table
-    where the file is missing, unreadable or not of that shape."""
-    empty: dict = {"points": []}
+def _read_object(path: str | Path) -> dict:
+    """A JSON object from a file; {} where the file is missing, unreadable or not an object."""
     try:
         text = Path(path).read_text()
         if not limits.json_depth_ok(text):  # before parsing: the stdlib parser recurses (RecursionError)
-            return empty
-        table = json.loads(text)
+            return {}
+        found = json.loads(text)
     except (OSError, ValueError):
-        return empty
-    want = list if key == "points" else dict
-    return table if isinstance(table, dict) and isinstance(table.get(key), want) else empty
+        return {}
+    return found if isinstance(found, dict) else {}
+
+
+def load_table(path: str | Path = WORK_TABLE) -> dict:
+    """The work-per-clip table ({"points": [...], ...}); an empty one where the file is missing or unreadable."""
+    table = _read_object(path)
+    return table if isinstance(table.get("points"), list) else {"points": []}
 
 
 def load_measurements(*paths: str | Path) -> list[Measurement]:
@@ -216,8 +221,7 @@ def load_measurements(*paths: str | Path) -> list[Measurement]:
     out: list[Measurement] = []
     for f in files:
         if f.name == "report.json":
-            report = load_table(f, key="job")
-            m = from_gpu_test(report, str(f))
+            m = from_gpu_test(_read_object(f), str(f))
             if m:
                 out.append(m)
             continue
@@ -352,7 +356,7 @@ def estimate(
         precision,
         "measured",
         f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'}, {best.date}"
-        f"{'' if best.steady or 'whole job' not in best.config else ': a long job runs faster'}); {how}",
+        f"{': a long job runs faster' if best.short_job else ''}); {how}",
         per,
         max_pixels,
     )

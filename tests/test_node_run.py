@@ -414,11 +414,11 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     from serving import cost
 
     ctx = SimpleNamespace(sim=False, precision="bf16", out=tmp_path)
-    ctx.a = SimpleNamespace(vllm_arg=["--gpu-memory-utilization=0.8"])  # measured off the recipe: the point says so
     # a point the committed table has measured (so the old rate is what must not survive)
     row = {"frames": 8, "max_pixels": 2_359_296, "clips": 48, "done": 46, "failed": 2, "clips_per_s": 1.3}
     row |= {"failed_errors": {3: "HTTP 500: CUDA out of memory. Tried to allocate 760.00 MiB"}, "date": "2026-12-09"}
-    path = workload.write_table(ctx, [row], frame_preprocess="gpu")
+    # measured off the recipe: the point says so
+    path = workload.write_table(ctx, [row], frame_preprocess="gpu", replica_args="--gpu-memory-utilization=0.8")
     points = [p for p in json.loads(path.read_text())["points"] if (p["frames"], p["max_pixels"]) == (8, 2_359_296)]
     assert len(points) == 1 and points[0]["status"] == "failed" and points[0]["clips_per_s"] is None
     assert "ran out of GPU memory" in points[0]["note"] and "46 of 48 clips done" in points[0]["note"]

@@ -80,6 +80,7 @@ def stage_workload(ctx: Ctx) -> dict:
     earlier = earlier_rows(ctx, "workload")
     # the clips first: preparing empties the stage's data dir, where the MPS pipes are about to live
     settings, _ = prepare_db(ctx, "workload", warm + per, media=False)
+    report["frame_preprocess"] = settings.frame_preprocess  # where the replicas prepared the frames
     ids = good_clip_ids(settings)
     if len(ids) < warm + per:
         raise RuntimeError(f"{len(ids)} good clips, {warm + per} needed")
@@ -122,7 +123,9 @@ def stage_workload(ctx: Ctx) -> dict:
     report["table"] = table(ctx, rows)
     (ctx.out / "workload.md").write_text(report["table"] + "\n")
     print(report["table"], flush=True)
-    report["work_per_clip"] = str(write_table(ctx, rows, frame_preprocess=settings.frame_preprocess))
+    report["work_per_clip"] = str(
+        write_table(ctx, rows, frame_preprocess=report["frame_preprocess"], replica_args=report["replica_args"])
+    )
     png = plot(ctx, report["work_per_clip"])
     report["plot"] = str(png) if png else None
     report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
@@ -213,20 +216,15 @@ def table(ctx: Ctx, rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def provenance(ctx: Ctx, frame_preprocess: str | None) -> dict:
+def provenance(frame_preprocess: str | None, replica_args: str | None) -> dict:
     """What a point was measured with beyond frames and pixels: where the frames were prepared, and the
     replica flags the call added to the recipe (e.g. --gpu-memory-utilization), so that a point measured off the
     recipe never reads as the recipe's."""
-    out: dict = {}
-    if frame_preprocess:
-        out["frame_preprocess"] = frame_preprocess
-    extra = list(getattr(getattr(ctx, "a", None), "vllm_arg", None) or [])
-    if extra:
-        out["replica_args"] = " ".join(extra)
-    return out
+    out = {"frame_preprocess": frame_preprocess, "replica_args": replica_args}
+    return {k: v for k, v in out.items() if v}
 
 
-def failed_point(ctx: Ctx, r: dict, frame_preprocess: str | None = None) -> dict:
+def failed_point(ctx: Ctx, r: dict, how: dict) -> dict:
     """The work-per-clip entry of a point whose clips failed: no rate, and why, in words a lead can act on."""
     errors = " ".join(str(e) for e in (r.get("failed_errors") or {}).values()) + " " + str(r.get("error") or "")
     if "out of memory" in errors.lower().replace("_", " "):  # torch's words and CUDA_ERROR_OUT_OF_MEMORY
@@ -245,15 +243,16 @@ def failed_point(ctx: Ctx, r: dict, frame_preprocess: str | None = None) -> dict
         "note": f"{why} ({done}); fewer frames or pixels per clip",
         "date": r.get("date") or time.strftime("%Y-%m-%d", time.gmtime()),
         "source": "benchmarks/node_run.py workload (workload.json)",
-    } | provenance(ctx, frame_preprocess)
+    } | how
     if ctx.sim:
         point["simulated"] = True
     return point
 
 
-def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = None):
+def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = None, replica_args: str | None = None):
     """The committed work-per-clip table with the points measured now (and honoured) replaced, to OUT; each
     point says how it was measured (`provenance`)."""
+    how = provenance(frame_preprocess, replica_args)
     try:
         table = json.loads(TABLE.read_text())
     except (OSError, ValueError):
@@ -265,7 +264,7 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
             # says so (an older rate at it would price a job the fleet now fails)
             key = (r["frames"], r["max_pixels"], ctx.precision)
             points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
-            points.append(failed_point(ctx, r, frame_preprocess))
+            points.append(failed_point(ctx, r, how))
             continue
         if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
             continue
@@ -296,7 +295,7 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
             f"{r['done']} clips",
             "date": r["date"],
             "source": "benchmarks/node_run.py workload (workload.json)",
-        } | provenance(ctx, frame_preprocess)
+        } | how
         if ctx.sim:
             new["simulated"] = True  # serving.cost never reads a simulated point
         key = (r["frames"], r["max_pixels"], ctx.precision)
@@ -313,10 +312,11 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
 
 def table_points(path, precision: str) -> list[dict]:
     """The measured points of a work-per-clip table at `precision`, as plot() draws them."""
-    table = json.loads(Path(path).read_text())
+    from serving import cost
+
     return [
         p
-        for p in table.get("points", [])
+        for p in cost.load_table(path)["points"]
         if p.get("precision") == precision and p.get("status") == "measured" and p.get("clips_per_s")
     ]
 
@@ -407,7 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     check_honoured(rows)
     (a.out / "workload.md").write_text(table(ctx, rows) + "\n")
     print(table(ctx, rows))
-    written = write_table(ctx, rows)
+    # the report's own provenance: a repriced point keeps the flags it was measured with
+    written = write_table(
+        ctx, rows, frame_preprocess=report.get("frame_preprocess"), replica_args=report.get("replica_args")
+    )
     print(written, plot(ctx, written))
     return 0
 
