@@ -201,7 +201,7 @@ class Settings:
         0,
         "CPU threads per thread pool (OMP_NUM_THREADS, MKL_NUM_THREADS, OPENBLAS_NUM_THREADS: torch's intra-op "
         "pool among them) in every process of a vLLM replica (default 0: the node's cores / replicas / 5 busy "
-        "processes per replica, 1-4)",
+        "processes per replica, 1-2: 3 and 4 threads spent more CPU per clip at the same clips/s, docs/BENCHMARKS.md)",
         parse=_non_negative,
     )
     pin_replicas: str = setting(
@@ -233,8 +233,8 @@ class Settings:
     temperature: float = setting(0.0, "sampling temperature of caption requests")
     per_replica_inflight: int = setting(
         48,
-        "requests in flight per replica, kept by all runners of a fleet together (96 killed an H200 replica; "
-        "docs/SCALE.md)",
+        "requests in flight per replica, kept by all runners of a fleet together (96 killed an H200 replica at 0.9 "
+        "of its memory; at 0.8 it ran, 1.02x the clips/s of 48: docs/SCALE.md, docs/BENCHMARKS.md)",
     )
     request_timeout: float = setting(300.0, "seconds a caption request may take before it is abandoned")
     max_attempts: int = setting(4, "attempts per clip before its job item is failed")

@@ -93,7 +93,11 @@ def entry_command(script: str, module: str) -> list[str]:
 # per clip from 1.83 to 1.02 core-s at the same clips/s; `benchmarks/node_run.py threads` measures 1, 2, 4 and
 # this budget side by side.
 THREAD_POOL_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")
-MAX_BUDGET_THREADS = 4  # the ops these pools run are short: more threads mostly spin (OpenMP waits busy)
+# The ops these pools run are short: more threads mostly spin (OpenMP waits busy). With frames prepared on the
+# GPU, two sessions on one H200 measured 4 > 3 > 2 ~ 1 threads in CPU per clip (0.87, 0.73-0.77, 0.60-0.72,
+# 0.61-0.71 core-s) at the same clips/s within the noise, 1 a little slower than 2 in both (docs/BENCHMARKS.md,
+# "CPU threads per replica"): 2 is the most a budget gives.
+MAX_BUDGET_THREADS = 2
 
 
 def node_cpus() -> list[int]:
@@ -107,7 +111,8 @@ def node_cpus() -> list[int]:
 def thread_budget(cores: int, replicas: int, processes: int = API_SERVERS + 1) -> int:
     """Threads per thread pool in each process of a replica: the node's cores shared by its replicas, that
     share shared by the replica's busy processes (the API servers and the engine core), at least 1 and at most
-    MAX_BUDGET_THREADS. 16 cores, 1 replica: 3; 112 cores, 8 replicas: 2."""
+    MAX_BUDGET_THREADS. 16 cores, 1 replica: 2 (16 // 5 = 3, capped); 112 cores, 8 replicas: 2; 32 cores, 4
+    replicas: 1."""
     share = max(1, cores) // max(1, replicas)
     return max(1, min(MAX_BUDGET_THREADS, share // max(1, processes)))
 

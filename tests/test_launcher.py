@@ -294,10 +294,10 @@ def test_thread_budget_shares_the_nodes_cores_among_replicas_and_their_busy_proc
     from serving.fleet_commands import API_SERVERS, thread_budget
 
     assert API_SERVERS + 1 == 5  # 4 API servers and the engine core keep busy per replica
-    assert thread_budget(16, 1) == 3  # one H200 node of 16 cores: 16 // 5
-    assert thread_budget(32, 2) == 3  # two H200s, 32 cores
+    assert thread_budget(16, 1) == 2  # one H200 node of 16 cores: 16 // 5 = 3, capped at 2
+    assert thread_budget(32, 4) == 1  # four GPUs on 32 cores: 8 // 5
     assert thread_budget(112, 8) == 2  # eight GPUs, 14 cores each
-    assert thread_budget(256, 1) == 4  # never more than MAX_BUDGET_THREADS
+    assert thread_budget(256, 1) == 2  # never more than MAX_BUDGET_THREADS: 3 and 4 spent more CPU per clip
     assert thread_budget(2, 8) == thread_budget(0, 1) == 1  # never fewer than one
 
 
