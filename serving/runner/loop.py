@@ -492,7 +492,7 @@ def run_job(
     asyncio.run(go())
     d = dbmod.connect(settings.db)
     try:
-        prog = job_queries.progress(d, job_id)
+        prog = job_queries.progress(d, job_id, series=False)
     finally:
         d.close()
     if progress_cb:

@@ -244,5 +244,5 @@ class JobStore:
     def progress(self, db) -> dict | None:
         """The progress of this runner's job when it runs exactly one (run_job), else None."""
         if self.job_ids and len(self.job_ids) == 1:
-            return job_queries.progress(db, next(iter(self.job_ids)))
+            return job_queries.progress(db, next(iter(self.job_ids)), series=False)
         return None
