@@ -246,6 +246,13 @@ def router_from(
             healthy, total = body.get("healthy_workers"), body.get("total_workers")
             st.healthy_workers = healthy if isinstance(healthy, int) else None
             st.total_workers = total if isinstance(total, int) else None
+        if ready.status_code == 503 and st.healthy_workers is None:
+            # a router that says it is not ready serves no request (a 404 or 401 says nothing of the kind: a proxy
+            # without /readiness, a missing key): vllm-router 0.1.17 answers 503 with
+            # {"status": "not_ready", "reason": "no healthy workers available", "total_workers": N} and no count,
+            # also for the seconds after its workers' /health is back and before its own check re-admits them
+            # (tests/data/vllm-router-0.1.17-readiness.json)
+            st.healthy_workers = 0
     elif ready is not None:
         errors.append(f"/readiness: {why(ready)}")
     if isinstance(workers, httpx.Response):

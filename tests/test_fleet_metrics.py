@@ -5,9 +5,11 @@ serving.fleet_reader.FleetReader (the one way to read a fleet)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -202,12 +204,27 @@ def test_router_status_of_nothing_is_not_live(reader):
     assert st.live is False and st.error
 
 
-@pytest.mark.parametrize("router_healthy, expected", [(0, 0), (1, 1), (2, 2), (None, 2)])
-def test_a_look_through_a_router_counts_no_more_than_the_router_admits(settings, router_healthy, expected):
+ROUTER_RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-router-0.1.17-readiness.json").read_text())
+READY, NOT_READY = (ROUTER_RECORDED["answers"][k] for k in ("readiness_ready", "readiness_not_ready"))
+
+
+@pytest.mark.parametrize(
+    "readiness, expected, router_healthy",
+    [
+        ((READY["status"], READY["body"]), 2, 2),  # the real router, both admitted
+        ((200, {"status": "ready", "healthy_workers": 1, "total_workers": 2}), 1, 1),
+        ((NOT_READY["status"], NOT_READY["body"]), 0, 0),  # the real router's 503 names no count: none admitted
+        ((200, {"total_workers": 2}), 2, None),  # a router that does not say caps nothing
+        ((404, {"detail": "Not Found"}), 2, None),  # nor one without /readiness (a 404 is no verdict)
+    ],
+)
+def test_a_look_through_a_router_counts_no_more_than_the_router_admits(settings, readiness, expected, router_healthy):
     """Replicas back up answer /health 200 before vllm-router's own health check re-admits them; until it does,
     the router refuses the runner's requests, so a look counts no more healthy replicas than the router does (the
-    runner's outage then lasts until the router serves, and no clip spends an attempt on its refusals). A router
-    that does not say counts as not capping."""
+    runner's outage then lasts until the router serves, and no clip spends an attempt on its refusals). The real
+    router's not-ready answer (tests/data/vllm-router-0.1.17-readiness.json) gives no count: it admits none. Before,
+    that answer counted as "does not say", and a clip sent in those ~2 s spent an attempt (the fleet-down browser
+    test caught it, 2026-12-03)."""
     replicas = ["http://gpu-a:8000", "http://gpu-b:8000"]
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -216,8 +233,7 @@ def test_a_look_through_a_router_counts_no_more_than_the_router_admits(settings,
             if path == "/liveness":
                 return httpx.Response(200, text="ok")
             if path == "/readiness":
-                body = {"total_workers": 2} | ({} if router_healthy is None else {"healthy_workers": router_healthy})
-                return httpx.Response(200 if router_healthy else 503, json=body)
+                return httpx.Response(readiness[0], json=readiness[1])
             if path == "/workers":
                 return httpx.Response(200, json={"workers": [{"url": u} for u in replicas]})
         if path == "/health":
@@ -227,3 +243,33 @@ def test_a_look_through_a_router_counts_no_more_than_the_router_admits(settings,
     look = FleetReader(settings, transport=httpx.MockTransport(handler)).look(["http://router:30000"])
     assert look["router"] == "http://router:30000" and look["total"] == 2 and look["looked"] == 2
     assert look["healthy"] == expected and look["router_healthy"] == router_healthy
+
+
+def test_the_real_router_answers_as_recorded_and_a_look_in_its_lag_counts_none(sim, router, reader):
+    """The installed vllm-router answers /readiness as recorded, ready and not ready; and in the seconds after
+    its workers' /health is back but before it re-admits them (its check runs every second here), a look sees
+    the replicas healthy and counts 0 of them, not 2."""
+    ready = httpx.get(router + "/readiness", timeout=2, trust_env=False)
+    assert (ready.status_code, ready.json()) == (READY["status"], READY["body"])
+    in_lag = []
+    for _cycle in range(3):  # a look that misses the lag (a stalled machine) makes another cycle
+        for i in range(2):
+            sim.set_knobs(i, unhealthy=True)
+        deadline = time.monotonic() + 15
+        while (r := httpx.get(router + "/readiness", timeout=2, trust_env=False)).status_code != 503:
+            assert time.monotonic() < deadline, "the router never noticed its workers down"
+            time.sleep(0.1)
+        assert (r.status_code, r.json()) == (NOT_READY["status"], NOT_READY["body"])
+        for i in range(2):
+            sim.set_knobs(i, unhealthy=False)
+        look = reader.look([router], timeout=2)
+        assert [x["healthy"] for x in look["replicas"]] == [True, True]  # the replicas are back
+        if httpx.get(router + "/readiness", timeout=2, trust_env=False).status_code == 503:
+            in_lag.append(look)  # not ready before the look and after it: the whole look fell in the lag
+            break
+        deadline = time.monotonic() + 15
+        while httpx.get(router + "/readiness", timeout=2, trust_env=False).status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    assert in_lag, "no look landed in the router's lag in 3 cycles"
+    assert in_lag[0]["healthy"] == 0 and in_lag[0]["router_healthy"] == 0 and in_lag[0]["total"] == 2
