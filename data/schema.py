@@ -776,9 +776,9 @@ def m025_job_items_by_state(db: sqlite_utils.Database) -> None:
 @MIGRATIONS()
 def m026_job_items_by_replica(db: sqlite_utils.Database) -> None:
     """The Jobs tab's per-replica view (data.jobs.queries.replica_load: done items and their mean latency per
-    replica) read every done item's row through the primary key, every 2 s while a lead watched: 270-340 ms at
-    900,000 done items. An index of the done items' replicas and latencies holds all it reads, in its order
-    (70 ms; a result's write ~0.01 ms more: benchmarks/bench_progress.py)."""
+    replica) read every done item's row through the primary key, every 2 s while a lead watched: 234 ms at
+    900,000 done items. An index of the done items' replicas and latencies holds all it reads, in its order:
+    73 ms, and a result's write 0.015 ms more (benchmarks/bench_progress.py)."""
     db.execute(
         "CREATE INDEX IF NOT EXISTS idx_job_items_job_id_state_replica ON job_items(job_id, state, replica, latency_ms)"
     )

@@ -193,7 +193,7 @@ def progress(
 def _finished_per_bucket(db: sqlite_utils.Database, job_id: int, b: float, first: int, last: int) -> list[tuple]:
     """[(k, items finished in [k*b, (k+1)*b))] for every k from `first` to `last`, widened to the job's first and
     last finished item, empty buckets as 0. One count of a range of the (job_id, finished_at) index per bucket:
-    a GROUP BY of every finished item read them all into a temporary B-tree (170 against 40 ms at 900,000
+    a GROUP BY of every finished item read them all into a temporary B-tree (187 against 31 ms at 900,000
     finished items, benchmarks/bench_progress.py). The bounds are compared as SQLite compares them (k * b in
     doubles), so that no item falls outside the buckets counted."""
     lo = db.execute("SELECT MIN(finished_at) FROM job_items WHERE job_id = ? AND finished_at IS NOT NULL", [job_id])
