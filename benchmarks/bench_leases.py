@@ -75,14 +75,19 @@ def lease(db, job: int, n: int) -> None:
         )
 
 
-def timed(fn, repeat: int) -> float:
-    """Median milliseconds of `fn` over `repeat` calls."""
+def samples_ms(fn, repeat: int) -> list[float]:
+    """Milliseconds of each of `repeat` calls of `fn` (bench_progress.py reads them too)."""
     out = []
     for _ in range(repeat):
         t = time.perf_counter()
         fn()
         out.append((time.perf_counter() - t) * 1000)
-    return statistics.median(out)
+    return out
+
+
+def timed(fn, repeat: int) -> float:
+    """Median milliseconds of `fn` over `repeat` calls."""
+    return statistics.median(samples_ms(fn, repeat))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.bench_leases import samples_ms
 from data import db as dbmod
 from data.jobs import queries
 
@@ -125,11 +126,7 @@ def new_poll(db, big: int) -> None:
 
 def timed(fn, repeat: int) -> tuple[float, float]:
     """(median, max) milliseconds of `repeat` calls."""
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append((time.perf_counter() - t) * 1000)
+    out = samples_ms(fn, repeat)
     return statistics.median(out), max(out)
 
 
