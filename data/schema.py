@@ -1,10 +1,10 @@
-"""Schema and migrations (sqlite-utils `Migrations`). Append a new function to change the schema; never
-edit one that has shipped. `table.transform()` silently drops triggers (FTS ones included): a migration
-that transforms `clips` must call `_fts_clips(db)` again.
-
-Whole on purpose: the migrations are one ordered list, applied by name and never edited once shipped; read
+"""Whole on purpose: the migrations are one ordered list, applied by name and never edited once shipped; read
 in one file, in order, they are the history of every table, and each one sees the helpers (FTS triggers,
 facet columns) the others use.
+
+Schema and migrations (sqlite-utils `Migrations`). Append a new function to change the schema; never
+edit one that has shipped. `table.transform()` silently drops triggers (FTS ones included): a migration
+that transforms `clips` must call `_fts_clips(db)` again.
 
 Tables
 - clips: one row per file under the clip root (path relative to it). Facet columns (scenario, hazard_level,

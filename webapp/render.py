@@ -1,11 +1,11 @@
-"""HTML pieces the UI shows: `esc`, the pieces every tab uses (messages, the banner, times), and the Browse and
+"""Whole on purpose: the Browse and Review markup is drawn from shared pieces (the status and assignee badges of a
+tile and of a header, the times, labels and word diffs of provenance, history and a conflict), and is read as
+one when checking that every value is escaped.
+
+HTML pieces the UI shows: `esc`, the pieces every tab uses (messages, the banner, times), and the Browse and
 Review markup. Every piece of user or model text goes through `esc` (html.escape, quotes too). Markup is made
 in the webapp/render*.py modules and nowhere else (tests/test_markup.py): this one, and render_page (the page
 around the tabs), render_jobs, render_fleet and render_quality.
-
-Whole on purpose: the Browse and Review markup is drawn from shared pieces (the status and assignee badges of a
-tile and of a header, the times, labels and word diffs of provenance, history and a conflict), and is read as
-one when checking that every value is escaped.
 """
 
 from __future__ import annotations
