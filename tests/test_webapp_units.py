@@ -404,6 +404,78 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     assert captions.get(db, db["clips"].get(1)["current_caption_id"])["text"] == "Someone else's."
 
 
+@pytest.fixture
+def built(settings):
+    """The app built in-process (login off): its workbench and its Blocks, over 10 clips."""
+    from data import db as dbmod
+    from webapp.app import build_app
+
+    db = dbmod.connect(settings.db)
+    db["clips"].insert_all({"path": f"c{i:03d}.mp4"} for i in range(10))
+    db.close()
+    app = build_app(settings.replace(auth="off"))
+    yield app.state.workbench, app.state.demo
+    app.state.ctx.close()
+
+
+def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
+    """An answer sets the form's state (which clip, which versions) on the server before the page shows the new
+    clip's text. n then a, typed fast, sent clip 1's text with the state n had just set (clip 2): approve saved
+    clip 1's caption onto clip 2 as the person's edit, and approved it. Every event that sets the state now sets
+    the page's copy of it too, and a form whose copy is not the state is refused: nothing saved, nothing decided."""
+    import gradio as gr
+
+    from data import captions, examples
+    from webapp import form_echo
+    from webapp.form_echo import HALF_SENT
+    from webapp.review_form import LABELS, ReviewForm
+
+    bench, demo = built
+    r = bench.review
+    db = bench.ctx.db()
+    for cid in (1, 2):
+        captions.add_machine(db, cid, job_id=None, text=f"Clip {cid}.", labels=examples.LABELS, provenance={})
+    fns = {f.api_name: f for f in demo.fns.values()}
+    labels = [examples.LABELS[n] for n in LABELS]
+    # the page's copy comes with every answer that sets the state: here, opening clip 1, then n's answer (clip 2)
+    opened = fns["goto_clip"].fn(None, "1", *ReviewForm(None).values(), None, None, None)
+    page = [opened[r.echo[s]] for s in (r.clip_id, r.base, r.review_base)]
+    assert page[0] == "1" and page[1] == str(opened[r.base]) and page[2] == opened[r.review_base]
+    state1 = [opened[s] for s in (r.clip_id, r.base, r.review_base)]
+    went = fns["next_unreviewed"].fn(None, *state1, "Clip 1.", *labels, {}, "oldest", *page)
+    state2 = [went[s] for s in (r.clip_id, r.base, r.review_base)]
+    assert state2[0] == 2 and [went[r.echo[s]] for s in (r.clip_id, r.base, r.review_base)] == [
+        "2",
+        str(state2[1]),
+        state2[2],
+    ]
+    # a sent before n's answer showed: clip 2's state (the server's), clip 1's text and copy (the page's)
+    with pytest.raises(gr.Error, match="Nothing was saved or changed"):  # a toast (failures.handler)
+        fns["approve"].fn(None, *state2, "Clip 1.", *labels, {}, "oldest", *page)
+    assert db["clips"].get(2)["review_status"] == "unreviewed"
+    assert captions.get(db, db["clips"].get(2)["current_caption_id"])["text"] == "Clip 2."
+    assert db.execute("SELECT COUNT(*) FROM captions WHERE source = 'human'").fetchone()[0] == 0
+    # the same with the page caught up: it acts, on the clip the page shows
+    now = [went[r.echo[s]] for s in (r.clip_id, r.base, r.review_base)]
+    out = fns["approve"].fn(None, *state2, "Clip 2.", *labels, {}, "oldest", *now)
+    assert "marked clip 2 approved" in out[r.msg].lower() and db["clips"].get(2)["review_status"] == "approved"
+    # scripts send no copy (None): nothing to compare
+    form_echo.check([2, 5, "x"], [None, None, None])
+    assert "press it again" in HALF_SENT
+    # the Second review tab: its task is a state too; labels sent for the task the page showed before Next's
+    # answer are refused before anything is recorded
+    second = fns["second_approve"]
+    assert second.inputs[-1] is bench.second.echo[bench.second.task]
+    assert any(o is bench.second.echo[bench.second.task] for o in fns["second_next"].outputs)
+    with pytest.raises(gr.Error, match="Nothing was saved or changed"):
+        second.fn(None, 5, *labels, "4")
+    # a handler that sets the state without the page's copy is a wiring error, found when the app is built
+    with gr.Blocks() as other:
+        gr.Button().click(lambda: 1, None, [r.clip_id])
+    with pytest.raises(RuntimeError, match="without its copy form-clip"):
+        form_echo.echo_events(other, r.echo)
+
+
 def test_review_walks_the_grid_order_both_ways(workbench):
     from data import captions, examples
     from webapp.review_form import ReviewForm

@@ -17,7 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from data import limits, order
 from data.library import clip_root
 from serving.fleet_reader import FleetReader
-from webapp import activity, browse_tab, budget, exports, failures, idle, media_routes, render, render_page
+from webapp import activity, browse_tab, budget, exports, failures, form_echo, idle, media_routes, render, render_page
 from webapp.auth import Auth
 from webapp.blocks import Blocks
 from webapp.browse_tab import BrowseTab
@@ -97,6 +97,8 @@ class Workbench:
             self.fleet.wire(self.banner)
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
+        # the page's copy of each form's state, set by the answers that set the state (webapp.form_echo)
+        form_echo.echo_events(demo, {**self.review.echo, **self.second.echo})
         failures.guard_events(demo)  # every handler, also those wired without shows_errors (timers, tab selects)
         demo.queue(default_concurrency_limit=CONCURRENCY)
         direct = sorted(str(f.api_name) for f in demo.fns.values() if not f.queue)
@@ -161,7 +163,7 @@ class Workbench:
         )
         self.browse.grid.click(
             shows_errors(self.open_tile),
-            self.review.form_inputs(),
+            self.review.form_inputs() + self.review.copies,
             review_outs + [self.tabs],
             api_name="open_clip",
             show_progress="hidden",

@@ -60,22 +60,27 @@ class ReviewTab(ReviewDrafts, ReviewConflicts):
         outs = self.view_outputs()
         form = self.form_inputs()
         walk = form + [filter_state, sort_state]  # the form, then where to go next
+        copies = self.copies  # last, after each event's own inputs (webapp.form_echo checks and drops them)
         nav = dict(show_progress="hidden")
         # a second ctrl+s while the first is on its way is sent when the first is answered (with the version it
         # made as its base), not dropped ("once") nor sent at once on the old base ("multiple": a conflict with
         # oneself)
-        self.save_btn.click(shows_errors(self.save), form, outs, api_name="save_caption", trigger_mode="always_last")
-        self.approve_btn.click(shows_errors(self.decide("approved")), walk, outs, api_name="approve", **nav)
-        self.reject_btn.click(shows_errors(self.decide("rejected")), walk, outs, api_name="reject", **nav)
+        self.save_btn.click(
+            shows_errors(self.save), form + copies, outs, api_name="save_caption", trigger_mode="always_last"
+        )
+        self.approve_btn.click(shows_errors(self.decide("approved")), walk + copies, outs, api_name="approve", **nav)
+        self.reject_btn.click(shows_errors(self.decide("rejected")), walk + copies, outs, api_name="reject", **nav)
         self.adopt_btn.click(
             shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs, api_name="adopt"
         )
         self.recaption_btn.click(shows_errors(self.recaption), [self.clip_id], [self.msg], api_name="recaption")
         self.reload_btn.click(shows_errors(self.reload), [self.clip_id], outs, api_name="reload_clip")
-        self.next_btn.click(shows_errors(self.step(+1)), walk, outs, api_name="next_clip", **nav)
-        self.prev_btn.click(shows_errors(self.step(-1)), walk, outs, api_name="previous_clip", **nav)
-        self.queue_btn.click(shows_errors(self.queue_next), walk, outs, api_name="next_unreviewed", **nav)
-        self.nav_btn.click(shows_errors(self.goto), [self.nav_target] + form, outs, api_name="goto_clip", **nav)
+        self.next_btn.click(shows_errors(self.step(+1)), walk + copies, outs, api_name="next_clip", **nav)
+        self.prev_btn.click(shows_errors(self.step(-1)), walk + copies, outs, api_name="previous_clip", **nav)
+        self.queue_btn.click(shows_errors(self.queue_next), walk + copies, outs, api_name="next_unreviewed", **nav)
+        self.nav_btn.click(
+            shows_errors(self.goto), [self.nav_target] + form + copies, outs, api_name="goto_clip", **nav
+        )
         self.older_btn.click(
             shows_errors(self.older),
             [self.clip_id, self.history_before],
@@ -97,17 +102,17 @@ class ReviewTab(ReviewDrafts, ReviewConflicts):
         )
         # a caption conflict's three ways out
         mine = [self.theirs] + form
-        self.keep_mine_btn.click(shows_errors(self.keep_mine), mine, outs, api_name="conflict_keep_mine")
+        self.keep_mine_btn.click(shows_errors(self.keep_mine), mine + copies, outs, api_name="conflict_keep_mine")
         self.take_theirs_btn.click(
             shows_errors(self.take_theirs), [self.clip_id], outs, api_name="conflict_take_theirs"
         )
-        self.edit_merged_btn.click(shows_errors(self.edit_merged), mine, outs, api_name="conflict_edit_merged")
+        self.edit_merged_btn.click(shows_errors(self.edit_merged), mine + copies, outs, api_name="conflict_edit_merged")
         # broken clips: Enter in the reason box or the button; a lead clears a flag
         flag = walk + [self.broken_reason]
         gr.on(
             [self.broken_btn.click, self.broken_reason.submit],
             shows_errors(self.flag_broken),
-            flag,
+            flag + copies,
             outs + [self.broken_reason],
             api_name="flag_broken",
             **nav,

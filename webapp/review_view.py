@@ -11,7 +11,7 @@ import gradio as gr
 from data import caption_history, captions, clips, drafts, review_queue, review_states, taxonomy
 from data.errors import Conflict, DataError, NotFound
 from data.quality import second_review
-from webapp import failures, render
+from webapp import failures, form_echo, render
 from webapp.assigning import ClipAssign
 from webapp.context import AppContext
 from webapp.picker import label_picker
@@ -110,6 +110,11 @@ class ReviewView:
         self.clip_id = gr.State(None)
         self.base = gr.State(None)
         self.review_base = gr.State(None)
+        # the page's copy of those three, sent back with the form (webapp.form_echo)
+        self.echo = {
+            state: form_echo.copy_box(f"form-{name}")
+            for name, state in (("clip", self.clip_id), ("base", self.base), ("review", self.review_base))
+        }
         self.history_before = gr.State(None)  # the oldest version shown: "Older versions" starts below it
         self.theirs = gr.State(None)  # the caption version a conflict showed (what "keep mine" saves on top of)
 
@@ -134,6 +139,7 @@ class ReviewView:
             self.clip_id,
             self.base,
             self.review_base,
+            *self.echo.values(),
             self.theirs,
             *self.history_outputs(),
         ]
@@ -176,6 +182,12 @@ class ReviewView:
     def form_inputs(self) -> list:
         """What every handler that may leave the clip receives: enough to save the form first."""
         return [self.clip_id, self.base, self.review_base, self.text, *self.labels.values()]
+
+    @property
+    def copies(self) -> list:
+        """The page's copies of the form's state: the last inputs of every event that sends the form
+        (webapp.form_echo)."""
+        return list(self.echo.values())
 
     def view(
         self,

@@ -21,7 +21,7 @@ import gradio as gr
 from data import taxonomy
 from data.errors import DataError
 from data.quality import second_review
-from webapp import render, render_quality
+from webapp import form_echo, render, render_quality
 from webapp.context import AppContext, shows_errors
 
 LABELS = list(taxonomy.ENUMS)
@@ -71,6 +71,8 @@ class SecondReviewTab:
                     self.approve_btn = gr.Button("Approve", elem_id="btn-second-approve", variant="primary", size="sm")
                     self.reject_btn = gr.Button("Reject", elem_id="btn-second-reject", variant="stop", size="sm")
         self.task = gr.State(None)  # the second review shown (its id)
+        # the page's copy, sent last with an answer: its labels are for the task the page shows (webapp.form_echo)
+        self.echo = {self.task: form_echo.copy_box("second-task")}
 
     @property
     def outputs(self) -> list:
@@ -82,6 +84,7 @@ class SecondReviewTab:
             *self.labels.values(),
             self.msg,
             self.task,
+            *self.echo.values(),
         ]
 
     def _status(self, name: str) -> str:
@@ -156,7 +159,7 @@ class SecondReviewTab:
         for decision, verb, btn in (("approved", "approve", self.approve_btn), ("rejected", "reject", self.reject_btn)):
             btn.click(
                 shows_errors(self.answer(decision)),
-                [self.task, *self.labels.values()],
+                [self.task, *self.labels.values(), *self.echo.values()],
                 outs,
                 api_name=f"second_{verb}",
             )
