@@ -614,7 +614,11 @@ def when_s(ts: float | None) -> str:
 
 
 def message(text: str, kind: str = "info") -> str:
-    return f'<div class="cw-msg cw-msg-{esc(kind)}" role="status">{esc(text)}</div>' if text else ""
+    """A message line; `data-at` makes each one new to the page, the same words included, so the page script
+    can tell that an answer arrived (webapp/static/shortcuts.js: no key acts on a clip being left)."""
+    if not text:
+        return ""
+    return f'<div class="cw-msg cw-msg-{esc(kind)}" role="status" data-at="{time.time_ns()}">{esc(text)}</div>'
 
 
 def banner(simulated: bool) -> str:

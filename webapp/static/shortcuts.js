@@ -41,6 +41,69 @@
     if (v) seek(v, parseFloat(f.dataset.t) + 0.001);
   });
 
+  // ---- one request at a time -------------------------------------------------------------------------------
+  // Every request of the Review tab sends the form as the page shows it. Until its answer is on screen, a second
+  // one acts on what the first is changing: n then a, typed fast, approved the clip being skipped, or, once n's
+  // answer had set the server's state but not yet the page, saved the skipped clip's text onto the next clip (the
+  // server refuses such a form now: webapp/review_form.py); j or a right after ctrl+s sent the edit again on the
+  // version the save had replaced (a conflict with oneself); j j moved once, not twice. So while one is on its
+  // way, the keys and buttons that act on the clip are held here, with a note that says to press again. A save
+  // after a save is not: Gradio sends it once the first is answered, on the version that made (review_tab.py).
+  // The answer has arrived when the header or the message changes (each message carries its own data-at), an
+  // error toast appears, or SENT_WAIT_MS pass with none.
+  const SENDS = "#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed, #btn-broken, " +
+    "#btn-nav, #btn-keep-mine, #btn-edit-merged, #btn-take-theirs, #btn-adopt, #btn-reload, #btn-clear-broken, " +
+    "#btn-draft-restore, #btn-draft-discard";
+  const ACTS = {"btn-approve": ["Not approved", "a"], "btn-reject": ["Not rejected", "r"],
+                "btn-save": ["Not saved", "ctrl+s"], "btn-broken": ["Not flagged as broken", "b"],
+                "btn-next": ["Not moved", "j"], "btn-prev": ["Not moved", "k"],
+                "btn-next-unreviewed": ["Not moved", "n"]};
+  const SENT_WAIT_MS = 4000;
+  const answerKey = () => {
+    const h = $("#clip-header");
+    return [h?.dataset.clip, h?.dataset.loaded, $("#review-msg .cw-msg")?.dataset.at,
+            document.querySelectorAll(".toast-body").length].join("|");
+  };
+  let sent = null;  // the request on its way: {id, at, key (the page's answer key then), clip}
+  // window.cwHoldKeys = false lets them through (the browser tests: the server's own check, review_form.py)
+  const onItsWay = () => window.cwHoldKeys !== false && !!sent && performance.now() - sent.at < SENT_WAIT_MS &&
+    answerKey() === sent.key;
+  const note = (text) => {
+    let el = document.getElementById("cw-wait-note");
+    const msg = document.getElementById("review-msg");
+    if (!el && msg) {
+      el = document.createElement("div");
+      el.id = "cw-wait-note";
+      el.className = "cw-msg cw-msg-conflict";
+      el.setAttribute("role", "status");
+      msg.after(el);
+    }
+    if (el) { el.textContent = text; el.hidden = !text; }
+  };
+  window.cwOnItsWay = onItsWay;  // for the browser tests
+  // the note goes with the next key or click (before a new one may be shown)
+  for (const type of ["keydown", "pointerdown"]) document.addEventListener(type, () => note(""), true);
+  const actsOn = Object.keys(ACTS).map((id) => "#" + id).join(", ");
+  document.addEventListener("click", (ev) => {
+    const btn = ev.target.closest && ev.target.closest(actsOn);
+    if (!btn || !onItsWay() || (btn.id === "btn-save" && sent.id === "btn-save")) return;
+    ev.preventDefault();
+    ev.stopImmediatePropagation();
+    const [what, key] = ACTS[btn.id];
+    const which = sent.id === "btn-save" ? "your save" : "your last key";
+    note(`${what}: you pressed ${key} before the answer to ${which} on clip ${sent.clip} was on screen. ` +
+         `Nothing was done: press ${key} again for the clip shown.`);
+  }, true);
+  const went = (id) => { sent = {id, at: performance.now(), key: answerKey(), clip: $("#clip-header")?.dataset.clip}; };
+  // in the bubbling phase: only a click that went through (not one refused above or by an unsettled label field)
+  document.addEventListener("click", (ev) => {
+    const btn = ev.target.closest && ev.target.closest(SENDS);
+    if (btn) went(btn.id);
+  });
+  document.addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey && ev.target.closest && ev.target.closest("#broken-reason")) went("btn-broken");
+  });
+
   // ---- unsaved edits ------------------------------------------------------------------------------------
   // `edits` counts changes to the form; `sentAt` is its value when the last request left (a button of the
   // Review tab, Enter in the broken reason). An answer that keeps the form (header data-form="kept": a save)
