@@ -15,7 +15,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
+from hypothesis import HealthCheck, example, given, settings as hsettings, strategies as st
 
 from serving.answers import read_answer
 from serving.errors import BadAnswer, FleetError, ReplicaError
@@ -154,6 +154,7 @@ PLACES = st.sampled_from(["logprob", "top_logprobs", "token", "entry", "alternat
 
 @hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(st.tuples(PLACES, st.integers(0, 10**6), st.integers(0, 20), VALUES), min_size=1, max_size=6))
+@example(changes=[("alternative", 0, 15, "[]"), ("alternative", 0, 0, "{}")])  # once broke the mutation, not the reader
 def test_no_logprobs_make_the_reader_raise_or_fail_the_caption(changes):
     def mutate(body):
         choice = body["choices"][0]
@@ -172,8 +173,10 @@ def test_no_logprobs_make_the_reader_raise_or_fail_the_caption(changes):
                 if place in ("logprob", "token", "top_logprobs"):
                     e[place] = raw(value)
                 elif isinstance(e.get("top_logprobs"), list) and e["top_logprobs"]:
-                    alts = e["top_logprobs"]
-                    alts[j % len(alts)] = raw(value) if j % 2 else {**alts[j % len(alts)], "logprob": raw(value)}
+                    alts, k = e["top_logprobs"], j % len(e["top_logprobs"])
+                    # an alternative an earlier change replaced by a non-object is replaced again, not spread
+                    keep = alts[k] if isinstance(alts[k], dict) else None
+                    alts[k] = raw(value) if j % 2 or keep is None else {**keep, "logprob": raw(value)}
 
     got = read_answer(body_with(mutate), SCHEMA, confidence=True)
     assert_same_caption(got)
