@@ -346,8 +346,8 @@ def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
 
 
 @pytest.fixture
-def workbench(settings):
-    """The app built in-process (login off), over 70 clips without captions."""
+def built(settings):
+    """The app built in-process (login off), over 70 clips without captions: its workbench and its Blocks."""
     from data import db as dbmod
     from webapp.app import build_app
 
@@ -355,8 +355,13 @@ def workbench(settings):
     db["clips"].insert_all({"path": f"c{i:03d}.mp4"} for i in range(70))
     db.close()
     app = build_app(settings.replace(auth="off"))
-    yield app.state.workbench
+    yield app.state.workbench, app.state.demo
     app.state.ctx.close()
+
+
+@pytest.fixture
+def workbench(built):
+    return built[0]
 
 
 def test_browse_pages_by_cursor_and_refuses_a_bad_order_or_cursor_with_a_message(workbench):
@@ -402,20 +407,6 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     assert "Someone" in out[r.conflict_view] and "<ins>Mine.</ins>" in out[r.conflict_view]
     assert out[r.theirs] == db["clips"].get(1)["current_caption_id"] and r.text not in out  # the edit stays
     assert captions.get(db, db["clips"].get(1)["current_caption_id"])["text"] == "Someone else's."
-
-
-@pytest.fixture
-def built(settings):
-    """The app built in-process (login off): its workbench and its Blocks, over 10 clips."""
-    from data import db as dbmod
-    from webapp.app import build_app
-
-    db = dbmod.connect(settings.db)
-    db["clips"].insert_all({"path": f"c{i:03d}.mp4"} for i in range(10))
-    db.close()
-    app = build_app(settings.replace(auth="off"))
-    yield app.state.workbench, app.state.demo
-    app.state.ctx.close()
 
 
 def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
