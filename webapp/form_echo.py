@@ -52,8 +52,9 @@ def _at(blocks: list, block) -> int | None:
 
 def echo_events(demo: gr.Blocks, pairs: dict) -> int:
     """For `pairs` ({state: copy box}): make every event of `demo` that sets a state set its copy too, from what
-    its handler returns, and every event that is sent a copy (its last inputs; its handler takes the request
-    first) refuse the form when the copy is not the state, and call its handler without the copies. A wiring that
+    its handler returns, and every event that is sent a copy (its last inputs; its handler takes gr.Request and
+    gr.EventData before them) refuse the form when the copy is not the state, and call its handler without the
+    copies. A wiring that
     breaks these rules fails here, when the app is built. Returns how many events."""
     n = 0
     for block_fn in demo.fns.values():
@@ -108,7 +109,7 @@ def _echoing(fn, sets: list, outs: list, sent: list, n_in: int):
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if sent:
-            given = len(args) - lead  # a script may send fewer values than inputs: its copies are not sent
+            given = len(args) - lead  # a direct call with fewer values than inputs: no copies to check
             if given >= n_in:
                 try:
                     check([args[lead + i] for i, _ in sent], [args[lead + j] for _, j in sent])
