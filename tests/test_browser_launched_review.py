@@ -411,7 +411,7 @@ def test_a_key_pressed_before_the_last_ones_answer_acts_on_no_clip(browser, stac
             assert review_status(stack10, left) == "unreviewed", f"trial {trial}: the skipped clip {left} was decided"
             page.wait_for_function(f"() => document.querySelector('#clip-header')?.dataset.clip !== '{served}'")
             answered(page)
-        # the page's hold off: n and a reach the server together, and its own check decides (webapp/review_form.py)
+        # the page's hold off: n and a reach the server together, and its own check decides (webapp/form_echo.py)
         page.evaluate("window.cwHoldKeys = false")
         page.evaluate(TOASTS_JS)
         humans = human_versions(stack10)

@@ -45,7 +45,7 @@
   // Every request of the Review tab sends the form as the page shows it. Until its answer is on screen, a second
   // one acts on what the first is changing: n then a, typed fast, approved the clip being skipped, or, once n's
   // answer had set the server's state but not yet the page, saved the skipped clip's text onto the next clip (the
-  // server refuses such a form now: webapp/review_form.py); j or a right after ctrl+s sent the edit again on the
+  // server refuses such a form now: webapp/form_echo.py); j or a right after ctrl+s sent the edit again on the
   // version the save had replaced (a conflict with oneself); j j moved once, not twice. So while one is on its
   // way, the keys and buttons that act on the clip are held here, with a note that says to press again. A save
   // after a save is not: Gradio sends it once the first is answered, on the version that made (review_tab.py).
@@ -65,7 +65,7 @@
             document.querySelectorAll(".toast-body").length].join("|");
   };
   let sent = null;  // the request on its way: {id, at, key (the page's answer key then), clip}
-  // window.cwHoldKeys = false lets them through (the browser tests: the server's own check, review_form.py)
+  // window.cwHoldKeys = false lets them through (the browser tests: the server's own check, webapp/form_echo.py)
   const onItsWay = () => window.cwHoldKeys !== false && !!sent && performance.now() - sent.at < SENT_WAIT_MS &&
     answerKey() === sent.key;
   const note = (text) => {
