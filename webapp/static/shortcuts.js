@@ -101,7 +101,8 @@
     if (btn) went(btn.id);
   });
   document.addEventListener("keydown", (ev) => {
-    if (ev.key === "Enter" && !ev.shiftKey && ev.target.closest && ev.target.closest("#broken-reason")) went("btn-broken");
+    const reason = ev.target.closest && ev.target.closest("#broken-reason");
+    if (ev.key === "Enter" && !ev.shiftKey && reason) went("btn-broken");
   });
 
   // ---- unsaved edits ------------------------------------------------------------------------------------
