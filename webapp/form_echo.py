@@ -74,7 +74,7 @@ def echo_events(demo: gr.Blocks, pairs: dict) -> int:
                 raise RuntimeError(f"{name}: is sent a copy without its state")
             if not _injected_first(block_fn.fn):
                 raise RuntimeError(f"{name}: a handler sent a form's copy takes gr.Request and gr.EventData first")
-        block_fn.fn = _echoing(block_fn.fn, sets, outs, [(_at(ins, s), _at(ins, b)) for s, b in sent], len(ins))
+        block_fn.fn = _echoing(block_fn.fn, sets, [(_at(ins, s), _at(ins, b)) for s, b in sent])
         n += 1
     return n
 
@@ -93,38 +93,28 @@ def _injected_first(fn) -> bool:
     return kinds == sorted(kinds, reverse=True)
 
 
-def _echoing(fn, sets: list, outs: list, sent: list, n_in: int):
-    """`fn` that first checks each (state, copy) input position pair of `sent` and drops the copies, then sets
-    each copy box of `sets` ((state, box)) to what its answer sets the state to (a skipped state leaves its copy
-    as it is). Answers as a dict keyed by component, or a list in the order of `outs`."""
+def _echoing(fn, sets: list, sent: list):
+    """`fn` that first checks each (state, copy) input position pair of `sent` and drops the copies (the last
+    inputs), then sets each copy box of `sets` ((state, box)) to what its answer sets the state to (a skipped state
+    leaves its copy as it is). The form's handlers answer with a dict keyed by component."""
     if inspect.iscoroutinefunction(fn):
         raise RuntimeError(f"{fn.__name__}: an async handler of a form is not echoed")
-
-    def copied(value):
-        return value if isinstance(value, dict) else copy_of(value)  # a dict: gr.skip() or gr.update()
-
     lead = sum(_injected(fn))  # what Gradio passes first besides the inputs (_injected_first)
-    first_copy = n_in - len(sent)
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         if sent:
-            given = len(args) - lead  # a direct call with fewer values than inputs: no copies to check
-            if given >= n_in:
-                try:
-                    check([args[lead + i] for i, _ in sent], [args[lead + j] for _, j in sent])
-                except HalfSent as e:
-                    raise failures.as_message(e) from None
-            args = args[: lead + min(given, first_copy)]
+            try:
+                check([args[lead + i] for i, _ in sent], [args[lead + j] for _, j in sent])
+            except HalfSent as e:
+                raise failures.as_message(e) from None
+            args = args[: len(args) - len(sent)]
         out = fn(*args, **kwargs)
-        if isinstance(out, dict) and not isinstance(out.get("__type__"), str):
+        if isinstance(out, dict):  # gr.skip() too: it names no component
             for state, box in sets:
                 if state in out:
-                    out[box] = copied(out[state])
-        elif isinstance(out, (list, tuple)) and len(out) == len(outs):
-            out = list(out)
-            for state, box in sets:
-                out[_at(outs, box)] = copied(out[_at(outs, state)])
+                    value = out[state]
+                    out[box] = value if isinstance(value, dict) else copy_of(value)  # a dict: gr.skip(), gr.update()
         return out
 
     return wrapper
