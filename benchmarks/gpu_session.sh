@@ -5,8 +5,9 @@
 #             part of 55 MiB and the working tree together pass the 64 MiB a call carries once the tree is over
 #             ~8 MiB, as on 2026-12-02: run `split` here first, which makes .gpu/pKa and .gpu/pKb)
 #   pregen    the first call, before staging (carry .whl: PyAV): install the wheels and start generating node_run's
-#             clip cache (PREGEN clips, default 80) in the background, detached, from a copy of the tree, so the
-#             ~2 minutes of generation overlap the staging calls; threads/workload wait for it to finish
+#             clip cache (PREGEN clips, default 80, <= 12 s each) in the background, detached, from a copy of the
+#             tree, so the generation overlaps the staging calls; threads/workload wait for it to finish, and
+#             `CW_GPU_CLIPS_FROM=/tmp/clips-node/realistic CW_GPU_CLIPS=N gputest` takes its first N clips
 #   setup     unpack vLLM, install carried wheels (.whl, and .whl2 when carried), write the dummy Qwen3-VL-8B model
 #   clips     generate the benchmark clips (distinct 1080p, H.264 + HEVC) and a few hostile ones
 #   gputest   the gpu-marked test with our launcher/runner on GPUS (default 0; "0,1": two replicas behind the
@@ -74,8 +75,10 @@ case "$step" in
     rm -rf /tmp/pregen-src && cp -r . /tmp/pregen-src && touch /tmp/pregen.started
     d=/tmp/clips-node/realistic n=${PREGEN:-80}
     # what benchmarks/node/clips.py's clip_library does, with its .complete marker, then pregen.done
+    # at most 12 s each, as the GPU test's own (~1.2 clips/s on 16 cores), so that the test can take them
+    # (CW_GPU_CLIPS_FROM=/tmp/clips-node/realistic) instead of generating its own beside them
     (cd /tmp/pregen-src && setsid bash -c "python3 -m data.demo $d/library --count $n --realistic --no-broken \
-      --workers $(nproc) && python3 -m data.demo $d/hostile --hostile \
+      --max-seconds 12 --workers $(nproc) && python3 -m data.demo $d/hostile --hostile \
       && echo '{\"clips\": $n, \"seconds\": 0, \"generated_now\": $n}' > $d/.complete; touch /tmp/pregen.done" \
       >/tmp/pregen.log 2>&1 < /dev/null &)
     sleep 5; cat /tmp/pregen.log ;;

@@ -128,7 +128,8 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "--vllm-version",
             "0.25.0",
             "--threads-configs",
-            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96,budget+gmu90",
+            "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96,budget+gmu90,"
+            "2+infl96+kvfp8,2+fp8+prof",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -183,6 +184,17 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     argv = shlex.split(lines[i + 1])
     given = [argv[k + 1] for k, a in enumerate(argv) if a == "--gpu-memory-utilization"]
     assert given == ["0.8", "0.9"]
+    # an FP8 KV cache: the flag after the recipe's, said in words
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 2+infl96+kvfp8 ("))
+    assert "FP8 KV cache" in lines[i] and lines[i + 1].endswith("--kv-cache-dtype fp8")
+    # a profiled row: the engine's torch profiler into the stage's work folder, vLLM's scopes on, said in words
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 2+fp8+prof ("))
+    assert "clips/s not comparable" in lines[i] and "FP8 weights" in lines[i]
+    argv = shlex.split(lines[i + 1])
+    assert "VLLM_CUSTOM_SCOPES_FOR_PROFILING=1" in argv
+    conf = json.loads(argv[argv.index("--profiler-config") + 1])
+    assert conf["profiler"] == "torch" and conf["max_iterations"] == 200 and conf["ignore_frontend"] is True
+    assert conf["torch_profiler_dir"] == str((tmp_path / "w" / "profile-2+fp8+prof").resolve())
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]

@@ -21,6 +21,7 @@ from benchmarks.node.threads import (
     budgets as thread_budgets,
     describe as describe_config,
     parse_configs,
+    profile_setup,
     replica_flags,
     stage_threads,
 )
@@ -79,7 +80,11 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
         for config in parse_configs(ctx.a.threads_configs):
             b = thread_budgets(config, s, ctx.size)[0]
             flags, nocache = replica_flags(config)
-            cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags)
+            prof_flags, prof_env, _ = profile_setup(ctx, config)
+            cmd, env = ctx.replica(
+                s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags + prof_flags
+            )
+            env = {**env, **prof_env}
             print(
                 f"# threads {config} ({describe_config(config, s, ctx.size)}; {ctx.a.threads_clips} clips "
                 f"per replica):\n" + fleet_up.shell_line(cmd, env, cpus=b.cpus if b else None)
@@ -141,6 +146,13 @@ OPTIONS: tuple[tuple[str, object, str], ...] = (
         "pinned (the budget, each replica on its share of cores), unset (vLLM's own pools) (default 1,2,4,budget)",
     ),
     ("--threads-clips", 120, "threads: clips per replica in each configuration's job (default 120)"),
+    (
+        "--profile-after",
+        20.0,
+        "threads: seconds into a `+prof` configuration's job at which its engine's profile starts (default 20: "
+        "past the first in-flight window)",
+    ),
+    ("--profile-iterations", 200, "threads: engine steps a `+prof` profile records (default 200)"),
     ("--workload-frames", "8,16,32", "workload: frames per clip of the sweep (default 8,16,32)"),
     (
         "--workload-pixels",

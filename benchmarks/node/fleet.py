@@ -53,13 +53,16 @@ class Fleet:
         benchmark: bool,
         budgets: list | None = None,
         extra: list[str] = (),
+        env: dict | None = None,
     ):
         """`budgets`: each replica's CPU budget (serving.fleet_commands.ReplicaBudget, None for vLLM's own
         pools); default: what the launcher gives len(slots) replicas on this node. `extra`: more replica flags
-        (a later flag of the same name wins over the recipe's)."""
+        (a later flag of the same name wins over the recipe's). `env`: more variables in every replica's
+        environment."""
         self.ctx, self.settings, self.decoder, self.slots, self.tag = ctx, settings, decoder, slots, tag
         self.benchmark = benchmark
         self.extra = list(extra)
+        self.env = dict(env or {})
         self.budgets = budgets if budgets is not None else fleet_commands.replica_budgets(settings, len(slots))
         self.children: list[procs.Child] = []
         self.ready_s: dict[str, float] = {}
@@ -82,7 +85,7 @@ class Fleet:
                 f"replica-{slot}",
                 cmd,
                 log=log,
-                env={**self.ctx.env, **env},
+                env={**self.ctx.env, **env, **self.env},
                 url=url,
                 health=url + "/health",
                 cwd=ROOT,

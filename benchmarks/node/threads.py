@@ -16,9 +16,13 @@ taking N % of the GPU's memory (N 50-95; `--gpu-memory-utilization`, after the r
 the room to prepare 32 frames per clip that 0.9 did not, 2026-12-03), `inflN` with our runner keeping N
 requests in flight per replica instead of the PER_REPLICA_INFLIGHT setting's (48: with captions of one length, a
 window of 48 is prefilled, then decoded, together; a deeper window overlaps the two). `1+api2`, `budget+nocache`,
-`budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`, `budget+gmu90+infl96`. Each row also
-reports the prompt tokens per clip that vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over
-the job), i.e. the prefill not repeated.
+`budget+fp8`, `budget+mbt64`, `budget+cpupre`, `budget+shm`, `budget+infl96`, `budget+gmu90+infl96`. `kvfp8` keeps
+the KV cache in FP8 (`--kv-cache-dtype fp8`: half the bytes each decode step's attention reads). `prof` records a
+torch profile of the engine: --profile-after seconds into the job, --profile-iterations engine steps, then the
+trace's kernel time by class and by vLLM's scopes (benchmarks/node/kernels.py) goes into the row and
+`profile-<config>.json`; the profiler slows the steps it records, so that row's clips/s are not comparable with
+the others'. Each row also reports the prompt tokens per clip that vLLM's prefix cache served
+(`vllm:prompt_tokens_cached_total` over the job), i.e. the prefill not repeated.
 
 For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands, the
 launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips per
@@ -34,8 +38,11 @@ while the machine keeps its /tmp).
 from __future__ import annotations
 
 import json
+import shutil
+import threading
 import time
 
+from benchmarks.node import kernels
 from benchmarks.node.context import Ctx, say
 from benchmarks.node.cpu import CpuMeter, group_cpu_seconds
 from benchmarks.node.fleet import Fleet, mps_daemon, router
@@ -57,7 +64,7 @@ from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "gmuN")
+MODIFIERS = ("nocache", "fp8", "kvfp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "gmuN", "prof")
 
 
 def _base(config: str) -> str:
@@ -76,7 +83,7 @@ def _count(m: str, prefix: str) -> int | None:
 
 def _modifier_ok(m: str) -> bool:
     return (
-        m in ("nocache", "fp8", "gpupre", "cpupre", "shm")
+        m in ("nocache", "fp8", "kvfp8", "gpupre", "cpupre", "shm", "prof")
         or _count(m, "api") is not None
         or _count(m, "mbt") is not None
         or _count(m, "infl") is not None
@@ -94,6 +101,8 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
             flags += ["--max-num-batched-tokens", str(_count(m, "mbt") * 1024)]
         elif m == "fp8":
             flags += ["--quantization", "fp8"]
+        elif m == "kvfp8":
+            flags += ["--kv-cache-dtype", "fp8"]
         elif m in ("gpupre", "cpupre"):  # the whole value replaces the recipe's: its size kept, the device named
             device = "gpu" if m == "gpupre" else "cpu"
             kwargs = fleet_commands.processor_kwargs(Settings.load(environ={}).replace(frame_preprocess=device))
@@ -170,6 +179,10 @@ def describe(config: str, settings, replicas: int) -> str:
         text += "; frames to the engine through shared memory (--mm-tensor-ipc torch_shm)"
     if "fp8" in mods:
         text += "; FP8 weights (--quantization fp8)"
+    if "kvfp8" in mods:
+        text += "; FP8 KV cache (--kv-cache-dtype fp8)"
+    if "prof" in mods:
+        text += "; the engine profiled (torch profiler): clips/s not comparable"
     return text
 
 
@@ -237,6 +250,12 @@ def stage_threads(ctx: Ctx) -> dict:
             t_cfg = time.time()
             flags, nocache = replica_flags(config)
             rs = runner_settings(config, settings)
+            prof_flags, env, prof_dir = profile_setup(ctx, config)
+            profiling = prof_dir is not None
+            if profiling:
+                shutil.rmtree(prof_dir, ignore_errors=True)
+                prof_dir.mkdir(parents=True)
+                flags += prof_flags
             fleet = Fleet(
                 ctx,
                 settings,
@@ -246,7 +265,9 @@ def stage_threads(ctx: Ctx) -> dict:
                 benchmark=nocache,
                 budgets=budgets(config, settings, n),
                 extra=flags,
+                env=env,
             )
+            timer = None
             try:
                 startup = fleet.start()
                 with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
@@ -257,6 +278,9 @@ def stage_threads(ctx: Ctx) -> dict:
                     job = new_job(settings, f"threads {config}", measured)
                     vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
                     cached0, prompt0 = cached_prompt_tokens(fleet.urls())
+                    if profiling:
+                        timer = threading.Timer(ctx.a.profile_after, profile_call, (fleet.urls(), "start_profile"))
+                        timer.start()
                     with CpuMeter() as cpu:
                         _, wall = caption_job(rs, job, urls, n, deadline=deadline)
                     vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
@@ -290,6 +314,12 @@ def stage_threads(ctx: Ctx) -> dict:
                     "via": via,
                     "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
                 }
+                if profiling:
+                    row["profiled"] = True
+                    try:  # a profile that cannot be read costs the row its profile, not its figures
+                        row["profile"] = collect_profile(ctx, config, fleet.urls(), prof_dir)
+                    except Exception as e:
+                        row["profile"] = {"error": f"{type(e).__name__}: {e}"}
                 rows.append(row)
                 say(
                     f"threads: {config}: {row['clips_per_s']} clips/s ({steady} steady), {row['core_s_per_clip']} "
@@ -300,6 +330,8 @@ def stage_threads(ctx: Ctx) -> dict:
                 rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
                 say(f"threads: {config} FAILED: {e}")
             finally:
+                if timer is not None:
+                    timer.cancel()
                 fleet.stop()
             last_cost = time.time() - t_cfg
             say(f"threads: {config} took {last_cost:.0f} s ({k + 1}/{len(configs)})")
@@ -310,6 +342,48 @@ def stage_threads(ctx: Ctx) -> dict:
     print(report["table"], flush=True)
     report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
     return report
+
+
+def profile_setup(ctx: Ctx, config: str):
+    """(replica flags, replica environment, trace folder) of a `prof` configuration on real replicas, else
+    ([], {}, None): the torch profiler on the engine, with vLLM's scopes (forward, sample, ...) in the trace."""
+    if "prof" not in _modifiers(config) or ctx.sim:
+        return [], {}, None
+    folder = ctx.work / f"profile-{config}"
+    flags = ["--profiler-config", kernels.profiler_config(folder, ctx.a.profile_iterations)]
+    return flags, {"VLLM_CUSTOM_SCOPES_FOR_PROFILING": "1"}, folder
+
+
+def profile_call(urls: list[str], what: str) -> None:
+    """POST /start_profile or /stop_profile to each replica (a failure is said, never raised: the job goes on)."""
+    import httpx
+
+    for url in urls:
+        try:
+            r = httpx.post(url.rstrip("/") + "/" + what, timeout=120, trust_env=False)
+            say(f"threads: {what} {url}: HTTP {r.status_code}")
+        except httpx.HTTPError as e:
+            say(f"threads: {what} {url} failed: {type(e).__name__}: {e}")
+
+
+def collect_profile(ctx: Ctx, config: str, urls: list[str], folder) -> dict:
+    """The first replica's engine trace, summed (kernels.summarize), kept beside the report as
+    profile-<config>.json with vLLM's own table (profiler_out_0.txt) as profile-<config>.txt; the trace itself is
+    left in --work (hundreds of MB)."""
+    profile_call(urls, "stop_profile")  # already stopped after --profile-iterations steps: then a no-op
+    trace = kernels.wait_for_trace(folder)
+    if trace is None:
+        return {"error": f"no trace in {folder} within 240 s"}
+    t0 = time.time()
+    summary = {"trace": str(trace), "trace_bytes": trace.stat().st_size, **kernels.summarize(kernels.read_trace(trace))}
+    summary["summarized_in_s"] = round(time.time() - t0, 1)
+    (ctx.out / f"profile-{config}.json").write_text(json.dumps(summary, indent=1))
+    table = folder / "profiler_out_0.txt"
+    if table.exists():
+        shutil.copy(table, ctx.out / f"profile-{config}.txt")
+    shares = ", ".join(f"{c['name']} {c['share_of_kernel_time']:.0%}" for c in summary.get("by_class", [])[:6])
+    say(f"threads: {config} profile: GPU busy {summary.get('gpu_busy_share_of_window')} of the window; {shares}")
+    return summary
 
 
 def earlier_rows(ctx: Ctx, stage: str) -> list[dict]:
