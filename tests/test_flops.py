@@ -76,3 +76,26 @@ def test_efficiency_is_the_share_of_the_peak_and_says_where_the_peak_comes_from(
     assert flops.efficiency(8.7, work, gpus=2)["fraction_of_peak"] == pytest.approx(e["fraction_of_peak"], rel=1e-3)
     assert "55% of bf16 peak" in flops.summary(e)
     assert flops.efficiency(1.0, [])["error"]
+
+
+def test_prompt_tokens_the_prefix_cache_served_are_not_counted_as_computed():
+    """The GPU test of 2026-12-04 (392 clips, 4.06 clips/s, 779.0 TFLOP/s measured): 5,699.6 prompt tokens per
+    clip of which 948.8 came from vLLM's prefix cache (the fixed text before the video). Counting them as
+    computed gave 60 %; the GPU computed 53 %."""
+    work = [ClipWork(5700, 278, 16, 1080, 1920)] * 2
+    whole = flops.efficiency(4.06, work, "bf16", measured_peak={"bf16_tflops": 779.0})
+    cached = flops.efficiency(4.06, work, "bf16", measured_peak={"bf16_tflops": 779.0}, cached_prompt_tokens=948.8)
+    # by hand: the cached prefix's linear layers (2 x c x W) and the causal attention among its own tokens (2 A c^2)
+    saved = 2 * 948.8 * 6_945_767_424 + 2 * 36 * 4096 * 948.8**2
+    assert cached["tflop_per_clip_computed"] == pytest.approx((whole["tflop_per_clip"] * 1e12 - saved) / 1e12, abs=0.01)
+    assert cached["tflop_per_clip_computed"] == pytest.approx(102.4, abs=0.1)
+    assert whole["fraction_of_peak"] == pytest.approx(0.604, abs=0.001)
+    assert cached["fraction_of_peak"] == pytest.approx(0.534, abs=0.001)
+    assert cached["fraction_of_peak_whole_prompt"] == whole["fraction_of_peak"]
+    # each says what it counted, in the one line a console or a table shows
+    assert "948.8 prompt tokens per clip from the prefix cache not counted, 60% with them" in flops.summary(cached)
+    assert flops.summary(cached).startswith("53% of bf16 peak (102.4")
+    assert "prefix-cache hits not measured" in flops.summary(whole) and "not measured" in whole["counted"]
+    # none served from the cache: the same figure either way
+    zero = flops.efficiency(4.06, work, "bf16", measured_peak={"bf16_tflops": 779.0}, cached_prompt_tokens=0)
+    assert zero["fraction_of_peak"] == whole["fraction_of_peak"]

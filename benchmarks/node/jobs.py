@@ -243,8 +243,16 @@ def in_flight(settings, replicas: int) -> int:
     return settings.per_replica_inflight * max(1, replicas)
 
 
-def efficiency(ctx: Ctx, work: list[dict], clips_per_s: float | None, gpus: int, peak: dict | None) -> dict:
-    """serving.flops.efficiency of a job's captioned clips at `clips_per_s` on `gpus` GPUs (simulated: marked)."""
+def efficiency(
+    ctx: Ctx,
+    work: list[dict],
+    clips_per_s: float | None,
+    gpus: int,
+    peak: dict | None,
+    cached_prompt_tokens: float | None = None,
+) -> dict:
+    """serving.flops.efficiency of a job's captioned clips at `clips_per_s` on `gpus` GPUs (simulated: marked);
+    `cached_prompt_tokens` per clip, where the stage read them from the replicas, are not counted as computed."""
     from serving import flops
 
     clips = [
@@ -254,7 +262,9 @@ def efficiency(ctx: Ctx, work: list[dict], clips_per_s: float | None, gpus: int,
         for w in work
         if w["width"] and w["height"]
     ]
-    out = flops.efficiency(clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus)
+    out = flops.efficiency(
+        clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_prompt_tokens
+    )
     if ctx.sim:
         out["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"
     return out

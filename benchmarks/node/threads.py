@@ -312,7 +312,14 @@ def stage_threads(ctx: Ctx) -> dict:
                     "cached_prompt_tokens_per_clip": round((cached1 - cached0) / done, 1) if done else None,
                     "prompt_tokens_per_clip": round((prompt1 - prompt0) / done, 1) if done else None,
                     "via": via,
-                    "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
+                    "efficiency": efficiency(
+                        ctx,
+                        work,
+                        steady or (done / wall if wall else None),
+                        n,
+                        peak,
+                        (cached1 - cached0) / done if done and prompt1 > prompt0 else None,
+                    ),
                 }
                 if profiling:
                     row["profiled"] = True
