@@ -10,7 +10,7 @@ import shutil
 from typing import Sequence
 
 from data.library import clip_root, deployment
-from data.settings import Settings
+from data.settings import Settings, env_name
 from serving import fleet_key, procs
 from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
 from serving.fleet_commands import (
@@ -27,6 +27,24 @@ from serving.fleet_commands import (
     vllm_command,
 )
 from serving.launch_options import LaunchOptions
+
+# the deepest in-flight window measured safe with the engine above 0.8 of the GPU's memory: 96 killed an H200
+# replica at 0.9 (its API servers decode and prepare the frames of every request in flight on the same GPU), and
+# ran at 0.8 (2026-12-03; the GPU test of 2026-12-04: 392 of 392, 60 % of the peak)
+DEEP_WINDOW, SAFE_MEMORY_SHARE = 48, 0.8
+
+
+def refuse_deep_window_at_high_memory(settings: Settings) -> None:
+    """Stop before anything starts where the replicas would keep more requests in flight than was measured safe
+    with that little GPU memory left to their API servers."""
+    if settings.per_replica_inflight > DEEP_WINDOW and settings.gpu_memory_utilization > SAFE_MEMORY_SHARE:
+        raise SystemExit(
+            f"launcher: {settings.per_replica_inflight} requests in flight per replica with the engine taking "
+            f"{settings.gpu_memory_utilization:g} of each GPU's memory: at 0.9, 96 in flight ran an H200 replica's API "
+            f"servers out of GPU memory and killed it (docs/GPU.md). Use --gpu-memory-utilization "
+            f"{SAFE_MEMORY_SHARE:g} or less, or {env_name('per_replica_inflight')}={DEEP_WINDOW} or less. "
+            "Nothing was started."
+        )
 
 
 def plan(settings: Settings, opts: LaunchOptions) -> dict:
@@ -46,6 +64,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         gpus = choose_gpus(settings.gpus)
         if not gpus:
             raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet-mode sim")
+        refuse_deep_window_at_high_memory(settings)
         version = parse_version(opts.vllm_version or installed_vllm_version())
         extra = media_args + [t for a in opts.vllm_args for t in shlex.split(a)]
         env_common: dict[str, str] = {}

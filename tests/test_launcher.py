@@ -103,6 +103,28 @@ def test_the_gpu_memory_left_to_the_api_servers_is_a_setting(tmp_path):
     assert bad.returncode != 0 and "0.5-0.95" in bad.stderr and "0.99" in bad.stderr
 
 
+def test_a_deep_in_flight_window_with_little_gpu_memory_left_is_refused_before_anything_starts(tmp_path):
+    """96 requests in flight killed an H200 replica at 0.9 of its memory and ran at 0.8 (docs/GPU.md): the launcher
+    refuses the pair it was not measured safe for, saying both ways out; either alone starts."""
+    base = ("--fleet-mode", "gpu", "--gpus", "0", "--vllm-version", "0.25.0", "--clip-root", str(tmp_path / "c"))
+
+    def up(window: str, *given: str):
+        return subprocess.run(
+            [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path), *base, *given],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={"PATH": "/usr/bin:/bin", "CW_PER_REPLICA_INFLIGHT": window},  # the runner's setting, as deployed
+        )
+
+    for ok in (up("96"), up("48", "--gpu-memory-utilization", "0.9")):
+        assert ok.returncode == 0 and " serve " in ok.stdout, ok.stderr
+    bad = up("96", "--gpu-memory-utilization", "0.9")
+    assert bad.returncode != 0 and " serve " not in bad.stdout
+    said = ("96 requests in flight", "0.9", "--gpu-memory-utilization 0.8 or less", "CW_PER_REPLICA_INFLIGHT=48")
+    assert all(s in bad.stderr for s in said), bad.stderr
+
+
 def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
     lines = dry_run(
         tmp_path,
