@@ -81,6 +81,19 @@ def test_a_trace_without_kernels_says_so_and_a_written_trace_is_read_back(tmp_pa
         ("void vllm::rotary_embedding_kernel<c10::BFloat16, true>", "rotary"),
         ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
         ("void vllm::reshape_and_cache_flash_kernel<__nv_bfloat16, unsigned char>", "attention"),
+        # names seen in the FP8 engine's trace (2026-12-04): the activations' scales, fused by torch.compile
+        ("triton_red_fused__to_copy_abs_clamp_max_mul_reciprocal_unsqueeze_0", "fp8_quant"),
+        (
+            "triton_red_fused__to_copy_abs_clamp_cutlass_scaled_mm_div_max_mul_reciprocal_silu_slice_unsqueeze_3",
+            "fp8_quant",
+        ),
+        ("triton_poi_fused_mul_silu_slice_1", "activation"),
+        ("nvjet_sm90_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", "gemm_bf16"),
+        (
+            "void cutlass::device_kernel<vllm::cutlass_3x_gemm_sm90_fp8<cutlass::float_e4m3_t, cutlass::bfloat16_t, "
+            "vllm::c3x::ScaledEpilogueBias",
+            "gemm_fp8",
+        ),
     ],
 )
 def test_kernel_names_fall_in_their_class(name, cls):

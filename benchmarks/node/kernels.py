@@ -20,6 +20,9 @@ from pathlib import Path
 
 # (class, pattern on the kernel's name), first match wins; GEMMs split by their element type
 CLASSES = (
+    # torch.compile's fused Triton kernels that compute the activations' FP8 scales (abs, max, reciprocal) and
+    # cast; their names list the ops they fused, `cutlass_scaled_mm` among them, but they are not GEMMs
+    ("fp8_quant", re.compile(r"^triton_.*abs.*(reciprocal|clamp)|^triton_.*(reciprocal|clamp).*abs", re.I)),
     ("attention", re.compile(r"flash|fmha|attn|attention|paged", re.I)),
     (
         "gemm_fp8",
