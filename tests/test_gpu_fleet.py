@@ -384,7 +384,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         # the prompt tokens vLLM's prefix cache serves over the job (the fixed text before the video): the GPU does
         # not compute them, and the compute efficiency does not count them (serving.flops.efficiency)
-        from benchmarks.node.threads import cached_prompt_tokens
+        from benchmarks.node.jobs import cache_per_clip, cached_prompt_tokens
 
         gpus = [g.strip() for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g.strip()]
         replicas = [] if REHEARSE or TOPOLOGY != "single" else [f"http://127.0.0.1:{8000 + int(g)}" for g in gpus]
@@ -452,8 +452,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         report["job"]["result_latencies_s"] = [
             None if w["latency_s"] is None else round(w["latency_s"], 3) for w in work
         ]
-        if cache1[1] > cache0[1]:  # the replicas said how many prompt tokens they took (not the simulated fleet)
-            report["job"]["cached_prompt_tokens_per_clip"] = round((cache1[0] - cache0[0]) / max(1, len(done)), 1)
+        cached = cache_per_clip(cache0, cache1, len(done))  # None: the replicas did not say (the simulated fleet)
+        if cached is not None:
+            report["job"]["cached_prompt_tokens_per_clip"] = round(cached, 1)
         report["job"]["cpu_core_s_per_clip"] = round(busy_s / max(1, len(done)), 2)
         report["job"]["cpu_cores_busy"] = round(busy_s / report["caption_s"], 1)
         report["job"]["efficiency"] = job_efficiency(db, job["id"], report, out)

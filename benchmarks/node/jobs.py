@@ -243,16 +243,44 @@ def in_flight(settings, replicas: int) -> int:
     return settings.per_replica_inflight * max(1, replicas)
 
 
+def cached_prompt_tokens(urls: list[str]) -> tuple[float, float]:
+    """(prompt tokens served from vLLM's prefix cache, prompt tokens) so far, summed over the replicas' /metrics
+    (0, 0 for a replica that does not say, as the simulated fleet)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    cached = total = 0.0
+    for url in urls:
+        try:
+            text = httpx.get(url.rstrip("/") + "/metrics", timeout=5, trust_env=False).text
+            for family in text_string_to_metric_families(text):
+                for sample in family.samples:
+                    if sample.name == "vllm:prompt_tokens_cached_total":
+                        cached += sample.value
+                    elif sample.name == "vllm:prompt_tokens_total":
+                        total += sample.value
+        except (httpx.HTTPError, ValueError):
+            continue
+    return cached, total
+
+
+def cache_per_clip(before: tuple[float, float], after: tuple[float, float], done: int) -> float | None:
+    """Prompt tokens per clip the prefix cache served between two cached_prompt_tokens readings; None where the
+    replicas did not say (no prompt tokens counted: the simulated fleet) or nothing was done."""
+    return (after[0] - before[0]) / done if done and after[1] > before[1] else None
+
+
 def efficiency(
     ctx: Ctx,
     work: list[dict],
     clips_per_s: float | None,
     gpus: int,
     peak: dict | None,
-    cached_prompt_tokens: float | None = None,
+    cached_per_clip: float | None = None,
 ) -> dict:
     """serving.flops.efficiency of a job's captioned clips at `clips_per_s` on `gpus` GPUs (simulated: marked);
-    `cached_prompt_tokens` per clip, where the stage read them from the replicas, are not counted as computed."""
+    `cached_per_clip`: prompt tokens per clip the prefix cache served, where the stage read them from the replicas
+    (cache_per_clip), not counted as computed."""
     from serving import flops
 
     clips = [
@@ -263,7 +291,7 @@ def efficiency(
         if w["width"] and w["height"]
     ]
     out = flops.efficiency(
-        clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_prompt_tokens
+        clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_per_clip
     )
     if ctx.sim:
         out["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"

@@ -47,6 +47,8 @@ from benchmarks.node.context import Ctx, say
 from benchmarks.node.cpu import CpuMeter, group_cpu_seconds
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import (
+    cache_per_clip,
+    cached_prompt_tokens,
     caption_job,
     efficiency,
     good_clip_ids,
@@ -186,27 +188,6 @@ def describe(config: str, settings, replicas: int) -> str:
     return text
 
 
-def cached_prompt_tokens(urls: list[str]) -> tuple[float, float]:
-    """(prompt tokens served from vLLM's prefix cache, prompt tokens) so far, summed over the replicas' /metrics
-    (0, 0 for a replica that does not say, as the simulated fleet)."""
-    import httpx
-    from prometheus_client.parser import text_string_to_metric_families
-
-    cached = total = 0.0
-    for url in urls:
-        try:
-            text = httpx.get(url.rstrip("/") + "/metrics", timeout=5, trust_env=False).text
-            for family in text_string_to_metric_families(text):
-                for sample in family.samples:
-                    if sample.name == "vllm:prompt_tokens_cached_total":
-                        cached += sample.value
-                    elif sample.name == "vllm:prompt_tokens_total":
-                        total += sample.value
-        except (httpx.HTTPError, ValueError):
-            continue
-    return cached, total
-
-
 def stage_threads(ctx: Ctx) -> dict:
     configs = parse_configs(ctx.a.threads_configs)
     slots = ctx.gpus
@@ -318,7 +299,7 @@ def stage_threads(ctx: Ctx) -> dict:
                         steady or (done / wall if wall else None),
                         n,
                         peak,
-                        (cached1 - cached0) / done if done and prompt1 > prompt0 else None,
+                        cache_per_clip((cached0, prompt0), (cached1, prompt1), done),
                     ),
                 }
                 if profiling:

@@ -25,6 +25,8 @@ from pathlib import Path
 from benchmarks.node.context import ROOT, Ctx, say
 from benchmarks.node.fleet import Fleet, mps_daemon
 from benchmarks.node.jobs import (
+    cache_per_clip,
+    cached_prompt_tokens,
     caption_job,
     efficiency,
     good_clip_ids,
@@ -136,7 +138,9 @@ def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pi
     """One job at `frames` x `pixels`; its row. Past `deadline` the runner stops (a replica that died leaves
     the runner waiting for it to come back, as in production) and the stage reports it."""
     job = new_job(settings, f"workload {frames} frames {pixels} pixels", clips, frames=frames, max_pixels=pixels)
+    cache0 = cached_prompt_tokens(urls)
     _, wall = caption_job(settings, job, urls, 1, deadline=deadline)
+    cache1 = cached_prompt_tokens(urls)
     check = job_check(settings, job)
     if why := none_done(check, len(clips)):
         say(f"workload: {frames} frames x {pixels:,} pixels: {why}")
@@ -162,7 +166,9 @@ def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pi
         "prompt_tokens": round(sum(w["prompt_tokens"] for w in work) / len(work), 1) if work else None,
         "completion_tokens": round(sum(w["completion_tokens"] for w in work) / len(work), 1) if work else None,
         "vision_tokens": round(sum(vision) / len(vision), 1) if vision else None,
-        "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), 1, peak),
+        "efficiency": efficiency(
+            ctx, work, steady or (done / wall if wall else None), 1, peak, cache_per_clip(cache0, cache1, done)
+        ),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     say(
