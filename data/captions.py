@@ -198,6 +198,20 @@ def _make_current(
     db.execute(f"UPDATE clips SET {sets} WHERE id = ?", [*values.values(), clip_id])
 
 
+def _status_after_edit(clip: dict) -> str | None:
+    """The review status a new human version leaves: an approval or a rejection judged the version the reviewer
+    saw, not this one, so the clip is unreviewed until someone decides on it (approving with an edit saves, then
+    approves: approved by that person). Broken judges the video and stays. None: unchanged."""
+    return "unreviewed" if clip["review_status"] in ("approved", "rejected") else None
+
+
+def _undecided(clip: dict) -> dict:
+    """What the save's event says of a decision it undid: the status and who had decided (nothing otherwise)."""
+    if _status_after_edit(clip) is None:
+        return {}
+    return {"review_was": clip["review_status"], "reviewed_by_was": clip["reviewed_by"]}
+
+
 def save_human(
     db: sqlite_utils.Database,
     clip_id: int,
@@ -210,7 +224,8 @@ def save_human(
     rate: limits.SaveRate | None = None,
 ) -> dict:
     """Save a human edit as the new current version, or raise Conflict if `base_caption_id` is stale, or
-    TooFast past `rate` (limits.SAVE_RATE in the web app; None: no limit)."""
+    TooFast past `rate` (limits.SAVE_RATE in the web app; None: no limit). Returns the saved version, with
+    `review_was` and `reviewed_by_was` where it undid an approval or a rejection (`_status_after_edit`)."""
     # controls a reader cannot see (ESC, BEL, bidi overrides) are not stored (limits.CONTROLS)
     text = limits.check_text((limits.plain_text(text) or "").strip(), limits.MAX_CAPTION_CHARS, "The caption")
     if not text:
@@ -235,11 +250,13 @@ def save_human(
             conflicts=found,
             note=note,
         )
-        status = "unreviewed" if clip["review_status"] == "rejected" else None
+        status = _status_after_edit(clip)
         _make_current(db, clip_id, cid, text=text, labels=labels, source="human", conflicts=found, review_status=status)
-        events.record(db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id)
+        events.record(
+            db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id, **_undecided(clip)
+        )
         drafts.drop(db, author, clip_id)  # saved: the edit is a version now, not a draft
-    return get(db, cid)
+    return {**get(db, cid), **_undecided(clip)}
 
 
 def adopt(
@@ -252,7 +269,7 @@ def adopt(
     rate: limits.SaveRate | None = None,
 ) -> dict:
     """Make an earlier or candidate version current again, as a new human version copying it (a save: `rate`
-    applies as in save_human)."""
+    applies, and an approval or a rejection is undone, as in save_human)."""
     with immediate(db):
         clip = _clip(db, clip_id)
         _check_base(db, clip, base_caption_id)
@@ -273,11 +290,27 @@ def adopt(
             conflicts=found,
             note=f"adopted version {src['version']}",
         )
-        _make_current(db, clip_id, cid, text=src["text"], labels=src["labels"], source="human", conflicts=found)
-        events.record(
-            db, author, "caption.adopt", clip_id=clip_id, caption_id=cid, previous=base_caption_id, adopted=caption_id
+        _make_current(
+            db,
+            clip_id,
+            cid,
+            text=src["text"],
+            labels=src["labels"],
+            source="human",
+            conflicts=found,
+            review_status=_status_after_edit(clip),
         )
-    return get(db, cid)
+        events.record(
+            db,
+            author,
+            "caption.adopt",
+            clip_id=clip_id,
+            caption_id=cid,
+            previous=base_caption_id,
+            adopted=caption_id,
+            **_undecided(clip),
+        )
+    return {**get(db, cid), **_undecided(clip)}
 
 
 def add_machine(

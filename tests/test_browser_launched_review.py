@@ -8,6 +8,7 @@ true there, behind the router gate, with the fleet key, the supervised runner an
 - The conflict view says what the other person changed, and each text opens at its first difference.
 - `n` serves only clips with a caption; an empty queue says how many await captioning.
 - With ten road users chosen, the picker's message stays inside a 768-px window.
+- An edit saved to an approved clip leaves it unreviewed, and the page says so.
 Every page is watched for uncaught JavaScript errors (browser_fixtures)."""
 
 from __future__ import annotations
@@ -512,6 +513,49 @@ def test_n_serves_only_captioned_clips_and_an_empty_queue_says_how_many_await_ca
         assert all(captions.get(d, clipsmod.get(d, c)["current_caption_id"]) for c in set(served))
     finally:
         d.close()
+
+
+def test_an_edit_to_an_approved_clip_leaves_it_unreviewed_and_says_so(browser, stack):
+    """An approval judged the version the reviewer saw. ann2 approves a clip, then opens it again and saves an edit:
+    the page says the clip is unreviewed again and what to do, and it is (an export or a release of the approved
+    clips no longer takes text nobody approved); a then approves the new version, by ann2."""
+    cid = captioned_ids(stack)[2]
+    ctx = browser.new_context(viewport={"width": 1366, "height": 768})
+    try:
+        page, watch = login(ctx, stack.url, "ann2")
+        open_clip(page, stack, cid)
+        page.keyboard.press("Escape")
+        at = msg_at(page)
+        page.keyboard.press("a")  # approve and next
+        said_after(page, at, f"Marked clip {cid} approved")
+        assert review_status(stack, cid) == "approved"
+        open_clip(page, stack, cid)
+        v = current(stack, cid)["version"]
+        page.locator("#caption-text textarea").click()
+        page.keyboard.press("Control+End")
+        page.keyboard.type(" The light turns amber as the car reaches the line.")
+        at = msg_at(page)
+        page.keyboard.press("Control+s")
+        text = said_after(page, at, f"Saved as version {v + 1}.")
+        assert (
+            f"Clip {cid} was approved by ann2 as the version before, so it is unreviewed again: approve (a) or "
+            "reject (r) this version." in text
+        ), text
+        assert review_status(stack, cid) == "unreviewed"
+        assert current(stack, cid)["text"].endswith("reaches the line.")
+        event = one(
+            stack, "SELECT detail FROM events WHERE action = 'caption.save' AND clip_id = ? ORDER BY id DESC", cid
+        )
+        assert '"review_was": "approved"' in event and '"reviewed_by_was": "ann2"' in event, event
+        page.keyboard.press("Escape")
+        at = msg_at(page)
+        page.keyboard.press("a")
+        said_after(page, at, f"Marked clip {cid} approved")
+        assert review_status(stack, cid) == "approved"
+        assert one(stack, "SELECT reviewed_by FROM clips WHERE id = ?", cid) == "ann2"
+        assert not watch.errors
+    finally:
+        ctx.close()
 
 
 def test_a_second_launch_starts_no_job(stack):

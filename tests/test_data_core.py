@@ -351,3 +351,30 @@ def test_team_stats_count_people_not_machines_within_the_window(db):
     assert (stats["ann"]["edits"], stats["ann"]["approved"], stats["ann"]["rejected"]) == (1, 1, 1)
     assert stats["ann"]["approval_rate"] == 0.5 and stats["bob"]["approval_rate"] == 0.0
     assert events.team_stats(db, since=time.time() + 60) == []
+
+
+def test_a_new_version_of_a_decided_clip_is_unreviewed_and_its_event_says_what_was_undone(db):
+    """An approval or a rejection judged the version the reviewer saw: a save or an adopt leaves the clip
+    unreviewed (an export or a release of approved clips would otherwise take text nobody approved). Broken
+    judges the video and stays."""
+    cid = add_clip(db)
+    v1 = captions.save_human(db, cid, text="v1", labels=LABELS, author="ann", base_caption_id=None)
+    assert "review_was" not in v1
+    review_states.set_review(db, cid, status="approved", user="rev", base_caption_id=v1["id"])
+    v2 = captions.save_human(db, cid, text="v2", labels=LABELS, author="ann", base_caption_id=v1["id"])
+    assert (v2["review_was"], v2["reviewed_by_was"]) == ("approved", "rev")
+    assert clips.get(db, cid)["review_status"] == "unreviewed"
+    detail = db.execute(
+        "SELECT detail FROM events WHERE action = 'caption.save' AND caption_id = ?", [v2["id"]]
+    ).fetchone()[0]
+    assert '"review_was": "approved"' in detail and '"reviewed_by_was": "rev"' in detail
+    # approving with an edit: the save undoes the old approval, the decision that follows is the approver's
+    review_states.set_review(db, cid, status="approved", user="rev2", base_caption_id=v2["id"])
+    adopted = captions.adopt(db, cid, caption_id=v1["id"], author="ann", base_caption_id=v2["id"])
+    assert adopted["review_was"] == "approved" and clips.get(db, cid)["review_status"] == "unreviewed"
+    review_states.set_review(db, cid, status="rejected", user="rev", base_caption_id=adopted["id"])
+    v4 = captions.save_human(db, cid, text="v4", labels=LABELS, author="ann", base_caption_id=adopted["id"])
+    assert v4["review_was"] == "rejected" and clips.get(db, cid)["review_status"] == "unreviewed"
+    review_states.flag_broken(db, cid, user="ann", reason="black frames")
+    v5 = captions.save_human(db, cid, text="v5", labels=LABELS, author="ann", base_caption_id=v4["id"])
+    assert "review_was" not in v5 and clips.get(db, cid)["review_status"] == "broken"

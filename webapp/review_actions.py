@@ -47,6 +47,17 @@ class ReviewActions(ReviewView):
             rate=self._rate(),
         )
 
+    @staticmethod
+    def _undone(saved: dict | None, clip_id) -> str:
+        """What a saved version undid: the approval or rejection of the version before (data.captions)."""
+        if not saved or not saved.get("review_was"):
+            return ""
+        who = f" by {saved['reviewed_by_was']}" if saved.get("reviewed_by_was") else ""
+        return (
+            f"Clip {int(clip_id)} was {saved['review_was']}{who} as the version before, so it is unreviewed again: "
+            "approve (a) or reject (r) this version. "
+        )
+
     def _leave(self, form: ReviewForm, request: gr.Request, go) -> dict:
         """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
         user = self.ctx.user(request)
@@ -57,7 +68,7 @@ class ReviewActions(ReviewView):
                 form.clip_id, e, request, stay="Your edit is not saved yet, so you stay on this clip: ", form=form
             )
         note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
-        return go(note)
+        return go(note + self._undone(saved, form.clip_id))
 
     def _take_next(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
         """The review queue: the next unreviewed clip of the filter after `after` in the grid's order (`sort`,
@@ -102,7 +113,7 @@ class ReviewActions(ReviewView):
         return self.view(
             form.clip_id,
             request,
-            message=f"Saved as version {cap['version']}.",
+            message=f"Saved as version {cap['version']}. {self._undone(cap, form.clip_id)}".strip(),
             kind="ok",
             keep_form=True,
             keep_media=True,
@@ -183,7 +194,11 @@ class ReviewActions(ReviewView):
         except DataError as e:
             return self._refused(clip_id, e, request)
         return self.view(
-            clip_id, request, message=f"Adopted: now version {cap['version']}.", kind="ok", keep_media=True
+            clip_id,
+            request,
+            message=f"Adopted: now version {cap['version']}. {self._undone(cap, clip_id)}".strip(),
+            kind="ok",
+            keep_media=True,
         )
 
     def recaption(self, clip_id, request: gr.Request):
