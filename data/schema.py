@@ -782,3 +782,43 @@ def m026_job_items_by_replica(db: sqlite_utils.Database) -> None:
     db.execute(
         "CREATE INDEX IF NOT EXISTS idx_job_items_job_id_state_replica ON job_items(job_id, state, replica, latency_ms)"
     )
+
+
+@MIGRATIONS()
+def m027_decisions_on_later_versions(db: sqlite_utils.Database) -> None:
+    """Until 2026-12-04 a person's save or adopt on an approved clip kept 'approved' for the new version, which
+    nobody had approved, and the export and the release took it as approved (data.captions now leaves such a clip
+    unreviewed). The clips whose decision is older than their current version are set unreviewed here, each with
+    a `review.reset` event naming the decision and the version it was on, so the history says who approved what.
+    Approving with an edit saves first, then decides: its decision is newer than the version and stays."""
+    rows = list(
+        db.query(
+            "SELECT c.id, c.review_status, c.reviewed_by, c.reviewed_at, v.id AS caption_id, v.version "
+            "FROM clips c JOIN captions v ON v.id = c.current_caption_id "
+            "WHERE c.review_status IN ('approved', 'rejected') AND v.created_at > COALESCE(c.reviewed_at, 0)"
+        )
+    )
+    if not rows:
+        return
+    db.conn.executemany("UPDATE clips SET review_status = 'unreviewed' WHERE id = ?", [(r["id"],) for r in rows])
+    db.conn.executemany(
+        "INSERT INTO events (at, actor, action, clip_id, caption_id, detail) VALUES (?, ?, ?, ?, ?, ?)",
+        [
+            (
+                time.time(),
+                "migration",
+                "review.reset",
+                r["id"],
+                r["caption_id"],
+                json.dumps(
+                    {
+                        "review_was": r["review_status"],
+                        "reviewed_by_was": r["reviewed_by"],
+                        "reviewed_at_was": r["reviewed_at"],
+                        "why": f"version {r['version']} was saved after the decision",
+                    }
+                ),
+            )
+            for r in rows
+        ],
+    )

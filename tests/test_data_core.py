@@ -1,3 +1,4 @@
+import json
 import threading
 import time
 
@@ -378,3 +379,36 @@ def test_a_new_version_of_a_decided_clip_is_unreviewed_and_its_event_says_what_w
     review_states.flag_broken(db, cid, user="ann", reason="black frames")
     v5 = captions.save_human(db, cid, text="v5", labels=LABELS, author="ann", base_caption_id=v4["id"])
     assert "review_was" not in v5 and clips.get(db, cid)["review_status"] == "broken"
+
+
+def test_the_migration_undoes_approvals_older_than_the_clips_current_version(db):
+    """A database written before the fix: a clip approved, then edited (the save kept 'approved'). m027 sets it
+    unreviewed with an event saying whose approval it undid; a clip approved with its edit (saved, then
+    approved) keeps its approval; running it again changes nothing."""
+    edited, approved_with_edit = add_clip(db, "e.mp4"), add_clip(db, "w.mp4")
+    v1 = captions.save_human(db, edited, text="v1", labels=LABELS, author="ann", base_caption_id=None)
+    review_states.set_review(db, edited, status="approved", user="rev", base_caption_id=v1["id"])
+    approved_at = clips.get(db, edited)["reviewed_at"]
+    captions.save_human(db, edited, text="v2", labels=LABELS, author="bob", base_caption_id=v1["id"])
+    with immediate(db):  # as the old save left it
+        db.execute("UPDATE clips SET review_status = 'approved' WHERE id = ?", [edited])
+    w1 = captions.save_human(db, approved_with_edit, text="w1", labels=LABELS, author="ann", base_caption_id=None)
+    review_states.set_review(db, approved_with_edit, status="approved", user="rev", base_caption_id=w1["id"])
+    with immediate(db):
+        schema.m027_decisions_on_later_versions(db)
+    assert clips.get(db, edited)["review_status"] == "unreviewed"
+    assert clips.get(db, approved_with_edit)["review_status"] == "approved"
+    (event,) = db.execute(
+        "SELECT actor, caption_id, detail FROM events WHERE action = 'review.reset' AND clip_id = ?", [edited]
+    ).fetchall()
+    detail = json.loads(event[2])
+    assert event[0] == "migration" and event[1] == clips.get(db, edited)["current_caption_id"]
+    assert (detail["review_was"], detail["reviewed_by_was"], detail["reviewed_at_was"]) == (
+        "approved",
+        "rev",
+        approved_at,
+    )
+    assert detail["why"] == "version 2 was saved after the decision"
+    with immediate(db):
+        schema.m027_decisions_on_later_versions(db)
+    assert db.execute("SELECT COUNT(*) FROM events WHERE action = 'review.reset'").fetchone()[0] == 1
