@@ -245,12 +245,17 @@ def test_grouped_by_job_model_and_prompt_and_narrowed_by_scope_and_filter(db, hi
 
 
 def test_a_later_edit_of_an_approved_clip_is_measured_as_it_is_now(db, hist):
+    """An edit after the approval leaves the clip unreviewed (nobody approved the new text): it is not measured
+    until it is approved again, then as it is now."""
     quality.report(db)  # the pairs are stored now
     p = hist.pairs[0]
     clip = db.execute("SELECT current_caption_id FROM clips WHERE id = ?", [p["clip"]]).fetchone()[0]
     level = "critical" if p["approved"]["hazard_level"] != "critical" else "none"
     labels = {**p["approved"], "hazard_level": level}
-    captions.save_human(db, p["clip"], text="fixed again", labels=labels, author="ann", base_caption_id=clip)
+    new = captions.save_human(db, p["clip"], text="fixed again", labels=labels, author="ann", base_caption_id=clip)
+    [g] = quality.report(db, by=()).groups
+    check_single(g.labels["hazard_level"], hist.pairs[1:], "hazard_level")
+    review_states.set_review(db, p["clip"], status="approved", user="lee", base_caption_id=new["id"])
     p["approved"], p["approved_text"] = labels, "fixed again"
     [g] = quality.report(db, by=()).groups
     check_single(g.labels["hazard_level"], hist.pairs, "hazard_level")
