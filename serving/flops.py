@@ -233,7 +233,7 @@ def efficiency(
     `cached_prompt_tokens`: the mean prompt tokens per clip that vLLM's prefix cache served (its
     `vllm:prompt_tokens_cached_total` over the job). The GPU did not compute their prefill, so the share of the
     peak (`fraction_of_peak`) counts only what it computed; `fraction_of_peak_whole_prompt` counts the whole
-    prompt, as if prefilled (the figure every report gave until 2026-12-04: ~11 % higher with the ~950 cached
+    prompt, as if prefilled (the figure every report gave until 2026-12-04: ~13 % higher with the ~950 cached
     tokens of the recipe's prompt). None: not measured, and the report says the whole prompt was counted."""
     items = list(work)
     if not items:

@@ -538,8 +538,8 @@ def test_an_edit_to_an_approved_clip_leaves_it_unreviewed_and_says_so(browser, s
         page.keyboard.press("Control+s")
         text = said_after(page, at, f"Saved as version {v + 1}.")
         assert (
-            f"Clip {cid} was approved by ann2 as the version before, so it is unreviewed again: approve (a) or "
-            "reject (r) this version." in text
+            f"The approval of clip {cid} by ann2 was of the version before, so the clip is unreviewed again: "
+            "approve (a) or reject (r) this version." in text
         ), text
         assert review_status(stack, cid) == "unreviewed"
         assert current(stack, cid)["text"].endswith("reaches the line.")

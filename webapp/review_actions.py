@@ -53,8 +53,9 @@ class ReviewActions(ReviewView):
         if not saved or not saved.get("review_was"):
             return ""
         who = f" by {saved['reviewed_by_was']}" if saved.get("reviewed_by_was") else ""
+        what = {"approved": "approval", "rejected": "rejection"}.get(saved["review_was"], saved["review_was"])
         return (
-            f"Clip {int(clip_id)} was {saved['review_was']}{who} as the version before, so it is unreviewed again: "
+            f"The {what} of clip {int(clip_id)}{who} was of the version before, so the clip is unreviewed again: "
             "approve (a) or reject (r) this version. "
         )
 
