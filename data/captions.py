@@ -194,6 +194,8 @@ def _make_current(
     }
     if review_status is not None:
         values["review_status"] = review_status
+    if review_status == "unreviewed":  # no decision stands: who made the one undone is in its event
+        values.update(reviewed_by=None, reviewed_at=None)
     sets = ", ".join(f"{k} = ?" for k in values)
     db.execute(f"UPDATE clips SET {sets} WHERE id = ?", [*values.values(), clip_id])
 

@@ -788,8 +788,9 @@ def m026_job_items_by_replica(db: sqlite_utils.Database) -> None:
 def m027_decisions_on_later_versions(db: sqlite_utils.Database) -> None:
     """Until 2026-12-04 a person's save or adopt on an approved clip kept 'approved' for the new version, which
     nobody had approved, and the export and the release took it as approved (data.captions now leaves such a clip
-    unreviewed). The clips whose decision is older than their current version are set unreviewed here, each with
-    a `review.reset` event naming the decision and the version it was on, so the history says who approved what.
+    unreviewed). The clips whose decision is older than their current version are set unreviewed here (no
+    reviewer, no time: no decision stands), each with a `review.reset` event naming the decision, who made it, when,
+    and the version it was on, so the history says who approved what.
     Approving with an edit saves first, then decides: its decision is newer than the version and stays."""
     rows = list(
         db.query(
@@ -800,7 +801,10 @@ def m027_decisions_on_later_versions(db: sqlite_utils.Database) -> None:
     )
     if not rows:
         return
-    db.conn.executemany("UPDATE clips SET review_status = 'unreviewed' WHERE id = ?", [(r["id"],) for r in rows])
+    db.conn.executemany(
+        "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL WHERE id = ?",
+        [(r["id"],) for r in rows],
+    )
     db.conn.executemany(
         "INSERT INTO events (at, actor, action, clip_id, caption_id, detail) VALUES (?, ?, ?, ?, ?, ?)",
         [

@@ -29,7 +29,9 @@ def test_audit_after_every_kind_of_change(db):
     review_states.set_review(db, a, status="approved", user="lead", base_caption_id=h["id"])
     c, replaced = captions.add_machine(db, a, job_id=None, text="candidate", labels=LABELS, provenance={"model": "x"})
     assert not replaced
-    captions.adopt(db, a, caption_id=c["id"], author="lead", base_caption_id=h["id"])
+    adopted = captions.adopt(db, a, caption_id=c["id"], author="lead", base_caption_id=h["id"])
+    assert adopted["review_was"] == "approved"  # the approval was of the version before: decided again below
+    review_states.set_review(db, a, status="approved", user="lead", base_caption_id=adopted["id"])
     captions.save_human(db, b, text="first by hand", labels=LABELS, author="ann2", base_caption_id=None)
     audit = assert_audit_complete(db)
     assert audit == {"versions": 5, "events": 5, "reviewed_clips": 1}

@@ -364,7 +364,8 @@ def test_a_new_version_of_a_decided_clip_is_unreviewed_and_its_event_says_what_w
     review_states.set_review(db, cid, status="approved", user="rev", base_caption_id=v1["id"])
     v2 = captions.save_human(db, cid, text="v2", labels=LABELS, author="ann", base_caption_id=v1["id"])
     assert (v2["review_was"], v2["reviewed_by_was"]) == ("approved", "rev")
-    assert clips.get(db, cid)["review_status"] == "unreviewed"
+    now = clips.get(db, cid)
+    assert (now["review_status"], now["reviewed_by"], now["reviewed_at"]) == ("unreviewed", None, None)
     detail = db.execute(
         "SELECT detail FROM events WHERE action = 'caption.save' AND caption_id = ?", [v2["id"]]
     ).fetchone()[0]
@@ -390,13 +391,17 @@ def test_the_migration_undoes_approvals_older_than_the_clips_current_version(db)
     review_states.set_review(db, edited, status="approved", user="rev", base_caption_id=v1["id"])
     approved_at = clips.get(db, edited)["reviewed_at"]
     captions.save_human(db, edited, text="v2", labels=LABELS, author="bob", base_caption_id=v1["id"])
-    with immediate(db):  # as the old save left it
-        db.execute("UPDATE clips SET review_status = 'approved' WHERE id = ?", [edited])
+    with immediate(db):  # as the old save left it: the decision untouched
+        db.execute(
+            "UPDATE clips SET review_status = 'approved', reviewed_by = 'rev', reviewed_at = ? WHERE id = ?",
+            [approved_at, edited],
+        )
     w1 = captions.save_human(db, approved_with_edit, text="w1", labels=LABELS, author="ann", base_caption_id=None)
     review_states.set_review(db, approved_with_edit, status="approved", user="rev", base_caption_id=w1["id"])
     with immediate(db):
         schema.m027_decisions_on_later_versions(db)
-    assert clips.get(db, edited)["review_status"] == "unreviewed"
+    now = clips.get(db, edited)
+    assert (now["review_status"], now["reviewed_by"], now["reviewed_at"]) == ("unreviewed", None, None)
     assert clips.get(db, approved_with_edit)["review_status"] == "approved"
     (event,) = db.execute(
         "SELECT actor, caption_id, detail FROM events WHERE action = 'review.reset' AND clip_id = ?", [edited]
