@@ -252,13 +252,11 @@ def save_human(
             conflicts=found,
             note=note,
         )
-        status = _status_after_edit(clip)
+        status, undone = _status_after_edit(clip), _undecided(clip)
         _make_current(db, clip_id, cid, text=text, labels=labels, source="human", conflicts=found, review_status=status)
-        events.record(
-            db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id, **_undecided(clip)
-        )
+        events.record(db, author, "caption.save", clip_id=clip_id, caption_id=cid, previous=base_caption_id, **undone)
         drafts.drop(db, author, clip_id)  # saved: the edit is a version now, not a draft
-    return {**get(db, cid), **_undecided(clip)}
+    return {**get(db, cid), **undone}
 
 
 def adopt(
@@ -279,7 +277,7 @@ def adopt(
         src = get(db, caption_id)
         if src is None or src["clip_id"] != clip_id:
             raise NotFound(f"caption {caption_id} is not a version of clip {clip_id}")
-        found = consistency.conflicts(src["text"], src["labels"])
+        found, undone = consistency.conflicts(src["text"], src["labels"]), _undecided(clip)
         cid = _insert_version(
             db,
             clip_id,
@@ -310,9 +308,9 @@ def adopt(
             caption_id=cid,
             previous=base_caption_id,
             adopted=caption_id,
-            **_undecided(clip),
+            **undone,
         )
-    return {**get(db, cid), **_undecided(clip)}
+    return {**get(db, cid), **undone}
 
 
 def add_machine(

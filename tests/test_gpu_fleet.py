@@ -387,8 +387,8 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         from benchmarks.node.jobs import cache_per_clip, cached_prompt_tokens
 
         gpus = [g.strip() for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g.strip()]
-        replicas = [] if REHEARSE or TOPOLOGY != "single" else [f"http://127.0.0.1:{8000 + int(g)}" for g in gpus]
-        cache0 = cached_prompt_tokens(replicas)
+        replica_urls = [] if REHEARSE or TOPOLOGY != "single" else [f"http://127.0.0.1:{8000 + int(g)}" for g in gpus]
+        cache0 = cached_prompt_tokens(replica_urls)
         cpu0 = psutil.cpu_times()
         t = time.time()
         cap = [
@@ -412,7 +412,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
         report["caption_s"] = round(time.time() - t, 1)
         cpu1 = psutil.cpu_times()
-        cache1 = cached_prompt_tokens(replicas)
+        cache1 = cached_prompt_tokens(replica_urls)
         busy_s = sum(getattr(cpu1, f) - getattr(cpu0, f) for f in ("user", "system", "nice", "irq", "softirq"))
         assert p.returncode == 0, (out / "caption.log").read_text()[-3000:]
 
@@ -441,7 +441,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         work = job_queries.work_per_clip(db, job["id"])
         # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
-        replicas = sim_replicas if REHEARSE else len([g for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g])
+        replicas = sim_replicas if REHEARSE else len(gpus)
         # the window the runner kept: the PER_REPLICA_INFLIGHT setting as the run's environment gives it
         window = in_flight(Settings.load(), replicas)
         report["job"]["in_flight"] = window
