@@ -102,6 +102,13 @@ def _float(value: Any) -> float:
         raise ValueError(f"not a number: {value!r}") from None
 
 
+def _seconds(value: Any) -> float:
+    x = _float(value)
+    if not 0 <= x < float("inf"):
+        raise ValueError(f"must be 0 or more seconds, not {x:g}")
+    return x
+
+
 def _memory_share(value: Any) -> float:
     x = _float(value)
     if not 0.5 <= x <= 0.95:
@@ -236,6 +243,13 @@ class Settings:
         "requests in flight per replica, kept by all runners of a fleet together (96 killed an H200 replica at 0.9 "
         "of its memory, and the launcher refuses more than 48 above 0.8; at 0.8, 16 frames per clip, 96 ran 4.06 "
         "clips/s steady against 3.70-3.80 at 48: docs/GPU.md, docs/BENCHMARKS.md)",
+    )
+    window_fill_seconds: float = setting(
+        0.0,
+        "seconds over which a replica that was idle fills its window of PER_REPLICA_INFLIGHT requests, one more "
+        "every WINDOW_FILL_SECONDS / PER_REPLICA_INFLIGHT, so that new requests' prefill runs beside others' "
+        "decoding instead of in waves (serving/runner/replicas.py); 0: the whole window at once",
+        parse=_seconds,
     )
     request_timeout: float = setting(300.0, "seconds a caption request may take before it is abandoned")
     max_attempts: int = setting(4, "attempts per clip before its job item is failed")

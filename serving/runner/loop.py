@@ -84,6 +84,7 @@ class Runner:
             settings.per_replica_inflight,
             behind_router=replicas or 1,
             backoff_base=backoff_base,
+            fill_seconds=settings.window_fill_seconds,
             rng=rng,
         )
         self.reader = FleetReader(settings, timeout=watch.LOOK_TIMEOUT_S)
@@ -372,8 +373,8 @@ class Runner:
             self._wake.clear()
             if self._results:
                 continue
-            cooling = self.health.cooling_ends(t)
-            wait = min([IDLE_POLL_S, max(0.0, next_claim - time.monotonic()) or IDLE_POLL_S, *cooling])
+            waits = self.health.slot_waits(t)
+            wait = min([IDLE_POLL_S, max(0.0, next_claim - time.monotonic()) or IDLE_POLL_S, *waits])
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.005, wait))
             except asyncio.TimeoutError:

@@ -2,6 +2,11 @@
 for a fleet that fails every request.
 
 Dispatch is least-loaded over the replicas that are not cooling down, avoiding those a clip already failed on.
+A replica that had nothing in flight for FILL_AFTER_IDLE_S fills its window over `fill_seconds` (the
+WINDOW_FILL_SECONDS setting), one slot every `fill_seconds / limit`, instead of taking the whole window at once: a
+window sent together to an idle vLLM engine is prefilled together and then decoded together, and with captions of
+one length it stays in that lockstep; spread out, new requests' prefill runs in the same engine steps as the
+others' decoding (docs/GPU.md, "the window's fill").
 A replica that answers with a retryable error (unreachable, 5xx, 503) cools down with a growing, jittered
 backoff and then gets one probe request at a time until one succeeds (docs/RELIABILITY.md R6).
 
@@ -30,6 +35,7 @@ COOL_MIN_S = 0.2  # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
 FLEET_PROBE_MAX_S = 30.0  # longest pause between two requests while the whole fleet is down
 LOOK_FRESH_S = 30.0  # a look at the replicas' /health older than this no longer decides whether the fleet is down
+FILL_AFTER_IDLE_S = 1.0  # a replica idle this long fills its window again over fill_seconds (not after a moment's gap)
 OUTAGE_CLIPS = 2  # without a fresh look: failures on this many clips since the last answer make an outage
 REPORT_MAX = 32  # replicas listed in a report (the heartbeat stays small; the rest are counted)
 ERROR_CHARS = 300
@@ -61,30 +67,52 @@ class Replica:
     last_sent: float = 0.0
     last_error: dict | None = None  # status, kind, message, at (Unix time) of the latest failure
     failing_since: float | None = None  # Unix time of the first of the current run of retryable failures
+    fill_s: float = 0.0  # seconds over which the window fills after the replica was idle (0: all at once)
+    fill_from: float | None = None  # when the current fill began (monotonic)
+    idle_since: float | None = None  # when the last request in flight ended (monotonic)
+
+    def allowed(self, t: float) -> int:
+        """Requests the replica may have in flight at `t`: its limit, or while its window fills, one more every
+        fill_s / limit seconds since the fill began."""
+        if self.fill_s <= 0 or self.fill_from is None or t - self.fill_from >= self.fill_s:
+            return self.limit
+        return min(self.limit, 1 + int(self.limit * (t - self.fill_from) / self.fill_s))
+
+    def next_fill(self, t: float) -> float | None:
+        """Seconds until the filling window allows one more request (None: not filling)."""
+        now = self.allowed(t)
+        if now >= self.limit or self.fill_from is None:
+            return None
+        return max(0.0, self.fill_from + now * self.fill_s / self.limit - t)
 
     def capacity(self, t: float) -> int:
         if t < self.cool_until:
             return 0
         # after failures, one probe request at a time until one succeeds
-        return (1 if self.fails else self.limit) - self.inflight
+        return (1 if self.fails else self.allowed(t)) - self.inflight
 
     def start(self, t: float) -> None:
         if self.inflight == 0:
             self.busy_since = t
+            if self.fill_s > 0 and (self.idle_since is None or t - self.idle_since >= FILL_AFTER_IDLE_S):
+                self.fill_from = t
         self.inflight += 1
         self.sent += 1
         self.last_sent = t
 
     def finish(self, t: float) -> None:
         self.inflight -= 1
-        if self.inflight == 0 and self.busy_since is not None:
-            self.busy_s += t - self.busy_since
-            self.busy_since = None
+        if self.inflight == 0:
+            self.idle_since = t
+            if self.busy_since is not None:
+                self.busy_s += t - self.busy_since
+                self.busy_since = None
 
     def info(self, t: float) -> dict:
         return {
             "url": self.url,
             "limit": self.limit,
+            "allowed": self.allowed(t),  # below limit while the window fills
             "inflight": self.inflight,
             "sent": self.sent,
             "ok": self.ok,
@@ -108,13 +136,17 @@ class ReplicaHealth:
         *,
         behind_router: int = 1,
         backoff_base: float = 0.5,
+        fill_seconds: float = 0.0,
         rng: random.Random | None = None,
     ):
         urls = list(urls)
         per = max(1, per_replica)
-        # a single URL is a router (or one replica): it gets the bound of the replicas behind it
+        fill = max(0.0, fill_seconds)
+        # a single URL is a router (or one replica): it gets the bound of the replicas behind it, filled as fast
         self.replicas = (
-            [Replica(urls[0], per * max(1, behind_router))] if len(urls) == 1 else [Replica(u, per) for u in urls]
+            [Replica(urls[0], per * max(1, behind_router), fill_s=fill)]
+            if len(urls) == 1
+            else [Replica(u, per, fill_s=fill) for u in urls]
         )
         self.per_replica = per
         # replicas behind a single URL that is a router (None: one replica, or several URLs)
@@ -167,12 +199,13 @@ class ReplicaHealth:
             return 1 if not self.inflight and t >= self.next_probe else 0
         return sum(max(0, r.capacity(t)) for r in self.replicas)
 
-    def cooling_ends(self, t: float) -> list[float]:
-        """Seconds until each replica cooling down at `t` may be tried again (or, while the fleet is down, until
-        the next probe is due)."""
+    def slot_waits(self, t: float) -> list[float]:
+        """Seconds until each replica without a slot it will have may be sent to again: its cool-down ends, its
+        filling window allows one more (or, while the fleet is down, the next probe is due)."""
         if self.fleet_down():
             return [max(0.0, self.next_probe - t)]
-        return [r.cool_until - t for r in self.replicas if r.cool_until > t]
+        waits = [r.cool_until - t for r in self.replicas if r.cool_until > t]
+        return waits + [w for r in self.replicas if r.cool_until <= t and (w := r.next_fill(t)) is not None]
 
     # ---- what answers say -------------------------------------------------------------------------------
     def finished(
