@@ -445,6 +445,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         # the window the runner kept: the PER_REPLICA_INFLIGHT setting as the run's environment gives it
         window = in_flight(Settings.load(), replicas)
         report["job"]["in_flight"] = window
+        report["job"]["window_fill_s"] = Settings.load().window_fill_seconds  # idle replicas' windows filled over
         steady = steady_rate(work, window)
         if steady is not None:
             report["job"]["steady_clips_per_s"] = round(steady, 2)

@@ -129,7 +129,7 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
             "0.25.0",
             "--threads-configs",
             "1,4,unset,1+api2+nocache,budget+fp8+mbt64,budget+gpupre,2+gpupre+shm,budget+cpupre,budget+infl96,budget+gmu90,"
-            "2+infl96+kvfp8,2+fp8+prof",
+            "2+infl96+kvfp8,2+fp8+prof,2,2+fill12,2+infl96+fill24,budget+fill12",
             "--out",
             str(tmp_path / "o"),
         ]
@@ -195,6 +195,20 @@ def test_dry_run_prints_each_thread_budget_and_the_workload_points(tmp_path):
     conf = json.loads(argv[argv.index("--profiler-config") + 1])
     assert conf["profiler"] == "torch" and conf["max_iterations"] == 200 and conf["ignore_frontend"] is True
     assert conf["torch_profiler_dir"] == str((tmp_path / "w" / "profile-2+fp8+prof").resolve())
+    # vLLM's cache routes on every replica of the stage (a later configuration may share it)
+    assert "VLLM_SERVER_DEV_MODE=1" in shlex.split(lines[i + 1])
+    # the window's fill is the runner's: configurations that differ only in the runner share the replicas
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 2 ("))
+    assert " serve " in lines[i + 1]
+    for config in ("2+fill12", "2+infl96+fill24"):
+        i = next(k for k, ln in enumerate(lines) if ln.startswith(f"# threads {config} ("))
+        assert lines[i].endswith("the replicas of the configuration before, their caches emptied")
+        assert lines[i + 1].startswith("# ")  # no replica command of its own
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads 2+infl96+fill24 ("))
+    assert "the window filled over 24 s after idle (the setting: 0)" in lines[i]
+    assert "96 requests in flight per replica" in lines[i]
+    i = next(k for k, ln in enumerate(lines) if ln.startswith("# threads budget+fill12 ("))
+    assert " serve " in lines[i + 1]  # another budget: replicas of its own
     assert "4 jobs of 120 clips, frames x pixels: 8x9,437,184, 32x9,437,184, 8x2,359,296, 32x2,359,296" in p.stdout
     bad = subprocess.run(
         [sys.executable, "benchmarks/node_run.py", "workload", "--fleet", "sim", "--dry-run", "--workload-pixels", "1"]
@@ -229,7 +243,7 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
         "--warmup",
         "1",
         "--threads-configs",
-        "1+infl1,budget",
+        "1+infl1,1+infl3+fill2,budget",
         "--threads-clips",
         "6",
         "--workload-frames",
@@ -259,7 +273,7 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
     threads = json.loads((out / "threads.json").read_text())
     assert threads["ok"] is True and threads["simulated"] is True
     rows = {r["config"]: r for r in threads["rows"]}
-    assert set(rows) == {"1+infl1", "budget"}
+    assert set(rows) == {"1+infl1", "1+infl3+fill2", "budget"}
     for r in rows.values():
         assert r["done"] == r["clips"] == 6 and r["failed"] == 0
         assert r["clips_per_s"] > 0 and r["core_s_per_clip"] > 0 and r["cores_busy"] > 0
@@ -267,6 +281,13 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
     # `infl1`: our runner kept one request in flight, the recipe's setting 48 (all 6 at once)
     assert rows["1+infl1"]["in_flight_per_replica"] == 1 and rows["budget"]["in_flight_per_replica"] == 48
     assert _most_at_once(rows["1+infl1"]) == 1 and _most_at_once(rows["budget"]) >= 4
+    # `1+infl3+fill2` differs from `1+infl1` only in our runner: it ran on the same replica, said so, and started
+    # none; its runner had the window of 3 filled over 2 s (the fill itself: tests/test_window_fill.py)
+    shared = rows["1+infl3+fill2"]
+    assert shared["replicas_of"] == "1+infl1" and shared["fleet_startup_s"] is None
+    assert shared["cache_reset"] == "caches not emptied: the simulated replicas keep none"
+    assert rows["budget"]["fleet_startup_s"] > 0 and "replicas_of" not in rows["budget"]
+    assert shared["window_fill_s"] == 2.0 and shared["in_flight_per_replica"] == 3 and _most_at_once(shared) <= 3
     one = rows["1+infl1"]["cpu_budget"]
     assert one.startswith("1 thread(s) per pool") and "REPLICA_THREADS" in one
     assert "cores / 1 replica(s)" in rows["budget"]["cpu_budget"]
@@ -437,3 +458,18 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     assert points[0]["frame_preprocess"] == "gpu" and points[0]["replica_args"] == "--gpu-memory-utilization=0.8"
     e = cost.estimate(1, 8, "bf16", cost.load_measurements(path), max_pixels=2_359_296)
     assert e.basis == "failed" and e.clips_per_s is None and "2026-12-09" in e.note
+
+
+def test_an_fp8_row_is_measured_against_the_fp8_peak_and_runner_modifiers_keep_the_replica():
+    """A `+fp8` row's replicas compute in FP8: its share is of the FP8 peak, not the run's bf16 one (the rows of
+    2026-12-04 used bf16). `inflN` and `fillN` change only the runner: the replica is the same."""
+    import types
+
+    from benchmarks.node.threads import precision, replica_key
+
+    ctx = types.SimpleNamespace(precision="bf16")
+    assert precision("2+infl96+fp8", ctx) == "fp8" and precision("2+infl96+kvfp8", ctx) == "bf16"
+    assert precision("2", ctx) == "bf16"
+    assert replica_key("2+infl96+fill24") == replica_key("2") == ("2", ())
+    assert replica_key("2+kvfp8+fill12") == replica_key("2+kvfp8") != replica_key("2")
+    assert replica_key("budget+fill12") != replica_key("2+fill12")

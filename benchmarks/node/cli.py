@@ -18,11 +18,13 @@ from benchmarks.node.launch import launch_command, stage_launch
 from benchmarks.node.report import stage_report
 from benchmarks.node.scaling import stage_scaling
 from benchmarks.node.threads import (
+    DEV_ROUTES,
     budgets as thread_budgets,
     describe as describe_config,
     parse_configs,
     profile_setup,
     replica_flags,
+    replica_key,
     stage_threads,
 )
 from benchmarks.node.workload import parse_points, stage_workload
@@ -77,14 +79,22 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
     cmd, env = ctx.replica(s, ctx.gpus[0], ctx.decoders[0], benchmark=False, budget=budgets[0])
     print("# kill-stage replica:\n" + fleet_up.shell_line(cmd, env, cpus=budgets[0].cpus))
     if "threads" in stages:
+        before = None
         for config in parse_configs(ctx.a.threads_configs):
+            if before is not None and replica_key(config) == replica_key(before):
+                print(
+                    f"# threads {config} ({describe_config(config, s, ctx.size)}; {ctx.a.threads_clips} clips "
+                    f"per replica): the replicas of the configuration before, their caches emptied"
+                )
+                continue
+            before = config
             b = thread_budgets(config, s, ctx.size)[0]
             flags, nocache = replica_flags(config)
             prof_flags, prof_env, _ = profile_setup(ctx, config)
             cmd, env = ctx.replica(
                 s, ctx.gpus[0], ctx.decoders[0], benchmark=nocache, budget=b, extra=flags + prof_flags
             )
-            env = {**env, **prof_env}
+            env = {**env, **DEV_ROUTES, **prof_env}
             print(
                 f"# threads {config} ({describe_config(config, s, ctx.size)}; {ctx.a.threads_clips} clips "
                 f"per replica):\n" + fleet_up.shell_line(cmd, env, cpus=b.cpus if b else None)

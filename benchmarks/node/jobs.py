@@ -277,10 +277,12 @@ def efficiency(
     gpus: int,
     peak: dict | None,
     cached_per_clip: float | None = None,
+    precision: str | None = None,
 ) -> dict:
     """serving.flops.efficiency of a job's captioned clips at `clips_per_s` on `gpus` GPUs (simulated: marked);
     `cached_per_clip`: prompt tokens per clip the prefix cache served, where the stage read them from the replicas
-    (cache_per_clip), not counted as computed."""
+    (cache_per_clip), not counted as computed; `precision`: what the replicas computed in (default: the run's,
+    ctx.precision)."""
     from serving import flops
 
     clips = [
@@ -291,7 +293,7 @@ def efficiency(
         if w["width"] and w["height"]
     ]
     out = flops.efficiency(
-        clips_per_s, clips, ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_per_clip
+        clips_per_s, clips, precision or ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_per_clip
     )
     if ctx.sim:
         out["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"

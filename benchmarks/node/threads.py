@@ -21,8 +21,15 @@ the KV cache in FP8 (`--kv-cache-dtype fp8`: half the bytes each decode step's a
 torch profile of the engine: --profile-after seconds into the job, --profile-iterations engine steps, then the
 trace's kernel time by class and by vLLM's scopes (benchmarks/node/kernels.py) goes into the row and
 `profile-<config>.json`; the profiler slows the steps it records, so that row's clips/s are not comparable with
-the others'. Each row also reports the prompt tokens per clip that vLLM's prefix cache served
-(`vllm:prompt_tokens_cached_total` over the job), i.e. the prefill not repeated.
+the others'. `fillN` has our runner fill each idle replica's window over N seconds (the WINDOW_FILL_SECONDS
+setting) instead of sending it at once. Each row also reports the prompt tokens per clip that vLLM's prefix
+cache served (`vllm:prompt_tokens_cached_total` over the job), i.e. the prefill not repeated.
+
+`inflN` and `fillN` change only our runner: consecutive configurations that differ only in them share one
+replica instead of starting a fresh one each (~140 s on an H200), and before each one after the first its
+prefix and encoder caches are emptied (`POST /reset_prefix_cache`, `/reset_encoder_cache`: vLLM's dev routes,
+VLLM_SERVER_DEV_MODE=1), so that the same clips are prefilled again as on a fresh replica. The row says which
+replica it shared and checks the reset by the prompt tokens the cache served per clip.
 
 For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands, the
 launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips per
@@ -66,7 +73,9 @@ from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "kvfp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "gmuN", "prof")
+MODIFIERS = ("nocache", "fp8", "kvfp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "fillN", "gmuN", "prof")
+RUNNER_ONLY = ("infl", "fill")  # modifiers of our runner alone: the replica is the same
+CACHE_RESET_SLACK = 1.5  # a shared replica's row whose cache served more than this x its first row's: not reset
 
 
 def _base(config: str) -> str:
@@ -89,6 +98,7 @@ def _modifier_ok(m: str) -> bool:
         or _count(m, "api") is not None
         or _count(m, "mbt") is not None
         or _count(m, "infl") is not None
+        or _count(m, "fill") is not None
         or (_count(m, "gmu") or 0) in range(50, 96)
     )
 
@@ -117,11 +127,24 @@ def replica_flags(config: str) -> tuple[list[str], bool]:
 
 
 def runner_settings(config: str, settings):
-    """The runner's settings under a configuration: `inflN` sets the requests it keeps in flight per replica."""
+    """The runner's settings under a configuration: `inflN` sets the requests it keeps in flight per replica,
+    `fillN` the seconds over which it fills an idle replica's window."""
     for m in _modifiers(config):
         if _count(m, "infl"):
             settings = settings.replace(per_replica_inflight=_count(m, "infl"))
+        elif _count(m, "fill"):
+            settings = settings.replace(window_fill_seconds=float(_count(m, "fill")))
     return settings
+
+
+def replica_key(config: str) -> tuple:
+    """What the replicas of a configuration are: its base and its modifiers other than the runner's own."""
+    return (_base(config), tuple(m for m in _modifiers(config) if not any(_count(m, p) for p in RUNNER_ONLY)))
+
+
+def precision(config: str, ctx: Ctx) -> str:
+    """The precision a configuration's replicas compute in: `fp8` quantizes the linear layers at load."""
+    return "fp8" if "fp8" in _modifiers(config) else ctx.precision
 
 
 def parse_configs(text: str) -> list[str]:
@@ -170,6 +193,11 @@ def describe(config: str, settings, replicas: int) -> str:
         elif _count(m, "infl"):
             text += (
                 f"; {_count(m, 'infl')} requests in flight per replica (the setting: {settings.per_replica_inflight})"
+            )
+        elif _count(m, "fill"):
+            text += (
+                f"; the window filled over {_count(m, 'fill')} s after idle (the setting: "
+                f"{settings.window_fill_seconds:g})"
             )
     if "nocache" in mods:
         text += "; prefix caching off"
@@ -220,109 +248,41 @@ def stage_threads(ctx: Ctx) -> dict:
     warm_ids, measured = ids[: warm * n], ids[warm * n : (warm + per) * n]
     with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
-        last_cost = None
-        for k, config in enumerate(configs):
-            if deadline and last_cost and time.time() + last_cost > deadline:
-                rows.append(
-                    {"config": config, "skipped": f"would end past --stage-deadline {ctx.a.stage_deadline:g} s"}
-                )
-                say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
-                continue
-            t_cfg = time.time()
-            flags, nocache = replica_flags(config)
-            rs = runner_settings(config, settings)
-            prof_flags, env, prof_dir = profile_setup(ctx, config)
-            profiling = prof_dir is not None
-            if profiling:
-                shutil.rmtree(prof_dir, ignore_errors=True)
-                prof_dir.mkdir(parents=True)
-                flags += prof_flags
-            fleet = Fleet(
-                ctx,
-                settings,
-                ctx.decoders[0],
-                slots,
-                f"threads-{config}",
-                benchmark=nocache,
-                budgets=budgets(config, settings, n),
-                extra=flags,
-                env=env,
-            )
-            timer = None
-            try:
-                startup = fleet.start()
-                with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
-                    if warm_ids:
-                        caption_job(
-                            rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n, deadline=deadline
-                        )
-                    job = new_job(settings, f"threads {config}", measured)
-                    vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
-                    cached0, prompt0 = cached_prompt_tokens(fleet.urls())
-                    if profiling:
-                        timer = threading.Timer(ctx.a.profile_after, profile_call, (fleet.urls(), "start_profile"))
-                        timer.start()
-                    with CpuMeter() as cpu:
-                        _, wall = caption_job(rs, job, urls, n, deadline=deadline)
-                    vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
-                    cached1, prompt1 = cached_prompt_tokens(fleet.urls())
-                check = job_check(settings, job)
-                if why := none_done(check, len(measured)):
-                    raise RuntimeError(why)
-                work = job_work(settings, job)
-                done = check["counts"]["done"]
-                steady = steady_rate(work, in_flight(rs, n))
-                row = {
-                    "config": config,
-                    "cpu_budget": describe(config, settings, n),
-                    "threads": (budgets(config, settings, n)[0].threads if _base(config) != "unset" else None),
-                    "in_flight_per_replica": rs.per_replica_inflight,
-                    "clips": len(measured),
-                    "done": done,
-                    "failed": check["failed"],
-                    "seconds": round(wall, 2),
-                    "clips_per_s": round(done / wall, 3) if wall else None,
-                    "steady_clips_per_s": steady,
-                    "result_times_s": result_times(work),
-                    "result_latencies_s": result_latencies(work),
-                    "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
-                    "cores_busy": round(cpu.busy / cpu.wall, 2),
-                    "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,
-                    "vllm_cores_busy": round(vllm_cpu / wall, 2) if wall else None,
-                    "fleet_startup_s": startup,
-                    "cached_prompt_tokens_per_clip": round((cached1 - cached0) / done, 1) if done else None,
-                    "prompt_tokens_per_clip": round((prompt1 - prompt0) / done, 1) if done else None,
-                    "via": via,
-                    "efficiency": efficiency(
-                        ctx,
-                        work,
-                        steady or (done / wall if wall else None),
-                        n,
-                        peak,
-                        cache_per_clip((cached0, prompt0), (cached1, prompt1), done),
-                    ),
-                }
-                if profiling:
-                    row["profiled"] = True
-                    try:  # a profile that cannot be read costs the row its profile, not its figures
-                        row["profile"] = collect_profile(ctx, config, fleet.urls(), prof_dir)
-                    except Exception as e:
-                        row["profile"] = {"error": f"{type(e).__name__}: {e}"}
-                rows.append(row)
-                say(
-                    f"threads: {config}: {row['clips_per_s']} clips/s ({steady} steady), {row['core_s_per_clip']} "
-                    f"core-s/clip, {row['cores_busy']} cores busy (vLLM {row['vllm_core_s_per_clip']} / "
-                    f"{row['vllm_cores_busy']}), {done}/{len(measured)} done"
-                )
-            except Exception as e:  # record, stop this configuration's replicas, go on
-                rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
-                say(f"threads: {config} FAILED: {e}")
-            finally:
-                if timer is not None:
-                    timer.cancel()
-                fleet.stop()
-            last_cost = time.time() - t_cfg
-            say(f"threads: {config} took {last_cost:.0f} s ({k + 1}/{len(configs)})")
+        shared: dict = {}  # the replicas running now: config that started them, key, fleet, startup, first cache
+        costs = {"startup": 0.0, "job": 0.0}  # the latest replica start and the latest config after it (seconds)
+        try:
+            for k, config in enumerate(configs):
+                if shared and shared["key"] != replica_key(config):
+                    shared.pop("fleet").stop()
+                    shared.clear()
+                cost = costs["job"] + (0.0 if shared else costs["startup"])
+                if deadline and costs["job"] and time.time() + cost > deadline:
+                    rows.append(
+                        {"config": config, "skipped": f"would end past --stage-deadline {ctx.a.stage_deadline:g} s"}
+                    )
+                    say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
+                    continue
+                t_cfg = time.time()
+                try:
+                    row = _measure(ctx, config, settings, shared, slots, warm_ids, measured, peak, deadline)
+                    rows.append(row)
+                except Exception as e:  # record, stop this configuration's replicas, go on
+                    rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
+                    say(f"threads: {config} FAILED: {e}")
+                    if shared:
+                        shared.pop("fleet").stop()
+                        shared.clear()
+                took = time.time() - t_cfg
+                startup = shared.get("startup_now") or 0.0
+                costs["job"] = took - startup
+                if startup:
+                    costs["startup"] = startup
+                shared.pop("startup_now", None)
+                say(f"threads: {config} took {took:.0f} s ({k + 1}/{len(configs)})")
+        finally:
+            if shared:
+                shared.pop("fleet").stop()
+
     _merge(rows, earlier, report)
     report["table"] = table(report)
     (ctx.out / "threads.md").write_text(report["table"] + "\n")
@@ -330,6 +290,132 @@ def stage_threads(ctx: Ctx) -> dict:
     print(report["table"], flush=True)
     report["ok"] = any("clips_per_s" in r for r in rows) and not any("error" in r for r in rows)
     return report
+
+
+def _measure(ctx: Ctx, config: str, settings, shared: dict, slots, warm_ids, measured, peak, deadline) -> dict:
+    """One configuration's row: its replicas (started here, or the running ones of the configuration before when
+    they are the same, their caches emptied), a warm-up job, then the measured job."""
+    n = len(slots)
+    rs = runner_settings(config, settings)
+    prof_flags, prof_env, prof_dir = profile_setup(ctx, config)
+    profiling = prof_dir is not None
+    if not shared:
+        flags, nocache = replica_flags(config)
+        if profiling:
+            shutil.rmtree(prof_dir, ignore_errors=True)
+            prof_dir.mkdir(parents=True)
+            flags += prof_flags
+        fleet = Fleet(
+            ctx,
+            settings,
+            ctx.decoders[0],
+            slots,
+            f"threads-{config}",
+            benchmark=nocache,
+            budgets=budgets(config, settings, n),
+            extra=flags,
+            env={**DEV_ROUTES, **prof_env},
+        )
+        shared.update(fleet=fleet, key=replica_key(config), started_by=config, first_cache=None)
+        startup = shared["startup_now"] = fleet.start()
+        reset = None
+    else:
+        fleet, startup = shared["fleet"], None
+        reset = reset_caches(ctx, fleet.urls())
+    timer = None
+    try:
+        with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
+            if warm_ids:
+                caption_job(rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n, deadline=deadline)
+            job = new_job(settings, f"threads {config}", measured)
+            vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
+            cached0, prompt0 = cached_prompt_tokens(fleet.urls())
+            if profiling:
+                timer = threading.Timer(ctx.a.profile_after, profile_call, (fleet.urls(), "start_profile"))
+                timer.start()
+            with CpuMeter() as cpu:
+                _, wall = caption_job(rs, job, urls, n, deadline=deadline)
+            vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
+            cached1, prompt1 = cached_prompt_tokens(fleet.urls())
+        check = job_check(settings, job)
+        if why := none_done(check, len(measured)):
+            raise RuntimeError(why)
+        work = job_work(settings, job)
+        done = check["counts"]["done"]
+        steady = steady_rate(work, in_flight(rs, n))
+        cache = cache_per_clip((cached0, prompt0), (cached1, prompt1), done)
+        row = {
+            "config": config,
+            "cpu_budget": describe(config, settings, n),
+            "threads": (budgets(config, settings, n)[0].threads if _base(config) != "unset" else None),
+            "in_flight_per_replica": rs.per_replica_inflight,
+            "window_fill_s": rs.window_fill_seconds,
+            "clips": len(measured),
+            "done": done,
+            "failed": check["failed"],
+            "seconds": round(wall, 2),
+            "clips_per_s": round(done / wall, 3) if wall else None,
+            "steady_clips_per_s": steady,
+            "result_times_s": result_times(work),
+            "result_latencies_s": result_latencies(work),
+            "core_s_per_clip": round(cpu.busy / done, 3) if done else None,
+            "cores_busy": round(cpu.busy / cpu.wall, 2),
+            "vllm_core_s_per_clip": round(vllm_cpu / done, 3) if done else None,
+            "vllm_cores_busy": round(vllm_cpu / wall, 2) if wall else None,
+            "fleet_startup_s": startup,
+            "cached_prompt_tokens_per_clip": round((cached1 - cached0) / done, 1) if done else None,
+            "prompt_tokens_per_clip": round((prompt1 - prompt0) / done, 1) if done else None,
+            "via": via,
+            "efficiency": efficiency(
+                ctx, work, steady or (done / wall if wall else None), n, peak, cache, precision(config, ctx)
+            ),
+        }
+        if reset is not None:
+            row["replicas_of"] = shared["started_by"]
+            row["cache_reset"] = reset
+            first = shared["first_cache"]
+            if cache is not None and first is not None and cache > CACHE_RESET_SLACK * first + 64:
+                row["cache_reset"] += (
+                    f"; NOT EMPTIED: the cache served {cache:.0f} prompt tokens per clip against {first:.0f} on "
+                    f"the fresh replicas: the clips' video was not prefilled again, the row is not comparable"
+                )
+        elif shared.get("first_cache") is None:
+            shared["first_cache"] = cache
+        if profiling:
+            row["profiled"] = True
+            try:  # a profile that cannot be read costs the row its profile, not its figures
+                row["profile"] = collect_profile(ctx, config, fleet.urls(), prof_dir)
+            except Exception as e:
+                row["profile"] = {"error": f"{type(e).__name__}: {e}"}
+        say(
+            f"threads: {config}: {row['clips_per_s']} clips/s ({steady} steady), {row['core_s_per_clip']} "
+            f"core-s/clip, {row['cores_busy']} cores busy (vLLM {row['vllm_core_s_per_clip']} / "
+            f"{row['vllm_cores_busy']}), {done}/{len(measured)} done"
+            + (f"; replicas of {row['replicas_of']}, {row['cache_reset']}" if reset is not None else "")
+        )
+        return row
+    finally:
+        if timer is not None:
+            timer.cancel()
+
+
+DEV_ROUTES = {"VLLM_SERVER_DEV_MODE": "1"}  # vLLM's /reset_prefix_cache and /reset_encoder_cache
+
+
+def reset_caches(ctx: Ctx, urls: list[str]) -> str:
+    """Empty the prefix and encoder caches of running replicas (between two configurations that share them), so
+    that the next job's clips are prefilled again; what happened, in words. A replica that refuses is an error:
+    the rows after it would not be comparable. The simulated replicas have no such cache."""
+    import httpx
+
+    if ctx.sim:
+        return "caches not emptied: the simulated replicas keep none"
+    for url in urls:
+        for route in ("reset_prefix_cache", "reset_encoder_cache"):
+            r = httpx.post(url.rstrip("/") + "/" + route, timeout=60, trust_env=False)
+            if r.status_code != 200:
+                raise RuntimeError(f"{url}/{route}: HTTP {r.status_code} {r.text[:200]}")
+    return "prefix and encoder caches emptied before it"
 
 
 def profile_setup(ctx: Ctx, config: str):
