@@ -6,7 +6,9 @@ A replica that had nothing in flight for FILL_AFTER_IDLE_S fills its window over
 WINDOW_FILL_SECONDS setting), one slot every `fill_seconds / limit`, instead of taking the whole window at once: a
 window sent together to an idle vLLM engine is prefilled together and then decoded together, and with captions of
 one length it stays in that lockstep; spread out, new requests' prefill runs in the same engine steps as the
-others' decoding (docs/GPU.md, "the window's fill").
+others' decoding. On one H200 with dummy weights that ran 1.06x steady on a warm replica, and nothing on a freshly
+launched one, whose first requests finished together anyway: the default is 0 (docs/GPU.md, 2026-12-04, second
+session).
 A replica that answers with a retryable error (unreachable, 5xx, 503) cools down with a growing, jittered
 backoff and then gets one probe request at a time until one succeeds (docs/RELIABILITY.md R6).
 
