@@ -8,6 +8,8 @@ from benchmarks.node.context import DECODERS, Ctx, say
 from benchmarks.node.cpu import CpuMeter
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import (
+    cache_per_clip,
+    cached_prompt_tokens,
     caption_job,
     efficiency,
     good_clip_ids,
@@ -58,8 +60,11 @@ def stage_scaling(ctx: Ctx) -> dict:
                     sel = ids[: min(len(ids), per * n)]
                     with router(ctx, settings, fleet.urls(n), f"scaling-{decoder}-{n}") as (urls, via):
                         job = new_job(settings, f"scaling {decoder} x{n}", sel)
+                        # read, not assumed: prefix caching is off here, so the replicas should say 0
+                        cache0 = cached_prompt_tokens(fleet.urls(n))
                         with CpuMeter() as cpu:
                             prog, wall = caption_job(settings, job, urls, n)
+                        cache1 = cached_prompt_tokens(fleet.urls(n))
                     check = job_check(settings, job)
                     done = check["counts"]["done"]
                     work = job_work(settings, job)
@@ -82,7 +87,14 @@ def stage_scaling(ctx: Ctx) -> dict:
                         "via": via,
                         "fleet_startup_s": startup,
                         "job_state": check["state"],
-                        "efficiency": efficiency(ctx, work, steady or (done / wall if wall else None), n, peak),
+                        "efficiency": efficiency(
+                            ctx,
+                            work,
+                            steady or (done / wall if wall else None),
+                            n,
+                            peak,
+                            cache_per_clip(cache0, cache1, done),
+                        ),
                     }
                     rows.append(row)
                     say(
