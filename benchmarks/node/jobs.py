@@ -293,7 +293,12 @@ def efficiency(
         if w["width"] and w["height"]
     ]
     out = flops.efficiency(
-        clips_per_s, clips, precision or ctx.precision, measured_peak=peak, gpus=gpus, cached_prompt_tokens=cached_per_clip
+        clips_per_s,
+        clips,
+        precision or ctx.precision,
+        measured_peak=peak,
+        gpus=gpus,
+        cached_prompt_tokens=cached_per_clip,
     )
     if ctx.sim:
         out["simulated"] = "SIMULATED: tokens from the simulator, no GPU: not a GPU figure"
