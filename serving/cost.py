@@ -26,6 +26,13 @@ How an estimate is made, best basis first:
    clips: one in-flight window) reads low: at the recipe's point 2.96 against the 3.70 steady of the GPU test the
    same day, so the note says "a long job runs faster". The steady records are the GPU tests' reports whose rate
    is Little's law over every result's latency (`report.json` with `job.result_latencies_s`, since 2026-12-02).
+Only records of the runner's settings the fleet runs count as `measured`: its requests in flight per replica
+(PER_REPLICA_INFLIGHT) and its window's fill (WINDOW_FILL_SECONDS), which a record says where it was taken with
+others (the GPU test's report, node_run's rows; a record that does not say was taken with the defaults then, 48 and
+0). Where none was, the best record taken with other settings is used and the note names them: the job form had
+shown 4.06 clips/s per GPU, the GPU test with 96 in flight, to a fleet running the default 48 (3.70-3.80). A GPU
+test started with replica flags other than the precision's (`--quantization`) measured another recipe: not a
+record.
 A point the table records as `failed` (its clips failed on the GPU, e.g. the replicas ran out of GPU memory at 32
 frames on 2026-12-03) gets no estimate either, unless a later run got through at it: basis `failed`, and the note
 says why, so a lead does not plan a job on a rate the fleet cannot reach.
@@ -44,11 +51,13 @@ from typing import Iterable
 
 from data import limits
 from data.job_params import RECIPE_MAX_PIXELS
+from data.settings import add_arguments, from_args
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK_TABLE = ROOT / "docs" / "work-per-clip.json"  # the work-per-clip sweep's points
 RUNS = ROOT / "docs" / "gpu-runs"  # recorded GPU runs (.jsonl)
 DEFAULT_BACKEND = "pynvvideocodec"  # the production decoder; CPU-decode records describe another fleet
+DEFAULT_IN_FLIGHT = 48  # PER_REPLICA_INFLIGHT of every record that does not say (the default since the start)
 PRECISIONS = ("bf16", "fp8")
 MAX_REPLICAS = 100_000  # 100 nodes of 8 GPUs is 800: this is a typo guard, not a plan
 MAX_FRAMES = 4_096
@@ -89,6 +98,11 @@ class Measurement:
     failed: str = ""  # a point that failed on the GPU (clips/s 0): why, from the work-per-clip table
     steady: bool = False  # the rate a long job runs at (Little's law over a job of several in-flight windows)
     short_job: bool = False  # the whole rate of a job of one in-flight window: a long job runs faster
+    in_flight: int = DEFAULT_IN_FLIGHT  # our runner's requests in flight per replica when it was measured
+    window_fill_s: float = 0.0  # and the seconds over which it filled an idle replica's window
+
+    def runner_settings(self) -> tuple[int, float]:
+        return self.in_flight, self.window_fill_s
 
     @property
     def per_gpu(self) -> float:
@@ -162,16 +176,36 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
         series=f"{source.rsplit(':', 1)[0]}#{rec['report']}" if rec.get("report") else "",
         steady=str(rec.get("rate") or "").startswith("steady"),
         short_job=str(rec.get("rate") or "").startswith("whole job"),
+        in_flight=_in_flight(rec.get("in_flight_per_replica")),
+        window_fill_s=_fill(rec.get("window_fill_s")),
     )
+
+
+def _in_flight(value) -> int:
+    """A record's requests in flight per replica; the default where it does not say."""
+    return int(value) if _number(value) and value >= 1 else DEFAULT_IN_FLIGHT
+
+
+def _fill(value) -> float:
+    """A record's window fill in seconds; 0 (the whole window at once) where it does not say."""
+    return float(value) if _number(value) and value > 0 else 0.0
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def from_gpu_test(report: dict, source: str = "") -> Measurement | None:
     """The steady rate of a GPU test's report (tests/test_gpu_fleet.py: the launcher's fleet, the caption CLI as
-    the runner, the launcher's frames and pixels), or None: a rehearsal, a job that did not finish every clip,
-    or a steady rate from before it was Little's law over every result's latency (the older rule read up to
-    ~15 % off, docs/BENCHMARKS.md)."""
+    the runner, the launcher's frames and pixels), with the runner's in-flight window and fill it ran with, or
+    None: a rehearsal, a job that did not finish every clip, a steady rate from before it was Little's law over
+    every result's latency (the older rule read up to ~15 % off, docs/BENCHMARKS.md), or replica flags other
+    than the precision's (another recipe)."""
     job = report.get("job")
     if not isinstance(job, dict) or report.get("rehearsal") is not False or job.get("state") != "done":
+        return None
+    other_flags = [a for a in str(report.get("vllm_args") or "").split() if not a.startswith("--quantization")]
+    if other_flags:
         return None
     rate, eff = job.get("steady_clips_per_s"), job.get("efficiency") or {}
     if job.get("failed") or not job.get("result_latencies_s") or not isinstance(rate, (int, float)):
@@ -190,6 +224,9 @@ def from_gpu_test(report: dict, source: str = "") -> Measurement | None:
         source=source,
         via="runner",
         steady=True,
+        # the report's window is the runner's over all the replicas
+        in_flight=_in_flight(job["in_flight"] / (len(gpus) or 1) if _number(job.get("in_flight")) else None),
+        window_fill_s=_fill(job.get("window_fill_s")),
     )
 
 
@@ -282,12 +319,20 @@ def estimate(
     live_rate: float | None = None,
     live_replicas: int | None = None,
     backend: str = DEFAULT_BACKEND,
+    in_flight: int = DEFAULT_IN_FLIGHT,
+    window_fill_s: float = 0.0,
 ) -> Estimate:
     """Clips/s of `replicas` replicas (one per GPU) at `frames` frames, `max_pixels` pixels per clip and
-    `precision` (see the module doc). ValueError, saying which, for an input out of range: replicas, frames and
-    max_pixels at least 1, a live rate finite and not negative (0: none yet) and given with its replicas;
-    nothing negative, NaN or infinite reaches an answer."""
+    `precision`, with our runner keeping `in_flight` requests per replica and filling an idle replica's window
+    over `window_fill_s` (the fleet's PER_REPLICA_INFLIGHT and WINDOW_FILL_SECONDS; see the module doc).
+    ValueError, saying which, for an input out of range: replicas, frames, max_pixels and in_flight at least 1,
+    the fill and a live rate finite and not negative (0: none yet), a live rate given with its replicas; nothing
+    negative, NaN or infinite reaches an answer."""
     replicas = _whole(replicas, "replicas", 1, MAX_REPLICAS)
+    in_flight = _whole(in_flight, "in_flight", 1, MAX_REPLICAS)
+    if not _number(window_fill_s) or window_fill_s < 0:
+        raise ValueError(f"window_fill_s must be a finite number of seconds, 0 or more, not {window_fill_s!r}")
+    fleet_settings = (in_flight, float(window_fill_s))
     frames = _whole(frames, "frames", 1, MAX_FRAMES)
     max_pixels = _whole(max_pixels, "max_pixels", 1, MAX_PIXELS)
     if live_rate is not None:
@@ -326,6 +371,8 @@ def estimate(
             None,
             max_pixels,
         )
+    if any(m.runner_settings() == fleet_settings for m in exact):  # taken as this fleet runs: only those
+        exact = [m for m in exact if m.runner_settings() == fleet_settings]
     if any(m.via == "runner" for m in exact):  # what a job sees beats vLLM alone on another workload
         exact = [m for m in exact if m.via == "runner"]
     if any(m.steady for m in exact):  # a long job runs at its steady rate, not at a short job's whole one
@@ -349,6 +396,12 @@ def estimate(
     best = max((m for m in exact if m.gpus == 1), key=rank, default=None) or max(exact, key=rank)
     eff, how = _efficiency(ms, replicas)
     per = best.per_gpu * eff
+    other = ""
+    if best.runner_settings() != fleet_settings:
+        other = (
+            f"; measured with {_runner_words(*best.runner_settings())}, and this fleet runs with "
+            f"{_runner_words(*fleet_settings)}: its rate may differ, nothing was measured so"
+        )
     return Estimate(
         per * replicas,
         replicas,
@@ -356,10 +409,15 @@ def estimate(
         precision,
         "measured",
         f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'}, {best.date}"
-        f"{': a long job runs faster' if best.short_job else ''}); {how}",
+        f"{': a long job runs faster' if best.short_job else ''}); {how}{other}",
         per,
         max_pixels,
     )
+
+
+def _runner_words(in_flight: int, fill: float) -> str:
+    fill_words = f"filled over {fill:g} s" if fill else "sent at once"
+    return f"{in_flight} requests in flight per replica, {fill_words}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,7 +442,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default=str(RUNS), help="folder or .jsonl of recorded runs (default docs/gpu-runs)")
     p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
     p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
+    add_arguments(p, ("per_replica_inflight", "window_fill_seconds"))  # the fleet's runner, as it runs
     a = p.parse_args(argv)
+    settings = from_args(a)
     try:
         _whole(a.clips, "--clips", 0, MAX_CLIPS)
         e = estimate(
@@ -395,6 +455,8 @@ def main(argv: list[str] | None = None) -> int:
             max_pixels=a.max_pixels,
             live_rate=a.live_rate,
             live_replicas=a.live_replicas,
+            in_flight=settings.per_replica_inflight,
+            window_fill_s=settings.window_fill_seconds,
         )
     except ValueError as err:
         names = {
@@ -403,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
             "frames must": "--frames must",
             "max_pixels must": "--max-pixels must",
             "the live rate": "--live-rate",
+            "in_flight must": "--per-replica-inflight must",
             "(live_replicas)": "(--live-replicas)",
         }
         msg = str(err)

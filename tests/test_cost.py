@@ -25,9 +25,16 @@ def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf
 
 
 def steady_rate() -> float:
-    """The best steady rate the committed GPU tests' reports hold at the recipe's point (bf16, 16 frames)."""
+    """The best steady rate the committed GPU tests' reports hold at the recipe's point (bf16, 16 frames) with the
+    runner as it ships (48 in flight per replica, sent at once)."""
     ms = cost.load_measurements(cost.RUNS)
-    return max(m.per_gpu for m in ms if m.steady and (m.frames, m.max_pixels, m.precision) == (16, 9437184, "bf16"))
+    return max(
+        m.per_gpu
+        for m in ms
+        if m.steady
+        and (m.frames, m.max_pixels, m.precision) == (16, 9437184, "bf16")
+        and m.runner_settings() == (48, 0)
+    )
 
 
 def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
@@ -193,3 +200,55 @@ def test_a_gpu_test_s_steady_rate_prices_a_long_job_and_a_short_job_s_rate_says_
     assert e.clips_per_s == pytest.approx(3.7) and "the GPU test, steady over 208 clips" in e.note
     short = cost.estimate(1, 16, "bf16", cost.load_measurements(table))
     assert short.clips_per_s == pytest.approx(2.96) and "a long job runs faster" in short.note
+
+
+def _gpu_test(tmp_path, name: str, rate: float, **job) -> None:
+    """A GPU test's report.json with a steady rate, under tmp_path/runs/<name>."""
+    report = {"rehearsal": False, "gpus": job.pop("gpus", "0"), "date": "2026-12-04 10:00 UTC"}
+    report |= {"provenance_example": {"frames": 16}, "vllm_args": job.pop("vllm_args", "")}
+    report["job"] = {"state": "done", "failed": 0, "done": 392, "steady_clips_per_s": rate}
+    report["job"] |= {"result_latencies_s": [20.0] * 392, "efficiency": {"precision": "bf16"}, **job}
+    (tmp_path / "runs" / name).mkdir(parents=True)
+    (tmp_path / "runs" / name / "report.json").write_text(json.dumps(report))
+
+
+def test_an_estimate_comes_from_runs_of_the_runner_settings_the_fleet_runs(tmp_path, capsys, monkeypatch):
+    """The job form priced the default fleet (48 in flight) at 4.06 clips/s per GPU: the GPU test with 96 in
+    flight, not the 3.70-3.80 of those at 48. A record counts for a fleet running as it was measured (requests in
+    flight per replica, the window's fill); without one, the nearest other is used and the note says so. A GPU
+    test run with other replica flags (not the precision's) measured another recipe."""
+    _gpu_test(tmp_path, "at48", 3.8)  # from before the report said its window: the default, 48
+    _gpu_test(tmp_path, "at96", 4.06, in_flight=96)
+    _gpu_test(tmp_path, "two-gpus-at96", 8.1, in_flight=192, gpus="0,1")  # 96 per replica
+    _gpu_test(tmp_path, "filled", 3.66, in_flight=48, window_fill_s=12.0)
+    _gpu_test(tmp_path, "other-recipe", 5.0, vllm_args="--max-num-batched-tokens=16384")
+    ms = cost.load_measurements(tmp_path / "runs")
+    assert sorted((m.per_gpu, m.in_flight, m.window_fill_s) for m in ms) == [
+        (3.66, 48, 12.0),
+        (3.8, 48, 0.0),
+        (4.05, 96, 0.0),
+        (4.06, 96, 0.0),
+    ]
+    shipped = cost.estimate(1, 16, "bf16", ms)
+    assert shipped.clips_per_s == pytest.approx(3.8) and "may differ" not in shipped.note
+    assert cost.estimate(1, 16, "bf16", ms, in_flight=96).clips_per_s == pytest.approx(4.06)
+    assert cost.estimate(1, 16, "bf16", ms, window_fill_s=12).clips_per_s == pytest.approx(3.66)
+    other = cost.estimate(1, 16, "bf16", ms, in_flight=64)
+    assert other.clips_per_s == pytest.approx(4.06)
+    assert (
+        "measured with 96 requests in flight per replica, sent at once, and this fleet runs with 64 requests in "
+        "flight per replica, sent at once: its rate may differ"
+    ) in other.note
+    with pytest.raises(ValueError, match="in_flight must be"):
+        cost.estimate(1, 16, "bf16", ms, in_flight=0)
+    with pytest.raises(ValueError, match="window_fill_s must be"):
+        cost.estimate(1, 16, "bf16", ms, window_fill_s=float("nan"))
+    # the command line takes the fleet's settings as the launcher does: flags, else CW_* variables
+    runs = ["--runs", str(tmp_path / "runs"), "--table", str(tmp_path / "none.json")]
+    assert cost.main(["--replicas", "1", *runs]) == 0
+    assert capsys.readouterr().out.startswith("3.80 clips/s on 1 replica(s)")
+    assert cost.main(["--replicas", "1", "--per-replica-inflight", "96", *runs]) == 0
+    assert capsys.readouterr().out.startswith("4.06 clips/s on 1 replica(s)")
+    monkeypatch.setenv("CW_WINDOW_FILL_SECONDS", "12")
+    assert cost.main(["--replicas", "1", *runs]) == 0
+    assert capsys.readouterr().out.startswith("3.66 clips/s on 1 replica(s)")

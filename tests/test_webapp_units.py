@@ -309,6 +309,14 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     assert "Pixels per clip must be" in form._cost_html(100_000, 16, "99999999")
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
     assert sim._cost_html(100_000) == ""
+    # priced as this fleet's runner runs: the default 48 in flight gets a run at 48, never the GPU test at 96
+    at48 = cost.estimate(8, 16, "bf16", cost.default_measurements())
+    at96 = cost.estimate(8, 16, "bf16", cost.default_measurements(), in_flight=96)
+    assert at48.per_replica < at96.per_replica
+    assert f"({at48.clips_per_s:.1f} clips/s" in html
+    deep = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=96)
+    html96 = JobsTab(AppContext(deep, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert f"({at96.clips_per_s:.1f} clips/s" in html96 and html96 != html
 
 
 def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():

@@ -126,7 +126,16 @@ class StartForm:
         except DataError as e:
             return render_jobs.job_cost(str(e), estimate=False)
         replicas = self._replicas()
-        e = cost.estimate(replicas, p.frames, "bf16", _measurements(), max_pixels=p.max_pixels)
+        st = self.ctx.settings
+        e = cost.estimate(
+            replicas,
+            p.frames,
+            "bf16",
+            _measurements(),
+            max_pixels=p.max_pixels,
+            in_flight=st.per_replica_inflight,
+            window_fill_s=st.window_fill_seconds,
+        )
         if not e.clips_per_s:
             return render_jobs.job_cost(
                 f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels: {e.note[:300]}.", estimate=False
