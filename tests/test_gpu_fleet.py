@@ -384,10 +384,12 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
 
         # the prompt tokens vLLM's prefix cache serves over the job (the fixed text before the video): the GPU does
         # not compute them, and the compute efficiency does not count them (serving.flops.efficiency)
-        from benchmarks.node.jobs import cache_per_clip, cached_prompt_tokens
+        from benchmarks.node.jobs import EngineTimeline, cache_per_clip, cached_prompt_tokens
 
         gpus = [g.strip() for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g.strip()]
-        replica_urls = [] if REHEARSE or TOPOLOGY != "single" else [f"http://127.0.0.1:{8000 + int(g)}" for g in gpus]
+        replica_urls = [] if TOPOLOGY != "single" else [f"http://127.0.0.1:{8000 + int(g)}" for g in gpus]
+        if REHEARSE:  # the simulated replicas (they count no cached tokens, and say their engines' requests)
+            replica_urls = [f"http://127.0.0.1:{8000 + i}" for i in range(sim_replicas)]
         cache0 = cached_prompt_tokens(replica_urls)
         cpu0 = psutil.cpu_times()
         t = time.time()
@@ -409,8 +411,11 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
             "--request-timeout",
             "600",
         ]
-        p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
+        # the engines' view beside it, every second: where the runner's requests are (docs/GPU.md, the window's fill)
+        with EngineTimeline(replica_urls, period=0.25 if REHEARSE else 1.0) as engine:
+            p = _run(cap, out / "caption.log", env=env, cwd=ROOT)
         report["caption_s"] = round(time.time() - t, 1)
+        (out / "engine-timeline.json").write_text(json.dumps(engine.samples))
         cpu1 = psutil.cpu_times()
         cache1 = cached_prompt_tokens(replica_urls)
         busy_s = sum(getattr(cpu1, f) - getattr(cpu0, f) for f in ("user", "system", "nice", "irq", "softirq"))
@@ -446,6 +451,9 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         window = in_flight(Settings.load(), replicas)
         report["job"]["in_flight"] = window
         report["job"]["window_fill_s"] = Settings.load().window_fill_seconds  # idle replicas' windows filled over
+        report["job"]["engine"] = engine.summary()
+        if replica_urls:
+            assert engine.samples, "no replica answered /metrics during the job"
         steady = steady_rate(work, window)
         if steady is not None:
             report["job"]["steady_clips_per_s"] = round(steady, 2)

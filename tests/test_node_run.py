@@ -278,6 +278,8 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
         assert r["done"] == r["clips"] == 6 and r["failed"] == 0
         assert r["clips_per_s"] > 0 and r["core_s_per_clip"] > 0 and r["cores_busy"] > 0
         assert r["efficiency"]["tflop_per_clip"] > 0 and "SIMULATED" in r["efficiency"]["simulated"]
+        # the engines' view over the job, from the replicas' /metrics every second
+        assert r["engine"]["samples"] == len(r["engine_timeline"]) >= 1
     # `infl1`: our runner kept one request in flight, the recipe's setting 48 (all 6 at once)
     assert rows["1+infl1"]["in_flight_per_replica"] == 1 and rows["budget"]["in_flight_per_replica"] == 48
     assert _most_at_once(rows["1+infl1"]) == 1 and _most_at_once(rows["budget"]) >= 4

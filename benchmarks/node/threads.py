@@ -54,6 +54,7 @@ from benchmarks.node.context import Ctx, say
 from benchmarks.node.cpu import CpuMeter, group_cpu_seconds
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import (
+    EngineTimeline,
     cache_per_clip,
     cached_prompt_tokens,
     caption_job,
@@ -333,7 +334,7 @@ def _measure(ctx: Ctx, config: str, settings, shared: dict, slots, warm_ids, mea
             if profiling:
                 timer = threading.Timer(ctx.a.profile_after, profile_call, (fleet.urls(), "start_profile"))
                 timer.start()
-            with CpuMeter() as cpu:
+            with CpuMeter() as cpu, EngineTimeline(fleet.urls()) as engine:
                 _, wall = caption_job(rs, job, urls, n, deadline=deadline)
             vllm_cpu = group_cpu_seconds(c.pgid for c in fleet.children) - vllm0
             cached1, prompt1 = cached_prompt_tokens(fleet.urls())
@@ -369,6 +370,8 @@ def _measure(ctx: Ctx, config: str, settings, shared: dict, slots, warm_ids, mea
             "efficiency": efficiency(
                 ctx, work, steady or (done / wall if wall else None), n, peak, cache, precision(config, ctx)
             ),
+            "engine": engine.summary(),  # where the requests were: in the engine, waiting, or not there yet
+            "engine_timeline": engine.samples,
         }
         if reset is not None:
             row["replicas_of"] = shared["started_by"]
