@@ -53,8 +53,7 @@ class Runner:
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
     (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
     one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
-    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader).
-    """
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader)."""
 
     def __init__(
         self,
