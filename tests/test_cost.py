@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from serving import cost
+from serving import cost, cost_records
 from tests.support.work_table import table_with_gaps
 
 ROOT = Path(__file__).resolve().parents[1]
-M = cost.Measurement
+M = cost_records.Measurement
 
 
 def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf16") -> float:
@@ -27,7 +27,7 @@ def table_rate(frames: int = 16, max_pixels: int = 9437184, precision: str = "bf
 def steady_rate() -> float:
     """The best steady rate the committed GPU tests' reports hold at the recipe's point (bf16, 16 frames) with the
     runner as it ships (48 in flight per replica, sent at once)."""
-    ms = cost.load_measurements(cost.RUNS)
+    ms = cost_records.load_measurements(cost_records.RUNS)
     return max(
         m.per_gpu
         for m in ms
@@ -38,7 +38,7 @@ def steady_rate() -> float:
 
 
 def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
-    ms = cost.default_measurements()
+    ms = cost_records.default_measurements()
     # the failed first run (error, no rate) is skipped; a point that failed on the GPU says so with 0 clips/s
     assert ms and all(m.clips_per_s > 0 or m.failed for m in ms)
     e = cost.estimate(8, 16, "bf16", ms)
@@ -61,13 +61,13 @@ def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
 
 
 def test_every_sweep_point_is_in_the_table_measured_or_said_not_to_be():
-    table = cost.load_table()
+    table = cost_records.load_table()
     points = {(p["frames"], p["max_pixels"], p["precision"]): p for p in table["points"]}
     for frames in (8, 16, 32):
         for pixels in (9_437_184, 4_718_592, 2_359_296):
             p = points[(frames, pixels, "bf16")]
             assert (p["status"] == "measured") == bool(p["clips_per_s"]), p
-            e = cost.estimate(8, frames, "bf16", cost.default_measurements(), max_pixels=pixels)
+            e = cost.estimate(8, frames, "bf16", cost_records.default_measurements(), max_pixels=pixels)
             if p["status"] == "measured":
                 assert e.basis == "measured" and p["source"] and p["date"] and p["frame_preprocess"] in ("gpu", "cpu")
             elif p["status"] == "failed":  # no figure, and why in the note the job form shows
@@ -83,18 +83,18 @@ def test_a_point_that_failed_on_the_gpu_gets_no_estimate_until_a_later_run_gets_
     failed |= {"note": "the replica ran out of GPU memory", "date": "2026-12-03"}
     older = {"frames": 32, "max_pixels": 9437184, "precision": "bf16", "status": "measured", "clips_per_s": 2.5}
     f.write_text(json.dumps({"points": [failed, older | {"date": "2026-12-02"}]}))
-    ms = cost.load_measurements(f)
+    ms = cost_records.load_measurements(f)
     e = cost.estimate(8, 32, "bf16", ms)
     assert e.clips_per_s is None and e.basis == "failed"
     assert "ran out of GPU memory" in e.note and "2026-12-03" in e.note and "32 frames" in e.note
     # the failure says nothing about other points, and never feeds another estimate's efficiency
     assert cost.estimate(8, 16, "bf16", ms).basis == "none"
     f.write_text(json.dumps({"points": [failed, older | {"date": "2026-12-04"}]}))  # a later run got through
-    e = cost.estimate(8, 32, "bf16", cost.load_measurements(f))
+    e = cost.estimate(8, 32, "bf16", cost_records.load_measurements(f))
     assert e.basis == "measured" and e.clips_per_s == pytest.approx(8 * 2.5)
     # a simulated failure is no record at all
     f.write_text(json.dumps({"points": [failed | {"simulated": True}]}))
-    assert cost.load_measurements(f) == []
+    assert cost_records.load_measurements(f) == []
 
 
 def test_exact_match_uses_the_best_single_gpu_rate_and_the_efficiency_of_one_run():
@@ -150,7 +150,7 @@ def test_records_from_a_sweep_file(tmp_path):
             ]
         )
     )
-    ms = cost.load_measurements(f)
+    ms = cost_records.load_measurements(f)
     assert len(ms) == 1 and ms[0].precision == "fp8" and ms[0].frames == 8
     assert cost.estimate(4, 8, "fp8", ms).clips_per_s == pytest.approx(50.0)
     with pytest.raises(ValueError):
@@ -193,12 +193,12 @@ def test_a_gpu_test_s_steady_rate_prices_a_long_job_and_a_short_job_s_rate_says_
     for name, report in reports.items():
         (runs / name).mkdir(parents=True)
         (runs / name / "report.json").write_text(report if isinstance(report, str) else json.dumps(report))
-    ms = cost.load_measurements(table, runs)
+    ms = cost_records.load_measurements(table, runs)
     steady = [m for m in ms if m.steady]
     assert [(m.clips_per_s, m.via, m.date) for m in steady] == [(3.7, "runner", "2026-12-03")]
     e = cost.estimate(1, 16, "bf16", ms)
     assert e.clips_per_s == pytest.approx(3.7) and "the GPU test, steady over 208 clips" in e.note
-    short = cost.estimate(1, 16, "bf16", cost.load_measurements(table))
+    short = cost.estimate(1, 16, "bf16", cost_records.load_measurements(table))
     assert short.clips_per_s == pytest.approx(2.96) and "a long job runs faster" in short.note
 
 
@@ -222,7 +222,7 @@ def test_an_estimate_comes_from_runs_of_the_runner_settings_the_fleet_runs(tmp_p
     _gpu_test(tmp_path, "two-gpus-at96", 8.1, in_flight=192, gpus="0,1")  # 96 per replica
     _gpu_test(tmp_path, "filled", 3.66, in_flight=48, window_fill_s=12.0)
     _gpu_test(tmp_path, "other-recipe", 5.0, vllm_args="--max-num-batched-tokens=16384")
-    ms = cost.load_measurements(tmp_path / "runs")
+    ms = cost_records.load_measurements(tmp_path / "runs")
     assert sorted((m.per_gpu, m.in_flight, m.window_fill_s) for m in ms) == [
         (3.66, 48, 12.0),
         (3.8, 48, 0.0),

@@ -309,9 +309,9 @@ def test_rehearsal_of_the_thread_budget_and_work_per_clip_stages(tmp_path):
     assert {(p["frames"], p["max_pixels"]) for p in measured} == {(16, 9_437_184), (16, 65_536)}
     # each point says how it was measured: the recipe's frames on the GPU, no flag added to the recipe
     assert {p["frame_preprocess"] for p in measured} == {"gpu"} and not [p for p in measured if "replica_args" in p]
-    from serving import cost
+    from serving import cost_records
 
-    assert not [m for m in cost.load_measurements(out / "work-per-clip.json") if m.max_pixels == 65_536]
+    assert not [m for m in cost_records.load_measurements(out / "work-per-clip.json") if m.max_pixels == 65_536]
     assert (out / "work-per-clip.png").stat().st_size > 10_000
 
 
@@ -446,7 +446,7 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     from types import SimpleNamespace
 
     from benchmarks.node import workload
-    from serving import cost
+    from serving import cost, cost_records
 
     ctx = SimpleNamespace(sim=False, precision="bf16", out=tmp_path)
     # a point the committed table has measured (so the old rate is what must not survive)
@@ -458,7 +458,7 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     assert len(points) == 1 and points[0]["status"] == "failed" and points[0]["clips_per_s"] is None
     assert "ran out of GPU memory" in points[0]["note"] and "46 of 48 clips done" in points[0]["note"]
     assert points[0]["frame_preprocess"] == "gpu" and points[0]["replica_args"] == "--gpu-memory-utilization=0.8"
-    e = cost.estimate(1, 8, "bf16", cost.load_measurements(path), max_pixels=2_359_296)
+    e = cost.estimate(1, 8, "bf16", cost_records.load_measurements(path), max_pixels=2_359_296)
     assert e.basis == "failed" and e.clips_per_s is None and "2026-12-09" in e.note
 
 

@@ -17,7 +17,7 @@ from data import assignments, clips, events, schema, team as people, users
 from data.db import immediate
 from data.errors import DataError
 from data.library import clip_root, ingest
-from serving import cost
+from serving import cost, cost_records
 from tests.support.webapp_fixtures import PASSWORD, AppServer, add_users, build_library, write_clip
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,11 +135,11 @@ def test_the_migration_gives_back_clips_of_users_disabled_before_it(team):
 def test_cost_refuses_negative_infinite_and_nonsense_inputs(kwargs):
     args = {"replicas": 8, "frames": 16, **kwargs}
     with pytest.raises(ValueError, match="must be|needs"):
-        cost.estimate(args.pop("replicas"), args.pop("frames"), "bf16", [cost.Measurement(4.0)], **args)
+        cost.estimate(args.pop("replicas"), args.pop("frames"), "bf16", [cost_records.Measurement(4.0)], **args)
 
 
 def test_cost_refuses_a_negative_or_infinite_clip_count():
-    e = cost.estimate(8, 16, "bf16", [cost.Measurement(4.0)])
+    e = cost.estimate(8, 16, "bf16", [cost_records.Measurement(4.0)])
     for bad in (-100, math.inf, math.nan, 1.5):
         with pytest.raises(ValueError, match="clips must be"):
             e.gpu_hours(bad)

@@ -280,13 +280,13 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
     (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
     point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
-    from serving import cost
+    from serving import cost, cost_records
     from tests.support.work_table import table_with_gaps
     from webapp import jobs_start
     from webapp.context import AppContext
     from webapp.jobs_tab import JobsTab
 
-    monkeypatch.setattr(cost, "WORK_TABLE", table_with_gaps(tmp_path))
+    monkeypatch.setattr(cost_records, "WORK_TABLE", table_with_gaps(tmp_path))
     jobs_start._measurements.cache_clear()  # read once per process: this test's table, then the real one again
     monkeypatch.setattr(jobs_start, "_measurements", jobs_start._measurements.__wrapped__)
 
@@ -310,8 +310,8 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
     assert sim._cost_html(100_000) == ""
     # priced as this fleet's runner runs: the default 48 in flight gets a run at 48, never the GPU test at 96
-    at48 = cost.estimate(8, 16, "bf16", cost.default_measurements())
-    at96 = cost.estimate(8, 16, "bf16", cost.default_measurements(), in_flight=96)
+    at48 = cost.estimate(8, 16, "bf16", cost_records.default_measurements())
+    at96 = cost.estimate(8, 16, "bf16", cost_records.default_measurements(), in_flight=96)
     assert at48.per_replica < at96.per_replica
     assert f"({at48.clips_per_s:.1f} clips/s" in html
     deep = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=96)

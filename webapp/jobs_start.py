@@ -20,7 +20,7 @@ from data.errors import DataError
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost
+from serving import cost, cost_records
 from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.jobs_control import JobControl
@@ -199,7 +199,7 @@ class StartForm:
 @functools.lru_cache(maxsize=1)
 def _measurements() -> tuple:
     """The work-per-clip table and the GPU runs recorded in the repository, read once per process."""
-    return tuple(cost.default_measurements())
+    return tuple(cost_records.default_measurements())
 
 
 def _duration(seconds: float | None) -> str:

@@ -318,11 +318,11 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
 
 def table_points(path, precision: str) -> list[dict]:
     """The measured points of a work-per-clip table at `precision`, as plot() draws them."""
-    from serving import cost
+    from serving import cost_records
 
     return [
         p
-        for p in cost.load_table(path)["points"]
+        for p in cost_records.load_table(path)["points"]
         if p.get("precision") == precision and p.get("status") == "measured" and p.get("clips_per_s")
     ]
 
