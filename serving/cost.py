@@ -216,11 +216,11 @@ def estimate(
     best = max((m for m in exact if m.gpus == 1), key=rank, default=None) or max(exact, key=rank)
     eff, how = _efficiency(ms, replicas)
     per = best.per_gpu * eff
-    other = ""
+    other = ""  # said right after the rate it qualifies: the job form shortens a long note at its end
     if best.runner_settings() != fleet_settings:
         other = (
-            f"; measured with {_runner_words(*best.runner_settings())}, and this fleet runs with "
-            f"{_runner_words(*fleet_settings)}: its rate may differ, nothing was measured so"
+            f"; taken with {_runner_words(*best.runner_settings())}, this fleet runs {_runner_words(*fleet_settings)}:"
+            " its rate may differ"
         )
     return Estimate(
         per * replicas,
@@ -229,15 +229,14 @@ def estimate(
         precision,
         "measured",
         f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'}, {best.date}"
-        f"{': a long job runs faster' if best.short_job else ''}); {how}{other}",
+        f"{': a long job runs faster' if best.short_job else ''}){other}; {how}",
         per,
         max_pixels,
     )
 
 
 def _runner_words(in_flight: int, fill: float) -> str:
-    fill_words = f"filled over {fill:g} s" if fill else "sent at once"
-    return f"{in_flight} requests in flight per replica, {fill_words}"
+    return f"{in_flight} in flight per replica " + (f"filled over {fill:g} s" if fill else "sent at once")
 
 
 def main(argv: list[str] | None = None) -> int:

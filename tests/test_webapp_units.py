@@ -317,6 +317,10 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     deep = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=96)
     html96 = JobsTab(AppContext(deep, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
     assert f"({at96.clips_per_s:.1f} clips/s" in html96 and html96 != html
+    # a window nobody measured: the best run's figure, and the lead reads that it was taken otherwise
+    odd = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=64)
+    html64 = JobsTab(AppContext(odd, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "this fleet runs 64 in flight per replica sent at once: its rate may differ" in html64
 
 
 def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():

@@ -142,7 +142,7 @@ class StartForm:
             )
         return render_jobs.job_cost(
             f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels "
-            f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {e.basis}: {e.note[:240]})."
+            f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {e.basis}: {e.note[:400]})."
         )
 
     def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, seen, request: gr.Request):
