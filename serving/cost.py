@@ -44,7 +44,6 @@ derived from another point: at the recipe's pixel budget more frames means small
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -71,7 +70,7 @@ MAX_CLIPS = 10**12
 def _whole(value, what: str, low: int, high: int) -> int:
     """`value` as a whole number in [low, high], or ValueError saying what was wrong (a negative or infinite
     input made a confident wrong answer: "-100 clips: -0.01 h wall")."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if not finite_number(value):
         raise ValueError(f"{what} must be a whole number from {low:,} to {high:,}, not {value!r}")
     if value != int(value) or not low <= value <= high:
         raise ValueError(f"{what} must be a whole number from {low:,} to {high:,}, not {value:g}")
@@ -80,7 +79,7 @@ def _whole(value, what: str, low: int, high: int) -> int:
 
 def _rate(value, what: str) -> float | None:
     """A live rate: finite and not negative; 0 (a job with no result yet) is no rate."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not finite_number(value) or value < 0:
         raise ValueError(f"{what} must be a finite number of clips/s, 0 or more, not {value!r}")
     return float(value) or None
 

@@ -448,9 +448,10 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         # steady only for a job of at least four in-flight windows: node_run's rule, one function for both
         replicas = sim_replicas if REHEARSE else len(gpus)
         # the window the runner kept: the PER_REPLICA_INFLIGHT setting as the run's environment gives it
-        window = in_flight(Settings.load(), replicas)
+        run_settings = Settings.load()
+        window = in_flight(run_settings, replicas)
         report["job"]["in_flight"] = window
-        report["job"]["window_fill_s"] = Settings.load().window_fill_seconds  # idle replicas' windows filled over
+        report["job"]["window_fill_s"] = run_settings.window_fill_seconds  # idle replicas' windows filled over
         report["job"]["engine"] = engine.summary()
         if replica_urls:
             assert engine.samples, "no replica answered /metrics during the job"

@@ -44,6 +44,7 @@ while the machine keeps its /tmp).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import threading
@@ -249,40 +250,38 @@ def stage_threads(ctx: Ctx) -> dict:
     warm_ids, measured = ids[: warm * n], ids[warm * n : (warm + per) * n]
     with mps_daemon(ctx, settings) as mps:
         report["mps"] = mps
-        shared: dict = {}  # the replicas running now: config that started them, key, fleet, startup, first cache
+        running: Replicas | None = None
         costs = {"startup": 0.0, "job": 0.0}  # the latest replica start and the latest config after it (seconds)
         try:
             for k, config in enumerate(configs):
-                if shared and shared["key"] != replica_key(config):
-                    shared.pop("fleet").stop()
-                    shared.clear()
-                cost = costs["job"] + (0.0 if shared else costs["startup"])
+                if running and running.key != replica_key(config):
+                    running.stop()
+                    running = None
+                cost = costs["job"] + (0.0 if running else costs["startup"])
                 if deadline and costs["job"] and time.time() + cost > deadline:
                     rows.append(
                         {"config": config, "skipped": f"would end past --stage-deadline {ctx.a.stage_deadline:g} s"}
                     )
                     say(f"threads: {config} not started: it would end past the stage deadline; run it in another call")
                     continue
-                t_cfg = time.time()
+                t_cfg, startup = time.time(), None
                 try:
-                    row = _measure(ctx, config, settings, shared, slots, warm_ids, measured, peak, deadline)
-                    rows.append(row)
+                    if running is None:
+                        running = Replicas(replica_fleet(ctx, config, settings, slots), replica_key(config), config)
+                        startup = costs["startup"] = running.fleet.start()
+                    rows.append(_measure(ctx, config, settings, running, startup, warm_ids, measured, peak, deadline))
                 except Exception as e:  # record, stop this configuration's replicas, go on
                     rows.append({"config": config, "error": f"{type(e).__name__}: {e}"})
                     say(f"threads: {config} FAILED: {e}")
-                    if shared:
-                        shared.pop("fleet").stop()
-                        shared.clear()
+                    if running:
+                        running.stop()
+                        running = None
                 took = time.time() - t_cfg
-                startup = shared.get("startup_now") or 0.0
-                costs["job"] = took - startup
-                if startup:
-                    costs["startup"] = startup
-                shared.pop("startup_now", None)
+                costs["job"] = took - (startup or 0.0)
                 say(f"threads: {config} took {took:.0f} s ({k + 1}/{len(configs)})")
         finally:
-            if shared:
-                shared.pop("fleet").stop()
+            if running:
+                running.stop()
 
     _merge(rows, earlier, report)
     report["table"] = table(report)
@@ -293,36 +292,50 @@ def stage_threads(ctx: Ctx) -> dict:
     return report
 
 
-def _measure(ctx: Ctx, config: str, settings, shared: dict, slots, warm_ids, measured, peak, deadline) -> dict:
-    """One configuration's row: its replicas (started here, or the running ones of the configuration before when
-    they are the same, their caches emptied), a warm-up job, then the measured job."""
-    n = len(slots)
-    rs = runner_settings(config, settings)
+@dataclasses.dataclass
+class Replicas:
+    """The replicas running now: the configuration that started them, what they are (replica_key), and the prompt
+    tokens per clip the prefix cache served in its row (what a later row on them must not exceed by much)."""
+
+    fleet: Fleet
+    key: tuple
+    started_by: str
+    first_cache: float | None = None
+
+    def stop(self) -> None:
+        self.fleet.stop()
+
+
+def replica_fleet(ctx: Ctx, config: str, settings, slots) -> Fleet:
+    """The replicas of a configuration (not started): the recipe with its modifiers' flags, vLLM's cache routes
+    (a later configuration may share them), and the profiler where it is profiled."""
+    flags, nocache = replica_flags(config)
     prof_flags, prof_env, prof_dir = profile_setup(ctx, config)
+    if prof_dir is not None:
+        shutil.rmtree(prof_dir, ignore_errors=True)
+        prof_dir.mkdir(parents=True)
+        flags += prof_flags
+    return Fleet(
+        ctx,
+        settings,
+        ctx.decoders[0],
+        slots,
+        f"threads-{config}",
+        benchmark=nocache,
+        budgets=budgets(config, settings, len(slots)),
+        extra=flags,
+        env={**DEV_ROUTES, **prof_env},
+    )
+
+
+def _measure(ctx: Ctx, config: str, settings, running: Replicas, startup, warm_ids, measured, peak, deadline) -> dict:
+    """One configuration's row on `running`: just started by it (`startup` seconds), or the replicas of the
+    configuration before, their caches emptied first; a warm-up job, then the measured job."""
+    fleet, n = running.fleet, len(running.fleet.urls())
+    rs = runner_settings(config, settings)
+    prof_dir = profile_setup(ctx, config)[2]
     profiling = prof_dir is not None
-    if not shared:
-        flags, nocache = replica_flags(config)
-        if profiling:
-            shutil.rmtree(prof_dir, ignore_errors=True)
-            prof_dir.mkdir(parents=True)
-            flags += prof_flags
-        fleet = Fleet(
-            ctx,
-            settings,
-            ctx.decoders[0],
-            slots,
-            f"threads-{config}",
-            benchmark=nocache,
-            budgets=budgets(config, settings, n),
-            extra=flags,
-            env={**DEV_ROUTES, **prof_env},
-        )
-        shared.update(fleet=fleet, key=replica_key(config), started_by=config, first_cache=None)
-        startup = shared["startup_now"] = fleet.start()
-        reset = None
-    else:
-        fleet, startup = shared["fleet"], None
-        reset = reset_caches(ctx, fleet.urls())
+    reset = None if startup is not None else reset_caches(ctx, fleet.urls())
     timer = None
     try:
         with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
@@ -374,16 +387,16 @@ def _measure(ctx: Ctx, config: str, settings, shared: dict, slots, warm_ids, mea
             "engine_timeline": engine.samples,
         }
         if reset is not None:
-            row["replicas_of"] = shared["started_by"]
+            row["replicas_of"] = running.started_by
             row["cache_reset"] = reset
-            first = shared["first_cache"]
+            first = running.first_cache
             if cache is not None and first is not None and cache > CACHE_RESET_SLACK * first + 64:
                 row["cache_reset"] += (
                     f"; NOT EMPTIED: the cache served {cache:.0f} prompt tokens per clip against {first:.0f} on "
                     f"the fresh replicas: the clips' video was not prefilled again, the row is not comparable"
                 )
-        elif shared.get("first_cache") is None:
-            shared["first_cache"] = cache
+        else:
+            running.first_cache = cache
         if profiling:
             row["profiled"] = True
             try:  # a profile that cannot be read costs the row its profile, not its figures
