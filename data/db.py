@@ -192,7 +192,12 @@ def immediate(db: sqlite_utils.Database, *, wait: bool | float = True) -> Iterat
                 conn.execute("ROLLBACK")
             raise
         else:
-            conn.execute("COMMIT")
+            try:
+                conn.execute("COMMIT")
+            except BaseException:  # a COMMIT refused (a deferred check, a lock) can leave the transaction open,
+                if conn.in_transaction:  # holding the write lock against every other writer until it closes
+                    conn.execute("ROLLBACK")
+                raise
         finally:
             if wl is not None:
                 wl.record(time.perf_counter() - began)

@@ -265,6 +265,33 @@ def test_write_lock_stats_count_holds_and_the_longest(db, settings):
     assert after["max_ms"] >= 50
 
 
+def test_a_refused_commit_leaves_no_write_lock_behind(settings):
+    """A COMMIT SQLite refuses (here a deferred foreign key; in the field a lock or an I/O error) can leave the
+    transaction open on its connection. `immediate` must end it: else that connection holds the write lock and
+    every other writer (the runner, each save) waits on it until the process exits."""
+    import sqlite3
+
+    db = dbmod.connect(settings.db)
+    other = dbmod.connect(settings.db)
+    try:
+        db.execute("PRAGMA foreign_keys = ON")
+        db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
+        db.execute(
+            "CREATE TABLE child (id INTEGER PRIMARY KEY, "
+            "parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
+        )
+        with pytest.raises(sqlite3.IntegrityError):
+            with immediate(db):
+                db.execute("INSERT INTO child VALUES (1, 99)")  # checked only at COMMIT
+        assert not db.conn.in_transaction
+        with immediate(other, wait=0.5):  # another connection can write at once
+            other.execute("INSERT INTO parent VALUES (99)")
+        assert db.execute("SELECT COUNT(*) FROM child").fetchone()[0] == 0  # nothing of the refused one stayed
+    finally:
+        db.close()
+        other.close()
+
+
 def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     ids = [add_clip(db, f"s{i}.mp4") for i in range(3)]
     job = jobs.create(

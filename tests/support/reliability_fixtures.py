@@ -17,6 +17,7 @@ import contextlib
 import json
 import random
 import re
+import sqlite3
 import sys
 import threading
 import time
@@ -360,7 +361,9 @@ class AnnotatorLoad:
 
 @contextlib.contextmanager
 def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id=None, period: float = 0.5):
-    """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner."""
+    """Keeps a captioning job queued over `clip_ids` (a new one when the last is done) for a runner. Like a lead
+    whose "Start job" was refused, it tries again a moment later when the database cannot take the write (a full
+    disk): the runs that fill the disk test what happens once space is back, which needs a job to run."""
     from data import jobs
     from data.jobs import queries as job_queries
 
@@ -370,17 +373,20 @@ def job_feeder(db_path, clip_ids: list[int], stop: threading.Event, *, prompt_id
         d = dbmod.connect(db_path)
         try:
             while not stop.is_set():
-                if not created or job_queries.get(d, created[-1])["state"] in ("done", "cancelled"):
-                    created.append(
-                        jobs.create(
-                            d,
-                            name=f"r1 machine pass {len(created) + 1}",
-                            created_by="lead",
-                            selection=Selection.of_clips(clip_ids),
-                            prompt_id=prompt_id,
-                            params=JobParams(),
+                try:
+                    if not created or job_queries.get(d, created[-1])["state"] in ("done", "cancelled"):
+                        created.append(
+                            jobs.create(
+                                d,
+                                name=f"r1 machine pass {len(created) + 1}",
+                                created_by="lead",
+                                selection=Selection.of_clips(clip_ids),
+                                prompt_id=prompt_id,
+                                params=JobParams(),
+                            )
                         )
-                    )
+                except sqlite3.OperationalError:  # refused, nothing written: try again next period
+                    pass
                 stop.wait(period)
         finally:
             d.close()
