@@ -55,6 +55,20 @@ def normalise_precision(value: str | None) -> str:
     return v
 
 
+_DTYPE_NAMES = {"half": "fp16", "float16": "fp16", "float": "fp32", "float32": "fp32"}  # vLLM's --dtype spellings
+
+
+def precision_of_args(args) -> str:
+    """The precision a vLLM replica started with `args` (its flags, one token each) computes in: the
+    `--quantization` method (`-q`), else `--dtype` ("auto": the recipe's bf16 weights), else bf16."""
+    tokens = [t for a in args or () for t in str(a).split("=", 1)]
+    for flags in (("--quantization", "-q"), ("--dtype",)):
+        for flag, value in zip(tokens, tokens[1:]):
+            if flag in flags and value.lower() not in ("auto", "none", ""):
+                return normalise_precision(_DTYPE_NAMES.get(value.lower(), value))
+    return "bf16"
+
+
 def from_record(rec: dict, source: str = "") -> Measurement | None:
     """A Measurement from one record (a bench_fleet JSON line, a work-per-clip point), or None for a failed or
     partial run, a simulated one, or a point not yet measured. A work-per-clip point whose status is "failed"
@@ -213,6 +227,7 @@ __all__ = [
     "load_table",
     "Measurement",
     "normalise_precision",
+    "precision_of_args",
     "RUNS",
     "WORK_TABLE",
 ]

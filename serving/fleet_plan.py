@@ -12,6 +12,7 @@ from typing import Sequence
 from data.library import clip_root, deployment
 from data.settings import Settings, env_name
 from serving import fleet_key, procs
+from serving.cost_records import precision_of_args
 from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
 from serving.fleet_commands import (
     choose_gpus,
@@ -123,6 +124,8 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         steps += router_steps(settings, replica_urls, health_interval=10 if fleet == "gpu" else 1, timeout=timeout)
     return {
         "fleet": fleet,
+        # what the replicas compute in, for whoever prices work on them (the job form, serving.fleet_record)
+        "precision": precision_of_args(extra) if fleet == "gpu" else None,
         "mps": mps,
         "steps": steps,
         "replica_urls": replica_urls,
@@ -146,6 +149,7 @@ def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
     timeout = opts.startup_timeout or 1800
     return {
         "fleet": "remote",
+        "precision": None,  # each node's launcher knows its replicas' flags, the head does not
         "mps": None,
         "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
         "replica_urls": workers,

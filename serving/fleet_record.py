@@ -32,6 +32,17 @@ def save_record(settings: Settings, rec: dict) -> None:
     os.replace(tmp, path)
 
 
+def fleet_precision(settings: Settings, urls, rec: dict | None = None) -> str | None:
+    """What the fleet at `urls` computes in (bf16, fp8, ...) as this data dir's launcher started it, or None when
+    no record here describes it: no fleet launched from here, another fleet's record, a head (its replicas were
+    started on the nodes), a simulated fleet, or a record older than this field."""
+    rec = rec if rec is not None else load_record(settings)
+    if not rec or not rec.get("precision"):
+        return None
+    ours = {rec.get("router_url"), *(rec.get("replica_urls") or [])} - {None}
+    return str(rec["precision"]) if ours & {u.rstrip("/") for u in urls} else None
+
+
 def fleet_url(settings: Settings, rec: dict | None = None) -> str:
     """The URL(s) the runner should use: the router if there is one, else the replicas, comma-separated."""
     rec = rec if rec is not None else load_record(settings)

@@ -91,6 +91,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     reader = FleetReader(settings)  # every health wait with the key the replicas and the router gate require
     rec = {
         "fleet": p["fleet"],
+        "precision": p.get("precision"),
         "mps": None,
         "procs": [],
         "replica_urls": p["replica_urls"],

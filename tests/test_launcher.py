@@ -240,6 +240,19 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
     assert workers[workers.index("--worker-urls") + 1 :][:3] == [f"http://127.0.0.1:{9100 + i}" for i in range(3)]
 
 
+def test_the_plan_says_what_the_replicas_compute_in(settings):
+    """The fleet record carries the replicas' precision from their flags (what the job form prices in); a
+    simulated fleet has none."""
+    from serving import fleet_plan
+
+    gpu = settings.replace(fleet_mode="gpu", gpus="0")
+    for args, precision in [((), "bf16"), (("--quantization fp8",), "fp8"), (("--quantization=fp8",), "fp8")]:
+        opts = launch_options.LaunchOptions(vllm_version="0.25.0", no_mps=True, no_router=True, vllm_args=args)
+        assert fleet_plan.plan(gpu, opts)["precision"] == precision, args
+    sim = launch_options.LaunchOptions(no_router=True)
+    assert fleet_plan.plan(settings.replace(fleet_mode="sim"), sim)["precision"] is None
+
+
 def test_a_child_dying_during_startup_stops_everything_and_clears_records(tmp_path, settings):
     # a "replica" that exits at once: the launcher must notice fast, clean up and fail
     opts = launch_options.LaunchOptions(no_router=True, startup_timeout=30, sim_args=("--no-such-flag-for-simfleet",))

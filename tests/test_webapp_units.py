@@ -280,7 +280,7 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
     (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
     point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
-    from serving import cost, cost_records
+    from serving import cost, cost_records, fleet_record
     from tests.support.work_table import table_with_gaps
     from webapp import jobs_start
     from webapp.context import AppContext
@@ -302,7 +302,7 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
     # a point whose clips failed on the GPU: no figure, and the lead reads why and what to choose instead
     failed = form._cost_html(100_000, 32, "9437184")
-    assert "No cost estimate for 32 frames at 9,437,184 pixels: it failed on the GPU" in failed
+    assert "No cost estimate for 32 frames at 9,437,184 pixels in bf16: it failed on the GPU" in failed
     assert "ran out of GPU memory" in failed and "fewer frames or pixels per clip" in failed
     assert "GPU-hours" not in none
     assert "Frames must be 1-128" in form._cost_html(100_000, 500, None)
@@ -321,6 +321,19 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     odd = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=64)
     html64 = JobsTab(AppContext(odd, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
     assert "this fleet runs 64 in flight per replica sent at once: its rate may differ" in html64
+    # priced in what the replicas compute in, as the launcher of this data dir recorded it; with no record that
+    # describes this fleet, the lead reads that bf16 was assumed
+    assert jobs_start.ASSUMED_PRECISION in html and "pixels, bf16 (" in html
+    at_fp8 = cost.estimate(8, 16, "fp8", cost_records.default_measurements())
+    assert at_fp8.clips_per_s and at_fp8.clips_per_s != at48.clips_per_s
+    s8 = settings.replace(fleet_urls=tuple(urls))
+    fleet_record.save_record(s8, {"precision": "fp8", "router_url": None, "replica_urls": urls, "procs": []})
+    fp8 = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "pixels, fp8 (" in fp8 and f"({at_fp8.clips_per_s:.1f} clips/s" in fp8
+    assert jobs_start.ASSUMED_PRECISION not in fp8
+    other = [f"http://10.9.8.{i}:8000" for i in range(8)]  # the record is of another fleet than the app watches
+    theirs = JobsTab(AppContext(s8.replace(fleet_urls=tuple(other)), fleet_urls=other, simulated=False)).form
+    assert jobs_start.ASSUMED_PRECISION in theirs._cost_html(1_000_000)
 
 
 def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():

@@ -20,7 +20,7 @@ from data.errors import DataError
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost, cost_records
+from serving import cost, cost_records, fleet_record
 from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.jobs_control import JobControl
@@ -127,10 +127,14 @@ class StartForm:
             return render_jobs.job_cost(str(e), estimate=False)
         replicas = self._replicas()
         st = self.ctx.settings
+        precision = fleet_record.fleet_precision(st, self.ctx.fleet_urls)
+        # said before the note, which is cut short: the lead must read what the figure assumed
+        assumed, priced = ("", precision) if precision else (ASSUMED_PRECISION, "bf16")
+        said = f"{assumed}; " if assumed else ""
         e = cost.estimate(
             replicas,
             p.frames,
-            "bf16",
+            priced,
             _measurements(),
             max_pixels=p.max_pixels,
             in_flight=st.per_replica_inflight,
@@ -138,11 +142,14 @@ class StartForm:
         )
         if not e.clips_per_s:
             return render_jobs.job_cost(
-                f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels: {e.note[:300]}.", estimate=False
+                f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels in {priced}: {e.note[:300]}."
+                + (f" ({assumed}.)" if assumed else ""),
+                estimate=False,
             )
         return render_jobs.job_cost(
-            f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels "
-            f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {e.basis}: {e.note[:400]})."
+            f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels, "
+            f"{priced} "
+            f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {said}{e.basis}: {e.note[:400]})."
         )
 
     def start(self, name, source, prompt_id, frames, max_tokens, max_pixels, fdict, seen, request: gr.Request):
@@ -194,6 +201,12 @@ class StartForm:
         return gr.update(
             choices=[(f"{p['name']} v{p['version']}", p["id"]) for p in rows], value=rows[0]["id"] if rows else None
         )
+
+
+ASSUMED_PRECISION = (
+    "bf16 assumed, as in the recipe: no fleet launched from this data dir records what these replicas compute in "
+    "(the replicas of a head are launched on the GPU nodes)"
+)
 
 
 @functools.lru_cache(maxsize=1)
