@@ -1,0 +1,189 @@
+"""Saves whose text is another clip's: the audit of a library for what the review form wrote onto the wrong clip.
+
+Until 2026-12-03 (webapp.form_echo), `n` then `a` typed back to back sent clip A's text with clip B's state: the
+approve saved A's caption onto B as the annotator's edit and approved B. Such a version is a person's save whose
+text is word for word a caption another clip had before it, and which the version it was made from did not have.
+A person may also have pasted a stock sentence on purpose, so the audit lists, it does not judge:
+
+    python -m data.copied_saves --data-dir var            # lists them, the decided ones first
+    python -m data.copied_saves --data-dir var --reset    # those still decided on that version: unreviewed again
+
+`--reset` sets each clip whose current version is such a save and which is approved or rejected back to
+unreviewed, with a `review.reset` event that names the other clip and the decision it undid. An export and a
+release then no longer take the copied caption as approved; a reviewer sees the clip in the queue again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import sqlite_utils
+
+from data import events
+from data.db import immediate, now
+
+FIXED_ON = "2026-12-03"  # the day webapp.form_echo stopped the review form saving onto the wrong clip
+MIN_CHARS = 40  # shorter texts ("No hazards.") are typed alike on many clips on purpose
+
+
+@dataclass(frozen=True)
+class CopiedSave:
+    caption_id: int
+    clip_id: int
+    version: int
+    author: str
+    created_at: float
+    same_as_clip: int  # the clip whose caption it repeats, the earliest one that had it
+    same_as_caption: int
+    labels_too: bool  # the labels are that version's too (what the wrong-clip save wrote)
+    current: bool  # still the clip's current version
+    review_status: str  # of the clip now
+
+
+def find(db: sqlite_utils.Database, *, min_chars: int = MIN_CHARS) -> list[CopiedSave]:
+    """Every person's save whose text (at least `min_chars` long) another clip had before it and the version it
+    was made from did not have, oldest first. One pass over the captions grouped by text."""
+    rows = db.execute(
+        """
+        WITH shared AS (
+            SELECT text FROM captions WHERE length(text) >= ?
+            GROUP BY text HAVING COUNT(DISTINCT clip_id) > 1 AND SUM(source = 'human') > 0
+        )
+        SELECT c.id, c.clip_id, c.version, c.source, c.author, c.created_at, c.text, c.labels,
+               d.text IS c.text AS kept, k.current_caption_id = c.id AS current, k.review_status
+        FROM captions c JOIN shared s ON s.text = c.text
+        LEFT JOIN captions d ON d.id = c.derived_from_id
+        JOIN clips k ON k.id = c.clip_id
+        ORDER BY c.text, c.created_at, c.id
+        """,
+        [min_chars],
+    ).fetchall()
+    found: list[CopiedSave] = []
+    first_on: dict[int, tuple] = {}  # clip id -> the earliest version of this text on it
+    text = None
+    for cid, clip_id, version, source, author, created_at, t, labels, kept, current, status in rows:
+        if t != text:
+            text, first_on = t, {}
+        earlier = [v for c, v in first_on.items() if c != clip_id and v[1] <= created_at]
+        if source == "human" and not kept and earlier:
+            other = min(earlier, key=lambda v: (v[1], v[0]))
+            found.append(
+                CopiedSave(
+                    cid,
+                    clip_id,
+                    version,
+                    author,
+                    created_at,
+                    other[2],
+                    other[0],
+                    other[3] == labels,
+                    bool(current),
+                    status or "unreviewed",
+                )
+            )
+        first_on.setdefault(clip_id, (cid, created_at, clip_id, labels))
+    return sorted(found, key=lambda f: (f.created_at, f.caption_id))
+
+
+def reset(db: sqlite_utils.Database, found: list[CopiedSave], *, actor: str) -> list[int]:
+    """Set each clip whose current version is one of `found` and which is approved or rejected back to
+    unreviewed, each with a `review.reset` event naming the other clip and the decision undone. Read again in
+    the transaction, so a clip saved or decided since `find` is left as it is. Returns the clips reset."""
+    done = []
+    with immediate(db):
+        for f in found:
+            clip = db.execute(
+                "SELECT review_status, reviewed_by, reviewed_at, current_caption_id FROM clips WHERE id = ?",
+                [f.clip_id],
+            ).fetchone()
+            if not clip or clip[3] != f.caption_id or clip[0] not in ("approved", "rejected"):
+                continue
+            db.execute(
+                "UPDATE clips SET review_status = 'unreviewed', reviewed_by = NULL, reviewed_at = NULL, "
+                "updated_at = ? WHERE id = ?",
+                [now(), f.clip_id],
+            )
+            events.record(
+                db,
+                actor,
+                "review.reset",
+                clip_id=f.clip_id,
+                caption_id=f.caption_id,
+                review_was=clip[0],
+                reviewed_by_was=clip[1],
+                reviewed_at_was=clip[2],
+                why=f"version {f.version}'s text is clip {f.same_as_clip}'s (caption {f.same_as_caption}), word for "
+                "word: saved onto the wrong clip, or pasted",
+            )
+            done.append(f.clip_id)
+    return done
+
+
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from data import settings as settings_mod
+    from data.db import connect
+
+    parser = argparse.ArgumentParser(
+        prog="python -m data.copied_saves",
+        description="List the people's saves whose text is another clip's caption word for word (until "
+        f"{FIXED_ON} the review form could save one clip's text onto the next clip); --reset puts the decided ones "
+        "back in the review queue.",
+    )
+    settings_mod.add_arguments(parser, ["data_dir", "db"])
+    parser.add_argument(
+        "--min-chars", type=int, default=MIN_CHARS, help=f"shortest text to compare (default {MIN_CHARS})"
+    )
+    parser.add_argument("--reset", action="store_true", help="set the clips still decided on such a save unreviewed")
+    parser.add_argument("--actor", default="audit", help="who the review.reset events name (default audit)")
+    parser.add_argument("--json", action="store_true", help="one JSON object per save instead of the table")
+    args = parser.parse_args(argv)
+    s = settings_mod.from_args(args)
+    if not s.db.exists():
+        print(f"error: no database at {s.db}", file=sys.stderr)
+        return 2
+    if args.min_chars < 1:
+        print("error: --min-chars must be at least 1", file=sys.stderr)
+        return 2
+    db = connect(s.db)
+    try:
+        found = find(db, min_chars=args.min_chars)
+        decided = [f for f in found if f.current and f.review_status in ("approved", "rejected")]
+        for f in sorted(found, key=lambda f: (f not in decided, f.created_at)):
+            if args.json:
+                print(json.dumps(asdict(f)))
+            else:
+                print(
+                    f"clip {f.clip_id} v{f.version} by {f.author} at {_utc(f.created_at)}: the text of clip "
+                    f"{f.same_as_clip}{', labels too' if f.labels_too else ''}; "
+                    f"{'current, ' + f.review_status if f.current else 'since replaced'}"
+                )
+        done = reset(db, found, actor=args.actor) if args.reset else []
+    finally:
+        db.close()
+    print(
+        f"{len(found)} save(s) repeat another clip's caption; {len(decided)} still decided on it"
+        + (f"; {len(done)} set back to unreviewed" if args.reset else "")
+        + (
+            ": `--reset` puts them back in the review queue"
+            if decided and not args.reset
+            else ". Look at each: a stock sentence typed on purpose is fine, a caption of another video is not."
+            if found
+            else ""
+        ),
+        file=sys.stderr,
+    )
+    return 0
+
+
+__all__ = ["CopiedSave", "find", "FIXED_ON", "main", "MIN_CHARS", "reset"]
+
+if __name__ == "__main__":
+    sys.exit(main())
