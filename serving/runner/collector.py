@@ -102,11 +102,13 @@ class Collector:
         """One look: collect the generation that is due if the writer lock is free (or `force`); returns the
         generation collected, None if none was (not due, or the lock taken)."""
         gen = due(gc.get_count(), gc.get_threshold(), time.monotonic() >= self._next_full)
-        if gen is None:
-            return None
+        return gen if gen is not None and self._collect(gen, force=force) else None
+
+    def _collect(self, gen: int, *, force: bool) -> bool:
+        """Collect `gen` if the writer lock is free (or `force`); whether it did."""
         with dbmod.between_writes(self.db_path) as free:
             if not free and not force:
-                return None
+                return False
             t = time.monotonic()
             gc.collect(gen)
             took = time.monotonic() - t
@@ -115,20 +117,19 @@ class Collector:
         self.stats["longest_ms"] = max(self.stats["longest_ms"], round(took * 1000, 1))
         if gen == 2:
             self._next_full = time.monotonic() + FULL_SPACING * took
-        return gen
+        return True
 
     async def _run(self) -> None:
-        waiting_since = None
+        waiting_since = None  # since when a due collection waits for the writer lock
         while True:
             await asyncio.sleep(self.tick_s)
             now = time.monotonic()
+            gen = due(gc.get_count(), gc.get_threshold(), now >= self._next_full)
             overdue = waiting_since is not None and now - waiting_since >= self.overdue_s
-            if self.collect_if_due(force=overdue) is not None:
+            if gen is None or self._collect(gen, force=overdue):
                 waiting_since = None
-            elif due(gc.get_count(), gc.get_threshold(), now >= self._next_full) is not None:
-                waiting_since = waiting_since or now  # due, but the lock was taken: count how long
             else:
-                waiting_since = None
+                waiting_since = waiting_since or now
 
 
 class Pauses:
