@@ -104,6 +104,18 @@ def test_a_first_launch_captions_its_demo_library_as_a_job_of_its_own(browser, s
         )
         page.wait_for_function("document.querySelector('#job-progress')?.dataset.state === 'done'")
         page.screenshot(path=str(SCREENSHOTS / "jobs-first-launch.png"), full_page=True)
+        # the throughput bars say what the headline says: a job of a few seconds starts and ends inside its 10 s
+        # buckets, and each bar is over the part of its bucket the job ran (over the whole bucket they drew 1.2
+        # and 1.8 clips/s under a headline of 10.2)
+        headline = float(re.search(r"([\d.]+) clips/s", page.inner_text("#job-progress")).group(1))
+        bars = page.evaluate(
+            """() => [...document.querySelectorAll('#job-plot-svg rect')].map(r => ({
+                n: +r.dataset.n, s: +r.dataset.seconds, rate: +r.dataset.rate}))"""
+        )
+        assert sum(b["n"] for b in bars) == ok, bars
+        assert all(b["rate"] == pytest.approx(b["n"] / max(b["s"], 1.0), rel=0.01, abs=1e-3) for b in bars), bars
+        overall = sum(b["n"] for b in bars) / sum(b["s"] for b in bars)
+        assert abs(overall - headline) <= 0.05 * headline + 0.01, (overall, headline, bars)
         assert not watch.errors
     finally:
         ctx.close()

@@ -309,6 +309,37 @@ def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     assert series[0]["clips_per_s"] == 0.1
 
 
+def test_a_bar_is_over_the_part_of_its_bucket_the_job_ran(db, monkeypatch):
+    """A job of 3 s across two 10 s buckets: each bar is its clips over the seconds the job ran in that bucket,
+    so the bars agree with the job's rate (over whole buckets they read 1.2 and 1.8 under a rate of 10.2). A
+    running job's latest bucket is over the seconds until now, not a drop at every refresh."""
+    ids = [add_clip(db, f"p{i}.mp4") for i in range(30)]
+    job = jobs.create(
+        db, name="j", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+    t0 = 1_000_008.0  # started 2 s before a bucket's end, finished 1 s into the next
+    db.execute(
+        "UPDATE jobs SET started_at = ?, finished_at = ?, state = 'done', run_seconds = 3 WHERE id = ?",
+        [t0, t0 + 3, job],
+    )
+    for i, cid in enumerate(ids):  # 12 in the first 2 s, 18 in the last 1 s
+        at = t0 + 0.1 + i * 0.15 if i < 12 else t0 + 2.0 + (i - 12) * 0.05
+        db.execute(
+            "UPDATE job_items SET state = 'done', finished_at = ? WHERE job_id = ? AND clip_id = ?", [at, job, cid]
+        )
+    db.conn.commit()
+    p = job_queries.progress(db, job)
+    bars = [(b["n"], round(b["seconds"], 6), round(b["clips_per_s"], 6), b["partial"]) for b in p["series"]]
+    assert bars == [(12, 2.0, 6.0, True), (18, 1.0, 18.0, True)]
+    assert sum(b["n"] for b in p["series"]) / sum(b["seconds"] for b in p["series"]) == pytest.approx(p["rate"])
+    # the same job still running, 4 s into its second bucket: the latest bar is over those 4 s
+    db.execute("UPDATE jobs SET finished_at = NULL, state = 'running', running_since = ? WHERE id = ?", [t0, job])
+    db.conn.commit()
+    monkeypatch.setattr(job_queries, "now", lambda: t0 + 6.0)
+    latest = job_queries.progress(db, job)["series"][-1]
+    assert (latest["n"], latest["seconds"], latest["clips_per_s"], latest["partial"]) == (18, 4.0, 4.5, True)
+
+
 def test_progress_series_counts_every_finished_item_once_in_its_bucket(db):
     """The series counts a range of the index per bucket: every finished item is in exactly one bucket, the one
     finished_at / bucket says, on the bucket bounds themselves, before the job's start and after its end too."""

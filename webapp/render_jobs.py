@@ -116,12 +116,20 @@ def throughput(series: list[dict], bucket_s: float | None = None) -> str:
         k += step
     for i, p in enumerate(series):
         h = (H - T - B) * p["clips_per_s"] / ymax
+        # a bucket the job ran only part of (it started or ended in it, or it is still filling) is over that part
+        over = f" over the {p['seconds']:.1f} s the job ran in it" if p.get("partial") else ""
+        cls = ' class="cw-partial"' if over else ""
         parts.append(
             f'<rect x="{L + 2 + i * bw:.1f}" y="{H - B - h:.1f}" width="{max(1.0, bw - 1):.1f}" '
-            f'height="{h:.1f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s</title></rect>'
+            f'height="{h:.1f}"{cls} data-n="{int(p["n"])}" data-seconds="{p.get("seconds", 0):.3f}" '
+            f'data-rate="{p["clips_per_s"]:.4f}"><title>{esc(when_s(p["t"]))}: {p["clips_per_s"]:.2f} clips/s{over}'
+            "</title></rect>"
         )
     for i in sorted({0, n // 2, n - 1}):
         x = L + 2 + (i + 0.5) * bw
         parts.append(f'<text x="{x:.1f}" y="{H - 6}" text-anchor="middle">{esc(when_s(series[i]["t"]))}</text>')
     parts.append(f'<text x="{L - 4}" y="12" text-anchor="end" class="cw-axis">clips/s</text></svg>')
-    return '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket)' + "".join(parts) + "</div>"
+    return (
+        '<div class="cw-plot-wrap"><b>Throughput</b> (clips/s per bucket; a lighter bar: over the part of its bucket '
+        "the job ran, as it started, ended or is still filling)" + "".join(parts) + "</div>"
+    )
