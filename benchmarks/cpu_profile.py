@@ -204,9 +204,10 @@ def main(argv=None) -> int:
     spy = pyspy_binary()
     samples, phase_run, pyspy_report = [], 0, None
     prev, t_prev = sample(), time.monotonic()
-    while not stop.wait(args.interval):
+    while True:
+        stopped = stop.wait(args.interval)  # a stop still takes one last sample: the report runs until the stop
         cur, t = sample(), time.monotonic()
-        dt = t - t_prev
+        dt = max(t - t_prev, 1e-6)
         roles = collections.Counter()
         role_threads = collections.defaultdict(collections.Counter)
         per_proc = []
@@ -233,9 +234,11 @@ def main(argv=None) -> int:
         if in_phase:
             phase.add(dt, roles, role_threads)
         phase_run = phase_run + 1 if in_phase else 0
-        if spy and pyspy_report is None and phase_run >= args.pyspy_after:
+        if spy and pyspy_report is None and phase_run >= args.pyspy_after and not stopped:
             pyspy_report = _pyspy(spy, per_proc, dt, args)
         prev, t_prev = cur, t
+        if stopped:
+            break
 
     # with no process of the phase role, the busy samples stand in for it
     tally, label = (phase, args.phase_role) if phase.seconds else (busy_tally, f"busy (> {args.busy_cores} cores)")
