@@ -189,6 +189,7 @@ def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
     whole job's), from each caption's tokens, frames and pixel budget and the clip's size (serving.flops)."""
     from data.jobs import queries as job_queries
     from serving import flops
+    from serving.cost_records import precision_of_args
 
     work = [
         flops.ClipWork(
@@ -197,8 +198,7 @@ def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
         for w in job_queries.work_per_clip(db, job_id)
         if w["width"] and w["height"]
     ]
-    args = os.environ.get("CW_GPU_VLLM_ARGS", "").replace("=", " ").split()
-    precision = "fp8" if "--quantization" in args and "fp8" in args else "bf16"
+    precision = precision_of_args(os.environ.get("CW_GPU_VLLM_ARGS", "").split())
     peak_file = Path(os.environ.get("CW_GPU_PEAK") or out / "peak.json")
     try:
         peak = json.loads(peak_file.read_text())
@@ -317,6 +317,13 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         ).stdout.strip()
         report["fleet_url"] = router
         assert router.endswith(":30000"), f"the launcher started no router: {router}"
+        # what the job form prices in (webapp.jobs_start): the precision the launcher recorded for its replicas
+        from serving.cost_records import precision_of_args
+
+        recorded = json.loads((data_dir / "run" / "fleet.json").read_text()).get("precision")
+        report["fleet_precision"] = recorded
+        want = None if REHEARSE else precision_of_args(os.environ.get("CW_GPU_VLLM_ARGS", "").split())
+        assert recorded == want, f"the launcher recorded precision {recorded!r} for replicas run in {want!r}"
 
         # 3. ingest, after vLLM took its GPU memory; thumbnails + filmstrips with the default decoder (PyAV)
         t = time.time()
