@@ -26,12 +26,20 @@ if "--child" not in sys.argv:  # a child imports the code under test, from PYTHO
 
 
 def child(versions: int, chars: int) -> None:
-    from data import captions, db as dbmod
     from data.settings import Settings
+
+    with tempfile.TemporaryDirectory(prefix="bench-history-") as tmp:
+        s = Settings.load({"data_dir": tmp + "/var", "fleet_mode": "sim"}, environ={})
+        out = measure(s, versions, chars)
+    print(json.dumps(out))
+
+
+def measure(s, versions: int, chars: int) -> dict:
+    """The open and the save of a clip with `versions` versions of `chars` characters, in the app of `s`."""
+    from data import captions, db as dbmod
     from tests.support.reliability_fixtures import GradioSession, dependencies
     from tests.support.webapp_fixtures import LABELS, AppServer, add_users, build_library
 
-    s = Settings.load({"data_dir": tempfile.mkdtemp() + "/var", "fleet_mode": "sim"}, environ={})
     build_library(s, n=3)
     add_users(s)
     db = dbmod.connect(s.db)
@@ -56,7 +64,7 @@ def child(versions: int, chars: int) -> None:
                 out[name] = {"bytes": len(json.dumps(answer).encode()), "s": round(time.perf_counter() - t, 3)}
         finally:
             tab.close()
-    print(json.dumps(out))
+    return out
 
 
 def main(argv=None) -> int:

@@ -93,8 +93,9 @@ def run(name: str, code: Path, kill_mib: int) -> dict:
     from tests.support.hostile_fleet import HostileFleet
 
     spec = dict(SCENARIOS[name])
-    with HostileFleet(spec.pop("mode"), **spec) as hf:
-        env = child_env(code, GRADIO_ANALYTICS_ENABLED="False", NO_PROXY="127.0.0.1")
+    # the child's data dirs go under a folder removed afterwards, even when the child is killed
+    with HostileFleet(spec.pop("mode"), **spec) as hf, tempfile.TemporaryDirectory(prefix="bench-hostile-") as tmp:
+        env = child_env(code, GRADIO_ANALYTICS_ENABLED="False", NO_PROXY="127.0.0.1", TMPDIR=tmp)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--child", name.split("/")[0], "--url", hf.url]
         p = subprocess.Popen(cmd, cwd=code, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         watch, top = psutil.Process(p.pid), 0.0
