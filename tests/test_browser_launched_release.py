@@ -305,3 +305,33 @@ def test_a_lead_releases_a_set_and_reads_each_splits_counts_as_the_data_layer_co
     finally:
         lead_ctx.close()
         ann_ctx.close()
+
+
+def test_a_release_of_clips_approved_on_another_clips_caption_says_so(browser, stack):
+    """A library reviewed before the form echo (2026-12-03) can hold a person's save of clip A's text onto clip B,
+    approved. The release's message counts such released clips and names the audit that lists them
+    (data.copied_saves), where the lead reads it."""
+    text = "Clip A: a cyclist merges from the right while the ego vehicle slows at dusk in light rain."
+    d = stack.db()
+    try:
+        a, b = build(d, [ClipSpec("copied", {FIELD: "Q"}), ClipSpec("copied", {FIELD: "Q"})], start=1000).ids
+        for cid in (a, b):  # a: its own edit; b: a's text saved onto it, as n then a typed fast did
+            base = clipsmod.get(d, cid)["caption"]["id"]
+            cap = captions.save_human(d, cid, text=text, labels=LABELS, author="ann", base_caption_id=base)
+            review_states.set_review(d, cid, status="approved", user="lead", base_caption_id=cap["id"])
+    finally:
+        d.close()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        lead, watch = login(ctx, stack.url, "lead")
+        lead.wait_for_selector(".cw-tile")
+        lead.get_by_text("Release a training set").click()
+        fill_kept(lead, "#release-name textarea", "launched-copied")
+        release(lead, None)
+        lead.wait_for_function("document.querySelector('#release-result')?.innerText.includes('launched-copied')")
+        said = lead.inner_text("#release-result")
+        assert "1 released clip carries a person's save of another clip's caption, word for word" in said, said
+        assert "python -m data.copied_saves" in said, said
+        assert not watch.errors
+    finally:
+        ctx.close()

@@ -115,3 +115,19 @@ def test_the_command_lists_says_what_to_do_and_resets(settings):
     assert [json.loads(ln)["clip_id"] for ln in r.stdout.splitlines()] == [ids[1], ids[2]]
     bad_arg = subprocess.run([*cmd, "--min-chars", "0"], capture_output=True, text=True, timeout=60)
     assert bad_arg.returncode == 2 and "--min-chars must be at least 1" in bad_arg.stderr
+
+
+def test_a_release_says_how_many_of_its_clips_carry_a_copied_save(db, tmp_path):
+    """The release's summary (the command's output, the app's message) counts the released clips approved on a
+    save of another clip's text, and names the audit; once it has put them back in the queue, none is released."""
+    from data.quality import release as rel
+    from data.quality.release_options import Options
+
+    ids, _, _ = library_as_the_bug_left_it(db)
+    r = rel.release(db, Options(name="copied"), tmp_path / "r1", actor="lead", role="lead")
+    assert r.copied == 1 and sum(r.counts.values()) == 3  # b (copied), c (rewritten), d (its own edit)
+    assert "1 released clip carries a person's save of another clip's caption" in rel.summary(r)
+    assert "python -m data.copied_saves" in rel.summary(r)
+    copied_saves.reset(db, copied_saves.find(db), actor="audit")
+    r2 = rel.release(db, Options(name="copied"), tmp_path / "r2", actor="lead", role="lead")
+    assert r2.copied == 0 and sum(r2.counts.values()) == 2 and "copied_saves" not in rel.summary(r2)

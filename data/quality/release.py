@@ -51,7 +51,7 @@ from typing import Callable, Iterator
 
 import sqlite_utils
 
-from data import clips, events, filter_args, users
+from data import clips, copied_saves, events, filter_args, users
 from data.db import immediate, now
 from data.errors import DataError, Forbidden
 from data.quality import card, release_changes, release_records, release_split, splits
@@ -65,7 +65,8 @@ from data.quality.reviewers import agreement
 @dataclass
 class Result:
     """A release written: its row id, name and version, folder, clips per split, what changed since the release
-    before (None for the first), clips left out for simulated text, and the card's text."""
+    before (None for the first), clips left out for simulated text, the card's text, and the released clips whose
+    caption repeats another clip's, word for word, as a person saved it."""
 
     id: int
     name: str
@@ -75,6 +76,7 @@ class Result:
     changes: dict | None
     simulated_left_out: int
     card: str
+    copied: int = 0  # released clips whose caption is a person's save of another clip's text (data.copied_saves)
 
 
 @contextlib.contextmanager
@@ -218,6 +220,7 @@ def release(
             groups = release_split.place_groups(db, o)
             where, args = release_split.where_of(o, simulated=True)
             left_out = db.execute(f"SELECT COUNT(*) {release_split.JOINS} WHERE {where}", args).fetchone()[0]
+            copied = _copied(db)
             manifest_sha256, by_field = release_records.write(db, o, staging, tally, chooser, progress)
             changes = release_changes.changes(db, previous)
         made_at = now()
@@ -254,7 +257,19 @@ def release(
             [made_at, json.dumps(counts), json.dumps(changes), manifest_sha256, rel_id],
         )
         events.record(db, actor, "release.written", name=o.name, version=version, path=str(out), clips=counts)
-    return Result(rel_id, o.name, version, out, counts, changes, left_out, text)
+    return Result(rel_id, o.name, version, out, counts, changes, left_out, text, copied)
+
+
+def _copied(db: sqlite_utils.Database) -> int:
+    """Released clips (temp.release_rows) whose caption version is a person's save of another clip's text: what
+    the review form could save onto the wrong clip until 2026-12-03, or a pasted sentence."""
+    ids = sorted({f.caption_id for f in copied_saves.find(db)})
+    return sum(
+        db.execute(
+            f"SELECT COUNT(*) FROM temp.release_rows WHERE caption_id IN ({', '.join('?' * len(part))})", part
+        ).fetchone()[0]
+        for part in (ids[i : i + 500] for i in range(0, len(ids), 500))
+    )
 
 
 def get(db: sqlite_utils.Database, release_id: int) -> dict | None:
@@ -277,6 +292,12 @@ def summary(r: Result) -> str:
         out += f" {' and '.join(empty)}: no clip (too few groups for these splits; see the card)."
     if r.simulated_left_out:
         out += f" {r.simulated_left_out:,} clips with simulated text left out (--include-simulated releases them)."
+    if r.copied:
+        out += (
+            f" {r.copied:,} released {'clip carries' if r.copied == 1 else 'clips carry'} a person's save of another "
+            "clip's caption, word for word: "
+            "`python -m data.copied_saves` lists them (a stock sentence is fine, another video's caption is not)."
+        )
     c = r.changes
     if c is None:
         out += f" The first release named {r.name}."
