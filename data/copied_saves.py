@@ -63,14 +63,15 @@ def find(db: sqlite_utils.Database, *, min_chars: int = MIN_CHARS) -> list[Copie
         [min_chars],
     ).fetchall()
     found: list[CopiedSave] = []
-    first_on: dict[int, tuple] = {}  # clip id -> the earliest version of this text on it
+    # the first two clips that had this text, in the order they got it (caption id, clip id, labels): the
+    # earliest other clip of any row is the first of them not its own (one pass, however many clips share it)
+    firsts: list[tuple] = []
     text = None
     for cid, clip_id, version, source, author, created_at, t, labels, kept, current, status in rows:
         if t != text:
-            text, first_on = t, {}
-        earlier = [v for c, v in first_on.items() if c != clip_id and v[1] <= created_at]
-        if source == "human" and not kept and earlier:
-            other = min(earlier, key=lambda v: (v[1], v[0]))
+            text, firsts = t, []
+        other = next((f for f in firsts if f[1] != clip_id), None)
+        if source == "human" and not kept and other is not None:
             found.append(
                 CopiedSave(
                     cid,
@@ -78,14 +79,15 @@ def find(db: sqlite_utils.Database, *, min_chars: int = MIN_CHARS) -> list[Copie
                     version,
                     author,
                     created_at,
-                    other[2],
+                    other[1],
                     other[0],
-                    other[3] == labels,
+                    other[2] == labels,
                     bool(current),
                     status or "unreviewed",
                 )
             )
-        first_on.setdefault(clip_id, (cid, created_at, clip_id, labels))
+        if len(firsts) < 2 and all(f[1] != clip_id for f in firsts):
+            firsts.append((cid, clip_id, labels))
     return sorted(found, key=lambda f: (f.created_at, f.caption_id))
 
 
