@@ -103,16 +103,18 @@ class StartForm:
             return gr.skip()
         return self.count_preview(source, frames, max_pixels, fdict, request)
 
-    def _replicas(self) -> int:
-        """Replicas behind the configured fleet (a router is asked for its workers), cached for a minute."""
-        hit = getattr(self, "_replica_cache", None)
+    def _fleet(self) -> tuple[int, str | None]:
+        """Replicas behind the configured fleet (a router is asked for its workers) and what they compute in as
+        the launcher of this data dir recorded it (None: no record describes them), cached for a minute."""
+        hit = getattr(self, "_fleet_cache", None)
         if hit and time.monotonic() - hit[1] < 60:
             return hit[0]
         urls = self.ctx.fleet_urls
         reader = self.ctx.fleet_reader
         n = (reader.router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
-        self._replica_cache = (n, time.monotonic())
-        return n
+        fleet = (n, fleet_record.fleet_precision(self.ctx.settings, urls))
+        self._fleet_cache = (fleet, time.monotonic())
+        return fleet
 
     def _cost_html(self, n: int, frames=None, max_pixels=None) -> str:
         """What the job will cost on this fleet at the frames and pixels chosen (the form's values; empty: the
@@ -125,9 +127,8 @@ class StartForm:
             p = JobParams.resolve(self.ctx.settings, frames=frames, max_pixels=max_pixels)
         except DataError as e:
             return render_jobs.job_cost(str(e), estimate=False)
-        replicas = self._replicas()
+        replicas, precision = self._fleet()
         st = self.ctx.settings
-        precision = fleet_record.fleet_precision(st, self.ctx.fleet_urls)
         # said before the note, which is cut short: the lead must read what the figure assumed
         assumed, priced = ("", precision) if precision else (ASSUMED_PRECISION, "bf16")
         said = f"{assumed}; " if assumed else ""
