@@ -11,7 +11,7 @@ from typing import Sequence
 
 from data.library import clip_root, deployment
 from data.settings import Settings, env_name
-from serving import fleet_key, procs
+from serving import fleet_key, gpu_models, procs
 from serving.cost_records import precision_of_args
 from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
 from serving.fleet_commands import (
@@ -73,10 +73,13 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
             mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
             env_common.update(mps_env(settings))
         replica_urls = []
+        models = gpu_models.query(gpus)  # what each replica runs on, for whoever prices work on it
+        replica_gpus = []
         for i, budget in zip(gpus, replica_budgets(settings, len(gpus))):
             port = settings.fleet_port + i
             url = f"http://{advertised_host(settings.replica_host)}:{port}"
             replica_urls.append(url)
+            replica_gpus.append({"url": url, "index": i, **models.get(i, {"name": None, "memory_mib": None})})
             steps.append(
                 {
                     "name": f"replica-{i}",
@@ -126,6 +129,8 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         "fleet": fleet,
         # what the replicas compute in, for whoever prices work on them (the job form, serving.fleet_record)
         "precision": precision_of_args(extra) if fleet == "gpu" else None,
+        # and the GPU each replica runs on (nvidia-smi's name and memory): a rate is priced on its own model
+        "gpus": replica_gpus if fleet == "gpu" else None,
         "mps": mps,
         "steps": steps,
         "replica_urls": replica_urls,
@@ -150,6 +155,7 @@ def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
     return {
         "fleet": "remote",
         "precision": None,  # each node's launcher knows its replicas' flags, the head does not
+        "gpus": None,  # nor their GPUs
         "mps": None,
         "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
         "replica_urls": workers,
