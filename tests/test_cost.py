@@ -236,7 +236,7 @@ def test_an_estimate_comes_from_runs_of_the_runner_settings_the_fleet_runs(tmp_p
     other = cost.estimate(1, 16, "bf16", ms, in_flight=64)
     assert other.clips_per_s == pytest.approx(4.06)
     assert (
-        "4.06 clips/s per GPU measured (the GPU test, steady over 392 clips, 2026-12-04); taken with 96 in flight per "
+        "4.06 clips/s per GPU measured on an unrecorded GPU (the GPU test, steady over 392 clips, 2026-12-04); taken with 96 in flight per "
         "replica sent at once, this fleet runs 64 in flight per replica sent at once: its rate may differ; one GPU"
     ) == other.note
     with pytest.raises(ValueError, match="in_flight must be"):
