@@ -20,7 +20,7 @@ from data.errors import DataError
 from data.job_params import MAX_FRAMES, MAX_MAX_TOKENS, MIN_FRAMES, MIN_MAX_TOKENS, RECIPE_MAX_PIXELS, JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost, cost_records, fleet_record
+from serving import cost, cost_records, fleet_record, gpu_models
 from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.jobs_control import JobControl
@@ -103,16 +103,22 @@ class StartForm:
             return gr.skip()
         return self.count_preview(source, frames, max_pixels, fdict, request)
 
-    def _fleet(self) -> tuple[int, str | None]:
-        """Replicas behind the configured fleet (a router is asked for its workers) and what they compute in as
-        the launcher of this data dir recorded it (None: no record describes them), cached for a minute."""
+    def _fleet(self) -> tuple[int, str | None, list[str] | None]:
+        """Replicas behind the configured fleet (a router is asked for its workers), what they compute in and
+        the GPU model of each as the launcher of this data dir recorded them (None: no record describes them),
+        cached for a minute."""
         hit = getattr(self, "_fleet_cache", None)
         if hit and time.monotonic() - hit[1] < 60:
             return hit[0]
         urls = self.ctx.fleet_urls
         reader = self.ctx.fleet_reader
         n = (reader.router_workers(urls[0], timeout=1.0) or 1) if len(urls) == 1 else max(1, len(urls))
-        fleet = (n, fleet_record.fleet_precision(self.ctx.settings, urls))
+        rec = fleet_record.load_record(self.ctx.settings)
+        fleet = (
+            n,
+            fleet_record.fleet_precision(self.ctx.settings, urls, rec),
+            fleet_record.fleet_gpus(self.ctx.settings, urls, rec),
+        )
         self._fleet_cache = (fleet, time.monotonic())
         return fleet
 
@@ -127,20 +133,19 @@ class StartForm:
             p = JobParams.resolve(self.ctx.settings, frames=frames, max_pixels=max_pixels)
         except DataError as e:
             return render_jobs.job_cost(str(e), estimate=False)
-        replicas, precision = self._fleet()
+        replicas, precision, models = self._fleet()
         st = self.ctx.settings
         # said before the note, which is cut short: the lead must read what the figure assumed
         assumed, priced = ("", precision) if precision else (ASSUMED_PRECISION, "bf16")
+        if models is None or len(models) != replicas:
+            assumed = "; ".join(a for a in (assumed, ASSUMED_GPU) if a)
         said = f"{assumed}; " if assumed else ""
-        e = cost.estimate(
-            replicas,
-            p.frames,
-            priced,
-            _measurements(),
-            max_pixels=p.max_pixels,
-            in_flight=st.per_replica_inflight,
-            window_fill_s=st.window_fill_seconds,
-        )
+        kw = dict(max_pixels=p.max_pixels, in_flight=st.per_replica_inflight, window_fill_s=st.window_fill_seconds)
+        if models and len(models) == replicas:  # each replica priced on its own GPU model's measurements
+            e = cost.estimate_fleet(models, p.frames, priced, _measurements(), **kw)
+        else:
+            e = cost.estimate(replicas, p.frames, priced, _measurements(), **kw)
+        on = gpu_models.describe(models) if models and len(models) == replicas else f"{replicas} GPU(s)"
         if not e.clips_per_s:
             return render_jobs.job_cost(
                 f"No cost estimate for {p.frames} frames at {p.max_pixels:,} pixels in {priced}: {e.note[:300]}."
@@ -148,7 +153,7 @@ class StartForm:
                 estimate=False,
             )
         return render_jobs.job_cost(
-            f"About {_duration(e.seconds_for(n))} on {replicas} GPU(s) at {p.frames} frames, {p.max_pixels:,} pixels, "
+            f"About {_duration(e.seconds_for(n))} on {on} at {p.frames} frames, {p.max_pixels:,} pixels, "
             f"{priced} "
             f"({e.clips_per_s:.1f} clips/s, {e.gpu_hours(n):.1f} GPU-hours; {said}{e.basis}: {e.note[:400]})."
         )
@@ -207,6 +212,12 @@ class StartForm:
 ASSUMED_PRECISION = (
     "bf16 assumed, as in the recipe: no fleet launched from this data dir records what these replicas compute in "
     "(the replicas of a head are launched on the GPU nodes)"
+)
+
+
+ASSUMED_GPU = (
+    "GPU model not known here (no fleet launched from this data dir records it): priced from the GPU the "
+    "measurement names"
 )
 
 
