@@ -84,7 +84,7 @@ case "$step" in
     sleep 5; cat /tmp/pregen.log ;;
   setup)
     bash .gpu/gpu_setup.sh
-    for w in .whl .whl2; do
+    for w in .whl .whl2 .whl3 .whl4; do
       if ls $w/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w/*.whl
       fi
