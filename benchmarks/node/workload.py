@@ -117,7 +117,14 @@ def stage_workload(ctx: Ctx) -> dict:
         finally:
             fleet.stop()
     now = {(r["frames"], r["max_pixels"]) for r in rows if "clips_per_s" in r}
-    kept = [r for r in earlier if "clips_per_s" in r and (r["frames"], r["max_pixels"]) not in now]
+    # an earlier call's points of the same precision only: an FP8 call must not write bf16 rows as its own
+    kept = [
+        r
+        for r in earlier
+        if "clips_per_s" in r
+        and (r["frames"], r["max_pixels"]) not in now
+        and r.get("precision", "bf16") == ctx.precision
+    ]
     if kept:
         rows[:0] = kept
         report["merged_from_earlier_call"] = [[r["frames"], r["max_pixels"]] for r in kept]
@@ -170,6 +177,7 @@ def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pi
         "efficiency": efficiency(
             ctx, work, steady or (done / wall if wall else None), 1, peak, cache_per_clip(cache0, cache1, done)
         ),
+        "precision": ctx.precision,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     say(
