@@ -164,3 +164,51 @@ def test_the_launcher_records_and_shows_each_replicas_gpu(tmp_path, monkeypatch)
         (1, "NVIDIA H100 80GB HBM3", 81559),
     ]
     assert [g["url"] for g in p["gpus"]] == p["replica_urls"]
+
+
+def _fake_smi(tmp_path: Path, name: str, memory: int) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\ncase \"$1\" in -L) echo 'GPU 0: x';; *) echo '0, {name}, {memory}';; esac\n")
+    smi.chmod(0o755)
+    return bin_dir
+
+
+@pytest.mark.parametrize(
+    ("name", "memory", "share", "refused"),
+    [
+        ("NVIDIA H100 80GB HBM3", 81559, "0.8", True),  # 15.9 GiB left: its API servers ran out (2026-12-07)
+        ("NVIDIA H100 80GB HBM3", 81559, "0.64", False),  # 28.7 GiB left
+        ("NVIDIA H200", 143771, "0.8", False),  # 28.1 GiB left: the GPU test at 96 passed there
+        ("NVIDIA H200", 143771, "0.9", True),  # 14 GiB left: it killed a replica (2026-12-03)
+    ],
+)
+def test_a_deep_window_is_refused_where_the_gpu_leaves_its_api_servers_too_little(
+    tmp_path, name, memory, share, refused
+):
+    bin_dir = _fake_smi(tmp_path, name, memory)
+    out = subprocess.run(
+        [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path / "var")]
+        + ["--fleet-mode", "gpu", "--no-mps", "--gpu-memory-utilization", share],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": f"{bin_dir}:/usr/bin:/bin", "CW_PER_REPLICA_INFLIGHT": "96"},
+    )
+    if refused:
+        assert out.returncode != 0 and "Nothing was started" in out.stderr, out.stderr
+        most = {"NVIDIA H100 80GB HBM3": "0.64", "NVIDIA H200": "0.8"}[name]  # what leaves the API servers 28 GiB
+        assert "GiB of GPU 0's" in out.stderr and f"--gpu-memory-utilization {most} or less" in out.stderr
+    else:
+        assert out.returncode == 0, out.stderr
+
+
+def test_a_deep_window_on_gpus_of_unknown_memory_keeps_the_share_rule(tmp_path):
+    from serving.fleet_plan import refuse_deep_window_at_high_memory
+
+    deep = Settings(data_dir=tmp_path, per_replica_inflight=96, gpu_memory_utilization=0.9)
+    with pytest.raises(SystemExit, match="at 0.9, 96 in flight"):
+        refuse_deep_window_at_high_memory(deep, {0: None})
+    refuse_deep_window_at_high_memory(deep.replace(gpu_memory_utilization=0.8), {})
+    refuse_deep_window_at_high_memory(deep.replace(per_replica_inflight=48), {0: 1024})  # the default window

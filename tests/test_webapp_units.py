@@ -334,6 +334,21 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     other = [f"http://10.9.8.{i}:8000" for i in range(8)]  # the record is of another fleet than the app watches
     theirs = JobsTab(AppContext(s8.replace(fleet_urls=tuple(other)), fleet_urls=other, simulated=False)).form
     assert jobs_start.ASSUMED_PRECISION in theirs._cost_html(1_000_000)
+    # priced on the GPU model the launcher recorded for each replica, never another model's rate (issue 48)
+    assert jobs_start.ASSUMED_GPU in html
+    ms = cost_records.default_measurements()
+    for model in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        gpus = [{"url": u, "index": i, "name": model, "memory_mib": 1} for i, u in enumerate(urls)]
+        fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+        on = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+        want = cost.estimate(8, 16, "bf16", ms, gpu=model)
+        assert f"on 8 x {model} at 16 frames" in on and f"({want.clips_per_s:.1f} clips/s" in on
+        assert f"measured on {model}" in on and jobs_start.ASSUMED_GPU not in on
+    gpus = [{"url": u, "index": i, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 1} for i, u in enumerate(urls)]
+    fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+    a100 = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "No cost estimate for 16 frames" in a100 and "on NVIDIA A100-SXM4-80GB" in a100
+    assert "measured on other GPUs only" in a100 and "GPU-hours" not in a100
 
 
 def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
