@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
+# Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and serving/gpu_bundle/README.md).
+# Made here first: the bundle (serving/gpu_bundle/build_bundle.sh .gpu) and the project's wheels
+# (python3 serving/gpu_bundle/fetch_wheels.py: .whl and .whl2), all three ignored by git and carried by name.
 # Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
 #   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage; `stage Ka`, then `stage Kb`: its two halves (a
 #             part of 55 MiB and the working tree together pass the 64 MiB a call carries once the tree is over
