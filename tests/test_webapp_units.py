@@ -297,16 +297,16 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     assert "at 16 frames, 9,437,184 pixels" in html and "efficiency measured at 2 GPUs" in html  # the defaults
     # the lead's choice of work per clip: a measured point gets its figure, one nobody measured says so, a
     # value the job would refuse says why
-    assert form._cost_html(1_000_000, "16", 9_437_184) == html
-    none = form._cost_html(100_000, 8, "4718592")
+    assert form._cost_html(1_000_000, {"frames": "16", "max_pixels": 9_437_184}) == html
+    none = form._cost_html(100_000, {"frames": 8, "max_pixels": "4718592"})
     assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
     # a point whose clips failed on the GPU: no figure, and the lead reads why and what to choose instead
-    failed = form._cost_html(100_000, 32, "9437184")
+    failed = form._cost_html(100_000, {"frames": 32, "max_pixels": "9437184"})
     assert "No cost estimate for 32 frames at 9,437,184 pixels in bf16: it failed on the GPU" in failed
     assert "ran out of GPU memory" in failed and "fewer frames or pixels per clip" in failed
     assert "GPU-hours" not in none
-    assert "Frames must be 1-128" in form._cost_html(100_000, 500, None)
-    assert "Pixels per clip must be" in form._cost_html(100_000, 16, "99999999")
+    assert "Frames must be 1-128" in form._cost_html(100_000, {"frames": 500, "max_pixels": None})
+    assert "Pixels per clip must be" in form._cost_html(100_000, {"frames": 16, "max_pixels": "99999999"})
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
     assert sim._cost_html(100_000) == ""
     # priced as this fleet's runner runs: the default 48 in flight gets a run at 48, never the GPU test at 96
