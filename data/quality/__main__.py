@@ -24,7 +24,7 @@ from data.quality.decision import decide
 from data.quality.estimates import check_margin, estimate, samples_for
 from data.quality.pairs import Scope
 from data.quality.reviewers import agreement
-from data.quality.tables import format_calibration, format_text
+from data.quality.tables import format_calibration, format_text, held_text
 
 # who is at the terminal: someone who can open the database file, as a lead (like the other command lines)
 CLI_ROLE = "lead"
@@ -54,10 +54,12 @@ def _draw_more(db, sample_id, how_many: str, user: str) -> str:
             raise DataError(f"Sample {d.sample['id']}: {why}.")
         how_many = str(d.draw)
     r = rounds.draw_more(db, sample_id, how_many, actor=user, role=CLI_ROLE)
-    shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items())
+    shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items()) or "nobody new"
+    held = held_text(r)
     return (
         f"Drew {r['round_drawn']:,} more clips into sample {r['id']} (round {r['round']}, seed {r['round_seed']}), "
-        f"assigned to {shares}: {r['drawn']:,} of its batch's {r['population']:,} clips drawn in all."
+        f"assigned to {shares}{'; ' + held if held else ''}: {r['drawn']:,} of its batch's {r['population']:,} "
+        "clips drawn in all."
     )
 
 

@@ -9,7 +9,8 @@
 - `more_reviews(...)`: how many more random reviews bring an interval's half-width under a margin; with a
   population, n = n0 / (1 + (n0 - 1) / N) of the n0 an infinite one needs (`finite_n`), never more than is left.
 - `spread(extra, sizes, room)`: how more reviews are shared among strata (in proportion to their sizes, never
-  past what a stratum has left): the plan and the draw of further clips both use it.
+  past what a stratum has left, each share growing with `extra`): the plan and the draw of further clips both use
+  it.
 - `kappa(table, categories, weights)`: Cohen's kappa of two raters from their contingency table, unweighted or
   with linear weights for an ordered label (what `sklearn.metrics.cohen_kappa_score` gives).
 An undefined figure (no data, a zero denominator) is None, never 0 or NaN: a view shows it as "no data".
@@ -158,21 +159,41 @@ def more_reviews(k: int, n: int, margin: float, z: float = Z95, population: int 
 
 
 def spread(extra: int, sizes: Sequence[int], room: Sequence[int]) -> list[int]:
-    """`extra` more reviews shared among strata of `sizes` (N_h) with `room` clips left each: in proportion to
-    N_h among the strata with room (the largest remainders first, ties to the earlier stratum), never past a
-    stratum's room; what a full stratum cannot take goes to the others. sum(room) at most."""
-    got = [0] * len(sizes)
-    left = min(extra, sum(room))
-    while left > 0:
-        open_ = [h for h in range(len(sizes)) if got[h] < room[h]]
-        total = sum(sizes[h] for h in open_)
-        take = {h: min(room[h] - got[h], left * sizes[h] // total) for h in open_}
-        if not any(take.values()):  # every share rounds down to 0 (fewer left than strata open): one each
-            for h in sorted(open_, key=lambda h: (-(left * sizes[h] % total), h))[:left]:
-                take[h] = 1
-        for h, t in take.items():
-            got[h] += t
-        left -= sum(take.values())
+    """`extra` more reviews shared among strata of `sizes` (N_h) with `room` clips left each, in proportion to N_h
+    among the strata with room, never past a stratum's room (what a full stratum cannot take goes to the others);
+    sum(room) at most.
+
+    The shares are Sainte-Lague's (Webster's divisor method): the j-th further review of stratum h ranks by
+    N_h / (j - 1/2), and `extra` takes the best ranked (ties to the earlier stratum). Unlike sharing by largest
+    remainders, one review more never takes one from a stratum (the "Alabama paradox"): each stratum's share
+    grows with `extra`, so the bounds after K more, at a given rate, narrow as K grows, and "the smallest K that
+    decides" can be searched for (data.quality.sequential). Exact integer arithmetic: O(H^2 log N)."""
+    h_n = len(sizes)
+    caps = [max(0, min(int(r), int(n))) for r, n in zip(room, sizes)]
+    extra = max(0, min(int(extra), sum(caps)))
+
+    def ranked_before(h: int, j: int) -> int:
+        """How many seats rank at or before stratum h's j-th: seat (g, i) ranks by (2i - 1) / N_g ascending
+        (N_g / (i - 1/2) descending), ties to the earlier stratum."""
+        count = 0
+        for g in range(h_n):
+            if not caps[g]:
+                continue
+            # seats of g with (2i - 1) N_h <= (2j - 1) N_g (strictly less for a later stratum)
+            top = (2 * j - 1) * sizes[g] + sizes[h] - (1 if g > h else 0)
+            count += min(caps[g], top // (2 * sizes[h]))
+        return count
+
+    got = []
+    for h in range(h_n):
+        lo, hi = 0, caps[h]  # the largest j whose seat is among the first `extra`
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if ranked_before(h, mid) <= extra:
+                lo = mid
+            else:
+                hi = mid - 1
+        got.append(lo)
     return got
 
 
