@@ -171,7 +171,7 @@ class DecisionPanel:
             f"The estimate at this look: {e.reviewed:,} of sample {int(s['id'])}'s clips reviewed, {how}, with the "
             f"finite-population correction; {e.rejected:,} rejected or broken (not counted); {e.pending:,} not "
             f"reviewed yet. Margin +/- {e.margin:.1%}: {tables.margin_text(e)} A 95 % interval holds for one look "
-            "at a size fixed in advance: decide from the bounds above."
+            f"at a size fixed in advance: decide from the {tables.BOUNDS_KIND} above. {tables.INTERVAL_KINDS_NOTE}"
         )
         draw = (
             gr.update(visible=True, value=f"Draw {d.draw:,} more into sample {int(s['id'])} (for its people)")
@@ -184,7 +184,7 @@ class DecisionPanel:
             self.decision_table: pd.DataFrame(quality.decision_rows(d), columns=DECISION_COLUMNS),
             self.draw_btn: draw,
             self.estimate_html: render_quality.estimate(text),
-            self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=ESTIMATE_COLUMNS),
+            self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=tables.estimate_columns(e)),
             self.estimate_plot: estimate_figure(e, d),
         }
 

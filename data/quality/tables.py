@@ -50,6 +50,28 @@ AGREEMENT_NOTE = (
 )
 
 
+# Every interval the quality figures show is named by its kind where it is shown (issue 45: 11 of 16 right in a
+# batch of 60 read 0.367-0.900 in the decision, 0.476-0.842 in the estimate and 0.444-0.858 on the release card,
+# none saying which kind it was). Three kinds, each for what it answers:
+BOUNDS_KIND = "bounds valid at every look (confidence sequence)"  # what a decision is made from (the target's conf.)
+APPROVED_KIND = "95 % Wilson interval, one look, no batch correction"  # the model on clips people chose to review
+
+
+def estimate_kind(method: str, population: int) -> str:
+    """A sample estimate's interval, named: one look at a sample of a finite batch (narrower than without the
+    correction, and narrower than the bounds valid at every look)."""
+    how = "Wilson" if method == "wilson" else "stratified normal"
+    return f"95 % {how} interval, one look, batch of {population:,} (finite-population correction)"
+
+
+INTERVAL_KINDS_NOTE = (
+    "For the same counts the three kinds of interval give different numbers, by design: a decision's bounds hold "
+    "at every look (a lead may look after each review and stop), so they are usually the widest; a random "
+    "sample's one-look interval over its finite batch is narrowed by the share of the batch already reviewed "
+    "(every clip reviewed: the exact value); the plain Wilson interval of approved clips has no such correction."
+)
+
+
 def _bounds(low: float, high: float, exact: bool) -> str:
     return f"exact {low:.3f}" if exact else f"{low:.3f} - {high:.3f}"
 
@@ -78,7 +100,12 @@ def estimate_rows(e: Estimate) -> list[list[Any]]:
     return rows
 
 
-ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval (one look)", "reviewed", "more reviews for the margin"]
+ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval, one look", "reviewed", "more reviews for the margin"]
+
+
+def estimate_columns(e: Estimate) -> list[str]:
+    """The estimate table's header, its interval named (estimate_kind)."""
+    return ["label", "estimate", estimate_kind(e.method, e.sample["population"]), *ESTIMATE_COLUMNS[3:]]
 
 
 def verdict_text(d: LabelDecision, pending: int = 0) -> str:
@@ -114,7 +141,7 @@ def decision_rows(d: Decision) -> list[list[Any]]:
     ]
 
 
-DECISION_COLUMNS = ["label", "target", "estimate", "bounds (valid at every look)", "reviewed", "decision"]
+DECISION_COLUMNS = ["label", "target", "estimate", BOUNDS_KIND, "reviewed", "decision"]
 
 
 def batch_name(s: dict) -> str:
@@ -253,7 +280,7 @@ def format_decision(d: Decision) -> str:
     return "\n".join(
         [
             "Decision: " + decision_text(d),
-            f"Bounds valid at every look ({confidence} confidence): look again after each round of reviews.",
+            f"The decision's {BOUNDS_KIND}, at {confidence} confidence: look again after each round of reviews.",
             _table(DECISION_COLUMNS, decision_rows(d)),
         ]
     )
@@ -302,7 +329,8 @@ def format_text(
             f"rejected or broken (not counted), {est.pending:,} pending. Margin +/- {est.margin:.1%}: "
             + margin_text(est)
         )
-        out.append(_table(ESTIMATE_COLUMNS, estimate_rows(est)))
+        out.append(_table(estimate_columns(est), estimate_rows(est)))
+        out.append(INTERVAL_KINDS_NOTE)
     return "\n".join(out)
 
 
