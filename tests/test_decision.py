@@ -487,7 +487,7 @@ def test_the_command_line_sets_targets_decides_and_draws_the_k_more(settings, ba
         assert out.returncode == 2 and words in out.stderr, out.stderr
 
 
-def test_a_sample_keeps_its_batch_and_its_people_and_every_decision_is_listed_most_urgent_first(batch):
+def test_a_sample_keeps_its_batch_and_its_people_and_every_decision_is_listed_most_urgent_first(settings, batch):
     """Issue 45: a second sample of the same job, drawn for another person, took over Quality (the older sample's
     certain "Fix" was off the first screen) and "Draw more" into the first took the second's clips from their
     reviewer. Now each sample decides about the batch it was drawn from, every decision is listed (fix, review,
@@ -513,6 +513,9 @@ def test_a_sample_keeps_its_batch_and_its_people_and_every_decision_is_listed_mo
     assert "(40 clips of job" in tables.decision_text(d1) and "(30 clips of job" in tables.decision_text(d2)
     listed = decision.decisions(db)
     assert [d.sample["id"] for d in listed] == [s1["id"], s2["id"]]  # the older "fix" first
+    out = run_cli("--data-dir", str(settings.data_dir)).stdout  # the terminal: the same list, the first in full
+    assert out.index(f"  sample {s1['id']}: Fix the batch") < out.index(f"  sample {s2['id']}: Review 30 more")
+    assert f"Decision: Fix the batch of sample {s1['id']}" in out
     # drawing more into sample 1 takes the clips of its batch it has not taken, and none from ann2
     before = {cid: assignments.assignee_of(db, cid) for cid in db.ids}
     moves = len(list(events.iter_all(db, "clip.assign")))
