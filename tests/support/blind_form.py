@@ -15,16 +15,17 @@ def to_page(page) -> None:
 
 
 def typed_for(name: str, value: str, how: str = "name") -> str:
-    """What a person types for `value` of label `name`: its whole name, its number, or its shortest prefix (the
-    start of its name no other option shares; the whole name when there is none)."""
+    """What a person types for `value` of label `name`: its whole name ("name"), its number ("number"), its
+    shortest prefix ("prefix": the start of its name no other option shares; the whole name when there is none),
+    or the fewer characters of those two ("fewest", the prefix on a tie: docs/keys-per-clip.txt's rule)."""
     options = list(taxonomy.ENUMS[name])
-    if how == "number":
-        return str(options.index(value) + 1)
-    if how == "prefix":
-        for k in range(1, len(value)):
-            if [o for o in options if o.startswith(value[:k])] == [value]:
-                return value[:k]
-    return value
+    number = str(options.index(value) + 1)
+    prefix = next(
+        (value[:k] for k in range(1, len(value)) if [o for o in options if o.startswith(value[:k])] == [value]), value
+    )
+    return {"name": value, "number": number, "prefix": prefix}.get(how) or (
+        prefix if len(prefix) <= len(number) else number
+    )
 
 
 def fill_labels(page, labels: dict, how: str = "name") -> int:
