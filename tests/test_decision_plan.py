@@ -130,14 +130,24 @@ def test_the_issue_s_case_reads_34_more_would_decide_and_a_round_of_16_first():
 @hsettings(max_examples=300, deadline=None)
 @given(
     st.lists(st.integers(0, 300), min_size=1, max_size=6).flatmap(
-        lambda sizes: st.tuples(st.just(sizes), st.tuples(*[st.integers(0, n) for n in sizes]))
+        lambda sizes: st.tuples(st.just(sizes), st.tuples(*[st.integers(0, min(n, 60)) for n in sizes]))
     )
 )
 def test_each_stratum_s_share_of_more_reviews_grows_with_their_number(sizes_room):
+    """The shares are the best-ranked further reviews, each stratum's j-th ranked by N_h / (j - 1/2) (ties to the
+    earlier stratum; Sainte-Lague), counted here by sorting every one of them; so they grow with their number."""
     sizes, room = sizes_room
+    seats = sorted(
+        ((Fraction(n, 2 * j - 1), -h) for h, (n, r) in enumerate(zip(sizes, room)) for j in range(1, r + 1)),
+        reverse=True,
+    )
     before = [0] * len(sizes)
     for extra in range(sum(room) + 2):
         got = stats.spread(extra, sizes, list(room))
+        best = [0] * len(sizes)
+        for _, h in seats[:extra]:
+            best[-h] += 1
+        assert got == best, (extra, got, best)
         assert sum(got) == min(extra, sum(room)) and all(0 <= g <= r for g, r in zip(got, room))
         assert all(g >= b for g, b in zip(got, before)), (extra, got, before)
         before = got

@@ -16,7 +16,7 @@ import pandas as pd
 from data import quality
 from data.errors import DataError
 from data.quality import rounds, tables, targets
-from data.quality.decision import decisions
+from data.quality.decision import decisions, sample_count
 from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 from webapp.quality_plots import estimate_figure
@@ -179,7 +179,7 @@ class DecisionPanel:
             else gr.update(visible=False)
         )
         return {
-            self.open_html: render_quality.open_decisions(listed, int(s["id"])),
+            self.open_html: render_quality.open_decisions(listed, int(s["id"]), sample_count(db)),
             self.decision_html: render_quality.decision(d),
             self.decision_table: pd.DataFrame(quality.decision_rows(d), columns=DECISION_COLUMNS),
             self.draw_btn: draw,

@@ -31,9 +31,10 @@ def decision(d: quality.Decision) -> str:
 VERDICT_WORD = {"fix": "Fix", "review": "Review more", "accept": "Accept", "no target": "No target"}
 
 
-def open_decisions(listed: list, shown: int | None) -> str:
+def open_decisions(listed: list, shown: int | None, total: int | None = None) -> str:
     """Every sample's decision on its own batch, a line each, the most urgent first (data.quality.decision.
-    decisions): what to do, the batch as it was at the draw, who reviews it. The one shown below is marked."""
+    decisions): what to do, the batch as it was at the draw, who reviews it. The one shown below is marked; `total`
+    samples drawn, when more than are listed (the newest), is said."""
     if not listed:
         return ""
     items = []
@@ -48,11 +49,12 @@ def open_decisions(listed: list, shown: int | None) -> str:
             f"{d.made:,} of {s['drawn']:,} drawn reviewed, for {esc(people or 'nobody')}"
             f"{' · shown below' if mark else ''}</li>"
         )
+    more = f" (the newest {len(listed):,} of {int(total):,} samples)" if total and total > len(listed) else ""
     return (
         f'<div class="cw-counts" id="quality-open" data-n="{len(listed)}"><b>{len(listed):,} batch '
-        f"decision{'s' if len(listed) != 1 else ''}, the most urgent first</b> (fix, then review more, then accept; "
-        "each sample's decision is about the batch it was drawn from, as it was then; pick one below to see its "
-        f"labels):<ol>{''.join(items)}</ol></div>"
+        f"decision{'s' if len(listed) != 1 else ''}{more}, the most urgent first</b> (fix, then review more, then "
+        "accept; each sample's decision is about the batch it was drawn from, as it was then; pick one below to see "
+        f"its labels):<ol>{''.join(items)}</ol></div>"
     )
 
 

@@ -212,6 +212,11 @@ def decisions(db: sqlite_utils.Database, limit: int = MAX_DECISIONS) -> list[Dec
     return sorted((decide(db, sid, targets) for sid in ids), key=lambda d: (d.urgency, -d.sample["id"]))
 
 
+def sample_count(db: sqlite_utils.Database) -> int:
+    """How many samples were drawn (`decisions` lists the newest MAX_DECISIONS of them)."""
+    return db.execute("SELECT COUNT(*) FROM samples").fetchone()[0]
+
+
 def combine(sample: dict, labels: dict[str, LabelDecision], pending: int, made: int) -> Decision:
     """The batch's decision from its labels' (pure): fix if any required label is fixed, accept if every one is
     accepted, else review the largest K, drawing the largest round less what waits."""

@@ -82,22 +82,21 @@ def count_bounds(
     # range to the whole numbers around it (a bound never rounds in the plan's favour)
     first, last = math.floor(k), math.ceil(size - wrong)
 
+    const = math.lgamma(size - n + 1) - math.lgamma(size + 1)
+
     def log_l(m: int) -> float:  # log of [m]_k [N - m]_{n-k} / [N]_n
         return (
-            math.lgamma(m + 1)
-            - math.lgamma(m - k + 1)
-            + math.lgamma(size - m + 1)
-            - math.lgamma(size - m - wrong + 1)
-            - math.lgamma(size + 1)
-            + math.lgamma(size - n + 1)
-        )
+            math.lgamma(m + 1) - math.lgamma(m - k + 1) + math.lgamma(size - m + 1) - math.lgamma(size - m - wrong + 1)
+        ) + const
 
     a, b = prior or PRIOR  # read at the call: benchmarks/bench_decision.py compares priors
     threshold = math.log(alpha) + _lbeta(a + k, b + wrong) - _lbeta(a, b)
-    lo, hi = first, last  # the peak: the first m whose step up is not positive (log_l is concave)
+    # the peak: the first m whose step up is not positive (log_l is concave). The step log_l(m + 1) - log_l(m) is
+    # log((m + 1) (N - m - wrong) / ((m - k + 1) (N - m))): its sign from the products, without a logarithm
+    lo, hi = first, last
     while lo < hi:
         mid = (lo + hi) // 2
-        if log_l(mid + 1) - log_l(mid) > 0:
+        if (mid + 1) * (size - mid - wrong) > (mid - k + 1) * (size - mid):
             lo = mid + 1
         else:
             hi = mid

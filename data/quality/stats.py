@@ -167,34 +167,49 @@ def spread(extra: int, sizes: Sequence[int], room: Sequence[int]) -> list[int]:
     N_h / (j - 1/2), and `extra` takes the best ranked (ties to the earlier stratum). Unlike sharing by largest
     remainders, one review more never takes one from a stratum (the "Alabama paradox"): each stratum's share
     grows with `extra`, so the bounds after K more, at a given rate, narrow as K grows, and "the smallest K that
-    decides" can be searched for (data.quality.sequential). Exact integer arithmetic: O(H^2 log N)."""
+    decides" can be searched for (data.quality.sequential). Exact integer comparisons: from the proportional shares
+    (capped, the rest shared again), a few seats are moved until every seat taken ranks before every seat not."""
     h_n = len(sizes)
     caps = [max(0, min(int(r), int(n))) for r, n in zip(room, sizes)]
     extra = max(0, min(int(extra), sum(caps)))
+    got = [0] * h_n
+    open_ = [h for h in range(h_n) if caps[h]]
+    left = extra
+    while left > 0 and open_:  # proportional shares, rounded; a capped stratum's surplus shared among the rest
+        total = sum(sizes[h] for h in open_)
+        for h in open_:
+            got[h] = min(caps[h], got[h] + (2 * left * sizes[h] + total) // (2 * total))
+        taken = sum(got)
+        if taken >= extra or all(got[h] < caps[h] for h in open_):
+            break
+        left = extra - taken
+        open_ = [h for h in open_ if got[h] < caps[h]]
 
-    def ranked_before(h: int, j: int) -> int:
-        """How many seats rank at or before stratum h's j-th: seat (g, i) ranks by (2i - 1) / N_g ascending
-        (N_g / (i - 1/2) descending), ties to the earlier stratum."""
-        count = 0
-        for g in range(h_n):
-            if not caps[g]:
-                continue
-            # seats of g with (2i - 1) N_h <= (2j - 1) N_g (strictly less for a later stratum)
-            top = (2 * j - 1) * sizes[g] + sizes[h] - (1 if g > h else 0)
-            count += min(caps[g], top // (2 * sizes[h]))
-        return count
+    def before(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        """Does seat a = (stratum, j) rank before seat b: N_h / (2j - 1) larger, or equal and h earlier?"""
+        (h, j), (g, i) = a, b
+        x, y = sizes[h] * (2 * i - 1), sizes[g] * (2 * j - 1)
+        return x > y or (x == y and h < g)
 
-    got = []
-    for h in range(h_n):
-        lo, hi = 0, caps[h]  # the largest j whose seat is among the first `extra`
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if ranked_before(h, mid) <= extra:
-                lo = mid
-            else:
-                hi = mid - 1
-        got.append(lo)
-    return got
+    while True:
+        nexts = [(h, got[h] + 1) for h in range(h_n) if got[h] < caps[h]]
+        lasts = [(h, got[h]) for h in range(h_n) if got[h] > 0]
+        best = nexts[0] if nexts else None
+        for a in nexts[1:]:
+            best = a if before(a, best) else best
+        worst = lasts[0] if lasts else None
+        for a in lasts[1:]:
+            worst = a if before(worst, a) else worst
+        taken = sum(got)
+        if taken < extra:
+            got[best[0]] += 1
+        elif taken > extra:
+            got[worst[0]] -= 1
+        elif best is not None and worst is not None and before(best, worst):
+            got[best[0]] += 1
+            got[worst[0]] -= 1
+        else:
+            return got
 
 
 def more_reviews_stratified(strata: Sequence[Stratum], margin: float, z: float = Z95) -> int | None:
