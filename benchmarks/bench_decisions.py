@@ -102,7 +102,8 @@ def main(argv=None) -> None:
         for d in listed:
             verdicts[d.verdict] = verdicts.get(d.verdict, 0) + 1
         print(f"{'every decision, ' + case:34} {p50:8.0f} {top:8.0f} {cpu:8.0f}  {verdicts}")
-        p50, top, cpu, d = timed(lambda: decision.decide(db, listed[0].sample["id"]), a.repeat)
+        first = listed[0].sample["id"]
+        p50, top, cpu, d = timed(lambda first=first: decision.decide(db, first), a.repeat)
         print(f"{'one decision, ' + case:34} {p50:8.0f} {top:8.0f} {cpu:8.0f}  {d.verdict} {d.more:,} more")
     db.close()
 
