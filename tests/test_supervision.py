@@ -8,6 +8,7 @@ python -m serving.runner ...`, the supervisor's output (and the runner's) in DAT
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -267,3 +268,81 @@ def test_a_runner_waiting_out_a_foreign_write_lock_is_not_killed(settings, tmp_p
         assert supervisor_beat(settings.db)["info"].get("restarts", 0) == 0
     finally:
         stop_supervisor(sup)
+
+
+def _write_now(db_path, within: float) -> float | None:
+    """Seconds a write by another connection took to get the write lock (None: not within `within` seconds)."""
+    t = time.monotonic()
+    other = sqlite3.connect(str(db_path), timeout=within)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.rollback()
+        return time.monotonic() - t
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        other.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_runner_frozen_inside_its_write_transaction_is_restarted_and_writes_resume_at_once(settings, tmp_path):
+    """Issue 46, point 2. The runner captions a job; it is SIGSTOPped the moment the kernel's lock table names it as
+    the holder of the database's write lock (tests/support/freeze.py), so every other writer waits for it. The
+    supervisor reads the runner's heartbeat (a read needs no lock) and sees that the lock holder is its own child:
+    it kills it once the heartbeat is stale; the kill frees the lock. Before: the supervisor judged the silence only
+    while its own heartbeat write succeeded, which the frozen child's lock forbade: never restarted, every write
+    "database is busy" until someone sent SIGCONT."""
+    from tests.support.freeze import freeze_inside_a_write
+
+    ids, job_id = _library(settings, 120)
+    fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=1.0)
+    runner = fleet_commands.runner_command(settings, fleet.urls)
+    with open(tmp_path / "runner.log", "a") as log:
+        sup = start_supervisor(settings, runner, log, "--first-backoff", "1")
+    try:
+        first = live_runner(settings.db)["pid"]
+        deadline = time.monotonic() + 120
+        while _progress(settings.db, job_id)["done"] < 5:
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        tries = freeze_inside_a_write(first, settings.db)
+        frozen = time.monotonic()
+        blocked = _write_now(settings.db, within=1.0)  # the frozen child holds the lock: another writer waits
+        while procs.pid_alive(first) and time.monotonic() - frozen < 60:
+            time.sleep(0.05)
+        killed_after = time.monotonic() - frozen
+        alive = procs.pid_alive(first)
+        wrote_in = _write_now(settings.db, within=5.0)  # the lock died with it
+        second = live_runner(settings.db, not_pid=first, why="after the frozen one")["pid"] if not alive else None
+        back_after = time.monotonic() - frozen
+        info = supervisor_beat(settings.db)["info"]
+        print(
+            f"caught inside a write after {tries} stop(s); killed {killed_after:.1f} s after SIGSTOP (stated: "
+            f"{heartbeats.STALE_S:.0f} s stale + {supervisor.CHECK_S:.0f} s check); a write then got the lock in "
+            f"{wrote_in}s; a new runner beating after {back_after:.1f} s; {info}"
+        )
+        assert blocked is None, "the frozen runner did not hold the write lock"
+        assert not alive, f"the runner frozen inside its transaction was not restarted within {killed_after:.0f} s"
+        assert killed_after < 30  # the acceptance: stale time + check + backoff, under 30 s
+        assert wrote_in is not None, "writes did not resume after the kill"
+        assert second != first
+        assert info["last_exit"] == -signal.SIGKILL and "frozen inside its write transaction" in info["last_cause"]
+        deadline = time.monotonic() + 300
+        while (prog := _progress(settings.db, job_id))["state"] != "done":
+            assert time.monotonic() < deadline, f"the job did not finish: {prog}"
+            time.sleep(0.5)
+        d = dbmod.connect(settings.db)
+        try:
+            per_clip = d.execute(
+                "SELECT COUNT(*), MAX(n) FROM (SELECT COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY clip_id)",
+                [job_id],
+            ).fetchone()
+        finally:
+            d.close()
+        assert tuple(per_clip) == (len(ids), 1), per_clip  # every clip captioned, each once
+    finally:
+        for pid in (b["pid"] for b in beats(settings.db) if b["kind"] == "runner"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        stop_supervisor(sup)
+        fleet.stop()
