@@ -20,7 +20,8 @@ heartbeat is stale, and the kill releases the lock, so every other writer goes o
 within `stale_after + CHECK_S + the backoff` (10 + 1 + 1 s with the defaults), wherever it froze.
 
 Restarts back off (1, 2, 4 ... 30 s) while the child keeps dying young, and reset once it has lived
-`--healthy-after` seconds. Each restart is logged and recorded in the supervisor's heartbeat (kind
+`--healthy-after` seconds, or when it was killed for hanging (its silence already spaced the restarts, and a runner
+frozen after a few crashes must not wait out the crashes' backoff). Each restart is logged and recorded in the supervisor's heartbeat (kind
 "supervisor", name "<name>-supervisor", info: restarts, last exit code, why), next to the runner's own
 heartbeats, which the app shows as runner liveness.
 
@@ -217,7 +218,8 @@ class Supervisor:
             if self.stopping:
                 return 0
             lived = time.monotonic() - started
-            if lived >= self.healthy_after:
+            if lived >= self.healthy_after or why is not None:
+                # a hung child is no crash loop: the silence it took to see it already spaced the restarts
                 delay = self.first_backoff
             self.restarts += 1
             self.last_exit, self.last_cause = code, why or f"exited with {code}"

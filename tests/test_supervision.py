@@ -346,3 +346,43 @@ def test_a_runner_frozen_inside_its_write_transaction_is_restarted_and_writes_re
                 os.kill(pid, signal.SIGCONT)
         stop_supervisor(sup)
         fleet.stop()
+
+
+CRASHES_THEN_HANGS = """
+import sys, time
+from pathlib import Path
+from data import db as dbmod, heartbeats
+count = Path(sys.argv[1])
+n = int(count.read_text() or 0) + 1 if count.exists() else 1
+count.write_text(str(n))
+if n <= 3:
+    sys.exit(1)  # dies young: the backoff doubles
+d = dbmod.connect(sys.argv[2])
+heartbeats.heartbeat(d, "hangs", "runner")
+time.sleep(600)  # then never beats again
+"""
+
+
+def test_a_child_killed_for_hanging_is_restarted_after_the_first_backoff_not_the_crashes_doubled_one(
+    settings, tmp_path
+):
+    """Three crashes in a row double the backoff to 8 s; the next child hangs. Before, its restart waited the 8 s
+    too (in the fault run, a runner frozen after three kills was back 44 s after SIGSTOP); a hang is no crash loop
+    (its silence spaced the restarts), so the wait starts again at the first backoff."""
+    dbmod.connect(settings.db).close()
+    child = [sys.executable, "-c", CRASHES_THEN_HANGS, str(tmp_path / "count"), str(settings.db)]
+    log_path = tmp_path / "supervisor.log"
+    with open(log_path, "a") as log:
+        sup = start_supervisor(settings, child, log, "--first-backoff", "1", "--stale-after", "3")
+    try:
+        deadline = time.monotonic() + 120
+        while "hangs:" not in log_path.read_text() or "restart #4" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            assert sup.poll() is None
+            time.sleep(0.2)
+    finally:
+        stop_supervisor(sup)
+    lines = log_path.read_text().splitlines()
+    print("\n".join(lines))
+    assert any("restart #3 in 4 s" in line for line in lines)  # the crashes doubled it: 1, 2, 4
+    assert any("heartbeat" in line and "restart #4 in 1 s" in line for line in lines)
