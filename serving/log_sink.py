@@ -13,7 +13,8 @@ vllm-router) has no logging of ours to configure: the pipe bounds them all alike
 - **Lines**: a line longer than LINE_BYTES is cut there and ends with its length ("… [4,194,321 bytes]").
 - **Size**: the file is opened to append (O_APPEND: a truncation by hand frees the space, and writing goes on at the
   new end, never at an old offset); once it holds half of `log_cap` it becomes NAME.log.1 (replacing the older
-  copy) and a new NAME.log is started, so a log takes at most `log_cap` bytes on disk, plus a line.
+  copy) and a new NAME.log is started, so a log takes at most `log_cap` bytes on disk, plus a line. A log deleted by
+  hand is let go within a second (its space freed) and started again under its name.
 - **Free space**: while the log's filesystem has less than `log_free_floor` free, nothing is written (a line says
   so when it starts, if it fits): the database on the same disk keeps that room for saves. Lines not written are
   counted, as are writes the disk refuses, and the next line written says how many and why.
@@ -82,10 +83,24 @@ class BoundedLog:
             pass
         self._open()
 
+    def _reopen_if_deleted(self) -> None:
+        """A log deleted by hand: let go of it (its space is freed) and go on in a new file of the same name."""
+        if self._fd is None:
+            return
+        try:
+            gone = os.fstat(self._fd).st_nlink == 0
+        except OSError:
+            gone = True
+        if gone:
+            os.close(self._fd)
+            self._fd = None
+            self._open()
+
     def _low_on_space(self) -> bool:
         now = self.clock()
         if now - self._space_at >= SPACE_EVERY_S:
             self._space_at = now
+            self._reopen_if_deleted()
             try:
                 st = os.statvfs(self.path.parent)
                 free = st.f_bavail * st.f_frsize

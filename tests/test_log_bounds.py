@@ -180,6 +180,33 @@ def test_a_log_truncated_by_hand_frees_its_space_and_goes_on_at_its_new_end(tmp_
     assert st_.st_blocks * 512 <= 8192
 
 
+def test_a_log_deleted_by_hand_is_let_go_and_started_again(tmp_path):
+    """Before, a deleted app.log stayed open in the app: its space came back only at a restart."""
+    log = tmp_path / "app.log"
+    sink = _sink(log, "--log-free-floor", "0")
+    try:
+        sink.stdin.write(b"x" * 100 + b"\n")
+        sink.stdin.flush()
+        deadline = time.monotonic() + 30
+        while _flags(sink.pid, log) is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        log.unlink()
+        time.sleep(log_sink.SPACE_EVERY_S + 0.2)
+        sink.stdin.write(b"after the deletion\n")
+        sink.stdin.flush()
+        deadline = time.monotonic() + 10
+        while not log.exists():
+            assert time.monotonic() < deadline, "no new log after the deletion"
+            time.sleep(0.05)
+        held = [os.readlink(f"/proc/{sink.pid}/fd/{fd}") for fd in os.listdir(f"/proc/{sink.pid}/fd")]
+    finally:
+        sink.stdin.close()
+        sink.wait(30)
+    assert f"{log} (deleted)" not in held and str(log) in held, held  # the deleted file let go: its space is free
+    assert log.read_bytes() == b"after the deletion\n"
+
+
 def test_below_the_floor_the_sink_writes_nothing_and_says_how_much_when_space_is_back(small_filesystem):
     fs = small_filesystem(size_mb=32)
     log = fs.path / "logs" / "runner.log"
