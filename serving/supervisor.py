@@ -21,9 +21,9 @@ within `stale_after + CHECK_S + the backoff` (10 + 1 + 1 s with the defaults), w
 
 Restarts back off (1, 2, 4 ... 30 s) while the child keeps dying young, and reset once it has lived
 `--healthy-after` seconds, or when it was killed for hanging (its silence already spaced the restarts, and a runner
-frozen after a few crashes must not wait out the crashes' backoff). Each restart is logged and recorded in the supervisor's heartbeat (kind
-"supervisor", name "<name>-supervisor", info: restarts, last exit code, why), next to the runner's own
-heartbeats, which the app shows as runner liveness.
+frozen after a few crashes must not wait out the crashes' backoff). Each restart is logged and recorded in the
+supervisor's heartbeat (kind "supervisor", name "<name>-supervisor", info: restarts, last exit code, why), next to
+the runner's own heartbeats, which the app shows as runner liveness.
 
 Nothing the supervisor writes can stop it supervising: its output is best-effort (serving.console: the log sits
 on the data dir's filesystem, which may be full), and a heartbeat it cannot write is skipped.
