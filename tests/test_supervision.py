@@ -386,3 +386,39 @@ def test_a_child_killed_for_hanging_is_restarted_after_the_first_backoff_not_the
     print("\n".join(lines))
     assert any("restart #3 in 4 s" in line for line in lines)  # the crashes doubled it: 1, 2, 4
     assert any("heartbeat" in line and "restart #4 in 1 s" in line for line in lines)
+
+
+def test_the_write_lock_holder_is_read_from_the_kernels_lock_table(settings, tmp_path):
+    """What the supervisor reads to tell a child frozen in its own transaction from one waiting on another program."""
+    d = dbmod.connect(settings.db)
+    try:
+        assert dbmod.write_lock_holder(settings.db) is None
+        with dbmod.immediate(d):
+            assert dbmod.write_lock_holder(settings.db) == os.getpid()
+        assert dbmod.write_lock_holder(settings.db) is None
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('BEGIN IMMEDIATE'); "
+                "print('held', flush=True); time.sleep(60)",
+                str(settings.db),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert holder.stdout.readline().strip() == b"held"
+            assert dbmod.write_lock_holder(settings.db) == holder.pid
+            sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            try:
+                assert not supervisor._of_child(holder.pid, sibling.pid)  # another program's: it excuses a silence
+            finally:
+                sibling.kill()
+                sibling.wait()
+            assert supervisor._of_child(holder.pid, os.getpid())  # a descendant of this process: it excuses nothing
+        finally:
+            holder.kill()
+            holder.wait()
+        assert dbmod.write_lock_holder(settings.db) is None  # the lock died with its holder
+    finally:
+        d.close()
