@@ -18,7 +18,7 @@ from data.db import secure_dir
 from data.errors import DataError
 from data.library import deployment
 from data.settings import Settings
-from serving import fleet_key, procs
+from serving import fleet_key, log_sink, procs
 from serving.fleet_addresses import resolve_ports, verify_owners
 from serving.fleet_commands import cpu_list, launch_mode
 from serving.fleet_plan import plan
@@ -35,14 +35,15 @@ def shell_line(
     secret_env: dict[str, str] | None = None,
     cpus: Sequence[int] | None = None,
 ) -> str:
-    """One line a shell can run: `ENV=... [setsid] [taskset -c CPUS] cmd ... [> log 2>&1 &]`. A secret is never
-    printed: it is read from its file when the line runs (`KEY="$(cat FILE)"`). The launcher pins with
-    os.sched_setaffinity; taskset is the shell's way to the same."""
+    """One line bash can run: `ENV=... [setsid] [taskset -c CPUS] cmd ... [> >(log sink) 2>&1 &]`. A secret is
+    never printed: it is read from its file when the line runs (`KEY="$(cat FILE)"`). The launcher pins with
+    os.sched_setaffinity; taskset is the shell's way to the same. The output goes to the log through
+    serving.log_sink, as serving.procs.start sends it (rotated, lines cut, a free-space floor)."""
     secrets = [f'{k}="$(cat {shlex.quote(v)})"' for k, v in (secret_env or {}).items()]
     envs = " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + secrets)
     pin = f"taskset -c {cpu_list(cpus)} " if cpus else ""
     line = (envs + " " if envs else "") + ("setsid " if log else "") + pin + shlex.join(cmd)
-    return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
+    return line + (f" > >(python -m serving.log_sink --log {shlex.quote(log)}) 2>&1 &" if log else "")
 
 
 def up(settings: Settings, opts: LaunchOptions) -> int:
@@ -111,6 +112,8 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
         if p["mps"]:
             for d in p["mps"]["env"].values():
                 Path(d).mkdir(parents=True, exist_ok=True)
+            # the MPS daemon writes its own logs (a line per client): bounded at each start, not through a sink
+            log_sink.rotate_full(p["mps"]["env"]["CUDA_MPS_LOG_DIRECTORY"], settings.log_cap)
             r = subprocess.run(
                 p["mps"]["cmd"], env={**os.environ, **p["mps"]["env"]}, capture_output=True, text=True, timeout=30
             )

@@ -153,7 +153,7 @@ def run_runner(settings, urls, tmp_path, *extra: str, deadline: float = 180.0) -
     cmd = fleet_commands.runner_command(settings, urls, ["--until-idle", "--log-level", "WARNING", *extra])
     child = procs.start("runner", cmd, log=tmp_path / "runner.log", cwd=REPO)
     try:
-        code = child.popen.wait(timeout=deadline)
+        code = child.wait(timeout=deadline)
     except Exception:
         procs.kill_group(child.pgid, child.popen)
         raise AssertionError("the runner did not finish: " + procs.tail(tmp_path / "runner.log")) from None
