@@ -436,7 +436,18 @@ def serve(stdin=None, stdout=None) -> int:
         stdout.flush()
 
 
+def _ignore_stop_signals() -> None:
+    """A stop (launch.sh's SIGTERM to the runner's process group, a terminal's Ctrl-C) is the runner's to handle:
+    it drains its requests, then closes the checkers' input. A checker ended by the signal mid-read would fail
+    that clip for good as `unreadable`."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main() -> int:
+    _ignore_stop_signals()
     _die_with_parent()
     _limit_memory()
     return serve()

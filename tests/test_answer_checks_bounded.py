@@ -421,3 +421,25 @@ def test_each_runnable_job_first_takes_its_share_of_the_runners_slots(settings, 
     # a job with fewer items than its share leaves the rest to the others
     third = {job["id"]: len(items) for job, items in store.claim(db, 8, 8, inflight + [(made[1], 1)] * 4)}
     assert third == {made[0]: 6, made[1]: 2}, third
+
+
+def test_a_stop_signal_to_the_runners_group_does_not_fail_the_answer_being_checked():
+    """launch.sh stops the runner with SIGTERM to its process group, the checkers included: a checker that died of
+    it failed the answer it was reading as `unreadable`, for good. The runner drains, then ends its checkers."""
+    import os
+    import signal
+
+    async def check():
+        checker = AnswerChecker(30.0, workers=1)
+        try:
+            await checker.start()
+            (pid,) = [c.proc.pid for c in checker._all]
+            reading = asyncio.ensure_future(checker.read(answer_body("a caption"), costly_refs(12), confidence=False))
+            await asyncio.sleep(0.05)
+            os.kill(pid, signal.SIGTERM)
+            os.kill(pid, signal.SIGINT)
+            return await reading
+        finally:
+            await checker.aclose()
+
+    assert asyncio.run(check()).text == "a caption"
