@@ -128,7 +128,7 @@ def test_the_walker_opens_every_keyword_that_holds_a_schema_in_every_draft():
                 found = taxonomy.costly_refusal(hide(SAFE, draft, keyword, shape, inner))
                 assert found and "format" in found and "(a)" in found, (draft, keyword, shape, found)
                 placed += 1
-    assert placed >= 60, placed  # 5 drafts x 11 to 21 keywords, some in two shapes
+    assert placed >= 80, placed  # 5 drafts x 11 to 21 keywords, some in two shapes (86 with jsonschema 4.26)
 
 
 @hsettings(max_examples=40, deadline=None)
