@@ -183,10 +183,11 @@ def use_link(db: sqlite_utils.Database, token: str | None) -> tuple[str, str] | 
     when the token is no link's, was used, or is older than LINK_TTL_S."""
     if not token or len(token) > 200:
         return None
+    query = "SELECT user, created_at FROM login_trust WHERE kind = 'link' AND value_hash = ?"
+    if db.execute(query, [_hash(token)]).fetchone() is None:
+        return None  # a read: a flood of made-up links takes no write lock
     with immediate(db):
-        row = db.execute(
-            "SELECT user, created_at FROM login_trust WHERE kind = 'link' AND value_hash = ?", [_hash(token)]
-        ).fetchone()
+        row = db.execute(query, [_hash(token)]).fetchone()
         if row is None:
             return None
         db.execute("DELETE FROM login_trust WHERE kind = 'link' AND value_hash = ?", [_hash(token)])

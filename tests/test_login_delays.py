@@ -366,3 +366,19 @@ def test_the_owner_gets_in_while_an_attacker_fails_every_second_from_fresh_netwo
     assert all(code == 303 for _, code in took.values()), took
     assert max(s for s, _ in took.values()) <= 30, took
     assert codes.count(401) >= 5 and codes.count(429) >= 10, (codes.count(401), codes.count(429))
+
+
+def test_a_sign_in_link_works_once_within_its_hour_and_trusts_only_the_browser_that_opened_it(db):
+    from data import sessions, users
+
+    users.create(db, "linked", role="annotator", password=PASSWORD)
+    token = sessions.issue_link(db, "linked")
+    assert sessions.trusted(db, "linked", device=token, address="203.0.113.5") == set()  # not a browser id itself
+    user, device = sessions.use_link(db, token)
+    assert user == "linked" and sessions.trusted(db, "linked", device=device, address="203.0.113.5") == {"device"}
+    assert sessions.use_link(db, token) is None  # once
+    old = sessions.issue_link(db, "linked")
+    with db.conn:  # issued an hour and a second ago
+        db.execute("UPDATE login_trust SET created_at = created_at - ? WHERE kind = 'link'", [sessions.LINK_TTL_S + 1])
+    assert sessions.use_link(db, old) is None and sessions.use_link(db, "made-up") is None
+    assert db.execute("SELECT COUNT(*) FROM login_trust WHERE kind = 'link'").fetchone()[0] == 0
