@@ -275,15 +275,15 @@ def test_a_check_past_its_budget_times_out_and_the_next_answer_gets_a_fresh_chec
 
 
 def test_a_job_whose_checks_cost_the_whole_budget_does_not_hold_another_jobs_answers():
-    """One checker (a 2-core head's default), a hostile job with four answers in the checkers' way, each costing
+    """One checker (a 2-core head's default), a hostile job with three answers in the checkers' way, each costing
     the whole budget, then a normal job's answers: every normal answer is read while the hostile job's first is
-    still being checked (a spare checker of its own), not after the four budgets. Before: first come, first
+    still being checked (a spare checker of its own), not after the three budgets. Before: first come, first
     served, every normal answer behind every hostile one (issue 46: a 24-clip job at 0 done for 177 s)."""
     hostile = costly_refs(40)
     order: list[str] = []
 
     async def check():
-        checker = AnswerChecker(3.0, workers=1)
+        checker = AnswerChecker(5.0, workers=1)  # a budget well past a spare checker's start on a loaded machine
         try:
             await checker.start()
 
@@ -294,7 +294,7 @@ def test_a_job_whose_checks_cost_the_whole_budget_does_not_hold_another_jobs_ans
                 except BadAnswer as e:
                     order.append(f"{job} {e.kind}")
 
-            bad = [asyncio.ensure_future(read("hostile", hostile, n)) for n in range(4)]
+            bad = [asyncio.ensure_future(read("hostile", hostile, n)) for n in range(3)]
             await asyncio.sleep(0.2)  # the hostile job's answers came first and wait in line
             good = [asyncio.ensure_future(read("normal", SAFE, n)) for n in range(6)]
             await asyncio.gather(*good)
@@ -306,7 +306,7 @@ def test_a_job_whose_checks_cost_the_whole_budget_does_not_hold_another_jobs_ans
 
     during, stats = asyncio.run(check())
     assert during == ["normal read"] * 6, during  # all six before the first hostile check ended
-    assert order.count("hostile check_timeout") == 4, order
+    assert order.count("hostile check_timeout") == 3, order
     assert stats["spares"] >= 1, stats
 
 
