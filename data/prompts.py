@@ -231,7 +231,8 @@ def schema_problems(schema: Any) -> list[str]:
 
 
 def _check_text(value: str, limit: int, what: str, *, needed: bool = True) -> str:
-    value = limits.check_text((value or "").strip(), limit, what)
+    # no invisible or bidi character (limits.CONTROLS): hidden instructions to the model, text reordered for a reader
+    value = limits.check_text((limits.plain_text(value) or "").strip(), limit, what)
     if needed and not value:
         raise InvalidPrompt(f"{what} is empty: write it (start from the version you are changing).")
     return value
