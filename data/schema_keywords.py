@@ -57,7 +57,8 @@ SCHEMA_ONE = (
     "contentSchema",
     "extends",
 )
-MAX_CACHED = 256  # compiled patterns kept per process (a prompt has a few)
+MAX_CACHED = 64  # compiled patterns kept per process (a prompt has a few)
+PATTERN_MEMORY = 4 << 20  # RE2's memory for one pattern (program and DFA cache): 64 of them in 256 MiB at most
 
 
 def walk(schema: Any, visit: Callable[[dict], dict]) -> Any:
@@ -138,14 +139,15 @@ def compile_pattern(pattern: str) -> Any:
     """`pattern` compiled by RE2 (cached), or PatternRefused saying why it cannot be."""
     options = re2.Options()
     options.log_errors = False  # the refusal says it; RE2 would also write it to stderr
+    options.max_mem = PATTERN_MEMORY  # past it a pattern is refused; a match past its DFA cache runs RE2's NFA, linear
     try:
         return re2.compile(_to_re2(pattern), options)
     except re2.error as e:
         why = e.args[0].decode("utf-8", "replace") if e.args and isinstance(e.args[0], bytes) else str(e)
         raise PatternRefused(
-            f"the pattern {pattern[:80]!r} cannot be matched in linear time ({why[:120]}): backreferences (\\1) "
-            "and lookarounds ((?=, (?!, (?<=, (?<!) are not supported, because they are what makes a pattern cost "
-            "hours on one caption. Write it without them."
+            f"the pattern {pattern[:80]!r} cannot be matched in linear time (RE2 says: {why[:120]}). Patterns are "
+            "matched by RE2, which has no backreferences (\\1) and no lookarounds ((?=, (?!, (?<=, (?<!): they are "
+            "what makes a pattern cost hours on one caption. Write it without them, with repetitions up to {1000}."
         ) from None
 
 
