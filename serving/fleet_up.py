@@ -61,9 +61,14 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             m = p["mps"]
             print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
             print("+ " + shell_line(m["cmd"], m["env"]))
+        gpu_of = {g["url"]: g for g in p.get("gpus") or ()}
         for s in p["steps"]:
             if s.get("budget"):
                 print(f"# {s['name']}: {s['budget']}")
+            if s.get("url") in gpu_of:
+                g = gpu_of[s["url"]]
+                on = f"{g['name']}, {g['memory_mib']} MiB" if g["name"] else "model unknown: nvidia-smi did not say"
+                print(f"# GPU {g['index']} under {s['name']}: {on}")
             print("+ " + shell_line(s["cmd"], s["env"], s["log"], s.get("secret_env"), s.get("cpus")))
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
@@ -92,6 +97,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     rec = {
         "fleet": p["fleet"],
         "precision": p.get("precision"),
+        "gpus": p.get("gpus"),
         "mps": None,
         "procs": [],
         "replica_urls": p["replica_urls"],

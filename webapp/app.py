@@ -192,7 +192,7 @@ class Workbench:
             api_name="browse_refresh",
         )
         self.tab_jobs.select(
-            shows_errors(self.jobs.on_show),
+            shows_errors(self.jobs.on_show_event),
             self.jobs.show_inputs + [self.filter_state],
             self.jobs.show_outputs,
             show_progress="hidden",

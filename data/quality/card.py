@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from data import taxonomy
-from data.quality import stats
+from data.quality import stats, tables
 from data.quality.accuracy import ItemStats, Report
 from data.quality.estimates import Estimate
 from data.quality.pairs import LABELS
@@ -147,9 +147,11 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
         )
         + approved_words,
         "",
-        "Accuracy of the model's label against the approved one, with its 95 % Wilson interval and the clips it "
-        "rests on. Reviewers start from the machine caption and may leave a doubtful value as it was, so these "
-        "lean high; and the clips were reviewed because people chose them, not drawn at random.",
+        "Accuracy of the model's label against the approved one, and the clips it rests on. Reviewers start from "
+        "the machine caption and may leave a doubtful value as it was, so these lean high; and the clips were "
+        "reviewed because people chose them, not drawn at random. " + tables.INTERVAL_KINDS_NOTE,
+        "",
+        f"Each interval below: a {tables.APPROVED_KIND} (these clips are not a sample of a batch).",
         "",
     ]
     if not r.approved:
@@ -219,9 +221,9 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
             f"**A random sample:** sample {int(s['id'])}{job}, {s['drawn']:,} of {s['population']:,} unreviewed "
             f"machine captions drawn at random ({how}); {e.reviewed:,} reviewed so far. Only this speaks for "
             "machine captions nobody reviewed (the population the sample was drawn from, which may not be this "
-            "release's clips).",
+            "release's clips). Its interval is the one the Quality tab's estimate shows for the same counts.",
             "",
-            *_table(["label", "estimate", "95 % interval", "reviewed"], rows),
+            *_table(["label", "estimate", tables.estimate_kind(e.method, s["population"]), "reviewed"], rows),
             "",
         ]
     else:
