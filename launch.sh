@@ -208,7 +208,7 @@ START=$FLEET_MODE
 [ -n "$FLEET_URLS" ] && START=none
 [ "$ROLE" = head ] && START=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
 
-if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, data.settings" 2>/dev/null; then
+if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, re2, data.settings" 2>/dev/null; then
   say "installing Python packages (once)"
   extra=""
   [ "$START" = gpu ] && extra="[gpu]"

@@ -4,6 +4,7 @@ limiter, path confinement, escaping, and the refusal to run open on a network.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -59,7 +60,13 @@ def test_users_cli_adds_and_lists(tmp_path):
     again = subprocess.run(base + ["add", "root", "--password-file", str(pw)], env=env, capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr  # refused, as every CLI of ours says it
     helptext = subprocess.run(base + ["--help"], env=env, capture_output=True, text=True).stdout
-    assert "python -m webapp.accounts add" in helptext
+    assert "python -m webapp.accounts add" in helptext and "sign-in-link bob" in helptext
+    # a one-time sign-in link (issue 46): printed with the app's address; refused for a name that is no user
+    link = subprocess.run(base + ["sign-in-link", "root"], env=env, capture_output=True, text=True, check=True)
+    assert re.fullmatch(r"http://127\.0\.0\.1:7860/login/link/[\w-]{40,}\n", link.stdout), link.stdout
+    assert "works once" in link.stderr
+    nobody = subprocess.run(base + ["sign-in-link", "nobody"], env=env, capture_output=True, text=True)
+    assert nobody.returncode == 2 and "no active user named 'nobody'" in nobody.stderr
 
 
 def test_setting_flags_work_after_the_subcommand_of_every_cli(tmp_path, capsys, monkeypatch):

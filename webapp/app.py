@@ -285,5 +285,6 @@ def build_app(settings) -> FastAPI:
         own_routes=own_routes,
         budget=WriteBudget(Budget(settings.write_budget, settings.write_burst)),
         reads=frozenset(i for i, fn in demo.fns.items() if not budget.writes(fn.api_name)),
+        event_ids=frozenset(demo.fns),
     )
     return app
