@@ -203,7 +203,7 @@ def test_the_wheel_fetcher_asks_pip_for_each_wheel_for_the_gpu_machine_within_th
     assert list(tmp_path.iterdir()) == []  # a dry run writes nothing
     wanted = {
         ".whl": ["av", "sqlite-utils", "sqlite-fts4", "click-default-group", "tabulate", "pluggy"]
-        + ["vllm-router", "orjson", "py-spy"],
+        + ["vllm-router", "orjson", "google-re2", "py-spy"],
         ".whl2": ["gradio", "gradio-client", "pandas", "python-dateutil", "typer", "rich", "pygments"],
     }
     got: dict[str, list[Requirement]] = {".whl": [], ".whl2": []}

@@ -6,7 +6,8 @@ psutil, pytest, tokenizers (README.md, "What the GPU machine has"). What the pro
 Python 3.12 on manylinux x86_64 (the platforms build_bundle.sh downloads for), each fetched with `--no-deps`:
 
   .whl   the GPU test, node_run and the runner: av, sqlite-utils and what only it needs (sqlite-fts4,
-         click-default-group, tabulate, pluggy), vllm-router, orjson, py-spy (~60 MB)
+         click-default-group, tabulate, pluggy), vllm-router, orjson, google-re2 (the answer checks' patterns),
+         py-spy (~62 MB)
   .whl2  the web app (`./launch.sh --fleet-mode gpu`, a head): gradio and what only it needs (~46 MB), a second
          carry, installed after the bundle on PYTHONPATH so that the bundle's pins (fastapi, starlette, pydantic) win
 
@@ -44,6 +45,7 @@ FOLDERS = {
         "pluggy",
         "vllm-router",
         "orjson",
+        "google-re2",
         "py-spy",
     ],
     "whl2": [
