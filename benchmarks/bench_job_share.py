@@ -139,7 +139,7 @@ def run(a: argparse.Namespace, scenario: str) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-share-") as tmp:
         env = child_env(a.code, TMPDIR=tmp, NO_PROXY="127.0.0.1")
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--scenario", scenario]
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--case", scenario]
         for k in ("clips", "hostile", "budget", "replicas", "inflight", "latency_speed", "deadline"):
             cmd += [f"--{k.replace('_', '-')}", str(getattr(a, k))]
         p = subprocess.run(cmd, cwd=a.code, env=env, capture_output=True, text=True)
@@ -162,7 +162,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=1, help="alternate the scenarios this many times")
     ap.add_argument("--only", action="append", help="run only these scenarios")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--scenario", default="alone", help=argparse.SUPPRESS)
+    ap.add_argument("--case", dest="scenario", default="alone", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
         child(a)

@@ -22,6 +22,8 @@
     │                          (a ValueError too, as json.loads' own refusals are; data.limits.outside_json)
     ├── Unstorable             JSON that parses but would not be stored as the value it holds (a ValueError
     │                          too; data.limits.storable_json)
+    ├── PatternRefused         a schema `pattern` RE2 cannot match in linear time (a ValueError too;
+    │                          data.schema_keywords: the message says why and what to write instead)
     │   defined in the library wing:
     └── library.media.DecodeError  a clip whose frames cannot be decoded (stored as the clip's probe error)
 
@@ -105,6 +107,10 @@ class Unstorable(DataError, ValueError):
     refusals are: its readers catch both alike)."""
 
 
+class PatternRefused(DataError, ValueError):
+    """A schema `pattern` RE2 cannot express; its message says why and what to write instead."""
+
+
 __all__ = [
     "BadCursor",
     "Conflict",
@@ -115,6 +121,7 @@ __all__ = [
     "InvalidLabels",
     "InvalidPrompt",
     "NotFound",
+    "PatternRefused",
     "RootMismatch",
     "RootMissing",
     "SearchSyntaxError",

@@ -29,7 +29,7 @@ import jsonschema
 import re2
 from jsonschema.exceptions import ValidationError
 
-from data.errors import DataError
+from data.errors import PatternRefused
 
 # what `$schema` may name (with or without its trailing "#"), and the draft it is
 DRAFTS = {
@@ -128,10 +128,6 @@ def _to_re2(pattern: str) -> str:
         return m.group(0)
 
     return _ECMA_ESCAPE.sub(one, pattern)
-
-
-class PatternRefused(DataError, ValueError):
-    """A `pattern` RE2 cannot express; its message says why and what to write instead."""
 
 
 @functools.lru_cache(maxsize=MAX_CACHED)
@@ -236,7 +232,6 @@ __all__ = [
     "DRAFTS",
     "keywords_in",
     "pattern_problems",
-    "PatternRefused",
     "validator_for",
     "walk",
 ]

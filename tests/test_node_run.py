@@ -448,8 +448,8 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     from benchmarks.node import workload
     from serving import cost, cost_records
 
-    ctx = SimpleNamespace(sim=False, precision="bf16", out=tmp_path)
-    # a point the committed table has measured (so the old rate is what must not survive)
+    ctx = SimpleNamespace(sim=False, precision="bf16", out=tmp_path, gpu_model="NVIDIA H200")
+    # a point the committed table has measured on that GPU (so the old rate is what must not survive)
     row = {"frames": 8, "max_pixels": 2_359_296, "clips": 48, "done": 46, "failed": 2, "clips_per_s": 1.3}
     row |= {"failed_errors": {3: "HTTP 500: CUDA out of memory. Tried to allocate 760.00 MiB"}, "date": "2026-12-09"}
     # measured off the recipe: the point says so
@@ -460,6 +460,15 @@ def test_a_workload_point_whose_clips_failed_replaces_the_old_rate_with_why(tmp_
     assert points[0]["frame_preprocess"] == "gpu" and points[0]["replica_args"] == "--gpu-memory-utilization=0.8"
     e = cost.estimate(1, 8, "bf16", cost_records.load_measurements(path), max_pixels=2_359_296)
     assert e.basis == "failed" and e.clips_per_s is None and "2026-12-09" in e.note
+    # a point measured on another GPU model is its own point: it never replaces this one
+    h100 = SimpleNamespace(sim=False, precision="bf16", out=tmp_path / "h100", gpu_model="NVIDIA H100 80GB HBM3")
+    h100.out.mkdir()
+    ok = {"frames": 8, "max_pixels": 9_437_184, "clips": 48, "done": 48, "failed": 0, "clips_per_s": 3.1}
+    ok |= {"steady_clips_per_s": None, "prompt_tokens": 5000, "completion_tokens": 278, "vision_tokens": 4000}
+    ok |= {"efficiency": {}, "date": "2026-12-09"}
+    table = json.loads(workload.write_table(h100, [ok]).read_text())["points"]
+    at = [(p["gpu"], p["clips_per_s"]) for p in table if (p["frames"], p["max_pixels"]) == (8, 9_437_184)]
+    assert ("NVIDIA H100 80GB HBM3", 3.1) in at and any(g == "NVIDIA H200" for g, _ in at)
 
 
 def test_an_fp8_row_is_measured_against_the_fp8_peak_and_runner_modifiers_keep_the_replica():
