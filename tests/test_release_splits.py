@@ -6,6 +6,7 @@ checks every manifest against groups computed here, independently of the release
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import tempfile
 from collections import defaultdict
@@ -58,12 +59,23 @@ def libraries(draw):
     return field, specs
 
 
-def expected_group(spec: ClipSpec, field: str) -> str:
-    """A clip's group, computed from what was built (not from the database): the field's value, else the folder."""
+def value_of(spec: ClipSpec, field: str) -> str | None:
+    """A clip's value of the field as text (a nested object as compact JSON), None without one."""
     value = (spec.sidecar or {}).get(field)
-    if value is not None and value != "":
-        text = json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value)
-        return f"{field}={text}"
+    if value is None or value == "":
+        return None
+    return json.dumps(value, separators=(",", ":")) if isinstance(value, dict) else str(value)
+
+
+def expected_group(spec: ClipSpec, field: str, specs: list[ClipSpec]) -> str:
+    """A clip's group, computed from what was built (not from the database): the field's value; else the one value
+    the other clips of its folder name (every clip of the library, whatever its state); else its folder."""
+    value = value_of(spec, field)
+    if value is not None:
+        return f"{field}={value}"
+    votes = {value_of(s, field) for s in specs if s.folder == spec.folder} - {None}
+    if len(votes) == 1:
+        return f"{field}={votes.pop()}"
     return f"folder={spec.folder or '.'}"
 
 
@@ -79,6 +91,9 @@ def released(spec: ClipSpec, include_simulated: bool) -> bool:
     st.booleans(),
 )
 def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include_simulated):
+    """Every clip in its drive's group (a clip without the field with the value its folder's clips agree on), and
+    no value, no agreeing folder and no folder group in two splits; a field no released clip carries is refused
+    with the fields there are, and --group-by folder then groups by folder."""
     field, specs = library
     with tempfile.TemporaryDirectory() as tmp:
         db = dbmod.connect(Path(tmp) / "wb.db")
@@ -91,18 +106,30 @@ def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include
                     rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
                 assert not (Path(tmp) / "out").exists()
                 return
+            if all(value_of(built.specs[cid], field) is None for cid in want):
+                with pytest.raises(DataError, match=f"--group-by {field}: no clip of this release carries"):
+                    rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
+                assert not (Path(tmp) / "out").exists()
+                assert not db.execute("SELECT COUNT(*) FROM releases").fetchone()[0]  # no version used
+                field = "folder"
+                options = dataclasses.replace(options, group_by=field)
             r = rel.release(db, options, Path(tmp) / "out", actor="lead", role="lead")
         finally:
             db.close()
         manifest = [json.loads(line) for line in (r.path / "manifest.jsonl").read_text().splitlines()]
     assert [m["clip_id"] for m in manifest] == want  # exactly what was asked, in clip-id order
     split_of_group: dict[str, set[str]] = defaultdict(set)
+    split_of_agreeing_folder: dict[str, set[str]] = defaultdict(set)
     for m in manifest:
-        group = expected_group(built.specs[m["clip_id"]], field)
+        spec = built.specs[m["clip_id"]]
+        group = f"folder={spec.folder or '.'}" if field == "folder" else expected_group(spec, field, specs)
         assert m["group"] == group
         split_of_group[group].add(m["split"])
-        assert m["simulated"] == built.specs[m["clip_id"]].simulated
+        if field != "folder" and len({value_of(s, field) for s in specs if s.folder == spec.folder} - {None}) == 1:
+            split_of_agreeing_folder[spec.folder].add(m["split"])
+        assert m["simulated"] == spec.simulated
     assert all(len(s) == 1 for s in split_of_group.values()), dict(split_of_group)
+    assert all(len(s) == 1 for s in split_of_agreeing_folder.values()), dict(split_of_agreeing_folder)
     assert sum(r.counts.values()) == len(manifest) and set(r.counts) == set(splits.parse(shares))
 
 
