@@ -230,3 +230,51 @@ def test_up_to_14_groups_are_sized_as_well_as_an_exhaustive_search_does(sizes, s
     total = sum(sizes)
     miss = max(abs(got[s] - ask[s] * total) / (ask[s] * total) for s in ask)
     assert miss <= exhaustive_miss(sizes, ask) + 1e-9, (got, sizes)
+
+
+def test_clips_that_lost_their_route_ride_with_it_and_the_card_counts_each_case(db, tmp_path):
+    """The issue's case: 5 % of sidecars without the route. Each such clip joins the route its folder's clips
+    name (all of them, released or not), so none sits in another split than its drive; a folder whose clips name
+    two routes, and one that names none, are groups of their own; the card counts each case."""
+    specs = [
+        ClipSpec(f"drive{r}", {"route": f"R{r}"} if (r * 10 + k) % 20 else {"camera": "front"}, LEVELS[k % 5])
+        for r in range(30)
+        for k in range(10)
+    ]
+    specs += [ClipSpec("drive0", {"route": "R0"}, status="unreviewed")]  # votes too
+    specs += [ClipSpec("mixed", {"route": "R1"}), ClipSpec("mixed", {"route": "R2"}), ClipSpec("mixed", None)]
+    specs += [ClipSpec("bare", None), ClipSpec("bare", {"camera": "rear"})]
+    build(db, specs)
+    r = rel.release(db, Options(), tmp_path / "r", actor="lead", role="lead")
+    manifest = [json.loads(x) for x in (r.path / "manifest.jsonl").read_text().splitlines()]
+    split_of = defaultdict(set)
+    for m in manifest:
+        folder = m["path"].rpartition("/")[0]
+        if folder.startswith("drive"):
+            assert m["group"] == f"route=R{folder[5:]}", m
+        split_of[m["group"]].add(m["split"])
+    assert all(len(s) == 1 for s in split_of.values())
+    assert {m["group"] for m in manifest if m["path"].startswith(("mixed/", "bare/"))} >= {
+        "folder=mixed",
+        "folder=bare",
+    }
+    assert "| the sidecar's `route` | 287 | 30 |" in r.card
+    assert "| no `route`: joined the value its folder's clips agree on | 15 | 15 values |" in r.card
+    assert "| no `route`, in a folder whose clips name several values: grouped by folder | 1 | 1 |" in r.card
+    assert "| no `route`, in a folder where no clip names one: grouped by folder | 2 | 1 |" in r.card
+
+
+def test_a_field_no_clip_carries_is_refused_with_the_fields_there_are(db, tmp_path, db_path):
+    build(db, [ClipSpec(f"d{i % 4}", {"route": f"R{i % 4}", "camera": "front"}) for i in range(12)])
+    build(db, [ClipSpec("loose", {"camera": "rear"})], start=100)
+    with pytest.raises(DataError) as e:
+        rel.release(db, Options(group_by="rout"), tmp_path / "r", actor="lead", role="lead")
+    assert str(e.value) == (
+        "--group-by rout: no clip of this release carries that field in its sidecar, so every clip would be grouped "
+        "by its folder. The fields its clips carry: camera (13 of 13 clips), route (12 of 13 clips). Give one of "
+        "them, or --group-by folder to group every clip by its folder."
+    )
+    assert not (tmp_path / "r").exists() and db.execute("SELECT COUNT(*) FROM releases").fetchone()[0] == 0
+    r = rel.release(db, Options(group_by="folder"), tmp_path / "f", actor="lead", role="lead")
+    groups = {json.loads(x)["group"] for x in (r.path / "manifest.jsonl").read_text().splitlines()}
+    assert groups == {"folder=d0", "folder=d1", "folder=d2", "folder=d3", "folder=loose"} and r.version == 1

@@ -38,10 +38,13 @@ def grouping(field: str, cases: list[tuple[int, int]], seed: int) -> list[str]:
         "",
     ]
     if several:
+        one = several == 1
         out += [
-            f"The {several:,} clips in folders whose clips name several values belong to a drive that is not known: "
-            "if they belong with one of those values, they may sit in another split than it. Give them the field "
-            "to place them for sure.",
+            f"{'The one clip' if one else f'The {several:,} clips'} without `{f}` in "
+            f"{'a folder' if sg == 1 else 'folders'} whose clips name several values "
+            f"{'belongs' if one else 'belong'} to a drive that is not known: if {'it belongs' if one else 'they belong'} "
+            f"with one of those values, {'it' if one else 'they'} may sit in another split than that value. Give "
+            f"{'it' if one else 'them'} the field to place {'it' if one else 'them'} for sure.",
             "",
         ]
     return out

@@ -60,7 +60,7 @@ def temp_tables(db: sqlite_utils.Database) -> None:
     and the release before's manifest (data.quality.release_changes)."""
     db.execute(
         "CREATE TEMP TABLE release_rows (clip_id INTEGER PRIMARY KEY, caption_id INTEGER NOT NULL, "
-        "grp TEXT NOT NULL, how INTEGER NOT NULL, hazard TEXT NOT NULL)"
+        "grp TEXT NOT NULL, how INTEGER NOT NULL, hazard TEXT NOT NULL, folder TEXT NOT NULL)"
     )
     db.execute("CREATE INDEX temp.release_rows_grp ON release_rows(grp, hazard)")
     db.execute(
@@ -86,27 +86,36 @@ def select_rows(db: sqlite_utils.Database, o: Options) -> None:
     where, args = where_of(o, simulated=False)
     if o.group_by == FOLDER:
         db.execute(
-            "INSERT INTO temp.release_rows (clip_id, caption_id, grp, how, hazard) "
-            f"SELECT c.id, k.id, 'folder=' || {_FOLDER}, 3, COALESCE(c.hazard_level, '') {JOINS} WHERE {where}",
+            "INSERT INTO temp.release_rows (clip_id, caption_id, grp, how, hazard, folder) "
+            f"SELECT c.id, k.id, 'folder=' || {_FOLDER}, 3, COALESCE(c.hazard_level, ''), {_FOLDER} {JOINS} "
+            f"WHERE {where}",
             args,
         )
         return
-    # every clip of the library votes for its folder's value (an unreleased clip's sidecar says where it was too)
     db.execute(
-        "INSERT INTO temp.release_folders (folder, value, n) SELECT folder, MIN(v), COUNT(DISTINCT v) FROM "
-        f"(SELECT {_FOLDER} AS folder, {_value(o.group_by)} AS v FROM clips c WHERE c.sidecar IS NOT NULL) "
-        "WHERE v IS NOT NULL AND v <> '' GROUP BY folder"
+        "INSERT INTO temp.release_rows (clip_id, caption_id, grp, how, hazard, folder) "
+        "SELECT x.id, x.cap, CASE WHEN x.v IS NOT NULL AND x.v <> '' THEN ? || '=' || x.v "
+        "ELSE 'folder=' || x.folder END, CASE WHEN x.v IS NOT NULL AND x.v <> '' THEN 0 ELSE 3 END, x.hazard, "
+        f"x.folder FROM (SELECT c.id AS id, k.id AS cap, {_value(o.group_by)} AS v, {_FOLDER} AS folder, "
+        f"COALESCE(c.hazard_level, '') AS hazard {JOINS} WHERE {where}) x",
+        [o.group_by, *args],
+    )
+    # the folders of clips without the field: every clip of the library there votes for its value (an unreleased
+    # clip's sidecar says which drive the folder is too); read by a range of the path index per folder
+    db.execute(
+        "INSERT INTO temp.release_folders (folder, value, n) SELECT folder, MIN(v), COUNT(DISTINCT v) FROM ("
+        f"SELECT f.folder AS folder, {_value(o.group_by)} AS v FROM "
+        "(SELECT DISTINCT folder FROM temp.release_rows WHERE how = 3 AND folder <> '.') f JOIN clips c "
+        f"ON c.path >= f.folder || '/' AND c.path < f.folder || '0' AND {_FOLDER} = f.folder "
+        f"UNION ALL SELECT '.', {_value(o.group_by)} FROM clips c WHERE instr(c.path, '/') = 0 "
+        "AND EXISTS (SELECT 1 FROM temp.release_rows WHERE how = 3 AND folder = '.')"
+        ") WHERE v IS NOT NULL AND v <> '' GROUP BY folder"
     )
     db.execute(
-        "INSERT INTO temp.release_rows (clip_id, caption_id, grp, how, hazard) "
-        "SELECT x.id, x.cap, CASE WHEN x.v IS NOT NULL AND x.v <> '' THEN ? || '=' || x.v "
-        "WHEN f.n = 1 THEN ? || '=' || f.value ELSE 'folder=' || x.folder END, "
-        "CASE WHEN x.v IS NOT NULL AND x.v <> '' THEN 0 WHEN f.n = 1 THEN 1 WHEN f.n > 1 THEN 2 ELSE 3 END, "
-        "x.hazard FROM ("
-        f"SELECT c.id AS id, k.id AS cap, {_value(o.group_by)} AS v, {_FOLDER} AS folder, "
-        f"COALESCE(c.hazard_level, '') AS hazard {JOINS} WHERE {where}) x "
-        "LEFT JOIN temp.release_folders f ON f.folder = x.folder",
-        [o.group_by, o.group_by, *args],
+        "UPDATE temp.release_rows SET grp = CASE WHEN f.n = 1 THEN ? || '=' || f.value ELSE grp END, "
+        "how = CASE WHEN f.n = 1 THEN 1 ELSE 2 END FROM temp.release_folders f "
+        "WHERE release_rows.how = 3 AND release_rows.folder = f.folder",
+        [o.group_by],
     )
 
 
