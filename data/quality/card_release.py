@@ -38,13 +38,13 @@ def grouping(field: str, cases: list[tuple[int, int]], seed: int) -> list[str]:
         "",
     ]
     if several:
-        one = several == 1
+        it, they = ("it", "it") if several == 1 else ("they", "them")
         out += [
-            f"{'The one clip' if one else f'The {several:,} clips'} without `{f}` in "
+            f"{'The one clip' if several == 1 else f'The {several:,} clips'} without `{f}` in "
             f"{'a folder' if sg == 1 else 'folders'} whose clips name several values "
-            f"{'belongs' if one else 'belong'} to a drive that is not known: if {'it belongs' if one else 'they belong'} "
-            f"with one of those values, {'it' if one else 'they'} may sit in another split than that value. Give "
-            f"{'it' if one else 'them'} the field to place {'it' if one else 'them'} for sure.",
+            f"{'belongs' if several == 1 else 'belong'} to a drive that is not known: if {it} "
+            f"{'belongs' if several == 1 else 'belong'} with one of those values, {it} may sit in another split "
+            f"than that value. Give {they} the field to place {they} for sure.",
             "",
         ]
     return out
