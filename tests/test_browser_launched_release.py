@@ -242,7 +242,7 @@ def check_files(stack, release_id: int, want: dict) -> dict[str, str]:
         assert int(frame["simulated"].sum()) == want["simulated"][s]
         assert len((path / "messages" / f"{s}.jsonl").read_text().splitlines()) == want["clips"][s]
     readme = (path / "README.md").read_text()
-    assert readme.startswith("---\nlicense: ") and f"  - split: {names[0]}" in readme
+    assert readme.startswith("---\nlicense: ") and f'- split: "{names[0]}"' in readme
     lf = json.loads((path / "dataset_info.json").read_text())
     assert set(lf) == {f"{row['name']}_{s}" for s in names if want["clips"][s]}
     return {m["group"]: m["split"] for m in manifest}

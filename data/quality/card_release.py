@@ -113,8 +113,13 @@ def batches(b: release_batches.Batches) -> list[str]:
     out.append("")
     if any(x.verdict == "fix" for x in b.batches):
         out += [
-            "**A batch to fix:** the Quality tab says its machine captions miss their target. The released clips "
-            "that a reviewer approved were checked one by one; any that were not are worth what the decision says.",
+            "**A batch to fix:** the Quality tab says its machine captions miss their target. "
+            + (
+                "The clips released here were each approved by a reviewer; the batch's unreviewed captions are not "
+                "fit to train on."
+                if b.approved
+                else "The clips released here were not reviewed: do not train on them before the batch is fixed."
+            ),
             "",
         ]
     return out

@@ -226,7 +226,7 @@ def release(
             where, args = release_split.where_of(o, simulated=True)
             left_out = db.execute(f"SELECT COUNT(*) {release_split.JOINS} WHERE {where}", args).fetchone()[0]
             copied = _copied(db)
-            batches = release_batches.read(db)
+            batches = release_batches.read(db, o.filter.review_status == "approved")
             manifest_sha256, nbytes = release_records.write(db, o, staging.path, tally, chooser, progress)
             if root is not None:
                 release_media.place(db, o.media, root, staging.path)

@@ -45,10 +45,12 @@ class Batches:
     drawn: int
     samples: list[int]
     total: int
+    approved: bool = True  # the released clips are approved ones (each checked by a reviewer)
 
 
-def read(db: sqlite_utils.Database) -> Batches:
-    """The batches of the release's clips (temp.release_rows) with their decisions."""
+def read(db: sqlite_utils.Database, approved: bool = True) -> Batches:
+    """The batches of the release's clips (temp.release_rows) with their decisions; `approved`: the release holds
+    approved clips."""
     rows = db.execute(
         "SELECT COALESCE(o.job_id, k.job_id) AS job, COUNT(*) FROM temp.release_rows r "
         "JOIN captions k ON k.id = r.caption_id LEFT JOIN captions o ON o.id = k.origin_id "
@@ -85,7 +87,7 @@ def read(db: sqlite_utils.Database) -> Batches:
     ]
     total = db.execute("SELECT COUNT(*) FROM temp.release_rows").fetchone()[0]
     rest = jobs[SHOWN:]
-    return Batches(out, len(rest), sum(n for _, n in rest), no_job, drawn, samples, total)
+    return Batches(out, len(rest), sum(n for _, n in rest), no_job, drawn, samples, total, approved)
 
 
 def verdict_words(b: Batch) -> str:
@@ -112,8 +114,13 @@ def words(b: Batches) -> str:
     out += "."
     if any(x.verdict == "fix" for x in b.batches):
         out += (
-            " The Quality tab says to fix a batch this release draws from: its approved clips were each reviewed, "
-            "but read its decision before training on anything else of it."
+            " The Quality tab says to fix a batch this release draws from: its machine captions miss their target. "
+            + (
+                "The clips released here were each approved by a reviewer; the batch's unreviewed captions are not fit "
+                "to train on."
+                if b.approved
+                else "These clips were not reviewed: do not train on them before the batch is fixed."
+            )
         )
     return out
 
