@@ -322,6 +322,14 @@ def test_the_card_counts_what_the_files_hold_and_reports_the_quality_figures(db,
     i = stats.wilson(s.correct, s.n)
     assert f"{i.p:.3f} [{i.low:.3f}, {i.high:.3f}] (n = {s.n:,})" in r.card
     assert "This is the first release named av." in r.card
+    # its figures count only the clips it releases: the approved clip with simulated text is left out of both
+    assert f"over the **{len(manifest)} approved clips** this release holds" in r.card
+    assert "the 1 approved clips with simulated text are not in this release, nor in these figures" in r.card
+    everything = report(db, Filter(review_status="approved"), Scope(), by=("model", "prompt"))
+    assert everything.approved == len(manifest) + 1 and len(everything.groups) == 2  # the simulated model's row too
+    assert "(simulated)" not in r.card.split("## What the labels are worth")[1].split("**Two reviewers")[0]
+    # how these clips were chosen for review: none was drawn into a random sample
+    assert "None of these clips was drawn into a random review sample" in r.card and "not drawn at random" in r.card
     readme = (r.path / "README.md").read_text()  # the Hugging Face header, then the card as shown
     assert readme.startswith("---\nlicense: ") and readme.endswith("---\n\n" + r.card + "\n")
 
@@ -383,3 +391,20 @@ def test_nothing_to_release_is_refused_with_why_and_recorded_nowhere(db, tmp_pat
     r = rel.release(db, Options(include_simulated=True), into=tmp_path / "all", actor="lead", role="lead")
     assert r.path == (tmp_path / "all" / "release-v1").absolute() and r.counts == {"train": 1, "val": 0, "test": 0}
     assert "val and test hold no clip" in r.card and "val and test: no clip" in rel.summary(r)
+
+
+def test_the_cards_agreement_text_is_the_quality_tabs():
+    """The blind second reviews are read as the Quality tab reads them (data.quality.tables.AGREEMENT_NOTE), not
+    as "the ceiling" of the model's figures, which the tab contradicts."""
+    from data.quality.accuracy import Report
+    from data.quality.reviewers import Agreement, LabelAgreement
+    from data.quality.tables import AGREEMENT_NOTE
+
+    agree = Agreement(
+        2,
+        LabelAgreement("decision", {("approved", "approved"): 2}, None),
+        {"weather": LabelAgreement("weather", {("rain", "rain"): 1, ("rain", "fog"): 1}, None)},
+    )
+    text = "\n".join(card._quality(card.Measured(Report([], 2, 0, ()), agree, None), "approved", "not in this release"))
+    assert "As the Quality tab says: " + AGREEMENT_NOTE in text and "ceiling" not in text
+    assert "| weather | 2 | 0.500 | 0.00 |" in text
