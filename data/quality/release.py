@@ -10,21 +10,30 @@ clips flagged broken, clips whose ingest failed and clips whose file is gone nev
 with a message. Text written by the simulated fleet (or edited from it) is left out unless `include_simulated`, and
 then flagged on every record and on the card.
 
+Before anything is recorded (so that a refusal uses no version number): the folder (data.quality.release_out:
+one that holds something, or cannot be written, is refused with a sentence), something to release, a group field
+some clip carries, and the newest earlier release of the name, whose manifest must be the one written (its
+SHA-256) unless `reshuffle`; then the staging folder is made.
+
 How (`release`), in one consistent read of the database (a read transaction: a clip approved meanwhile is in the
 next release, not half in this one):
-1. Each clip's group (the sidecar's `group_by` field, else its folder) and hazard level go to a temporary table
-   (data.quality.release_split).
-2. Groups are placed into splits (data.quality.splits: whole groups, stratified by hazard level), streamed from
-   SQLite in placing order, their split kept in a second temporary table (data.quality.release_split).
+1. Each clip's group (the sidecar's `group_by` field, else the value its folder's clips agree on, else its
+   folder) and hazard level go to a temporary table (data.quality.release_split).
+2. The earlier release's manifest is loaded (data.quality.release_changes); its groups keep their splits and the
+   others are placed (data.quality.splits: whole groups, stratified by hazard level, sized by a search where a few
+   heavy groups decide; streamed from SQLite in placing order), their split kept in a second temporary table.
 3. data.export's record builder (`export.iter_rows`: the export's records, lineage included) streams the clips
-   in id order; each record is written to its split's files (data.quality.release_files) and counted for the card
-   (data.quality.release_records).
-4. What changed since the release before of the same name is read from its manifest (its hash checked;
-   data.quality.release_changes).
-The files are written into a hidden folder beside `out`, made read-only and renamed to `out` at the end: a
-failed release leaves nothing at `out`. The release is recorded in `releases` (m021): reserved before, finished
-after, never changed (triggers); a folder that exists and is not empty is never written over. The card
-(data.quality.card) reports the Quality figures measured here (`_measure`).
+   in id order; each record is written to its split's files (data.quality.release_files: JSONL, Parquet, Qwen's
+   SFT, the messages format) and counted for the card (data.quality.release_records); with `media` copy or link
+   the clips go under the release (data.quality.release_media).
+4. What changed since the release before is compared in SQL (data.quality.release_changes); the batches the clips
+   come from, with their Quality decisions, and the random samples they are in are read
+   (data.quality.release_batches).
+The files are written into a hidden staging folder beside `out` with an unpredictable name, made read-only and
+renamed to `out` at the end: a failed release leaves nothing at `out` and removes only what it made. README.md
+is the card (data.quality.card) under a Hugging Face header, beside LLaMA-Factory's dataset_info.json
+(data.quality.release_meta). The release is recorded in `releases` (m021): reserved before, finished after, never
+changed (triggers). The card reports the Quality figures measured here (`_measure`) over the clips it releases.
 
 Memory does not grow with the clips: the groups and splits live in SQLite's temporary tables, records stream,
 parquet is written in row groups (docs/BENCHMARKS.md, "Training-set release").
