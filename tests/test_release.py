@@ -21,7 +21,7 @@ from data import captions, clips, export, prompts, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
-from data.quality import card, release as rel, release_files, stats
+from data.quality import card, card_text, release as rel, release_files, stats
 from data.quality.accuracy import report
 from data.quality.pairs import Scope
 from data.quality.release_options import Options
@@ -335,7 +335,7 @@ def test_the_card_counts_what_the_files_hold_and_reports_the_quality_figures(db,
 
 
 def test_markdown_from_users_and_the_fleet_is_inert_on_the_card():
-    assert card.md("<script>alert(1)</script> | x *y* [l](u)") == (
+    assert card_text.md("<script>alert(1)</script> | x *y* [l](u)") == (
         "&lt;script&gt;alert\\(1\\)&lt;/script&gt; \\| x \\*y\\* \\[l\\]\\(u\\)"
     )
 

@@ -27,7 +27,7 @@ from typing import Any, Iterator
 import sqlite_utils
 
 from data import clips
-from data.quality import splits
+from data.quality import split_search, splits
 from data.quality.release_options import Options
 
 BATCH = 10_000  # group -> split rows inserted at a time
@@ -192,7 +192,7 @@ def place_groups(db: sqlite_utils.Database, o: Options, keep: bool) -> dict[str,
             "SELECT r.grp, r.hazard, COUNT(*) FROM temp.release_rows r JOIN (SELECT grp, COUNT(*) AS size "
             f"{new} GROUP BY grp ORDER BY size DESC, cw_release_rank(grp), grp LIMIT ?) s ON s.grp = r.grp "
             "GROUP BY r.grp, r.hazard ORDER BY s.size DESC, cw_release_rank(r.grp), r.grp, r.hazard",
-            [splits.split_search.SEARCHED],
+            [split_search.SEARCHED],
         )
         heavy = [(g, h) for g, h, _ in _groups(heavy_rows) if splits.heavy(sum(h.values()), shares, total)]
         rest = db.execute(f"SELECT COUNT(*) {new}").fetchone()[0] - sum(sum(h.values()) for _, h in heavy)
