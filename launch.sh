@@ -119,12 +119,16 @@ no_python() {  # no_python WHAT: why WHAT cannot be done here, and what to do
 say() { printf '\033[1m[launch]\033[0m %s\n' "$*"; }
 run() { if [ "$DRY" = 1 ]; then printf '+ %s\n' "$*"; else "$@"; fi; }
 
-# start NAME CMD...: run CMD in its own process group, log to LOGS/NAME.log, record its pgid in RUN/NAME.pid
+# start NAME CMD...: run CMD in its own process group, record its pgid in RUN/NAME.pid; its output goes through a
+# log sink (serving.log_sink) to LOGS/NAME.log: appended, rotated at CW_LOG_CAP, long lines cut, nothing written while
+# the disk has less than CW_LOG_FREE_FLOOR free. The sink ends when CMD and its children have.
 start() {
   local name=$1; shift
-  if [ "$DRY" = 1 ]; then printf '+ setsid %s > %s/%s.log 2>&1 &\n' "$*" "$LOGS" "$name"; return; fi
+  if [ "$DRY" = 1 ]; then
+    printf '+ setsid %s > >(%s -m serving.log_sink --log %s/%s.log) 2>&1 &\n' "$*" "$PY" "$LOGS" "$name"; return
+  fi
   mkdir -p "$RUN" "$LOGS"
-  setsid "$@" >"$LOGS/$name.log" 2>&1 < /dev/null &
+  setsid "$@" > >(exec setsid "$PY" -m serving.log_sink --log "$LOGS/$name.log" >/dev/null 2>&1) 2>&1 < /dev/null &
   echo $! >"$RUN/$name.pid"
   STARTED+=("$name")
 }
@@ -204,7 +208,7 @@ START=$FLEET_MODE
 [ -n "$FLEET_URLS" ] && START=none
 [ "$ROLE" = head ] && START=head   # the replicas are on the GPU nodes; the head needs vllm-router, not vLLM
 
-if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, data.settings" 2>/dev/null; then
+if [ "$INSTALL" = 1 ] && ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, re2, data.settings" 2>/dev/null; then
   say "installing Python packages (once)"
   extra=""
   [ "$START" = gpu ] && extra="[gpu]"

@@ -44,7 +44,7 @@ def run(batch: list[int], target: Target, first: int) -> tuple[str, int, int, st
         d = decision.label_decision([Stratum(size, n, k)], [0], target)
         if d.verdict != "review":
             return d.verdict, n, rounds, peek
-        n, rounds = min(size, n + d.more), rounds + 1
+        n, rounds = min(size, n + d.round), rounds + 1
 
 
 def one_look(size: int, p: float, target: Target) -> int:

@@ -3,7 +3,8 @@
 
 Runs real vLLM (any version with the `pynvvideocodec` video backend) on distinct clips, one configuration after
 another in one run, so the figures sit side by side. Prefix caching and the multimodal processor cache are off:
-with them on, repeated clips reuse their vision tokens and nothing is decoded (shared/gpu/README.md).
+with them on, repeated clips reuse their vision tokens and nothing is decoded (serving/gpu_bundle/README.md,
+"Pitfalls seen there").
 
 Sub-commands (each prints what it does; results are JSON lines):
   clips DIR --count N [--seconds 10 --height 1080 --bitrate 8e6 --gop 30]   distinct synthetic 1080p clips,

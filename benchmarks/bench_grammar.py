@@ -13,12 +13,12 @@ The token ids are the ones the dummy-weight model produced: the answer text is s
 vocabulary entries (the dummy vocabulary's pseudo-words), which gives the recorded completion-token count.
 
 Needs `xgrammar` (0.2.1 is what vLLM 0.25.0 pins), `torch` (CPU is fine), `transformers` and a Qwen3-VL model folder
-(the real one, or the dummy from ../shared/gpu/make_dummy_qwen3vl.py). On this repo's CPU machine:
+(the real one, or the dummy from serving/gpu_bundle/make_dummy_qwen3vl.py). On this repo's CPU machine:
 
     python3.11 -m venv /tmp/xg && /tmp/xg/bin/pip install /opt/wheels/torch-*+cpu-cp311-*.whl \
         transformers sqlite-utils jsonschema apache-tvm-ffi pydantic
     /tmp/xg/bin/pip install --no-deps xgrammar==0.2.1
-    /tmp/xg/bin/python ../shared/gpu/make_dummy_qwen3vl.py /tmp/dummyq
+    /tmp/xg/bin/python serving/gpu_bundle/make_dummy_qwen3vl.py /tmp/dummyq
     PYTHONPATH=. /tmp/xg/bin/python benchmarks/bench_grammar.py --model /tmp/dummyq
 """
 

@@ -539,7 +539,7 @@ def runners_run(n_runners: int, clips: int, replicas: int = 8) -> dict:
         for i in range(n_runners):
             kids.append(procs.start(f"runner{i}", cmd, log=tmp / f"runner{i}.log", cwd=Path(__file__).parent.parent))
         for k in kids:
-            assert k.popen.wait(timeout=1800) == 0, procs.tail(k.log)
+            assert k.wait(timeout=1800) == 0, procs.tail(k.log)
         wall = time.perf_counter() - t0
     finally:
         for k in kids:

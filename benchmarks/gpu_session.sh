@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and shared/gpu/README.md).
+# Steps of a GPU session on the lent, offline H200 machine (see docs/GPU.md and serving/gpu_bundle/README.md).
+# Made here first: the bundle (serving/gpu_bundle/build_bundle.sh .gpu) and the project's wheels
+# (python3 serving/gpu_bundle/fetch_wheels.py: .whl and .whl2), all three ignored by git and carried by name.
 # Each step is one device call; the machine keeps /tmp only while it stays warm, so run them back to back.
 #   stage K   copy bundle part K (carried as .gpu/pK) to /tmp/stage; `stage Ka`, then `stage Kb`: its two halves (a
 #             part of 55 MiB and the working tree together pass the 64 MiB a call carries once the tree is over
@@ -84,7 +86,7 @@ case "$step" in
     sleep 5; cat /tmp/pregen.log ;;
   setup)
     bash .gpu/gpu_setup.sh
-    for w in .whl .whl2; do
+    for w in .whl .whl2 .whl3 .whl4; do
       if ls $w/*.whl >/dev/null 2>&1; then
         python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site $w/*.whl
       fi

@@ -5,12 +5,16 @@ approve saved A's caption onto B as the annotator's edit and approved B. Such a 
 text is word for word a caption another clip had before it, and which the version it was made from did not have.
 A person may also have pasted a stock sentence on purpose, so the audit lists, it does not judge:
 
-    python -m data.copied_saves --data-dir var            # lists them, the decided ones first
+    python -m data.copied_saves --data-dir var            # lists them, the decided ones first, and what --reset does
     python -m data.copied_saves --data-dir var --reset    # those still decided on that version: unreviewed again
+    python -m data.copied_saves --data-dir var --reset --except-clip 12,40 --except-text "No hazards, dry road."
 
 `--reset` sets each clip whose current version is such a save and which is approved or rejected back to
 unreviewed, with a `review.reset` event that names the other clip and the decision it undid. An export and a
-release then no longer take the copied caption as approved; a reviewer sees the clip in the queue again.
+release then no longer take the copied caption as approved; a reviewer sees the clip in the queue again. The
+listing says, line by line, which clips `--reset` resets ("will be reset") and which it leaves: a stock sentence
+typed on purpose is excepted by its text (`--except-text`, as many as needed, or `--except-file` with one text a
+line; compared with runs of spaces as one), a clip by its id (`--except-clip`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import json
 import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import sqlite_utils
 
@@ -91,6 +96,26 @@ def find(db: sqlite_utils.Database, *, min_chars: int = MIN_CHARS) -> list[Copie
     return sorted(found, key=lambda f: (f.created_at, f.caption_id))
 
 
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def excepted(found: list[CopiedSave], db: sqlite_utils.Database, *, clips=(), texts=()) -> dict[int, str]:
+    """{caption id: why it is excepted} for the saves of `found` on one of `clips` or whose text is one of `texts`
+    (runs of spaces counted as one): what a person says was typed on purpose."""
+    clip_ids = {int(c) for c in clips}
+    wanted = {_words(t) for t in texts if _words(t)}
+    out: dict[int, str] = {}
+    for f in found:
+        if f.clip_id in clip_ids:
+            out[f.caption_id] = f"clip {f.clip_id} excepted"
+        elif wanted:
+            row = db.execute("SELECT text FROM captions WHERE id = ?", [f.caption_id]).fetchone()
+            if row and _words(row[0]) in wanted:
+                out[f.caption_id] = "its text excepted"
+    return out
+
+
 def reset(db: sqlite_utils.Database, found: list[CopiedSave], *, actor: str) -> list[int]:
     """Set each clip whose current version is one of `found` and which is approved or rejected back to
     unreviewed, each with a `review.reset` event naming the other clip and the decision undone. Read again in
@@ -144,6 +169,21 @@ def main(argv: list[str] | None = None) -> int:
         "--min-chars", type=int, default=MIN_CHARS, help=f"shortest text to compare (default {MIN_CHARS})"
     )
     parser.add_argument("--reset", action="store_true", help="set the clips still decided on such a save unreviewed")
+    parser.add_argument(
+        "--except-clip",
+        action="append",
+        default=[],
+        metavar="IDS",
+        help="leave these clips as they are (ids, comma-separated; the option may repeat)",
+    )
+    parser.add_argument(
+        "--except-text",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="leave saves of this exact text as they are (a stock sentence typed on purpose; may repeat)",
+    )
+    parser.add_argument("--except-file", type=Path, help="texts to leave as they are, one a line")
     parser.add_argument("--actor", default="audit", help="who the review.reset events name (default audit)")
     parser.add_argument("--json", action="store_true", help="one JSON object per save instead of the table")
     args = parser.parse_args(argv)
@@ -154,28 +194,49 @@ def main(argv: list[str] | None = None) -> int:
     if args.min_chars < 1:
         print("error: --min-chars must be at least 1", file=sys.stderr)
         return 2
+    try:
+        clips = [int(c) for arg in args.except_clip for c in arg.split(",") if c.strip()]
+    except ValueError:
+        print("error: --except-clip takes clip ids, e.g. --except-clip 12,40", file=sys.stderr)
+        return 2
+    texts = list(args.except_text)
+    if args.except_file is not None:
+        try:
+            texts += args.except_file.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as e:
+            print(f"error: cannot read --except-file {args.except_file}: {e}", file=sys.stderr)
+            return 2
     db = connect(s.db)
     try:
         found = find(db, min_chars=args.min_chars)
+        kept = excepted(found, db, clips=clips, texts=texts)
         decided = [f for f in found if f.current and f.review_status in ("approved", "rejected")]
+        to_reset = [f for f in decided if f.caption_id not in kept]
         for f in sorted(found, key=lambda f: (f not in decided, f.created_at)):
+            plan = (
+                "left: " + kept[f.caption_id]
+                if f.caption_id in kept
+                else ("will be reset" if f in to_reset else "nothing to reset")
+            )
             if args.json:
-                print(json.dumps(asdict(f)))
+                print(json.dumps({**asdict(f), "reset": f in to_reset, "plan": plan}))
             else:
                 print(
                     f"clip {f.clip_id} v{f.version} by {f.author} at {_utc(f.created_at)}: the text of clip "
                     f"{f.same_as_clip}{', labels too' if f.labels_too else ''}; "
-                    f"{'current, ' + f.review_status if f.current else 'since replaced'}"
+                    f"{'current, ' + f.review_status if f.current else 'since replaced'} -- {plan}"
                 )
-        done = reset(db, found, actor=args.actor) if args.reset else []
+        done = reset(db, to_reset, actor=args.actor) if args.reset else []
     finally:
         db.close()
     print(
         f"{len(found)} save(s) repeat another clip's caption; {len(decided)} still decided on it"
+        + (f", {len(decided) - len(to_reset)} of them excepted" if len(to_reset) < len(decided) else "")
         + (f"; {len(done)} set back to unreviewed" if args.reset else "")
         + (
-            ": `--reset` puts them back in the review queue"
-            if decided and not args.reset
+            f": `--reset` puts the {len(to_reset)} marked 'will be reset' back in the review queue (--except-clip, "
+            "--except-text leave others as they are)"
+            if to_reset and not args.reset
             else ". Look at each: a stock sentence typed on purpose is fine, a caption of another video is not."
             if found
             else ""
@@ -185,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["CopiedSave", "find", "FIXED_ON", "main", "MIN_CHARS", "reset"]
+__all__ = ["CopiedSave", "excepted", "find", "FIXED_ON", "main", "MIN_CHARS", "reset"]
 
 if __name__ == "__main__":
     sys.exit(main())

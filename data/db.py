@@ -11,6 +11,8 @@
   in SQLite's busy handler, which polls by sleeping 1, 2, 5, ... up to 100 ms at a time. With 20 annotator
   threads that sleeping, not the work, makes the save tail (docs/RELIABILITY.md, R5).
   Other processes (the runner) still meet us in SQLite's lock, with the busy timeout.
+- `write_lock_holder(path)` says which process holds the write lock, read from the kernel's lock table without
+  taking or touching any lock: a supervisor judges a silent runner by it (serving.supervisor).
 """
 
 from __future__ import annotations
@@ -204,6 +206,33 @@ def immediate(db: sqlite_utils.Database, *, wait: bool | float = True) -> Iterat
     finally:
         if wl is not None:
             wl.lock.release()
+
+
+# SQLite's WAL write lock is a POSIX lock on one byte of the -shm file: byte 120 (os_unix.c: UNIX_SHM_BASE, then
+# WAL_WRITE_LOCK = 0), held from BEGIN IMMEDIATE (or a deferred transaction's first write) to COMMIT or ROLLBACK.
+WAL_WRITE_LOCK_BYTE = 120
+
+
+def write_lock_holder(path: str | Path) -> int | None:
+    """The pid of the process that holds the write lock of the WAL database at `path` now, or None when nobody does
+    (or the database has no -shm file: no connection is open). Read from /proc/locks (Linux): no descriptor of the
+    -shm file is opened, because closing one would drop every POSIX lock this process holds on it, SQLite's own
+    included. OSError when the lock table cannot be read (not Linux)."""
+    try:
+        st = os.stat(str(path) + "-shm")
+    except FileNotFoundError:
+        return None
+    where = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    with open("/proc/locks") as table:
+        for line in table:
+            # "7: POSIX  ADVISORY  WRITE 16926 fe:00:2172814 120 120"; a waiter's line has "->" after the number
+            parts = line.split()
+            if len(parts) < 8 or parts[1] != "POSIX" or parts[3] != "WRITE" or parts[5] != where:
+                continue
+            start, end = int(parts[6]), parts[7]
+            if start <= WAL_WRITE_LOCK_BYTE and (end == "EOF" or int(end) >= WAL_WRITE_LOCK_BYTE):
+                return int(parts[4])
+    return None
 
 
 def now() -> float:

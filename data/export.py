@@ -321,7 +321,9 @@ def iter_rows(db: sqlite_utils.Database, f: Filter = Filter()) -> Iterator[dict[
         raw = dict(zip(names, values))
         rec = _decoded(raw, _READ)
         computed = _lineage_fields(db, raw, rec)
-        yield {name: rec[name] if name in rec else computed[name] for name in _ORDER}
+        # what leaves the workbench holds no invisible or bidi character, also in rows stored before saves dropped
+        # them (limits.CONTROLS): the export's CSV and JSONL, and a release's files, are made from these records
+        yield limits.visible({name: rec[name] if name in rec else computed[name] for name in _ORDER})
 
 
 def csv_header() -> list[str]:

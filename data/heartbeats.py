@@ -1,8 +1,9 @@
 """Heartbeats: each long-running process (runner, supervisor) says it is alive, with what it is doing.
 
 A runner writes its heartbeat every PERIOD_S. One older than STALE_S (a few periods) is a runner that is not
-running: the Jobs tab says so, and serving.supervisor restarts the child that wrote it (while the database takes
-writes: a heartbeat that cannot be written says nothing about the process that tried).
+running: the Jobs tab says so, and serving.supervisor restarts the child that wrote it (unless another program holds
+the write lock or the disk is full: a heartbeat that cannot be written then says nothing about the process that
+tried; a child that holds the lock itself has no such excuse).
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 check that refuses a value that cannot work. Building (`resolve`), checking (`checked`), storing (`to_dict`) and
 reading (`from_dict`) all go through the fields, so a new per-job knob is one new field here (and, if the
 deployment should set its default, a setting of the same name in data.settings: `resolve` takes it from there).
-Its help is also the help of its flag in `python -m serving.caption` (data.job_param_args makes the flags).
+Its help is also the help of its flag in `python -m serving.caption` (data.job_param_args makes the flags), and
+its label (with the values it offers, if any) names its input on the Jobs form (webapp.job_fields makes them).
 
 A job row stores `to_dict()`; `data.jobs.queries` reads it back as a `JobParams`; the runner sends it as it is
 (serving.client builds the request from it); each caption's provenance records it under the same names.
@@ -121,11 +122,24 @@ def _optional_int(value: Any) -> int | None:
 _DEPLOYMENT = {f.name: f.default for f in dataclasses.fields(Settings)}
 
 
-def knob(check: Callable[[Any], Any], read: Callable[[Any], Any], help: str, default: Any = None) -> Any:
+def knob(
+    check: Callable[[Any], Any],
+    read: Callable[[Any], Any],
+    help: str,
+    default: Any = None,
+    *,
+    label: str | None = None,
+    choices: tuple[tuple[Any, str], ...] = (),
+) -> Any:
     """A job parameter: `check` turns a value a person gave into the field's type or raises InvalidJobParams
     saying what to use; `read` converts a stored value without judging it (a job runs what was asked when it
-    was started). The default is the setting of the same name where there is one (data.settings)."""
-    return dataclasses.field(default=default, metadata={"check": check, "read": read, "help": help})
+    was started). The default is the setting of the same name where there is one (data.settings). `label` is
+    what a person reads beside its input (default: the name in words); `choices`, (value, what it is) pairs,
+    are values a form offers, any other still allowed."""
+    return dataclasses.field(
+        default=default,
+        metadata={"check": check, "read": read, "help": help, "label": label, "choices": tuple(choices)},
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,23 +147,37 @@ class JobParams:
     """How each clip of a job is captioned. Constructed directly, nothing is checked (tests, stored jobs);
     `checked` and `resolve` check every field."""
 
-    frames: int = knob(_frames, int, f"frames sampled from each clip, {MIN_FRAMES}-{MAX_FRAMES}", _DEPLOYMENT["frames"])
+    frames: int = knob(
+        _frames,
+        int,
+        f"frames sampled from each clip, {MIN_FRAMES}-{MAX_FRAMES}",
+        _DEPLOYMENT["frames"],
+        label=f"Frames ({MIN_FRAMES}-{MAX_FRAMES})",
+    )
     max_tokens: int = knob(
         _max_tokens,
         int,
         f"output token limit of each request, {MIN_MAX_TOKENS}-{MAX_MAX_TOKENS} (an answer takes about 190-530)",
         _DEPLOYMENT["max_tokens"],
+        label=f"Max tokens ({MIN_MAX_TOKENS}-{MAX_MAX_TOKENS})",
     )
     temperature: float = knob(
-        _temperature, float, f"sampling temperature, 0-{MAX_TEMPERATURE:g}", _DEPLOYMENT["temperature"]
+        _temperature,
+        float,
+        f"sampling temperature, 0-{MAX_TEMPERATURE:g}",
+        _DEPLOYMENT["temperature"],
+        label=f"Temperature (0-{MAX_TEMPERATURE:g})",
     )
-    seed: int | None = knob(_seed, _optional_int, "sampling seed (none: the server's)")
+    seed: int | None = knob(
+        _seed, _optional_int, "sampling seed (none: the server's)", label="Seed (empty: the server's)"
+    )
     top_logprobs: int = knob(
         _top_logprobs,
         int,
         f"alternatives per token asked of vLLM, from which each label's confidence is read, 0-{MAX_TOP_LOGPROBS} "
         "(0: none, no label confidence)",
         DEFAULT_TOP_LOGPROBS,
+        label=f"Top logprobs (0-{MAX_TOP_LOGPROBS})",
     )
     max_pixels: int = knob(
         _max_pixels,
@@ -158,6 +186,9 @@ class JobParams:
         f"{RECIPE_MAX_PIXELS:,}: at most the fleet's recipe (16 frames of 1024x576); half or a quarter of it cost "
         "fewer vision tokens",
         RECIPE_MAX_PIXELS,
+        label="Pixels per clip (all frames)",
+        # the work-per-clip sweep's pixel budgets (docs/work-per-clip.json): 16 frames of 1024x576, half, a quarter
+        choices=((RECIPE_MAX_PIXELS, "recipe"), (RECIPE_MAX_PIXELS // 2, "half"), (RECIPE_MAX_PIXELS // 4, "quarter")),
     )
 
     @classmethod

@@ -63,20 +63,40 @@ def check_text(value: str, limit: int, what: str) -> str:
     return value
 
 
-# Characters a reader never sees but a terminal or a text renderer acts on: C0 controls but tab, newline and NUL
-# (NUL is refused by check_text, with a message), DEL, C1 controls (U+009B is CSI in some terminals), and the
-# bidi embedding, override and isolate controls (U+202A-U+202E, U+2066-U+2069), which reorder what a reader sees
-# (Trojan Source). ESC [ ... rewrites a terminal that prints an exported caption; BEL rings, BS erases.
-CONTROLS = re.compile("[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# Characters a reader never sees but a terminal, a text renderer or a model acts on: C0 controls but tab, newline
+# and NUL (NUL is refused by check_text, with a message), DEL, C1 controls (U+009B is CSI in some terminals); every
+# Bidi_Control character (ALM U+061C, LRM/RLM U+200E-F, the embeddings and overrides U+202A-E, the isolates
+# U+2066-9), which reorder what a reader sees (Trojan Source); the zero-width and invisible ones (U+200B-D, the
+# word joiner and invisible operators U+2060-4, U+180E), the BOM U+FEFF, the soft hyphen U+00AD, the interlinear
+# annotation marks U+FFF9-B, the line and paragraph separators U+2028-9 (a newline where text has lines:
+# `plain_text`), and the tag block U+E0000-E007F (invisible text a model reads). ESC [ ... rewrites a terminal that
+# prints an exported caption; BEL rings, BS erases.
+CONTROLS = re.compile(
+    "[\x01-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064"
+    "\u2066-\u2069\ufeff\ufff9-\ufffb\U000e0000-\U000e007f]"
+)
+_LINE_BREAKS = re.compile("\r\n|[\r\u2028\u2029]")
 
 
 def plain_text(value: str | None) -> str | None:
-    """`value` without CONTROLS (line ends become newlines): what a caption, a note or a reason is stored as,
-    whoever wrote it (a person's paste, a model's answer)."""
+    """`value` without CONTROLS (line ends and line separators become newlines): what a caption, a note or a reason
+    is stored as, whoever wrote it (a person's paste, a model's answer)."""
     if not value:
         return value
-    value = value.replace("\r\n", "\n").replace("\r", "\n")
-    return CONTROLS.sub("", value)
+    return CONTROLS.sub("", _LINE_BREAKS.sub("\n", value))
+
+
+def visible(value: Any) -> Any:
+    """`value` with NUL and CONTROLS removed from every string in it (nested dicts and lists too): what leaves the
+    workbench (an export's and a release's records) and what the fleet names (a model, a replica), whenever it was
+    stored."""
+    if isinstance(value, str):
+        return CONTROLS.sub("", value.replace("\x00", ""))
+    if isinstance(value, dict):
+        return {visible(k): visible(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [visible(v) for v in value]
+    return value
 
 
 def check_labels(labels: Any) -> Any:
@@ -175,7 +195,10 @@ def finite(value: Any) -> bool:
 
 
 def clip_text(value: Any, limit: int = MAX_PROVENANCE_CHARS) -> Any:
-    """A provenance string from the fleet, cut to `limit` characters (a 5 MB model name is garbage)."""
-    if isinstance(value, str) and len(value) > limit:
-        return value[: limit - 1] + "…"
+    """A provenance string from the fleet (a model name, a replica), `visible` and cut to `limit` characters (a
+    5 MB model name is garbage; ESC or NUL in one would act on a terminal, a bidi override reorder a page)."""
+    if isinstance(value, str):
+        value = visible(value)
+        if len(value) > limit:
+            return value[: limit - 1] + "…"
     return value

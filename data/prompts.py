@@ -4,8 +4,10 @@ installs the shipped presets (idempotent).
 
 A new version (`create_version`, which the Jobs tab's prompt editor calls for a lead) is checked before it is
 saved (`schema_problems`), so that it can run and be compared:
-- its schema has no check whose cost on an answer is more than linear (data.taxonomy's COSTLY_CHECKS: `pattern`,
-  `patternProperties`, `format`; the runner checks every answer against it);
+- its schema has no check whose cost on an answer is more than linear (the runner checks every answer against
+  it): no `patternProperties` or `format` (data.taxonomy's COSTLY_CHECKS), and only `pattern`s that RE2 matches in
+  linear time, at any depth, under any keyword of any draft (data.schema_keywords); it declares no `$schema` but
+  JSON Schema drafts 4, 6, 7, 2019-09 or 2020-12;
 - its schema has none of the keywords the fleet's structured-output backend refuses (data.taxonomy's
   GRAMMAR_UNSUPPORTED: vLLM 0.25 with xgrammar answers every request that carries one with HTTP 400, recorded in
   tests/data/vllm-0.25.0-answers.json), and it is a valid JSON Schema;
@@ -24,7 +26,7 @@ from typing import Any
 import jsonschema
 import sqlite_utils
 
-from data import limits, taxonomy
+from data import limits, schema_keywords, taxonomy
 from data.db import immediate, now
 from data.errors import InvalidPrompt, NotFound
 
@@ -184,6 +186,9 @@ def schema_problems(schema: Any) -> list[str]:
     costly = taxonomy.costly_refusal(schema)
     if costly:
         problems.append(costly)
+    draft = schema_keywords.declared_draft_problem(schema)
+    if draft:
+        return problems + [draft]
     refused = sorted(taxonomy.unsupported_features(schema))
     if refused:
         problems.append(
@@ -192,7 +197,7 @@ def schema_problems(schema: Any) -> list[str]:
             "(the answers are still checked against the taxonomy)."
         )
     try:
-        jsonschema.validators.validator_for(schema).check_schema(schema)
+        schema_keywords.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:
         problems.append(f"This is not a valid JSON Schema: {e.message[:200]}.")
     if _has_key(schema, "$ref"):
@@ -226,7 +231,8 @@ def schema_problems(schema: Any) -> list[str]:
 
 
 def _check_text(value: str, limit: int, what: str, *, needed: bool = True) -> str:
-    value = limits.check_text((value or "").strip(), limit, what)
+    # no invisible or bidi character (limits.CONTROLS): hidden instructions to the model, text reordered for a reader
+    value = limits.check_text((limits.plain_text(value) or "").strip(), limit, what)
     if needed and not value:
         raise InvalidPrompt(f"{what} is empty: write it (start from the version you are changing).")
     return value

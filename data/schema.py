@@ -826,3 +826,28 @@ def m027_decisions_on_later_versions(db: sqlite_utils.Database) -> None:
             for r in rows
         ],
     )
+
+
+@MIGRATIONS()
+def m029_login_trust_networks(db: sqlite_utils.Database) -> None:
+    """Issue 46, point 4. The login limiter's trust (data.sessions) also remembers the networks each account signed
+    in from (an IPv4 /24, an IPv6 /64: an attempt from one of its own is not held back by failures from
+    elsewhere, and an attempt from a network any account signed in from goes before attempts from networks none
+    did), and the one-time sign-in links an admin issues (`python -m webapp.accounts sign-in-link`). SQLite cannot
+    change a CHECK: the table is made again with the two new kinds, its rows copied. (Named m029: m028 is another
+    branch's.)"""
+    db.execute("ALTER TABLE login_trust RENAME TO login_trust_before_m029")
+    db.execute("""
+    CREATE TABLE login_trust (
+        user TEXT NOT NULL,
+        kind TEXT NOT NULL CHECK (kind IN ('device', 'address', 'network', 'link')),
+        value_hash TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        last_used REAL NOT NULL,
+        PRIMARY KEY (user, kind, value_hash)
+    ) WITHOUT ROWID""")
+    db.execute(
+        "INSERT INTO login_trust SELECT user, kind, value_hash, created_at, last_used FROM login_trust_before_m029"
+    )
+    db.execute("DROP TABLE login_trust_before_m029")
+    db.execute("CREATE INDEX IF NOT EXISTS idx_login_trust_kind_value ON login_trust(kind, value_hash)")

@@ -104,8 +104,10 @@ def prune(db: sqlite_utils.Database, *, idle: float, absolute: float) -> int:
 
 
 # -- where an account signed in from before (the login limiter's trust, webapp.throttle) ---------------------
-TRUST_KINDS = ("device", "address")
-TRUST_KEPT = 20  # browsers and addresses remembered per account, the most recently used
+TRUST_KINDS = ("device", "address", "network")
+TRUST_KEPT = 20  # browsers, addresses and networks remembered per account, the most recently used
+LINK_TTL_S = 3600.0  # a one-time sign-in link an admin issues is good for an hour
+LINKS_KEPT = 5  # links kept per account (the newest)
 
 
 def new_device_token() -> str:
@@ -113,12 +115,17 @@ def new_device_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def trusted(db: sqlite_utils.Database, user: str, *, device: str | None, address: str) -> set[str]:
-    """Which of this browser (`device` token) and this `address` signed `user` in before: a subset of
-    TRUST_KINDS. A read."""
+def trusted(
+    db: sqlite_utils.Database, user: str, *, device: str | None, address: str, network: str | None = None
+) -> set[str]:
+    """Which of this browser (`device` token), this `address` and its `network` (the caller's form: an IPv4 /24,
+    an IPv6 /64) signed `user` in before: a subset of TRUST_KINDS, plus "known" when any account signed in from
+    `network`. A read."""
     keys = [("address", _hash(address))]
     if device and len(device) <= 200:
         keys.append(("device", _hash(device)))
+    if network:
+        keys.append(("network", _hash(network)))
     found = set()
     for kind, value in keys:
         row = db.execute(
@@ -126,22 +133,66 @@ def trusted(db: sqlite_utils.Database, user: str, *, device: str | None, address
         ).fetchone()
         if row:
             found.add(kind)
+    if (
+        network
+        and db.execute(
+            "SELECT 1 FROM login_trust WHERE kind = 'network' AND value_hash = ? LIMIT 1", [_hash(network)]
+        ).fetchone()
+    ):
+        found.add("known")
     return found
 
 
-def remember(db: sqlite_utils.Database, user: str, *, device: str, address: str) -> None:
-    """After a right password: `user` signed in from this browser and this address (joins the caller's
-    transaction). Keeps the TRUST_KEPT most recent of each kind."""
+def remember(db: sqlite_utils.Database, user: str, *, device: str, address: str, network: str | None = None) -> None:
+    """After a right password: `user` signed in from this browser, this address and its network (joins the
+    caller's transaction). Keeps the TRUST_KEPT most recent of each kind."""
     t = now()
+    values = [("device", _hash(device)), ("address", _hash(address))]
+    if network:
+        values.append(("network", _hash(network)))
     with immediate(db):
-        for kind, value in (("device", _hash(device)), ("address", _hash(address))):
-            db.execute(
-                "INSERT INTO login_trust (user, kind, value_hash, created_at, last_used) VALUES (?, ?, ?, ?, ?) "
-                "ON CONFLICT(user, kind, value_hash) DO UPDATE SET last_used = excluded.last_used",
-                [user, kind, value, t, t],
-            )
-            db.execute(
-                "DELETE FROM login_trust WHERE user = ? AND kind = ? AND value_hash NOT IN (SELECT value_hash "
-                "FROM login_trust WHERE user = ? AND kind = ? ORDER BY last_used DESC LIMIT ?)",
-                [user, kind, user, kind, TRUST_KEPT],
-            )
+        for kind, value in values:
+            _keep(db, user, kind, value, t, TRUST_KEPT)
+
+
+def _keep(db: sqlite_utils.Database, user: str, kind: str, value: str, t: float, kept: int) -> None:
+    db.execute(
+        "INSERT INTO login_trust (user, kind, value_hash, created_at, last_used) VALUES (?, ?, ?, ?, ?) "
+        "ON CONFLICT(user, kind, value_hash) DO UPDATE SET last_used = excluded.last_used",
+        [user, kind, value, t, t],
+    )
+    db.execute(
+        "DELETE FROM login_trust WHERE user = ? AND kind = ? AND value_hash NOT IN (SELECT value_hash "
+        "FROM login_trust WHERE user = ? AND kind = ? ORDER BY last_used DESC LIMIT ?)",
+        [user, kind, user, kind, kept],
+    )
+
+
+def issue_link(db: sqlite_utils.Database, user: str) -> str:
+    """A one-time sign-in link's token for `user` (good for LINK_TTL_S, once): the browser that opens it is
+    trusted for `user` as one it signed in from before (`use_link`), so that nobody else's failures hold it back.
+    The password is still asked. Only its hash is stored."""
+    token = secrets.token_urlsafe(32)
+    with immediate(db):
+        _keep(db, user, "link", _hash(token), now(), LINKS_KEPT)
+    return token
+
+
+def use_link(db: sqlite_utils.Database, token: str | None) -> tuple[str, str] | None:
+    """Spend a sign-in link: (the user, a new browser id that now counts as one `user` signed in from), or None
+    when the token is no link's, was used, or is older than LINK_TTL_S."""
+    if not token or len(token) > 200:
+        return None
+    query = "SELECT user, created_at FROM login_trust WHERE kind = 'link' AND value_hash = ?"
+    if db.execute(query, [_hash(token)]).fetchone() is None:
+        return None  # a read: a flood of made-up links takes no write lock
+    with immediate(db):
+        row = db.execute(query, [_hash(token)]).fetchone()
+        if row is None:
+            return None
+        db.execute("DELETE FROM login_trust WHERE kind = 'link' AND value_hash = ?", [_hash(token)])
+        if row[1] < now() - LINK_TTL_S:
+            return None
+        device = new_device_token()
+        _keep(db, row[0], "device", _hash(device), now(), TRUST_KEPT)
+    return row[0], device

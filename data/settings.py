@@ -95,6 +95,19 @@ def _positive(value: Any) -> int:
     return n
 
 
+def _bytes(value: Any) -> int:
+    """A size: bytes, or with a K, M or G suffix (powers of 1024): '64M' -> 67108864."""
+    text = str(value).strip().upper().removesuffix("B").removesuffix("I")
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    try:
+        n = int(float(text[:-1] if scale > 1 else text) * scale)
+    except (ValueError, OverflowError):
+        raise ValueError(f"not a size: {value!r} (bytes, or e.g. 64M, 1G)") from None
+    if n < 0:
+        raise ValueError(f"must be 0 or more bytes, not {value!r}")
+    return n
+
+
 def _float(value: Any) -> float:
     try:
         return float(value)
@@ -307,6 +320,19 @@ class Settings:
         300.0,
         "how long a clip the review queue served (or a person opened) stays theirs without activity on it: "
         "meanwhile the others' next-unreviewed skips it; moving on or signing out gives it back at once",
+    )
+
+    log_cap: int = setting(
+        20 << 20,
+        "bytes each log of the stack may take on disk: the log and one older copy (NAME.log.1), each cut at half; "
+        "lines longer than 2 KiB are cut too, with their length (e.g. 20M, 1G)",
+        parse=_bytes,
+    )
+    log_free_floor: int = setting(
+        64 << 20,
+        "free space kept for the database: below it on a log's disk the stack writes no log line (it counts them and "
+        "says how many when space is back), so saves go on longer than logging (e.g. 64M; 0: log to the last byte)",
+        parse=_bytes,
     )
 
     def __post_init__(self) -> None:

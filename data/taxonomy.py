@@ -11,6 +11,7 @@ from typing import Any
 
 import jsonschema
 
+from data import schema_keywords
 from data.errors import InvalidLabels
 
 SCENARIO_CATEGORIES = (
@@ -125,42 +126,18 @@ GRAMMAR_UNSUPPORTED = frozenset(
         "multipleOf",
     }
 )
-# What the runner cannot check on an answer in bounded time: `pattern` and `patternProperties` are
-# regular expressions, and Python's backtrack (`(\w+\s?)*$` on a long caption runs for hours); a `format` is checked
-# by expressions like them when checked at all. The labels are enums and the caption is free text, so a prompt
-# version needs none: data.prompts refuses them, and the runner sends no clip of a stored version that has one.
-COSTLY_CHECKS = frozenset({"pattern", "patternProperties", "format"})
-_SCHEMA_MAPS = ("properties", "$defs", "definitions", "dependentSchemas")
-_SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SCHEMA_ONE = (
-    "items",
-    "additionalProperties",
-    "not",
-    "if",
-    "then",
-    "else",
-    "additionalItems",
-    "unevaluatedProperties",
-    "unevaluatedItems",
-)
+# What the runner does not check on an answer, or not in bounded time: `patternProperties` names are matched inside
+# jsonschema's own `unevaluatedProperties` with Python's backtracking `re` (data.schema_keywords matches `pattern`,
+# `patternProperties` and `additionalProperties` with RE2, not that one), and a `format` is checked, when it is,
+# by expressions of the same kind. The labels are enums and the caption is free text, so a prompt version needs
+# neither: data.prompts refuses them, and the runner sends no clip of a stored version that has one. `pattern`
+# itself is matched in linear time and allowed (data.schema_keywords), unless RE2 cannot express it.
+COSTLY_CHECKS = frozenset({"patternProperties", "format"})
 
 
 def _walk_schema(schema: Any, visit) -> Any:
-    """Rebuild a JSON schema, calling `visit(subschema) -> subschema` on each (sub)schema, children first.
-    Only keywords that hold schemas are descended into: a property *named* "contains" is data, not a keyword."""
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    for key in _SCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {k: _walk_schema(v, visit) for k, v in out[key].items()}
-    for key in _SCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [_walk_schema(v, visit) for v in out[key]]
-    for key in _SCHEMA_ONE:
-        if isinstance(out.get(key), dict):
-            out[key] = _walk_schema(out[key], visit)
-    return visit(out)
+    """data.schema_keywords.walk: every keyword that holds a schema, in every draft."""
+    return schema_keywords.walk(schema, visit)
 
 
 def unsupported_features(schema: Any) -> set[str]:
@@ -176,27 +153,26 @@ def unsupported_features(schema: Any) -> set[str]:
 
 
 def costly_features(schema: Any) -> set[str]:
-    """The keywords of `schema` (at any depth) whose check on an answer can cost more than linear time."""
-    found: set[str] = set()
-
-    def visit(s: dict) -> dict:
-        found.update(COSTLY_CHECKS.intersection(s))
-        return s
-
-    _walk_schema(schema, visit)
-    return found
+    """The keywords of `schema` (at any depth) whose check on an answer the runner cannot bound (COSTLY_CHECKS)."""
+    return schema_keywords.keywords_in(schema, COSTLY_CHECKS)
 
 
 def costly_refusal(schema: Any) -> str | None:
-    """Why a schema with such keywords is refused, in words with what to do; None without them."""
+    """Why a schema the runner cannot check in bounded time is refused, in words with what to do; None when it can
+    be: no COSTLY_CHECKS keyword, and every `pattern` one that RE2 matches in linear time."""
     costly = sorted(costly_features(schema))
-    if not costly:
-        return None
-    return (
-        f"The schema uses {', '.join(costly)}: every answer is checked against the schema, and a regular expression "
-        "can take hours on one caption (Python's backtracks), stalling every job. The labels are enums and the "
-        f"caption is free text: remove {'it' if len(costly) == 1 else 'them'} (save a new prompt version without)."
-    )
+    problems = []
+    if costly:
+        problems.append(
+            f"The schema uses {', '.join(costly)}: every answer is checked against the schema, and "
+            f"{'it is' if len(costly) == 1 else 'they are'} matched by a regular expression that can take hours "
+            "on one caption (Python's backtracks), stalling every job. The labels are enums and the caption is "
+            f"free text: remove {'it' if len(costly) == 1 else 'them'} (save a new prompt version without)."
+        )
+    problems += schema_keywords.pattern_problems(schema)
+    if problems and not costly:
+        problems.append("Save a new prompt version without it.")
+    return " ".join(problems) or None
 
 
 def model_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -222,7 +198,7 @@ def _validate(instance: Any, schema: dict[str, Any]) -> None:
         key = json.dumps(schema, sort_keys=True)
         v = _VALIDATORS.get(key)
         if v is None:
-            cls = jsonschema.validators.validator_for(schema)
+            cls = schema_keywords.validator_for(schema)  # `pattern` in RE2: linear in the answer
             cls.check_schema(schema)
             v = _VALIDATORS[key] = cls(schema)
         if len(_BY_OBJECT) < 1024:  # prompts are few; a caller building a new dict per call is not cached

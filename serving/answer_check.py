@@ -18,6 +18,13 @@ runner's own process, one such answer would freeze its event loop, its heartbeat
   as `unreadable`; the next answer gets a fresh checker.
 - The checkers die with the runner (PR_SET_PDEATHSIG, and end of input on their pipe), so a SIGKILLed runner
   leaves none behind.
+- **Each job gets its share of the checkers.** One job's answers that each cost the whole budget (a stored schema
+  with a costly check, whatever it is) must not hold every checker while another job's answers, milliseconds
+  each, wait behind them: before, a 24-clip hostile job held another lead's job at 0 done for 177 s. A free
+  checker goes to the waiting job that holds the fewest (then to the one that used the least checker time), and a
+  job holding fewer than its share (`workers` / the jobs using checkers, at least one) while every checker is
+  taken by others starts a spare one (at most `spare` beyond `workers`; an idle spare is ended after
+  SPARE_IDLE_S). So a normal job beside a hostile one always has a checker of its own within a checker's start.
 
 As a side effect the runner's own process no longer parses the answers (about half of its CPU per answer with
 logprobs: docs/BENCHMARKS.md, "Job runner"): a head with spare cores reads answers on them.
@@ -30,6 +37,7 @@ tokens; replica), an answer `len(result) result` (JSON: `{"ok": AnswerRead}` or 
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import os
 import struct
@@ -46,6 +54,8 @@ ADDRESS_SPACE_BYTES = 4 << 30  # per checker: an answer is at most a few MiB, it
 PIPE_BYTES = 1 << 20  # a 220 KB answer goes down the pipe in one write (Linux's default pipe is 64 KiB)
 WALL_FACTOR = 10  # a check ends after this many times its CPU budget in wall time, whatever its CPU
 MIN_WALL_S = 60.0
+SPARE_IDLE_S = 30.0  # a checker beyond `workers`, idle this long, is ended
+_SPAWN = object()  # what a waiting read is granted when it may start a checker of its own
 _LEN = struct.Struct(">I")
 _ERRORS = {"BadAnswer": BadAnswer, "ReplicaError": ReplicaError}
 
@@ -87,17 +97,22 @@ class _Checker:
 
 
 class AnswerChecker:
-    """Reads answers in checker processes with a time budget each (the module docstring). One per event loop;
-    `aclose()` ends the checkers."""
+    """Reads answers in checker processes with a time budget each, each job its share of them (the module
+    docstring). One per event loop; `aclose()` ends the checkers."""
 
-    def __init__(self, budget_s: float, workers: int = 0):
+    def __init__(self, budget_s: float, workers: int = 0, spare: int | None = None):
         self.budget_s = float(budget_s)
         self.workers = workers or default_workers()
-        self._idle: asyncio.Queue | None = None
-        self._started = 0
+        self.spare = max(2, self.workers) if spare is None else spare
+        self._idle: list[tuple[float, _Checker]] = []  # (idle since, checker)
+        self._count = 0  # checkers alive or starting
+        self._held: collections.Counter = collections.Counter()  # job -> checkers it holds
+        self._used: collections.Counter = collections.Counter()  # job -> checker seconds it held
+        self._waiting: dict[Any, collections.deque] = {}  # job -> (asked at, future) in order
         self._all: set[_Checker] = set()
+        self._ended: list[_Checker] = []  # killed or told to end, not yet seen exit (waited for by aclose)
         self._schema_ids: dict[str, int] = {}
-        self.stats = {"answers": 0, "timeouts": 0, "died": 0, "started": 0}
+        self.stats = {"answers": 0, "timeouts": 0, "died": 0, "started": 0, "spares": 0}
 
     @classmethod
     def from_settings(cls, settings: Any) -> "AnswerChecker":
@@ -128,7 +143,7 @@ class AnswerChecker:
                 raise OSError("the answer checker did not start")
         except BaseException:
             checker.kill()
-            self._all.discard(checker)
+            self._ending(checker)
             raise
         self.stats["started"] += 1
         return checker
@@ -136,35 +151,95 @@ class AnswerChecker:
     async def start(self) -> None:
         """Start every checker now (the runner does, before its first claim): a checker's start (its imports,
         about a second on a loaded machine) is then never on an answer's way."""
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-        need = self.workers - self._started
-        self._started += need
+        need = self.workers - self._count
+        self._count += need
         got = await asyncio.gather(*(self._spawn() for _ in range(need)), return_exceptions=True)
         for c in got:
             if isinstance(c, BaseException):
-                self._started -= 1  # taken lazily later, when an answer needs it
+                self._count -= 1  # taken lazily later, when an answer needs it
             else:
-                self._idle.put_nowait(c)
+                self._idle.append((time.monotonic(), c))
+        self._pump()
 
-    async def _take(self) -> _Checker:
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-        if self._idle.empty() and self._started < self.workers:
-            self._started += 1
+    # ---- who gets the next checker ---------------------------------------------------------------------------
+    def _share(self) -> int:
+        active = {j for j, n in self._held.items() if n > 0} | {j for j, q in self._waiting.items() if q}
+        return max(1, self.workers // max(1, len(active)))
+
+    def _pump(self) -> None:
+        """Hand free checkers (or places to start one) to waiting reads, fairest first (the module docstring)."""
+        while True:
+            waiting = [j for j, q in self._waiting.items() if q]
+            if not waiting:
+                break
+            job = min(waiting, key=lambda j: (self._held[j], self._used[j], self._waiting[j][0][0]))
+            entry = self._waiting[job].popleft()
+            fut = entry[1]
+            if fut.done():  # its read was cancelled while it waited
+                continue
+            if self._idle:
+                fut.set_result(self._idle.pop()[1])
+            elif self._count < self.workers or (
+                self._count < self.workers + self.spare and self._held[job] < self._share()
+            ):
+                self.stats["spares"] += self._count >= self.workers
+                self._count += 1
+                fut.set_result(_SPAWN)
+            else:
+                self._waiting[job].appendleft(entry)
+                break
+            self._held[job] += 1
+        for job in [j for j, q in self._waiting.items() if not q]:
+            del self._waiting[job]
+        t = time.monotonic()
+        while self._count > self.workers and self._idle and self._idle[0][0] < t - SPARE_IDLE_S:
+            _, spare = self._idle.pop(0)
+            self._count -= 1
+            self._ending(spare)
             try:
-                return await self._spawn()
-            except BaseException:
-                self._started -= 1
-                raise
-        got = await self._idle.get()
-        if got is None:  # the place of a checker that was killed: start its replacement
-            try:
-                return await self._spawn()
-            except BaseException:
-                self._idle.put_nowait(None)
-                raise
-        return got
+                spare.proc.stdin.close()  # it exits at the end of its input
+            except (OSError, RuntimeError):
+                spare.kill()
+
+    def _ending(self, checker: _Checker) -> None:
+        self._all.discard(checker)
+        self._ended = [c for c in self._ended if c.proc.returncode is None] + [checker]
+
+    async def _take(self, job: Any) -> _Checker:
+        fut = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(job, collections.deque()).append((time.monotonic(), fut))
+        self._pump()
+        try:
+            got = await fut
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled():  # granted as it was cancelled: give it back
+                got = fut.result()
+                self._give_back(job, got if isinstance(got, _Checker) else None, 0.0)
+            fut.cancel()
+            self._pump()
+            raise
+        if got is not _SPAWN:
+            return got
+        try:
+            return await self._spawn()
+        except BaseException:
+            self._give_back(job, None, 0.0)
+            raise
+
+    def _give_back(self, job: Any, checker: _Checker | None, held_s: float) -> None:
+        """`job` is done with a checker: `checker` back to the idle ones, or None (killed, dead, never started):
+        its place is free, and a replacement is started when a read needs one."""
+        self._held[job] -= 1
+        self._used[job] += held_s
+        if self._held[job] <= 0:
+            del self._held[job]
+        if checker is not None and checker.proc.returncode is None:
+            self._idle.append((time.monotonic(), checker))
+        else:
+            self._count -= 1
+        if not self._held and not self._waiting:
+            self._used.clear()  # nobody is using the checkers: old usage gives no job an edge later
+        self._pump()
 
     def _schema_header(self, checker: _Checker, schema: dict | None) -> dict:
         text = json.dumps(schema, sort_keys=True) if schema is not None else "null"
@@ -175,13 +250,22 @@ class AnswerChecker:
         return {"schema_id": sid, "schema": text}
 
     async def read(
-        self, body: bytes, schema: dict | None, *, confidence: bool, max_tokens: Any = None, replica: str | None = None
+        self,
+        body: bytes,
+        schema: dict | None,
+        *,
+        confidence: bool,
+        max_tokens: Any = None,
+        replica: str | None = None,
+        job: Any = None,
     ):
-        """`serving.answers.read_answer` of this answer, in a checker, within the budget. Returns an AnswerRead;
-        raises BadAnswer (`check_timeout`, `unreadable`, or what the answer's reading found) or ReplicaError."""
+        """`serving.answers.read_answer` of this answer, in a checker, within the budget, as one of `job`'s
+        reads (each job gets its share of the checkers). Returns an AnswerRead; raises BadAnswer
+        (`check_timeout`, `unreadable`, or what the answer's reading found) or ReplicaError."""
         from serving.answers import AnswerRead
 
-        checker = await self._take()
+        checker = await self._take(job)
+        took = time.monotonic()
         keep: _Checker | None = None
         try:
             header = {
@@ -216,9 +300,8 @@ class AnswerChecker:
         finally:
             if keep is None:  # killed, dead, or left mid-answer by a cancelled request: replaced on the next take
                 checker.kill()
-                self._all.discard(checker)
-            if self._idle is not None:
-                self._idle.put_nowait(keep)
+                self._ending(checker)
+            self._give_back(job, keep, time.monotonic() - took)
         self.stats["answers"] += 1
         got = json.loads(out)
         if "ok" in got:
@@ -258,7 +341,8 @@ class AnswerChecker:
 
     async def aclose(self) -> None:
         """End every checker: close their input (they exit at its end), then kill what is left."""
-        checkers, self._all = list(self._all), set()
+        checkers, self._all = list(self._all) + self._ended, set()
+        self._ended = []
         for c in checkers:
             try:
                 c.proc.stdin.close()
@@ -270,8 +354,10 @@ class AnswerChecker:
             except asyncio.TimeoutError:
                 c.kill()
                 await self._exit_code(c)
-        self._idle = None
-        self._started = 0
+        self._idle = []
+        self._count = 0
+        self._held.clear()
+        self._used.clear()
 
 
 # ---- the checker process -----------------------------------------------------------------------------------------
@@ -350,7 +436,18 @@ def serve(stdin=None, stdout=None) -> int:
         stdout.flush()
 
 
+def _ignore_stop_signals() -> None:
+    """A stop (launch.sh's SIGTERM to the runner's process group, a terminal's Ctrl-C) is the runner's to handle:
+    it drains its requests, then closes the checkers' input. A checker ended by the signal mid-read would fail
+    that clip for good as `unreadable`."""
+    import signal
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
+
+
 def main() -> int:
+    _ignore_stop_signals()
     _die_with_parent()
     _limit_memory()
     return serve()

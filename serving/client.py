@@ -417,7 +417,12 @@ class FleetClient:
         confidence = bool(req.params.top_logprobs)
         if self._checker is not None:
             read = await self._checker.read(
-                resp.content, schema, confidence=confidence, max_tokens=req.params.max_tokens, replica=replica
+                resp.content,
+                schema,
+                confidence=confidence,
+                max_tokens=req.params.max_tokens,
+                replica=replica,
+                job=req.job_id,  # each job its share of the checkers
             )
         else:
             read = read_answer(

@@ -5,7 +5,9 @@ filesystem is full, every write there raises OSError (ENOSPC): a print, a log li
 inside its own error path. Reporting must never stop a process from doing its work: the supervisor died of its
 restart message and the app's events never answered (issue 31). `install()` replaces sys.stdout and sys.stderr
 with streams that drop what cannot be written, count it, and say how much was lost at the next write that
-succeeds. The long-running commands (serving.supervisor, serving.runner, webapp) call it first thing.
+succeeds. The long-running commands (serving.supervisor, serving.runner, webapp) call it first thing. It also
+bounds every log record the process makes (serving.log_clip: values cut to a few hundred characters with their
+length, a traceback written in full once in a while, then as one line).
 
 Writes go straight to the file descriptor (no buffer that could hold stale lines, or fail again at exit).
 """
@@ -16,6 +18,8 @@ import io
 import os
 import sys
 import threading
+
+from serving import log_clip
 
 
 class BestEffortStream(io.TextIOBase):
@@ -109,8 +113,9 @@ class _Binary:
 
 
 def install() -> None:
-    """Make this process's stdout and stderr best-effort (idempotent). Call it before logging is configured:
-    a logging handler keeps the stream it was given."""
+    """Make this process's stdout and stderr best-effort and its log records bounded (idempotent). Call it before
+    logging is configured: a logging handler keeps the stream it was given."""
+    log_clip.install()
     for attr, fd in (("stdout", 1), ("stderr", 2)):
         current = getattr(sys, attr)
         if isinstance(current, BestEffortStream):

@@ -2,6 +2,7 @@
 
     python -m serving.cost --replicas 8 --frames 16 --precision bf16 --clips 100000
     python -m serving.cost --replicas 8 --frames 8 --max-pixels 4718592 --clips 100000
+    python -m serving.cost --replicas 8 --gpu H100 --clips 100000
 
     from serving import cost, cost_records
     ms = cost_records.default_measurements()
@@ -40,15 +41,20 @@ says why, so a lead does not plan a job on a rate the fleet cannot reach.
 Otherwise there is no estimate: `clips_per_s` is None and the note names the run that would give one. Nothing is
 derived from another point: at the recipe's pixel budget more frames means smaller frames, not more vision tokens
 (serving.flops.vision_grid), so no ratio of frames predicts a rate; and FP8 is not derived from bf16.
+Nor is one GPU model derived from another: with `gpu` (the fleet's model, as the launcher recorded it from
+nvidia-smi, or `--gpu`) only records measured on that model count, and where there is none the answer is no
+estimate, saying what was measured on which other model. Without `gpu` (a head, whose replicas run on the nodes;
+a fleet not launched from here) every model's records count and the note names the model the figure is from.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from data.job_params import RECIPE_MAX_PIXELS
 from data.settings import add_arguments, from_args
+from serving import gpu_models
 from serving.cost_records import (
     DEFAULT_BACKEND,
     DEFAULT_IN_FLIGHT,
@@ -59,8 +65,12 @@ from serving.cost_records import (
     load_measurements,
     normalise_precision,
 )
+from serving.fleet_record import fleet_gpus, fleet_precision, load_record
 
 PRECISIONS = ("bf16", "fp8")
+# The job parameters (fields of data.job_params.JobParams) an estimate depends on, as `estimate` takes them: the
+# Jobs form sends these with its preview and prices the job again when one changes (webapp.job_fields).
+PRICED_BY = ("frames", "max_pixels")
 MAX_REPLICAS = 100_000  # 100 nodes of 8 GPUs is 800: this is a typo guard, not a plan
 MAX_FRAMES = 4_096
 MAX_PIXELS = 10**12
@@ -94,6 +104,7 @@ class Estimate:
     note: str
     per_replica: float | None = None
     max_pixels: int = RECIPE_MAX_PIXELS
+    gpu: str = ""  # the GPU model the rate was measured on ("" where it is the fleet's own live rate or none)
 
     def seconds_for(self, clips: int) -> float | None:
         """Wall time for `clips` clips at this rate (None without an estimate). ValueError for a count that is
@@ -140,10 +151,13 @@ def estimate(
     backend: str = DEFAULT_BACKEND,
     in_flight: int = DEFAULT_IN_FLIGHT,
     window_fill_s: float = 0.0,
+    gpu: str | None = None,
 ) -> Estimate:
     """Clips/s of `replicas` replicas (one per GPU) at `frames` frames, `max_pixels` pixels per clip and
     `precision`, with our runner keeping `in_flight` requests per replica and filling an idle replica's window
     over `window_fill_s` (the fleet's PER_REPLICA_INFLIGHT and WINDOW_FILL_SECONDS; see the module doc).
+    `gpu`: the replicas' GPU model (nvidia-smi's name, or the start of it: "H100"); only records measured on it
+    count (None: any model, and the note names it).
     ValueError, saying which, for an input out of range: replicas, frames, max_pixels and in_flight at least 1,
     the fill and a live rate finite and not negative (0: none yet), a live rate given with its replicas; nothing
     negative, NaN or infinite reaches an answer."""
@@ -175,6 +189,14 @@ def estimate(
             max_pixels,
         )
     ms = [m for m in measurements if m.precision == precision and m.backend == backend]
+    others: list[Measurement] = []
+    if gpu is not None:
+        gpu = gpu_models.clean_name(gpu)
+        if not gpu:
+            raise ValueError("gpu must name a GPU model (e.g. 'NVIDIA H100 80GB HBM3', or H100), not an empty name")
+        others = [m for m in ms if not gpu_models.matches(gpu, m.gpu)]
+        ms = [m for m in ms if gpu_models.matches(gpu, m.gpu)]
+        point += f" on {gpu}"
     failures = [m for m in ms if m.failed and m.frames == frames and m.max_pixels == max_pixels]
     ms = [m for m in ms if not m.failed]
     exact = [m for m in ms if m.frames == frames and m.max_pixels == max_pixels]
@@ -190,29 +212,20 @@ def estimate(
             None,
             max_pixels,
         )
-    if any(m.runner_settings() == fleet_settings for m in exact):  # taken as this fleet runs: only those
-        exact = [m for m in exact if m.runner_settings() == fleet_settings]
-    if any(m.via == "runner" for m in exact):  # what a job sees beats vLLM alone on another workload
-        exact = [m for m in exact if m.via == "runner"]
-    if any(m.steady for m in exact):  # a long job runs at its steady rate, not at a short job's whole one
-        exact = [m for m in exact if m.steady]
-    if not exact:
+    best = _best(exact, fleet_settings)
+    if best is None:
         return Estimate(
             None,
             replicas,
             frames,
             precision,
             "none",
-            f"not yet measured at {point}: `benchmarks/gpu_session.sh node workload` measures the frames x pixels "
-            "points on a GPU (docs/GPU.md), or start the job and use its live rate",
+            f"not yet measured at {point}{_elsewhere(others, frames, max_pixels, fleet_settings)}: "
+            "`benchmarks/gpu_session.sh node workload` measures the frames x pixels points on a GPU (docs/GPU.md), "
+            "or start the job and use its live rate",
             None,
             max_pixels,
         )
-
-    def rank(m: Measurement) -> tuple:  # the best rate; of equal ones, the latest run
-        return m.per_gpu, m.date
-
-    best = max((m for m in exact if m.gpus == 1), key=rank, default=None) or max(exact, key=rank)
     eff, how = _efficiency(ms, replicas)
     per = best.per_gpu * eff
     other = ""  # said right after the rate it qualifies: the job form shortens a long note at its end
@@ -221,16 +234,82 @@ def estimate(
             f"; taken with {_runner_words(*best.runner_settings())}, this fleet runs {_runner_words(*fleet_settings)}:"
             " its rate may differ"
         )
+    on = f" on {best.gpu or 'an unrecorded GPU'}"
     return Estimate(
         per * replicas,
         replicas,
         frames,
         precision,
         "measured",
-        f"{best.per_gpu:.2f} clips/s per GPU measured ({best.config or 'run'}, {best.date}"
+        f"{best.per_gpu:.2f} clips/s per GPU measured{on} ({best.config or 'run'}, {best.date}"
         f"{': a long job runs faster' if best.short_job else ''}){other}; {how}",
         per,
         max_pixels,
+        best.gpu,
+    )
+
+
+def _best(exact: list[Measurement], fleet_settings: tuple[int, float]) -> Measurement | None:
+    """The record a point is priced from: of those taken with the fleet's runner settings where there are any,
+    through our runner where there are any, steady where there are any, the best per-GPU rate at 1 GPU (of
+    equal ones the latest), else at any GPU count."""
+    if any(m.runner_settings() == fleet_settings for m in exact):  # taken as this fleet runs: only those
+        exact = [m for m in exact if m.runner_settings() == fleet_settings]
+    if any(m.via == "runner" for m in exact):  # what a job sees beats vLLM alone on another workload
+        exact = [m for m in exact if m.via == "runner"]
+    if any(m.steady for m in exact):  # a long job runs at its steady rate, not at a short job's whole one
+        exact = [m for m in exact if m.steady]
+    if not exact:
+        return None
+
+    def rank(m: Measurement) -> tuple:
+        return m.per_gpu, m.date
+
+    return max((m for m in exact if m.gpus == 1), key=rank, default=None) or max(exact, key=rank)
+
+
+def _elsewhere(others: list[Measurement], frames: int, max_pixels: int, fleet_settings: tuple[int, float]) -> str:
+    """What was measured at this point on other GPU models (the figure each would be priced from): said, never
+    priced as this one."""
+    there = [m for m in others if not m.failed and m.frames == frames and m.max_pixels == max_pixels]
+    by_model: dict[str, float] = {}
+    for name in {m.gpu for m in there}:
+        best = _best([m for m in there if m.gpu == name], fleet_settings)
+        if best:
+            by_model[name or "an unrecorded GPU"] = best.per_gpu
+    if not by_model:
+        return ""
+    said = ", ".join(f"{rate:.2f} clips/s per GPU on {name}" for name, rate in sorted(by_model.items()))
+    return f" (measured on other GPUs only: {said}; another GPU's rate is not this one's)"
+
+
+def estimate_fleet(models: list[str], frames: int, precision: str = "bf16", measurements=(), **kw) -> Estimate:
+    """`estimate` for a fleet whose replicas run on the GPU models `models` (one name per replica, the launcher's
+    record): each model's replicas priced from that model's records, the rates added. No estimate where one of
+    the models has none (the note says which)."""
+    ms = list(measurements)
+    counts: dict[str, int] = {}
+    for m in models:
+        counts[m] = counts.get(m, 0) + 1
+    parts = [estimate(n, frames, precision, ms, gpu=model, **kw) for model, n in counts.items()]
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+    missing = [p for p in parts if p.clips_per_s is None]
+    if missing:
+        return replace(missing[0], replicas=len(models))
+    rate = sum(p.clips_per_s or 0.0 for p in parts)
+    notes = "; ".join(f"{p.replicas} x {p.gpu}: {p.note}" for p in parts)
+    return Estimate(
+        rate,
+        len(models),
+        first.frames,
+        first.precision,
+        "measured",
+        notes,
+        rate / len(models),
+        first.max_pixels,
+        "mixed",
     )
 
 
@@ -254,28 +333,45 @@ def main(argv: list[str] | None = None) -> int:
         default=RECIPE_MAX_PIXELS,
         help=f"pixel budget of a clip's frames together (default {RECIPE_MAX_PIXELS:,}, the recipe's)",
     )
-    p.add_argument("--precision", default="bf16", help="bf16 or fp8 (default bf16)")
+    p.add_argument(
+        "--precision",
+        default=None,
+        help="bf16 or fp8 (default: what the fleet launched from --data-dir computes in, else bf16)",
+    )
+    p.add_argument(
+        "--gpu",
+        default=None,
+        metavar="MODEL",
+        help="the GPU model to price, as nvidia-smi names it or its start (e.g. H100, 'NVIDIA H200'); only points "
+        "measured on it count (default: the models of the fleet launched from --data-dir, else any model, named "
+        "in the answer)",
+    )
     p.add_argument("--clips", type=int, default=0, help="clips in the job, for wall time and GPU-hours")
     p.add_argument("--table", default=str(WORK_TABLE), help="the work-per-clip table (default docs/work-per-clip.json)")
     p.add_argument("--runs", default=str(RUNS), help="folder or .jsonl of recorded runs (default docs/gpu-runs)")
     p.add_argument("--live-rate", type=float, default=None, help="a running job's clips/s, to scale instead")
     p.add_argument("--live-replicas", type=int, default=None, help="replicas that live rate was measured on")
-    add_arguments(p, ("per_replica_inflight", "window_fill_seconds"))  # the fleet's runner, as it runs
+    # the fleet's runner, as it runs, and the data dir whose launcher record names its GPUs and precision
+    add_arguments(p, ("data_dir", "per_replica_inflight", "window_fill_seconds"))
     a = p.parse_args(argv)
     settings = from_args(a)
+    rec = load_record(settings) or {}
+    recorded = fleet_gpus(settings, [rec.get("router_url") or ""], rec) if rec.get("router_url") else None
+    precision = a.precision or fleet_precision(settings, [rec.get("router_url") or ""], rec) or "bf16"
     try:
         _whole(a.clips, "--clips", 0, MAX_CLIPS)
-        e = estimate(
-            a.replicas,
-            a.frames,
-            a.precision,
-            load_measurements(a.table, a.runs),
+        kw = dict(
             max_pixels=a.max_pixels,
             live_rate=a.live_rate,
             live_replicas=a.live_replicas,
             in_flight=settings.per_replica_inflight,
             window_fill_s=settings.window_fill_seconds,
         )
+        ms = load_measurements(a.table, a.runs)
+        if a.gpu is not None or not recorded:
+            e = estimate(a.replicas, a.frames, precision, ms, gpu=a.gpu, **kw)
+        else:  # the recorded fleet's models, as many replicas as asked, in the recorded mix's order
+            e = estimate_fleet([recorded[i % len(recorded)] for i in range(a.replicas)], a.frames, precision, ms, **kw)
     except ValueError as err:
         names = {
             "live replicas must": "--live-replicas must",
@@ -285,6 +381,7 @@ def main(argv: list[str] | None = None) -> int:
             "the live rate": "--live-rate",
             "in_flight must": "--per-replica-inflight must",
             "(live_replicas)": "(--live-replicas)",
+            "gpu must": "--gpu must",
         }
         msg = str(err)
         for api, flag in names.items():
@@ -294,10 +391,16 @@ def main(argv: list[str] | None = None) -> int:
     if e.clips_per_s is None:
         print(f"no estimate: {e.note}")
         return 1
+    on = f" of {e.gpu}" if e.gpu and e.gpu != "mixed" else ""
     print(
-        f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s) at {e.frames} frames, {e.max_pixels:,} pixels, "
+        f"{e.clips_per_s:.2f} clips/s on {e.replicas} replica(s){on} at {e.frames} frames, {e.max_pixels:,} pixels, "
         f"{e.precision} ({e.basis}: {e.note})"
     )
+    if e.basis == "measured" and a.gpu is None and not recorded:
+        print(
+            f"(a fleet of {e.gpu or 'that GPU'}: no GPU model was given, and no launcher in {settings.data_dir} "
+            "recorded one; --gpu MODEL prices another)"
+        )
     if a.clips:
         print(f"{a.clips} clips: {e.seconds_for(a.clips) / 3600:.2f} h wall, {e.gpu_hours(a.clips):.1f} GPU-hours")
     return 0
@@ -307,4 +410,4 @@ if __name__ == "__main__":
     raise SystemExit(main())
 
 
-__all__ = ["Estimate", "estimate", "main"]
+__all__ = ["Estimate", "estimate", "estimate_fleet", "main"]

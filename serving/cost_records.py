@@ -1,16 +1,21 @@
 """The records serving.cost prices a fleet from: one `Measurement` per recorded rate, read from the work-per-clip
 table (docs/work-per-clip.json), the JSON lines of recorded runs (docs/gpu-runs/*/ *.jsonl) and the GPU tests'
-reports (docs/gpu-runs/**/report.json). Which of them count for an estimate, and how: serving/cost.py."""
+reports (docs/gpu-runs/**/report.json). Which of them count for an estimate, and how: serving/cost.py.
+
+Each record names the GPU model it was measured on (`gpu`, nvidia-smi's name). Records written before they did
+take it from the `gpu.json` of their run's folder (docs/gpu-runs/<run>/gpu.json, written from that session's
+nvidia-smi output); a record with neither has no model ("") and prices no fleet whose model is known."""
 
 from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from data import limits
 from data.job_params import RECIPE_MAX_PIXELS
+from serving import gpu_models
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK_TABLE = ROOT / "docs" / "work-per-clip.json"  # the work-per-clip sweep's points
@@ -37,6 +42,7 @@ class Measurement:
     short_job: bool = False  # the whole rate of a job of one in-flight window: a long job runs faster
     in_flight: int = DEFAULT_IN_FLIGHT  # our runner's requests in flight per replica when it was measured
     window_fill_s: float = 0.0  # and the seconds over which it filled an idle replica's window
+    gpu: str = ""  # the GPU model it was measured on, as nvidia-smi names it ("": not recorded)
 
     def runner_settings(self) -> tuple[int, float]:
         return self.in_flight, self.window_fill_s
@@ -84,6 +90,7 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
             via="runner",
             max_pixels=int(rec.get("max_pixels") or RECIPE_MAX_PIXELS),
             failed=str(rec.get("note") or "its clips failed on the GPU"),
+            gpu=gpu_models.clean_name(rec.get("gpu")),
         )
     rate = rec.get("clips_per_s")
     if rec.get("error") or rec.get("simulated") or not isinstance(rate, (int, float)):
@@ -106,6 +113,7 @@ def from_record(rec: dict, source: str = "") -> Measurement | None:
         short_job=str(rec.get("rate") or "").startswith("whole job"),
         in_flight=_in_flight(rec.get("in_flight_per_replica")),
         window_fill_s=_fill(rec.get("window_fill_s")),
+        gpu=gpu_models.clean_name(rec.get("gpu")),
     )
 
 
@@ -155,7 +163,29 @@ def from_gpu_test(report: dict, source: str = "") -> Measurement | None:
         # the report's window is the runner's over all the replicas
         in_flight=_in_flight(job["in_flight"] / (len(gpus) or 1) if finite_number(job.get("in_flight")) else None),
         window_fill_s=_fill(job.get("window_fill_s")),
+        gpu=_one_model(report.get("fleet_gpus")),
     )
+
+
+def _one_model(names) -> str:
+    """The model of a report's replicas (the launcher's record), or "" where they are not all one named model."""
+    if not isinstance(names, list) or not names:
+        return ""
+    found = {gpu_models.clean_name(n) for n in names}
+    return found.pop() if len(found) == 1 and "" not in found else ""
+
+
+def _folder_gpu(path: Path, seen: dict[Path, str]) -> str:
+    """The GPU model the nearest `gpu.json` above `path` names (a run folder's, for its records that do not say),
+    or ""."""
+    for d in path.parents:
+        if d in seen:
+            return seen[d]
+        found = gpu_models.clean_name(_read_object(d / "gpu.json").get("gpu")) if (d / "gpu.json").is_file() else ""
+        if found or d == RUNS or d.parent == d:
+            seen[d] = found
+            return found
+    return ""
 
 
 def _read_object(path: str | Path) -> dict:
@@ -184,17 +214,21 @@ def load_measurements(*paths: str | Path) -> list[Measurement]:
         p = Path(p)
         files += sorted([*p.rglob("*.jsonl"), *p.rglob("report.json")]) if p.is_dir() else [p]
     out: list[Measurement] = []
+    folders: dict[Path, str] = {}
+
+    def add(m: Measurement | None, f: Path) -> None:
+        if m and not m.gpu:
+            m = replace(m, gpu=_folder_gpu(f.resolve(), folders))
+        if m:
+            out.append(m)
+
     for f in files:
         if f.name == "report.json":
-            m = from_gpu_test(_read_object(f), str(f))
-            if m:
-                out.append(m)
+            add(from_gpu_test(_read_object(f), str(f)), f)
             continue
         if f.suffix == ".json":
             for i, point in enumerate(load_table(f)["points"], 1):
-                m = from_record(point, f"{f}#{i}") if isinstance(point, dict) else None
-                if m:
-                    out.append(m)
+                add(from_record(point, f"{f}#{i}") if isinstance(point, dict) else None, f)
             continue
         try:
             lines = f.read_text().splitlines()
@@ -205,9 +239,7 @@ def load_measurements(*paths: str | Path) -> list[Measurement]:
                 rec = json.loads(line) if limits.json_depth_ok(line) else None
             except ValueError:
                 continue
-            m = from_record(rec, f"{f}:{i}") if isinstance(rec, dict) else None
-            if m:
-                out.append(m)
+            add(from_record(rec, f"{f}:{i}") if isinstance(rec, dict) else None, f)
     return out
 
 

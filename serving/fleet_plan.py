@@ -11,7 +11,7 @@ from typing import Sequence
 
 from data.library import clip_root, deployment
 from data.settings import Settings, env_name
-from serving import fleet_key, procs
+from serving import fleet_key, gpu_models, procs
 from serving.cost_records import precision_of_args
 from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
 from serving.fleet_commands import (
@@ -29,19 +29,40 @@ from serving.fleet_commands import (
 )
 from serving.launch_options import LaunchOptions
 
-# the deepest in-flight window measured safe with the engine above 0.8 of the GPU's memory: 96 killed an H200
-# replica at 0.9 (its API servers decode and prepare the frames of every request in flight on the same GPU), and
-# ran at 0.8 (2026-12-03; the GPU test of 2026-12-04: 392 of 392, 4.06 clips/s steady)
+# the deepest in-flight window measured safe on any GPU: deeper windows need room for the replica's API servers,
+# which decode and prepare the frames of every request in flight on the same GPU. What is left to them is the GPU's
+# memory the engine does not take: 96 in flight killed an H200 replica at 0.9 (14 GiB left, 2026-12-03) and an H100
+# replica at 0.8 (15.9 GiB left: its API servers ran out at 32 frames after a 96-deep job, 2026-12-07), and ran
+# on an H200 at 0.8 (28.1 GiB left; the GPU test of 2026-12-04: 392 of 392, 4.06 clips/s steady)
 DEEP_WINDOW, SAFE_MEMORY_SHARE = 48, 0.8
+DEEP_WINDOW_MIN_FREE_MIB = 28 * 1024  # the least left to the API servers that a deeper window was measured safe with
 
 
-def refuse_deep_window_at_high_memory(settings: Settings) -> None:
+def refuse_deep_window_at_high_memory(settings: Settings, memory_mib: dict[int, int | None] | None = None) -> None:
     """Stop before anything starts where the replicas would keep more requests in flight than was measured safe
-    with that little GPU memory left to their API servers."""
-    if settings.per_replica_inflight > DEEP_WINDOW and settings.gpu_memory_utilization > SAFE_MEMORY_SHARE:
+    with the GPU memory left to their API servers: the engine's share of each GPU (`memory_mib`: nvidia-smi's
+    total per GPU, where known) must leave DEEP_WINDOW_MIN_FREE_MIB; where the GPU's memory is not known, the
+    share must be at most SAFE_MEMORY_SHARE."""
+    if settings.per_replica_inflight <= DEEP_WINDOW:
+        return
+    share = settings.gpu_memory_utilization
+    known = {i: m for i, m in (memory_mib or {}).items() if m}
+    short = {i: m for i, m in known.items() if (1 - share) * m < DEEP_WINDOW_MIN_FREE_MIB}
+    if short:
+        i, m = min(short.items(), key=lambda kv: kv[1])
+        most = max(0.0, 1 - DEEP_WINDOW_MIN_FREE_MIB / m)
+        raise SystemExit(
+            f"launcher: {settings.per_replica_inflight} requests in flight per replica leave each replica's API "
+            f"servers {(1 - share) * m / 1024:.1f} GiB of GPU {i}'s {m / 1024:.0f} GiB (the engine takes "
+            f"{share:g}): deeper windows than {DEEP_WINDOW} ran replicas out of GPU memory with 14-16 GiB left "
+            f"(an H200 at 0.9, an H100 at 0.8) and were measured safe with 28 GiB (docs/GPU.md). Use "
+            f"--gpu-memory-utilization {int(most * 100) / 100:g} or less, or {env_name('per_replica_inflight')}="
+            f"{DEEP_WINDOW} or less. Nothing was started."
+        )
+    if not known and share > SAFE_MEMORY_SHARE:
         raise SystemExit(
             f"launcher: {settings.per_replica_inflight} requests in flight per replica with the engine taking "
-            f"{settings.gpu_memory_utilization:g} of each GPU's memory: at 0.9, 96 in flight ran an H200 replica's API "
+            f"{share:g} of each GPU's memory: at 0.9, 96 in flight ran an H200 replica's API "
             f"servers out of GPU memory and killed it (docs/GPU.md). Use --gpu-memory-utilization "
             f"{SAFE_MEMORY_SHARE:g} or less, or {env_name('per_replica_inflight')}={DEEP_WINDOW} or less. "
             "Nothing was started."
@@ -65,7 +86,8 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         gpus = choose_gpus(settings.gpus)
         if not gpus:
             raise SystemExit("launcher: no GPU found (nvidia-smi -L); pass --gpus 0,1,... or use --fleet-mode sim")
-        refuse_deep_window_at_high_memory(settings)
+        models = gpu_models.query(gpus)  # what each replica runs on, for whoever prices work on it
+        refuse_deep_window_at_high_memory(settings, {i: g.get("memory_mib") for i, g in models.items()})
         version = parse_version(opts.vllm_version or installed_vllm_version())
         extra = media_args + [t for a in opts.vllm_args for t in shlex.split(a)]
         env_common: dict[str, str] = {}
@@ -73,10 +95,12 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
             mps = {"cmd": ["nvidia-cuda-mps-control", "-d"], "env": mps_env(settings)}
             env_common.update(mps_env(settings))
         replica_urls = []
+        replica_gpus = []
         for i, budget in zip(gpus, replica_budgets(settings, len(gpus))):
             port = settings.fleet_port + i
             url = f"http://{advertised_host(settings.replica_host)}:{port}"
             replica_urls.append(url)
+            replica_gpus.append({"url": url, "index": i, **models.get(i, {"name": None, "memory_mib": None})})
             steps.append(
                 {
                     "name": f"replica-{i}",
@@ -126,6 +150,8 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         "fleet": fleet,
         # what the replicas compute in, for whoever prices work on them (the job form, serving.fleet_record)
         "precision": precision_of_args(extra) if fleet == "gpu" else None,
+        # and the GPU each replica runs on (nvidia-smi's name and memory): a rate is priced on its own model
+        "gpus": replica_gpus if fleet == "gpu" else None,
         "mps": mps,
         "steps": steps,
         "replica_urls": replica_urls,
@@ -150,6 +176,7 @@ def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
     return {
         "fleet": "remote",
         "precision": None,  # each node's launcher knows its replicas' flags, the head does not
+        "gpus": None,  # nor their GPUs
         "mps": None,
         "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
         "replica_urls": workers,

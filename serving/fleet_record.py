@@ -51,3 +51,19 @@ def fleet_url(settings: Settings, rec: dict | None = None) -> str:
     if settings.role == "head" and not shutil.which("vllm-router"):
         return ",".join(settings.worker_urls)
     return f"http://127.0.0.1:{settings.router_port}"
+
+
+def fleet_gpus(settings: Settings, urls, rec: dict | None = None) -> list[str] | None:
+    """The GPU model of each replica of the fleet at `urls` as this data dir's launcher recorded it (nvidia-smi's
+    names), or None when no record here names them all: no fleet launched from here, another fleet's record, a
+    head (its replicas run on the nodes), a simulated fleet, a record older than this field, or a GPU nvidia-smi
+    did not name."""
+    rec = rec if rec is not None else load_record(settings)
+    gpus = (rec or {}).get("gpus")
+    if not isinstance(gpus, list) or not gpus:
+        return None
+    ours = {rec.get("router_url"), *(rec.get("replica_urls") or [])} - {None}
+    if not ours & {u.rstrip("/") for u in urls}:
+        return None
+    names = [g.get("name") if isinstance(g, dict) else None for g in gpus]
+    return [str(n) for n in names] if all(isinstance(n, str) and n for n in names) else None

@@ -18,7 +18,7 @@ from data.db import secure_dir
 from data.errors import DataError
 from data.library import deployment
 from data.settings import Settings
-from serving import fleet_key, procs
+from serving import fleet_key, log_sink, procs
 from serving.fleet_addresses import resolve_ports, verify_owners
 from serving.fleet_commands import cpu_list, launch_mode
 from serving.fleet_plan import plan
@@ -35,14 +35,15 @@ def shell_line(
     secret_env: dict[str, str] | None = None,
     cpus: Sequence[int] | None = None,
 ) -> str:
-    """One line a shell can run: `ENV=... [setsid] [taskset -c CPUS] cmd ... [> log 2>&1 &]`. A secret is never
-    printed: it is read from its file when the line runs (`KEY="$(cat FILE)"`). The launcher pins with
-    os.sched_setaffinity; taskset is the shell's way to the same."""
+    """One line bash can run: `ENV=... [setsid] [taskset -c CPUS] cmd ... [> >(log sink) 2>&1 &]`. A secret is
+    never printed: it is read from its file when the line runs (`KEY="$(cat FILE)"`). The launcher pins with
+    os.sched_setaffinity; taskset is the shell's way to the same. The output goes to the log through
+    serving.log_sink, as serving.procs.start sends it (rotated, lines cut, a free-space floor)."""
     secrets = [f'{k}="$(cat {shlex.quote(v)})"' for k, v in (secret_env or {}).items()]
     envs = " ".join([f"{k}={shlex.quote(v)}" for k, v in env.items()] + secrets)
     pin = f"taskset -c {cpu_list(cpus)} " if cpus else ""
     line = (envs + " " if envs else "") + ("setsid " if log else "") + pin + shlex.join(cmd)
-    return line + (f" > {shlex.quote(log)} 2>&1 &" if log else "")
+    return line + (f" > >(python -m serving.log_sink --log {shlex.quote(log)}) 2>&1 &" if log else "")
 
 
 def up(settings: Settings, opts: LaunchOptions) -> int:
@@ -61,9 +62,14 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
             m = p["mps"]
             print("+ mkdir -p " + " ".join(shlex.quote(v) for v in m["env"].values()))
             print("+ " + shell_line(m["cmd"], m["env"]))
+        gpu_of = {g["url"]: g for g in p.get("gpus") or ()}
         for s in p["steps"]:
             if s.get("budget"):
                 print(f"# {s['name']}: {s['budget']}")
+            if s.get("url") in gpu_of:
+                g = gpu_of[s["url"]]
+                on = f"{g['name']}, {g['memory_mib']} MiB" if g["name"] else "model unknown: nvidia-smi did not say"
+                print(f"# GPU {g['index']} under {s['name']}: {on}")
             print("+ " + shell_line(s["cmd"], s["env"], s["log"], s.get("secret_env"), s.get("cpus")))
         print(f"# fleet: {fleet_url(settings, p)}")
         if settings.role == "node":
@@ -92,6 +98,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
     rec = {
         "fleet": p["fleet"],
         "precision": p.get("precision"),
+        "gpus": p.get("gpus"),
         "mps": None,
         "procs": [],
         "replica_urls": p["replica_urls"],
@@ -105,6 +112,8 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
         if p["mps"]:
             for d in p["mps"]["env"].values():
                 Path(d).mkdir(parents=True, exist_ok=True)
+            # the MPS daemon writes its own logs (a line per client): bounded at each start, not through a sink
+            log_sink.rotate_full(p["mps"]["env"]["CUDA_MPS_LOG_DIRECTORY"], settings.log_cap)
             r = subprocess.run(
                 p["mps"]["cmd"], env={**os.environ, **p["mps"]["env"]}, capture_output=True, text=True, timeout=30
             )

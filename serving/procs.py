@@ -13,6 +13,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Mapping, Sequence
@@ -24,6 +25,7 @@ from serving import bounded
 if TYPE_CHECKING:  # the type only: procs starts what the reader reads, not the other way round
     from serving.fleet_reader import FleetReader
 
+REPO = Path(__file__).resolve().parents[1]  # where `python -m serving.log_sink` is found
 HEALTH_BYTES = 64 << 10  # a health answer is a status and a few bytes; a started server may still be anything
 
 
@@ -41,9 +43,18 @@ class Child:
     url: str | None = None
     health: str | None = None
     popen: subprocess.Popen | None = dataclasses.field(default=None, repr=False, compare=False)
+    sink: subprocess.Popen | None = dataclasses.field(default=None, repr=False, compare=False)
 
     def record(self) -> dict:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "popen"}
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("popen", "sink")}
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait until the process exits, then until its log sink has written the last lines (a log read after this
+        is whole); returns its exit status. subprocess.TimeoutExpired after `timeout` seconds."""
+        assert self.popen is not None, "wait() is for a process started here"
+        code = self.popen.wait(timeout=timeout)
+        _end_sink(self.pgid)
+        return code
 
     def alive(self) -> bool:
         if self.popen is not None:
@@ -83,16 +94,20 @@ def start(
     cwd: str | Path | None = None,
     cpus: Sequence[int] | None = None,
 ) -> Child:
-    """Start `cmd` in a new session (own process group), stdout+stderr appended to `log`; with `cpus`, pinned
-    to those CPUs (its children inherit the affinity)."""
+    """Start `cmd` in a new session (own process group), its stdout and stderr piped into `log` through a log sink
+    (serving.log_sink: the file appended to, rotated at the `log_cap` setting, long lines cut, nothing written below
+    the free-space floor); with `cpus`, pinned to those CPUs (its children inherit the affinity). The sink runs in
+    a session of its own, so that stopping the child's group leaves it to write the child's last lines; it exits
+    when the child and whatever inherited its output have exited."""
     log = Path(log)
     log.parent.mkdir(parents=True, exist_ok=True)
     full_env = dict(os.environ)
     full_env.update(env or {})
-    with open(log, "ab") as out:
+    sink = log_sink(log, env=full_env)
+    try:
         p = subprocess.Popen(
             list(cmd),
-            stdout=out,
+            stdout=sink.stdin,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             env=full_env,
@@ -100,7 +115,45 @@ def start(
             start_new_session=True,
             preexec_fn=(lambda: os.sched_setaffinity(0, cpus)) if cpus else None,
         )
-    return Child(name=name, pid=p.pid, pgid=p.pid, cmd=list(cmd), log=str(log), url=url, health=health, popen=p)
+    finally:
+        sink.stdin.close()  # the child holds the pipe now: the sink ends when the child (and its children) do
+    _SINKS[p.pid] = sink
+    return Child(
+        name=name, pid=p.pid, pgid=p.pid, cmd=list(cmd), log=str(log), url=url, health=health, popen=p, sink=sink
+    )
+
+
+# The log sink of each process group this process started (pgid -> sink): stopping a group waits for its sink to have
+# written the last lines and exited, so that a log read after a stop is whole and no sink outlives its writer.
+# Process-wide on purpose, as the children are.
+_SINKS: dict[int, subprocess.Popen] = {}
+
+
+def _end_sink(pgid: int, wait: float = 5.0) -> None:
+    sink = _SINKS.pop(pgid, None)
+    if sink is not None:
+        try:
+            sink.wait(timeout=wait)
+        except subprocess.TimeoutExpired:  # a process that left the group still holds the pipe: it ends with that
+            _SINKS[pgid] = sink
+
+
+def log_sink(log: str | Path, *, env: Mapping[str, str] | None = None) -> subprocess.Popen:
+    """A serving.log_sink process appending to `log`, its own session; write to its `stdin` (a pipe)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "serving.log_sink", "--log", str(log)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={**(env if env is not None else os.environ), "PYTHONPATH": _importable(env)},
+        cwd=REPO,
+        start_new_session=True,
+    )
+
+
+def _importable(env: Mapping[str, str] | None) -> str:
+    path = (env if env is not None else os.environ).get("PYTHONPATH", "")
+    return os.pathsep.join([str(REPO), *[p for p in path.split(os.pathsep) if p]])
 
 
 def tail(path: str | Path, lines: int = 20) -> str:
@@ -144,6 +197,7 @@ def wait_healthy(
         while pending:
             for c in list(pending):
                 if not c.alive():
+                    _end_sink(c.pgid, wait=2.0)  # its last lines, the ones that say why, are in the log
                     raise StartupError(f"{c.name} exited during start-up; last lines of {c.log}:\n{tail(c.log)}")
                 answer = get(c.health)
                 if isinstance(answer, httpx.Response) and ok(answer):
@@ -172,11 +226,13 @@ def stop_group(
         os.killpg(pgid, signal.SIGTERM)
     except ProcessLookupError:
         _reap(popen)
+        _end_sink(pgid)
         return False
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap(popen)
         if not _group_alive(pgid):
+            _end_sink(pgid)
             return True
         time.sleep(0.05)
     try:
@@ -184,6 +240,7 @@ def stop_group(
     except ProcessLookupError:
         pass
     _reap(popen, wait=5)
+    _end_sink(pgid)
     return True
 
 
@@ -194,6 +251,7 @@ def kill_group(pgid: int, popen: subprocess.Popen | None = None) -> None:
     except ProcessLookupError:
         pass
     _reap(popen, wait=5)
+    _end_sink(pgid)
 
 
 def _reap(popen: subprocess.Popen | None, wait: float = 0) -> None:

@@ -6,6 +6,11 @@ header carries the fleet key, and an error that repeats the clip's signed URL ca
 `Redactor(secrets)` removes, from any text:
 - each secret it was given (the data dir's fleet key: serving.fleet_key), anywhere, and a prefix of one (8
   characters or more) that ends the text, as a cut-off excerpt leaves it;
+- any 10 characters in a row of a secret in any shape (issue 46: the key echoed split by a newline, a zero-width
+  space or across two JSON fields was stored and shown, 25 of its 34 10-character windows): the text is
+  normalised (JSON `\\uXXXX`, URL `%XX` and HTML `&#...;` escapes decoded, NFKC, every character outside the
+  key's alphabet dropped, case ignored) and every place where a WINDOW-character piece of a secret appears is
+  replaced, whatever stood between its characters;
 - any bearer token (`Bearer <token>`), and the value of an `Authorization` or `api-key` header or field however
   it is quoted (`"authorization": "..."`, `Authorization: Basic ...`);
 - the value of any `sig` URL parameter (`sig=...`, also percent-encoded once or twice: `sig%3D...`).
@@ -20,11 +25,43 @@ from __future__ import annotations
 
 import logging
 import re
+import unicodedata
 from typing import Iterable
 
 HIDDEN = "[redacted]"
 KEY_HIDDEN = "[fleet key]"
 MIN_PREFIX = 8  # a cut-off secret is removed from the end of a text down to this many characters
+WINDOW = 10  # any this many characters in a row of a secret, in any shape, are removed
+_ESCAPE = re.compile(r"\\u([0-9a-fA-F]{4})|%([0-9a-fA-F]{2})|&#(?:x([0-9a-fA-F]{1,6})|([0-9]{1,7}));")
+_NOT_KEY = re.compile(r"[^0-9a-z_-]+")  # outside a fleet key's alphabet (serving.fleet_key: URL-safe base64)
+
+
+def _unescaped(m: re.Match) -> str:
+    hexa = m.group(1) or m.group(2) or m.group(3)
+    code = int(hexa, 16) if hexa else int(m.group(4))
+    return chr(code) if code < 0x110000 else ""
+
+
+def _squeezed(text: str) -> str:
+    """`text` as the window search reads it: escapes decoded, NFKC, lower case, only the key alphabet's characters."""
+    return _NOT_KEY.sub("", unicodedata.normalize("NFKC", _ESCAPE.sub(_unescaped, text)).lower())
+
+
+def _positions(text: str) -> tuple[str, list[tuple[int, int]]]:
+    """`_squeezed(text)` with, for each of its characters, the span of `text` it came from."""
+    out: list[str] = []
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while i < len(text):
+        m = _ESCAPE.match(text, i)
+        end = m.end() if m else i + 1
+        for c in unicodedata.normalize("NFKC", _unescaped(m) if m else text[i]).lower():
+            if not _NOT_KEY.match(c):
+                out.append(c)
+                spans.append((i, end))
+        i = end
+    return "".join(out), spans
+
 
 _HEADER = re.compile(
     r"""(?ix)
@@ -44,6 +81,13 @@ class Redactor:
 
     def __init__(self, secrets: Iterable[str | None] = ()):
         self.secrets = tuple(sorted({s for s in secrets if s}, key=len, reverse=True))
+        # every WINDOW-character piece of each secret, as `_squeezed` spells it
+        self._windows = frozenset(
+            w
+            for s in self.secrets
+            for k in [_squeezed(s)]
+            for w in (k[i : i + WINDOW] for i in range(len(k) - WINDOW + 1))
+        )
 
     def __call__(self, text: str) -> str:
         if not isinstance(text, str) or not text:
@@ -57,7 +101,34 @@ class Redactor:
                 if text.endswith(s[:n]):
                     text = text[:-n] + KEY_HIDDEN
                     break
-        return text
+        return self._scrub_windows(text)
+
+    def _scrub_windows(self, text: str) -> str:
+        """`text` with every place a WINDOW-character piece of a secret appears in any shape replaced (the module
+        docstring). A search over the squeezed text first (C-speed finds); positions only when one is there."""
+        if not self._windows:
+            return text
+        squeezed = _squeezed(text)
+        if len(squeezed) < WINDOW or not any(w in squeezed for w in self._windows):
+            return text
+        squeezed, spans = _positions(text)
+        hidden = bytearray(len(text))
+        for i in range(len(squeezed) - WINDOW + 1):
+            if squeezed[i : i + WINDOW] in self._windows:
+                for start, end in spans[i : i + WINDOW]:
+                    hidden[start:end] = b"\x01" * (end - start)
+        out, i = [], 0
+        while i < len(text):
+            if hidden[i]:
+                j = i
+                while j < len(text) and (hidden[j] or _gap(text, j, hidden)):
+                    j += 1
+                out.append(KEY_HIDDEN)
+                i = j
+            else:
+                out.append(text[i])
+                i += 1
+        return "".join(out)
 
     def install(self) -> None:
         """Redact every line this process logs: the filter on each handler of the root logger (set up first)."""
@@ -76,6 +147,15 @@ class Redactor:
         if record.exc_text:
             record.exc_text = self(record.exc_text)
         return True
+
+
+def _gap(text: str, j: int, hidden: bytearray) -> bool:
+    """Whether text[j] (not hidden) lies between hidden characters with at most 3 others: a zero-width space or a
+    quote inside the key is hidden with it, so that no piece of the key is left between two markers."""
+    k = j
+    while k < len(text) and k - j < 4 and not hidden[k]:
+        k += 1
+    return k < len(text) and bool(hidden[k])
 
 
 def redact_all(value, redact: Redactor):

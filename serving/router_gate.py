@@ -54,7 +54,7 @@ import h11
 import httpx
 
 from data.settings import add_arguments, from_args
-from serving import fleet_key
+from serving import console, fleet_key
 
 MAX_BODY_BYTES = 16 << 20
 MAX_HEAD_BYTES = 64 << 10
@@ -302,6 +302,7 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 def main(argv: list[str] | None = None) -> int:
+    console.install()  # every line it writes, logged or printed, bounded (serving.log_clip; best-effort output)
     p = argparse.ArgumentParser(
         prog="python -m serving.router_gate",
         description=__doc__.split("\n\n")[0],

@@ -3,9 +3,11 @@
     python tests/reliability_long.py r1 --seconds 120      # 20 annotators + a job, through HTTP
     python tests/reliability_long.py r4 --kills 25         # SIGKILL the web app under that load
     python tests/reliability_long.py all                   # both
+    python tests/reliability_long.py faults                # issue 46's faults, one after another (as root)
 
-It runs the scenarios of tests/test_concurrent_annotators.py and tests/test_app_kill.py with longer
-parameters, so it lives with them (it was benchmarks/reliability.py: benchmarks do not import tests).
+It runs the scenarios of tests/test_concurrent_annotators.py, tests/test_app_kill.py and tests/test_fault_runs.py
+(tests/support/fault_run.py) with longer parameters, so it lives with them (it was benchmarks/reliability.py:
+benchmarks do not import tests).
 
 Each run uses a fresh temporary data dir (real SQLite file, simulated fleet, runner and app processes).
 """
@@ -33,9 +35,10 @@ def fresh(name: str):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("which", choices=["r1", "r4", "all"])
+    ap.add_argument("which", choices=["r1", "r4", "faults", "all"])
     ap.add_argument("--seconds", type=float, default=120.0, help="R1: seconds of load")
     ap.add_argument("--kills", type=int, default=25, help="R4: SIGKILLs of the web app")
+    ap.add_argument("--flood", type=int, default=1000, help="faults: malformed read events of 4 MiB")
     a = ap.parse_args(argv)
     print("date:", dt.datetime.now().isoformat(timespec="seconds"))
     if a.which in ("r1", "all"):
@@ -48,6 +51,12 @@ def main(argv=None) -> int:
 
         s, tmp = fresh("r4")
         print("R4:", json.dumps(run_r4(s, tmp, kills=a.kills, seed=44)), flush=True)
+    if a.which == "faults":
+        from tests.support.fault_run import Counts, run_faults
+
+        tmp = Path(tempfile.mkdtemp(prefix="reliability-faults-"))
+        out = run_faults(tmp, Counts(flood_events=a.flood), say=lambda m: print(m, flush=True))
+        print("faults:", json.dumps(out), flush=True)
     return 0
 
 

@@ -21,7 +21,7 @@ if [ ! -x /usr/bin/chromium ] || ! command -v openssl >/dev/null; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q && $SUDO apt-get install -y -q chromium openssl
 fi
-if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, hypothesis, playwright, pytest_timeout, xdist, sklearn, scipy, data.settings" 2>/dev/null \
+if ! "$PY" -c "import gradio, sqlite_utils, av, httpx, matplotlib, re2, hypothesis, playwright, pytest_timeout, xdist, sklearn, scipy, tokenizers, data.settings" 2>/dev/null \
    || ! "$PY" -m ruff --version >/dev/null 2>&1; then
   echo "[tests] installing the project and its test extra"
   "$PY" -m pip install -q -e ".[test]"

@@ -108,12 +108,12 @@ def test_sample_reviewed_twice_shows_its_exact_accuracy_in_the_quality_tab(brows
                 timeout=WAIT,
             )
             cid = int(ann2.evaluate("document.querySelector('#second-clip').dataset.clip"))
-            ann2.wait_for_function("document.querySelector('#second-scenario-category input')?.value === ''")
+            ann2.wait_for_function("document.querySelector('#second-label-scenario_category input')?.value === ''")
             assert form_is_empty(ann2)  # nothing of the model's labels, nothing of ann's
             fill_labels(ann2, origin[cid])
             ann2.click("#btn-second-approve")
-            ann2.wait_for_function(
-                "document.querySelector('#second-review-msg').innerText"
+            ann2.wait_for_function(  # under the next one's header, or above the count once none is left
+                "document.querySelector('#tab-second').innerText"
                 f".includes('second review of clip {cid} is saved (approved)')",
                 timeout=WAIT,
             )

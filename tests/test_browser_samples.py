@@ -75,7 +75,7 @@ def test_a_lead_draws_a_sample_and_a_second_reviewer_answers_it_blind(browser, s
         ann2.evaluate("window.scrollTo(0, 0)")
         ann2.screenshot(path=str(SCREENSHOTS / "second-review.png"))
         ann2.click("#btn-second-approve")
-        ann2.wait_for_function("document.querySelector('#second-review-msg').innerText.includes('is saved (approved)')")
+        ann2.wait_for_function("document.querySelector('#second-status').innerText.includes('is saved (approved)')")
         assert "No blind second review waits for you" in ann2.inner_text("#second-status")
 
         (pair,) = second_review.second_reviews(db, sample_id=sample_id)

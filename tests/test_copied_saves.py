@@ -109,12 +109,59 @@ def test_the_command_lists_says_what_to_do_and_resets(settings):
         f"clip {ids[1]} v2 by ann" in r.stdout
         and f"the text of clip {ids[0]}, labels too; current, approved" in r.stdout
     )
-    assert "2 save(s) repeat another clip's caption; 1 still decided on it: `--reset` puts them back" in r.stderr
+    assert "2 save(s) repeat another clip's caption; 1 still decided on it: `--reset` puts the 1 marked" in r.stderr
+    assert f"clip {ids[1]} v2 by ann" in r.stdout and "-- will be reset" in r.stdout
     r = subprocess.run([*cmd, "--reset", "--json"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and "1 set back to unreviewed" in r.stderr
     assert [json.loads(ln)["clip_id"] for ln in r.stdout.splitlines()] == [ids[1], ids[2]]
     bad_arg = subprocess.run([*cmd, "--min-chars", "0"], capture_output=True, text=True, timeout=60)
     assert bad_arg.returncode == 2 and "--min-chars must be at least 1" in bad_arg.stderr
+
+
+STOCK = "No hazards: dry road, light traffic, the ego vehicle keeps its lane."
+
+
+def test_reset_lists_what_it_resets_and_leaves_the_clips_and_texts_excepted(settings):
+    """Issue 46, point 5: `--reset` un-approved stock sentences typed on purpose, with no way to except them. The
+    listing now says which clips it will reset; `--except-text` (and `--except-file`) leaves saves of a text as
+    they are, `--except-clip` a clip."""
+    from data import db as dbmod
+
+    db = dbmod.connect(settings.db)
+    ids, bad, _ = library_as_the_bug_left_it(db)
+    more = add_clips(db, 4, prefix="stock")
+    for clip in more:  # the team's stock sentence, typed on purpose on four clips, each approved
+        v = machine(db, clip, caption_of(clip))
+        own = captions.save_human(db, clip, text=STOCK, labels=LABELS, author="bo", base_caption_id=v["id"])
+        review_states.set_review(db, clip, status="approved", user="bo", base_caption_id=own["id"])
+    db.close()
+    cmd = [sys.executable, "-m", "data.copied_saves", "--data-dir", str(settings.data_dir)]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    will = [ln for ln in r.stdout.splitlines() if ln.endswith("-- will be reset")]
+    assert len(will) == 4 and all(f"clip {c} " in r.stdout for c in (ids[1], *more[1:]))  # the first had it first
+    texts = settings.data_dir / "stock.txt"
+    texts.write_text("  " + STOCK.replace(" ", "   ") + "\n")  # runs of spaces count as one
+    r = subprocess.run(
+        [*cmd, "--reset", "--json", "--except-file", str(texts), "--except-clip", f"{ids[1]},999999"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    listed = {json.loads(ln)["clip_id"]: json.loads(ln) for ln in r.stdout.splitlines()}
+    assert listed[ids[1]]["plan"] == f"left: clip {ids[1]} excepted" and not listed[ids[1]]["reset"]
+    assert all(listed[c]["plan"] == "left: its text excepted" for c in more[1:])
+    assert "4 still decided on it, 4 of them excepted; 0 set back to unreviewed" in r.stderr
+    db = dbmod.connect(settings.db)
+    try:
+        assert all(db["clips"].get(c)["review_status"] == "approved" for c in (ids[1], *more))
+    finally:
+        db.close()
+    r = subprocess.run([*cmd, "--reset", "--except-text", STOCK], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and "1 set back to unreviewed" in r.stderr, r.stderr
+    bad_arg = subprocess.run([*cmd, "--except-clip", "twelve"], capture_output=True, text=True, timeout=60)
+    assert bad_arg.returncode == 2 and "--except-clip takes clip ids" in bad_arg.stderr
 
 
 def test_a_release_says_how_many_of_its_clips_carry_a_copied_save(db, tmp_path):

@@ -61,20 +61,28 @@ def test_the_committed_table_and_runs_give_the_8_gpu_bf16_estimate():
 
 
 def test_every_sweep_point_is_in_the_table_measured_or_said_not_to_be():
+    """Each GPU model's points of the sweep, as serving.cost prices them on that model."""
     table = cost_records.load_table()
-    points = {(p["frames"], p["max_pixels"], p["precision"]): p for p in table["points"]}
-    for frames in (8, 16, 32):
-        for pixels in (9_437_184, 4_718_592, 2_359_296):
-            p = points[(frames, pixels, "bf16")]
-            assert (p["status"] == "measured") == bool(p["clips_per_s"]), p
-            e = cost.estimate(8, frames, "bf16", cost_records.default_measurements(), max_pixels=pixels)
-            if p["status"] == "measured":
-                assert e.basis == "measured" and p["source"] and p["date"] and p["frame_preprocess"] in ("gpu", "cpu")
-            elif p["status"] == "failed":  # no figure, and why in the note the job form shows
-                assert e.clips_per_s is None and e.basis == "failed" and p["note"] in e.note and p["date"] in e.note
-            else:  # never a figure for a point nobody measured
-                assert e.clips_per_s is None and e.basis == "none" and "not yet measured" in e.note
-                assert "node workload" in e.note
+    points = {(p["frames"], p["max_pixels"], p["precision"], p["gpu"]): p for p in table["points"]}
+    models = {p["gpu"] for p in table["points"]}
+    assert {"NVIDIA H200", "NVIDIA H100 80GB HBM3"} <= models  # every point names the GPU it was measured on
+    ms = cost_records.default_measurements()
+    for gpu in models:
+        for frames in (8, 16, 32):
+            for pixels in (9_437_184, 4_718_592, 2_359_296):
+                p = points.get((frames, pixels, "bf16", gpu))
+                e = cost.estimate(8, frames, "bf16", ms, max_pixels=pixels, gpu=gpu)
+                if p is None or p["status"] not in ("measured", "failed"):  # never a figure nobody measured
+                    assert p is None or not p["clips_per_s"]
+                    if e.basis == "none":
+                        assert e.clips_per_s is None and "not yet measured" in e.note and "node workload" in e.note
+                    continue
+                assert (p["status"] == "measured") == bool(p["clips_per_s"]), p
+                if p["status"] == "measured":
+                    assert e.basis == "measured" and p["source"] and p["date"]
+                    assert p["frame_preprocess"] in ("gpu", "cpu") and f"measured on {gpu}" in e.note
+                else:  # no figure, and why in the note the job form shows
+                    assert e.clips_per_s is None and e.basis == "failed" and p["note"] in e.note and p["date"] in e.note
 
 
 def test_a_point_that_failed_on_the_gpu_gets_no_estimate_until_a_later_run_gets_through(tmp_path):
@@ -236,8 +244,9 @@ def test_an_estimate_comes_from_runs_of_the_runner_settings_the_fleet_runs(tmp_p
     other = cost.estimate(1, 16, "bf16", ms, in_flight=64)
     assert other.clips_per_s == pytest.approx(4.06)
     assert (
-        "4.06 clips/s per GPU measured (the GPU test, steady over 392 clips, 2026-12-04); taken with 96 in flight per "
-        "replica sent at once, this fleet runs 64 in flight per replica sent at once: its rate may differ; one GPU"
+        "4.06 clips/s per GPU measured on an unrecorded GPU (the GPU test, steady over 392 clips, 2026-12-04); taken "
+        "with 96 in flight per replica sent at once, this fleet runs 64 in flight per replica sent at once: its rate "
+        "may differ; one GPU"
     ) == other.note
     with pytest.raises(ValueError, match="in_flight must be"):
         cost.estimate(1, 16, "bf16", ms, in_flight=0)

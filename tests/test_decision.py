@@ -27,7 +27,7 @@ import pytest
 from scipy.special import betaln, comb
 from scipy.stats import betabinom, hypergeom
 
-from data import captions, events, jobs, review_states, taxonomy, users
+from data import assignments, captions, events, jobs, review_states, taxonomy, users
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
@@ -178,8 +178,8 @@ def _lead(batch: list[list[int]], target: float, confidence: float, first: int, 
         d = decision.label_decision(strata, [0] * len(batch), t)
         if d.verdict != "review":
             return d.verdict
-        assert 0 < d.more <= d.left
-        plan = stats.spread(d.more, sizes, [len(h) - s for h, s in zip(batch, seen)])
+        assert 0 < d.round <= d.more <= d.left
+        plan = stats.spread(d.round, sizes, [len(h) - s for h, s in zip(batch, seen)])
 
 
 @pytest.mark.parametrize("strata", [1, 3])
@@ -280,13 +280,15 @@ def test_every_clip_reviewed_gives_the_exact_value_and_a_decision_against_each_t
     w = d.labels["weather"]
     assert (w.estimate, w.bounds.low, w.bounds.high, w.bounds.exact) == (0.95, 0.95, 0.95, True)
     assert w.verdict == "accept" and d.verdict == "accept" and d.more == 0
-    assert tables.decision_text(d).startswith(f"Accept the batch of sample {s['id']} (job {db.job}): every label")
+    assert tables.decision_text(d).startswith(
+        f"Accept the batch of sample {s['id']} (40 clips of job {db.job} at its draw): every label"
+    )
     e = estimates.estimate(db, s["id"])
     assert e.labels["weather"].interval.exact and e.labels["weather"].more == 0
     targets.set_target(db, "weather", 0.96, actor="lead", role="lead")
     d = decision.decide(db, s["id"])
     assert d.labels["weather"].verdict == "fix" and d.verdict == "fix" and d.fix == ["weather"]
-    assert f"(job {db.job}): weather below target" in tables.decision_text(d)
+    assert f"(40 clips of job {db.job} at its draw): weather below target" in tables.decision_text(d)
     assert d.labels["hazard_level"].verdict == "accept"  # 40 of 40 right
 
 
@@ -347,7 +349,10 @@ def test_an_estimate_at_the_target_needs_the_whole_batch_and_says_so(batch):
     assert w.estimate == 0.9 and w.verdict == "review" and w.more == w.left == 20 and w.exact_only
     assert (d.more, d.draw, d.undrawn) == (20, 20, 20)
     assert tables.verdict_text(w) == "review all 20 left (exact)"
-    assert "every clip left. Only the whole batch decides" in tables.decision_text(d)
+    said = tables.decision_text(d)
+    assert "every clip left. At the rate so far (weather right on 18 of 20, 0.900, against a target of 0.900)" in said
+    # 18 of 20 right so far: the batch of 40 reaches 0.90 (36 right) if 18 of the 20 left are right
+    assert "no sample short of the whole batch decides" in said and "if at least 18 of the 20 clips left" in said
     rounds.draw_more(db, s["id"], d.draw, actor="lead", role="lead")
     for m in samples.members(db, s["id"])[20:]:
         review(db, m["clip_id"])  # the other 20 right: 38 of 40, exactly
@@ -356,24 +361,27 @@ def test_an_estimate_at_the_target_needs_the_whole_batch_and_says_so(batch):
     assert d.verdict == "accept"
 
 
-def test_a_first_sample_that_happens_to_sit_on_the_target_asks_to_double_not_for_the_whole_batch():
-    """45 of 50 right against 0.90, in a batch of 50,000: at that rate only every clip would decide; the decision
-    asks for 50 more (doubling the reviews, after which the bounds may be looked at again), which could decide."""
+def test_a_first_sample_that_happens_to_sit_on_the_target_says_only_the_whole_batch_decides_and_draws_a_round():
+    """45 of 50 right against 0.90, in a batch of 50,000: at that rate only every clip would decide, and the
+    decision says so (K is all 49,950 left, never a capped number); what it draws now is a round of 50 (doubling
+    the reviews, after which the bounds may be looked at again), which could decide."""
     strata, t = [Stratum(50_000, 50, 45)], Target("weather", 0.9, 0.95)
     assert sequential.more_to_decide(strata, 0.9, 0.05) == 49_950
     could = sequential.could_decide(strata, 0.9, 0.05)
     assert 0 < could <= 50
     d = decision.label_decision(strata, [0], t)
-    assert (d.verdict, d.more, d.left) == ("review", 50, 49_950) and not d.exact_only
-    # the reviews made count rejected ones too: 40 members rejected, none measured, asks for 40 more (doubling),
-    # not for the 5 that could decide were all of them wrong
+    assert (d.verdict, d.more, d.round, d.left) == ("review", 49_950, 50, 49_950) and d.exact_only
+    assert d.plan.needed == 44_955  # 0.9 of 50,000 less the 45 right so far
+    assert tables.verdict_text(d) == "review all 49,950 left (exact)"
+    # the reviews made count rejected ones too: 40 members rejected, none measured: a round of 40 (doubling), not
+    # the 5 that could decide were all of them wrong
     none = [Stratum(50_000, 0, 0)]
-    assert sequential.could_decide(none, 0.9, 0.05) == decision.label_decision(none, [0], t).more == 5
-    assert decision.label_decision(none, [0], t, made=40).more == 40 < sequential.more_to_decide(none, 0.9, 0.05)
-    # the cap never goes under what could decide at all: 2 of 2 right against 0.5 cannot decide in 2 more
+    assert sequential.could_decide(none, 0.9, 0.05) == decision.label_decision(none, [0], t).round == 5
+    assert decision.label_decision(none, [0], t, made=40).round == 40 < sequential.more_to_decide(none, 0.9, 0.05)
+    # a round never goes under what could decide at all: 2 of 2 right against 0.5 cannot decide in 2 more
     few, half = [Stratum(50_000, 2, 2)], Target("x", 0.5, 0.95)
     could = sequential.could_decide(few, 0.5, 0.05)
-    assert decision.label_decision(few, [0], half).more == could > 2
+    assert decision.label_decision(few, [0], half).round == could > 2
 
 
 def test_members_waiting_decide_only_when_no_outcome_of_theirs_could_change_it(batch):
@@ -477,3 +485,53 @@ def test_the_command_line_sets_targets_decides_and_draws_the_k_more(settings, ba
     ):
         out = run_cli("--data-dir", data_dir, *bad)
         assert out.returncode == 2 and words in out.stderr, out.stderr
+
+
+def test_a_sample_keeps_its_batch_and_its_people_and_every_decision_is_listed_most_urgent_first(settings, batch):
+    """Issue 45: a second sample of the same job, drawn for another person, took over Quality (the older sample's
+    certain "Fix" was off the first screen) and "Draw more" into the first took the second's clips from their
+    reviewer. Now each sample decides about the batch it was drawn from, every decision is listed (fix, review,
+    accept; newest first within), and a draw never takes a clip from the person who holds it."""
+    db = batch
+    s1 = draw(db, 16, seed=4)  # for ann
+    first = samples.members(db, s1["id"])
+    for m in first[:10]:
+        review(db, m["clip_id"], "rain")  # the weather wrong on all 10 reviewed; 6 wait with ann
+    assert decision.decide(db, s1["id"]).verdict == "fix"
+    # a second sample of the same job, for ann2: the whole population (the 30 clips unreviewed now)
+    s2 = samples.draw(db, Filter(job_id=db.job), 100, ["ann2"], actor="lead", role="lead", seed=5)
+    assert s2["population"] == 30 and s2["drawn"] == 30
+    waiting = {m["clip_id"] for m in first[10:]}
+    assert s2["kept"] == {"ann": 6} and s2["also_in"] == {s1["id"]: 6} and s2["assigned"] == {"ann2": 24}
+    second = {m["clip_id"]: m["assignee"] for m in samples.members(db, s2["id"])}
+    assert {c for c, who in second.items() if who == "ann"} == waiting  # ann's waiting members stayed hers
+    for cid in waiting:
+        assert assignments.assignee_of(db, cid) == "ann"
+    # each decision is about its own batch: sample 1's is still about its 40 clips, and still "fix"
+    d1, d2 = decision.decide(db, s1["id"]), decision.decide(db, s2["id"])
+    assert (d1.verdict, d1.sample["population"], d2.verdict, d2.sample["population"]) == ("fix", 40, "review", 30)
+    assert "(40 clips of job" in tables.decision_text(d1) and "(30 clips of job" in tables.decision_text(d2)
+    listed = decision.decisions(db)
+    assert [d.sample["id"] for d in listed] == [s1["id"], s2["id"]]  # the older "fix" first
+    out = run_cli("--data-dir", str(settings.data_dir)).stdout  # the terminal: the same list, the first in full
+    assert out.index(f"  sample {s1['id']}: Fix the batch") < out.index(f"  sample {s2['id']}: Review 30 more")
+    assert f"Decision: Fix the batch of sample {s1['id']}" in out
+    # drawing more into sample 1 takes the clips of its batch it has not taken, and none from ann2
+    before = {cid: assignments.assignee_of(db, cid) for cid in db.ids}
+    moves = len(list(events.iter_all(db, "clip.assign")))
+    r = rounds.draw_more(db, s1["id"], 100, actor="lead", role="lead", seed=6)
+    assert r["round_drawn"] == 24 and r["kept"] == {"ann2": 24} and r["also_in"] == {s2["id"]: 24}
+    assert r["assigned"] == {} and len(list(events.iter_all(db, "clip.assign"))) == moves
+    assert {cid: assignments.assignee_of(db, cid) for cid in db.ids} == before
+    new = [m for m in samples.members(db, s1["id"]) if m["round"] == 1]
+    assert {m["assignee"] for m in new} == {"ann2"}
+    said = tables.held_text(r)
+    assert said == (
+        f"24 stay with whoever had them (24 with ann2): a draw takes nobody's clip; members of another sample too "
+        f"(24 of sample {s2['id']}): one review of a clip counts for each"
+    )
+    # ann2's review of one of them counts for both samples
+    cid = new[0]["clip_id"]
+    review(db, cid)
+    assert estimates.tally(db, samples.get(db, s1["id"])).decided == {"all": 11}
+    assert estimates.tally(db, samples.get(db, s2["id"])).decided == {"all": 1}

@@ -17,9 +17,12 @@ import os
 import re
 import subprocess
 import sys
+import unicodedata
+import urllib.parse
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings as hsettings, strategies as st
 
 from data import db as dbmod, heartbeats, jobs, prompts
 from data.job_params import JobParams
@@ -37,10 +40,19 @@ ROOT = Path(__file__).resolve().parents[1]
 SIG = re.compile(r"(?i)sig(=|%3D|%253D)[0-9a-f]{8}")
 
 
+def squeezed(text: str) -> str:
+    """`text` as anyone reading for the key would: URL and JSON escapes decoded, NFKC, case and every character outside
+    the key's alphabet (newlines, zero-width spaces, quotes) dropped."""
+    text = re.sub(r"\\u([0-9a-fA-F]{4})", lambda m: chr(int(m.group(1), 16)), urllib.parse.unquote(text))
+    return re.sub(r"[^0-9a-z_-]", "", unicodedata.normalize("NFKC", text).lower())
+
+
 def leaks(text: str, key: str) -> list[str]:
-    """What of the key or a signature `text` holds (any 12 characters of the key count)."""
+    """What of the key or a signature `text` holds: a signature, or any 10 characters of the key in a row, in any
+    shape (issue 46: split by a newline, a zero-width space, over two JSON fields)."""
     found = [m.group(0) for m in SIG.finditer(text)]
-    found += [key[i : i + 12] for i in range(0, len(key) - 11, 4) if key[i : i + 12] in text]
+    flat, k = squeezed(text), key.lower()
+    found += [key[i : i + 10] for i in range(len(key) - 9) if k[i : i + 10] in flat]
     return found
 
 
@@ -151,3 +163,37 @@ def test_no_secret_a_replica_repeats_is_stored_logged_or_shown(head_library, tmp
     assert "HTTP Request: POST" in texts["the runner's log"]  # the log that would hold the status line
     found = {where: leaks(text, key) for where, text in texts.items()}
     assert not any(found.values()), {k: v[:3] for k, v in found.items() if v}
+
+
+SEPARATORS = ["\n", "\r\n", "\u200b", "\u2060", "\ufeff", " ", '", "', '","x":"', "\\n", "-\n", "\t"]
+
+
+@hsettings(max_examples=200, deadline=None)
+@given(
+    cuts=st.lists(st.integers(1, 42), max_size=4, unique=True),
+    seps=st.lists(st.sampled_from(SEPARATORS), min_size=4, max_size=4),
+    shape=st.sampled_from(["as is", "upper", "fullwidth", "json escapes", "percent"]),
+    before=st.text(st.characters(codec="utf-8"), max_size=40),
+    after=st.text(st.characters(codec="utf-8"), max_size=40),
+)
+def test_the_key_in_any_shape_leaves_no_ten_characters_in_a_row(cuts, seps, shape, before, after):
+    """Issue 46, point 5: the fleet key echoed split by a newline, a zero-width space or across two JSON fields was
+    stored and shown (25 of its 34 10-character windows). Normalised, then scrubbed window by window: no 10
+    characters of it in a row are left, however it was cut, spaced, cased, widened or escaped, and the text
+    around it stays."""
+    key = "kZ3-" + "q8Rt_Lm2Vx9Bn4Hs7Wc1Jf6Dy0Ge5Pa3Ku8" + "T1"
+    shaped = {
+        "as is": key,
+        "upper": key.upper(),
+        "fullwidth": "".join(chr(ord(c) + 0xFEE0) if c.isalnum() else c for c in key),
+        "json escapes": "".join(f"\\u{ord(c):04x}" if i % 2 else c for i, c in enumerate(key)),
+        "percent": "".join(f"%{ord(c):02X}" if i % 3 == 0 else c for i, c in enumerate(key)),
+    }[shape]
+    pieces, last = [], 0
+    for n, cut in enumerate(sorted(c for c in cuts if c < len(shaped))):
+        pieces += [shaped[last:cut], seps[n]]
+        last = cut
+    text = "<" + before + "> " + "".join(pieces) + shaped[last:] + " <" + after + ">"
+    out = Redactor([key])(text)
+    assert not leaks(out, key), (text, out)
+    assert out.startswith("<" + before[:5]) or not before[:5].strip()  # what the replica said around it stays

@@ -215,6 +215,27 @@ def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
     return eff
 
 
+def job_form_cost_line(data_dir: Path, clip_root: Path, router: str) -> str:
+    """The Jobs form's cost line for 100,000 clips as the app computes it on this stack (webapp.jobs_start, over
+    the launcher's record and the router's workers), as text; what stopped it where it cannot be read (the app's
+    packages missing on this machine)."""
+    try:
+        import re
+
+        from data.settings import Settings
+        from webapp.context import AppContext
+        from webapp.jobs_start import StartForm
+    except ImportError as e:
+        return f"not read: {e}"
+    settings = Settings(data_dir=data_dir, clip_root=clip_root, fleet_urls=(router,))
+    ctx = AppContext(settings, fleet_urls=[router], simulated=REHEARSE)
+    try:
+        html = StartForm(ctx, None)._cost_html(100_000)
+    finally:
+        ctx.close()
+    return re.sub(r"<[^>]+>", "", html).strip() or "(none: a simulated fleet gets no estimate)"
+
+
 def test_gpu_fleet_captions_a_realistic_library(tmp_path):
     assert TOPOLOGY in ("single", "nodehead"), f"CW_GPU_TOPOLOGY={TOPOLOGY}: single or nodehead"
     if TOPOLOGY == "nodehead":
@@ -324,6 +345,16 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         report["fleet_precision"] = recorded
         want = None if REHEARSE else precision_of_args(os.environ.get("CW_GPU_VLLM_ARGS", "").split())
         assert recorded == want, f"the launcher recorded precision {recorded!r} for replicas run in {want!r}"
+        # and the GPU model of each replica, which the job form and serving.cost price from (issue 48)
+        from serving import gpu_models
+
+        rec = json.loads((data_dir / "run" / "fleet.json").read_text())
+        report["fleet_gpus"] = [g.get("name") for g in rec.get("gpus") or []] or None
+        if not REHEARSE:
+            smi = gpu_models.query()
+            want_gpus = [smi[int(g)]["name"] for g in os.environ.get("CW_GPU_GPUS", "0").split(",") if g.strip()]
+            assert report["fleet_gpus"] == want_gpus, (report["fleet_gpus"], smi)
+        report["job_form_cost_line"] = job_form_cost_line(data_dir, clip_root, router)
 
         # 3. ingest, after vLLM took its GPU memory; thumbnails + filmstrips with the default decoder (PyAV)
         t = time.time()

@@ -162,7 +162,7 @@ def test_dry_run_for_8_gpus_matches_the_serving_recipe(tmp_path):
         assert "VLLM_VIDEO_LOADER_BACKEND" not in env
         assert env["VLLM_API_KEY"] == f"$(cat {tmp_path}/fleet.key)"  # the fleet key, read when it runs
         assert "--api-key" not in argv  # never on a command line: every process list shows those
-        assert f"> {tmp_path}/logs/replica-{i}.log" in line
+        assert f"> >(python -m serving.log_sink --log {tmp_path}/logs/replica-{i}.log) 2>&1 &" in line
     env, router = split(lines[10])
     # `vllm-router` from PATH, or `python -m vllm_router.launch_router` where only the module is importable
     if router[0] != "vllm-router":
@@ -277,7 +277,7 @@ def test_down_stops_recorded_process_groups(tmp_path, settings):
     )
     assert launcher.main(["status", "--data-dir", str(settings.data_dir)]) == 1  # no health URL answers
     assert launcher.main(["down", "--data-dir", str(settings.data_dir), "--grace", "5"]) == 0
-    child.popen.wait(timeout=5)
+    child.wait(timeout=5)
     assert not child.alive()
     assert fleet_record.load_record(settings) is None
 
@@ -394,5 +394,5 @@ def test_a_pinned_child_runs_on_its_cpus_only(tmp_path):
         log=tmp_path / "p.log",
         cpus=[first],
     )
-    child.popen.wait(timeout=30)
+    child.wait(timeout=30)
     assert (tmp_path / "p.log").read_text().strip() == f"[{first}]"

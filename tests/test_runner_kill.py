@@ -56,7 +56,7 @@ def kill_loop(settings, db, tmp_path, *, kills: int, clips: int, seed: int = 1) 
             inflight_at_kills += db.execute("SELECT COUNT(*) FROM job_items WHERE state = 'leased'").fetchone()[0]
         # the last restart runs every job to the end
         child = procs.start("runner", cmd, log=tmp_path / "runner.log", cwd=REPO)
-        assert child.popen.wait(timeout=120) == 0, procs.tail(tmp_path / "runner.log")
+        assert child.wait(timeout=120) == 0, procs.tail(tmp_path / "runner.log")
         received = sum(fleet.stats(i)["chat_requests"] for i in range(2))
     finally:
         fleet.stop()

@@ -139,16 +139,18 @@ def test_members_are_marked_assigned_round_robin_and_audited_in_one_action(lib):
     s = draw(lib, 60, people=["ann", "ann2"], seed=1)  # the whole population
     ms = samples.members(lib, s["id"])
     assert [m["draw_order"] for m in ms] == list(range(60))
-    assert [m["assignee"] for m in ms] == ["ann", "ann2"] * 30
+    # dealt round-robin, except clip 5: ann3 holds it, and a draw takes nobody's clip (issue 45)
+    assert [m["assignee"] for m in ms if m["clip_id"] != 5] == ["ann", "ann2"] * 29 + ["ann"]
+    assert next(m["assignee"] for m in ms if m["clip_id"] == 5) == "ann3"
     for m in ms:
         assert assignments.assignee_of(lib, m["clip_id"]) == m["assignee"]
         assert m["caption_id"] == clips.get(lib, m["clip_id"])["current_caption_id"]  # what the sample measures
         assert samples.of_clip(lib, m["clip_id"]) == [s["id"]]
-    assert s["assigned"] == {"ann": 30, "ann2": 30} and s["reassigned"] == 1
+    assert s["assigned"] == {"ann": 30, "ann2": 29} and s["kept"] == {"ann3": 1} and s["also_in"] == {}
     assert s["created_by"] == "lead" and s["source"]["review_status"] == "unreviewed"
     (ev,) = events.iter_all(lib, "sample.draw")
     assert ev["actor"] == "lead" and f'"sample_id": {s["id"]}' in ev["detail"] and '"seed": 1' in ev["detail"]
-    assert len(list(events.iter_all(lib, "clip.assign"))) == 61  # clip 5 to ann3, then the 60 sample clips
+    assert len(list(events.iter_all(lib, "clip.assign"))) == 60  # clip 5 to ann3, then the 59 nobody held
     # clips reviewed because someone chose them are no sample members
     assert samples.of_clip(lib, 61) == [] and samples.of_clip(lib, 62) == []
 

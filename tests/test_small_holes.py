@@ -169,4 +169,4 @@ def test_the_export_carries_no_control_to_a_terminal(db, monkeypatch):
     export.export(db, None, "jsonl", out)
     line = out.getvalue()
     assert not limits.CONTROLS.search(line) and "\x1b" not in line
-    assert json.loads(line)["text"] == HOSTILE  # JSONL keeps the value, escaped
+    assert json.loads(line)["text"] == PLAIN  # removed from the records too (issue 46), also from rows stored before

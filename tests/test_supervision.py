@@ -8,6 +8,7 @@ python -m serving.runner ...`, the supervisor's output (and the runner's) in DAT
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -267,3 +268,157 @@ def test_a_runner_waiting_out_a_foreign_write_lock_is_not_killed(settings, tmp_p
         assert supervisor_beat(settings.db)["info"].get("restarts", 0) == 0
     finally:
         stop_supervisor(sup)
+
+
+def _write_now(db_path, within: float) -> float | None:
+    """Seconds a write by another connection took to get the write lock (None: not within `within` seconds)."""
+    t = time.monotonic()
+    other = sqlite3.connect(str(db_path), timeout=within)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        other.rollback()
+        return time.monotonic() - t
+    except sqlite3.OperationalError:
+        return None
+    finally:
+        other.close()
+
+
+@pytest.mark.timeout(600)
+def test_a_runner_frozen_inside_its_write_transaction_is_restarted_and_writes_resume_at_once(settings, tmp_path):
+    """Issue 46, point 2. The runner captions a job; it is SIGSTOPped the moment the kernel's lock table names it as
+    the holder of the database's write lock (tests/support/freeze.py), so every other writer waits for it. The
+    supervisor reads the runner's heartbeat (a read needs no lock) and sees that the lock holder is its own child:
+    it kills it once the heartbeat is stale; the kill frees the lock. Before: the supervisor judged the silence only
+    while its own heartbeat write succeeded, which the frozen child's lock forbade: never restarted, every write
+    "database is busy" until someone sent SIGCONT."""
+    from tests.support.freeze import freeze_inside_a_write
+
+    ids, job_id = _library(settings, 120)
+    fleet = simfleet.start_fleet(2, 0, settings.clip_root, speed=1.0)
+    runner = fleet_commands.runner_command(settings, fleet.urls)
+    with open(tmp_path / "runner.log", "a") as log:
+        sup = start_supervisor(settings, runner, log, "--first-backoff", "1")
+    try:
+        first = live_runner(settings.db)["pid"]
+        deadline = time.monotonic() + 120
+        while _progress(settings.db, job_id)["done"] < 5:
+            assert time.monotonic() < deadline, "the job did not start"
+            time.sleep(0.2)
+        tries = freeze_inside_a_write(first, settings.db)
+        frozen = time.monotonic()
+        blocked = _write_now(settings.db, within=1.0)  # the frozen child holds the lock: another writer waits
+        while procs.pid_alive(first) and time.monotonic() - frozen < 60:
+            time.sleep(0.05)
+        killed_after = time.monotonic() - frozen
+        alive = procs.pid_alive(first)
+        wrote_in = _write_now(settings.db, within=5.0)  # the lock died with it
+        second = live_runner(settings.db, not_pid=first, why="after the frozen one")["pid"] if not alive else None
+        back_after = time.monotonic() - frozen
+        info = supervisor_beat(settings.db)["info"]
+        print(
+            f"caught inside a write after {tries} stop(s); killed {killed_after:.1f} s after SIGSTOP (stated: "
+            f"{heartbeats.STALE_S:.0f} s stale + {supervisor.CHECK_S:.0f} s check); a write then got the lock in "
+            f"{wrote_in}s; a new runner beating after {back_after:.1f} s; {info}"
+        )
+        assert blocked is None, "the frozen runner did not hold the write lock"
+        assert not alive, f"the runner frozen inside its transaction was not restarted within {killed_after:.0f} s"
+        assert killed_after < 30  # the acceptance: stale time + check + backoff, under 30 s
+        assert wrote_in is not None, "writes did not resume after the kill"
+        assert second != first
+        assert info["last_exit"] == -signal.SIGKILL and "frozen inside its write transaction" in info["last_cause"]
+        deadline = time.monotonic() + 300
+        while (prog := _progress(settings.db, job_id))["state"] != "done":
+            assert time.monotonic() < deadline, f"the job did not finish: {prog}"
+            time.sleep(0.5)
+        d = dbmod.connect(settings.db)
+        try:
+            per_clip = d.execute(
+                "SELECT COUNT(*), MAX(n) FROM (SELECT COUNT(*) AS n FROM captions WHERE job_id = ? GROUP BY clip_id)",
+                [job_id],
+            ).fetchone()
+        finally:
+            d.close()
+        assert tuple(per_clip) == (len(ids), 1), per_clip  # every clip captioned, each once
+    finally:
+        for pid in (b["pid"] for b in beats(settings.db) if b["kind"] == "runner"):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        stop_supervisor(sup)
+        fleet.stop()
+
+
+CRASHES_THEN_HANGS = """
+import sys, time
+from pathlib import Path
+from data import db as dbmod, heartbeats
+count = Path(sys.argv[1])
+n = int(count.read_text() or 0) + 1 if count.exists() else 1
+count.write_text(str(n))
+if n <= 3:
+    sys.exit(1)  # dies young: the backoff doubles
+d = dbmod.connect(sys.argv[2])
+heartbeats.heartbeat(d, "hangs", "runner")
+time.sleep(600)  # then never beats again
+"""
+
+
+def test_a_child_killed_for_hanging_is_restarted_after_the_first_backoff_not_the_crashes_doubled_one(
+    settings, tmp_path
+):
+    """Three crashes in a row double the backoff to 8 s; the next child hangs. Before, its restart waited the 8 s
+    too (in the fault run, a runner frozen after three kills was back 44 s after SIGSTOP); a hang is no crash loop
+    (its silence spaced the restarts), so the wait starts again at the first backoff."""
+    dbmod.connect(settings.db).close()
+    child = [sys.executable, "-c", CRASHES_THEN_HANGS, str(tmp_path / "count"), str(settings.db)]
+    log_path = tmp_path / "supervisor.log"
+    with open(log_path, "a") as log:
+        sup = start_supervisor(settings, child, log, "--first-backoff", "1", "--stale-after", "3")
+    try:
+        deadline = time.monotonic() + 120
+        while "hangs:" not in log_path.read_text() or "restart #4" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            assert sup.poll() is None
+            time.sleep(0.2)
+    finally:
+        stop_supervisor(sup)
+    lines = log_path.read_text().splitlines()
+    print("\n".join(lines))
+    assert any("restart #3 in 4 s" in line for line in lines)  # the crashes doubled it: 1, 2, 4
+    assert any("heartbeat" in line and "restart #4 in 1 s" in line for line in lines)
+
+
+def test_the_write_lock_holder_is_read_from_the_kernels_lock_table(settings, tmp_path):
+    """What the supervisor reads to tell a child frozen in its own transaction from one waiting on another program."""
+    d = dbmod.connect(settings.db)
+    try:
+        assert dbmod.write_lock_holder(settings.db) is None
+        with dbmod.immediate(d):
+            assert dbmod.write_lock_holder(settings.db) == os.getpid()
+        assert dbmod.write_lock_holder(settings.db) is None
+        holder = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import sqlite3, sys, time; c = sqlite3.connect(sys.argv[1]); c.execute('BEGIN IMMEDIATE'); "
+                "print('held', flush=True); time.sleep(60)",
+                str(settings.db),
+            ],
+            stdout=subprocess.PIPE,
+        )
+        try:
+            assert holder.stdout.readline().strip() == b"held"
+            assert dbmod.write_lock_holder(settings.db) == holder.pid
+            sibling = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+            try:
+                assert not supervisor._of_child(holder.pid, sibling.pid)  # another program's: it excuses a silence
+            finally:
+                sibling.kill()
+                sibling.wait()
+            assert supervisor._of_child(holder.pid, os.getpid())  # a descendant of this process: it excuses nothing
+        finally:
+            holder.kill()
+            holder.wait()
+        assert dbmod.write_lock_holder(settings.db) is None  # the lock died with its holder
+    finally:
+        d.close()

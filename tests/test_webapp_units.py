@@ -4,6 +4,7 @@ limiter, path confinement, escaping, and the refusal to run open on a network.""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -59,7 +60,13 @@ def test_users_cli_adds_and_lists(tmp_path):
     again = subprocess.run(base + ["add", "root", "--password-file", str(pw)], env=env, capture_output=True, text=True)
     assert again.returncode == 2 and "already exists" in again.stderr  # refused, as every CLI of ours says it
     helptext = subprocess.run(base + ["--help"], env=env, capture_output=True, text=True).stdout
-    assert "python -m webapp.accounts add" in helptext
+    assert "python -m webapp.accounts add" in helptext and "sign-in-link bob" in helptext
+    # a one-time sign-in link (issue 46): printed with the app's address; refused for a name that is no user
+    link = subprocess.run(base + ["sign-in-link", "root"], env=env, capture_output=True, text=True, check=True)
+    assert re.fullmatch(r"http://127\.0\.0\.1:7860/login/link/[\w-]{40,}\n", link.stdout), link.stdout
+    assert "works once" in link.stderr
+    nobody = subprocess.run(base + ["sign-in-link", "nobody"], env=env, capture_output=True, text=True)
+    assert nobody.returncode == 2 and "no active user named 'nobody'" in nobody.stderr
 
 
 def test_setting_flags_work_after_the_subcommand_of_every_cli(tmp_path, capsys, monkeypatch):
@@ -297,16 +304,16 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     assert "at 16 frames, 9,437,184 pixels" in html and "efficiency measured at 2 GPUs" in html  # the defaults
     # the lead's choice of work per clip: a measured point gets its figure, one nobody measured says so, a
     # value the job would refuse says why
-    assert form._cost_html(1_000_000, "16", 9_437_184) == html
-    none = form._cost_html(100_000, 8, "4718592")
+    assert form._cost_html(1_000_000, {"frames": "16", "max_pixels": 9_437_184}) == html
+    none = form._cost_html(100_000, {"frames": 8, "max_pixels": "4718592"})
     assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
     # a point whose clips failed on the GPU: no figure, and the lead reads why and what to choose instead
-    failed = form._cost_html(100_000, 32, "9437184")
+    failed = form._cost_html(100_000, {"frames": 32, "max_pixels": "9437184"})
     assert "No cost estimate for 32 frames at 9,437,184 pixels in bf16: it failed on the GPU" in failed
     assert "ran out of GPU memory" in failed and "fewer frames or pixels per clip" in failed
     assert "GPU-hours" not in none
-    assert "Frames must be 1-128" in form._cost_html(100_000, 500, None)
-    assert "Pixels per clip must be" in form._cost_html(100_000, 16, "99999999")
+    assert "Frames must be 1-128" in form._cost_html(100_000, {"frames": 500, "max_pixels": None})
+    assert "Pixels per clip must be" in form._cost_html(100_000, {"frames": 16, "max_pixels": "99999999"})
     sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
     assert sim._cost_html(100_000) == ""
     # priced as this fleet's runner runs: the default 48 in flight gets a run at 48, never the GPU test at 96
@@ -334,6 +341,21 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     other = [f"http://10.9.8.{i}:8000" for i in range(8)]  # the record is of another fleet than the app watches
     theirs = JobsTab(AppContext(s8.replace(fleet_urls=tuple(other)), fleet_urls=other, simulated=False)).form
     assert jobs_start.ASSUMED_PRECISION in theirs._cost_html(1_000_000)
+    # priced on the GPU model the launcher recorded for each replica, never another model's rate (issue 48)
+    assert jobs_start.ASSUMED_GPU in html
+    ms = cost_records.default_measurements()
+    for model in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        gpus = [{"url": u, "index": i, "name": model, "memory_mib": 1} for i, u in enumerate(urls)]
+        fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+        on = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+        want = cost.estimate(8, 16, "bf16", ms, gpu=model)
+        assert f"on 8 x {model} at 16 frames" in on and f"({want.clips_per_s:.1f} clips/s" in on
+        assert f"measured on {model}" in on and jobs_start.ASSUMED_GPU not in on
+    gpus = [{"url": u, "index": i, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 1} for i, u in enumerate(urls)]
+    fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+    a100 = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "No cost estimate for 16 frames" in a100 and "on NVIDIA A100-SXM4-80GB" in a100
+    assert "measured on other GPUs only" in a100 and "GPU-hours" not in a100
 
 
 def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():

@@ -13,6 +13,7 @@ admin with `python -m webapp.accounts add NAME --role admin`.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from data import settings as settings_mod
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     # the app's log may sit on a full disk: a line (or a traceback Gradio prints) that cannot be written must
     # never stop an event from answering
     console.install()
+    # one line per record, with its time (each record bounded by serving.log_clip, each line by the log sink)
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     settings = settings_mod.from_args(args)
     if settings.auth.lower() == "off" and not settings.loopback:

@@ -9,6 +9,12 @@ Examples:
   python -m webapp.accounts passwd bob
   python -m webapp.accounts disable bob
   python -m webapp.accounts ensure-admin    # first run: an `admin` with a random password, if there is no user
+  python -m webapp.accounts sign-in-link bob   # a one-time link for bob's new browser (an hour): see below
+
+A sign-in link is for a person who cannot get a turn at the login form from a network nobody of the team ever
+signed in from, while someone keeps failing on their account from fresh networks (webapp.throttle): the browser
+that opens it counts as one the account signed in from, so others' failures do not hold it back. It is not a
+session: the password is still asked. Hand it to the person over a channel you trust; it works once, for an hour.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import secrets
 import sys
 from pathlib import Path
 
-from data import db as dbmod, settings as settings_mod, team, users
+from data import db as dbmod, sessions, settings as settings_mod, team, users
 from data.errors import DataError
 
 
@@ -71,6 +77,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="if there is no user yet, create `admin` with a random password, print it "
         "and keep it in DATA_DIR/admin-password (mode 0600), e.g. `ensure-admin`",
     )
+    link = sub.add_parser(
+        "sign-in-link",
+        help="print a one-time link (an hour) that lets bob's new browser past others' failed sign-ins, e.g. "
+        "`sign-in-link bob --base-url https://workbench.example.org`",
+    )
+    link.add_argument("name")
+    link.add_argument("--base-url", help="the app's address as people open it (default: http://HOST:PORT)")
     for cmd in ("disable", "enable"):
         d = sub.add_parser(cmd, help=f"{cmd} a user's login, e.g. `{cmd} bob`")
         d.add_argument("name")
@@ -95,6 +108,18 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "set-role":
             u = users.set_role(db, args.name, args.user_role)
             print(f"{u['name']} is now {u['role']}")
+        elif args.command == "sign-in-link":
+            user = users.get(db, args.name)
+            if user is None or user.get("disabled"):
+                raise DataError(f"no active user named {args.name!r} (see `list`)")
+            token = sessions.issue_link(db, user["name"])
+            base = (args.base_url or f"http://{settings.host}:{settings.port}").rstrip("/")
+            print(f"{base}/login/link/{token}")
+            print(
+                f"(for {user['name']}: works once, for {sessions.LINK_TTL_S / 3600:g} hour; the password is still "
+                "asked)",
+                file=sys.stderr,
+            )
         elif args.command == "passwd":
             users.set_password(db, args.name, _password(args))
             print(f"password of {args.name} changed")

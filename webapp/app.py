@@ -192,7 +192,7 @@ class Workbench:
             api_name="browse_refresh",
         )
         self.tab_jobs.select(
-            shows_errors(self.jobs.on_show),
+            shows_errors(self.jobs.on_show_event),
             self.jobs.show_inputs + [self.filter_state],
             self.jobs.show_outputs,
             show_progress="hidden",
@@ -285,5 +285,6 @@ def build_app(settings) -> FastAPI:
         own_routes=own_routes,
         budget=WriteBudget(Budget(settings.write_budget, settings.write_burst)),
         reads=frozenset(i for i, fn in demo.fns.items() if not budget.writes(fn.api_name)),
+        event_ids=frozenset(demo.fns),
     )
     return app

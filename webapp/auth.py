@@ -112,14 +112,14 @@ class Auth:
             return None
         return name if self.ctx.user_by_name(name) is not None else None
 
-    async def _take_turn(self, request: Request, keys: list[tuple]) -> float:
+    async def _take_turn(self, request: Request, keys: list[tuple], known: bool = False) -> float:
         """0 once this attempt has its place for a check, or the seconds to wait (the caller answers 429). An
         attempt the limiter holds in its account's line (webapp.throttle: a clean network) waits here, asking
         again every POLL_S, for at most throttle.HOLD_S: the person's browser simply takes a little longer."""
         ticket = secrets.token_hex(8)
         deadline = time.monotonic() + throttle.HOLD_S
         while True:
-            wait = self.limiter.attempt(keys, ticket=ticket)
+            wait = self.limiter.attempt(keys, ticket=ticket, known=known)
             if wait <= 0:
                 return 0.0
             held = self.limiter.in_line(keys, ticket) and time.monotonic() + min(wait, POLL_S) < deadline
@@ -145,12 +145,13 @@ class Auth:
                 return RedirectResponse(next_url, status_code=303)
             ip = request.client.host if request.client else "?"
             device = request.cookies.get(DEVICE_COOKIE) or None
+            net = throttle.network(ip)
             try:
-                trust = sessions.trusted(self.ctx.db(), name, device=device, address=ip)
+                trust = sessions.trusted(self.ctx.db(), name, device=device, address=ip, network=net)
             except sqlite3.OperationalError as e:
                 return login_page(failures.describe(e)[1], next_url, status=failures.describe(e)[0])
             keys = self.limiter.keys(name, ip, trust, device)
-            wait = await self._take_turn(request, keys)
+            wait = await self._take_turn(request, keys, known=bool(trust & {"known", "network"}))
             if wait > 0:
                 return login_page(
                     f"Too many failed sign-ins for this account or from this network: wait {math.ceil(wait)} s "
@@ -170,7 +171,7 @@ class Auth:
                 finally:
                     db.close()
 
-            user, ran = await self.hashes.run(check, trusted=bool(trust))
+            user, ran = await self.hashes.run(check, trusted=bool(trust & set(sessions.TRUST_KINDS)))
             if not ran:
                 self.limiter.not_checked(keys)
                 return login_page("The server is busy with logins: try again in a few seconds.", next_url, status=429)
@@ -181,7 +182,7 @@ class Auth:
             try:
                 with immediate(self.ctx.db()):
                     token = sessions.create(self.ctx.db(), user["name"], keep=self.ctx.settings.sessions_per_person)
-                    sessions.remember(self.ctx.db(), user["name"], device=device, address=ip)
+                    sessions.remember(self.ctx.db(), user["name"], device=device, address=ip, network=net)
             except sqlite3.OperationalError as e:  # a full disk, a write lock held past the busy timeout
                 status, message = failures.describe(e)
                 return login_page(f"Your password is right, but you cannot sign in now: {message}", next_url, status)
@@ -199,6 +200,38 @@ class Auth:
                 samesite="lax",
                 path="/login",
                 secure=secure,
+            )
+            return resp
+
+        @app.get("/login/link/{token}", include_in_schema=False)
+        def login_link(request: Request, token: str) -> Response:
+            # a one-time sign-in link an admin issued (python -m webapp.accounts sign-in-link): this browser then
+            # counts as one the account signed in from, so nobody's failures hold it back; the password is asked
+            if not self.required:
+                return RedirectResponse("/", status_code=303)
+            try:
+                used = sessions.use_link(self.ctx.db(), token)
+            except sqlite3.OperationalError as e:
+                status, message = failures.describe(e)
+                return login_page(message, status=status)
+            if used is None:
+                return login_page(
+                    "This sign-in link cannot be used: it was used already, is over an hour old, or is mistyped. "
+                    "Ask an admin for a new one, or sign in here."
+                )
+            user, device = used
+            resp = login_page(
+                f"This browser is now one {user} signed in from: sign in with your password (others' failed "
+                "attempts do not hold it back)."
+            )
+            resp.set_cookie(
+                DEVICE_COOKIE,
+                device,
+                max_age=DEVICE_DAYS * 86400,
+                httponly=True,
+                samesite="lax",
+                path="/login",
+                secure=request.url.scheme == "https",
             )
             return resp
 

@@ -50,7 +50,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Match
 
 from data.settings import Settings
-from webapp import failures
+from webapp import failures, queue_requests
 from webapp.budget import WriteBudget
 
 log = logging.getLogger(__name__)
@@ -158,6 +158,7 @@ class Guard:
         own_routes: list | None = None,
         budget: WriteBudget | None = None,
         reads: frozenset[int] = frozenset(),
+        event_ids: frozenset[int] | None = None,
     ):
         self.app = app
         self.hosts = allowed_hosts(settings)
@@ -169,6 +170,7 @@ class Guard:
         self.own_routes = list(own_routes or [])  # the app's routes, in front of Gradio's mount
         self.budget = budget
         self.reads = reads  # fn indices of the Gradio events that write nothing (webapp.budget.READS)
+        self.event_ids = event_ids  # fn indices of every event of the page (None: any number)
 
     def host_ok(self, host: str | None) -> bool:
         if not host:
@@ -331,11 +333,17 @@ class Guard:
         elif method == "GET":
             qs = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             sessions += qs.get("session_hash") or []
+            malformed = queue_requests.data_problem(sessions)
+            if malformed:
+                return JSONResponse({"detail": malformed}, status_code=400), user
         elif method == "POST":
             body = await self._read_body(receive)
             if body is None:
                 return JSONResponse({"detail": "request too large"}, status_code=413), user
             scope["cw.body"] = body
+            malformed = queue_requests.problem(sub.rstrip("/"), body, self.event_ids)
+            if malformed:  # Gradio's answer: a 422 list, or a 500 and a traceback (webapp.queue_requests)
+                return JSONResponse({"detail": malformed}, status_code=400), user
             try:
                 data = json.loads(body or b"{}")
             except (ValueError, RecursionError):

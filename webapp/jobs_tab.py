@@ -18,6 +18,7 @@ import gradio as gr
 import pandas as pd
 
 from data import events
+from data.job_params import JobParams
 from webapp import render
 from webapp.context import AppContext, shows_errors
 from webapp.jobs_control import JobControl
@@ -29,11 +30,13 @@ TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "broken", "clips",
 
 
 class JobsTab:
-    def __init__(self, ctx: AppContext):
+    def __init__(self, ctx: AppContext, spec: type[JobParams] = JobParams):
         self.ctx = ctx
         self.control = JobControl(ctx)
-        self.form = StartForm(ctx, self.control)
+        self.form = StartForm(ctx, self.control, spec)  # its job parameter inputs: one per field of `spec`
         self.progress = JobProgress(ctx, self.control)
+        show = ["job_id", "kind", "state", "by", "msg_for", "source"]
+        self.on_show_event = self.form.params.event(self.on_show, show, self.form.params.priced_names, ["fdict"])
 
     def render(self) -> None:
         self.progress.render_runner()
@@ -84,16 +87,17 @@ class JobsTab:
 
     @property
     def show_inputs(self) -> list:
-        return [*self.progress.refresh_inputs, self.form.source, self.form.frames, self.form.max_pixels]
+        return [*self.progress.refresh_inputs, self.form.source, *self.form.params.priced]
 
     @property
     def show_outputs(self) -> list:
         return [*self.progress.refresh_outputs, self.form.preview, self.form.preview_seen, self.progress.list_by]
 
-    def on_show(self, job_id, kind, state, by, msg_for, source, frames, max_pixels, fdict, request: gr.Request):
+    def on_show(self, job_id, kind, state, by, msg_for, source, *rest):
         """The tab shown: everything refreshed, the preview counted, the creators the filter offers."""
+        request = rest[-1]  # after the priced fields' values and the Browse filter (StartForm.count_preview)
         out = self.progress.refresh(job_id, kind, state, by, msg_for, request)
-        out.update(self.form.count_preview(source, frames, max_pixels, fdict, request))
+        out.update(self.form.count_preview(source, *rest))
         out[self.progress.list_by] = self.progress.list_choices(request)
         return out
 
@@ -109,8 +113,8 @@ class JobsTab:
             show_progress="hidden",
         )
         self.preview_timer.tick(
-            shows_errors(form.preview_tick),
-            [form.source, form.frames, form.max_pixels, filter_state, form.preview_seen],
+            shows_errors(form.on_tick),
+            [form.source, *form.params.priced, filter_state, form.preview_seen],
             [form.preview, form.preview_seen],
             api_name="job_preview_tick",
             show_progress="hidden",
@@ -129,9 +133,9 @@ class JobsTab:
         )
         # the cost line follows what the lead chooses: the clips, and the work per clip (frames, pixels)
         gr.on(
-            [form.source.change, filter_state.change, form.frames.change, form.max_pixels.change],
-            shows_errors(form.count_preview),
-            [form.source, form.frames, form.max_pixels, filter_state],
+            [form.source.change, filter_state.change, *(c.change for c in form.params.priced)],
+            shows_errors(form.on_preview),
+            [form.source, *form.params.priced, filter_state],
             [form.preview, form.preview_seen],
             show_progress="hidden",
             api_name="job_preview",
@@ -147,17 +151,8 @@ class JobsTab:
         # every event goes through the queue: the page then never uses Gradio's direct-call route (/run), which
         # the Guard keeps closed (it accepts another user's session id; issue 21, class 6)
         form.start_btn.click(start_busy, None, [form.start_btn], api_name="start_busy").then(
-            shows_errors(form.start),
-            [
-                form.name,
-                form.source,
-                form.prompt,
-                form.frames,
-                form.max_tokens,
-                form.max_pixels,
-                filter_state,
-                form.preview_seen,
-            ],
+            shows_errors(form.on_start),
+            [form.name, form.source, form.prompt, *form.params.components, filter_state, form.preview_seen],
             [control.msg, control.msg_for, control.job_id, form.preview, form.preview_seen],
             api_name="start_job",
         ).then(start_ready, None, [form.start_btn], api_name="start_ready")

@@ -30,24 +30,26 @@ MOUNT = "window.cwPicker.mount(element, props, watch);"
 OPTION = re.compile(r"[a-z0-9_]+")
 
 
-def label_picker(name: str, shortcut: int) -> gr.HTML:
+def label_picker(name: str, shortcut: int, scope: str = "review") -> gr.HTML:
     """The picker of taxonomy label `name`, opened by the key `shortcut` (1-7, shown in its label). Its value is
     what a Dropdown's was: an option or None, or a list of options for a multi-choice label; the data layer
-    refuses anything else (data.taxonomy.validate_labels), as it does for any caller.
+    refuses anything else (data.taxonomy.validate_labels), as it does for any caller. `scope`: the form it belongs
+    to ("review": Review's, elem_id label-NAME; "second": the blind second review's, elem_id second-label-NAME):
+    each form's keys open its own fields, and the page script tells them apart.
 
     A plain gr.HTML rather than a subclass: Gradio writes a type stub next to the module of every component
     subclass when it is imported."""
     multi = name in taxonomy.MULTI
     return gr.HTML(
         value=[] if multi else None,
-        html_template=template(name, shortcut),
+        html_template=template(name, shortcut, scope),
         js_on_load=MOUNT,
         apply_default_css=False,
-        elem_id=f"label-{name}",
+        elem_id=f"label-{name}" if scope == "review" else f"{scope}-label-{name}",
     )
 
 
-def template(name: str, shortcut: int) -> str:
+def template(name: str, shortcut: int, scope: str = "review") -> str:
     """The field's markup before picker.js builds it: what the script needs to know, as data attributes.
 
     Not gr.HTML's custom props: Gradio 6.31 replaces those with `{"__type__": "update"}` whenever a handler leaves
@@ -57,7 +59,10 @@ def template(name: str, shortcut: int) -> str:
     bad = [o for o in options if not OPTION.fullmatch(o)]
     if bad:
         raise ValueError(f"{name}: option {bad[0]!r} is not a lowercase identifier")
+    if not OPTION.fullmatch(scope):
+        raise ValueError(f"a picker's scope is a lowercase identifier, not {scope!r}")
     data = {
+        "scope": scope,
         "name": name,
         "title": name.replace("_", " "),
         "hotkey": str(shortcut),

@@ -2,9 +2,10 @@
 
 Thin over data.quality.decision (accept / fix / review K more per label and for the batch, against each label's
 target), data.quality.estimates (the estimate at this look and the reviews a margin needs), data.quality.rounds
-(the K more drawn into the same sample, from the rest of its batch) and data.quality.targets (set here). When the
-tab opens the newest sample is picked (`show`): a lone sample needs no choosing, and the decision is the first
-thing on the tab. Every handler checks the lead role itself.
+(the K more drawn into the same sample, from the rest of its batch) and data.quality.targets (set here). Every
+sample's decision is listed first, the most urgent first (fix, review more, accept: data.quality.decision.decisions),
+so a newer sample never hides an older one's "Fix"; the most urgent is picked when the tab opens (`show`), and
+its labels are shown in detail. Every handler checks the lead role itself.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import pandas as pd
 from data import quality
 from data.errors import DataError
 from data.quality import rounds, tables, targets
+from data.quality.decision import decisions, sample_count
 from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 from webapp.quality_plots import estimate_figure
@@ -33,6 +35,7 @@ class DecisionPanel:
             open=True,
             elem_id="quality-decision-box",
         ):
+            self.open_html = gr.HTML("", elem_id="quality-decisions")
             with gr.Row():
                 self.sample = gr.Dropdown([], label="Random sample (its batch)", elem_id="quality-sample", scale=3)
                 self.margin = gr.Number(
@@ -81,32 +84,35 @@ class DecisionPanel:
                     self.target_btn = gr.Button("Set target", elem_id="btn-quality-target", size="sm")
                 self.target_msg = gr.HTML("", elem_id="quality-target-msg")
 
-    def sample_choices(self, job) -> list[tuple[str, int]]:
-        """The samples an estimate can rest on (of the scope's job when it names one), newest first."""
-        try:
-            scope = quality.Scope.of(job=job)
-        except DataError:
-            scope = quality.Scope()
+    def sample_choices(self, listed: list) -> list[tuple[str, int]]:
+        """The samples a decision rests on, as `decisions` lists them (the most urgent first)."""
         out = []
-        for s in quality.samples_for(self.ctx.db(), scope):
+        for d in listed:
+            s = d.sample
             how = "no strata" if s["stratify"] == "none" else f"by hazard level, {s['stratify']}"
             job_text = f" · job {s['job_id']}" if s["job_id"] else ""
             out.append(
                 (
-                    f"sample {s['id']}{job_text} · {s['drawn']:,} of {s['population']:,} clips · {how} · "
-                    f"{s['reviewed']:,} reviewed",
+                    f"sample {s['id']}{job_text} · {s['drawn']:,} of {s['population']:,} clips · "
+                    f"{how} · {d.made:,} reviewed",
                     s["id"],
                 )
             )
         return out
 
     def show(self, job, sample, margin, request: gr.Request) -> dict:
-        """The tab shown: the samples (the one shown stays, else the newest is picked) and the decision."""
-        choices = self.sample_choices(job)
-        ids = [v for _, v in choices]
+        """The tab shown: every sample's decision, the most urgent first (the one shown stays, else the most urgent
+        is picked), and the picked one in detail. `job` (the report's scope below) does not narrow them: a decision
+        is never hidden."""
+        self.ctx.require(request, "lead")
+        listed = decisions(self.ctx.db())
+        ids = [d.sample["id"] for d in listed]
         picked = _int_or_none(sample)
         picked = picked if picked in ids else (ids[0] if ids else None)
-        return {self.sample: gr.update(choices=choices, value=picked), **self.estimate(picked, margin, request)}
+        return {
+            self.sample: gr.update(choices=self.sample_choices(listed), value=picked),
+            **self._decision(picked, margin, listed),
+        }
 
     @property
     def show_outputs(self) -> list:
@@ -115,6 +121,7 @@ class DecisionPanel:
     @property
     def decision_outputs(self) -> list:
         return [
+            self.open_html,
             self.decision_html,
             self.decision_table,
             self.draw_btn,
@@ -125,6 +132,7 @@ class DecisionPanel:
 
     def _no_decision(self, message: str, kind: str = "info") -> dict:
         return {
+            self.open_html: "",
             self.decision_html: render.message(message, kind),
             self.decision_table: pd.DataFrame([], columns=DECISION_COLUMNS),
             self.draw_btn: gr.update(visible=False),
@@ -134,9 +142,12 @@ class DecisionPanel:
         }
 
     def estimate(self, sample, margin, request: gr.Request):
-        """The decision on the sample's batch (per label and for the batch), the button that draws the K more,
-        and the estimate at this look with the reviews the margin needs."""
+        """Every sample's decision in a line, then the picked sample's batch in detail (per label and for the
+        batch), the button that draws the round, and the estimate at this look with the reviews the margin needs."""
         self.ctx.require(request, "lead")
+        return self._decision(sample, margin)
+
+    def _decision(self, sample, margin, listed: list | None = None) -> dict:
         sample = _int_or_none(sample)
         if sample is None:
             return self._no_decision(
@@ -147,6 +158,7 @@ class DecisionPanel:
         try:
             e = quality.estimate(db, sample, margin)
             d = quality.decide(db, sample)
+            listed = decisions(db) if listed is None else listed
         except (DataError, ValueError) as err:
             return self._no_decision(str(err), "error")
         s = e.sample
@@ -159,7 +171,7 @@ class DecisionPanel:
             f"The estimate at this look: {e.reviewed:,} of sample {int(s['id'])}'s clips reviewed, {how}, with the "
             f"finite-population correction; {e.rejected:,} rejected or broken (not counted); {e.pending:,} not "
             f"reviewed yet. Margin +/- {e.margin:.1%}: {tables.margin_text(e)} A 95 % interval holds for one look "
-            "at a size fixed in advance: decide from the bounds above."
+            f"at a size fixed in advance: decide from the {tables.BOUNDS_KIND} above. {tables.INTERVAL_KINDS_NOTE}"
         )
         draw = (
             gr.update(visible=True, value=f"Draw {d.draw:,} more into sample {int(s['id'])} (for its people)")
@@ -167,11 +179,12 @@ class DecisionPanel:
             else gr.update(visible=False)
         )
         return {
+            self.open_html: render_quality.open_decisions(listed, int(s["id"]), sample_count(db)),
             self.decision_html: render_quality.decision(d),
             self.decision_table: pd.DataFrame(quality.decision_rows(d), columns=DECISION_COLUMNS),
             self.draw_btn: draw,
             self.estimate_html: render_quality.estimate(text),
-            self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=ESTIMATE_COLUMNS),
+            self.estimate_table: pd.DataFrame(quality.estimate_rows(e), columns=tables.estimate_columns(e)),
             self.estimate_plot: estimate_figure(e, d),
         }
 
@@ -191,10 +204,13 @@ class DecisionPanel:
             r = rounds.draw_more(db, sample, d.draw, actor=lead.name, role=lead.role)
         except DataError as err:
             return {self.draw_msg: render.message(str(err), "error")}
-        shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items())
+        shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items()) or "nobody new"
+        held = tables.held_text(r)
         said = (
             f"Drew {r['round_drawn']:,} more clips into sample {int(r['id'])} at random from the rest of its batch "
-            f"(round {r['round']}, seed {r['round_seed']}), assigned to {shares}. Review them, then decide again."
+            f"(round {r['round']}, seed {r['round_seed']}), assigned to {shares}"
+            + (f"; {held}" if held else "")
+            + ". Review them, then decide again."
         )
         return {**self.estimate(sample, margin, request), self.draw_msg: render.message(said, "ok")}
 

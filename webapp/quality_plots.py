@@ -159,7 +159,10 @@ def estimate_figure(e: quality.Estimate, d: quality.Decision | None = None):
     ax.set_yticks(range(len(names)), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlim(0, 1)
-    ax.set_xlabel("accuracy over the batch: 95 % interval (blue), decision bounds (grey), target (red)", fontsize=8)
+    ax.set_xlabel(
+        "accuracy over the batch: 95 % interval, one look (blue); bounds valid at every look (grey); target (red)",
+        fontsize=8,
+    )
     return fig
 
 

@@ -23,6 +23,8 @@ SHORTCUT_HELP = """
 <tr><td><kbd>ctrl</kbd>+<kbd>s</kbd></td><td>save the caption</td></tr>
 <tr><td><kbd>/</kbd></td><td>search</td></tr>
 <tr><td><kbd>?</kbd></td><td>show / hide this help</td></tr>
+<tr><td colspan="2"><b>Second review tab</b> (blind): <kbd>1</kbd>…<kbd>7</kbd> set a label as above,
+<kbd>a</kbd> / <kbd>r</kbd> approve / reject, then your next one; <kbd>n</kbd> your next one unanswered</td></tr>
 </table>Edits are saved when you move to another clip. An edit not saved yet is kept as a draft (also if your
 session ends) and offered back when you return to the clip. The clip you are on is yours: the others'
 <kbd>n</kbd> skips it.</div>

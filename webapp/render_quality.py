@@ -28,6 +28,36 @@ def decision(d: quality.Decision) -> str:
     )
 
 
+VERDICT_WORD = {"fix": "Fix", "review": "Review more", "accept": "Accept", "no target": "No target"}
+
+
+def open_decisions(listed: list, shown: int | None, total: int | None = None) -> str:
+    """Every sample's decision on its own batch, a line each, the most urgent first (data.quality.decision.
+    decisions): what to do, the batch as it was at the draw, who reviews it. The one shown below is marked; `total`
+    samples drawn, when more than are listed (the newest), is said."""
+    if not listed:
+        return ""
+    items = []
+    for d in listed:
+        s = d.sample
+        head, _, why = tables.decision_text(d).partition(": ")
+        people = ", ".join(s.get("assignees") or [])
+        mark = ' aria-current="true"' if int(s["id"]) == shown else ""
+        items.append(
+            f'<li class="cw-decision cw-msg-{esc(VERDICT_CLASS[d.verdict])}" data-sample="{int(s["id"])}" '
+            f'data-verdict="{esc(d.verdict)}" data-more="{int(d.more)}"{mark}><b>{esc(head)}</b> · '
+            f"{d.made:,} of {s['drawn']:,} drawn reviewed, for {esc(people or 'nobody')}"
+            f"{' · shown below' if mark else ''}</li>"
+        )
+    more = f" (the newest {len(listed):,} of {int(total):,} samples)" if total and total > len(listed) else ""
+    return (
+        f'<div class="cw-counts" id="quality-open" data-n="{len(listed)}"><b>{len(listed):,} batch '
+        f"decision{'s' if len(listed) != 1 else ''}{more}, the most urgent first</b> (fix, then review more, then "
+        "accept; each sample's decision is about the batch it was drawn from, as it was then; pick one below to see "
+        f"its labels):<ol>{''.join(items)}</ol></div>"
+    )
+
+
 def estimate(text: str) -> str:
     """The estimate at this look, in words (webapp.quality_decision)."""
     return f'<div class="cw-counts" id="quality-estimate-text">{esc(text)}</div>'
@@ -78,8 +108,9 @@ def release_made(release_id: int, summary: str, warn: bool = False) -> str:
 def sample_summary(s: dict, new_seed: bool = False) -> str:
     """What a draw did, for the lead: the sample's id, N and n, the seed (and whether it is a new one, drawn because
     the field was empty), each stratum's N_h and n_h, who got what."""
-    shares = ", ".join(f"{esc(p)} {n:,}" for p, n in s.get("assigned", {}).items())
-    moved = f" ({s['reassigned']:,} taken from someone else)" if s.get("reassigned") else ""
+    shares = ", ".join(f"{esc(p)} {n:,}" for p, n in s.get("assigned", {}).items()) or "nobody new"
+    held = tables.held_text(s)
+    moved = f' <span id="sample-held">({esc(held)})</span>' if held else ""
     capped = f" (the population holds only {s['population']:,})" if s["drawn"] < s["size"] else ""
     rows = "".join(
         f"<tr><td>{esc(r['stratum'] or '(no level)')}</td><td>{r['population']:,}</td><td>{r['drawn']:,}</td></tr>"

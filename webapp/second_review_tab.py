@@ -8,6 +8,13 @@ person sets every label and approves (the labels describe the clip) or rejects (
 wrong footage); the answer is stored as a second review and changes nothing of the clip (not its caption, not its
 review status). The tab then opens their next one.
 
+The form is Review's without the model (issue 45): the same keyboard pickers (webapp.picker: keys 1-7, option
+numbers, the first letters, exact-match-first, "names no option / fits several"), `a` approves and `r` rejects (each
+then opens the next), `n` opens the next one unanswered; at 1366x768 every label and Approve are on screen. Before,
+its labels were mouse dropdowns that took the first option *containing* the typed text (`collision` and Enter stored
+near_collision), so two reviewers who agreed read as disagreeing. With nothing waiting, nothing is actionable:
+only the count shows.
+
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
 without its caption or review (`render.blind_header`, webapp.review_view) and Browse masks its tile (`masked`).
 That keeps the first review out of sight, not out of reach: a person who filters Browse by a label value can
@@ -23,6 +30,7 @@ from data.errors import DataError
 from data.quality import second_review
 from webapp import form_echo, render, render_quality
 from webapp.context import AppContext, shows_errors
+from webapp.picker import label_picker
 
 LABELS = list(taxonomy.ENUMS)
 BLIND_NOTE = "Caption and review hidden: you review this clip blind (Second review tab)."
@@ -36,8 +44,9 @@ def masked(row: dict) -> dict:
 
 HELP = (
     "You see the footage only: no caption and none of the model's or the first reviewer's labels, so that your "
-    "answer is your own. Set every label; Approve when they describe the clip, Reject when it cannot be labelled "
-    "(broken or wrong footage)."
+    "answer is your own. Set every label as on Review (its key 1-7, the option's first letters or number, Enter; "
+    "road users: shift+Enter adds one and stays), then **a** approves when they describe the clip, **r** rejects "
+    "when it cannot be labelled (broken or wrong footage); **n** opens your next one without answering."
 )
 
 
@@ -47,29 +56,26 @@ class SecondReviewTab:
 
     def render(self) -> None:
         self.status = gr.HTML("", elem_id="second-status")
-        with gr.Row():
-            self.next_btn = gr.Button("Open my next second review", elem_id="btn-second-next", size="sm")
         self.header = gr.HTML("", elem_id="second-header")
-        with gr.Row(equal_height=False):
+        # shown only with a second review open: with none waiting nothing here can be acted on
+        with gr.Row(equal_height=False, visible=False, elem_id="second-body", elem_classes="cw-review") as self.body:
             with gr.Column(scale=3, min_width=420):
                 self.player = gr.HTML("", elem_id="second-player")
                 self.filmstrip = gr.HTML("", elem_id="second-filmstrip")
             with gr.Column(scale=2, min_width=380):
                 self.msg = gr.HTML("", elem_id="second-review-msg")
-                gr.Markdown(HELP, elem_id="second-help")
-                self.labels = {
-                    name: gr.Dropdown(
-                        list(taxonomy.ENUMS[name]),
-                        value=[] if name in taxonomy.MULTI else None,
-                        multiselect=name in taxonomy.MULTI,
-                        label=name.replace("_", " "),
-                        elem_id=f"second-{name.replace('_', '-')}",
+                with gr.Row(elem_classes="cw-actions"):
+                    self.approve_btn = gr.Button(
+                        "Approve + next (a)", elem_id="btn-second-approve", variant="primary", size="sm"
                     )
-                    for name in LABELS
-                }
-                with gr.Row():
-                    self.approve_btn = gr.Button("Approve", elem_id="btn-second-approve", variant="primary", size="sm")
-                    self.reject_btn = gr.Button("Reject", elem_id="btn-second-reject", variant="stop", size="sm")
+                    self.reject_btn = gr.Button(
+                        "Reject + next (r)", elem_id="btn-second-reject", variant="stop", size="sm"
+                    )
+                    self.next_btn = gr.Button("Skip to my next (n)", elem_id="btn-second-next", size="sm")
+                # Review's pickers, empty: keys 1-7 open them (webapp/picker.py says what Enter takes)
+                with gr.Row(elem_classes="cw-labels"):
+                    self.labels = {name: label_picker(name, i, scope="second") for i, name in enumerate(LABELS, 1)}
+                gr.Markdown(HELP, elem_id="second-help")
         self.task = gr.State(None)  # the second review shown (its id)
         # the page's copy, sent last with an answer: its labels are for the task the page shows (webapp.form_echo)
         self.echo = {self.task: form_echo.copy_box("second-task")}
@@ -79,6 +85,7 @@ class SecondReviewTab:
         return [
             self.status,
             self.header,
+            self.body,
             self.player,
             self.filmstrip,
             *self.labels.values(),
@@ -97,12 +104,22 @@ class SecondReviewTab:
         return render_quality.second_count(n, words)
 
     def view(self, task: dict | None, name: str, message: str = "", kind: str = "info") -> dict:
-        """Every region for `task` (data.quality.second_review.task: the footage alone), or empty ones for None; the
-        labels always start empty."""
+        """Every region for `task` (data.quality.second_review.task: the footage alone), or none for None (the count
+        alone: nothing to act on); the labels always start empty."""
         out = {self.status: self._status(name), self.msg: render.message(message, kind)}
         out.update({comp: [] if n in taxonomy.MULTI else None for n, comp in self.labels.items()})
         if task is None:
-            out.update({self.header: "", self.player: "", self.filmstrip: "", self.task: None})
+            out.update(
+                {
+                    self.header: "",
+                    self.player: "",
+                    self.filmstrip: "",
+                    self.task: None,
+                    self.body: gr.update(visible=False),
+                }
+            )
+            if message:  # what was done last stays readable above the count
+                out[self.status] = render.message(message, kind) + out[self.status]
             return out
         out.update(
             {
@@ -110,6 +127,7 @@ class SecondReviewTab:
                 self.player: render.player(task["clip"]),
                 self.filmstrip: render.filmstrip(task["clip"]),
                 self.task: task["id"],
+                self.body: gr.update(visible=True),
             }
         )
         return out
@@ -126,7 +144,7 @@ class SecondReviewTab:
         user = self.ctx.user(request)
         after = int(task_id) if task_id not in (None, "") else None
         task = second_review.next_task(self.ctx.db(), user.name, after=after)
-        return self.view(task, user.name, "" if task else "No blind second review waits for you.")
+        return self.view(task, user.name)
 
     def answer(self, decision: str):
         def handler(request: gr.Request, task_id, *values):
@@ -138,7 +156,12 @@ class SecondReviewTab:
                 if name in taxonomy.MULTI:
                     labels[name] = list(value or [])
                 elif not value:
-                    return {self.msg: render.message(f"Choose a value for {name.replace('_', ' ')}.", "error")}
+                    key = LABELS.index(name) + 1
+                    return {
+                        self.msg: render.message(
+                            f"Choose a value for {name.replace('_', ' ')} (key {key}), then answer again.", "error"
+                        )
+                    }
                 else:
                     labels[name] = value
             db = self.ctx.db()

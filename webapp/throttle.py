@@ -28,6 +28,16 @@ design with its figures; in short:
   a script asking more often cannot take the turn of the person who came before it. Attempts from networks
   that failed get their 429 at once and never take a turn while someone clean waits. The cost to a guesser:
   one check per CLEAN_CAP per account from networks it never failed from, one a minute from the others.
+- **Known networks first** (issue 46). An attacker with a fresh network per attempt (200 /24s, or an IPv6 /64
+  each, which cost nothing) is "clean" every time: its attempts filled the account's line and the owner's
+  browser, new and on a new address, got 429 after a 25 s hold on every try. Now an attempt from a network the
+  account signed in from before (remembered in data.sessions like browsers and addresses) is counted only on
+  its own (account, network) key and the address's: nobody's failures from elsewhere hold it back. And in the
+  line, an attempt from a network that any account signed in from ("known") takes the turn before every attempt
+  from a network none did, and has its own places (MAX_LINE each): networks never seen signing in wait behind
+  known ones. An owner on a network nobody ever used gets a one-time sign-in link from an admin
+  (`python -m webapp.accounts sign-in-link NAME`): the browser that opens it counts as one the account signed in
+  from.
 In memory, bounded; a restart forgets the counts (not the trust, which is in SQLite).
 """
 
@@ -58,7 +68,7 @@ class Backoff:
 
 ACCOUNT = Backoff(free=5, window=900.0)  # an account, from browsers and addresses it never signed in from
 ADDRESS = Backoff(free=20, window=600.0)  # an address, over accounts it never signed in to
-PAIR = Backoff(free=5, window=900.0)  # an account at an address it signed in from before
+PAIR = Backoff(free=5, window=900.0)  # an account at an address (or a network) it signed in from before
 DEVICE = Backoff(free=5, window=900.0)  # an account at a browser it signed in from before
 NETWORK = Backoff(free=2**62, window=ACCOUNT.window)  # failures of an account from one network: never a wait itself
 MAX_KEYS = 100_000  # keys kept before the idle ones are dropped (a spray of names must not grow memory)
@@ -88,6 +98,7 @@ class LoginThrottle:
             "account": ACCOUNT,
             "address": ADDRESS,
             "pair": PAIR,
+            "netpair": PAIR,
             "device": DEVICE,
             "net": NETWORK,
         }
@@ -103,6 +114,8 @@ class LoginThrottle:
             return [("device", user, device)]
         if "address" in trust:
             return [("pair", user, address)]
+        if "network" in trust:
+            return [("netpair", user, network(address)), ("address", address)]
         return [("account", user), ("address", address), ("net", user, network(address))]
 
     def _recent(self, key: tuple, t: float) -> collections.deque:
@@ -129,9 +142,14 @@ class LoginThrottle:
     def _line(self, account: str, t: float) -> collections.OrderedDict:
         """The account's line of held attempts, those whose request stopped asking dropped."""
         line = self._lines.setdefault(account, collections.OrderedDict())
-        for ticket in [k for k, seen in line.items() if seen <= t - LIVE_S]:
+        for ticket in [k for k, (seen, _) in line.items() if seen <= t - LIVE_S]:
             del line[ticket]
         return line
+
+    @staticmethod
+    def _first(line: collections.OrderedDict) -> str | None:
+        """Whose turn it is: the first attempt from a known network, else the first of all."""
+        return next((k for k, (_, known) in line.items() if known), next(iter(line), None))
 
     def _held(self, t: float) -> int:
         """Attempts held over all accounts (lines whose requests all stopped asking are dropped)."""
@@ -146,28 +164,32 @@ class LoginThrottle:
         with self._lock:
             return self._waits(keys, t)[0]
 
-    def attempt(self, keys: list[tuple], *, now: float | None = None, ticket: str | None = None) -> float:
+    def attempt(
+        self, keys: list[tuple], *, now: float | None = None, ticket: str | None = None, known: bool = False
+    ) -> float:
         """Take a place for one check, counted as a failure unless `succeeded` is called: 0.0. Or, nothing
         taken, the seconds to wait first. A clean attempt (see the module docstring) with a `ticket` that must
         wait takes a place in its account's line, if there is room (`in_line`); while it asks again, the slot
         that opens is its own, before anyone who came after it and before any attempt from a network that
-        failed on the account."""
+        failed on the account. `known`: its network is one some account signed in from; it goes before every
+        attempt from a network that none did."""
         t = now if now is not None else time.monotonic()
         with self._lock:
             wait, net, clean = self._waits(keys, t)
             if net is not None:
                 held = self._held(t)
                 line = self._line(net[1], t)
-                first = next(iter(line), None)
+                first = self._first(line)
                 if wait <= 0 and first not in (None, ticket):
-                    wait = LIVE_S  # the slot belongs to the attempt that came first; it takes it at its next ask
+                    wait = LIVE_S  # the slot belongs to the attempt whose turn it is; it takes it at its next ask
                 if wait > 0:
-                    room = len(line) < MAX_LINE and held < MAX_HELD
+                    same = sum(1 for _, k in line.values() if k == known)
+                    room = same < MAX_LINE and held < MAX_HELD  # known and never-seen networks: MAX_LINE each
                     # the line is for the account's slot: an attempt that another key holds back (its address,
                     # spraying many accounts) is not held to wait that out, it gets its 429 at once
                     own = all(self._wait(k, t) <= 0 for k in keys if k[0] != "account")
                     if clean and own and ticket is not None and (ticket in line or room):
-                        line[ticket] = t
+                        line[ticket] = (t, known)
                     elif not line:
                         del self._lines[net[1]]
                     return wait

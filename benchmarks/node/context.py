@@ -101,6 +101,18 @@ class Ctx:
         return "fp8" if "--quantization" in args and "fp8" in args[args.index("--quantization") :][:2] else "bf16"
 
     @property
+    def gpu_model(self) -> str:
+        """nvidia-smi's name of the first GPU the stages use (what a work-per-clip point was measured on); "" on a
+        simulated fleet or where nvidia-smi does not say."""
+        if self.sim or not self.gpus:
+            return ""
+        if not hasattr(self, "_gpu_model"):
+            from serving import gpu_models
+
+            self._gpu_model = (gpu_models.query([self.gpus[0]]).get(self.gpus[0]) or {}).get("name") or ""
+        return self._gpu_model
+
+    @property
     def workers(self) -> int:
         """Processes for clip generation and ingest: --workers, or every core."""
         return self.a.workers or os.cpu_count() or 1

@@ -22,10 +22,11 @@ torch profile of the engine: --profile-after seconds into the job, --profile-ite
 trace's kernel time by class and by vLLM's scopes (benchmarks/node/kernels.py) goes into the row and
 `profile-<config>.json`; the profiler slows the steps it records, so that row's clips/s are not comparable with
 the others'. `fillN` has our runner fill each idle replica's window over N seconds (the WINDOW_FILL_SECONDS
-setting) instead of sending it at once. Each row also reports the prompt tokens per clip that vLLM's prefix
-cache served (`vllm:prompt_tokens_cached_total` over the job), i.e. the prefill not repeated.
+setting) instead of sending it at once. `frN` asks for N frames per clip in the measured job (the FRAMES setting:
+16), e.g. `2+infl96+fr32`: the in-flight depth at 32 frames. Each row also reports the prompt tokens per clip that
+vLLM's prefix cache served (`vllm:prompt_tokens_cached_total` over the job), i.e. the prefill not repeated.
 
-`inflN` and `fillN` change only our runner: consecutive configurations that differ only in them share one
+`inflN`, `fillN` and `frN` change only our runner: consecutive configurations that differ only in them share one
 replica instead of starting a fresh one each (~140 s on an H200), and before each one after the first its
 prefix and encoder caches are emptied (`POST /reset_prefix_cache`, `/reset_encoder_cache`: vLLM's dev routes,
 VLLM_SERVER_DEV_MODE=1), so that the same clips are prefilled again as on a fresh replica. The row says which
@@ -75,8 +76,10 @@ from data.settings import Settings
 from serving import fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
-MODIFIERS = ("nocache", "fp8", "kvfp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "fillN", "gmuN", "prof")
-RUNNER_ONLY = ("infl", "fill")  # modifiers of our runner alone: the replica is the same
+MODIFIERS = (
+    "nocache", "fp8", "kvfp8", "apiN", "mbtN", "gpupre", "cpupre", "shm", "inflN", "fillN", "frN", "gmuN", "prof"
+)  # fmt: skip
+RUNNER_ONLY = ("infl", "fill", "fr")  # modifiers of our runner alone: the replica is the same
 CACHE_RESET_SLACK = 1.5  # a shared replica's row whose cache served more than this x its first row's: not reset
 
 
@@ -101,6 +104,7 @@ def _modifier_ok(m: str) -> bool:
         or _count(m, "mbt") is not None
         or _count(m, "infl") is not None
         or _count(m, "fill") is not None
+        or _count(m, "fr") is not None
         or (_count(m, "gmu") or 0) in range(50, 96)
     )
 
@@ -137,6 +141,15 @@ def runner_settings(config: str, settings):
         elif _count(m, "fill"):
             settings = settings.replace(window_fill_seconds=float(_count(m, "fill")))
     return settings
+
+
+def job_frames(config: str, settings) -> int:
+    """The frames per clip a configuration's measured job asks for: `frN`, else the FRAMES setting (the replica's
+    own decoder bounds them per request, so the replica is shared)."""
+    for m in _modifiers(config):
+        if _count(m, "fr"):
+            return _count(m, "fr")
+    return settings.frames
 
 
 def replica_key(config: str) -> tuple:
@@ -201,6 +214,8 @@ def describe(config: str, settings, replicas: int) -> str:
                 f"; the window filled over {_count(m, 'fill')} s after idle (the setting: "
                 f"{settings.window_fill_seconds:g})"
             )
+        elif _count(m, "fr"):
+            text += f"; {_count(m, 'fr')} frames per clip (the setting: {settings.frames})"
     if "nocache" in mods:
         text += "; prefix caching off"
     if "gpupre" in mods:
@@ -341,7 +356,7 @@ def _measure(ctx: Ctx, config: str, settings, running: Replicas, startup, warm_i
         with router(ctx, settings, fleet.urls(), f"threads-{config}") as (urls, via):
             if warm_ids:
                 caption_job(rs, new_job(settings, f"warm-up threads {config}", warm_ids), urls, n, deadline=deadline)
-            job = new_job(settings, f"threads {config}", measured)
+            job = new_job(settings, f"threads {config}", measured, frames=job_frames(config, settings))
             vllm0 = group_cpu_seconds(c.pgid for c in fleet.children)
             cached0, prompt0 = cached_prompt_tokens(fleet.urls())
             if profiling:
@@ -364,6 +379,7 @@ def _measure(ctx: Ctx, config: str, settings, running: Replicas, startup, warm_i
             "threads": (budgets(config, settings, n)[0].threads if _base(config) != "unset" else None),
             "in_flight_per_replica": rs.per_replica_inflight,
             "window_fill_s": rs.window_fill_seconds,
+            "frames": job_frames(config, settings),
             "clips": len(measured),
             "done": done,
             "failed": check["failed"],

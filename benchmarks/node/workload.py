@@ -68,6 +68,7 @@ def stage_workload(ctx: Ctx) -> dict:
     report: dict = {
         "points": [list(p) for p in points],
         "precision": ctx.precision,
+        "gpu": ctx.gpu_model,  # the model every point of this run was measured on
         "clips_per_point": per,
         "replica_args": " ".join(ctx.a.vllm_arg) or None,  # flags added to the recipe's replica command
         "rows": rows,
@@ -116,7 +117,14 @@ def stage_workload(ctx: Ctx) -> dict:
         finally:
             fleet.stop()
     now = {(r["frames"], r["max_pixels"]) for r in rows if "clips_per_s" in r}
-    kept = [r for r in earlier if "clips_per_s" in r and (r["frames"], r["max_pixels"]) not in now]
+    # an earlier call's points of the same precision only: an FP8 call must not write bf16 rows as its own
+    kept = [
+        r
+        for r in earlier
+        if "clips_per_s" in r
+        and (r["frames"], r["max_pixels"]) not in now
+        and r.get("precision", "bf16") == ctx.precision
+    ]
     if kept:
         rows[:0] = kept
         report["merged_from_earlier_call"] = [[r["frames"], r["max_pixels"]] for r in kept]
@@ -169,6 +177,7 @@ def point(ctx: Ctx, settings, urls: list[str], clips: list[int], frames: int, pi
         "efficiency": efficiency(
             ctx, work, steady or (done / wall if wall else None), 1, peak, cache_per_clip(cache0, cache1, done)
         ),
+        "precision": ctx.precision,
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
     }
     say(
@@ -242,6 +251,7 @@ def failed_point(ctx: Ctx, r: dict, how: dict) -> dict:
         "frames": r["frames"],
         "max_pixels": r["max_pixels"],
         "precision": ctx.precision,
+        "gpu": _gpu(ctx),
         "gpus": 1,
         "via": "runner",
         "status": "failed",
@@ -253,6 +263,17 @@ def failed_point(ctx: Ctx, r: dict, how: dict) -> dict:
     if ctx.sim:
         point["simulated"] = True
     return point
+
+
+def _gpu(ctx) -> str:
+    """The GPU model a point is measured on (a repriced report's, else the machine's)."""
+    return getattr(ctx, "gpu_model", "") or ""
+
+
+def _key(p: dict, ctx, precision: str | None = None, gpu: str | None = None) -> tuple:
+    """What one point of the table is: its frames, pixel budget, precision and GPU model (a point measured on an
+    H100 never replaces an H200's)."""
+    return (p.get("frames"), p.get("max_pixels"), precision or ctx.precision, gpu if gpu is not None else _gpu(ctx))
 
 
 def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = None, replica_args: str | None = None):
@@ -268,8 +289,8 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
         if r.get("failed") or (r.get("error") and r.get("max_pixels")):
             # its clips/s counts the clips that got through, not the work of a point: not priced, and the point
             # says so (an older rate at it would price a job the fleet now fails)
-            key = (r["frames"], r["max_pixels"], ctx.precision)
-            points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
+            key = _key(r, ctx)
+            points[:] = [p for p in points if _key(p, ctx, p.get("precision"), p.get("gpu")) != key]
             points.append(failed_point(ctx, r, how))
             continue
         if "clips_per_s" not in r or r.get("size_honoured") is False or not r.get("clips_per_s"):
@@ -279,6 +300,7 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
             "frames": r["frames"],
             "max_pixels": r["max_pixels"],
             "precision": ctx.precision,
+            "gpu": _gpu(ctx),
             "gpus": 1,
             "via": "runner",
             "status": "measured",
@@ -304,10 +326,10 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
         } | how
         if ctx.sim:
             new["simulated"] = True  # serving.cost never reads a simulated point
-        key = (r["frames"], r["max_pixels"], ctx.precision)
-        points[:] = [p for p in points if (p.get("frames"), p.get("max_pixels"), p.get("precision")) != key]
+        key = _key(r, ctx)
+        points[:] = [p for p in points if _key(p, ctx, p.get("precision"), p.get("gpu")) != key]
         points.append(new)
-    points.sort(key=lambda p: (p.get("precision", ""), p.get("frames", 0), -p.get("max_pixels", 0)))
+    points.sort(key=lambda p: (p.get("gpu") or "", p.get("precision", ""), p.get("frames", 0), -p.get("max_pixels", 0)))
     table["updated"] = time.strftime("%Y-%m-%d", time.gmtime())
     if ctx.sim:
         table["simulated"] = "SIMULATED REHEARSAL: do not commit over docs/work-per-clip.json"
@@ -316,52 +338,68 @@ def write_table(ctx: Ctx, rows: list[dict], *, frame_preprocess: str | None = No
     return path
 
 
-def table_points(path, precision: str) -> list[dict]:
-    """The measured points of a work-per-clip table at `precision`, as plot() draws them."""
+def table_points(path, precision: str | None = None) -> list[dict]:
+    """The measured points of a work-per-clip table (at `precision`, or every one), as plot() draws them."""
     from serving import cost_records
 
     return [
         p
         for p in cost_records.load_table(path)["points"]
-        if p.get("precision") == precision and p.get("status") == "measured" and p.get("clips_per_s")
+        if (precision is None or p.get("precision") == precision)
+        and p.get("status") == "measured"
+        and p.get("clips_per_s")
     ]
 
 
 def plot(ctx: Ctx, table_path) -> Path | None:
-    """The whole work-per-clip table (its measured points at the run's precision, the ones measured now
-    included): clips/s, prompt tokens and the share of the peak against the pixel budget, one line per frame
-    count; a point whose frames were prepared on the CPU (before 2026-12-02's recipe) drawn hollow."""
+    """The whole work-per-clip table (its measured points, the ones measured now included): clips/s, prompt
+    tokens and the share of the peak against the pixel budget, one row of panels per GPU model, one line per frame
+    count and precision (FP8 dashed); a point whose frames were prepared on the CPU (before 2026-12-02's recipe)
+    drawn hollow."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    points = table_points(table_path, ctx.precision)
+    points = table_points(table_path)
     if not points:
         return None
-    fig, ax = plt.subplots(1, 3, figsize=(14, 4))
-    for k, frames in enumerate(sorted({p["frames"] for p in points})):
-        pts = sorted((p for p in points if p["frames"] == frames), key=lambda p: p["max_pixels"])
-        xs = [p["max_pixels"] / 1e6 for p in pts]
-        color = f"C{k}"
-        ys = (
-            [p["clips_per_s"] for p in pts],
-            [p.get("prompt_tokens") or 0 for p in pts],
-            [100 * (p.get("fraction_of_peak") or 0) for p in pts],
-        )
-        for a, y in zip(ax, ys):
-            a.plot(xs, y, "-", color=color, label=f"{frames} frames")
-            for x, v, p in zip(xs, y, pts):
-                cpu = p.get("frame_preprocess") == "cpu"
-                a.plot([x], [v], "o", color=color, markerfacecolor="white" if cpu else color)
-    labels = ("clips/s per GPU (steady, else whole job)", "prompt tokens per clip", f"% of {ctx.precision} peak")
-    for a, y in zip(ax, labels):
-        a.set_xlabel("pixels per clip, all frames (millions)")
-        a.set_ylabel(y)
-        a.set_ylim(bottom=0)
-        a.grid(alpha=0.3)
-        a.legend(fontsize=8)
-    title = "Work per clip: Qwen3-VL-8B through our runner, one GPU (hollow: frames prepared on the CPU)"
+    models = sorted({p.get("gpu") or "GPU not recorded" for p in points})
+    fig, axes = plt.subplots(len(models), 3, figsize=(14, 4 * len(models)), squeeze=False)
+    all_frames = sorted({p["frames"] for p in points})
+    for ax, model in zip(axes, models):
+        on = [p for p in points if (p.get("gpu") or "GPU not recorded") == model]
+        for precision in sorted({p.get("precision") or "bf16" for p in on}):
+            for frames in sorted({p["frames"] for p in on}):
+                pts = sorted(
+                    (p for p in on if p["frames"] == frames and (p.get("precision") or "bf16") == precision),
+                    key=lambda p: p["max_pixels"],
+                )
+                if not pts:
+                    continue
+                xs = [p["max_pixels"] / 1e6 for p in pts]
+                color = f"C{all_frames.index(frames)}"
+                style = "--" if precision == "fp8" else "-"
+                ys = (
+                    [p["clips_per_s"] for p in pts],
+                    [p.get("prompt_tokens") or 0 for p in pts],
+                    [100 * (p.get("fraction_of_peak") or 0) for p in pts],
+                )
+                for a, y in zip(ax, ys):
+                    a.plot(xs, y, style, color=color, label=f"{frames} frames, {precision}")
+                    for x, v, p in zip(xs, y, pts):
+                        cpu = p.get("frame_preprocess") == "cpu"
+                        marker = "^" if precision == "fp8" else "o"
+                        a.plot([x], [v], marker, color=color, markerfacecolor="white" if cpu else color)
+        labels = ("clips/s per GPU (steady, else whole job)", "prompt tokens per clip", "% of the precision's peak")
+        for a, y in zip(ax, labels):
+            a.set_title(model, fontsize=9)
+            a.set_xlabel("pixels per clip, all frames (millions)")
+            a.set_ylabel(y)
+            a.set_ylim(bottom=0)
+            a.grid(alpha=0.3)
+            a.legend(fontsize=7)
+    title = "Work per clip: Qwen3-VL-8B through our runner, one GPU per row (hollow: frames prepared on the CPU)"
     if ctx.sim:
         title = "SIMULATED REHEARSAL (no GPU): " + title
     fig.suptitle(title, color="red" if ctx.sim else "black")
@@ -408,7 +446,12 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     report = json.loads(a.report.read_text())
     a.out.mkdir(parents=True, exist_ok=True)
-    ctx = types.SimpleNamespace(out=a.out, precision=report.get("precision", "bf16"), sim=bool(report.get("simulated")))
+    ctx = types.SimpleNamespace(
+        out=a.out,
+        precision=report.get("precision", "bf16"),
+        sim=bool(report.get("simulated")),
+        gpu_model=report.get("gpu") or "",
+    )
     rows = reprice(report, a.in_flight)
     check_honoured(rows)
     (a.out / "workload.md").write_text(table(ctx, rows) + "\n")

@@ -113,7 +113,10 @@ def create_once(
     cannot both pass it. The job row records `params.to_dict()`, `selection.to_dict()` and `fleet` (`fleet_of`'s
     form: the runners of that fleet take it; None: any runner)."""
     fleet = fleet_of(fleet)
-    name = limits.check_text((name or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name") or "captioning job"
+    name = (
+        limits.check_text((limits.plain_text(name) or "").strip(), limits.MAX_JOB_NAME_CHARS, "The job name")
+        or "captioning job"
+    )
     t = now()
     sel_json = json.dumps(selection.to_dict(), sort_keys=True)
     params_json = json.dumps(params.to_dict(), sort_keys=True)

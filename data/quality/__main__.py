@@ -1,5 +1,5 @@
 """`python -m data.quality`: the quality figures in a terminal, as text or JSON (the README's Quality section says
-what each figure means), the decision on the newest sample's batch first; and the two things a lead changes from
+what each figure means), every sample's decision first, the most urgent in full; and the two things a lead changes from
 there: a label's target (`--set-target`) and a further round of the sample (`--draw-more`).
 
     python -m data.quality --data-dir var
@@ -20,11 +20,11 @@ from data.clips import Filter
 from data.errors import DataError, UnreadableJson
 from data.quality import calibration, rounds, targets
 from data.quality.accuracy import DEFAULT_BY, report
-from data.quality.decision import decide
-from data.quality.estimates import check_margin, estimate, samples_for
+from data.quality.decision import decide, decisions
+from data.quality.estimates import check_margin, estimate
 from data.quality.pairs import Scope
 from data.quality.reviewers import agreement
-from data.quality.tables import format_calibration, format_text
+from data.quality.tables import decision_text, format_calibration, format_text, held_text
 
 # who is at the terminal: someone who can open the database file, as a lead (like the other command lines)
 CLI_ROLE = "lead"
@@ -54,10 +54,12 @@ def _draw_more(db, sample_id, how_many: str, user: str) -> str:
             raise DataError(f"Sample {d.sample['id']}: {why}.")
         how_many = str(d.draw)
     r = rounds.draw_more(db, sample_id, how_many, actor=user, role=CLI_ROLE)
-    shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items())
+    shares = ", ".join(f"{p} {n:,}" for p, n in r["assigned"].items()) or "nobody new"
+    held = held_text(r)
     return (
         f"Drew {r['round_drawn']:,} more clips into sample {r['id']} (round {r['round']}, seed {r['round_seed']}), "
-        f"assigned to {shares}: {r['drawn']:,} of its batch's {r['population']:,} clips drawn in all."
+        f"assigned to {shares}{'; ' + held if held else ''}: {r['drawn']:,} of its batch's {r['population']:,} "
+        "clips drawn in all."
     )
 
 
@@ -90,7 +92,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--filter", help='only clips of this Browse filter, as JSON (for example \'{"weather": "rain"}\')'
     )
-    parser.add_argument("--sample", help="the random sample to estimate from (default: the newest, of --job if given)")
+    parser.add_argument(
+        "--sample", help="the random sample to decide and estimate from (default: the most urgent decision's, of --job)"
+    )
     parser.add_argument(
         "--margin", default="5", help="the interval half-width the lead wants, in points (default 5: +/- 5 %%)"
     )
@@ -135,9 +139,9 @@ def main(argv: list[str] | None = None) -> int:
             raise DataError("--confidence goes with --set-target LABEL=TARGET (the labels it applies to).")
         said = _set_targets(db, args.set_target, args.confidence, args.user)
         sample_id = args.sample
-        if sample_id is None:
-            newest = samples_for(db, scope)
-            sample_id = newest[0]["id"] if newest else None
+        listed = [d for d in decisions(db) if scope.job_id is None or d.sample.get("job_id") == scope.job_id]
+        if sample_id is None:  # the most urgent decision (fix, review more, accept), not the newest sample's
+            sample_id = listed[0].sample["id"] if listed else None
         if args.draw_more is not None:
             if sample_id is None:
                 raise DataError("--draw-more needs a sample: none is drawn yet (Browse, Random review sample).")
@@ -149,6 +153,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.json:
             out = {
                 "decision": dec.to_dict() if dec else None,
+                "decisions": [
+                    {"sample_id": d.sample["id"], "verdict": d.verdict, "more": d.more, "draw": d.draw} for d in listed
+                ],
                 "targets": {k: t.to_dict() for k, t in targets.get_all(db).items()},
                 "report": r.to_dict(),
                 "agreement": agree.to_dict(),
@@ -159,6 +166,11 @@ def main(argv: list[str] | None = None) -> int:
         else:
             for line in said:
                 print(line)
+            if len(listed) > 1:
+                print("Every sample's decision, the most urgent first (the first in full below; --sample ID another):")
+                for d in listed:
+                    print("  sample " + f"{d.sample['id']}: " + decision_text(d).partition(": ")[0])
+                print()
             if dec is None:
                 print(
                     "Decision: no random sample is drawn yet (Browse, Random review sample): nothing to decide from.\n"

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from data import taxonomy
-from data.quality import card_release, release_batches, stats
+from data.quality import card_release, release_batches, stats, tables
 from data.quality.accuracy import ItemStats, Report
 from data.quality.card_text import md, pct as _pct, table as _table
 from data.quality.estimates import Estimate
@@ -139,9 +139,13 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
         "caption to measure), the others each pair the machine caption the approved one was made from with what "
         f"reviewers approved{sims}. " + approved_words,
         "",
-        "Accuracy of the model's label against the approved one, with its 95 % Wilson interval and the clips it "
-        "rests on. Reviewers start from the machine caption and may leave a doubtful value as it was, so these "
-        "lean high. " + (m.sampling or "How these clips were chosen for review is not known."),
+        "Accuracy of the model's label against the approved one, and the clips it rests on. Reviewers start from "
+        "the machine caption and may leave a doubtful value as it was, so these lean high. "
+        + (m.sampling or "How these clips were chosen for review is not known.")
+        + " "
+        + tables.INTERVAL_KINDS_NOTE,
+        "",
+        f"Each interval below: a {tables.APPROVED_KIND} (these clips are not a sample of a batch).",
         "",
     ]
     if not r.approved:
@@ -210,9 +214,9 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
             f"**A random sample:** sample {int(s['id'])}{job}, {s['drawn']:,} of {s['population']:,} unreviewed "
             f"machine captions drawn at random ({how}); {e.reviewed:,} reviewed so far. Only this speaks for "
             "machine captions nobody reviewed (the population the sample was drawn from, which may not be this "
-            "release's clips).",
+            "release's clips). Its interval is the one the Quality tab's estimate shows for the same counts.",
             "",
-            *_table(["label", "estimate", "95 % interval", "reviewed"], rows),
+            *_table(["label", "estimate", tables.estimate_kind(e.method, s["population"]), "reviewed"], rows),
             "",
         ]
     else:

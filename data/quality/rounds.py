@@ -9,7 +9,10 @@ measured by the caption it had then.
 `draw_more` spreads the K over the strata as the plan does (data.quality.stats.spread: in proportion to N_h,
 never past the clips a stratum has left), draws each stratum's share with `random.Random(seed).sample` over its
 clips not yet members (in clip-id order), shuffles them, records the round (who, when, how many, the seed: a
-new one unless given) and deals them round-robin to the sample's people, in one write transaction. The
+new one unless given) and deals them round-robin to the sample's people, in one write transaction. A clip someone
+holds already (a member of another sample, given to its reviewer; a lead's assignment) is drawn like any other,
+so the round stays random, but is never taken from them: it stays theirs, their review counts for this sample
+too, and the answer says so (`kept`, `also_in`). The
 population is decoded and the draw made before the write lock is taken; the transaction then checks that nobody
 grew the sample meanwhile.
 """
@@ -38,10 +41,12 @@ def draw_more(
     seed: Any = None,
 ) -> dict:
     """Draw `size` more clips into sample `sample_id` from the clips of its batch it has not taken, and assign
-    them to `assignees` (default: the sample's people). Returns the sample as samples.get gives it, with `round`,
-    `round_drawn`, `round_seed`, `assigned` and `reassigned`. Forbidden for a non-lead; DataError for a bad size
-    or seed, a sample drawn before populations were kept, one that holds its whole batch already, or one that
-    grew while this draw was made; NotFound for no such sample."""
+    them to `assignees` (default: the sample's people; samples.deal: nobody's clip is taken). Returns the sample
+    as samples.get gives it, with `round`, `round_drawn`, `round_seed`, `assigned` (person -> clips), `kept`
+    (someone else -> clips left with them) and `also_in` (another sample -> its members drawn here too).
+    Forbidden for a non-lead; DataError for a bad size or seed, a sample drawn before populations were kept, one
+    that holds its whole batch already, or one that grew while this draw was made; NotFound for no such
+    sample."""
     samples.check_lead(role, "draws more clips into a sample")
     size, seed = samples.checked_size(size), samples.checked_seed(seed)
     sample = samples.get(db, sample_id)
@@ -83,12 +88,14 @@ def draw_more(
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [sid, rnd, actor, now(), size, len(picked), seed],
         )
+        picked_ids = [cid for cid, _, _ in picked]
+        holders, shares, kept = samples.deal(db, picked_ids, people, actor=actor, role=role)
         db.conn.executemany(
             "INSERT INTO sample_members (sample_id, clip_id, stratum, draw_order, round, assignee, caption_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [(sid, cid, h, first + k, rnd, people[k % len(people)], cap) for k, (cid, h, cap) in enumerate(picked)],
+            [(sid, cid, h, first + k, rnd, holders[k], cap) for k, (cid, h, cap) in enumerate(picked)],
         )
-        shares, reassigned = samples.deal(db, [cid for cid, _, _ in picked], people, actor=actor, role=role)
+        shared = samples.also_in(db, sid, picked_ids)
         events.record(
             db,
             actor,
@@ -106,5 +113,6 @@ def draw_more(
         "round_drawn": len(picked),
         "round_seed": seed,
         "assigned": shares,
-        "reassigned": reassigned,
+        "kept": kept,
+        "also_in": shared,
     }

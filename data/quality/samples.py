@@ -18,7 +18,9 @@ one or more people, in one write transaction (the population is read just before
   smaller than the number of strata: it then has no estimate of its own.
 - Reproducible: a seed (given, or drawn and stored) and the population in clip-id order decide the members;
   the same seed over the same population draws the same clips. Each stratum's clips are drawn with
-  `random.Random(seed).sample`, then the members are shuffled and dealt round-robin to the assignees.
+  `random.Random(seed).sample`, then the members are shuffled and dealt round-robin to the assignees (`deal`),
+  except those someone holds already: a draw never takes a clip from a person (another sample's reviewer, a
+  lead's assignment). Such a member stays theirs, and their review of it counts for every sample it is in.
 - Recorded: the sample (who, when, the filter and job, N, n, the allocation, the seed), N_h and n_h per stratum,
   per member its stratum, place in the draw, assignee and the caption version it had (what is measured), and the
   population itself (data.quality.population), from which further rounds draw more of the same batch
@@ -176,9 +178,10 @@ def draw(
     seed: int | None = None,
 ) -> dict:
     """Draw a random review sample of `size` clips from the population of `f` (`population_filter`), record it and
-    assign its members to `assignees` (round-robin in draw order), in one write transaction. Returns the sample as `get`
-    does, plus `assigned` (person -> clips) and `reassigned` (clips taken from someone else). Raises Forbidden
-    for a non-lead, DataError for a bad size, seed, stratify, person or filter, or an empty population."""
+    give its members to `assignees` (`deal`: round-robin in draw order, never taking a clip someone holds), in one
+    write transaction. Returns the sample as `get` does, plus `assigned` (person -> clips), `kept` (someone else
+    -> clips left with them) and `also_in` (another sample -> its members drawn here too). Raises Forbidden for a
+    non-lead, DataError for a bad size, seed, stratify, person or filter, or an empty population."""
     check_lead(role, "draws review samples")
     size, seed, people = checked_size(size), checked_seed(seed), checked_assignees(assignees)
     if stratify not in STRATIFY:
@@ -228,12 +231,14 @@ def draw(
             [(sample_id, h, sizes[h], counts[h]) for h in keys],
         )
         population.store(db, sample_id, kept)
+        picked_ids = [cid for cid, _, _ in picked]
+        holders, shares, left_with = deal(db, picked_ids, people, actor=actor, role=role)
         db.conn.executemany(
             "INSERT INTO sample_members (sample_id, clip_id, stratum, draw_order, assignee, caption_id) "
             "VALUES (?, ?, ?, ?, ?, ?)",
-            [(sample_id, cid, h, k, people[k % len(people)], cap) for k, (cid, h, cap) in enumerate(picked)],
+            [(sample_id, cid, h, k, holders[k], cap) for k, (cid, h, cap) in enumerate(picked)],
         )
-        shares, reassigned = deal(db, [cid for cid, _, _ in picked], people, actor=actor, role=role)
+        shared = also_in(db, sample_id, picked_ids)
         events.record(
             db,
             actor,
@@ -246,23 +251,59 @@ def draw(
             seed=seed,
             assignees=people,
         )
-    return {**get(db, sample_id), "assigned": shares, "reassigned": reassigned}
+    return {**get(db, sample_id), "assigned": shares, "kept": left_with, "also_in": shared}
+
+
+def _held(db: sqlite_utils.Database, clip_ids: list[int]) -> dict[int, str]:
+    """clip id -> the person it is assigned to, for the clips of `clip_ids` someone holds."""
+    out: dict[int, str] = {}
+    for i in range(0, len(clip_ids), 500):  # SQLite's variable limit
+        chunk = clip_ids[i : i + 500]
+        sql = f"SELECT clip_id, assignee FROM assignments WHERE clip_id IN ({','.join('?' * len(chunk))})"
+        out.update(dict(db.execute(sql, chunk).fetchall()))
+    return out
+
+
+def also_in(db: sqlite_utils.Database, sample_id: int, clip_ids: list[int]) -> dict[int, int]:
+    """Other sample -> how many of `clip_ids` are its members too (one review of a clip counts for each)."""
+    out: dict[int, int] = {}
+    for i in range(0, len(clip_ids), 500):
+        chunk = clip_ids[i : i + 500]
+        for sid, n in db.execute(
+            f"SELECT sample_id, COUNT(*) FROM sample_members WHERE sample_id != ? AND clip_id IN "
+            f"({','.join('?' * len(chunk))}) GROUP BY sample_id",
+            [sample_id, *chunk],
+        ):
+            out[sid] = out.get(sid, 0) + n
+    return dict(sorted(out.items()))
 
 
 def deal(
     db: sqlite_utils.Database, clip_ids: list[int], people: list[str], *, actor: str, role: str
-) -> tuple[dict[str, int], int]:
-    """Assign drawn clips round-robin to `people` (the first clip to the first person), inside the caller's
-    write transaction. Returns (person -> clips, clips taken from someone else)."""
-    shares: dict[str, int] = {}
-    reassigned = 0
+) -> tuple[list[str], dict[str, int], dict[str, int]]:
+    """Give drawn clips to `people`, inside the caller's write transaction, without taking a clip from anyone: a
+    clip someone holds already stays theirs (one of `people`, or someone else: another sample's reviewer, a lead's
+    assignment), and the clips nobody holds are dealt round-robin (the first to the first person). A clip stays a
+    member either way: who reviews it does not change what it measures, and taking it would move work from one
+    person (and one sample) to another without a word to either. Returns (who holds each clip, in order; person
+    of `people` -> clips of theirs; anyone else -> clips left with them)."""
+    held = _held(db, clip_ids)
+    free = [cid for cid in clip_ids if cid not in held]
+    dealt: dict[int, str] = {}
     for j, person in enumerate(people):
-        share = clip_ids[j :: len(people)]
+        share = free[j :: len(people)]
         if share:
             out = assignments.assign_ids(db, share, person, actor=actor, role=role)
-            shares[out["assignee"]] = len(share)
-            reassigned += out["reassigned"]
-    return shares, reassigned
+            dealt.update(dict.fromkeys(share, out["assignee"]))
+    holders = [held.get(cid) or dealt[cid] for cid in clip_ids]
+    shares = {p: 0 for p in people}
+    kept: dict[str, int] = {}
+    for who in holders:
+        if who in shares:
+            shares[who] += 1
+        else:
+            kept[who] = kept.get(who, 0) + 1
+    return holders, {p: n for p, n in shares.items() if n}, kept
 
 
 def _decode_sample(row: dict) -> dict:

@@ -26,12 +26,14 @@ bisection (O(log N) log-gamma evaluations); and reviewing every clip (n = N) lea
 A stratified sample gets one sequence per stratum at alpha / H (Bonferroni over its H strata), and the bounds
 on sum(M_h) / N are the sums of the strata's bounds: valid at every look too, wider than one stratum's.
 
-Planning: `more_to_decide` is the smallest number of further reviews after which the bounds would decide, if
-the clips still to review are right as often as those reviewed so far (per stratum; a stratum with no review yet
-at the rate of the others, and with none at all, every one right); `could_decide` the smallest after which they
-could, were every one of them right (for accept) or wrong (for fix): fewer cannot decide. Both are at most the
-clips left: reviewing all of them gives the exact value, which always decides. A plan is not a promise: after the
-reviews the lead looks again, which the sequence allows as often as they like.
+Planning: `more_to_decide` is the smallest number of further reviews after which the bounds would decide, either
+way, if the clips still to review are right as often as those reviewed so far (per stratum; a stratum with no
+review yet at the rate of the others, and with none at all, every one right); `could_decide` the smallest after
+which they could, were every one of them right (for accept) or wrong (for fix): fewer cannot decide. Both are at
+most the clips left: reviewing all of them gives the exact value, which always decides. `plan` puts them
+together with what the bounds would then say, and, where only the whole rest decides at this rate, how many of
+it must be right for the batch to reach the target. A plan is not a promise: after the reviews the lead looks
+again, which the sequence allows as often as they like.
 
 Where the draws are not a random part of the batch, nothing here holds: members still waiting for review when
 the lead looks may be the hard ones (the review queue puts likely mistakes first), so data.quality.decision
@@ -80,22 +82,21 @@ def count_bounds(
     # range to the whole numbers around it (a bound never rounds in the plan's favour)
     first, last = math.floor(k), math.ceil(size - wrong)
 
+    const = math.lgamma(size - n + 1) - math.lgamma(size + 1)
+
     def log_l(m: int) -> float:  # log of [m]_k [N - m]_{n-k} / [N]_n
         return (
-            math.lgamma(m + 1)
-            - math.lgamma(m - k + 1)
-            + math.lgamma(size - m + 1)
-            - math.lgamma(size - m - wrong + 1)
-            - math.lgamma(size + 1)
-            + math.lgamma(size - n + 1)
-        )
+            math.lgamma(m + 1) - math.lgamma(m - k + 1) + math.lgamma(size - m + 1) - math.lgamma(size - m - wrong + 1)
+        ) + const
 
     a, b = prior or PRIOR  # read at the call: benchmarks/bench_decision.py compares priors
     threshold = math.log(alpha) + _lbeta(a + k, b + wrong) - _lbeta(a, b)
-    lo, hi = first, last  # the peak: the first m whose step up is not positive (log_l is concave)
+    # the peak: the first m whose step up is not positive (log_l is concave). The step log_l(m + 1) - log_l(m) is
+    # log((m + 1) (N - m - wrong) / ((m - k + 1) (N - m))): its sign from the products, without a logarithm
+    lo, hi = first, last
     while lo < hi:
         mid = (lo + hi) // 2
-        if log_l(mid + 1) - log_l(mid) > 0:
+        if (mid + 1) * (size - mid - wrong) > (mid - k + 1) * (size - mid):
             lo = mid + 1
         else:
             hi = mid
@@ -189,21 +190,66 @@ def _smallest(decides, left: int) -> int:
     return lo
 
 
+PLAN_EPS = 1e-9  # a plan's fractional counts: an exact value of 0.8 may come out as 0.7999999999999999
+
+
+def _decides(b: Bounds, target: float) -> str | None:
+    """What bounds from a plan's counts decide against `target`: accept, fix, or None."""
+    if b.low >= target - PLAN_EPS:
+        return "accept"
+    if b.high < target - PLAN_EPS:
+        return "fix"
+    return None
+
+
 def more_to_decide(strata: Sequence[Stratum], target: float, alpha: float) -> int:
     """The fewest more reviews (spread over the strata by stats.spread) after which the bounds would decide
-    against `target` if the clips still to review were right as often as so far (`_planned`): the lower bound
-    reach it when the estimate is at or above it, the upper bound fall below it otherwise. 0 when the bounds
-    decide already; at most the clips left, after which the exact value decides."""
+    against `target`, either way, if the clips still to review were right as often as so far (`_planned`). 0 when
+    the bounds decide already; at most the clips left, after which the exact value decides. Each stratum's share
+    grows with the reviews (stats.spread) and its bounds narrow around the rate, so once K decides every larger
+    number does too, and a bisection finds the smallest (tests/test_decision.py checks it one by one)."""
     live = [s for s in strata if s.size > 0]
     left = sum(s.size - s.reviewed for s in live)
     now = bounds(live, alpha)
-    if now is None or now.low >= target or now.high < target:
+    if now is None or _decides(now, target):
         return 0
-    p = estimate(live)
-    above = True if p is None else p >= target
+    return _smallest(lambda extra: _decides(bounds(_planned(live, extra), alpha), target) is not None, left)
 
-    def decides(extra: int) -> bool:
-        b = bounds(_planned(live, extra), alpha)
-        return b.low >= target if above else b.high < target
 
-    return _smallest(decides, left)  # every clip reviewed: the exact value decides, so `left` at most
+@dataclass(frozen=True)
+class Plan:
+    """What more reviews would do, at the rate so far (`rate`: the estimate, or the pooled rate while a stratum
+    has no review; None with no review at all, planned as every one right): `more` the smallest number after which
+    the bounds decide, `verdict` what they then decide (accept or fix) and `after` those bounds; `could` the fewest
+    that could decide at all (were every one right, or every one wrong); `left` the clips not reviewed. `more ==
+    left` means that no sample short of the whole rest decides at this rate: only the exact value does, and
+    `needed` says how many of the `left` must be right for it to reach the target (more than `left`: none can)."""
+
+    more: int
+    verdict: str
+    after: Bounds
+    could: int
+    left: int
+    rate: float | None
+    needed: int
+
+    @property
+    def exact_only(self) -> bool:
+        return self.more > 0 and self.more >= self.left
+
+
+def plan(strata: Sequence[Stratum], target: float, alpha: float) -> Plan | None:
+    """The plan for more reviews against `target` (None for an empty population)."""
+    live = [s for s in strata if s.size > 0]
+    if not live:
+        return None
+    left = sum(s.size - s.reviewed for s in live)
+    more = more_to_decide(live, target, alpha)
+    after = bounds(_planned(live, more), alpha)
+    n, k = sum(s.reviewed for s in live), sum(s.correct for s in live)
+    rate = estimate(live)
+    if rate is None and n:
+        rate = k / n
+    total = sum(s.size for s in live)
+    needed = max(0, math.ceil(target * total - k - PLAN_EPS))
+    return Plan(more, _decides(after, target) or "review", after, could_decide(live, target, alpha), left, rate, needed)

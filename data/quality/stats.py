@@ -9,7 +9,8 @@
 - `more_reviews(...)`: how many more random reviews bring an interval's half-width under a margin; with a
   population, n = n0 / (1 + (n0 - 1) / N) of the n0 an infinite one needs (`finite_n`), never more than is left.
 - `spread(extra, sizes, room)`: how more reviews are shared among strata (in proportion to their sizes, never
-  past what a stratum has left): the plan and the draw of further clips both use it.
+  past what a stratum has left, each share growing with `extra`): the plan and the draw of further clips both use
+  it.
 - `kappa(table, categories, weights)`: Cohen's kappa of two raters from their contingency table, unweighted or
   with linear weights for an ordered label (what `sklearn.metrics.cohen_kappa_score` gives).
 An undefined figure (no data, a zero denominator) is None, never 0 or NaN: a view shows it as "no data".
@@ -158,22 +159,57 @@ def more_reviews(k: int, n: int, margin: float, z: float = Z95, population: int 
 
 
 def spread(extra: int, sizes: Sequence[int], room: Sequence[int]) -> list[int]:
-    """`extra` more reviews shared among strata of `sizes` (N_h) with `room` clips left each: in proportion to
-    N_h among the strata with room (the largest remainders first, ties to the earlier stratum), never past a
-    stratum's room; what a full stratum cannot take goes to the others. sum(room) at most."""
-    got = [0] * len(sizes)
-    left = min(extra, sum(room))
-    while left > 0:
-        open_ = [h for h in range(len(sizes)) if got[h] < room[h]]
+    """`extra` more reviews shared among strata of `sizes` (N_h) with `room` clips left each, in proportion to N_h
+    among the strata with room, never past a stratum's room (what a full stratum cannot take goes to the others);
+    sum(room) at most.
+
+    The shares are Sainte-Lague's (Webster's divisor method): the j-th further review of stratum h ranks by
+    N_h / (j - 1/2), and `extra` takes the best ranked (ties to the earlier stratum). Unlike sharing by largest
+    remainders, one review more never takes one from a stratum (the "Alabama paradox"): each stratum's share
+    grows with `extra`, so the bounds after K more, at a given rate, narrow as K grows, and "the smallest K that
+    decides" can be searched for (data.quality.sequential). Exact integer comparisons: from the proportional shares
+    (capped, the rest shared again), a few seats are moved until every seat taken ranks before every seat not."""
+    h_n = len(sizes)
+    caps = [max(0, min(int(r), int(n))) for r, n in zip(room, sizes)]
+    extra = max(0, min(int(extra), sum(caps)))
+    got = [0] * h_n
+    open_ = [h for h in range(h_n) if caps[h]]
+    left = extra
+    while left > 0 and open_:  # proportional shares, rounded; a capped stratum's surplus shared among the rest
         total = sum(sizes[h] for h in open_)
-        take = {h: min(room[h] - got[h], left * sizes[h] // total) for h in open_}
-        if not any(take.values()):  # every share rounds down to 0 (fewer left than strata open): one each
-            for h in sorted(open_, key=lambda h: (-(left * sizes[h] % total), h))[:left]:
-                take[h] = 1
-        for h, t in take.items():
-            got[h] += t
-        left -= sum(take.values())
-    return got
+        for h in open_:
+            got[h] = min(caps[h], got[h] + (2 * left * sizes[h] + total) // (2 * total))
+        taken = sum(got)
+        if taken >= extra or all(got[h] < caps[h] for h in open_):
+            break
+        left = extra - taken
+        open_ = [h for h in open_ if got[h] < caps[h]]
+
+    def before(a: tuple[int, int], b: tuple[int, int]) -> bool:
+        """Does seat a = (stratum, j) rank before seat b: N_h / (2j - 1) larger, or equal and h earlier?"""
+        (h, j), (g, i) = a, b
+        x, y = sizes[h] * (2 * i - 1), sizes[g] * (2 * j - 1)
+        return x > y or (x == y and h < g)
+
+    while True:
+        nexts = [(h, got[h] + 1) for h in range(h_n) if got[h] < caps[h]]
+        lasts = [(h, got[h]) for h in range(h_n) if got[h] > 0]
+        best = nexts[0] if nexts else None
+        for a in nexts[1:]:
+            best = a if before(a, best) else best
+        worst = lasts[0] if lasts else None
+        for a in lasts[1:]:
+            worst = a if before(worst, a) else worst
+        taken = sum(got)
+        if taken < extra:
+            got[best[0]] += 1
+        elif taken > extra:
+            got[worst[0]] -= 1
+        elif best is not None and worst is not None and before(best, worst):
+            got[best[0]] += 1
+            got[worst[0]] -= 1
+        else:
+            return got
 
 
 def more_reviews_stratified(strata: Sequence[Stratum], margin: float, z: float = Z95) -> int | None:

@@ -50,6 +50,28 @@ AGREEMENT_NOTE = (
 )
 
 
+# Every interval the quality figures show is named by its kind where it is shown (issue 45: 11 of 16 right in a
+# batch of 60 read 0.367-0.900 in the decision, 0.476-0.842 in the estimate and 0.444-0.858 on the release card,
+# none saying which kind it was). Three kinds, each for what it answers:
+BOUNDS_KIND = "bounds valid at every look (confidence sequence)"  # what a decision is made from (the target's conf.)
+APPROVED_KIND = "95 % Wilson interval, one look, no batch correction"  # the model on clips people chose to review
+
+
+def estimate_kind(method: str, population: int) -> str:
+    """A sample estimate's interval, named: one look at a sample of a finite batch (narrower than without the
+    correction, and narrower than the bounds valid at every look)."""
+    how = "Wilson" if method == "wilson" else "stratified normal"
+    return f"95 % {how} interval, one look, batch of {population:,} (finite-population correction)"
+
+
+INTERVAL_KINDS_NOTE = (
+    "For the same counts the three kinds of interval give different numbers, by design: a decision's bounds hold "
+    "at every look (a lead may look after each review and stop), so they are usually the widest; a random "
+    "sample's one-look interval over its finite batch is narrowed by the share of the batch already reviewed "
+    "(every clip reviewed: the exact value); the plain Wilson interval of approved clips has no such correction."
+)
+
+
 def _bounds(low: float, high: float, exact: bool) -> str:
     return f"exact {low:.3f}" if exact else f"{low:.3f} - {high:.3f}"
 
@@ -78,15 +100,23 @@ def estimate_rows(e: Estimate) -> list[list[Any]]:
     return rows
 
 
-ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval (one look)", "reviewed", "more reviews for the margin"]
+ESTIMATE_COLUMNS = ["label", "estimate", "95 % interval, one look", "reviewed", "more reviews for the margin"]
+
+
+def estimate_columns(e: Estimate) -> list[str]:
+    """The estimate table's header, its interval named (estimate_kind)."""
+    return ["label", "estimate", estimate_kind(e.method, e.sample["population"]), *ESTIMATE_COLUMNS[3:]]
 
 
 def verdict_text(d: LabelDecision, pending: int = 0) -> str:
-    """A label's decision in a table cell: accept, fix, review K more (all left: the exact value), no target."""
+    """A label's decision in a table cell: accept, fix, review K more (all left: the exact value; a first round
+    smaller than K said beside it), no target."""
     if d.verdict == "review":
         if pending and d.more <= pending:
             return f"review the {d.more:,} waiting"
-        return f"review all {d.more:,} left (exact)" if d.exact_only else f"review {d.more:,} more"
+        if d.exact_only:
+            return f"review all {d.more:,} left (exact)"
+        return f"review {d.more:,} more" + (f" ({d.round:,} first, then look)" if d.round < d.more else "")
     return d.verdict
 
 
@@ -111,13 +141,19 @@ def decision_rows(d: Decision) -> list[list[Any]]:
     ]
 
 
-DECISION_COLUMNS = ["label", "target", "estimate", "bounds (valid at every look)", "reviewed", "decision"]
+DECISION_COLUMNS = ["label", "target", "estimate", BOUNDS_KIND, "reviewed", "decision"]
+
+
+def batch_name(s: dict) -> str:
+    """A sample's batch in words, as it was at the draw: "the batch of sample 2 (44 clips of job 3 at its draw)"."""
+    job = f" of job {s['job_id']}" if s.get("job_id") else ""
+    return f"the batch of sample {s['id']} ({s['population']:,} clips{job} at its draw)"
 
 
 def decision_text(d: Decision) -> str:
     """The batch's decision in words: what to do, and why."""
     s = d.sample
-    batch = f"the batch of sample {s['id']}" + (f" (job {s['job_id']})" if s.get("job_id") else "")
+    batch = batch_name(s)
     if d.verdict == "no target":
         return f"No label of {batch} has a target: set one (Targets) to get a decision."
     if d.verdict == "accept":
@@ -136,17 +172,57 @@ def decision_text(d: Decision) -> str:
             f"Review {d.more:,} more of {batch}: the {d.pending:,} clips of the sample still waiting for review "
             "could change the decision; look again once they are reviewed."
         )
-    if d.draw and d.draw >= d.undrawn:
-        return (
-            f"Review {d.more:,} more of {batch}: every clip left. Only the whole batch decides here (its exact "
-            "value is too close to a target for a sample to tell)."
-        )
-    waiting = f" ({d.pending:,} waiting, {d.draw:,} to draw)" if d.pending else ""
-    return (
-        f"Review {d.more:,} more of {batch}{waiting}: not decided yet. Draw them into the sample (they stay a "
-        "random sample of the batch), review them, and look again: if they are right as often as those so far, "
-        "that decides."
+    return f"Review {d.more:,} more of {batch}: " + plan_text(d)
+
+
+def _rate(x: LabelDecision) -> str:
+    """The rate a plan assumes, in words: "hazard level right on 11 of 16, 0.688, against a target of 0.600"."""
+    p, name = x.plan, x.label.replace("_", " ")
+    rate = "" if p is None or p.rate is None else f", {p.rate:.3f},"
+    return f"{name} right on {x.correct:,} of {x.reviewed:,}{rate} against a target of {x.target.target:.3f}"
+
+
+def plan_text(d: Decision) -> str:
+    """Why K, and what to do now: the K that decides at the rate so far (or that only the whole rest does, and how
+    many of it must be right), and the round to draw first when it is smaller than K."""
+    x = d.labels[d.binding]
+    p = x.plan
+    round_ = (
+        f" Draw {d.draw:,} now, a round that at most doubles the {d.made:,} reviews made (an early rate moves), "
+        "review them and look again."
+        if d.draw and d.draw + d.pending < d.more
+        else " Draw them into the sample (they stay a random sample of the batch), review them, and look again."
+        if d.draw
+        else ""
     )
+    if p.exact_only:
+        return (
+            f"every clip left. At the rate so far ({_rate(x)}), no sample short of the whole batch decides; its "
+            f"exact value does: it reaches the target if at least {p.needed:,} of the {p.left:,} clips left are "
+            f"right (a rate of {p.needed / p.left:.3f}), and misses it otherwise." + round_
+        )
+    if p.verdict == "accept":
+        then = f"accept, its lower bound then {p.after.low:.3f}, at or over the target"
+    else:
+        then = f"fix, its upper bound then {p.after.high:.3f}, under the target"
+    every = "right" if p.verdict == "accept" else "wrong"
+    could = (
+        f" {p.could:,} is the fewest that could decide (were every one of them {every})." if p.could < p.more else ""
+    )
+    return f"at the rate so far ({_rate(x)}), {p.more:,} more would decide: {then}.{could}" + round_
+
+
+def held_text(r: dict) -> str:
+    """What a draw (data.quality.samples.draw, rounds.draw_more) left with people who held its clips already, and
+    which clips other samples hold too, in words: "" when none."""
+    parts = []
+    if r.get("kept"):
+        who = ", ".join(f"{n:,} with {p}" for p, n in r["kept"].items())
+        parts.append(f"{sum(r['kept'].values()):,} stay with whoever had them ({who}): a draw takes nobody's clip")
+    if r.get("also_in"):
+        also = ", ".join(f"{n:,} of sample {sid}" for sid, n in r["also_in"].items())
+        parts.append(f"members of another sample too ({also}): one review of a clip counts for each")
+    return "; ".join(parts)
 
 
 def margin_text(e: Estimate) -> str:
@@ -204,7 +280,7 @@ def format_decision(d: Decision) -> str:
     return "\n".join(
         [
             "Decision: " + decision_text(d),
-            f"Bounds valid at every look ({confidence} confidence): look again after each round of reviews.",
+            f"The decision's {BOUNDS_KIND}, at {confidence} confidence: look again after each round of reviews.",
             _table(DECISION_COLUMNS, decision_rows(d)),
         ]
     )
@@ -253,7 +329,8 @@ def format_text(
             f"rejected or broken (not counted), {est.pending:,} pending. Margin +/- {est.margin:.1%}: "
             + margin_text(est)
         )
-        out.append(_table(ESTIMATE_COLUMNS, estimate_rows(est)))
+        out.append(_table(estimate_columns(est), estimate_rows(est)))
+        out.append(INTERVAL_KINDS_NOTE)
     return "\n".join(out)
 
 

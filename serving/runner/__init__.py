@@ -26,6 +26,9 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   prompt's schema cannot be checked in bounded time (data.taxonomy.COSTLY_CHECKS): "prompt".
 - Each answer is read (JSON, the schema's checks, the labels' confidence) in a checker process within a time
   budget, never on the loop (serving.answer_check): past the budget the item fails as `check_timeout`.
+- No job starves another: each runnable job first claims an even share of the runner's slots (store.py), and
+  each gets its share of the answer checkers (serving.answer_check), so a job whose answers each cost a whole
+  check budget holds its own share, not the others' (issue 46).
 - Results are written in batches through `data.jobs.complete` (store.py): a machine caption never
   replaces a human or approved one, and a result is written once per (job, clip). A batch is bounded by time
   (store.WRITE_HOLD_S of write lock), not by count, so annotators' saves never wait long behind it.

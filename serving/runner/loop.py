@@ -352,7 +352,7 @@ class Runner:
             free = self.health.free_slots(t)
             threshold = max(1, min(self.capacity // 16, 64))
             if t >= next_claim and free > 0 and (free >= threshold or not self._tasks):
-                got = await self._db(self.store.claim, free, self.capacity)
+                got = await self._db(self.store.claim, free, self.capacity, list(self._tasks.values()))
                 n_claimed = sum(len(items) for _, items in got)
                 claimed_any = n_claimed > 0
                 self._dispatch(got)

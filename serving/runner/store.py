@@ -110,39 +110,64 @@ class JobStore:
         # is refused here, before any GPU time is spent on it
         return JobConfig(prompt, job["params"], taxonomy.costly_refusal(prompt.get("schema")))
 
-    def claim(self, db, want: int, bound: int | None = None) -> list[tuple[dict, list[dict]]]:
+    def claim(
+        self, db, want: int, bound: int | None = None, inflight: Iterable[tuple[int, int]] = ()
+    ) -> list[tuple[dict, list[dict]]]:
         """Runnable jobs of this runner's fleet (oldest first; and jobs that name none) and the items claimed
         from each, up to `want` in all; `bound`: the runner's in-flight bound, which the fleet's runners keep
-        together (data.jobs.items.claim)."""
-        out = []
-        for job in job_queries.runnable(db, self.fleet):
-            if self.job_ids is not None and job["id"] not in self.job_ids:
-                continue
-            if want <= 0:
+        together (data.jobs.items.claim). `inflight`: the (job id, clip id) this runner has in flight. While
+        several jobs are runnable each first takes up to an even share of `bound` (less what it holds), then
+        what the others left: a job whose clips are slow to answer or to check (each holding its slot for a
+        whole check budget) cannot take every slot from the jobs started after it."""
+        runnable = [
+            job for job in job_queries.runnable(db, self.fleet) if self.job_ids is None or job["id"] in self.job_ids
+        ]
+        holding = collections.Counter(job_id for job_id, _ in inflight)
+        share = -(-bound // len(runnable)) if bound and len(runnable) > 1 else None
+        got: dict[int, list[dict]] = {}
+        drained: set[int] = set()  # jobs that had fewer items to give than asked
+        cap = share
+        while want > 0 and len(drained) < len(runnable):
+            for job in runnable:
+                jid = job["id"]
+                if want <= 0 or jid in drained:
+                    continue
+                ask = want if cap is None else min(want, cap - holding[jid] - len(got.get(jid, [])))
+                if ask <= 0:
+                    continue
+                items = self._claim_job(db, job, ask, bound)
+                if len(items) < ask:
+                    drained.add(jid)
+                got.setdefault(jid, []).extend(items)
+                want -= len(items)
+            if cap is None:
                 break
-            if job["id"] not in self.jobcfg:
-                self.jobcfg[job["id"]] = self._job_config(db, job)
-            items: list[dict] = []
-            while want > 0:  # one transaction per chunk: a claim of thousands of slots holds no long lock
-                self._pace()
-                began = time.monotonic()
-                got = job_items.claim(
-                    db,
-                    job["id"],
-                    self.identity,
-                    min(want, CLAIM_CHUNK),
-                    lease_seconds=self.settings.lease_seconds,
-                    max_attempts=self.settings.max_attempts,
-                    bound=bound,  # kept together with the fleet's other runners (data.jobs.items.claim)
-                    fleet=self.fleet,
-                )
-                self._held(began)
-                items += got
-                want -= len(got)
-                if len(got) < CLAIM_CHUNK:
-                    break
-            out.append((job, items))
-        return out
+            cap += share  # what the shares left: another share each, until the free slots are taken
+        return [(job, got[job["id"]]) for job in runnable if job["id"] in got]
+
+    def _claim_job(self, db, job: dict, want: int, bound: int | None) -> list[dict]:
+        if job["id"] not in self.jobcfg:
+            self.jobcfg[job["id"]] = self._job_config(db, job)
+        items: list[dict] = []
+        while want > 0:  # one transaction per chunk: a claim of thousands of slots holds no long lock
+            self._pace()
+            began = time.monotonic()
+            got = job_items.claim(
+                db,
+                job["id"],
+                self.identity,
+                min(want, CLAIM_CHUNK),
+                lease_seconds=self.settings.lease_seconds,
+                max_attempts=self.settings.max_attempts,
+                bound=bound,
+                fleet=self.fleet,
+            )
+            self._held(began)
+            items += got
+            want -= len(got)
+            if len(got) < CLAIM_CHUNK:
+                break
+        return items
 
     def write(
         self, db, batch: list[Outcome], fleet_down: bool = False, *, hold_s: float = WRITE_HOLD_S

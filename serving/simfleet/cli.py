@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from serving import console
 from serving.simfleet.answers import SIM_SUFFIX
 from serving.simfleet.knobs import FLAGS, as_flags, flag
 from serving.simfleet.server import FleetSpec, serve_fleet
@@ -91,6 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    console.install()  # every log record bounded (serving.log_clip), output best-effort
     args = build_parser().parse_args(argv)
     spec = FleetSpec(
         **{field: getattr(args, _dest(name)) for field, name, *_ in SPEC_FLAGS},

@@ -10,6 +10,7 @@ repeats it (`MODES`, by id modulo their number):
 - plain:  502 with a text body whose first 500 characters (what the client keeps) end 20 characters into the key;
 - answer: 200, a chat completion whose content is the echo (not JSON: a bad answer, its raw text kept);
 - body:   200 whose body is the echo, not a chat completion.
+Each echo also repeats the key split by a newline, by zero-width spaces and over two JSON fields (issue 46).
 As a router it answers `/liveness`, `/readiness` and `/workers` (a worker whose fields repeat the key), and
 `/health` and `/metrics` 200 (the metrics' model name repeats the key).
 
@@ -50,9 +51,13 @@ class EchoFleet:
                 urls = re.findall(rb'"url":\s*"([^"]+)"', body)
                 found = b" ".join(urls).decode()
                 quoted = found.replace("&", "%26").replace("=", "%3D")
+                t = self._token()
                 return (
                     f"you sent {self.command} {self.path} with {headers} for {found} (quoted: {quoted}); "
-                    f'as JSON {{"Authorization": "{self.headers.get("authorization")}"}}; your key is {self._token()}'
+                    f'as JSON {{"Authorization": "{self.headers.get("authorization")}"}}; your key is {t}; '
+                    # the shapes issue 46 saw stored: split by a newline, by zero-width spaces, over two JSON fields
+                    f"split {t[:20]}\n{t[20:]}; spaced {t[:15]}\u200b{t[15:30]}\u200b{t[30:]}; "
+                    f"fields {json.dumps({'first': t[:21], 'rest': t[21:]})}"
                 )
 
             def _send(self, status: int, body: bytes, ctype: str = "application/json", reason: str | None = None):

@@ -36,9 +36,10 @@ def _env() -> dict[str, str]:
 class LaunchedStack:
     """One launched workbench on `data_dir`; `url` is its app."""
 
-    def __init__(self, data_dir: Path, *, demo_count: int = 6, replicas: int = 2):
+    def __init__(self, data_dir: Path, *, demo_count: int = 6, replicas: int = 2, extra: tuple[str, ...] = ()):
         self.data_dir = Path(data_dir)
         self.demo_count, self.replicas = demo_count, replicas
+        self.extra = tuple(extra)  # more settings flags for `./launch.sh` (e.g. --log-cap 64K)
         self.port = procs.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.settings = Settings.load({"data_dir": str(self.data_dir)}, environ={})
@@ -77,6 +78,7 @@ class LaunchedStack:
             str(self.replicas),
             "--demo-count",
             str(self.demo_count),
+            *self.extra,
         )
 
     def stop(self) -> None:

@@ -137,7 +137,8 @@
   document.addEventListener("input", (ev) => {
     if (ev.target.closest && ev.target.closest("#caption-text")) edited();
   }, true);
-  document.addEventListener("cw-label-change", edited);
+  // Review's labels only: the blind second review's form is answered, never drafted
+  document.addEventListener("cw-label-change", (ev) => { if ((ev.detail?.scope ?? "review") === "review") edited(); });
   // leaving the page or the tab: write now, and let the request outlive the page
   const flush = () => {
     if (!timer) return;

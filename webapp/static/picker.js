@@ -4,11 +4,12 @@
 // no name starts with the text). Text that fits several options shows them and says so (a second Enter, or an
 // arrow key then Enter, takes the highlighted one); text that fits none says so and the value stays.
 // The value lives in the component's props (gr.HTML): setting props.value hands it to Gradio at once, so the
-// next save or approve sends what the field shows. The option list is a child of its field, drawn only while
+// next save or approve sends what the field shows. Each field belongs to a form (data-scope: "review" for Review's,
+// "second" for the blind second review's): the same label has a field in each, told apart by its scope. The option list is a child of its field, drawn only while
 // the field has focus, and placed inside the viewport: it never scrolls the page and never outlives the field.
 (() => {
   if (window.cwPicker) return;
-  const pickers = new Map();  // label name -> picker
+  const pickers = new Map();  // "scope:label name" -> picker
 
   const norm = (s) => String(s ?? "").trim().toLowerCase().replace(/[\s-]+/g, "_");
 
@@ -54,10 +55,11 @@
     const root = element.querySelector(".cw-pick");
     if (!root) return;
     const {name, title, hotkey} = root.dataset;
+    const scope = root.dataset.scope || "review";
     const options = root.dataset.options.split(" ");
     const multi = root.dataset.multi === "1";
     root.textContent = "";
-    const id = (s) => `pick-${name}-${s}`;
+    const id = (s) => (scope === "review" ? `pick-${name}-${s}` : `pick-${scope}-${name}-${s}`);
 
     const label = el("label", {class: "cw-pick-label", for: id("input")});
     label.append(el("kbd", {}, hotkey), " " + title);
@@ -130,7 +132,7 @@
       root.classList.toggle("cw-pick-pending", state.pending);
     };
     const changed = () => root.dispatchEvent(new CustomEvent("cw-label-change", {bubbles: true,
-                                                                                  detail: {name, value: value()}}));
+                                                                                  detail: {name, scope, value: value()}}));
 
     // ---- the list ----------------------------------------------------------------------------------------
     const place = () => {
@@ -399,7 +401,7 @@
     });
 
     const picker = {
-      name, hotkey, root, input, focus, settle, place,
+      name, scope, hotkey, root, input, focus, settle, place,
       open: () => !box.hidden,
       value,
       pending: () => state.pending,
@@ -410,7 +412,7 @@
         leave();
       },
     };
-    pickers.set(name, picker);
+    pickers.set(`${scope}:${name}`, picker);
     watch("value", () => {  // the server sent a value (a clip opened, a save): it replaces anything typed
       clearTyped();
       say("");
@@ -420,7 +422,7 @@
     render();
   }
 
-  const all = () => [...pickers.values()].filter((p) => p.root.isConnected);
+  const all = (scope = null) => [...pickers.values()].filter((p) => p.root.isConnected && (!scope || p.scope === scope));
   // the page (or a scrolling box around a field) moved: lists follow their fields; a list scrolling itself does not
   window.addEventListener("scroll", (ev) => {
     if (ev.target instanceof Element && ev.target.closest(".cw-pick-list")) return;
@@ -432,13 +434,13 @@
     mount,
     candidates,
     shortest,
-    /** The value of label `name` (what a save sends), or undefined if its field is not on the page. */
-    value(name) {
-      return all().find((p) => p.name === name)?.value();
+    /** The value of label `name` in form `scope` (what a save sends), or undefined if its field is not on the page. */
+    value(name, scope = "review") {
+      return all(scope).find((p) => p.name === name)?.value();
     },
-    /** Every label's value, by name (what a save would send): for the page's drafts (webapp/static/drafts.js). */
-    values() {
-      return Object.fromEntries(all().map((p) => [p.name, p.value()]));
+    /** Every label's value in form `scope`, by name (what a save would send): for the page's drafts (drafts.js). */
+    values(scope = "review") {
+      return Object.fromEntries(all(scope).map((p) => [p.name, p.value()]));
     },
     /** Open the picker whose shortcut is `key` ("1"-"7"); false if there is none on show. */
     openKey(key) {
@@ -447,9 +449,10 @@
       p.focus();
       return true;
     },
-    /** Settle every picker's typed text (see settle); false, with that field focused, if one names no option. */
-    settleAll() {
-      for (const p of all()) {
+    /** Settle the typed text of every picker (of form `scope`; see settle); false, with that field focused, if one
+     * names no option. */
+    settleAll(scope = null) {
+      for (const p of all(scope)) {
         if (!p.settle()) {
           p.focus();
           return false;
@@ -457,9 +460,9 @@
       }
       return true;
     },
-    /** A new clip is shown: close every list and drop text typed for the old one. */
-    resetAll() {
-      all().forEach((p) => p.reset());
+    /** A new clip (or second review) is shown: close every list (of form `scope`) and drop text typed for the old. */
+    resetAll(scope = null) {
+      all(scope).forEach((p) => p.reset());
     },
   };
 })();

@@ -4,7 +4,9 @@
 // The URL carries the filter and the clip (?f=...&clip=ID): opening a clip pushes a history entry, so the
 // browser's Back and Forward move between clips (through the server's goto, which saves an edit first) and a
 // link opens the same view. Leaving the page with an unsaved edit asks first (beforeunload).
-// The label fields are webapp/static/picker.js's (keys 1-7 open them).
+// The label fields are webapp/static/picker.js's (keys 1-7 open them). The blind second review's form (webapp/
+// second_review_tab.py) is Review's without the model: on its tab 1-7 open its fields, a approves and r rejects
+// (each then opens the next one), n opens the next one without answering.
 // No timers: everything here runs on an event (a key, a click, a DOM change, a history step).
 (() => {
   if (window.__cwShortcuts) return;
@@ -26,6 +28,7 @@
   const toggleHelp = () => $("#shortcut-help")?.classList.toggle("open");
   const video = () => { const v = $("#cw-video"); return v && v.offsetParent !== null ? v : null; };
   const reviewShown = () => visible($("#btn-approve"));
+  const secondShown = () => visible($("#btn-second-approve"));
 
   // ---- player: frame and second steps, click-to-seek on the model's frames -------------------------------
   const seek = (v, t) => {
@@ -53,27 +56,30 @@
   // error toast appears, or SENT_WAIT_MS pass with none.
   const SENDS = "#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed, #btn-broken, " +
     "#btn-nav, #btn-keep-mine, #btn-edit-merged, #btn-take-theirs, #btn-adopt, #btn-reload, #btn-clear-broken, " +
-    "#btn-draft-restore, #btn-draft-discard";
+    "#btn-draft-restore, #btn-draft-discard, #btn-second-approve, #btn-second-reject, #btn-second-next";
   const ACTS = {"btn-approve": ["Not approved", "a"], "btn-reject": ["Not rejected", "r"],
                 "btn-save": ["Not saved", "ctrl+s"], "btn-broken": ["Not flagged as broken", "b"],
                 "btn-next": ["Not moved", "j"], "btn-prev": ["Not moved", "k"],
-                "btn-next-unreviewed": ["Not moved", "n"]};
+                "btn-next-unreviewed": ["Not moved", "n"], "btn-second-approve": ["Not approved", "a"],
+                "btn-second-reject": ["Not rejected", "r"], "btn-second-next": ["Not moved", "n"]};
+  const SECOND = new Set(["btn-second-approve", "btn-second-reject", "btn-second-next"]);
   const SENT_WAIT_MS = 4000;
   const answerKey = () => {
     const h = $("#clip-header");
     return [h?.dataset.clip, h?.dataset.loaded, $("#review-msg .cw-msg")?.dataset.at,
-            document.querySelectorAll(".toast-body").length].join("|");
+            $("#second-clip")?.dataset.review, $("#second-review-msg .cw-msg")?.dataset.at,
+            $("#second-count")?.dataset.n, document.querySelectorAll(".toast-body").length].join("|");
   };
   let sent = null;  // the request on its way: {id, at, key (the page's answer key then), clip}
   // window.cwHoldKeys = false lets them through (the browser tests: the server's own check, webapp/form_echo.py)
   const onItsWay = () => window.cwHoldKeys !== false && !!sent && performance.now() - sent.at < SENT_WAIT_MS &&
     answerKey() === sent.key;
-  const note = (text) => {
-    let el = document.getElementById("cw-wait-note");
-    const msg = document.getElementById("review-msg");
+  const note = (text, second = false) => {
+    let el = document.getElementById(second ? "cw-wait-note-second" : "cw-wait-note");
+    const msg = document.getElementById(second ? "second-review-msg" : "review-msg");
     if (!el && msg) {
       el = document.createElement("div");
-      el.id = "cw-wait-note";
+      el.id = second ? "cw-wait-note-second" : "cw-wait-note";
       el.className = "cw-msg cw-msg-conflict";
       el.setAttribute("role", "status");
       msg.after(el);
@@ -82,7 +88,9 @@
   };
   window.cwOnItsWay = onItsWay;  // for the browser tests
   // the note goes with the next key or click (before a new one may be shown)
-  for (const type of ["keydown", "pointerdown"]) document.addEventListener(type, () => note(""), true);
+  for (const type of ["keydown", "pointerdown"]) {
+    document.addEventListener(type, () => { note(""); note("", true); }, true);
+  }
   const actsOn = Object.keys(ACTS).map((id) => "#" + id).join(", ");
   document.addEventListener("click", (ev) => {
     const btn = ev.target.closest && ev.target.closest(actsOn);
@@ -92,9 +100,12 @@
     const [what, key] = ACTS[btn.id];
     const which = sent.id === "btn-save" ? "your save" : "your last key";
     note(`${what}: you pressed ${key} before the answer to ${which} on clip ${sent.clip} was on screen. ` +
-         `Nothing was done: press ${key} again for the clip shown.`);
+         `Nothing was done: press ${key} again for the clip shown.`, SECOND.has(btn.id));
   }, true);
-  const went = (id) => { sent = {id, at: performance.now(), key: answerKey(), clip: $("#clip-header")?.dataset.clip}; };
+  const went = (id) => {
+    const clip = (SECOND.has(id) ? $("#second-clip") : $("#clip-header"))?.dataset.clip;
+    sent = {id, at: performance.now(), key: answerKey(), clip};
+  };
   // in the bubbling phase: only a click that went through (not one refused above or by an unsettled label field)
   document.addEventListener("click", (ev) => {
     const btn = ev.target.closest && ev.target.closest(SENDS);
@@ -118,7 +129,7 @@
     if (ev.target.closest && ev.target.closest("#caption-text")) edited();
   }, true);
   // a label counts once a value is taken, not while text is typed into its field
-  document.addEventListener("cw-label-change", edited);
+  document.addEventListener("cw-label-change", (ev) => { if ((ev.detail?.scope ?? "review") === "review") edited(); });
   document.addEventListener("click", (ev) => {
     if (ev.target.closest && ev.target.closest("#tab-review button")) sentAt = edits;
   }, true);
@@ -144,6 +155,7 @@
     return location.pathname + (s ? "?" + s : "");
   };
   let seenClip = null;  // the clip the page last showed: a history entry is pushed when it changes
+  let seenSecond = null;  // the second review the page last showed: its fields start empty
   // A new clip opens with its header and player in view, whatever was scrolled before (a long history read, a
   // small window); the page is only moved when one of them is out of view.
   const showClip = () => {
@@ -156,6 +168,11 @@
       window.scrollTo({top: 0, behavior: "instant"});
   };
   const sync = () => {
+    const second = $("#second-clip")?.dataset.review ?? null;
+    if (second !== seenSecond) {  // another second review (or none): nothing typed for the last one stays
+      seenSecond = second;
+      window.cwPicker?.resetAll("second");
+    }
     const header = $("#clip-header");
     const state = $("#browse-state");
     const q = new URLSearchParams(location.search);
@@ -172,7 +189,7 @@
         dirty = header.dataset.dirty === "1" || (dirty && edits > sentAt);
       } else {
         dirty = header.dataset.dirty === "1";
-        window.cwPicker?.resetAll();  // no list or typed text of the old form stays on show
+        window.cwPicker?.resetAll("review");  // no list or typed text of the old form stays on show
       }
     }
     const clip = header ? header.dataset.clip : null;
@@ -206,7 +223,8 @@
   // animation frame later: until that frame the address bar still named the previous clip, and a tab in the
   // background gets no frames at all.
   new MutationObserver(() => { sync(); toFirstDiff(); }).observe(document.documentElement, {
-    childList: true, subtree: true, attributes: true, attributeFilter: ["data-clip", "data-loaded", "data-filter"]});
+    childList: true, subtree: true, attributes: true, attributeFilter: ["data-clip", "data-loaded", "data-filter",
+                                                                     "data-review"]});
   window.addEventListener("popstate", () => {
     const clip = new URLSearchParams(location.search).get("clip");
     if (!clip) { document.getElementById("tab-browse-button")?.click(); return; }
@@ -228,8 +246,9 @@
   document.addEventListener("click", (ev) => {
     const leaving = ev.target.closest &&
       ev.target.closest("#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed, " +
-                        "#btn-broken, #btn-keep-mine, #btn-edit-merged");
-    if (!leaving || !window.cwPicker || window.cwPicker.settleAll()) return;
+                        "#btn-broken, #btn-keep-mine, #btn-edit-merged, #btn-second-approve, #btn-second-reject");
+    const scope = leaving && leaving.id.startsWith("btn-second-") ? "second" : "review";
+    if (!leaving || !window.cwPicker || window.cwPicker.settleAll(scope)) return;
     ev.preventDefault();
     ev.stopImmediatePropagation();
   }, true);
@@ -254,9 +273,9 @@
     switch (ev.key) {
       case "j": done = click("btn-next"); break;
       case "k": done = click("btn-prev"); break;
-      case "a": done = click("btn-approve"); break;
-      case "r": done = click("btn-reject"); break;
-      case "n": done = click("btn-next-unreviewed"); break;
+      case "a": done = click("btn-approve") || click("btn-second-approve"); break;
+      case "r": done = click("btn-reject") || click("btn-second-reject"); break;
+      case "n": done = click("btn-next-unreviewed") || click("btn-second-next"); break;
       case "c": {
         const box = $("#caption-text textarea");
         if (box && visible(box)) { box.focus(); done = true; }
@@ -300,7 +319,7 @@
         break;
       }
       default:
-        if (/^[1-9]$/.test(ev.key) && reviewShown()) done = !!window.cwPicker?.openKey(ev.key);
+        if (/^[1-9]$/.test(ev.key) && (reviewShown() || secondShown())) done = !!window.cwPicker?.openKey(ev.key);
     }
     if (done) ev.preventDefault();
   });
