@@ -387,7 +387,7 @@ def test_a_release_of_a_batch_the_quality_tab_says_to_fix_says_so_in_amber_and_o
     from data import jobs
     from data.job_params import JobParams
     from data.jobs.selection import Selection
-    from data.quality import decision, samples
+    from data.quality import decision, samples, tables
 
     d = stack.db()
     try:
@@ -412,7 +412,8 @@ def test_a_release_of_a_batch_the_quality_tab_says_to_fix_says_so_in_amber_and_o
                 base_caption_id=cur["id"],
             )  # fmt: skip
             review_states.set_review(d, cid, status="approved", user="ann", base_caption_id=saved["id"])
-        assert decision.decide(d, sample["id"]).verdict == "fix"
+        decided = decision.decide(d, sample["id"])
+        assert decided.verdict == "fix"
     finally:
         d.close()
     ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
@@ -431,7 +432,7 @@ def test_a_release_of_a_batch_the_quality_tab_says_to_fix_says_so_in_amber_and_o
         rows = table(card_tables(lead), ["batch", "clips released", "random sample", "decision"])
         assert rows[f"job {job}"] == ["20", f"sample {sample['id']}", "FIX the batch (weather below target)"]
         card = lead.inner_text("#release-card")
-        assert f"Fix the batch of sample {sample['id']} (job {job}): weather below target" in card
+        assert tables.decision_text(decided) in card  # in the Quality tab's words
         assert "20 of these" in card and "were drawn at random into review samples" in card
         lead.locator("#release-result").scroll_into_view_if_needed()
         lead.screenshot(path=str(SCREENSHOTS / "browse-release-fix.png"))
