@@ -74,29 +74,45 @@ def stack(tmp_path_factory):
         yield s
 
 
-def expected(stack, *, include_simulated: bool) -> dict:
+def expected(stack, *, include_simulated: bool, kept: dict[str, str] | None = None) -> dict:
     """What the release must hold, from the database through the data layer: the approved clips' export records,
-    their groups (route, else folder), placed by data.quality.splits over those groups, counted per split."""
+    their groups (route; else the one route the other clips of their folder name; else their folder), placed by
+    data.quality.splits over those groups (those in `kept` where the release before put them), counted per
+    split."""
     d = stack.db()
     try:
         records = [
             r for r in export.iter_rows(d, Filter(review_status="approved")) if include_simulated or not r["simulated"]
         ]
+        votes = defaultdict(set)  # folder -> the routes its clips name (every clip of the library)
+        for path, sidecar in d.execute("SELECT path, sidecar FROM clips"):
+            value = (json.loads(sidecar) if sidecar else {}).get(FIELD)
+            if value not in (None, ""):
+                votes[path.rpartition("/")[0] or "."].add(str(value))
     finally:
         d.close()
-    group_of, hist = {}, defaultdict(Counter)
+    group_of, how, hist = {}, {}, defaultdict(Counter)
     for r in records:
         value = (r["sidecar"] or {}).get(FIELD)
         folder = r["path"].rpartition("/")[0] or "."
-        group_of[r["clip_id"]] = f"{FIELD}={value}" if value not in (None, "") else f"folder={folder}"
+        if value not in (None, ""):
+            group_of[r["clip_id"]], how[r["clip_id"]] = f"{FIELD}={value}", "field"
+        elif len(votes[folder]) == 1:
+            group_of[r["clip_id"]], how[r["clip_id"]] = f"{FIELD}={next(iter(votes[folder]))}", "joined"
+        else:
+            group_of[r["clip_id"]] = f"folder={folder}"
+            how[r["clip_id"]] = "several" if votes[folder] else "none"
         hist[group_of[r["clip_id"]]][r["labels"]["hazard_level"] or ""] += 1
     shares = splits.parse(SHARES)
-    split_of_group = splits.assign({g: dict(sorted(h.items())) for g, h in hist.items()}, shares, SEED)
+    groups = {g: dict(sorted(h.items())) for g, h in hist.items()}
+    split_of_group = splits.assign(groups, shares, SEED, kept={g: s for g, s in (kept or {}).items() if g in groups})
     out = {
         "names": list(shares),
         "shares": shares,
         "split": {r["clip_id"]: split_of_group[group_of[r["clip_id"]]] for r in records},
         "group": group_of,
+        "how": Counter(how.values()),
+        "how_groups": {k: len({group_of[c] for c in how if how[c] == k}) for k in set(how.values())},
         "clips": Counter(),
         "groups": Counter(split_of_group.values()),
         "simulated": Counter(),
@@ -182,6 +198,18 @@ def check_counts_on_the_page(page, release_id: int, want: dict) -> dict[str, int
         if label not in taxonomy.MULTI:  # one value per clip: a split's column sums to its clips
             assert [sum(counts[s].values()) for s in names] == [want["clips"][s] for s in names], label
 
+    rows = table(tables, ["how a clip got its group", "clips", "groups"])
+    how = {
+        "the sidecar's route": "field",
+        "no route: joined the value its folder's clips agree on": "joined",
+        "no route, in a folder whose clips name several values: grouped by folder": "several",
+        "no route, in a folder where no clip names one: grouped by folder": "none",
+    }
+    assert set(rows) == set(how), rows
+    for text, key in how.items():
+        groups = want["how_groups"].get(key, 0)
+        assert rows[text] == [str(want["how"][key]), f"{groups} values" if key == "joined" else str(groups)], text
+
     header = ["split", "reviewed by a person", "edited (text or labels changed from the machine's)"]
     header += ["written from scratch", "simulated"]
     rows = table(tables, header)
@@ -191,8 +219,8 @@ def check_counts_on_the_page(page, release_id: int, want: dict) -> dict[str, int
     return read
 
 
-def check_files(stack, release_id: int, want: dict) -> None:
-    """The release's files hold the clips, splits and hazard levels the page counted."""
+def check_files(stack, release_id: int, want: dict) -> dict[str, str]:
+    """The release's files hold the clips, splits and hazard levels the page counted; returns group -> split."""
     d = stack.db()
     try:
         row = rel.get(d, release_id)
@@ -212,6 +240,12 @@ def check_files(stack, release_id: int, want: dict) -> None:
         levels = Counter(NONE if x is None else x for x in frame["labels"].map(lambda v: v["hazard_level"]))
         assert levels == +want["labels"]["hazard_level"][s], s
         assert int(frame["simulated"].sum()) == want["simulated"][s]
+        assert len((path / "messages" / f"{s}.jsonl").read_text().splitlines()) == want["clips"][s]
+    readme = (path / "README.md").read_text()
+    assert readme.startswith("---\nlicense: ") and f'- split: "{names[0]}"' in readme
+    lf = json.loads((path / "dataset_info.json").read_text())
+    assert set(lf) == {f"{row['name']}_{s}" for s in names if want["clips"][s]}
+    return {m["group"]: m["split"] for m in manifest}
 
 
 def fill_kept(page, selector: str, value: str) -> None:
@@ -245,6 +279,7 @@ def test_a_lead_releases_a_set_and_reads_each_splits_counts_as_the_data_layer_co
             cap = clipsmod.get(d, cid)["caption"]
             assert cap["simulated"], cap
             review_states.set_review(d, cid, status="approved", user="lead", base_caption_id=cap["id"])
+        demo_job = d.execute("SELECT MAX(job_id) FROM captions WHERE simulated = 1").fetchone()[0]
         built = build(d, LIBRARY)
         for cid, spec in built.specs.items():
             if not spec.captioned:
@@ -277,20 +312,28 @@ def test_a_lead_releases_a_set_and_reads_each_splits_counts_as_the_data_layer_co
         assert f"{stack.demo_count} clips with simulated text left out" in said, said
         lead.wait_for_function("document.querySelector('#release-card').innerText.includes('launched-set v1')")
         card = lead.inner_text("#release-card")
-        assert f"Simulated text is left out: {stack.demo_count} clips" in card and "no group is in two splits" in card
+        assert f"Simulated text is left out: {stack.demo_count} clips" in card and "No group is in two splits" in card
+        assert "This is the first release named launched-set: every group was placed here." in card
+        assert "Licence: none was given (--license), so the header says other" in card
         read = check_counts_on_the_page(lead, first, want)
         assert sum(read.values()) == RELEASED
         print(f"launched-set v1, per split as read on the card: {read}")
-        check_files(stack, first, want)
+        kept = check_files(stack, first, want)
 
         lead.check("#release-simulated input")
         second = release(lead, first)
-        want = expected(stack, include_simulated=True)
+        want = expected(stack, include_simulated=True, kept=kept)
         said = lead.inner_text("#release-result")
         assert "Wrote launched-set v2" in said and f"Since v1: {stack.demo_count} added, 0 removed" in said, said
+        assert f"0 of {RELEASED} earlier clips changed split (each group kept where v1 placed it)." in said, said
+        # the demo's clips come from the first launch's job, on which the Quality tab has no decision yet
+        assert f"Quality decisions on the batches these clips come from: job {demo_job} (" in said, said
+        assert "clips): no random sample, not decided" in said, said
         lead.wait_for_function("document.querySelector('#release-card').innerText.includes('launched-set v2')")
         card = lead.inner_text("#release-card")
         assert "Simulated text is included" in card and f"{stack.demo_count} records are flagged" in card
+        assert f"0 of {RELEASED} earlier clips changed split. Each group stays in the split v1 placed it in" in card
+        assert "None of these clips was drawn into a random review sample" in card
         read = check_counts_on_the_page(lead, second, want)
         assert sum(read.values()) == RELEASED + stack.demo_count
         print(f"launched-set v2, per split as read on the card: {read}")
@@ -332,6 +375,67 @@ def test_a_release_of_clips_approved_on_another_clips_caption_says_so(browser, s
         said = lead.inner_text("#release-result")
         assert "1 released clip carries a person's save of another clip's caption, word for word" in said, said
         assert "python -m data.copied_saves" in said, said
+        assert not watch.errors
+    finally:
+        ctx.close()
+
+
+def test_a_release_of_a_batch_the_quality_tab_says_to_fix_says_so_in_amber_and_on_its_card(browser, stack):
+    """A job of 20 clips for another fleet (the stack's runner leaves it alone), all 20 drawn into a random sample
+    and reviewed with the weather changed: the Quality decision on the batch is "fix". A release of them goes
+    ahead, and its message (amber) and card name the batch and its decision, and count the clips drawn at random."""
+    from data import jobs
+    from data.job_params import JobParams
+    from data.jobs.selection import Selection
+    from data.quality import decision, samples, tables
+
+    d = stack.db()
+    try:
+        ids = build(d, [ClipSpec(f"fixme{i % 4}", {FIELD: f"FX{i % 4}"}, captioned=False) for i in range(20)]).ids
+        job = jobs.create(
+            d,
+            name="to fix",
+            created_by="lead",
+            selection=Selection.of_clips(ids),
+            prompt_id=None,
+            params=JobParams(),
+            fleet="http://192.0.2.1:9",
+        )
+        jobs.change_state(d, job, "cancel", "lead")
+        for cid in ids:
+            captions.add_machine(d, cid, job_id=job, text=f"clip {cid}", labels=LABELS, provenance={"model": "m"})
+        sample = samples.draw(d, Filter(job_id=job), 20, ["ann"], actor="lead", role="lead")
+        for cid in ids:  # the model's weather wrong on every one
+            cur = clipsmod.get(d, cid)["caption"]
+            saved = captions.save_human(
+                d, cid, text=cur["text"], labels={**cur["labels"], "weather": "fog"}, author="ann",
+                base_caption_id=cur["id"],
+            )  # fmt: skip
+            review_states.set_review(d, cid, status="approved", user="ann", base_caption_id=saved["id"])
+        decided = decision.decide(d, sample["id"])
+        assert decided.verdict == "fix"
+    finally:
+        d.close()
+    ctx = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        lead, watch = login(ctx, stack.url, "lead")
+        lead.wait_for_selector(".cw-tile")
+        lead.get_by_text("Release a training set").click()
+        fill_kept(lead, "#release-name textarea", "launched-fix")
+        release(lead, None)
+        lead.wait_for_function("document.querySelector('#release-result')?.innerText.includes('launched-fix')")
+        said = lead.inner_text("#release-result")
+        assert f"job {job} (20 clips): FIX the batch (weather below target)" in said, said
+        assert "The Quality tab says to fix a batch this release draws from" in said, said
+        assert "cw-msg-warn" in lead.get_attribute("#release-result", "class")
+        lead.wait_for_function("document.querySelector('#release-card').innerText.includes('launched-fix v1')")
+        rows = table(card_tables(lead), ["batch", "clips released", "random sample", "decision"])
+        assert rows[f"job {job}"] == ["20", f"sample {sample['id']}", "FIX the batch (weather below target)"]
+        card = lead.inner_text("#release-card")
+        assert tables.decision_text(decided) in card  # in the Quality tab's words
+        assert "20 of these" in card and "were drawn at random into review samples" in card
+        lead.locator("#release-result").scroll_into_view_if_needed()
+        lead.screenshot(path=str(SCREENSHOTS / "browse-release-fix.png"))
         assert not watch.errors
     finally:
         ctx.close()

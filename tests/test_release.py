@@ -21,7 +21,7 @@ from data import captions, clips, export, prompts, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
-from data.quality import card, release as rel, release_files, stats
+from data.quality import card, card_text, release as rel, release_files, stats
 from data.quality.accuracy import report
 from data.quality.pairs import Scope
 from data.quality.release_options import Options
@@ -89,41 +89,43 @@ def test_each_file_loads_with_the_library_a_trainer_uses(db, tmp_path):
         table = pq.read_table(r.path / f"{split}.parquet")
         assert table.column("origin").to_pylist()[0]["model"] == records[0]["origin"]["model"]
         assert [json.loads(s) for s in table.column("sidecar").to_pylist()] == [x["sidecar"] for x in records]
-        # the SFT file: json, every item of the documented shape, the answer the caption as the model answers
+        # the SFT file (Qwen's format): json, every item of the documented shape, the system text the fleet sent
+        # opening the human turn (Qwen's reader has no system message), the answer the caption as the model answers
         items = json.loads((r.path / "sft" / f"{split}.json").read_text())
         assert [i["clip_id"] for i in items] == ids
+        written = []
         for item, x in zip(items, records):
             jsonschema.validate(item, release_files.SFT_ITEM_SCHEMA)
             human, gpt = item["conversations"]
             assert human["value"].count("<video>") == 1 and "<video>" not in gpt["value"]
-            assert item["video"] == x["path"] and item["prompt"] == "av-hazard v2"
+            assert item["video"] == x["path"] and item["prompt"] == "av-hazard v2" and "system" not in item
             # the prompt as the runner renders it for the clip's camera (a route's clips are rear ones)
-            assert human["value"] == "<video>\n" + prompts.render_user(v2, prompts.camera_of(x["path"], x["sidecar"]))
+            user = prompts.render_user(v2, prompts.camera_of(x["path"], x["sidecar"]))
+            assert human["value"] == "<video>\n" + prompts.HAZARD_SYSTEM + "\n\n" + user
             assert ("rear-facing camera" in human["value"]) == (x["sidecar"].get("camera") == "rear")
-            assert item["system"] == v2["system"] == prompts.HAZARD_SYSTEM
+            assert v2["system"] == prompts.HAZARD_SYSTEM
             answer = json.loads(gpt["value"])
             jsonschema.validate(answer, taxonomy.CAPTION_SCHEMA)
             assert answer == {"caption": x["text"], **x["labels"]}
-            # the item as written is json.dumps of the documented item, character for character
-            user = human["value"].removeprefix("<video>\n")
-            text = release_files.sft_json(x, release_files.encoded_prompt(item["prompt"], item["system"], user))
-            assert text == json.dumps(
-                release_files.sft_item(x, item["prompt"], item["system"], user), ensure_ascii=False
-            )
+            item = release_files.sft_item(x, "av-hazard v2", v2["system"], user)
+            written.append(json.dumps(item, ensure_ascii=False))
+        # the file as written is json.dumps of the documented items, character for character
+        assert (r.path / "sft" / f"{split}.json").read_text() == "[\n" + ",\n".join(written) + "\n]\n"
+        # the messages file (ms-swift, LLaMA-Factory): the system text as the system message, one line per item
+        raw = (r.path / "messages" / f"{split}.jsonl").read_text().splitlines()
+        assert len(raw) == len(records)
+        for line, x in zip(raw, records):
+            item = json.loads(line)
+            jsonschema.validate(item, release_files.MESSAGES_ITEM_SCHEMA)
+            user = prompts.render_user(v2, prompts.camera_of(x["path"], x["sidecar"]))
+            assert [m["role"] for m in item["messages"]] == ["system", "user", "assistant"]
+            assert item["messages"][0]["content"] == prompts.HAZARD_SYSTEM
+            assert item["messages"][1]["content"] == "<video>\n" + user and item["videos"] == [x["path"]]
+            assert json.loads(item["messages"][2]["content"]) == {"caption": x["text"], **x["labels"]}
+            documented = release_files.messages_item(x, "av-hazard v2", v2["system"], user)
+            assert line == json.dumps(documented, ensure_ascii=False)
     assert set(want) == {m["clip_id"] for m in manifest}
     assert not set(built.ids[-5:]) & set(want)  # rejected, broken, unreviewed, failed, simulated
-
-
-def test_parquet_loads_with_hugging_face_datasets(db, tmp_path, monkeypatch):
-    datasets = pytest.importorskip("datasets")  # in the test extra; the card says "where installed"
-    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
-    library(db)
-    r = make(db, tmp_path / "r1")
-    files = {s: str(r.path / f"{s}.parquet") for s in r.counts}
-    ds = datasets.load_dataset("parquet", data_files=files, cache_dir=str(tmp_path / "hf-cache"))
-    assert {s: ds[s].num_rows for s in r.counts} == r.counts
-    first = ds["train"][0]
-    assert first["labels"]["hazard_level"] in LEVELS and isinstance(first["labels"]["road_users"], list)
 
 
 def test_the_same_database_and_arguments_give_a_byte_identical_manifest(db, tmp_path, db_path):
@@ -142,7 +144,7 @@ def test_the_same_database_and_arguments_give_a_byte_identical_manifest(db, tmp_
     )
     assert proc.returncode == 0, proc.stderr
     assert (out / "manifest.jsonl").read_bytes() == (a.path / "manifest.jsonl").read_bytes()
-    assert "Wrote x v3" in proc.stdout and "0 in another split" in proc.stdout
+    assert "Wrote x v3" in proc.stdout and "0 of 43 earlier clips changed split" in proc.stdout
     other = make(db, tmp_path / "d", seed=4, name="y")  # a seed is part of the arguments
     assert {m["clip_id"] for m in lines(other.path / "manifest.jsonl")} == {
         m["clip_id"] for m in lines(a.path / "manifest.jsonl")
@@ -179,7 +181,7 @@ def test_a_failed_release_leaves_nothing_at_out_and_is_recorded(db, tmp_path):
 
     with pytest.raises(KeyboardInterrupt):
         rel.release(db, Options(name="av"), tmp_path / "out" / "r1", actor="lead", role="lead", progress=interrupt)
-    assert list((tmp_path / "out").iterdir()) == []  # neither the release nor its hidden work folder
+    assert not (tmp_path / "out").exists()  # neither the release, its hidden work folder, nor the folder it made
     (row,) = db.query("SELECT * FROM releases")
     assert row["state"] == "failed" and "KeyboardInterrupt" in row["error"]
     assert make(db, tmp_path / "r1", name="av").changes is None  # a failed one is not "the release before"
@@ -263,21 +265,36 @@ def test_a_second_release_says_what_changed(db, tmp_path):
     after = {m["clip_id"]: m for m in lines(second.path / "manifest.jsonl")}
     assert set(after) - set(before) == {new} and set(before) - set(after) == {c}
     moved = sum(1 for cid in set(before) & set(after) if before[cid]["split"] != after[cid]["split"])
-    assert ch["moved"] == moved
+    assert ch["moved"] == moved == 0 and ch["kept_clips"] == len(before) - 1  # each group kept where v1 put it
     assert "| clips added | 1 |" in second.card and "|   of them hazard_level | 1 |" in second.card
-    assert "Since v1: 1 added, 1 removed, 1 re-labelled, 1 with new text only" in rel.summary(second)
+    said = rel.summary(second)
+    assert "Since v1: 1 added, 1 removed, 1 re-labelled, 1 with new text only" in said
+    assert f"0 of {len(before) - 1} earlier clips changed split (each group kept where v1 placed it)" in said
+    assert f"**0 of {len(before) - 1} earlier clips changed split.**" in second.card
 
 
 def test_a_previous_manifest_that_changed_is_not_trusted(db, tmp_path):
+    """The release before is the record of where each group was placed: one whose manifest changed (or is gone)
+    is refused before anything is recorded (no version used), unless --reshuffle places every group anew."""
     library(db)
     first = make(db, tmp_path / "v1", name="av")
     m = first.path / "manifest.jsonl"
     for p in (first.path, m):
         p.chmod(0o755)
     m.write_text(m.read_text().replace('"split": "test"', '"split": "train"'))
-    second = make(db, tmp_path / "v2", name="av")
-    assert "not the manifest that was written" in second.changes["unreadable"]
-    assert "what changed is not known" in second.card
+    with pytest.raises(DataError, match="cannot be trusted.*SHA-256 differs.*--reshuffle"):
+        make(db, tmp_path / "v2", name="av")
+    assert not (tmp_path / "v2").exists() and [r["version"] for r in db.query("SELECT version FROM releases")] == [1]
+    second = make(db, tmp_path / "v2", name="av", reshuffle=True)
+    assert second.version == 2 and "not the manifest that was written" in second.changes["unreadable"]
+    assert "what changed is not known" in second.card and "placed anew (`--reshuffle`)" in second.card
+    third = make(db, tmp_path / "v3", name="av")  # v2, the newest, is intact: the record now
+    assert third.changes["moved"] == 0 and third.changes["previous_version"] == 2
+    third.path.chmod(0o755)
+    (third.path / "manifest.jsonl").unlink()  # gone (deleted, or the folder moved): the record is gone too
+    with pytest.raises(DataError, match="v3.*cannot be trusted.*No such file"):
+        make(db, tmp_path / "v4", name="av")
+    assert not (tmp_path / "v4").exists()
 
 
 def test_the_card_counts_what_the_files_hold_and_reports_the_quality_figures(db, tmp_path):
@@ -293,8 +310,10 @@ def test_the_card_counts_what_the_files_hold_and_reports_the_quality_figures(db,
             assert row.split("|")[1 + col].strip() == f"{weather[value]:,}"
         edited = sum(x["changed"] in ("text", "labels", "both") for x in records)
         assert f"| {split} | 100.0% | {edited / len(records):.1%} |" in r.card
-    assert "Seed 11." in r.card and "sidecar's `route`" in r.card
-    assert f"({sum(1 for m in manifest if m['group'].startswith('route='))} clips)" in r.card
+    assert "Seed 11." in r.card
+    by_route = [m for m in manifest if m["group"].startswith("route=")]
+    assert f"| the sidecar's `route` | {len(by_route)} | {len({m['group'] for m in by_route})} |" in r.card
+    assert "| no `route`, in a folder where no clip names one: grouped by folder | 3 | 1 |" in r.card
     groups = {m["group"] for m in manifest}
     assert {"folder=loose"} <= groups  # the folder where a clip has no route
     # the measured accuracy: the Quality report's figure with its Wilson interval
@@ -303,11 +322,20 @@ def test_the_card_counts_what_the_files_hold_and_reports_the_quality_figures(db,
     i = stats.wilson(s.correct, s.n)
     assert f"{i.p:.3f} [{i.low:.3f}, {i.high:.3f}] (n = {s.n:,})" in r.card
     assert "This is the first release named av." in r.card
-    assert (r.path / "README.md").read_text() == r.card + "\n"
+    # its figures count only the clips it releases: the approved clip with simulated text is left out of both
+    assert f"over the **{len(manifest)} approved clips** this release holds" in r.card
+    assert "the 1 approved clips with simulated text are not in this release, nor in these figures" in r.card
+    everything = report(db, Filter(review_status="approved"), Scope(), by=("model", "prompt"))
+    assert everything.approved == len(manifest) + 1 and len(everything.groups) == 2  # the simulated model's row too
+    assert "(simulated)" not in r.card.split("## What the labels are worth")[1].split("**Two reviewers")[0]
+    # how these clips were chosen for review: none was drawn into a random sample
+    assert "None of these clips was drawn into a random review sample" in r.card and "not drawn at random" in r.card
+    readme = (r.path / "README.md").read_text()  # the Hugging Face header, then the card as shown
+    assert readme.startswith("---\nlicense: ") and readme.endswith("---\n\n" + r.card + "\n")
 
 
 def test_markdown_from_users_and_the_fleet_is_inert_on_the_card():
-    assert card.md("<script>alert(1)</script> | x *y* [l](u)") == (
+    assert card_text.md("<script>alert(1)</script> | x *y* [l](u)") == (
         "&lt;script&gt;alert\\(1\\)&lt;/script&gt; \\| x \\*y\\* \\[l\\]\\(u\\)"
     )
 
@@ -363,3 +391,20 @@ def test_nothing_to_release_is_refused_with_why_and_recorded_nowhere(db, tmp_pat
     r = rel.release(db, Options(include_simulated=True), into=tmp_path / "all", actor="lead", role="lead")
     assert r.path == (tmp_path / "all" / "release-v1").absolute() and r.counts == {"train": 1, "val": 0, "test": 0}
     assert "val and test hold no clip" in r.card and "val and test: no clip" in rel.summary(r)
+
+
+def test_the_cards_agreement_text_is_the_quality_tabs():
+    """The blind second reviews are read as the Quality tab reads them (data.quality.tables.AGREEMENT_NOTE), not
+    as "the ceiling" of the model's figures, which the tab contradicts."""
+    from data.quality.accuracy import Report
+    from data.quality.reviewers import Agreement, LabelAgreement
+    from data.quality.tables import AGREEMENT_NOTE
+
+    agree = Agreement(
+        2,
+        LabelAgreement("decision", {("approved", "approved"): 2}, None),
+        {"weather": LabelAgreement("weather", {("rain", "rain"): 1, ("rain", "fog"): 1}, None)},
+    )
+    text = "\n".join(card._quality(card.Measured(Report([], 2, 0, ()), agree, None), "approved", "not in this release"))
+    assert "As the Quality tab says: " + AGREEMENT_NOTE in text and "ceiling" not in text
+    assert "| weather | 2 | 0.500 | 0.00 |" in text

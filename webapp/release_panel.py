@@ -13,7 +13,7 @@ import gradio as gr
 from data import clips
 from data.errors import DataError
 from data.quality import release as rel, splits
-from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_NAME, Options
+from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
 from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 
@@ -31,7 +31,8 @@ class ReleasePanel:
             gr.Markdown(
                 "Releases the clips of this filter (approved unless it names another review state; rejected and "
                 "broken clips never) in train/val/test splits grouped by drive, with a dataset card. Written under "
-                f"the data folder, `{RELEASES}/NAME-vVERSION`, read-only; `python -m data.release --help` says more."
+                f"the data folder, `{RELEASES}/NAME-vVERSION`, read-only. A release of a name keeps each group in the "
+                "split its last release put it in. `python -m data.release --help` says more."
             )
             with gr.Row():
                 self.name = gr.Textbox(value=DEFAULT_NAME, label="Name", elem_id="release-name", min_width=140)
@@ -42,6 +43,22 @@ class ReleasePanel:
                 self.seed = gr.Number(value=0, precision=0, label="Seed", elem_id="release-seed", min_width=100)
                 self.simulated = gr.Checkbox(
                     value=False, label="Include simulated text (flagged)", elem_id="release-simulated"
+                )
+            with gr.Row():
+                self.reshuffle = gr.Checkbox(
+                    value=False,
+                    label="Reshuffle: place every group anew (else each stays where the last release of this name "
+                    "put it)",
+                    elem_id="release-reshuffle",
+                )
+                self.license = gr.Textbox(
+                    value="", label=f"Licence (empty: {DEFAULT_LICENSE})", elem_id="release-license", min_width=140
+                )
+                self.media = gr.Dropdown(
+                    list(MEDIA),
+                    value="none",
+                    label="Clips: none (paths into the clip root), copy or link into the release",
+                    elem_id="release-media",
                 )
                 self.button = gr.Button("Release", elem_id="btn-release", size="sm", variant="primary")
             self.msg = gr.HTML("", elem_id="release-msg")
@@ -55,7 +72,7 @@ class ReleasePanel:
     def first_paint_outputs(self) -> list:
         return [self.box]
 
-    def make(self, fdict, name, shares, group_by, seed, simulated, request: gr.Request):
+    def make(self, fdict, name, shares, group_by, seed, simulated, reshuffle, license, media, request: gr.Request):
         """Release the filter's clips (data.quality.release.release) and show what was written and its card."""
         lead = self.ctx.require(request, "lead")
         try:
@@ -66,21 +83,41 @@ class ReleasePanel:
                 0 if seed in (None, "") else seed,
                 str(name or DEFAULT_NAME).strip(),
                 bool(simulated),
+                bool(reshuffle),
+                str(license or "").strip() or None,
+                str(media or "none"),
             )
             r = rel.release(
-                self.ctx.db(), options, into=self.ctx.settings.data_dir / RELEASES, actor=lead.name, role=lead.role
+                self.ctx.db(),
+                options,
+                into=self.ctx.settings.data_dir / RELEASES,
+                actor=lead.name,
+                role=lead.role,
+                clip_root=self.ctx.settings.clip_root,
             )
         except DataError as e:
             return {self.msg: render.message(str(e), "error"), self.card: ""}
         return {
-            self.msg: render_quality.release_made(r.id, rel.summary(r)),
+            self.msg: render_quality.release_made(
+                r.id, rel.summary(r), warn=bool(r.batches and any(b.verdict == "fix" for b in r.batches.batches))
+            ),
             self.card: r.card,
         }
 
     def wire(self, filter_state: gr.State) -> None:
         self.button.click(
             shows_errors(self.make),
-            [filter_state, self.name, self.shares, self.group_by, self.seed, self.simulated],
+            [
+                filter_state,
+                self.name,
+                self.shares,
+                self.group_by,
+                self.seed,
+                self.simulated,
+                self.reshuffle,
+                self.license,
+                self.media,
+            ],
             [self.msg, self.card],
             api_name="release_set",
         )

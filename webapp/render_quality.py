@@ -96,9 +96,11 @@ def compare_lines(a: str, b: str, lines: list[str]) -> str:
     )
 
 
-def release_made(release_id: int, summary: str) -> str:
+def release_made(release_id: int, summary: str, warn: bool = False) -> str:
+    """What a release wrote (data.quality.release.summary); amber when a batch it draws from is one to fix."""
+    kind = "warn" if warn else "ok"
     return (
-        f'<div class="cw-msg cw-msg-ok" id="release-result" data-release="{int(release_id)}" role="status">'
+        f'<div class="cw-msg cw-msg-{kind}" id="release-result" data-release="{int(release_id)}" role="status">'
         f"{esc(summary)}</div>"
     )
 

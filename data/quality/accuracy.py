@@ -23,7 +23,18 @@ import sqlite_utils
 from data import taxonomy
 from data.clips import Filter
 from data.errors import DataError
-from data.quality.pairs import CHUNK, LABELS, MISSING, Pairs, Scope, as_set, clip_where, fill, select_pairs
+from data.quality.pairs import (
+    CHUNK,
+    LABELS,
+    MISSING,
+    REAL,
+    Pairs,
+    Scope,
+    as_set,
+    clip_where,
+    fill,
+    select_pairs,
+)
 
 DIMENSIONS = {"model": ("model",), "prompt": ("prompt_name", "prompt_version"), "job": ("job_id",)}
 DEFAULT_BY = ("model", "prompt")
@@ -355,13 +366,15 @@ def report(
     scope: Scope = Scope(),
     *,
     by: Iterable[str] = DEFAULT_BY,
+    real_only: bool = False,
 ) -> Report:
     """The model against its reviewers over the approved clips of `f`, per group of machine captions (`by`:
     any of "model", "prompt", "job"; () for one group of everything). One pass over the clips and their stored
     pairs; when some have none yet (newly approved or edited), `fill` stores them and the pass runs again (a clip
-    approved meanwhile is left for the next report)."""
+    approved meanwhile is left for the next report). `real_only`: over the clips whose text is not simulated (a
+    release's card, when the release leaves simulated text out)."""
     by = _by(by)
-    pairs = select_pairs(f, scope)
+    pairs = select_pairs(f, scope, real_only=real_only)
     groups, seen = _aggregate(db, pairs, by)
     if seen["missing"]:
         fill(db, f)
@@ -369,5 +382,6 @@ def report(
     approved = seen["rows"]
     if scope != Scope():  # the pass read the scope's clips only: count the filter's
         table, where, args = clip_where(f)
+        where = [*where, REAL] if real_only else where
         approved = db.execute(f"SELECT COUNT(*) FROM {table} WHERE {' AND '.join(where)}", args).fetchone()[0]
     return Report(groups, approved, seen["without"], by)

@@ -14,14 +14,15 @@ import datetime as dt
 import json
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 from data import taxonomy
-from data.quality import stats, tables
+from data.quality import card_release, release_batches, stats, tables
 from data.quality.accuracy import ItemStats, Report
+from data.quality.card_text import md, pct as _pct, table as _table
 from data.quality.estimates import Estimate
 from data.quality.pairs import LABELS
 from data.quality.reviewers import Agreement
+from data.quality.tables import AGREEMENT_NOTE
 
 WRITTEN = "(written by a person)"  # the model column of a caption with no machine origin
 NONE = "(none)"  # a label without a value; road users: a clip with none listed
@@ -80,26 +81,8 @@ class Measured:
     report: Report
     agreement: Agreement
     estimate: Estimate | None
-    simulated: int = 0  # approved clips of the filter whose text is simulated (measured too)
-
-
-def md(text: Any, limit: int = 200) -> str:
-    """User or fleet text made inert in Markdown (and in the HTML Markdown may hold): escaped, one line, bounded."""
-    s = " ".join(str(text).split())[:limit]
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    for ch in "\\`*_{}[]()#+!|~":
-        s = s.replace(ch, "\\" + ch)
-    return s
-
-
-def _pct(part: int | float, whole: int | float) -> str:
-    return f"{part / whole:.1%}" if whole else "-"
-
-
-def _table(header: list[str], rows: list[list[Any]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(str(x) for x in row) + " |" for row in rows]
-    return out
+    simulated: int = 0  # approved clips of the filter whose text is simulated (measured only when released)
+    sampling: str = ""  # how the released clips were chosen for review (release_batches.sampling_words)
 
 
 def _interval(k: int, n: int) -> str:
@@ -134,22 +117,33 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
             ),
             "",
         ]
-    out += [
-        f"From the Quality figures (data.quality; the Quality tab with this release's filter shows the same), over "
-        f"the **{r.approved:,} approved clips** of this release's filter, at release time: "
-        f"{r.without_origin:,} of them written from scratch (no machine caption to measure), the others each "
-        "pair the machine caption the approved one was made from with what reviewers approved"
-        + (
-            f"; {m.simulated:,} of them have simulated text ({simulated_words}), and the simulated fleet's model "
-            "shows as a row of its own when its name says so. "
-            if m.simulated
-            else ". "
+    released = simulated_words == "released, flagged"
+    if status == "approved":
+        which = "this release holds"
+    else:
+        which = "of this release's filter (not the clips it releases, which nobody approved)"
+    sims = ""
+    if m.simulated and released:
+        sims = (
+            f"; {m.simulated:,} of them have simulated text (released, flagged), and the simulated fleet's model "
+            "shows as a row of its own when its name says so"
         )
-        + approved_words,
+    elif m.simulated:
+        sims = (
+            f"; the {m.simulated:,} approved clips with simulated text are not in this release, nor in these figures "
+            "(the Quality tab counts them)"
+        )
+    out += [
+        f"From the Quality figures (data.quality, as the Quality tab computes them), over the **{r.approved:,} "
+        f"approved clips** {which}, at release time: {r.without_origin:,} of them written from scratch (no machine "
+        "caption to measure), the others each pair the machine caption the approved one was made from with what "
+        f"reviewers approved{sims}. " + approved_words,
         "",
         "Accuracy of the model's label against the approved one, and the clips it rests on. Reviewers start from "
-        "the machine caption and may leave a doubtful value as it was, so these lean high; and the clips were "
-        "reviewed because people chose them, not drawn at random. " + tables.INTERVAL_KINDS_NOTE,
+        "the machine caption and may leave a doubtful value as it was, so these lean high. "
+        + (m.sampling or "How these clips were chosen for review is not known.")
+        + " "
+        + tables.INTERVAL_KINDS_NOTE,
         "",
         f"Each interval below: a {tables.APPROVED_KIND} (these clips are not a sample of a batch).",
         "",
@@ -186,10 +180,9 @@ def _quality(m: Measured, status: str, simulated_words: str) -> list[str]:
             if la.n
         ]
         out += [
-            f"**Two reviewers, blind:** {a.pairs:,} clips of this filter were reviewed a second time without the "
-            "first review in sight. How often the two agree is the ceiling for the model's figures above, and a "
-            "measure of how sure the approved labels themselves are (kappa: agreement beyond chance; 0.61-0.80 "
-            "reads as substantial).",
+            f"**Two reviewers, blind:** {a.pairs:,} of these clips were reviewed a second time without the first "
+            "review in sight (kappa: agreement beyond chance; 0.61-0.80 reads as substantial). As the Quality tab "
+            "says: " + AGREEMENT_NOTE,
             "",
             *_table(["label", "clips", "reviewers agree", "kappa"], rows),
             "",
@@ -268,64 +261,6 @@ def _changes(changes: dict | None, name: str) -> list[str]:
     return out
 
 
-def _loading(splits: list[str]) -> list[str]:
-    first = splits[0]
-    return [
-        "## Files, and how to load them",
-        "",
-        "Paths in every file are relative to the library's clip root (`python -m data.library show --data-dir D` "
-        "prints it).",
-        "",
-        *_table(
-            ["file", "what it holds"],
-            [
-                ["`manifest.jsonl`", "one line per clip: split, clip_id, path, sha256, caption_id, group, simulated"],
-                *[
-                    [f"`{s}.jsonl`", f"the {s} split's records, lineage included (docs/export.schema.json)"]
-                    for s in splits
-                ],
-                *[
-                    [
-                        f"`{s}.parquet`",
-                        "the same records; labels, origin and edits as structs, free-form objects as JSON text",
-                    ]
-                    for s in splits
-                ],
-                *[
-                    [f"`sft/{s}.json`", "one conversation per clip for Qwen-VL fine-tuning (its shape below)"]
-                    for s in splits
-                ],
-            ],
-        ),
-        "",
-        "```python",
-        "import json, pandas as pd",
-        f'train = pd.read_parquet("{first}.parquet")              # or pyarrow.parquet.read_table',
-        f'rows = [json.loads(line) for line in open("{first}.jsonl")]',
-        'manifest = pd.read_json("manifest.jsonl", lines=True)',
-        f'sft = json.load(open("sft/{first}.json"))',
-        "",
-        "from datasets import load_dataset                      # where Hugging Face datasets is installed",
-        'ds = load_dataset("parquet", data_files={' + ", ".join(f'"{s}": "{s}.parquet"' for s in splits) + "})",
-        "```",
-        "",
-        "`sft/<split>.json` is the format of Qwen's fine-tuning code (QwenLM/Qwen3-VL, qwen-vl-finetune): register "
-        'it as `{"annotation_path": ".../sft/' + first + '.json", "data_path": "<the clip root>"}`. Each item:',
-        "",
-        "```json",
-        '{"clip_id": 12, "video": "R012/front_center_0003.mp4", "simulated": false, "prompt": "av-hazard v2",',
-        ' "system": "<the prompt version\'s system text>",',
-        ' "conversations": [{"from": "human", "value": "<video>\\n<the prompt version\'s user text>"},',
-        '                   {"from": "gpt", "value": "{\\"caption\\": \\"...\\", \\"hazard_level\\": ...}"}]}',
-        "```",
-        "",
-        "The human turn is what the model was asked (for the clip's camera); the gpt turn is the released caption "
-        "as the model answers, caption and every label. Qwen's reader takes `video` and `conversations` and ignores "
-        "the other keys; `system` is the system message the fleet sent with the prompt.",
-        "",
-    ]
-
-
 def render(
     *,
     name: str,
@@ -335,17 +270,21 @@ def render(
     options: dict,
     tally: Tally,
     groups: dict[str, int],
-    grouped_by_field: int,
+    cases: list[tuple[int, int]],
     simulated_left_out: int,
     prompt_fallback: int,
     default_prompt: str,
     measured: Measured,
     changes: dict | None,
+    batches: release_batches.Batches,
+    placeholders: list[str] = (),
 ) -> str:
-    """The card as Markdown. `options`: the release's recorded options (filter, group_by, splits, seed,
-    include_simulated); `groups`: groups per split; `grouped_by_field`: clips whose group came from the sidecar
-    field (the rest: from their folder); `prompt_fallback`: records trained with `default_prompt` because their
-    caption has no machine origin (or names no known prompt version)."""
+    """The card as Markdown (the YAML header goes before it: data.quality.release_meta). `options`: the
+    release's recorded options (filter, group_by, splits, seed, include_simulated, reshuffle, license, media);
+    `groups`: groups per split; `cases`: (clips, groups) per way a clip got its group
+    (data.quality.release_split.HOW); `prompt_fallback`: records trained with `default_prompt` because their
+    caption has no machine origin (or names no known prompt version); `batches`: the jobs the clips come from with
+    their decisions; `placeholders`: prompt versions whose text held a placeholder (neutralised)."""
     splits, total = tally.splits, tally.total
     shares, field_name = options["splits"], options["group_by"]
     when = dt.datetime.fromtimestamp(made_at, dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -376,10 +315,10 @@ def render(
         "",
         "## Splits",
         "",
-        f"Grouped by the sidecar's `{md(field_name)}` ({grouped_by_field:,} clips), or the clip's folder where a "
-        f"clip has none ({total - grouped_by_field:,} clips): **no group is in two splits**, so clips of one "
-        f"drive never sit in both train and test. Seed {options['seed']}. Each split is stratified by hazard level "
-        "as far as the groups allow (shares achieved below).",
+        *card_release.grouping(field_name, cases, options["seed"]),
+        *card_release.placement(changes, name),
+        "Each split is stratified by hazard level as far as the groups allow, and sized as close to the asked "
+        "share as they allow (a search places the few heavy groups; shares achieved below).",
         "",
         *_table(
             ["split", "asked", "achieved", "clips", "groups"],
@@ -476,8 +415,17 @@ def render(
             f"naming no known prompt version) with the newest prompt version, {md(default_prompt)}.",
             "",
         ]
+    if placeholders:
+        out += [
+            f"The text of {', '.join(md(p) for p in placeholders)} holds a placeholder the trainers count "
+            "(`<video>`, `<image>`, `<audio>`): in the SFT files it is written with full-width brackets (`＜video＞`) "
+            "so that each item holds one video placeholder, the real one.",
+            "",
+        ]
     simulated_words = "released, flagged" if options["include_simulated"] else "not in this release"
     out += _quality(measured, options["filter"].get("review_status") or "approved", simulated_words)
+    out += card_release.batches(batches)
     out += _changes(changes, name)
-    out += _loading(splits)
+    out += card_release.licence(options.get("license"))
+    out += card_release.loading(splits, [s for s in splits if tally.n[s]], name, options.get("media") or "none")
     return "\n".join(out)

@@ -133,8 +133,19 @@ class Pairs:
         ).format(select=select, table=self.table, where=" AND ".join(self.where), tail=tail)
 
 
-def select_pairs(f: Filter, scope: Scope) -> Pairs:
+# a clip whose current caption's text is not simulated (neither it nor the machine caption it derives from)
+REAL = (
+    "NOT EXISTS (SELECT 1 FROM captions rk LEFT JOIN captions ro ON ro.id = rk.origin_id WHERE "
+    "rk.id = c.current_caption_id AND (COALESCE(rk.simulated, 0) <> 0 OR COALESCE(ro.simulated, 0) <> 0))"
+)
+
+
+def select_pairs(f: Filter, scope: Scope, *, real_only: bool = False) -> Pairs:
+    """The approved clips of `f` with their pairs, as `scope` narrows them; `real_only`: only clips whose text is
+    not simulated (what a release without simulated text holds)."""
     table, where, args = clip_where(f)
+    if real_only:
+        where = [*where, REAL]
     more, more_args = scope.where()
     if more:
         where = [*where, f"(q.truth_id IS NULL OR q.machine_id = 0 OR ({' AND '.join(more)}))"]

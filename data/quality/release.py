@@ -10,21 +10,30 @@ clips flagged broken, clips whose ingest failed and clips whose file is gone nev
 with a message. Text written by the simulated fleet (or edited from it) is left out unless `include_simulated`, and
 then flagged on every record and on the card.
 
+Before anything is recorded (so that a refusal uses no version number): the folder (data.quality.release_out:
+one that holds something, or cannot be written, is refused with a sentence), something to release, a group field
+some clip carries, and the newest earlier release of the name, whose manifest must be the one written (its
+SHA-256) unless `reshuffle`; then the staging folder is made.
+
 How (`release`), in one consistent read of the database (a read transaction: a clip approved meanwhile is in the
 next release, not half in this one):
-1. Each clip's group (the sidecar's `group_by` field, else its folder) and hazard level go to a temporary table
-   (data.quality.release_split).
-2. Groups are placed into splits (data.quality.splits: whole groups, stratified by hazard level), streamed from
-   SQLite in placing order, their split kept in a second temporary table (data.quality.release_split).
+1. Each clip's group (the sidecar's `group_by` field, else the value its folder's clips agree on, else its
+   folder) and hazard level go to a temporary table (data.quality.release_split).
+2. The earlier release's manifest is loaded (data.quality.release_changes); its groups keep their splits and the
+   others are placed (data.quality.splits: whole groups, stratified by hazard level, sized by a search where a few
+   heavy groups decide; streamed from SQLite in placing order), their split kept in a second temporary table.
 3. data.export's record builder (`export.iter_rows`: the export's records, lineage included) streams the clips
-   in id order; each record is written to its split's files (data.quality.release_files) and counted for the card
-   (data.quality.release_records).
-4. What changed since the release before of the same name is read from its manifest (its hash checked;
-   data.quality.release_changes).
-The files are written into a hidden folder beside `out`, made read-only and renamed to `out` at the end: a
-failed release leaves nothing at `out`. The release is recorded in `releases` (m021): reserved before, finished
-after, never changed (triggers); a folder that exists and is not empty is never written over. The card
-(data.quality.card) reports the Quality figures measured here (`_measure`).
+   in id order; each record is written to its split's files (data.quality.release_files: JSONL, Parquet, Qwen's
+   SFT, the messages format) and counted for the card (data.quality.release_records); with `media` copy or link
+   the clips go under the release (data.quality.release_media).
+4. What changed since the release before is compared in SQL (data.quality.release_changes); the batches the clips
+   come from, with their Quality decisions, and the random samples they are in are read
+   (data.quality.release_batches).
+The files are written into a hidden staging folder beside `out` with an unpredictable name, made read-only and
+renamed to `out` at the end: a failed release leaves nothing at `out` and removes only what it made. README.md
+is the card (data.quality.card) under a Hugging Face header, beside LLaMA-Factory's dataset_info.json
+(data.quality.release_meta). The release is recorded in `releases` (m021): reserved before, finished after, never
+changed (triggers). The card reports the Quality figures measured here (`_measure`) over the clips it releases.
 
 Memory does not grow with the clips: the groups and splits live in SQLite's temporary tables, records stream,
 parquet is written in row groups (docs/BENCHMARKS.md, "Training-set release").
@@ -41,9 +50,6 @@ import contextlib
 import dataclasses
 import getpass
 import json
-import os
-import shutil
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,11 +60,22 @@ import sqlite_utils
 from data import clips, copied_saves, events, filter_args, users
 from data.db import immediate, now
 from data.errors import DataError, Forbidden
-from data.quality import card, release_changes, release_records, release_split, splits
+from data.quality import (
+    card,
+    release_batches,
+    release_changes,
+    release_media,
+    release_meta,
+    release_out,
+    release_records,
+    release_split,
+    splits,
+)
 from data.quality.accuracy import report
 from data.quality.estimates import estimate, samples_for
 from data.quality.pairs import Scope
-from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_NAME, Options
+from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
+from data.quality.release_split import FOLDER
 from data.quality.reviewers import agreement
 
 
@@ -77,6 +94,7 @@ class Result:
     simulated_left_out: int
     card: str
     copied: int = 0  # released clips whose caption is a person's save of another clip's text (data.copied_saves)
+    batches: release_batches.Batches | None = None  # the batches the clips come from, with their decisions
 
 
 @contextlib.contextmanager
@@ -94,11 +112,13 @@ def _snapshot(db: sqlite_utils.Database) -> Iterator[None]:
 
 
 def _measure(db: sqlite_utils.Database, o: Options) -> card.Measured:
-    """The Quality figures for the card, over the approved clips of the release's filter (reading them may store
-    pairs not stored yet: done before the snapshot, which only reads)."""
+    """The Quality figures for the card, over the approved clips of the release's filter that it releases (those
+    with simulated text only when it releases them); reading them may store pairs not stored yet: done before the
+    snapshot, which only reads."""
     approved = dataclasses.replace(o.filter, review_status="approved")
-    r = report(db, approved, Scope(), by=("model", "prompt"))
-    agree = agreement(db, approved)
+    real_only = not o.include_simulated
+    r = report(db, approved, Scope(), by=("model", "prompt"), real_only=real_only)
+    agree = agreement(db, approved, real_only=real_only)
     newest = samples_for(db, Scope(job_id=o.filter.job_id))
     est = estimate(db, newest[0]["id"]) if newest else None
     where, args = clips._where(approved)
@@ -106,6 +126,18 @@ def _measure(db: sqlite_utils.Database, o: Options) -> card.Measured:
         f"SELECT COUNT(*) {release_split.JOINS} WHERE {' AND '.join(where)} AND NOT {release_split.REAL}", args
     ).fetchone()[0]
     return card.Measured(r, agree, est, simulated)
+
+
+def _previous(db: sqlite_utils.Database, name: str) -> dict | None:
+    row = next(
+        db.query(
+            "SELECT id, version, path, manifest_sha256 FROM releases WHERE name = ? AND state = 'done' "
+            "ORDER BY version DESC LIMIT 1",
+            [name],
+        ),
+        None,
+    )
+    return dict(row) if row else None
 
 
 def _reserve(
@@ -116,52 +148,21 @@ def _reserve(
     with immediate(db):
         version = db.execute("SELECT COALESCE(MAX(version), 0) + 1 FROM releases WHERE name = ?", [o.name]).fetchone()
         out = out or (into / f"{o.name}-v{version[0]}")
-        previous = next(
-            db.query(
-                "SELECT id, version, path, manifest_sha256 FROM releases WHERE name = ? AND state = 'done' "
-                "ORDER BY version DESC LIMIT 1",
-                [o.name],
-            ),
-            None,
-        )
+        previous = _previous(db, o.name)
         cur = db.execute(
             "INSERT INTO releases (name, version, path, created_by, created_at, options, previous_id) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",
             [o.name, version[0], str(out), actor, now(), json.dumps(o.to_dict()), previous and previous["id"]],
         )
-    return cur.lastrowid, version[0], dict(previous) if previous else None, out
+    return cur.lastrowid, version[0], previous, out
 
 
-def _check_out(out: Path) -> None:
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DataError(
-            f"{out} exists and is not empty: a release is never written over. Give a new folder (for example "
-            f"{out.name}-2 beside it)."
-        )
-
-
-def _seal(staging: Path, out: Path) -> None:
-    """The files read-only, the folder renamed into place, then the folders read-only too."""
-    for path in staging.rglob("*"):
-        if path.is_file():
-            path.chmod(0o444)
-    try:
-        os.rename(staging, out)  # an empty folder at `out` is replaced; a non-empty one refuses
-    except OSError as e:
-        raise DataError(
-            f"Could not put the release at {out} ({e.strerror}): was something written there meanwhile?"
-        ) from None
-    for d in (out / "sft", out):
-        d.chmod(0o555)
-
-
-def _remove(path: Path) -> None:
-    if not path.exists():
-        return
-    for p in [path, *path.rglob("*")]:
-        if p.is_dir():
-            p.chmod(stat.S_IRWXU)
-    shutil.rmtree(path)
+def _kept_refusal(previous: dict, why: str) -> DataError:
+    return DataError(
+        f"The release before (v{previous['version']}, {previous['path']}) is the record of where each group was "
+        f"placed, and it cannot be trusted: {why}. Put it back as it was written, or release with --reshuffle to "
+        "place every group anew (the card then counts the clips that change split)."
+    )
 
 
 def _check_something(db: sqlite_utils.Database, o: Options) -> None:
@@ -192,11 +193,13 @@ def release(
     actor: str,
     role: str | None,
     progress: Callable[[int], None] | None = None,
+    clip_root: str | Path | None = None,
 ) -> Result:
     """Write a release of `options` to the folder `out` (new, or empty), or to NAME-vVERSION in the folder `into`,
     and record it; see the module docstring. Forbidden below the lead role; DataError for options that would
-    release what must not be or nothing at all, or a folder that holds something. `progress(n)` is called every
-    1,000 records written."""
+    release what must not be or nothing at all, a folder that holds something or cannot be written, or a release
+    before whose manifest cannot be trusted (unless reshuffling). `progress(n)` is called every 1,000 records
+    written. `clip_root`: where the clips are, for --media copy or link (default: the library's recorded root)."""
     if not users.at_least(role, "lead"):
         raise Forbidden(f"Only a lead releases a training set; you are {role or 'not signed in'}.")
     if (out is None) == (into is None):
@@ -204,25 +207,43 @@ def release(
     o = options.checked()
     if out is not None:
         out = Path(out).absolute()
-        _check_out(out)
+        release_out.check_out(out)
     _check_something(db, o)
+    refusal = release_split.field_refusal(db, o)
+    if refusal:
+        raise DataError(refusal)
+    previous = _previous(db, o.name)
+    if previous and not o.reshuffle and (why := release_changes.read(previous)):
+        raise _kept_refusal(previous, why)
+    root = release_media.clip_root(db, o.media, clip_root)
     measured = _measure(db, o)
     chooser = release_records.Prompts(db)
-    rel_id, version, previous, out = _reserve(db, o, out, into and Path(into).absolute(), actor)
-    staging = out.parent / f".{out.name}.partial-{rel_id}"
+    into = into and Path(into).absolute()
+    staging = release_out.Staging.make(out.parent if out else into, out.name if out else o.name, out or into)
+    rel_id = None
     try:
-        _check_out(out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        staging.mkdir()
+        rel_id, version, previous, out = _reserve(db, o, out, into, actor)
+        release_out.check_out(out)
         tally = card.Tally([name for name, _ in o.shares])
         with _snapshot(db):
             release_split.select_rows(db, o)
-            groups = release_split.place_groups(db, o)
+            unreadable = release_changes.read(previous, into=db) if previous else None
+            if unreadable and not o.reshuffle:
+                raise _kept_refusal(previous, unreadable)
+            groups = release_split.place_groups(db, o, keep=bool(previous) and not unreadable and not o.reshuffle)
+            cases = release_split.cases(db)
             where, args = release_split.where_of(o, simulated=True)
             left_out = db.execute(f"SELECT COUNT(*) {release_split.JOINS} WHERE {where}", args).fetchone()[0]
             copied = _copied(db)
-            manifest_sha256, by_field = release_records.write(db, o, staging, tally, chooser, progress)
-            changes = release_changes.changes(db, previous)
+            batches = release_batches.read(db, o.filter.review_status == "approved")
+            manifest_sha256, nbytes = release_records.write(db, o, staging.path, tally, chooser, progress)
+            if root is not None:
+                release_media.place(db, o.media, root, staging.path)
+            changes = release_changes.changes(db, previous, unreadable)
+        if changes is not None:
+            changes["reshuffled"] = o.reshuffle
+        if o.filter.review_status == "approved":
+            measured.sampling = release_batches.sampling_words(batches)
         made_at = now()
         text = card.render(
             name=o.name,
@@ -232,22 +253,28 @@ def release(
             options=o.to_dict(),
             tally=tally,
             groups=groups,
-            grouped_by_field=by_field,
+            cases=cases,
             simulated_left_out=left_out,
             prompt_fallback=chooser.fallback,
             default_prompt=f"{chooser.default['name']} v{chooser.default['version']}",
             measured=measured,
             changes=changes,
+            batches=batches,
+            placeholders=sorted(chooser.placeholders),
         )
-        (staging / "README.md").write_text(text + "\n", encoding="utf-8")
-        _seal(staging, out)
+        release_meta.write(staging.path, o, version, tally)
+        (staging.path / "README.md").write_text(
+            release_meta.header(o, version, tally, nbytes) + text + "\n", encoding="utf-8", newline="\n"
+        )
+        staging.seal(out)
     except BaseException as e:
-        _remove(staging)
-        with immediate(db):
-            db.execute(
-                "UPDATE releases SET state = 'failed', finished_at = ?, error = ? WHERE id = ?",
-                [now(), f"{type(e).__name__}: {e}"[:500], rel_id],
-            )
+        staging.remove()
+        if rel_id is not None:
+            with immediate(db):
+                db.execute(
+                    "UPDATE releases SET state = 'failed', finished_at = ?, error = ? WHERE id = ?",
+                    [now(), f"{type(e).__name__}: {e}"[:500], rel_id],
+                )
         raise
     counts = {name: tally.n[name] for name, _ in o.shares}
     with immediate(db):
@@ -257,7 +284,7 @@ def release(
             [made_at, json.dumps(counts), json.dumps(changes), manifest_sha256, rel_id],
         )
         events.record(db, actor, "release.written", name=o.name, version=version, path=str(out), clips=counts)
-    return Result(rel_id, o.name, version, out, counts, changes, left_out, text, copied)
+    return Result(rel_id, o.name, version, out, counts, changes, left_out, text, copied, batches)
 
 
 def _copied(db: sqlite_utils.Database) -> int:
@@ -284,7 +311,8 @@ def get(db: sqlite_utils.Database, release_id: int) -> dict | None:
 
 
 def summary(r: Result) -> str:
-    """What a release wrote and what changed, in two sentences (the command's output, the app's message)."""
+    """What a release wrote, what changed and what the Quality decisions say, in a few sentences (the command's
+    output, the app's message)."""
     counts = ", ".join(f"{name} {n:,}" for name, n in r.counts.items())
     out = f"Wrote {r.name} v{r.version} to {r.path}: {sum(r.counts.values()):,} clips ({counts})."
     empty = [name for name, n in r.counts.items() if not n]
@@ -306,8 +334,10 @@ def summary(r: Result) -> str:
     else:
         out += (
             f" Since v{c['previous_version']}: {c['added']:,} added, {c['removed']:,} removed, {c['relabelled']:,} "
-            f"re-labelled, {c['text_only']:,} with new text only, {c['moved']:,} in another split."
+            f"re-labelled, {c['text_only']:,} with new text only. {release_changes.moved_words(c)}"
         )
+    if r.batches is not None:
+        out += " " + release_batches.words(r.batches)
     return out
 
 
@@ -327,6 +357,7 @@ def build_parser() -> argparse.ArgumentParser:
         "  python -m data.release --data-dir var --out /data/releases/av-hazard-v1 --name av-hazard\n"
         "  python -m data.release --data-dir var --out /tmp/rain --weather rain --group-by vehicle --seed 7\n"
         "  python -m data.release --data-dir var --out /tmp/r --splits train=0.9,test=0.1\n"
+        "  python -m data.release --data-dir var --out /data/av-v2 --name av-hazard --media copy --license cc-by-4.0\n"
         "  python -m data.release --data-dir var --out /tmp/demo --status unreviewed --include-simulated",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -337,8 +368,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--group-by",
         default=DEFAULT_GROUP_BY,
-        help=f"the sidecar field whose clips stay in one split (default {DEFAULT_GROUP_BY}); a clip without it is "
-        "grouped by its folder",
+        help=f"the sidecar field whose clips stay in one split (default {DEFAULT_GROUP_BY}); a clip without it "
+        "joins the value its folder's clips agree on, else its folder. A field no clip carries is refused with "
+        f"those that exist; --group-by {FOLDER} groups every clip by its folder",
     )
     parser.add_argument(
         "--splits", default=splits.DEFAULT, help=f"split=share pairs adding up to 1 (default {splits.DEFAULT})"
@@ -350,6 +382,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--include-simulated",
         action="store_true",
         help="also release captions written by the simulated fleet (flagged on every record and on the card)",
+    )
+    parser.add_argument(
+        "--reshuffle",
+        action="store_true",
+        help="place every group anew; without it each group stays in the split the newest earlier release of this "
+        "name put it in (its manifest is the record) and only new groups are placed. The card counts the clips "
+        "that change split",
+    )
+    parser.add_argument(
+        "--license",
+        help=f"the licence the card's Hugging Face header names (cc-by-4.0, apache-2.0, ...; default "
+        f"{DEFAULT_LICENSE}: the team's own terms, said on the card)",
+    )
+    parser.add_argument(
+        "--media",
+        choices=MEDIA,
+        default="none",
+        help="none: paths point into the clip root (default); copy: the clips are copied under media/ and checked "
+        "against their sha256; link: symbolic links to them under media/. With copy or link every path in every "
+        "file is relative to the release",
     )
     parser.add_argument("--user", default=f"cli:{getpass.getuser()}", help="who the release is recorded as made by")
     settings_mod.add_arguments(parser, ["data_dir", "db"])
@@ -384,13 +436,21 @@ def main(argv: list[str] | None = None) -> int:
             args.seed,
             args.name,
             args.include_simulated,
+            args.reshuffle,
+            args.license,
+            args.media,
         )
         if sys.stderr.isatty():
             from tqdm import tqdm
 
             bar = tqdm(unit="clip", desc="release", file=sys.stderr)
         r = release(
-            db, options, args.out, actor=args.user, role="lead", progress=bar and (lambda n: bar.update(n - bar.n))
+            db,
+            options,
+            args.out,
+            actor=args.user,
+            role="lead",
+            progress=bar and (lambda n: bar.update(n - bar.n)),
         )
     except DataError as e:
         print(f"error: {e}", file=sys.stderr)

@@ -7,13 +7,14 @@ Records stream and parquet is written in row groups: memory does not grow with t
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Callable
 
 import sqlite_utils
 
 from data import export, prompts
-from data.quality import card, release_files
+from data.quality import card, release_files, release_media
 from data.quality.release_options import Options
 
 
@@ -28,17 +29,20 @@ class Prompts:
         self.by_id = {p["id"]: p for p in listed}
         self.by_name = {(p["name"], p["version"]): p for p in listed}
         self.fallback = 0
-        self.cache: dict[tuple, tuple[str, str, str]] = {}
+        self.cache: dict[tuple, tuple[str, str, str, str]] = {}
+        self.placeholders: set[str] = set()  # prompt versions whose text holds a placeholder, neutralised
 
-    def encoded(self, record: dict) -> tuple[str, str, str]:
+    def encoded(self, record: dict) -> tuple[str, str, str, str]:
         """The record's prompt parts as JSON text (release_files.encoded_prompt), rendered for its camera as the
         runner sends it (data.prompts.render_user), made once per prompt version and camera."""
         p = self.of(record)
         camera = prompts.camera_of(record["path"], record["sidecar"])
         key = (p["id"], camera)
         if key not in self.cache:
-            user = prompts.render_user(p, camera)
-            self.cache[key] = release_files.encoded_prompt(f"{p['name']} v{p['version']}", p.get("system") or "", user)
+            user, system, name = prompts.render_user(p, camera), p.get("system") or "", f"{p['name']} v{p['version']}"
+            if release_files.neutralise(user) != user or release_files.neutralise(system) != system:
+                self.placeholders.add(name)
+            self.cache[key] = release_files.encoded_prompt(name, system, user)
         return self.cache[key]
 
     def of(self, record: dict) -> dict:
@@ -57,16 +61,19 @@ def write(
     tally: card.Tally,
     chooser: Prompts,
     progress: Callable[[int], None] | None,
-) -> tuple[str, int]:
-    """Step 3: every record into its split's files and the manifest; returns (the manifest's SHA-256, clips
-    grouped by the sidecar field)."""
+) -> tuple[str, dict[str, int]]:
+    """Step 3: every record into its split's files and the manifest; returns the manifest's SHA-256 and the Arrow
+    bytes written per split (release_files.SplitFiles.nbytes). With
+    --media copy or link every path is the clip's under the release (release_media.FOLDER/...)."""
     (root / "sft").mkdir()
+    (root / "messages").mkdir()
+    prefix = f"{release_media.FOLDER}/" if o.media != "none" else ""
     schema, to_row = release_files.arrow_schema()
     files = {name: release_files.SplitFiles(root, name, schema, to_row) for name, _ in o.shares}
     digest = hashlib.sha256()
-    by_field = 0
+    dumps = json.dumps
     placed = db.execute(
-        "SELECT r.clip_id, r.grp, g.split, r.by_field FROM temp.release_rows r "
+        "SELECT r.clip_id, r.grp, g.split FROM temp.release_rows r "
         "JOIN temp.release_groups g ON g.grp = r.grp ORDER BY r.clip_id"
     )
     try:
@@ -78,12 +85,20 @@ def write(
                 row = placed.fetchone()
                 if row is None or row[0] != record["clip_id"]:
                     raise RuntimeError(f"the release's two reads disagree at clip {record['clip_id']}")
-                _, group, split, field = row
-                by_field += field
+                _, group, split = row
+                if prefix:
+                    record["path"] = prefix + record["path"]
                 line = release_files.manifest_line(record, split, group)
                 manifest.write(line)
                 digest.update(line.encode("utf-8"))
-                files[split].add(record, release_files.sft_json(record, chooser.encoded(record)))
+                prompt = chooser.encoded(record)
+                path = dumps(record["path"], ensure_ascii=False)
+                said = dumps(release_files.answer(record), ensure_ascii=False)
+                files[split].add(
+                    record,
+                    release_files.sft_json(record, prompt, path, said),
+                    release_files.messages_json(record, prompt, path, said),
+                )
                 tally.add(split, record)
                 n += 1
                 if progress and n % 1000 == 0:
@@ -93,4 +108,4 @@ def write(
     finally:
         for f in files.values():
             f.close()
-    return digest.hexdigest(), by_field
+    return digest.hexdigest(), {name: f.nbytes for name, f in files.items()}

@@ -13,7 +13,7 @@ import sqlite_utils
 from data import clips, limits, taxonomy
 from data.clips import Filter
 from data.quality import stats
-from data.quality.pairs import LABELS, stored_value
+from data.quality.pairs import LABELS, REAL, stored_value
 
 ORDERED = {"hazard_level"}  # labels whose values are ordered: kappa with linear weights
 
@@ -70,13 +70,16 @@ class Agreement:
         }
 
 
-def agreement(db: sqlite_utils.Database, f: Filter = Filter(), *, sample_id: int | None = None) -> Agreement:
+def agreement(
+    db: sqlite_utils.Database, f: Filter = Filter(), *, sample_id: int | None = None, real_only: bool = False
+) -> Agreement:
     """Cohen's kappa per label between the first review of a clip (its approved caption, its review status) and
     its answered blind second review (data.samples), over the clips of `f` (any review status: a rejected first
-    review counts for the decision only) and, if given, one sample."""
+    review counts for the decision only) and, if given, one sample; `real_only`: only clips whose text is not
+    simulated (a release's card, when the release leaves simulated text out)."""
     f = dataclasses.replace(f, review_status=None) if f.review_status == "approved" else f
     where, args = clips._where(f)
-    where = [*where, "r.state = 'done'", "c.review_status <> 'unreviewed'"]
+    where = [*where, "r.state = 'done'", "c.review_status <> 'unreviewed'", *([REAL] if real_only else [])]
     if sample_id is not None:
         where.append("r.sample_id = ?")
         args = [*args, limits.sql_int(sample_id, "sample id")]
