@@ -135,6 +135,44 @@ def parse_metrics(text: str) -> dict[str, Any]:
     return out
 
 
+# vllm-router 0.1.17's circuit-breaker state per worker (`vllm_router_cb_state`), as its transitions name them
+# (`vllm_router_cb_state_transitions_total{from, to}`): read from the installed router (tests/test_fleet_failing.py)
+BREAKER_STATES = {0: "closed", 1: "open", 2: "half-open"}
+
+
+def parse_router_metrics(text: str) -> dict[str, Any]:
+    """What vllm-router's own Prometheus metrics (its `--prometheus-port`) say about failing requests: requests it
+    answered with an error, by type (`errors`; `no_available_workers`: refused because every worker's circuit
+    breaker was open or its health check failed), requests whose retries ran out (`retries_exhausted`), and per
+    worker (at most MAX_LISTED_WORKERS, names clipped): the breaker's state, and the requests the breaker counted
+    as failures and successes. Series are summed over label sets."""
+    out: dict[str, Any] = {"errors": {}, "no_available_workers": 0.0, "retries_exhausted": 0.0, "workers": {}}
+
+    def worker(labels: dict) -> dict | None:
+        name = limits.clip_text(str(labels.get("worker", "")), 200)
+        if name not in out["workers"] and len(out["workers"]) >= MAX_LISTED_WORKERS:
+            return None
+        return out["workers"].setdefault(name, {"breaker": None, "failures": 0.0, "successes": 0.0})
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            name, labels, value = s.name, s.labels, float(s.value)
+            if name == "vllm_router_request_errors_total":
+                kind = limits.clip_text(str(labels.get("error_type", "unknown")), 60)
+                if kind in out["errors"] or len(out["errors"]) < 16:
+                    out["errors"][kind] = out["errors"].get(kind, 0.0) + value
+            elif name == "vllm_router_retries_exhausted_total":
+                out["retries_exhausted"] += value
+            elif name == "vllm_router_cb_state" and (w := worker(labels)) is not None:
+                w["breaker"] = BREAKER_STATES.get(int(value), f"state {value:g}") if value == int(value) else None
+            elif name == "vllm_router_cb_outcomes_total" and (w := worker(labels)) is not None:
+                key = {"failure": "failures", "success": "successes"}.get(labels.get("outcome", ""))
+                if key:
+                    w[key] += value
+    out["no_available_workers"] = out["errors"].get("no_available_workers", 0.0)
+    return out
+
+
 Answer = httpx.Response | BaseException  # a read's answer, or why there is none
 
 
@@ -312,6 +350,7 @@ __all__ = [
     "rates",
     "replica_from",
     "ReplicaStatus",
+    "parse_router_metrics",
     "router_from",
     "RouterStatus",
     "summary",

@@ -176,7 +176,8 @@ def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(wo
         job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
         job_items.fail(db, job_id, c, error="decode", kind="decode", retryable=False, max_attempts=3)
     out = tab.control.action("retry")(job_id, None, None)
-    assert "no failed clip a retry can help" in out[tab.control.msg] and job_queries.get(db, job_id)["state"] == "done"
+    assert "no failed clip a retry can help" in out[tab.control.msg]
+    assert job_queries.get(db, job_id)["state"] == "failed"  # not one clip captioned: the job failed, not "done"
 
 
 def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench):

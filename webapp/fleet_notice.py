@@ -188,6 +188,13 @@ def summary(report: dict | None, now: float | None = None) -> str:
         return f"fleet down: {healthy_text(report, now)}"
     if report.get("state") == "failing":
         return f"fleet failing every request: {healthy_text(report, now)}"
+    failed_at = report.get("last_failed_at")
+    if report.get("state") == "idle" and isinstance(failed_at, (int, float)):
+        # nothing sent since its requests failed: what was seen, and when, not a state of now
+        cause = _cause(report, now)
+        return f"fleet: {healthy_text(report, now)}; its last requests failed {_ago(now - failed_at)} ago" + (
+            f" ({cause[:120]})" if cause else ""
+        )
     if _look(report, now) is None and report.get("state") == "idle":
         return ""
     return f"fleet: {healthy_text(report, now)}"

@@ -151,7 +151,7 @@ class Runner:
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
         except FleetError as e:
-            out.error = e
+            out.error = self.health.explain(rep, e)  # a router's breaker answer named by what opened it
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug or an unexpected library error: record it (redacted), retry elsewhere
@@ -163,6 +163,7 @@ class Runner:
             self.health.finished(rep, out.error, time.monotonic(), clip, sent)
             # a request sent into an outage that fails as a look sees the fleet back is still the outage's
             out.in_outage = out.error is not None and (down_when_sent or self.health.fleet_down())
+            out.fleet_failing = out.error is not None and self.health.all_failing()
             if out.error is not None and self.health.all_failing():
                 self._look_now.set()  # every replica fails: is the fleet down? (watch.py)
         self._results.append(out)
@@ -300,7 +301,7 @@ class Runner:
         looking: asyncio.Future | None = None  # a look still under way is never started twice
         while True:
             t = time.monotonic()
-            failing = self.health.all_failing()
+            failing = self.health.failing_now()
             due = self.health.look_t is None or t - self.health.look_t >= watch.LOOK_EVERY_S - watch.LOOK_MIN_GAP_S
             if (failing or due) and (looking is None or looking.done()):
                 looking = watch.in_daemon_thread(self._look, urls)
@@ -314,7 +315,7 @@ class Runner:
                     self.health.observe(seen, time.monotonic())
             self._look_now.clear()
             await asyncio.sleep(watch.LOOK_MIN_GAP_S)
-            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_EVERY_S
+            pause = watch.LOOK_FAILING_S if self.health.failing_now() else watch.LOOK_EVERY_S
             try:
                 await asyncio.wait_for(self._look_now.wait(), timeout=pause)
             except asyncio.TimeoutError:
