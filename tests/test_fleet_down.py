@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 from data import heartbeats, jobs
 from data.job_params import JobParams
@@ -337,7 +338,7 @@ def test_failing_is_a_report_of_now_and_a_recovery_is_dated(monkeypatch):
     from serving.runner import replicas as mod
 
     clock = [1_000_000.0]
-    monkeypatch.setattr(mod.time, "time", lambda: clock[0])
+    monkeypatch.setattr(mod, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic))
     health = mod.ReplicaHealth(["http://router:30000"], 4, behind_router=4)
     rep = health.replicas[0]
     t = 100.0

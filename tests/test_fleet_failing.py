@@ -12,6 +12,8 @@ tests/test_browser_fleet_failing.py.
 from __future__ import annotations
 
 import asyncio
+import html as html_text
+import re
 import threading
 import time
 
@@ -23,10 +25,11 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
-from serving import runner as runmod, simfleet
+from serving import fleet_record, runner as runmod, simfleet
 from serving.health import parse_router_metrics
 from tests.support.runner_fixtures import real_router_metrics
 from tests.support.waiting import wait_until
+from webapp import fleet_tab
 
 pytestmark = pytest.mark.serial  # a 4-replica fleet, the router and the runner's checkers: measured one at a time
 
@@ -73,13 +76,35 @@ def start(db, ids, fleet, name) -> int:
     )
 
 
+def fleet_tab_says(tab) -> tuple[str, str]:
+    """(the requests line, the runner's word) of the Fleet tab's summary, as text."""
+    html = tab.refresh(None)[tab.summary]
+    requests = re.search(r'<div[^>]*id="fleet-requests"[^>]*>.*?</div>', html)
+    runner = re.search(r'<div[^>]*id="fleet-runner-view"[^>]*>(.*?)</div>', html)
+    words = html_text.unescape(runner.group(1)).removeprefix("The runner: ") if runner else ""
+    return (requests.group(0) if requests else ""), words
+
+
 def test_a_failing_fleet_ends_its_job_failed_with_its_error_and_a_fix_is_followed(settings, db, failing, tmp_path):
+    from webapp.app import build_app
+    from webapp.jobs_progress import runner_line
+
     ids = tiny_library(settings, db, 40)
     with real_router_metrics(failing.urls, tmp_path) as (url, metrics_url):
         fleet = jobs.fleet_of([url])
+        # as the launcher records the router it started: the Fleet tab reads its metrics there
+        fleet_record.save_record(settings, {"router_url": url, "router_metrics_url": metrics_url, "procs": []})
+        app = build_app(settings.replace(auth="off", fleet_urls=(url,)))
+        tab = app.state.workbench.fleet
         with RunnerThread(settings, url):
             t0 = time.monotonic()
             job_a = start(db, ids[:30], fleet, "on a failing fleet")
+            wait_until(lambda: report(db).get("state") == "failing", timeout=60, what="the runner to find it failing")
+            fleet_tab_says(tab)
+            time.sleep(fleet_tab.CACHE_S + 1)  # a second scrape: what the requests did between the two
+            requests, runner_words = fleet_tab_says(tab)
+            jobs_line = runner_line(heartbeats.heartbeats(db, "runner"), settings)
+            router_html = tab.refresh(None)[tab.router]
             wait_until(
                 lambda: job_queries.get(db, job_a)["state"] not in job_queries.ACTIVE,
                 timeout=600,  # a hang guard, not the figure: before, the job took ~20 minutes
@@ -104,6 +129,7 @@ def test_a_failing_fleet_ends_its_job_failed_with_its_error_and_a_fix_is_followe
                 what="the job after the fix to end",
             )
             b = job_queries.counts(db, job_b)
+        app.state.ctx.close()
     print(
         f"failing fleet: a 30-clip job ended {a['state']} after {ended_after:.1f} s ({sent} requests reached the "
         f"replicas; the router refused {router['no_available_workers']:.0f} as 'no available workers'); after the "
@@ -117,3 +143,15 @@ def test_a_failing_fleet_ends_its_job_failed_with_its_error_and_a_fix_is_followe
     assert all("simulated engine failure" in f["last_error"] for f in failures), failures[0]["last_error"]
     assert any("circuit breaker" in f["last_error"] for f in failures) or router["no_available_workers"] == 0
     assert b["done"] == 10 and b["failed"] == 0, b  # no clip used its attempts in the breaker's window
+    # the Fleet tab, read while the job ran: the failing requests from the replicas' and the router's metrics, and
+    # the runner's word on the fleet in the Jobs tab's words
+    print(f"Fleet tab while failing: {re.sub(r'<[^>]+>', '', requests)} / the runner: {runner_words}")
+    assert 'data-failing="1"' in requests and "Every caption request failed in the last" in requests, requests
+    assert (
+        int(re.search(r'data-failed="(\d+)"', requests).group(1))
+        + int(re.search(r'data-refused="(\d+)"', requests).group(1))
+        > 0
+    )
+    assert runner_words.startswith("fleet failing every request: 4 of 4 healthy") and "HTTP 500" in runner_words
+    assert runner_words.split(" (")[0] in jobs_line  # the Jobs tab's runner line says the same
+    assert "requests refused: no available workers" in router_html and "circuit breaker" in router_html

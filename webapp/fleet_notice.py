@@ -107,6 +107,13 @@ def _cause(report: dict, now: float | None = None) -> str:
     return msg[:200]
 
 
+def failing_cause(report: dict | None) -> str:
+    """While the runner finds the fleet failing or down: its latest failure in a few words, else ""."""
+    if not report or report.get("state") not in ("down", "failing"):
+        return ""
+    return _cause(report)
+
+
 def _replica_causes(report: dict, now: float) -> list[tuple[str, str]]:
     """(URL, what) for each replica's latest failure, then for each replica the last look found unhealthy."""
     items = []

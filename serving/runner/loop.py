@@ -150,8 +150,8 @@ class Runner:
         down_when_sent = self.health.fleet_down()
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
-        except FleetError as e:
-            out.error = self.health.explain(rep, e)  # a router's breaker answer named by what opened it
+        except FleetError as e:  # a router's breaker answer is named by what opened it (replicas.py)
+            out.error = self.health.explain(rep, e)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug or an unexpected library error: record it (redacted), retry elsewhere
@@ -163,14 +163,11 @@ class Runner:
             self.health.finished(rep, out.error, time.monotonic(), clip, sent)
             # a request sent into an outage that fails as a look sees the fleet back is still the outage's
             out.in_outage = out.error is not None and (down_when_sent or self.health.fleet_down())
-            out.fleet_failing = out.error is not None and self.health.all_failing()
             if out.error is not None and self.health.all_failing():
+                out.fleet_failing = True  # its next attempt waits (replicas.FAILING_RETRY_S)
                 self._look_now.set()  # every replica fails: is the fleet down? (watch.py)
         self._results.append(out)
         self._wake.set()
-
-    def fleet_down(self, t: float | None = None) -> bool:
-        return self.health.fleet_down(t)
 
     def info(self) -> dict:
         t = time.monotonic()
