@@ -40,6 +40,7 @@ The modules, from the loop outwards:
                `run_job` (one job in the calling thread), `fleet_targets`
 - replicas.py  where requests go: each replica's bound, what it has in flight, its health, a fleet that is down
 - watch.py     the look at the replicas' `/health` while answers do not say the fleet is fine
+- fleet_log.py what the log says about the fleet: a line when something changes, a summary every 10 minutes
 - store.py     what the runner reads and writes in SQLite (claims, results, heartbeats), one transaction each
 - dbthread.py  the thread that owns the runner's SQLite connection
 - collector.py Python's garbage collection, run by the loop between write transactions, never inside one
