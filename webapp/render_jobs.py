@@ -57,7 +57,8 @@ def job_detail(job: dict, pct: float, eta: str, ran: str) -> str:
         f'data-job="{int(job["id"])}" data-pct="{pct:.0f}" data-state="{esc(job["state"])}">'
         f"Job {int(job['id'])} “{esc(job['name'])}”: <b>{esc(job['state'])}</b>"
         f" · {shown} · done {int(c['done'])} · failed {int(c['failed'])} · pending {int(c['pending'])}"
-        f" · in flight {int(c['leased'])} · {job['rate']:.2f} clips/s"
+        f" · in flight {int(c['leased'])}"
+        + ("" if failed else f" · {job['rate']:.2f} clips/s")  # a rate of failures is no captioning pace
         + (f" · ETA {esc(eta)}" if eta else "")
         + f" · ran {esc(ran)}"
         + (" · why: the failures below; Retry failed sends again those a retry can help" if failed else "")
