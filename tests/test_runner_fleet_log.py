@@ -55,6 +55,9 @@ def test_the_log_says_changes_at_once_and_a_summary_now_and_then(caplog):
         lines[1]
         == "fleet failing every request: each failure uses one of the clip's attempts (HTTP 500: engine failure)"
     )
+    for i in range(5):  # still failing, each error another: no new line (a state, not each cause)
+        fleet_log.check(info("failing", look(t + 15, 3), sent=9, errors=9, message=f"HTTP 500: request {i} failed"))
+    assert len(caplog.records) == 2
     caplog.clear()
     clock[0] = 700.0  # the summary: the looks, what they found, the requests since the last one
     fleet_log.check(info("up", look(t + 30, 4), sent=20, ok=11, errors=9))

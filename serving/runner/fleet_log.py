@@ -85,11 +85,12 @@ class FleetLog:
 
     def check(self, info: dict) -> None:
         report = info.get("fleet") or {}
-        state_line = _state_line(report)
-        if report and state_line != self._state:
+        # a state, not its cause: a fleet whose every error differs (a request id in it) is one change
+        state = f"{report.get('state')}{' after failures' if report.get('last_failed_at') else ''}"
+        if report and state != self._state:
             if self._state is not None or report.get("state") not in ("idle", "up"):
-                log.info("%s", state_line)
-            self._state = state_line
+                log.info("%s", _state_line(report))
+            self._state = state
         look = report.get("look")
         if isinstance(look, dict) and look.get("at") != self._look_at:
             self._look_at = look.get("at")
