@@ -22,9 +22,9 @@ TAG = re.compile(
 # path: (the tags it may hold, why they are not page markup)
 NOT_MARKUP = {
     "data/library/demo.py": ({"html", "head", "title", "body"}, "a demo clip that is an HTML error page, for ingest"),
-    "data/quality/release_files.py": ({"video"}, "the <video> token of Qwen's fine-tuning format, in training data"),
-    "data/quality/card.py": ({"video"}, "the release card (Markdown) quotes that token"),
-    "data/quality/card_release.py": ({"video"}, "the release card's loading notes (Markdown) quote that token"),
+    "data/release/files.py": ({"video"}, "the <video> token of Qwen's fine-tuning format, in training data"),
+    "data/release/card.py": ({"video"}, "the release card (Markdown) quotes that token"),
+    "data/release/card_method.py": ({"video"}, "the release card's loading notes (Markdown) quote that token"),
 }
 
 

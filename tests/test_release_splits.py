@@ -2,7 +2,7 @@
 libraries (clips in folders, with or without the grouping field in their sidecar, of every hazard level and review
 state, some simulated, some failed at ingest), releases each through the real code into a real SQLite file, and
 checks every manifest against groups computed here, independently of the release's SQL. The placing rule
-(data.quality.splits) is checked on its own too: each split within two groups' size of the asked shares."""
+(data.release.stratify) is checked on its own too: each split within two groups' size of the asked shares."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from data import db as dbmod, taxonomy
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import release as rel, splits
-from data.quality.release_options import Options
+from data.release import make as rel, stratify as splits
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS
@@ -221,7 +221,7 @@ HEAVY_TAILED = st.lists(st.one_of(st.integers(1, 4), st.integers(5, 20), st.inte
 @example([40, 9, 4], "train=0.8,val=0.1,test=0.1", 0, None)  # the greedy put 40 and 9 in train: 92.5 / 7.5 / 0
 def test_up_to_14_groups_are_sized_as_well_as_an_exhaustive_search_does(sizes, shares, seed, data):
     """With up to 14 groups (few, some heavy), the largest relative miss of the sizes equals the least an
-    exhaustive search over every placement reaches (data.quality.split_search)."""
+    exhaustive search over every placement reaches (data.release.size_search)."""
     levels = [data.draw(st.sampled_from(LEVELS)) if data else LEVELS[i % 5] for i in range(len(sizes))]
     groups = {f"g{i}": {level: n} for i, (n, level) in enumerate(zip(sizes, levels))}
     ask = splits.parse(shares)

@@ -122,23 +122,21 @@ def test_layers_point_one_way_data_below_serving_below_webapp():
 
 CORE = {"data.db", "data.errors", "data.events", "data.limits", "data.settings"}  # what the library wing may import
 # the launchers of commands users type, beside the wings: a `__main__` guard that imports the wing's `main`, nothing
-# any module could import (data.release's card reports the Quality figures, so its code is the quality wing's)
-COMMANDS = {"data.ingest", "data.demo", "data.deployment", "data.release"}
+# any module could import
+COMMANDS = {"data.ingest", "data.demo", "data.deployment"}
+DATA_WINGS = ("library", "jobs", "quality", "release")
 
 
 def _wing(module: str) -> str | None:
     parts = module.split(".")
-    return (
-        parts[1]
-        if parts[0] == "data" and len(parts) > 2 and parts[1] in ("library", "jobs", "quality")
-        else (parts[1] if module in ("data.library", "data.jobs", "data.quality") else None)
-    )
+    return parts[1] if parts[0] == "data" and len(parts) > 1 and parts[1] in DATA_WINGS else None
 
 
 def test_the_wings_of_data_point_one_way():
-    """data/library imports only the core; nothing in data/ imports quality; jobs is imported only by quality (and
-    within itself); the launchers beside the wings (COMMANDS) import the wing whose command they start. The rest of
-    data/ stays flat (ARCHITECTURE.md, "The floors")."""
+    """data/library imports only the core; jobs is imported only by quality (and within itself); quality only by
+    the release wing; the release wing by nothing else in data/ (its command is its own `__main__`); the launchers
+    beside the wings (COMMANDS) import the wing whose command they start. The rest of data/ stays flat
+    (ARCHITECTURE.md, "The floors")."""
     wrong = []
     for path in _files(("data",)):
         me = _module_of(path)
@@ -149,13 +147,27 @@ def test_the_wings_of_data_point_one_way():
             where = f"{path.relative_to(ROOT)}:{line} imports {target}"
             if mine == "library" and theirs != "library" and target not in CORE:
                 wrong.append(where + " (the library wing imports only the core)")
-            if theirs == "quality" and mine != "quality" and me not in COMMANDS:
-                wrong.append(where + " (nothing in data/ imports the quality wing)")
+            if theirs == "release" and mine != "release":
+                wrong.append(where + " (nothing in data/ imports the release wing)")
+            if theirs == "quality" and mine not in ("quality", "release"):
+                wrong.append(where + " (only the release wing imports the quality wing)")
             if theirs == "jobs" and mine not in ("jobs", "quality"):
                 wrong.append(where + " (only the quality wing imports the jobs wing)")
             if theirs == "library" and mine != "library" and me not in COMMANDS:
                 wrong.append(where + " (nothing in data/ imports the library wing)")
     assert not wrong, wrong
+
+
+def test_the_rule_of_the_data_wings_reads_each_module_right():
+    """`_wing` on the shapes the rule above meets: a wing's package and its modules, a launcher beside a wing, the
+    flat core."""
+    assert [_wing(m) for m in ("data.release", "data.release.make", "data.quality.stats", "data.jobs")] == [
+        "release",
+        "release",
+        "quality",
+        "jobs",
+    ]
+    assert [_wing(m) for m in ("data.ingest", "data.clips", "data")] == [None, None, None]
 
 
 def _home_ok(module: str, name: str) -> bool:

@@ -1,5 +1,5 @@
 """The lead's "Release a training set" panel on Browse, beside the export links: the clips of the current filter
-(approved unless the filter names another review state) released by data.quality.release into the data folder's
+(approved unless the filter names another review state) released by data.release.make into the data folder's
 releases/NAME-vVERSION, and its dataset card shown below. The release does the work, checks the role again and
 records it; this module reads the form and shows what happened.
 
@@ -12,8 +12,8 @@ import gradio as gr
 
 from data import clips
 from data.errors import DataError
-from data.quality import release as rel, splits
-from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
+from data.release import make as rel, stratify
+from data.release.options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
 from webapp import render, render_quality
 from webapp.context import AppContext, shows_errors
 
@@ -36,7 +36,9 @@ class ReleasePanel:
             )
             with gr.Row():
                 self.name = gr.Textbox(value=DEFAULT_NAME, label="Name", elem_id="release-name", min_width=140)
-                self.shares = gr.Textbox(value=splits.DEFAULT, label="Splits", elem_id="release-splits", min_width=220)
+                self.shares = gr.Textbox(
+                    value=stratify.DEFAULT, label="Splits", elem_id="release-splits", min_width=220
+                )
                 self.group_by = gr.Textbox(
                     value=DEFAULT_GROUP_BY, label="Group by (sidecar field)", elem_id="release-group-by"
                 )
@@ -73,13 +75,13 @@ class ReleasePanel:
         return [self.box]
 
     def make(self, fdict, name, shares, group_by, seed, simulated, reshuffle, license, media, request: gr.Request):
-        """Release the filter's clips (data.quality.release.release) and show what was written and its card."""
+        """Release the filter's clips (data.release.make.release) and show what was written and its card."""
         lead = self.ctx.require(request, "lead")
         try:
             options = Options(
                 clips.Filter.from_dict(fdict or {}),
                 str(group_by or DEFAULT_GROUP_BY).strip(),
-                tuple(splits.parse(shares or splits.DEFAULT).items()),
+                tuple(stratify.parse(shares or stratify.DEFAULT).items()),
                 0 if seed in (None, "") else seed,
                 str(name or DEFAULT_NAME).strip(),
                 bool(simulated),

@@ -97,7 +97,7 @@ def compare_lines(a: str, b: str, lines: list[str]) -> str:
 
 
 def release_made(release_id: int, summary: str, warn: bool = False) -> str:
-    """What a release wrote (data.quality.release.summary); amber when a batch it draws from is one to fix."""
+    """What a release wrote (data.release.make.summary); amber when a batch it draws from is one to fix."""
     kind = "warn" if warn else "ok"
     return (
         f'<div class="cw-msg cw-msg-{kind}" id="release-result" data-release="{int(release_id)}" role="status">'

@@ -1,4 +1,4 @@
-"""What a release draws from (data.quality.release), read in its snapshot: the batches (captioning jobs) its clips'
+"""What a release draws from (data.release.make), read in its snapshot: the batches (captioning jobs) its clips'
 machine captions came from, each with the Quality decision on it (data.quality.decision, from the newest random
 sample of the job, in the Quality tab's words), and how many of its clips were drawn into a random review sample
 (the only clips whose review measures the unreviewed rest; the others were reviewed because people chose them).

@@ -1,4 +1,4 @@
-"""The Markdown pieces of a release's dataset card (data.quality.card, data.quality.card_release): user and fleet
+"""The Markdown pieces of a release's dataset card (data.release.card, data.release.card_method): user and fleet
 text made inert, shares as percentages, tables."""
 
 from __future__ import annotations

@@ -16,13 +16,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from data import taxonomy
-from data.quality import card_release, release_batches, stats, tables
+from data.quality import stats, tables
 from data.quality.accuracy import ItemStats, Report
-from data.quality.card_text import md, pct as _pct, table as _table
 from data.quality.estimates import Estimate
 from data.quality.pairs import LABELS
 from data.quality.reviewers import Agreement
 from data.quality.tables import AGREEMENT_NOTE
+from data.release import batches as release_batches, card_method
+from data.release.card_text import md, pct as _pct, table as _table
 
 WRITTEN = "(written by a person)"  # the model column of a caption with no machine origin
 NONE = "(none)"  # a label without a value; road users: a clip with none listed
@@ -279,10 +280,10 @@ def render(
     batches: release_batches.Batches,
     placeholders: list[str] = (),
 ) -> str:
-    """The card as Markdown (the YAML header goes before it: data.quality.release_meta). `options`: the
+    """The card as Markdown (the YAML header goes before it: data.release.meta). `options`: the
     release's recorded options (filter, group_by, splits, seed, include_simulated, reshuffle, license, media);
     `groups`: groups per split; `cases`: (clips, groups) per way a clip got its group
-    (data.quality.release_split.HOW); `prompt_fallback`: records trained with `default_prompt` because their
+    (data.release.placement.HOW); `prompt_fallback`: records trained with `default_prompt` because their
     caption has no machine origin (or names no known prompt version); `batches`: the jobs the clips come from with
     their decisions; `placeholders`: prompt versions whose text held a placeholder (neutralised)."""
     splits, total = tally.splits, tally.total
@@ -305,7 +306,7 @@ def render(
         "",
         f"A training set of driving clips with their captions and labels: **{total:,} clips** in "
         + ", ".join(f"{s} {tally.n[s]:,}" for s in splits)
-        + f". Released by {md(made_by)} on {when} with `python -m data.release` (data.quality.release). "
+        + f". Released by {md(made_by)} on {when} with `python -m data.release` (data.release.make). "
         "The files never change: a new release is a new version.",
         "",
         "## What was selected",
@@ -315,8 +316,8 @@ def render(
         "",
         "## Splits",
         "",
-        *card_release.grouping(field_name, cases, options["seed"]),
-        *card_release.placement(changes, name),
+        *card_method.grouping(field_name, cases, options["seed"]),
+        *card_method.placement(changes, name),
         "Each split is stratified by hazard level as far as the groups allow, and sized as close to the asked "
         "share as they allow (a search places the few heavy groups; shares achieved below).",
         "",
@@ -424,8 +425,8 @@ def render(
         ]
     simulated_words = "released, flagged" if options["include_simulated"] else "not in this release"
     out += _quality(measured, options["filter"].get("review_status") or "approved", simulated_words)
-    out += card_release.batches(batches)
+    out += card_method.batches(batches)
     out += _changes(changes, name)
-    out += card_release.licence(options.get("license"))
-    out += card_release.loading(splits, [s for s in splits if tally.n[s]], name, options.get("media") or "none")
+    out += card_method.licence(options.get("license"))
+    out += card_method.loading(splits, [s for s in splits if tally.n[s]], name, options.get("media") or "none")
     return "\n".join(out)

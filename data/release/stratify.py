@@ -19,18 +19,18 @@ largest group's size of its asked share, and its size within twice that, however
 Sizes with a few heavy groups: the greedy alone missed an asked 80 / 10 / 10 by 76.4 / 16.7 / 6.9 % where a
 near-exact split existed. So with at most IN_MEMORY groups to place, the best of two placements is kept
 (`place_all`): the greedy's, and a search over every placement of the SEARCHED heaviest with the greedy for the
-rest (data.quality.split_search), each then repaired by single moves and swaps; best means the smaller largest
+rest (data.release.size_search), each then repaired by single moves and swaps; best means the smaller largest
 relative size miss, then the smaller hazard-level distance. With more groups the heavy ones (each more than HEAVY
 of the smallest split's clips) are searched over and the rest placed by the greedy (`place_heavy`). Up to 14
 groups, the sizes are as close as an exhaustive search finds (tests/test_release_splits.py); over 300 libraries of
 20 heavy-tailed groups the worst miss went from 123 % to 46 %, the best any placement reaches
 (benchmarks/bench_split_sizes.py, docs/BENCHMARKS.md).
 
-Groups an earlier release placed are kept where it put them (`assign`'s `kept`; data.quality.release_split), and
+Groups an earlier release placed are kept where it put them (`assign`'s `kept`; data.release.placement), and
 counted before the others, so the new groups make up the drift.
 
 Memory: `Placer` keeps counts per split and level only; the release streams its groups to it in the order
-`order_key` gives (data.quality.release_split sorts them in SQLite), so a million one-clip groups cost no more than
+`order_key` gives (data.release.placement sorts them in SQLite), so a million one-clip groups cost no more than
 ten; at most IN_MEMORY groups, or SEARCHED heavy ones, are held at once. `assign` is the same for groups held in a
 dict (tests, small callers).
 """
@@ -44,7 +44,7 @@ import re
 from typing import Iterable, Mapping
 
 from data.errors import DataError
-from data.quality import split_search
+from data.release import size_search
 
 DEFAULT = "train=0.8,val=0.1,test=0.1"
 MAX_SPLITS = 10
@@ -102,7 +102,7 @@ def order_key(seed: int, key: str, size: int) -> tuple[int, int, str]:
 
 
 class Placer:
-    """Places groups one at a time. `shares`: split -> share (data.quality.splits.parse); `totals`: level ->
+    """Places groups one at a time. `shares`: split -> share (data.release.stratify.parse); `totals`: level ->
     clips of that level in the whole set (a group of a level not in it is refused: the caller counted wrong).
     `counts[split][level]` is what has been placed so far, `placed[level]` the same over every split."""
 
@@ -140,7 +140,7 @@ class Placer:
 
     def put(self, split: str, hist: Mapping[str, int]) -> str:
         """Record a group of `hist` in `split`, chosen elsewhere (kept where an earlier release placed it, or
-        by the search of data.quality.split_search)."""
+        by the search of data.release.size_search)."""
         placed = self.counts[split]
         for level, g in hist.items():
             placed[level] = placed.get(level, 0) + g
@@ -151,7 +151,7 @@ class Placer:
 
 
 def heavy(size: int, shares: Mapping[str, float], total: int) -> bool:
-    """Whether a group is one the search places (data.quality.split_search): more than HEAVY of the smallest
+    """Whether a group is one the search places (data.release.size_search): more than HEAVY of the smallest
     split's asked clips."""
     return size > HEAVY * min(shares.values()) * total
 
@@ -161,7 +161,7 @@ def place_all(
 ) -> dict[str, str]:
     """The groups not kept from an earlier release, when there are at most IN_MEMORY of them (in placing order),
     placed by the best of: the greedy alone, and the search over the heaviest SEARCHED groups with the greedy
-    for the rest; each then repaired (split_search.repair). Best: the smaller largest relative miss of the
+    for the rest; each then repaired (size_search.repair). Best: the smaller largest relative miss of the
     sizes, then the smaller hazard-level distance. Records them in `placer`."""
     names = list(shares)
     fixed = [dict(placer.counts[s]) for s in names]
@@ -178,12 +178,12 @@ def place_all(
     size = [sum(h.values()) for h in hists]
     base = [sum(f.values()) for f in fixed]
     if (
-        split_search.miss(_sizes(candidates[0], size, base), targets)
-        > split_search.fluid_miss(base, targets, sum(size)) + split_search.TIE
+        size_search.miss(_sizes(candidates[0], size, base), targets)
+        > size_search.fluid_miss(base, targets, sum(size)) + size_search.TIE
     ):  # the greedy may not be the best there is: search
-        top = sorted(range(len(hists)), key=lambda i: -size[i])[: split_search.SEARCHED]
+        top = sorted(range(len(hists)), key=lambda i: -size[i])[: size_search.SEARCHED]
         rest = sum(size) - sum(size[i] for i in top)
-        choice, _ = split_search.search(base, targets, [size[i] for i in top], rest)
+        choice, _ = size_search.search(base, targets, [size[i] for i in top], rest)
         if choice is not None:
             p = copy.deepcopy(placer)
             for i, s in zip(top, choice):
@@ -194,14 +194,14 @@ def place_all(
             candidates.append(searched)
     best, best_key = None, None
     for c in candidates:
-        c = split_search.repair(hists, c, fixed, ratios)
+        c = size_search.repair(hists, c, fixed, ratios)
         counts = [dict(f) for f in fixed]
         for h, s in zip(hists, c):
             for level, g in h.items():
                 counts[s][level] = counts[s].get(level, 0) + g
         key = (
-            round(split_search.miss(_sizes(c, size, base), targets) / split_search.TIE),
-            split_search.level_cost(counts, ratios, placer.totals),
+            round(size_search.miss(_sizes(c, size, base), targets) / size_search.TIE),
+            size_search.level_cost(counts, ratios, placer.totals),
         )
         if best_key is None or key < best_key:
             best, best_key = c, key
@@ -224,7 +224,7 @@ def place_heavy(
     total = sum(placer.totals.values())
     targets = [shares[s] * total for s in names]
     base = [placer.sizes[s] for s in names]
-    choice, _ = split_search.search(base, targets, [sum(h.values()) for _, h in groups], rest)
+    choice, _ = size_search.search(base, targets, [sum(h.values()) for _, h in groups], rest)
     if choice is None:
         return {k: placer.place(h) for k, h in groups}
     return {k: placer.put(names[s], h) for (k, h), s in zip(groups, choice)}
@@ -238,7 +238,7 @@ def assign(
 ) -> dict[str, str]:
     """group -> split for `groups` (group -> level -> clips), placed as the module docstring says; `kept`: group
     -> split of the groups that stay where an earlier release placed them. The release does the same over SQLite
-    (data.quality.release_split), streaming what this holds in dicts."""
+    (data.release.placement), streaming what this holds in dicts."""
     kept = kept or {}
     totals: dict[str, int] = {}
     for hist in groups.values():
@@ -253,7 +253,7 @@ def assign(
         return out
     total = sum(totals.values())
     by_size = sorted(new, key=lambda k: heavy_key(seed, k, sum(groups[k].values())))
-    top = [k for k in by_size[: split_search.SEARCHED] if heavy(sum(groups[k].values()), shares, total)]
+    top = [k for k in by_size[: size_search.SEARCHED] if heavy(sum(groups[k].values()), shares, total)]
     rest = sum(sum(groups[k].values()) for k in new) - sum(sum(groups[k].values()) for k in top)
     out.update(place_heavy(placer, [(k, groups[k]) for k in top], rest, shares))
     out.update({k: placer.place(groups[k]) for k in new if k not in out})

@@ -1,4 +1,4 @@
-"""Where a release is written (data.quality.release): its folder checked before anything is recorded, a hidden
+"""Where a release is written (data.release.make): its folder checked before anything is recorded, a hidden
 staging folder beside it that only this run made, and the move into place.
 
 - `check_out`: a folder that exists and holds something is never written over; one that cannot even be looked at

@@ -1,6 +1,6 @@
-"""Sizes as close as the groups allow, where a few heavy groups decide them (data.quality.splits places the rest).
+"""Sizes as close as the groups allow, where a few heavy groups decide them (data.release.stratify places the rest).
 
-The greedy of data.quality.splits places groups one at a time, largest first, each where it helps most at that
+The greedy of data.release.stratify places groups one at a time, largest first, each where it helps most at that
 moment. With many small groups that lands within a group or two of every asked size. With a few heavy groups it
 can miss by far where a near-exact split exists: 76.4 / 16.7 / 6.9 % for an asked 80 / 10 / 10 that was
 reachable, because the first heavy groups are placed before the greedy knows what the later ones will need.

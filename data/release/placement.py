@@ -1,5 +1,5 @@
-"""Steps 1 and 2 of a release (data.quality.release), in SQLite: the release's clips selected with each one's group
-and hazard level into a temporary table, then every group placed into a split (data.quality.splits: whole groups,
+"""Steps 1 and 2 of a release (data.release.make), in SQLite: the release's clips selected with each one's group
+and hazard level into a temporary table, then every group placed into a split (data.release.stratify: whole groups,
 stratified by hazard level), its split kept in a second temporary table.
 
 A clip's group (`select_rows`), one per drive:
@@ -8,12 +8,12 @@ A clip's group (`select_rows`), one per drive:
   (every clip of the library in that folder that names a value names the same one);
 - else its folder (`folder=drive7`): a folder whose clips name several values (which one the clip belongs to is
   not known), or none.
-So no value and no agreeing folder is in two splits. `HOW` names the four cases; the card counts each.
+So no value and no agreeing folder is in two stratify. `HOW` names the four cases; the card counts each.
 `--group-by folder` groups every clip by its folder (`FOLDER`: the one field name that is not read from
 sidecars).
 
-Placing (`place_groups`): a group that the release before of the same name placed (data.quality.release_changes
-loads its manifest) stays in that split; the others are placed as data.quality.splits says, the kept ones
+Placing (`place_groups`): a group that the release before of the same name placed (data.release.changes
+loads its manifest) stays in that split; the others are placed as data.release.stratify says, the kept ones
 counted first, so the new groups correct the drift. A group whose earlier clips sat in several splits (the
 grouping joined them) goes where most of them were. Memory does not grow with the clips: the groups and splits
 live in SQLite's temporary tables, and groups stream from SQLite in placing order (at most IN_MEMORY of them, or
@@ -27,8 +27,8 @@ from typing import Any, Iterator
 import sqlite_utils
 
 from data import clips
-from data.quality import split_search, splits
-from data.quality.release_options import Options
+from data.release import size_search, stratify
+from data.release.options import Options
 
 BATCH = 10_000  # group -> split rows inserted at a time
 FOLDER = "folder"  # --group-by folder: every clip by its folder
@@ -57,7 +57,7 @@ def where_of(o: Options, *, simulated: bool) -> tuple[str, list[Any]]:
 
 def temp_tables(db: sqlite_utils.Database) -> None:
     """The snapshot's temporary tables: the clips (step 1), their folders' values, their groups' splits (step 2)
-    and the release before's manifest (data.quality.release_changes)."""
+    and the release before's manifest (data.release.changes)."""
     db.execute(
         "CREATE TEMP TABLE release_rows (clip_id INTEGER PRIMARY KEY, caption_id INTEGER NOT NULL, "
         "grp TEXT NOT NULL, how INTEGER NOT NULL, hazard TEXT NOT NULL, folder TEXT NOT NULL)"
@@ -148,12 +148,12 @@ def field_refusal(db: sqlite_utils.Database, o: Options) -> str | None:
 
 def place_groups(db: sqlite_utils.Database, o: Options, keep: bool) -> dict[str, int]:
     """Step 2: every group's split (temp.release_groups): kept where the release before placed it (`keep`, from
-    temp.release_prev), the others as data.quality.splits says. Returns groups per split."""
+    temp.release_prev), the others as data.release.stratify says. Returns groups per split."""
     shares = dict(o.shares)
     totals = dict(db.execute("SELECT hazard, COUNT(*) FROM temp.release_rows GROUP BY hazard").fetchall())
-    placer = splits.Placer(shares, totals)
-    db.conn.create_function("cw_release_rank", 1, lambda key: splits.rank(o.seed, key), deterministic=True)
-    db.conn.create_function("cw_release_band", 1, splits.band, deterministic=True)
+    placer = stratify.Placer(shares, totals)
+    db.conn.create_function("cw_release_rank", 1, lambda key: stratify.rank(o.seed, key), deterministic=True)
+    db.conn.create_function("cw_release_band", 1, stratify.band, deterministic=True)
     if keep:
         _kept(db, list(shares))
     per_split = {name: 0 for name in shares}
@@ -184,19 +184,19 @@ def place_groups(db: sqlite_utils.Database, o: Options, keep: bool) -> dict[str,
         "WHERE NOT EXISTS (SELECT 1 FROM temp.release_kept k WHERE k.grp = r.grp) "
         "GROUP BY r.grp, r.hazard ORDER BY cw_release_band(s.size) DESC, cw_release_rank(r.grp), r.grp, r.hazard"
     )
-    if count <= splits.IN_MEMORY:
-        record(splits.place_all(placer, [(g, h) for g, h, _ in _groups(db.execute(ordered))], shares))
+    if count <= stratify.IN_MEMORY:
+        record(stratify.place_all(placer, [(g, h) for g, h, _ in _groups(db.execute(ordered))], shares))
     else:
         total = sum(totals.values())
         heavy_rows = db.execute(
             "SELECT r.grp, r.hazard, COUNT(*) FROM temp.release_rows r JOIN (SELECT grp, COUNT(*) AS size "
             f"{new} GROUP BY grp ORDER BY size DESC, cw_release_rank(grp), grp LIMIT ?) s ON s.grp = r.grp "
             "GROUP BY r.grp, r.hazard ORDER BY s.size DESC, cw_release_rank(r.grp), r.grp, r.hazard",
-            [split_search.SEARCHED],
+            [size_search.SEARCHED],
         )
-        heavy = [(g, h) for g, h, _ in _groups(heavy_rows) if splits.heavy(sum(h.values()), shares, total)]
+        heavy = [(g, h) for g, h, _ in _groups(heavy_rows) if stratify.heavy(sum(h.values()), shares, total)]
         rest = db.execute(f"SELECT COUNT(*) {new}").fetchone()[0] - sum(sum(h.values()) for _, h in heavy)
-        record(splits.place_heavy(placer, heavy, rest, shares))
+        record(stratify.place_heavy(placer, heavy, rest, shares))
         searched = {g for g, _ in heavy}
         for grp, hist, _ in _groups(db.execute(ordered)):
             if grp not in searched:

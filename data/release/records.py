@@ -1,6 +1,6 @@
-"""Step 3 of a release (data.quality.release): data.export's record builder (`export.iter_rows`: the export's
+"""Step 3 of a release (data.release.make): data.export's record builder (`export.iter_rows`: the export's
 records, lineage included) streams the clips in id order; each record is written to its split's files
-(data.quality.release_files), with the prompt version it is trained with (`Prompts`), and counted for the card.
+(data.release.files), with the prompt version it is trained with (`Prompts`), and counted for the card.
 Records stream and parquet is written in row groups: memory does not grow with the clips.
 """
 
@@ -14,8 +14,8 @@ from typing import Callable
 import sqlite_utils
 
 from data import export, prompts
-from data.quality import card, release_files, release_media
-from data.quality.release_options import Options
+from data.release import card, files as release_files, media as release_media
+from data.release.options import Options
 
 
 class Prompts:

@@ -1,4 +1,4 @@
-"""What the trainers' tools read about a release before its rows (data.quality.release):
+"""What the trainers' tools read about a release before its rows (data.release.make):
 
 - `header`: the Hugging Face YAML header that opens README.md, so that `datasets.load_dataset(DIR)` returns
   exactly the release's splits, by their own names, with their row counts (without it the library guesses splits
@@ -19,8 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from data.quality import card, release_files
-from data.quality.release_options import DEFAULT_LICENSE, Options
+from data.release import card, files as release_files
+from data.release.options import DEFAULT_LICENSE, Options
 
 TASK = "video-text-to-text"
 # the Hub's size buckets (upper bounds, exclusive), as its dataset cards name them

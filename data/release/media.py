@@ -1,4 +1,4 @@
-"""A release that can move (data.quality.release, `--media`): the clips placed under the release's `media/`
+"""A release that can move (data.release.make, `--media`): the clips placed under the release's `media/`
 folder, so that every path in every file is relative to the release, and it can go to a training cluster whole.
 
 - `none` (the default): nothing is placed; paths are relative to the clip root, which the trainer then needs.
@@ -6,7 +6,7 @@ folder, so that every path in every file is relative to the release, and it can 
   sha256 the manifest gives (the one ingest measured): a clip whose file changed since is refused, naming it, and
   nothing is released.
 - `link`: a symbolic link to each clip's file (no space used; `cp -rL` or `rsync -L` copies the clips when the
-  release moves). The release's sealing and clean-up never follow these links (data.quality.release_out).
+  release moves). The release's sealing and clean-up never follow these links (data.release.out).
 
 A clip's file is looked up inside the clip root only (its real path, after links and `..`, must stay there).
 """

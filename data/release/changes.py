@@ -1,6 +1,6 @@
 """The release before of the same name, read from its manifest (its hash checked): the record of where each of its
-clips was placed (`read`, which data.quality.release_split keeps groups by) and, as step 4 of a release
-(data.quality.release), what changed since, compared in SQL with the clips of this one (`changes`).
+clips was placed (`read`, which data.release.placement keeps groups by) and, as step 4 of a release
+(data.release.make), what changed since, compared in SQL with the clips of this one (`changes`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import sqlite_utils
 
 from data import caption_history
-from data.quality.release_split import BATCH
+from data.release.placement import BATCH
 
 
 def read(previous: dict, into: sqlite_utils.Database | None = None) -> str | None:

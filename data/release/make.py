@@ -4,13 +4,13 @@ drive leaks into two splits, written as the files trainers read, with a dataset 
     python -m data.release --data-dir var --out /data/releases/av-hazard-v1 --name av-hazard
     python -m data.release --data-dir var --out /tmp/rain --weather rain --group-by vehicle --seed 7
 
-What is released (`Options.checked`, data.quality.release_options): the clips of the filter (data.clips.Filter,
+What is released (`Options.checked`, data.release.options): the clips of the filter (data.clips.Filter,
 every clip-filter flag; review status approved unless another is asked) with a current caption. Rejected clips,
 clips flagged broken, clips whose ingest failed and clips whose file is gone never are: asking for them is refused
 with a message. Text written by the simulated fleet (or edited from it) is left out unless `include_simulated`, and
 then flagged on every record and on the card.
 
-Before anything is recorded (so that a refusal uses no version number): the folder (data.quality.release_out:
+Before anything is recorded (so that a refusal uses no version number): the folder (data.release.out:
 one that holds something, or cannot be written, is refused with a sentence), something to release, a group field
 some clip carries, and the newest earlier release of the name, whose manifest must be the one written (its
 SHA-256) unless `reshuffle`; then the staging folder is made.
@@ -18,29 +18,29 @@ SHA-256) unless `reshuffle`; then the staging folder is made.
 How (`release`), in one consistent read of the database (a read transaction: a clip approved meanwhile is in the
 next release, not half in this one):
 1. Each clip's group (the sidecar's `group_by` field, else the value its folder's clips agree on, else its
-   folder) and hazard level go to a temporary table (data.quality.release_split).
-2. The earlier release's manifest is loaded (data.quality.release_changes); its groups keep their splits and the
-   others are placed (data.quality.splits: whole groups, stratified by hazard level, sized by a search where a few
+   folder) and hazard level go to a temporary table (data.release.placement).
+2. The earlier release's manifest is loaded (data.release.changes); its groups keep their splits and the
+   others are placed (data.release.stratify: whole groups, stratified by hazard level, sized by a search where a few
    heavy groups decide; streamed from SQLite in placing order), their split kept in a second temporary table.
 3. data.export's record builder (`export.iter_rows`: the export's records, lineage included) streams the clips
-   in id order; each record is written to its split's files (data.quality.release_files: JSONL, Parquet, Qwen's
-   SFT, the messages format) and counted for the card (data.quality.release_records); with `media` copy or link
-   the clips go under the release (data.quality.release_media).
-4. What changed since the release before is compared in SQL (data.quality.release_changes); the batches the clips
+   in id order; each record is written to its split's files (data.release.files: JSONL, Parquet, Qwen's
+   SFT, the messages format) and counted for the card (data.release.records); with `media` copy or link
+   the clips go under the release (data.release.media).
+4. What changed since the release before is compared in SQL (data.release.changes); the batches the clips
    come from, with their Quality decisions, and the random samples they are in are read
-   (data.quality.release_batches).
+   (data.release.batches).
 The files are written into a hidden staging folder beside `out` with an unpredictable name, made read-only and
 renamed to `out` at the end: a failed release leaves nothing at `out` and removes only what it made. README.md
-is the card (data.quality.card) under a Hugging Face header, beside LLaMA-Factory's dataset_info.json
-(data.quality.release_meta). The release is recorded in `releases` (m021): reserved before, finished after, never
+is the card (data.release.card) under a Hugging Face header, beside LLaMA-Factory's dataset_info.json
+(data.release.meta). The release is recorded in `releases` (m021): reserved before, finished after, never
 changed (triggers). The card reports the Quality figures measured here (`_measure`) over the clips it releases.
 
 Memory does not grow with the clips: the groups and splits live in SQLite's temporary tables, records stream,
 parquet is written in row groups (docs/BENCHMARKS.md, "Training-set release").
 
-Why this lives in the quality wing: a card reports the Quality figures (data.quality.report, agreement,
-estimate), and nothing in data/ outside the wing imports it (tests/test_structure.py); `python -m data.release`
-is a launcher beside the wing (data/release.py), as `python -m data.ingest` is beside the library wing.
+The release wing (data/release/) reads the quality wing (a card reports the Quality figures: data.quality's
+report, agreement and estimate), and nothing in data/ outside the wing imports it (tests/test_structure.py);
+`python -m data.release` runs this module's `main` (data/release/__main__.py).
 """
 
 from __future__ import annotations
@@ -60,23 +60,23 @@ import sqlite_utils
 from data import clips, copied_saves, events, filter_args, users
 from data.db import immediate, now
 from data.errors import DataError, Forbidden
-from data.quality import (
-    card,
-    release_batches,
-    release_changes,
-    release_media,
-    release_meta,
-    release_out,
-    release_records,
-    release_split,
-    splits,
-)
 from data.quality.accuracy import report
 from data.quality.estimates import estimate, samples_for
 from data.quality.pairs import Scope
-from data.quality.release_options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
-from data.quality.release_split import FOLDER
 from data.quality.reviewers import agreement
+from data.release import (
+    batches as release_batches,
+    card,
+    changes as release_changes,
+    media as release_media,
+    meta as release_meta,
+    out as release_out,
+    placement,
+    records as release_records,
+    stratify,
+)
+from data.release.options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
+from data.release.placement import FOLDER
 
 
 @dataclass
@@ -105,7 +105,7 @@ def _snapshot(db: sqlite_utils.Database) -> Iterator[None]:
         raise RuntimeError("a release reads in a transaction of its own")
     db.execute("BEGIN")
     try:
-        release_split.temp_tables(db)
+        placement.temp_tables(db)
         yield
     finally:
         db.execute("ROLLBACK")
@@ -123,7 +123,7 @@ def _measure(db: sqlite_utils.Database, o: Options) -> card.Measured:
     est = estimate(db, newest[0]["id"]) if newest else None
     where, args = clips._where(approved)
     simulated = db.execute(
-        f"SELECT COUNT(*) {release_split.JOINS} WHERE {' AND '.join(where)} AND NOT {release_split.REAL}", args
+        f"SELECT COUNT(*) {placement.JOINS} WHERE {' AND '.join(where)} AND NOT {placement.REAL}", args
     ).fetchone()[0]
     return card.Measured(r, agree, est, simulated)
 
@@ -167,11 +167,11 @@ def _kept_refusal(previous: dict, why: str) -> DataError:
 
 def _check_something(db: sqlite_utils.Database, o: Options) -> None:
     """A DataError saying why, when no clip of the options would be released."""
-    where, args = release_split.where_of(o, simulated=False)
-    if db.execute(f"SELECT EXISTS (SELECT 1 {release_split.JOINS} WHERE {where})", args).fetchone()[0]:
+    where, args = placement.where_of(o, simulated=False)
+    if db.execute(f"SELECT EXISTS (SELECT 1 {placement.JOINS} WHERE {where})", args).fetchone()[0]:
         return
-    where, args = release_split.where_of(o, simulated=True)
-    simulated = db.execute(f"SELECT COUNT(*) {release_split.JOINS} WHERE {where}", args).fetchone()[0]
+    where, args = placement.where_of(o, simulated=True)
+    simulated = db.execute(f"SELECT COUNT(*) {placement.JOINS} WHERE {where}", args).fetchone()[0]
     raise DataError(
         f"Nothing to release: no clip of this filter has a current caption in review status "
         f"{o.filter.review_status}"
@@ -209,7 +209,7 @@ def release(
         out = Path(out).absolute()
         release_out.check_out(out)
     _check_something(db, o)
-    refusal = release_split.field_refusal(db, o)
+    refusal = placement.field_refusal(db, o)
     if refusal:
         raise DataError(refusal)
     previous = _previous(db, o.name)
@@ -226,14 +226,14 @@ def release(
         release_out.check_out(out)
         tally = card.Tally([name for name, _ in o.shares])
         with _snapshot(db):
-            release_split.select_rows(db, o)
+            placement.select_rows(db, o)
             unreadable = release_changes.read(previous, into=db) if previous else None
             if unreadable and not o.reshuffle:
                 raise _kept_refusal(previous, unreadable)
-            groups = release_split.place_groups(db, o, keep=bool(previous) and not unreadable and not o.reshuffle)
-            cases = release_split.cases(db)
-            where, args = release_split.where_of(o, simulated=True)
-            left_out = db.execute(f"SELECT COUNT(*) {release_split.JOINS} WHERE {where}", args).fetchone()[0]
+            groups = placement.place_groups(db, o, keep=bool(previous) and not unreadable and not o.reshuffle)
+            cases = placement.cases(db)
+            where, args = placement.where_of(o, simulated=True)
+            left_out = db.execute(f"SELECT COUNT(*) {placement.JOINS} WHERE {where}", args).fetchone()[0]
             copied = _copied(db)
             batches = release_batches.read(db, o.filter.review_status == "approved")
             manifest_sha256, nbytes = release_records.write(db, o, staging.path, tally, chooser, progress)
@@ -373,7 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
         f"those that exist; --group-by {FOLDER} groups every clip by its folder",
     )
     parser.add_argument(
-        "--splits", default=splits.DEFAULT, help=f"split=share pairs adding up to 1 (default {splits.DEFAULT})"
+        "--splits", default=stratify.DEFAULT, help=f"split=share pairs adding up to 1 (default {stratify.DEFAULT})"
     )
     parser.add_argument(
         "--seed", type=int, default=0, help="orders groups of like size; same seed, same splits (default 0)"
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
         options = Options(
             filter_args.from_args(args),
             args.group_by,
-            tuple(splits.parse(args.splits).items()),
+            tuple(stratify.parse(args.splits).items()),
             args.seed,
             args.name,
             args.include_simulated,

@@ -1,4 +1,4 @@
-"""Sections of a release's dataset card (data.quality.card) about how the release was made and how it is read: how
+"""Sections of a release's dataset card (data.release.card) about how the release was made and how it is read: how
 clips were grouped (each case counted), whether earlier placements were kept, the batches it draws from with
 their Quality decisions, its licence, and its files with how each trainer's tool loads them. Every figure is
 counted by the release; text from users and the fleet goes through `md`.
@@ -6,14 +6,14 @@ counted by the release; text from users and the fleet goes through `md`.
 
 from __future__ import annotations
 
-from data.quality import release_batches
-from data.quality.card_text import md, table
-from data.quality.release_options import DEFAULT_LICENSE
-from data.quality.release_split import FOLDER
+from data.release import batches as release_batches
+from data.release.card_text import md, table
+from data.release.options import DEFAULT_LICENSE
+from data.release.placement import FOLDER
 
 
 def grouping(field: str, cases: list[tuple[int, int]], seed: int) -> list[str]:
-    """How the clips were grouped: the cases of data.quality.release_split.HOW, clips and groups each."""
+    """How the clips were grouped: the cases of data.release.placement.HOW, clips and groups each."""
     (by_field, fg), (joined, jg), (several, sg), (none, ng) = cases
     if field == FOLDER:
         return [

@@ -1,5 +1,5 @@
 """A release's options (`Options`): what it holds and how it is split, checked before anything is read
-(data.quality.release says what is released and how)."""
+(data.release.make says what is released and how)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import splits
+from data.release import stratify
 
 DEFAULT_GROUP_BY = "route"
 DEFAULT_NAME = "release"
@@ -32,7 +32,7 @@ class Options:
 
     filter: Filter = Filter()
     group_by: str = DEFAULT_GROUP_BY
-    shares: tuple[tuple[str, float], ...] = tuple(splits.parse(splits.DEFAULT).items())
+    shares: tuple[tuple[str, float], ...] = tuple(stratify.parse(stratify.DEFAULT).items())
     seed: int = 0
     name: str = DEFAULT_NAME
     include_simulated: bool = False
@@ -68,7 +68,7 @@ class Options:
             )
         shares = dict(self.shares)
         if len(shares) != len(self.shares) or abs(sum(shares.values()) - 1) > 1e-6 or not shares:
-            raise DataError(f"--splits: shares that add up to 1, for example {splits.DEFAULT}.")
+            raise DataError(f"--splits: shares that add up to 1, for example {stratify.DEFAULT}.")
         try:
             seed = int(self.seed)
         except (TypeError, ValueError):

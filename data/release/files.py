@@ -23,7 +23,7 @@
   the released caption as the model answers it: one JSON object of `caption` and every label
   (data.taxonomy.CAPTION_SCHEMA). `SFT_ITEM_SCHEMA` is this shape as a JSON Schema.
 - `messages/<split>.jsonl`: the same examples in the messages format that ms-swift reads as its standard format
-  and LLaMA-Factory reads through the release's dataset_info.json (data.quality.release_meta), one JSON object per
+  and LLaMA-Factory reads through the release's dataset_info.json (data.release.meta), one JSON object per
   line: `{"clip_id", "videos": [path], "simulated", "prompt", "messages": [{"role": "system", "content": the
   system text}, {"role": "user", "content": "<video>\\n" + the user text}, {"role": "assistant", "content": the
   answer}]}` (no system message when the prompt version has no system text). `MESSAGES_ITEM_SCHEMA`.
