@@ -72,7 +72,7 @@ def child(kind: str, url: str) -> None:
         before = rss()
         t = time.monotonic()
         try:
-            from serving.fleet_reader import FleetReader
+            from serving.fleet.reader import FleetReader
         except ImportError:  # the code before the fleet reader (--code): the tab's reads took the URLs alone
             rows, router = fleet_tab.snapshot([url], timeout=30.0)
         else:

@@ -38,7 +38,7 @@ DEFAULT_TOP_LOGPROBS = 5
 MAX_TOP_LOGPROBS = 20
 # Qwen3-VL's video processor resizes the sampled frames so that frames x height x width stays within
 # size.longest_edge pixels (at least size.shortest_edge). The replicas start with NVIDIA's recipe
-# (serving.fleet_commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
+# (serving.launch.commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
 # clip, never more: the server sized its encoder budget for the recipe.
 RECIPE_MAX_PIXELS = 9_437_184
 MIN_PIXELS = 65_536

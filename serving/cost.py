@@ -65,7 +65,7 @@ from serving.cost_records import (
     load_measurements,
     normalise_precision,
 )
-from serving.fleet_record import fleet_gpus, fleet_precision, load_record
+from serving.launch.record import fleet_gpus, fleet_precision, load_record
 
 PRECISIONS = ("bf16", "fp8")
 # The job parameters (fields of data.job_params.JobParams) an estimate depends on, as `estimate` takes them: the

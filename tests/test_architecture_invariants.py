@@ -21,9 +21,9 @@ from data.jobs.selection import Selection
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "ARCHITECTURE.md"
 PACKAGES = ("data", "serving", "webapp")
-# the public reads of serving.fleet_reader.FleetReader (`get` is left out of the name check: dicts have one too)
+# the public reads of serving.fleet.reader.FleetReader (`get` is left out of the name check: dicts have one too)
 READS = ("watch", "look", "scrape", "fleet_status", "router_status", "router_workers", "discover")
-# libraries that make HTTP requests: the app's fleet reads go through serving.fleet_reader, never one of these
+# libraries that make HTTP requests: the app's fleet reads go through serving.fleet.reader, never one of these
 HTTP_CLIENTS = ("httpx", "requests", "urllib.request", "http.client", "aiohttp", "urllib3")
 # the runner's side of the fleet: sending work and reading answers
 SENDERS = ("serving.client", "serving.bounded", "serving.answer_check", "serving.runner.loop", "serving.runner.store")
@@ -112,8 +112,8 @@ def test_invariant_3_the_app_reads_the_fleet_only_where_the_page_says_and_never_
     assert not stray, f"fleet reads outside the modules invariant 3 names: {stray}"
     for m, tree in modules.items():
         bad = sorted(i for i in _imports(tree) if i.startswith(HTTP_CLIENTS) or i.startswith(SENDERS))
-        assert not bad, f"{m} imports {bad}: the app never talks to the fleet but through serving.fleet_reader"
-    assert "`serving.fleet_reader.FleetReader`" in text
+        assert not bad, f"{m} imports {bad}: the app never talks to the fleet but through serving.fleet.reader"
+    assert "`serving.fleet.reader.FleetReader`" in text
 
 
 def test_the_invariant_3_check_sees_a_read_made_elsewhere():

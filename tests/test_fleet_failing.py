@@ -25,8 +25,9 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
-from serving import fleet_record, runner as runmod, simfleet
-from serving.health import parse_router_metrics
+from serving import runner as runmod, simfleet
+from serving.fleet.health import parse_router_metrics
+from serving.launch import record as fleet_record
 from tests.support.runner_fixtures import real_router_metrics
 from tests.support.waiting import wait_until
 from webapp import fleet_tab

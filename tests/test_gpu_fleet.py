@@ -695,7 +695,8 @@ def record_http_media(replica: str, auth: dict, head_settings, good_id: int, cli
 
 def node_and_head(tmp_path: Path) -> None:
     from data.settings import Settings
-    from serving import fleet_addresses, procs
+    from serving import procs
+    from serving.launch import addresses as fleet_addresses
 
     out = Path(os.environ.get("CW_GPU_OUT") or tmp_path / "out")
     out.mkdir(parents=True, exist_ok=True)

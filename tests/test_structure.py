@@ -158,6 +158,34 @@ def test_the_wings_of_data_point_one_way():
     assert not wrong, wrong
 
 
+def _serving_wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "serving" and len(parts) > 1 and parts[1] in ("launch", "fleet") else None
+
+
+LAUNCH_READ_OUTSIDE = {"serving.launch.record"}  # what `up` started: the fleet's URL, for the runner, cost and tabs
+COMMAND_OF = {"serving.launcher": "serving.launch.cli"}  # the launcher of the command users type, and its code
+
+
+def test_the_wings_of_serving_point_one_way():
+    """Only serving/launch/ starts or stops a fleet: outside it, serving/ and webapp/ read only its record, and only
+    the command's launcher (serving/launcher.py) imports its command line. serving/fleet/ (the readers) imports
+    neither the launch wing nor the runner (ARCHITECTURE.md, "The floors")."""
+    wrong = []
+    for path in _files(("serving", "webapp")):
+        me = _module_of(path)
+        for line, module, name in _imports(path):
+            target = f"{module}.{name}" if name and _path(f"{module}.{name}") else module
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            theirs, mine = _serving_wing(target), _serving_wing(me)
+            if theirs == "launch" and mine != "launch":
+                if target not in LAUNCH_READ_OUTSIDE and COMMAND_OF.get(me) != target:
+                    wrong.append(where + " (outside the launch wing only its record is read)")
+            if mine == "fleet" and (theirs == "launch" or target.split(".")[:2] == ["serving", "runner"]):
+                wrong.append(where + " (the fleet readers import neither the launch wing nor the runner)")
+    assert not wrong, wrong
+
+
 def test_the_rule_of_the_data_wings_reads_each_module_right():
     """`_wing` on the shapes the rule above meets: a wing's package and its modules, a launcher beside a wing, the
     flat core."""

@@ -287,7 +287,8 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
     (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
     point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
-    from serving import cost, cost_records, fleet_record
+    from serving import cost, cost_records
+    from serving.launch import record as fleet_record
     from tests.support.work_table import table_with_gaps
     from webapp import jobs_start
     from webapp.context import AppContext

@@ -18,7 +18,14 @@ import pytest
 
 from data import db as dbmod, heartbeats
 from data.settings import Settings
-from serving import fleet_addresses, fleet_commands, fleet_key, fleet_record, launcher, procs, recorded_fleet
+from serving import fleet_key, procs
+from serving.launch import (
+    addresses as fleet_addresses,
+    cli as launcher,
+    commands as fleet_commands,
+    record as fleet_record,
+    recorded as recorded_fleet,
+)
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:

@@ -2,7 +2,7 @@
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
 fleet), a user line, six tabs (Browse, Review, Second review, Jobs, Quality, Fleet) and a keyboard-shortcut help panel.
-Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.health).
+Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet.health).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from fastapi.staticfiles import StaticFiles
 
 from data import limits, order
 from data.library import clip_root
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 from webapp import activity, browse_tab, budget, exports, failures, form_echo, idle, media_routes, render, render_page
 from webapp.auth import Auth
 from webapp.blocks import Blocks

@@ -1,6 +1,6 @@
 """Fleet tab: replica health and load from their /metrics, router status, and the simulated-fleet banner.
 
-Reads through the app's serving.fleet_reader.FleetReader (the one way to read a fleet, with the data dir's fleet
+Reads through the app's serving.fleet.reader.FleetReader (the one way to read a fleet, with the data dir's fleet
 key: without it the router gate answers 401), with a short timeout, so that a dead replica cannot stall the page.
 
 A fleet can answer `/health` and fail every request. So the tab also says what the caption requests did between
@@ -20,14 +20,15 @@ import gradio as gr
 import pandas as pd
 
 from data import heartbeats
-from serving import fleet_record, health
-from serving.fleet_reader import FleetReader
+from serving.fleet import health
+from serving.fleet.reader import FleetReader
+from serving.launch import record as fleet_record
 from webapp import fleet_notice, render, render_fleet
 from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
 CACHE_S = 5.0  # one scrape of the fleet serves every Fleet tab open within this many seconds
-# what the table shows, from serving.health.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
+# what the table shows, from serving.fleet.health.ReplicaStatus (e2e_latency_mean and ttft_mean in seconds)
 COLUMNS = [
     "replica",
     "state",
@@ -47,7 +48,7 @@ COLUMNS = [
 NONE = "—"  # what a person reads for a value that is not there (never "None")
 CELL_CHARS = 200  # characters of one router value on the page
 WORKERS_SHOWN = 32  # rows of the router's worker table
-# the router's fields (serving.health.RouterStatus) in the order and the words a person reads them
+# the router's fields (serving.fleet.health.RouterStatus) in the order and the words a person reads them
 ROUTER_FIELDS = {"url": "router", "live": "live", "ready": "ready", "error": "error"}
 # a worker's fields as vllm-router lists them (GET /workers), first those a person looks for
 WORKER_FIELDS = {
@@ -160,7 +161,7 @@ def snapshot(
     """(one dict per replica, router status or None) for the configured fleet URLs, read by `reader` (with its
     fleet key), looking through a router to its workers, bounded in size, time and fan-out (`FleetReader.watch`).
     Never raises: an unreachable replica is a row. The router dict carries `listed`: how many replicas there are
-    in all, and `metrics`: its Prometheus metrics read at `router_metrics` (serving.health.parse_router_metrics;
+    in all, and `metrics`: its Prometheus metrics read at `router_metrics` (serving.fleet.health.parse_router_metrics;
     none without that URL)."""
     snap = reader.watch(urls, timeout=timeout, router_metrics=router_metrics)
     router = dict(snap["router"]) if snap["router"] else None

@@ -25,7 +25,8 @@ from data.errors import DataError
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import cost, cost_records, fleet_record, gpu_models
+from serving import cost, cost_records, gpu_models
+from serving.launch import record as fleet_record
 from webapp import fleet_notice, render, render_jobs
 from webapp.context import AppContext
 from webapp.job_fields import JobFields

@@ -1,7 +1,7 @@
 """What `up` starts, in order, worked out before anything starts: the replicas of a node (one vLLM per GPU under
 CUDA MPS, with its CPU budget, or the simulated fleet), the head's router over the GPU nodes' replicas, and
 vllm-router on a private loopback address behind serving.router_gate. A plan is data (each step's command,
-environment, log and health URLs); serving.fleet_up prints it for a dry run or starts it."""
+environment, log and health URLs); serving.launch.up prints it for a dry run or starts it."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from data.library import clip_root, deployment
 from data.settings import Settings, env_name
 from serving import fleet_key, gpu_models, procs
 from serving.cost_records import precision_of_args
-from serving.fleet_addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
-from serving.fleet_commands import (
+from serving.launch.addresses import advertised_host, local_host, no_local_media, private_loopback, remote_media_args
+from serving.launch.commands import (
     choose_gpus,
     entry_command,
     gate_command,
@@ -27,7 +27,7 @@ from serving.fleet_commands import (
     simfleet_command,
     vllm_command,
 )
-from serving.launch_options import LaunchOptions
+from serving.launch.options import LaunchOptions
 
 # the deepest in-flight window measured safe on any GPU: deeper windows need room for the replica's API servers,
 # which decode and prepare the frames of every request in flight on the same GPU. What is left to them is the GPU's
@@ -148,7 +148,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         steps += router_steps(settings, replica_urls, health_interval=10 if fleet == "gpu" else 1, timeout=timeout)
     return {
         "fleet": fleet,
-        # what the replicas compute in, for whoever prices work on them (the job form, serving.fleet_record)
+        # what the replicas compute in, for whoever prices work on them (the job form, serving.launch.record)
         "precision": precision_of_args(extra) if fleet == "gpu" else None,
         # and the GPU each replica runs on (nvidia-smi's name and memory): a rate is priced on its own model
         "gpus": replica_gpus if fleet == "gpu" else None,

@@ -1,4 +1,4 @@
-"""The fleet a data dir's record names (serving.fleet_record), from any shell: `down` stops its process groups and
+"""The fleet a data dir's record names (serving.launch.record), from any shell: `down` stops its process groups and
 the CUDA MPS daemon, never by name; `status` says whether each process lives and what its health URL answers."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import httpx
 
 from data.settings import Settings
 from serving import procs
-from serving.fleet_reader import FleetReader
-from serving.fleet_record import fleet_url, load_record, record_path
+from serving.fleet.reader import FleetReader
+from serving.launch.record import fleet_url, load_record, record_path
 
 
 def down(settings: Settings, *, grace: float = 20.0, quiet: bool = False) -> int:

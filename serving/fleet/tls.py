@@ -1,5 +1,5 @@
 """The TLS context every client of the fleet verifies with: the captioning client (serving.client) and every fleet
-read (serving.fleet_reader, so the Fleet tab, the runner's look and `./launch.sh status`) trust the same CAs, so
+read (serving.fleet.reader, so the Fleet tab, the runner's look and `./launch.sh status`) trust the same CAs, so
 a fleet the runner captions on is never shown as down by a certificate the Fleet tab would not trust.
 
 What httpx makes by default, as Python tools read it: the CA file or folder named by SSL_CERT_FILE / SSL_CERT_DIR

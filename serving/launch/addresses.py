@@ -16,7 +16,7 @@ import httpx
 
 from data.settings import Settings
 from serving import procs
-from serving.fleet_commands import choose_gpus, launch_mode
+from serving.launch.commands import choose_gpus, launch_mode
 
 
 def advertised_host(bind: str) -> str:

@@ -333,12 +333,12 @@ def mps_env(settings: Settings) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m serving.fleet_commands mode [FLEET_MODE]`: print what a launch starts here, gpu or sim
+    """`python -m serving.launch.commands mode [FLEET_MODE]`: print what a launch starts here, gpu or sim
     (FLEET_MODE: the argument, else CW_FLEET_MODE, else auto). It needs nothing installed beyond Python, so
     launch.sh asks it before it installs the packages that mode needs."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m serving.fleet_commands", description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m serving.launch.commands", description=main.__doc__)
     p.add_argument("command", choices=("mode",))
     p.add_argument("fleet_mode", nargs="?", help="auto, sim or gpu (default: the FLEET_MODE setting)")
     args = p.parse_args(argv)

@@ -1,6 +1,6 @@
-"""`up`: start the fleet a plan (serving.fleet_plan) describes, or print it as shell lines for a dry run. Each
-process gets its own process group and log file; its pid/pgid go to the fleet record (serving.fleet_record) as soon
-as it starts, so that `down` and `status` (serving.recorded_fleet) work from another shell and a failed start is
+"""`up`: start the fleet a plan (serving.launch.plan) describes, or print it as shell lines for a dry run. Each
+process gets its own process group and log file; its pid/pgid go to the fleet record (serving.launch.record) as soon
+as it starts, so that `down` and `status` (serving.launch.recorded) work from another shell and a failed start is
 stopped again. A head's first `up` records the deployment (data.deployment) before anything starts."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from data.errors import DataError
 from data.library import deployment
 from data.settings import Settings
 from serving import fleet_key, log_sink, procs
-from serving.fleet_addresses import resolve_ports, verify_owners
-from serving.fleet_commands import cpu_list, launch_mode
-from serving.fleet_plan import plan
-from serving.fleet_reader import FleetReader
-from serving.fleet_record import fleet_url, load_record, save_record
-from serving.launch_options import LaunchOptions
-from serving.recorded_fleet import down
+from serving.fleet.reader import FleetReader
+from serving.launch.addresses import resolve_ports, verify_owners
+from serving.launch.commands import cpu_list, launch_mode
+from serving.launch.options import LaunchOptions
+from serving.launch.plan import plan
+from serving.launch.record import fleet_url, load_record, save_record
+from serving.launch.recorded import down
 
 
 def shell_line(

@@ -8,7 +8,7 @@ data dir and its key (serving.fleet_key), and every read goes through one: the r
 check and the Jobs tab's replica count, the launcher's health waits and `status` (so `./launch.sh status`).
 tests/test_structure.py fails if a module of serving/ or webapp/ makes an HTTP client for the fleet elsewhere.
 
-What it reads (serving.health says what the answers mean): a replica's `/health` and Prometheus `/metrics`, a
+What it reads (serving.fleet.health says what the answers mean): a replica's `/health` and Prometheus `/metrics`, a
 router's `/liveness`, `/readiness` and `/workers` (vllm-router's own `/health` is 503 as soon as one worker is
 down). Every answer is read under its size bound as it streams (serving.bounded), each request within the
 reader's timeout, at most MAX_SCRAPED replicas per read; and every text it returns (errors, a router's worker
@@ -37,8 +37,9 @@ from typing import Any, Awaitable, Callable, Iterable
 import httpx
 
 from data.settings import Settings
-from serving import bounded, fleet_key, fleet_tls
-from serving.health import (
+from serving import bounded, fleet_key
+from serving.fleet import tls as fleet_tls
+from serving.fleet.health import (
     MAX_METRICS_BYTES,
     MAX_ROUTER_WORKERS,
     MAX_SCRAPED,
@@ -106,7 +107,7 @@ class FleetReader:
     def _client_args(self, timeout: float, transport: object) -> dict:
         """What every client this reader makes shares: the key's headers, no proxies from the environment, the
         `transport` injected for tests (or None), and one TLS context for all of them, the captioning client's
-        (serving.fleet_tls: SSL_CERT_FILE/DIR, else certifi's CAs), made at the first client that connects, as making
+        (serving.fleet.tls: SSL_CERT_FILE/DIR, else certifi's CAs), made at the first client that connects, as making
         it costs ~20 ms of CPU and the app and the runner read their fleet every few seconds. A client with an
         injected transport connects through it: nothing is made."""
         if transport is None and self._ssl is None:
@@ -266,11 +267,12 @@ class FleetReader:
     def watch(
         self, urls: Iterable[str], *, timeout: float | None = None, router_metrics: str | None = None
     ) -> dict[str, Any]:
-        """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh (serving.health.summary's
-        dict): routers found among them looked through, at most MAX_SCRAPED replicas scraped, and the whole
-        refresh within REFRESH_ROUNDS x the timeout (what has not answered by then is reported as such).
+        """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh
+        (serving.fleet.health.summary's dict): routers found among them looked through, at most MAX_SCRAPED
+        replicas scraped, and the whole refresh within REFRESH_ROUNDS x the timeout (what has not answered by then
+        is reported as such).
         `router_metrics`: the base URL of the router's Prometheus metrics (its `--prometheus-port`), read in the
-        same refresh into `router_metrics` (serving.health.parse_router_metrics, or {"error": why})."""
+        same refresh into `router_metrics` (serving.fleet.health.parse_router_metrics, or {"error": why})."""
         t = self.timeout if timeout is None else timeout
         configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
 

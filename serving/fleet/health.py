@@ -1,5 +1,5 @@
 """What a fleet's health and load answers mean: each replica's `/health` and Prometheus `/metrics`, and a
-router's status. The reads themselves are serving.fleet_reader's (the one way to read a fleet, with its key).
+router's status. The reads themselves are serving.fleet.reader's (the one way to read a fleet, with its key).
 
 Per replica (what the web app and the runner show): healthy (`GET /health` is 200), running / waiting requests,
 KV-cache usage, successful requests by finish reason, caption requests that failed (5xx) or were refused (4xx)
