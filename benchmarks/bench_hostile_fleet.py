@@ -66,7 +66,7 @@ def child(kind: str, url: str) -> None:
         out = [f"{type(r).__name__}: {str(r)[:90]}" for r in asyncio.run(go())]
     else:
         from data.settings import Settings
-        from webapp import fleet_tab
+        from webapp.fleet import tab as fleet_tab
 
         s = Settings.load({"data_dir": tempfile.mkdtemp()}, environ={})
         before = rss()

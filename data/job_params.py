@@ -3,7 +3,7 @@ check that refuses a value that cannot work. Building (`resolve`), checking (`ch
 reading (`from_dict`) all go through the fields, so a new per-job knob is one new field here (and, if the
 deployment should set its default, a setting of the same name in data.settings: `resolve` takes it from there).
 Its help is also the help of its flag in `python -m serving.caption` (data.job_param_args makes the flags), and
-its label (with the values it offers, if any) names its input on the Jobs form (webapp.job_fields makes them).
+its label (with the values it offers, if any) names its input on the Jobs form (webapp.jobs.fields makes them).
 
 A job row stores `to_dict()`; `data.jobs.queries` reads it back as a `JobParams`; the runner sends it as it is
 (serving.client builds the request from it); each caption's provenance records it under the same names.

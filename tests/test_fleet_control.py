@@ -95,7 +95,7 @@ def test_the_router_takes_no_worker_change_and_nothing_without_the_key(fleet):
     assert sorted(w["url"] for w in workers) == sorted(fleet["rec"]["replica_urls"])
     # the Fleet tab's reads send the key and see every replica through the gate
     from serving.fleet.reader import FleetReader
-    from webapp.fleet_tab import snapshot
+    from webapp.fleet.tab import snapshot
 
     rows, router = snapshot(FleetReader(fleet["settings"]), [gate])
     assert len(rows) == 2 and all(r["healthy"] for r in rows) and router["live"], (rows, router)

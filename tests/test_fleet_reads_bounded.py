@@ -27,7 +27,7 @@ from tests.support.fleet_fixtures import PROMPT
 from tests.support.hostile_fleet import HostileFleet, bomb
 from tests.support.reliability_fixtures import GradioSession, dependencies
 from tests.support.webapp_fixtures import AppServer, add_users, build_library
-from webapp import fleet_tab
+from webapp.fleet import tab as fleet_tab
 
 MiB = 1 << 20
 

@@ -33,8 +33,8 @@ from serving import procs
 from serving.fleet.reader import FleetReader
 from serving.launch import addresses as fleet_addresses, cli as launcher, recorded as recorded_fleet
 from tests.support.waiting import wait_until
-from webapp import fleet_notice, jobs_progress
-from webapp.fleet_tab import snapshot
+from webapp.fleet.tab import snapshot
+from webapp.jobs import fleet_notice, progress as jobs_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 # the modules that may make an HTTP client, and why none of them reads a data dir's fleet without its key

@@ -186,6 +186,62 @@ def test_the_wings_of_serving_point_one_way():
     assert not wrong, wrong
 
 
+TABS = ("browse", "review", "second_review", "jobs", "quality", "fleet")  # webapp/: a package per tab
+# what one tab shows of another's, each with why (any other import between two tabs is a part in the wrong room)
+TAB_READS = {
+    ("browse", "webapp.second_review.tab"): "Browse masks the clips sent to a blind second review (`masked`)",
+    ("browse", "webapp.quality.render"): "Browse's sample and release panels say their figures in the Quality markup",
+    ("second_review", "webapp.quality.render"): "the second review's header and count are Quality markup",
+    ("fleet", "webapp.jobs.fleet_notice"): "the Fleet tab says what the runners' heartbeats say, as Jobs does",
+    ("review", "webapp.browse.assigning"): "Review's one-clip assign form is the assign panel's (`ClipAssign`)",
+}
+MAX_TOP = 15  # webapp/'s own modules (what every tab shares), __init__ aside
+NOT_YET_IN_A_TAB = {"webapp.review_actions", "webapp.review_conflicts", "webapp.review_drafts", "webapp.review_form"}
+NOT_YET_IN_A_TAB |= {"webapp.review_tab", "webapp.review_view"}  # the Review tab, rewritten elsewhere meanwhile
+
+
+def _tab(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[0] != "webapp" or len(parts) < 2:
+        return None
+    if module in NOT_YET_IN_A_TAB:
+        return "review"
+    return parts[1] if parts[1] in TABS else None
+
+
+def test_each_tab_is_a_room_of_its_own():
+    """A tab's package holds its tab, its panels and its markup, and imports webapp's shared pieces, never another
+    tab's module unless TAB_READS says why; of webapp's shared modules only webapp.app (which lays the tabs out)
+    imports a tab (ARCHITECTURE.md, "The floors")."""
+    wrong = []
+    for path in _files(("webapp",)):
+        me = _module_of(path)
+        for line, module, name in _imports(path):
+            target = f"{module}.{name}" if name and _path(f"{module}.{name}") else module
+            mine, theirs = _tab(me), _tab(target)
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            if theirs and mine is None and me != "webapp.app":
+                wrong.append(where + " (a shared module imports a tab)")
+            if theirs and mine and theirs != mine and (mine, target) not in TAB_READS:
+                wrong.append(where + " (one tab's part imports another's: move it, or say why in TAB_READS)")
+    assert not wrong, wrong
+    used = {
+        (_tab(_module_of(p)), m if not n or not _path(f"{m}.{n}") else f"{m}.{n}")
+        for p in _files(("webapp",))
+        for _, m, n in _imports(p)
+    }
+    assert set(TAB_READS) <= used, f"take off TAB_READS: {sorted(set(TAB_READS) - used)}"
+
+
+def test_webapp_s_top_holds_only_what_every_tab_shares():
+    """At most MAX_TOP modules at webapp/'s top (the app, the context, the guard, the page and its shared markup,
+    the shared fields, the users' command); the rest live in a tab's package or a group of shared pieces (login/,
+    routes/). NOT_YET_IN_A_TAB only shrinks."""
+    top = sorted(_module_of(p) for p in (ROOT / "webapp").glob("*.py") if p.name != "__init__.py")
+    assert len(set(top) - NOT_YET_IN_A_TAB) <= MAX_TOP, top
+    assert NOT_YET_IN_A_TAB <= set(top), f"moved already, take off NOT_YET_IN_A_TAB: {NOT_YET_IN_A_TAB - set(top)}"
+
+
 def test_the_rule_of_the_data_wings_reads_each_module_right():
     """`_wing` on the shapes the rule above meets: a wing's package and its modules, a launcher beside a wing, the
     flat core."""
@@ -213,15 +269,19 @@ def test_every_name_is_imported_from_the_module_that_defines_it():
         where = path.relative_to(ROOT)
         aliases: dict[str, str] = {}
         for line, module, name in _imports(path):
-            if name is None:
-                continue
-            if _path(f"{module}.{name}"):
-                aliases[name] = f"{module}.{name}"
-            elif not _home_ok(module, name):
+            if name is not None and not _path(f"{module}.{name}") and not _home_ok(module, name):
                 wrong.append(f"{where}:{line}: from {module} import {name}")
         for node in ast.walk(_tree(path)):
+            # the name each import binds: `from webapp.quality import render as render_quality` binds
+            # render_quality, and leaves `render` to `from webapp import render`
             if isinstance(node, ast.ImportFrom) and node.level == 0 and _project(node.module, READERS):
-                aliases.update({a.asname: f"{node.module}.{a.name}" for a in node.names if a.asname})
+                aliases.update(
+                    {
+                        a.asname or a.name: f"{node.module}.{a.name}"
+                        for a in node.names
+                        if a.asname or _path(f"{node.module}.{a.name}")
+                    }
+                )
             if isinstance(node, ast.Import):
                 aliases.update({a.asname: a.name for a in node.names if a.asname and _project(a.name, READERS)})
         # a name the file also binds otherwise (a parameter `db`, a variable `fleet`) is not read as the module

@@ -194,7 +194,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
         sv = [b for b in _runner_beats(settings.db) if b["kind"] == "supervisor"]
         assert sv and sv[0]["info"]["restarts"] >= 1 and sv[0]["info"]["last_exit"] == -signal.SIGKILL
         # the Jobs tab's liveness line sees the new runner
-        from webapp.jobs_progress import runner_line
+        from webapp.jobs.progress import runner_line
 
         d = dbmod.connect(settings.db)
         try:

@@ -39,7 +39,7 @@ decide, flag broken, adopt, re-caption, the walk and the queue), webapp.review_d
 
 Blind mode: a clip the person has a pending blind second review of (data.quality.second_review) is shown without its
 caption, labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or
-decide on it (`_blind`); they answer on the Second review tab (webapp.second_review_tab).
+decide on it (`_blind`); they answer on the Second review tab (webapp.second_review.tab).
 
 Re-caption: any signed-in user may request a re-caption of the clip they are looking at (a 1-clip job with
 the newest prompt). It never replaces a human or approved caption: the result arrives as a candidate

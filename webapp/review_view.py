@@ -12,7 +12,7 @@ from data import caption_history, captions, clips, drafts, review_queue, review_
 from data.errors import Conflict, DataError, NotFound
 from data.quality import second_review
 from webapp import failures, form_echo, render
-from webapp.assigning import ClipAssign
+from webapp.browse.assigning import ClipAssign
 from webapp.context import AppContext
 from webapp.picker import label_picker
 from webapp.review_form import LABELS

@@ -3,7 +3,7 @@ measured against what reviewers approved.
 
 Thin over data.quality (the figures), data.quality.calibration (accuracy by the model's confidence) and
 data.quality.prompt_compare (prompt versions on the same clips). Regions, top to bottom:
-- the decision on a random sample's batch (webapp.quality_decision: the newest sample picked when the tab opens,
+- the decision on a random sample's batch (webapp.quality.decision: the newest sample picked when the tab opens,
   accept / fix / review K more per label and for the batch, the K more drawn, the estimate, the targets);
 - the scope (group by, job, prompt, the Browse filter or not); the accuracy of every group on every label;
 - one group in detail (its per-label table with the blind reviewers' agreement beside the model's accuracy and a
@@ -13,7 +13,7 @@ data.quality.prompt_compare (prompt versions on the same clips). Regions, top to
 - prompt versions compared on exactly the same clips.
 
 Every handler checks the lead role itself (each event is an HTTP endpoint); non-leads get a note instead of the
-tab's content. The figures are webapp.quality_plots'.
+tab's content. The figures are webapp.quality.plots'.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from data import prompts, quality, taxonomy
 from data.clips import Filter
 from data.errors import DataError
 from data.quality import calibration, prompt_compare, tables
-from webapp import render, render_quality
+from webapp import render
 from webapp.context import AppContext, shows_errors
-from webapp.quality_decision import DecisionPanel
-from webapp.quality_plots import (
+from webapp.quality import render as render_quality
+from webapp.quality.decision import DecisionPanel
+from webapp.quality.plots import (
     accuracy_figure,
     calibration_figure,
     compare_figure,

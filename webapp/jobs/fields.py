@@ -1,7 +1,7 @@
 """The Jobs form's inputs for the job parameters: one per `JobParams` field, made from the field (its label, its
 default, the values it offers), as data.job_param_args makes the terminal's flags. A field added to JobParams
 appears on the form, goes with Start and is checked there by its own check, with no edit here or in the tab's
-wiring (webapp.jobs_start, webapp.jobs_tab), unless NOT_ON_FORM says why it stays off the form.
+wiring (webapp.jobs.start, webapp.jobs.tab), unless NOT_ON_FORM says why it stays off the form.
 
 Each input is named `job-<field-name-with-dashes>` (its elem_id). The inputs come in the fields' declaration
 order, which is also the order of their values in the start event: Gradio's API takes them positionally, so a
@@ -83,7 +83,7 @@ def make_input(f: dataclasses.Field, kind: type, value: Any) -> gr.components.Co
     if kind is str:
         return gr.Textbox(value, label=name, elem_id=eid)
     raise TypeError(
-        f"JobParams.{f.name} holds a {kind.__name__}: the Jobs form has no input for one yet (webapp.job_fields); "
+        f"JobParams.{f.name} holds a {kind.__name__}: the Jobs form has no input for one yet (webapp.jobs.fields); "
         "add one there, or list the field in NOT_ON_FORM with why"
     )
 

@@ -17,9 +17,10 @@ from data import quality
 from data.errors import DataError
 from data.quality import rounds, tables, targets
 from data.quality.decision import decisions, sample_count
-from webapp import render, render_quality
+from webapp import render
 from webapp.context import AppContext, shows_errors
-from webapp.quality_plots import estimate_figure
+from webapp.quality import render as render_quality
+from webapp.quality.plots import estimate_figure
 
 ESTIMATE_COLUMNS = quality.ESTIMATE_COLUMNS
 DECISION_COLUMNS = quality.DECISION_COLUMNS

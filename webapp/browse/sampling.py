@@ -14,9 +14,11 @@ import gradio as gr
 from data import clips
 from data.errors import DataError
 from data.quality import samples, second_review
-from webapp import assigning, render, render_quality
+from webapp import render
+from webapp.browse import assigning
 from webapp.context import AppContext, shows_errors
 from webapp.number_box import number_box, whole
+from webapp.quality import render as render_quality
 
 STRATIFY_CHOICES = [
     ("no strata", "none"),

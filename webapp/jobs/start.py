@@ -1,6 +1,6 @@
 """The Jobs tab's start form (leads): the clips, the prompt version, the work per clip, the preview, Start.
 
-The job's parameters are the inputs webapp.job_fields makes from `data.job_params.JobParams`, one per field: the
+The job's parameters are the inputs webapp.jobs.fields makes from `data.job_params.JobParams`, one per field: the
 handlers here take their values as they come (`*rest`, in the inputs' order, then what follows them and the
 request last), name them by field and resolve them, so no field is named by hand. Gradio calls them through
 `on_preview`, `on_tick` and `on_start`, which show it one parameter per field (the API's names) and the request.
@@ -10,7 +10,7 @@ The app never captions anything itself: starting a job writes rows (data.jobs.cr
 call, so parameters are checked here too (data.job_params), not only by the form. The preview says how many clips a
 start would caption and what that costs on this fleet (serving.cost), counted again on a timer of its own while
 the tab is shown; a start says the job's true clip count, and warns when no runner or no healthy replica can run
-it yet (webapp.fleet_notice).
+it yet (webapp.jobs.fleet_notice).
 """
 
 from __future__ import annotations
@@ -27,10 +27,11 @@ from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from serving import cost, cost_records, gpu_models
 from serving.launch import record as fleet_record
-from webapp import fleet_notice, render, render_jobs
+from webapp import render
 from webapp.context import AppContext
-from webapp.job_fields import JobFields
-from webapp.jobs_control import JobControl
+from webapp.jobs import fleet_notice, render as render_jobs
+from webapp.jobs.control import JobControl
+from webapp.jobs.fields import JobFields
 
 PREVIEW_EVERY_S = 10.0  # the start preview is counted again at least this often while the tab is shown
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from webapp import render_jobs
+from webapp.jobs import render as render_jobs
 
 RUNNER_STALE_S = 15.0  # a heartbeat older than this is a runner that is not running
 LOOK_STALE_S = 60.0  # a look at /health older than this says nothing about now

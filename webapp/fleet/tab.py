@@ -7,7 +7,7 @@ A fleet can answer `/health` and fail every request. So the tab also says what t
 its last two refreshes, from the fleet's own counters: answered and failed on each replica (its `/metrics`), and
 refused by the router (its Prometheus metrics, where the launcher of this data dir started it: "no available
 workers" while its circuit breaker is open, and the breaker of each worker). Under it, the runner's word on the
-fleet, from its heartbeat, in the words of the Jobs tab's runner line (webapp.fleet_notice), so that both tabs
+fleet, from its heartbeat, in the words of the Jobs tab's runner line (webapp.jobs.fleet_notice), so that both tabs
 say the same.
 """
 
@@ -23,8 +23,10 @@ from data import heartbeats
 from serving.fleet import health
 from serving.fleet.reader import FleetReader
 from serving.launch import record as fleet_record
-from webapp import fleet_notice, render, render_fleet
+from webapp import render
 from webapp.context import AppContext, shows_errors
+from webapp.fleet import render as render_fleet
+from webapp.jobs import fleet_notice
 
 TIMEOUT_S = 1.5
 CACHE_S = 5.0  # one scrape of the fleet serves every Fleet tab open within this many seconds

@@ -7,7 +7,7 @@ disabling a user end it at once, and idle and absolute lifetimes are enforced (S
 through `auth_dependency`, so `gr.Request.username` is set in every handler and roles are checked there
 (AppContext.require), per event, server-side.
 
-The limiter (S7, webapp.throttle): delays that grow with the failures, never a lockout, counted so that
+The limiter (S7, webapp.login.throttle): delays that grow with the failures, never a lockout, counted so that
 nobody else's failures hold back a person at a browser or address they signed in from before (trust kept
 per account in data.sessions), and, from a new browser on a network that never failed on the account, a
 turn in line within throttle.CLEAN_CAP while someone keeps failing on it from elsewhere (the request waits
@@ -35,18 +35,19 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from data import review_queue, sessions, users
 from data.db import immediate
-from webapp import failures, render_page, throttle
+from webapp import failures, render_page
 from webapp.context import LOCAL_ADMIN, AppContext
-from webapp.throttle import LoginThrottle
+from webapp.login import throttle
+from webapp.login.throttle import LoginThrottle
 
 COOKIE = "cw_session"
-STATIC = Path(__file__).parent / "static"
+STATIC = Path(__file__).parents[1] / "static"  # webapp/static
 HASH_THREADS = 1  # scrypt at ~50 ms: 20 checks/s, and at most one core of the machine on logins
 HASH_QUEUE = 32  # checks waiting beyond this are answered 429 at once
 TRUSTED_QUEUE = 8  # the same for browsers that signed the account in before (their own lane)
 DEVICE_COOKIE = "cw_device"  # a random id of this browser: the limiter trusts it for the accounts it signed in
 DEVICE_DAYS = 365
-POLL_S = 0.5  # how often an attempt held in its account's line asks for its turn (webapp.throttle)
+POLL_S = 0.5  # how often an attempt held in its account's line asks for its turn (webapp.login.throttle)
 
 
 class HashPool:
@@ -114,7 +115,7 @@ class Auth:
 
     async def _take_turn(self, request: Request, keys: list[tuple], known: bool = False) -> float:
         """0 once this attempt has its place for a check, or the seconds to wait (the caller answers 429). An
-        attempt the limiter holds in its account's line (webapp.throttle: a clean network) waits here, asking
+        attempt the limiter holds in its account's line (webapp.login.throttle: a clean network) waits here, asking
         again every POLL_S, for at most throttle.HOLD_S: the person's browser simply takes a little longer."""
         ticket = secrets.token_hex(8)
         deadline = time.monotonic() + throttle.HOLD_S

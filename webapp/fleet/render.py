@@ -1,5 +1,5 @@
 """The Fleet tab's markup: the replicas' count, the router's status and its workers (the words and values are
-webapp.fleet_tab's). Values escaped as in webapp.render."""
+webapp.fleet.tab's). Values escaped as in webapp.render."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def fleet_summary(healthy: int, shown: int, listed: int, scraped: int, simulated
 
 
 def requests_seen(seen: dict) -> str:
-    """What the caption requests did between the last two refreshes (webapp.fleet_tab.requests_seen): answered
+    """What the caption requests did between the last two refreshes (webapp.fleet.tab.requests_seen): answered
     and failed on the replicas, refused by the router; "every request failed" when some failed and none was
     answered. data-* for scripts and tests."""
     answered, failed, refused = int(seen["answered"]), int(seen["failed"]), int(seen["refused"])

@@ -3,7 +3,7 @@
 Session state holds ids only: the filter (its dict form, `Filter.to_dict`), the sort order's name, the stack
 of page anchors (the cursor each page starts after, data.order: opaque strings passed back untouched) and the
 cursor of the next page. The filter inputs reach the handlers as one dict keyed by Filter field (`read_form`),
-not by position. Thumbnails are <img src="/thumb/ID"> served by webapp.media_routes, never copied into
+not by position. Thumbnails are <img src="/thumb/ID"> served by webapp.routes.media, never copied into
 Gradio's cache.
 """
 
@@ -17,9 +17,11 @@ import gradio as gr
 from data import clips, limits, order as orders, search
 from data.errors import DataError, SearchSyntaxError
 from data.quality import second_review
-from webapp import assigning, release_panel, render, sampling, second_review_tab
+from webapp import render
+from webapp.browse import assigning, release as release_panel, sampling
 from webapp.context import AppContext
 from webapp.number_box import number_box, whole
+from webapp.second_review import tab as second_review_tab
 
 ANY = "any"
 SUMMARY_TTL = 10.0
@@ -36,7 +38,7 @@ element.addEventListener('click', (ev) => {
 
 # The filter form: each input's Filter field (in the order Gradio passes their values), then the sort order.
 # A field in CHOICES is a dropdown of ANY and those values; the other fields take their form from the Filter
-# field's type (bool: any/yes/no, int: a number, str: typed text), except the assignee (webapp.assigning).
+# field's type (bool: any/yes/no, int: a number, str: typed text), except the assignee (webapp.browse.assigning).
 FORM_FIELDS = (
     "review_status",
     "scenario",

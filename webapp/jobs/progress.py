@@ -4,8 +4,8 @@ The app never asks the fleet how a job goes: a gr.Timer polls SQLite every 2 s (
 jobs' rows), only while the Jobs tab is shown (app.py turns it on and off). Annotators get the runner's line only.
 A click on a job row shows that job; the detail stays on it until another is chosen. The list hides annotators'
 one-clip re-caption jobs by default (with a count) and filters by state and creator. While a job's runner finds
-every replica failing, the job says why (webapp.fleet_notice, from the runner's heartbeat). A message about a job's
-state (webapp.jobs_control) goes here when that state does.
+every replica failing, the job says why (webapp.jobs.fleet_notice, from the runner's heartbeat). A message about a job's
+state (webapp.jobs.control) goes here when that state does.
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import pandas as pd
 from data import heartbeats
 from data.errors import DataError, NotFound
 from data.jobs import queries as job_queries
-from webapp import fleet_notice, render, render_jobs
+from webapp import render
 from webapp.context import AppContext
-from webapp.jobs_control import JobControl
+from webapp.jobs import fleet_notice, render as render_jobs
+from webapp.jobs.control import JobControl
 from webapp.number_box import whole
 
 RUNNER_STALE_S = fleet_notice.RUNNER_STALE_S

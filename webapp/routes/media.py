@@ -18,7 +18,7 @@ from data import clips
 from data.errors import NotFound
 from webapp.context import AppContext
 
-PLACEHOLDER = Path(__file__).parent / "static" / "no-thumbnail.svg"
+PLACEHOLDER = Path(__file__).parents[1] / "static" / "no-thumbnail.svg"  # webapp/static
 VIDEO_TYPES = {
     ".mp4": "video/mp4",
     ".m4v": "video/mp4",

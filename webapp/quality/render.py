@@ -59,7 +59,7 @@ def open_decisions(listed: list, shown: int | None, total: int | None = None) ->
 
 
 def estimate(text: str) -> str:
-    """The estimate at this look, in words (webapp.quality_decision)."""
+    """The estimate at this look, in words (webapp.quality.decision)."""
     return f'<div class="cw-counts" id="quality-estimate-text">{esc(text)}</div>'
 
 

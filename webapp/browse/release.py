@@ -14,8 +14,9 @@ from data import clips
 from data.errors import DataError
 from data.release import make as rel, stratify
 from data.release.options import DEFAULT_GROUP_BY, DEFAULT_LICENSE, DEFAULT_NAME, MEDIA, Options
-from webapp import render, render_quality
+from webapp import render
 from webapp.context import AppContext, shows_errors
+from webapp.quality import render as render_quality
 
 RELEASES = "releases"  # under the data folder
 

@@ -1,10 +1,10 @@
 """Jobs tab (leads): start a captioning job, watch it, pause/resume/cancel it, retry its failures.
 
 This module lays the tab out and wires its events; its regions live beside it:
-- the runner's line, the job list and the job shown with its notices (webapp.jobs_progress);
-- the start form with its preview and cost (webapp.jobs_start);
-- the job shown's buttons and the message about it (webapp.jobs_control);
-- the prompt versions (webapp.prompt_panel), and here the team's work from the audit trail.
+- the runner's line, the job list and the job shown with its notices (webapp.jobs.progress);
+- the start form with its preview and cost (webapp.jobs.start);
+- the job shown's buttons and the message about it (webapp.jobs.control);
+- the prompt versions (webapp.jobs.prompts), and here the team's work from the audit trail.
 
 The job shown and its buttons sit above the list, so that the list growing or being redrawn never moves them.
 Two timers run only while the tab is shown (app.py turns them on and off): the 2 s refresh and the preview's own.
@@ -21,10 +21,10 @@ from data import events
 from data.job_params import JobParams
 from webapp import render
 from webapp.context import AppContext, shows_errors
-from webapp.jobs_control import JobControl
-from webapp.jobs_progress import JobProgress
-from webapp.jobs_start import PREVIEW_EVERY_S, StartForm
-from webapp.prompt_panel import PromptPanel
+from webapp.jobs.control import JobControl
+from webapp.jobs.progress import JobProgress
+from webapp.jobs.prompts import PromptPanel
+from webapp.jobs.start import PREVIEW_EVERY_S, StartForm
 
 TEAM_COLUMNS = ["annotator", "edits", "approved", "rejected", "broken", "clips", "approval rate", "last active"]
 

@@ -28,9 +28,10 @@ import gradio as gr
 from data import taxonomy
 from data.errors import DataError
 from data.quality import second_review
-from webapp import form_echo, render, render_quality
+from webapp import form_echo, render
 from webapp.context import AppContext, shows_errors
 from webapp.picker import label_picker
+from webapp.quality import render as render_quality
 
 LABELS = list(taxonomy.ENUMS)
 BLIND_NOTE = "Caption and review hidden: you review this clip blind (Second review tab)."

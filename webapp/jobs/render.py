@@ -1,5 +1,5 @@
 """The Jobs tab's markup: the runner's line, the start form's count and cost, the job shown with its bar and
-throughput, and the notices about the fleet (their words are webapp.fleet_notice's). Values escaped as in
+throughput, and the notices about the fleet (their words are webapp.jobs.fleet_notice's). Values escaped as in
 webapp.render."""
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def runner_missing(command: str, age_s: float | None = None) -> str:
 
 
 def job_cost(text: str, estimate: bool = True) -> str:
-    """What a job will cost, in words (webapp.jobs_start); `estimate` False: why there is no estimate."""
+    """What a job will cost, in words (webapp.jobs.start); `estimate` False: why there is no estimate."""
     return f' <span class="cw-cost{"" if estimate else " cw-cost-none"}" id="job-cost">{esc(text)}</span>'
 
 

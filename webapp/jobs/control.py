@@ -1,6 +1,6 @@
 """The Jobs tab's job shown and its controls (leads): its id, Pause, Resume, Cancel, Retry failed, and the message.
 
-The job shown and its buttons sit above the list (webapp.jobs_progress), so that the list growing or being redrawn
+The job shown and its buttons sit above the list (webapp.jobs.progress), so that the list growing or being redrawn
 never moves them. Every handler checks the lead role itself: each Gradio event is an HTTP endpoint anyone can call.
 Messages say what is true now: one about a job's state goes when that state does (`msg_for`, which the start form
 and the refresh write too); a resume or a retry that would restart a cancelled job asks first, saying what it will
