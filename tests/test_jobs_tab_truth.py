@@ -52,7 +52,7 @@ class Clock:
 
     def __init__(self, monkeypatch, t: float = 1_000_000.0):
         self.t = t
-        for mod in ("data.jobs.items", "data.jobs", "data.jobs.queries", "data.captions", "data.events"):
+        for mod in ("data.jobs.items", "data.jobs.lifecycle", "data.jobs.queries", "data.captions", "data.events"):
             monkeypatch.setattr(f"{mod}.now", lambda: self.t)
 
 

@@ -318,10 +318,41 @@ def test_a_declared_surface_is_sorted_and_exactly_what_the_module_offers(module)
         )
 
 
-def test_the_packages_with_a_face_are_quality_the_runner_and_the_simulated_fleet():
+def test_the_packages_with_a_face_are_jobs_quality_the_runner_and_the_simulated_fleet():
     faces = [m for m in MODULES_WITH_ALL if _path(m).name == "__init__.py"]
-    assert faces == ["data.quality", "serving.runner", "serving.simfleet"]
+    assert faces == ["data.jobs", "data.quality", "serving.runner", "serving.simfleet"]
     assert set(_exported("serving.runner")) == {"Runner", "fleet_targets", "run_job", "serve"}
+
+
+def _package_inits() -> list[Path]:
+    return [p for p in _files(PACKAGES) if p.name == "__init__.py"]
+
+
+def test_every_package_s_init_is_its_docstring_and_at_most_a_face():
+    """One convention for a package's `__init__.py` (ARCHITECTURE.md, "The floors"): it opens with a docstring that
+    says what the package holds; a wing's names each of its modules (`tab.py`, ...). After it comes nothing, or a
+    face: `from` imports of the package's own modules and the `__all__` that names them. Never a definition, so
+    the code a caller runs is always in a module named for what it holds."""
+    wrong = []
+    for init in _package_inits():
+        package = _module_of(init)
+        tree = _tree(init)
+        doc = ast.get_docstring(tree) or ""
+        if not doc.strip():
+            wrong.append(f"{package}: no docstring saying what it holds")
+        if "." in package:  # a wing: its docstring names every module it holds
+            modules = sorted(p.name for p in init.parent.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+            wrong += [f"{package}: its docstring does not name {m}" for m in modules if m not in doc]
+        for node in tree.body[1:] if doc else tree.body:
+            own = isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
+            future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+            face = isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+            if not (own or future or face):
+                wrong.append(f"{init.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node).splitlines()[0][:60]}")
+        imports = any(isinstance(n, ast.ImportFrom) and n.module != "__future__" for n in tree.body)
+        if imports and _exported(package) is None:
+            wrong.append(f"{package}: imports its modules' names without an `__all__` (a face names what it offers)")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_every_package_is_shipped():
