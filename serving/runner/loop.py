@@ -53,7 +53,13 @@ class Runner:
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
     (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
     one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
-    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader)."""
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader).
+
+    Long on purpose: the loop's state (the requests in flight, the outcomes not yet written, the replicas each clip
+    is to avoid, the stop and wake events) is read and changed by every step of the loop (claim, dispatch, send,
+    write, abort, drain), on one thread and without locks; what holds none of that state is apart already
+    (replicas.py, watch.py, store.py, dbthread.py, collector.py).
+    """
 
     def __init__(
         self,
