@@ -3,7 +3,7 @@
 Nothing typed is ever dropped (issue 10). Every way of leaving a clip -- j/k, approve/reject (which move on to
 the next unreviewed clip of the filter), "next unreviewed", a Browse tile, the browser's Back (the URL carries
 the clip, webapp/static/shortcuts.js turns Back into a navigation here) -- goes through a handler that receives the
-form and saves it first when it differs from the stored version (`_autosave`). A save that cannot happen (a
+form and saves it first when it differs from the stored version (`ReviewSaves.autosave`). A save that cannot happen (a
 conflict, a label missing) stops the navigation with a message, and the edit stays in the form. Switching tabs
 keeps the form as it is; leaving the page with an unsaved edit asks first (beforeunload, shortcuts.js).
 
