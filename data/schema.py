@@ -828,6 +828,27 @@ def m027_decisions_on_later_versions(db: sqlite_utils.Database) -> None:
     )
 
 
+_JOB_CHECK_BEFORE = "CHECK (state IN ('queued', 'running', 'paused', 'cancelled', 'done'))"
+_JOB_CHECK_AFTER = "CHECK (state IN ('queued', 'running', 'paused', 'cancelled', 'done', 'failed'))"
+
+
+@MIGRATIONS(transactional=False)
+def m028_job_failed_state(db: sqlite_utils.Database) -> None:
+    """A job may end `failed`: nothing left to do and not one clip captioned (data.jobs.items.finish_if_drained).
+    A fleet that failed every request ended its jobs `done`, and the Jobs tab read "done · 100%" over 0 captioned.
+    Jobs that ended so before are set failed here. Rebuilding `jobs` (SQLite cannot alter a CHECK) needs foreign
+    keys off, so this runs outside the migrations' transaction, in one of its own (as m013)."""
+    db.execute("PRAGMA foreign_keys = OFF")
+    try:
+        with db.atomic():
+            sql = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone()[0]
+            if _JOB_CHECK_AFTER not in sql:
+                _rebuild_with(db, "jobs", _JOB_CHECK_BEFORE, _JOB_CHECK_AFTER)
+            db.execute("UPDATE jobs SET state = 'failed' WHERE state = 'done' AND done = 0 AND failed > 0")
+    finally:
+        db.execute("PRAGMA foreign_keys = ON")
+
+
 @MIGRATIONS()
 def m029_login_trust_networks(db: sqlite_utils.Database) -> None:
     """Issue 46, point 4. The login limiter's trust (data.sessions) also remembers the networks each account signed

@@ -42,6 +42,10 @@ DECODE_FAILURE_MARKERS = (
 )
 # vLLM 0.25 answers a missing file with a 500 carrying the OSError text.
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
+# vllm-router 0.1.17 answers 503 with this text (text/plain) when it has no worker to send to: every worker's circuit
+# breaker is open (after --cb-failure-threshold failures) or its health check fails. Seen from the installed router
+# in front of simulated replicas that answer 500 to everything (tests/test_fleet_failing.py).
+ROUTER_NO_WORKERS = "No available workers"
 
 
 def token_count(value: Any) -> int | None:
@@ -77,6 +81,8 @@ def classify_status(status: int, message: str, replica: str | None = None) -> Fl
         )
     if status in (400, 413, 422):
         return ClipRejected(text, status=status, replica=replica, kind="bad_request")
+    if status == 503 and ROUTER_NO_WORKERS in message:  # the router's breaker: the replicas failed (runner.replicas)
+        return Overloaded(text, status=status, replica=replica, kind="no_workers")
     if status in (429, 503):
         return Overloaded(text, status=status, replica=replica)
     if status == 500 and any(m in message for m in DECODE_FAILURE_MARKERS):

@@ -201,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
                 job = job_queries.get(db, job["id"])
             if job["state"] in ("paused", "cancelled") or (
-                job["state"] == "done" and job_queries.counts(db, job["id"])["pending"]
+                job["state"] in job_queries.FINISHED and job_queries.counts(db, job["id"])["pending"]
             ):
                 job = jobs.change_state(db, job["id"], "resume", args.user)
             job_id = job["id"]

@@ -247,6 +247,10 @@ def vllm_command(
 # vllm-router answers every origin with `Access-Control-Allow-Origin: *` unless given origins; this one no web page
 # can have (.invalid never resolves, RFC 6761), so no page may read its answers or send it a preflighted request
 NO_CORS_ORIGIN = "http://no-page.invalid"
+# seconds vllm-router's circuit breaker stays open for a worker before it lets a request try it again (its default,
+# 60, kept a fixed fleet refused for a minute and more after its fix: "503 No available workers"; with 10, the
+# first answer came 9.5 s after the fix, tests/test_fleet_failing.py). The runner paces a failing fleet itself.
+ROUTER_BREAKER_OPEN_S = 10
 
 
 def router_command(
@@ -279,6 +283,8 @@ def router_command(
         "1800",
         "--retry-max-retries",
         "2",
+        "--cb-timeout-duration-secs",
+        str(ROUTER_BREAKER_OPEN_S),
         "--prometheus-port",
         str(prometheus_port),
         "--cors-allowed-origins",

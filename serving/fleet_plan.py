@@ -156,6 +156,7 @@ def plan(settings: Settings, opts: LaunchOptions) -> dict:
         "steps": steps,
         "replica_urls": replica_urls,
         "router_url": router_url,
+        "router_metrics_url": router_metrics_url(settings) if router_url else None,
         "timeout": timeout,
     }
 
@@ -181,8 +182,15 @@ def head_plan(settings: Settings, opts: LaunchOptions) -> dict:
         "steps": router_steps(settings, workers, health_interval=10, timeout=timeout),
         "replica_urls": workers,
         "router_url": f"http://127.0.0.1:{settings.router_port}",
+        "router_metrics_url": router_metrics_url(settings),
         "timeout": timeout,
     }
+
+
+def router_metrics_url(settings: Settings) -> str:
+    """Where the router the launcher starts serves its Prometheus metrics (vllm-router's `--prometheus-port`, on
+    loopback): the Fleet tab reads the requests it refused there."""
+    return f"http://127.0.0.1:{settings.router_prometheus_port}"
 
 
 def router_steps(settings: Settings, workers: Sequence[str], *, health_interval: int, timeout: float) -> list[dict]:

@@ -16,6 +16,7 @@ fields, model names) has been through the data dir's redactor (serving.redact), 
 
     reader = FleetReader(settings)
     reader.watch(urls)          # the Fleet tab: routers looked through, replicas scraped, one bounded refresh
+                                # (with router_metrics=URL: the router's own Prometheus metrics too)
     reader.look(urls)           # the runner: how many replicas behind `urls` answer /health with 200
     reader.router_workers(url)  # how many workers a router has (None: not a router)
     reader.get(url)             # one bounded GET (the launcher's health waits and `status`)
@@ -48,9 +49,11 @@ from serving.health import (
     Answer,
     ReplicaStatus,
     RouterStatus,
+    parse_router_metrics,
     replica_from,
     router_from,
     summary,
+    why,
     workers_of,
 )
 from serving.redact import redact_all
@@ -260,24 +263,45 @@ class FleetReader:
         return replicas, (router.url if router else None)
 
     # ---- what the Fleet tab and the runner read ----------------------------------------------------------------
-    def watch(self, urls: Iterable[str], *, timeout: float | None = None) -> dict[str, Any]:
+    def watch(
+        self, urls: Iterable[str], *, timeout: float | None = None, router_metrics: str | None = None
+    ) -> dict[str, Any]:
         """What the Fleet tab shows for the configured fleet URLs, in one bounded refresh (serving.health.summary's
         dict): routers found among them looked through, at most MAX_SCRAPED replicas scraped, and the whole
-        refresh within REFRESH_ROUNDS x the timeout (what has not answered by then is reported as such)."""
+        refresh within REFRESH_ROUNDS x the timeout (what has not answered by then is reported as such).
+        `router_metrics`: the base URL of the router's Prometheus metrics (its `--prometheus-port`), read in the
+        same refresh into `router_metrics` (serving.health.parse_router_metrics, or {"error": why})."""
         t = self.timeout if timeout is None else timeout
         configured = list(dict.fromkeys(urls))[:MAX_SCRAPED]
 
         async def go(client: httpx.AsyncClient) -> dict[str, Any]:
             try:
                 async with asyncio.timeout(REFRESH_ROUNDS * t):
-                    replicas, router = await self._discover(client, configured, t)
+                    (replicas, router), routed = await asyncio.gather(
+                        self._discover(client, configured, t), self._router_metrics(client, router_metrics, t)
+                    )
                     reps = await self._replicas(client, replicas[:MAX_SCRAPED], t)
             except TimeoutError:
                 late = f"no answer within the refresh's {REFRESH_ROUNDS * t:g} s"
                 return summary([ReplicaStatus(url=u, error=late) for u in configured], None, len(configured))
-            return summary(reps, router.to_dict() if router else None, len(replicas))
+            return {**summary(reps, router.to_dict() if router else None, len(replicas)), "router_metrics": routed}
 
         return self._run(go, t)
+
+    async def _router_metrics(self, client: httpx.AsyncClient, url: str | None, timeout: float) -> dict | None:
+        """The router's Prometheus metrics at `url` (None: not asked), parsed and redacted; {"error": why} when
+        they cannot be read."""
+        if not url:
+            return None
+        got = await self._get(client, url.rstrip("/") + "/metrics", MAX_METRICS_BYTES, timeout)
+        if not isinstance(got, httpx.Response):
+            return {"error": self.auth.redact(f"/metrics: {why(got)}")}
+        if got.status_code != 200:
+            return {"error": f"/metrics answered {got.status_code}"}
+        try:
+            return redact_all(parse_router_metrics(got.text), self.auth.redact)
+        except (ValueError, TypeError, RecursionError) as e:
+            return {"error": self.auth.redact(f"/metrics unparseable: {why(e)}")}
 
     def look(self, urls: Iterable[str], *, timeout: float | None = None) -> dict[str, Any]:
         """{at (Unix time), router (URL or None), router_healthy, healthy, looked, total, replicas: [{url, healthy,

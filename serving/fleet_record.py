@@ -43,6 +43,15 @@ def fleet_precision(settings: Settings, urls, rec: dict | None = None) -> str | 
     return str(rec["precision"]) if ours & {u.rstrip("/") for u in urls} else None
 
 
+def router_metrics_url(settings: Settings, urls, rec: dict | None = None) -> str | None:
+    """Where the router among `urls` serves its Prometheus metrics, when this data dir's launcher started it (its
+    record says where), else None: a fleet started elsewhere does not say."""
+    rec = rec if rec is not None else load_record(settings)
+    if not rec or not rec.get("router_url") or not rec.get("router_metrics_url"):
+        return None
+    return str(rec["router_metrics_url"]) if rec["router_url"] in {u.rstrip("/") for u in urls} else None
+
+
 def fleet_url(settings: Settings, rec: dict | None = None) -> str:
     """The URL(s) the runner should use: the router if there is one, else the replicas, comma-separated."""
     rec = rec if rec is not None else load_record(settings)

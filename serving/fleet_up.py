@@ -103,6 +103,7 @@ def up(settings: Settings, opts: LaunchOptions) -> int:
         "procs": [],
         "replica_urls": p["replica_urls"],
         "router_url": p["router_url"],
+        "router_metrics_url": p.get("router_metrics_url"),
         "started_at": time.time(),
     }
     secure_dir(settings.data_dir)  # S9: its logs and run records, before anything is written there

@@ -2,10 +2,11 @@
 router's status. The reads themselves are serving.fleet_reader's (the one way to read a fleet, with its key).
 
 Per replica (what the web app and the runner show): healthy (`GET /health` is 200), running / waiting requests,
-KV-cache usage, successful requests by finish reason, prompt and generation tokens, mean end-to-end latency and
-time to first token, and whether the replica is simulated (a served model id containing "simulated" or an
-`x-simulated: 1` header), so the UI can show a banner. `/health` passes while an engine hangs: compare
-`success_total` between two scrapes (`rates`) to see progress.
+KV-cache usage, successful requests by finish reason, caption requests that failed (5xx) or were refused (4xx)
+(`http_requests_total` of `/v1/chat/completions`, which vLLM's HTTP instrumentation counts, failures included),
+prompt and generation tokens, mean end-to-end latency and time to first token, and whether the replica is
+simulated (a served model id containing "simulated" or an `x-simulated: 1` header), so the UI can show a banner.
+`/health` passes while an engine hangs: compare `success_total` between two scrapes (`rates`) to see progress.
 
 Metrics are parsed with `prometheus_client.parser.text_string_to_metric_families`; series with several
 label sets (engines, API servers) are summed. A router (vllm-router) is read through `/liveness`,
@@ -34,6 +35,7 @@ MAX_LISTED_WORKERS = 32  # router worker entries kept for display
 MAX_ROUTER_WORKERS = 100_000  # a worker count beyond this (a router's own "total") is not believed
 SCRAPE_CONCURRENCY = 16  # answers held at once: at most 16 x 2 MiB of /metrics
 REFRESH_ROUNDS = 5  # discovery (2 rounds of requests), the scrapes (2 rounds of 16), and one of room
+CAPTION_HANDLER = "/v1/chat/completions"  # the route whose answers count as caption requests
 
 
 @dataclass
@@ -47,6 +49,8 @@ class ReplicaStatus:
     kv_cache_usage: float = 0.0
     success: dict[str, float] = field(default_factory=dict)  # finished_reason -> count
     success_total: float = 0.0
+    failed_total: float = 0.0  # caption requests answered 5xx (http_requests_total)
+    refused_total: float = 0.0  # caption requests answered 4xx
     prompt_tokens: float = 0.0
     generation_tokens: float = 0.0
     e2e_latency_mean: float | None = None  # seconds
@@ -84,14 +88,18 @@ class RouterStatus:
 def parse_metrics(text: str) -> dict[str, Any]:
     """The vLLM series we use from a Prometheus exposition, summed over label sets.
 
-    Returns running, waiting, kv_cache_usage, success (by finished_reason), success_total, prompt_tokens,
-    generation_tokens, e2e_sum/e2e_count/e2e_latency_mean, ttft_mean, model (the model_name label)."""
+    Returns running, waiting, kv_cache_usage, success (by finished_reason), success_total, failed_total and
+    refused_total (caption requests answered 5xx and 4xx: `http_requests_total` of /v1/chat/completions),
+    prompt_tokens, generation_tokens, e2e_sum/e2e_count/e2e_latency_mean, ttft_mean, model (the model_name
+    label)."""
     out: dict[str, Any] = {
         "running": 0.0,
         "waiting": 0.0,
         "kv_cache_usage": 0.0,
         "success": {},
         "success_total": 0.0,
+        "failed_total": 0.0,
+        "refused_total": 0.0,
         "prompt_tokens": 0.0,
         "generation_tokens": 0.0,
         "e2e_sum": 0.0,
@@ -116,6 +124,12 @@ def parse_metrics(text: str) -> dict[str, Any]:
                 reason = labels.get("finished_reason", "unknown")
                 out["success"][reason] = out["success"].get(reason, 0.0) + value
                 out["success_total"] += value
+            elif name == "http_requests_total" and labels.get("handler") == CAPTION_HANDLER:
+                status = str(labels.get("status", ""))
+                if status.startswith("5"):
+                    out["failed_total"] += value
+                elif status.startswith("4"):
+                    out["refused_total"] += value
             elif name == "vllm:prompt_tokens_total":
                 out["prompt_tokens"] += value
             elif name == "vllm:generation_tokens_total":
@@ -132,6 +146,44 @@ def parse_metrics(text: str) -> dict[str, Any]:
         out["kv_cache_usage"] = max(kv_values)  # the fullest engine is the one that limits
     out["e2e_latency_mean"] = out["e2e_sum"] / out["e2e_count"] if out["e2e_count"] else None
     out["ttft_mean"] = out["ttft_sum"] / out["ttft_count"] if out["ttft_count"] else None
+    return out
+
+
+# vllm-router 0.1.17's circuit-breaker state per worker (`vllm_router_cb_state`), as its transitions name them
+# (`vllm_router_cb_state_transitions_total{from, to}`): read from the installed router (tests/test_fleet_failing.py)
+BREAKER_STATES = {0: "closed", 1: "open", 2: "half-open"}
+
+
+def parse_router_metrics(text: str) -> dict[str, Any]:
+    """What vllm-router's own Prometheus metrics (its `--prometheus-port`) say about failing requests: requests it
+    answered with an error, by type (`errors`; `no_available_workers`: refused because every worker's circuit
+    breaker was open or its health check failed), requests whose retries ran out (`retries_exhausted`), and per
+    worker (at most MAX_LISTED_WORKERS, names clipped): the breaker's state, and the requests the breaker counted
+    as failures and successes. Series are summed over label sets."""
+    out: dict[str, Any] = {"errors": {}, "no_available_workers": 0.0, "retries_exhausted": 0.0, "workers": {}}
+
+    def worker(labels: dict) -> dict | None:
+        name = limits.clip_text(str(labels.get("worker", "")), 200)
+        if name not in out["workers"] and len(out["workers"]) >= MAX_LISTED_WORKERS:
+            return None
+        return out["workers"].setdefault(name, {"breaker": None, "failures": 0.0, "successes": 0.0})
+
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            name, labels, value = s.name, s.labels, float(s.value)
+            if name == "vllm_router_request_errors_total":
+                kind = limits.clip_text(str(labels.get("error_type", "unknown")), 60)
+                if kind in out["errors"] or len(out["errors"]) < 16:
+                    out["errors"][kind] = out["errors"].get(kind, 0.0) + value
+            elif name == "vllm_router_retries_exhausted_total":
+                out["retries_exhausted"] += value
+            elif name == "vllm_router_cb_state" and (w := worker(labels)) is not None:
+                w["breaker"] = BREAKER_STATES.get(int(value), f"state {value:g}") if value == int(value) else None
+            elif name == "vllm_router_cb_outcomes_total" and (w := worker(labels)) is not None:
+                key = {"failure": "failures", "success": "successes"}.get(labels.get("outcome", ""))
+                if key:
+                    w[key] += value
+    out["no_available_workers"] = out["errors"].get("no_available_workers", 0.0)
     return out
 
 
@@ -173,6 +225,8 @@ def replica_from(url: str, health: Answer, metrics: Answer | None = None) -> Rep
                     "kv_cache_usage",
                     "success",
                     "success_total",
+                    "failed_total",
+                    "refused_total",
                     "prompt_tokens",
                     "generation_tokens",
                     "e2e_latency_mean",
@@ -302,6 +356,7 @@ def summary(reps: list[ReplicaStatus], router: dict | None, listed: int) -> dict
         "running": sum(r.running for r in reps),
         "waiting": sum(r.waiting for r in reps),
         "success_total": sum(r.success_total for r in reps),
+        "failed_total": sum(r.failed_total for r in reps),
     }
 
 
@@ -309,6 +364,7 @@ __all__ = [
     "Answer",
     "MAX_SCRAPED",
     "parse_metrics",
+    "parse_router_metrics",
     "rates",
     "replica_from",
     "ReplicaStatus",

@@ -17,9 +17,14 @@ and puts this gate on the router's usual address (`--router-port`). The gate for
   (`/health`, `/liveness`, `/readiness`, `/workers`, `/list_workers`, `/get_loads`, `/get_server_info`,
   `/get_model_info`). Anything else, `/add_worker` included, is refused: only the launcher changes a fleet, by
   starting the router with its worker list.
-Refusals are JSON in vLLM's error shape, and the connection is closed after one. A request without the key is
-said in the gate's log (the first at once, then a count every UNKEYED_SAY_S): every reader of the workbench sends
-the key (serving.fleet_reader), so one there is a reader that forgot it, or someone else.
+Refusals are JSON in vLLM's error shape, and the connection is closed after one. Each refusal is said in the
+gate's log with its status, its reason and the address it came from (`refused 401 from 127.0.0.1:51234: no fleet
+key (no Authorization header): GET /workers`): every reader of the workbench sends the key
+(serving.fleet_reader), so a refusal is a reader that forgot it, or someone else. Bounded: the first of each kind
+(status, reason, address) at once, then how many more like it every REFUSED_SAY_S; at most MAX_KINDS kinds
+tracked (the rest counted together); every value from the request clipped and escaped; never the key or the
+token given (a wrong key is said as "a token that is not the fleet key"), and anything equal to the key is
+redacted (serving.redact).
 
 The router's private address is hidden from web pages, not from other accounts on the head (every local process
 can reach a loopback socket). So the gate also keeps the router's worker list what the launcher gave it: every
@@ -47,7 +52,7 @@ import json
 import socket
 import sys
 import time
-from typing import Iterable
+from typing import Callable, Iterable
 from urllib.parse import urlsplit
 
 import h11
@@ -59,7 +64,9 @@ from serving import console, fleet_key
 MAX_BODY_BYTES = 16 << 20
 MAX_HEAD_BYTES = 64 << 10
 WATCH_S = 1.0  # how often the router's worker list is compared with the launcher's
-UNKEYED_SAY_S = 10.0  # requests without the fleet key are said in the log at most this often (with a count)
+REFUSED_SAY_S = 10.0  # refusals of one kind from one address: the first at once, then a count at most this often
+MAX_KINDS = 64  # kinds of refusal (status, reason, address) counted apart; the rest are counted together
+VALUE_CHARS = 100  # of a value from the request (a path, a Host) in a log line
 MAX_WORKERS_BYTES = 1 << 20  # the router's /workers answer: a few hundred bytes per worker
 FORWARDED = {
     b"POST": {b"/v1/chat/completions", b"/v1/completions"},
@@ -90,6 +97,13 @@ def _answer(status: int, body: bytes) -> bytes:
     return (head + f"content-length: {len(body)}\r\nconnection: close\r\n\r\n").encode() + body
 
 
+def _shown(value: bytes | str, n: int = VALUE_CHARS) -> str:
+    """A value the client sent, fit for one log line: decoded as latin-1, clipped, non-printables escaped."""
+    text = value.decode("latin-1") if isinstance(value, bytes) else str(value)
+    text = text if len(text) <= n else text[:n] + "..."
+    return ascii(text)[1:-1]
+
+
 def _say(msg: str) -> None:
     try:  # best effort: the log is on the data dir's disk, which may be full; the gate goes on
         print(f"[router-gate] {msg}", file=sys.stderr, flush=True)
@@ -101,7 +115,14 @@ class RouterGate:
     """Checks each request (see the module docstring) and forwards what passes to the router at `upstream`."""
 
     def __init__(
-        self, upstream: str, key: str, *, port: int, host: str = "127.0.0.1", workers: Iterable[str] | None = None
+        self,
+        upstream: str,
+        key: str,
+        *,
+        port: int,
+        host: str = "127.0.0.1",
+        workers: Iterable[str] | None = None,
+        redact: Callable[[str], str] | None = None,
     ):
         self.upstream = upstream.rstrip("/")
         u = urlsplit(self.upstream)
@@ -111,46 +132,79 @@ class RouterGate:
         # the worker list the launcher started the router with (None: not watched)
         self.workers = None if workers is None else {w.rstrip("/") for w in workers}
         self._adding: set[str] = set()
-        self._unkeyed = 0  # requests refused for want of the key since the last time the log said so
-        self._unkeyed_said = float("-inf")
+        self.redact = redact or (lambda text: text)  # the fleet key out of every line (serving.redact)
+        # (status, reason, address) -> [refused since last said, when last said, the latest: its reason and request]
+        self._refused: dict[tuple, list] = {}
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(10.0, read=None), trust_env=False)  # the watchdog's
 
-    def refusal(self, method: bytes, target: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes] | None:
-        """(status, body) when the request is refused, else None. `headers`: lower-case names."""
-        if headers.get(b"host", b"").lower() not in self.hosts:
-            return _error(403, "the router gate answers loopback names only", "Forbidden")
+    def refusal(self, method: bytes, target: bytes, headers: dict[bytes, bytes]) -> tuple[int, bytes, str] | None:
+        """(status, body, reason for the log) when the request is refused, else None. `headers`: lower-case names.
+        The reason holds no token: a wrong key is said as such."""
+        host = headers.get(b"host", b"")
+        if host.lower() not in self.hosts:
+            why = f"Host '{_shown(host)}' is not a loopback name at the gate's port"
+            return *_error(403, "the router gate answers loopback names only", "Forbidden"), why
         site = headers.get(b"sec-fetch-site")
         if b"origin" in headers or (site is not None and site != b"none"):
-            return _error(403, "the router gate takes no request a browser sends for a page", "Forbidden")
-        scheme, _, token = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
-        given = hashlib.sha256(token.encode("latin-1")).digest()
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given, self._key):
-            self._refused_unkeyed(method, target)
-            return 401, json.dumps({"error": "Unauthorized"}).encode()  # vLLM's answer to a wrong key
+            why = f"sent by a browser for a page (Origin '{_shown(headers.get(b'origin', b''))}')"
+            return *_error(403, "the router gate takes no request a browser sends for a page", "Forbidden"), why
+        given = headers.get(b"authorization")
+        scheme, _, token = (given or b"").decode("latin-1").partition(" ")
+        digest = hashlib.sha256(token.encode("latin-1")).digest()
+        if scheme.lower() != "bearer" or not hmac.compare_digest(digest, self._key):
+            why = (
+                "no fleet key (no Authorization header)"
+                if given is None
+                else "no fleet key (its authorization header has another scheme)"
+                if scheme.lower() != "bearer"
+                else "a token that is not the fleet key"
+            )
+            return 401, json.dumps({"error": "Unauthorized"}).encode(), why  # vLLM's answer to a wrong key
         path = target.split(b"?", 1)[0]
         if path not in FORWARDED.get(method, ()):
             name = f"{method.decode('latin-1')} {path.decode('latin-1')[:200]}"
-            return _error(
-                403,
-                f"{name} is not forwarded: the router gate passes the OpenAI API and read-only status; "
-                "only the launcher changes the fleet (restart the head with another --worker-urls)",
-                "Forbidden",
+            return (
+                *_error(
+                    403,
+                    f"{name} is not forwarded: the router gate passes the OpenAI API and read-only status; "
+                    "only the launcher changes the fleet (restart the head with another --worker-urls)",
+                    "Forbidden",
+                ),
+                "not the OpenAI API or a read-only status (only the launcher changes the fleet)",
             )
         return None
 
-    def _refused_unkeyed(self, method: bytes, target: bytes) -> None:
-        """Say in the gate's log that a request came without the fleet key (a reader that forgot it sees a
-        healthy fleet as down): the first at once, then a count at most every UNKEYED_SAY_S."""
-        self._unkeyed += 1
-        t = time.monotonic()
-        if t - self._unkeyed_said >= UNKEYED_SAY_S:
-            name = f"{method.decode('latin-1')} {target.split(b'?', 1)[0].decode('latin-1')[:100]}"
-            _say(f"401: refused {self._unkeyed} request(s) without the fleet key (the latest: {name})")
-            self._unkeyed, self._unkeyed_said = 0, t
+    def refused(self, status: int, why: str, source, request: str) -> None:
+        """Say a refusal in the gate's log (the module docstring): `source` the client's address, `request` its
+        method and path (no query). The first of its kind from its address at once, then counted."""
+        address = f"{source[0]}:{source[1]}" if isinstance(source, tuple) and len(source) >= 2 else str(source)
+        host = address.rsplit(":", 1)[0]
+        kind = (status, why.split(" '", 1)[0], host)  # a Host or Origin value does not make a kind of its own
+        if kind not in self._refused and len(self._refused) >= MAX_KINDS:
+            kind = (status, "other refusals", "other addresses")
+        entry = self._refused.get(kind)
+        line = f"refused {status} from {_shown(address, 64)}: {why}: {_shown(request)}"
+        if entry is None:
+            self._refused[kind] = [0, time.monotonic(), ""]
+            _say(self.redact(line))
+            return
+        entry[0] += 1
+        entry[2] = f"{why}: {_shown(request)}"
+        if time.monotonic() - entry[1] >= REFUSED_SAY_S:
+            self.say_refused(kind)
+
+    def say_refused(self, kind: tuple | None = None) -> None:
+        """Say how many refusals of `kind` (every kind when None) came since it was last said, if any."""
+        for k in [kind] if kind is not None else list(self._refused):
+            n, _, latest = self._refused[k]
+            if n:
+                status, _, host = k
+                _say(self.redact(f"refused {status} from {_shown(host, 64)}: {n} more since the line before; {latest}"))
+            self._refused[k] = [0, time.monotonic(), latest]
 
     async def _request(self, conn: h11.Connection, reader: asyncio.StreamReader) -> tuple | None:
-        """The next request on the connection, checked: (request, body), (status, refusal body), or None when the
-        client is gone."""
+        """The next request on the connection, checked: (request, body), (status, refusal body, reason, what was
+        asked), or None when the client is gone."""
         req, body = None, bytearray()
         while True:
             ev = conn.next_event()
@@ -164,11 +218,12 @@ class RouterGate:
                 req = ev
                 no = self.refusal(ev.method, ev.target, dict(ev.headers))
                 if no is not None:
-                    return no
+                    return *no, _asked(ev)
             elif isinstance(ev, h11.Data):
                 body += ev.data
                 if len(body) > MAX_BODY_BYTES:
-                    return _error(413, f"request body over {MAX_BODY_BYTES} bytes", "RequestEntityTooLarge")
+                    too_large = _error(413, f"request body over {MAX_BODY_BYTES} bytes", "RequestEntityTooLarge")
+                    return *too_large, f"a body over {MAX_BODY_BYTES} bytes", _asked(req)
             elif isinstance(ev, h11.EndOfMessage):
                 return req, bytes(body)
             else:  # ConnectionClosed, or PAUSED
@@ -177,6 +232,7 @@ class RouterGate:
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """One client connection: its requests in order, each checked, over one connection to the router."""
         _nodelay(writer)
+        source = writer.get_extra_info("peername")
         up: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         pump: asyncio.Task | None = None
         rest = b""
@@ -188,12 +244,14 @@ class RouterGate:
                 try:
                     got = await self._request(conn, reader)
                 except h11.RemoteProtocolError as e:
-                    got = _error(400, f"not a request the gate forwards: {e}", "BadRequestError")
+                    bad = _error(400, f"not a request the gate forwards: {e}", "BadRequestError")
+                    got = *bad, f"not HTTP the gate reads: '{_shown(str(e))}'", "-"
                 if got is None:
                     return
                 if isinstance(got[0], int):  # refused: said (unless an answer may still be streaming), then closed
+                    self.refused(got[0], got[2], source, got[3])
                     if pump is None or pump.done():
-                        writer.write(_answer(*got))
+                        writer.write(_answer(*got[:2]))
                         await writer.drain()
                     return
                 req, body = got
@@ -270,17 +328,31 @@ class RouterGate:
             await self.watch_once()
             await asyncio.sleep(WATCH_S)
 
+    async def say_counts(self) -> None:
+        """Say the refusals counted and not yet said, every REFUSED_SAY_S (a flood's last ones included)."""
+        while True:
+            await asyncio.sleep(REFUSED_SAY_S)
+            self.say_refused()
+
     async def serve(self, host: str, port: int, stop: asyncio.Event | None = None) -> None:
         """Listen on host:port until `stop` is set (or forever), keeping the worker list if one was given."""
         server = await asyncio.start_server(self.handle, host, port, backlog=2048)
         watcher = asyncio.ensure_future(self.watch()) if self.workers is not None else None
+        counting = asyncio.ensure_future(self.say_counts())
         try:
             async with server:
                 await (stop.wait() if stop is not None else server.serve_forever())
         finally:
+            counting.cancel()
+            self.say_refused()
             if watcher is not None:
                 watcher.cancel()
             await self.client.aclose()
+
+
+def _asked(req: h11.Request) -> str:
+    """What a request asked for, for the log: its method and path, no query (a signature may be in one)."""
+    return f"{req.method.decode('latin-1')} {req.target.split(b'?', 1)[0].decode('latin-1')}"
 
 
 def _nodelay(writer: asyncio.StreamWriter) -> None:
@@ -325,7 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"router_gate: no fleet key in {fleet_key.path(settings)}: the launcher makes it", file=sys.stderr)
         return 2
     workers = None if args.keep_workers is None else [w for w in args.keep_workers.split(",") if w]
-    gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host, workers=workers)
+    redact = fleet_key.auth(settings).redact  # nothing equal to the key is ever logged
+    gate = RouterGate(args.upstream, key, port=args.listen_port, host=args.listen_host, workers=workers, redact=redact)
 
     async def run() -> None:
         import signal

@@ -87,11 +87,12 @@ def login(ctx, stack):
     return page, watch
 
 
-def wait_job_done(page, job_id: int, timeout: float) -> None:
-    """Until the progress panel shows job `job_id` done (not the first launch's job, shown before it)."""
+def wait_job_done(page, job_id: int, timeout: float, state: str = "done") -> None:
+    """Until the progress panel shows job `job_id` ended in `state` (not the first launch's job, shown before it):
+    "done", or "failed" when not one of its clips was captioned."""
     page.wait_for_function(
         f"""() => {{ const p = document.querySelector('#job-progress');
-            return p && p.dataset.job === '{job_id}' && p.dataset.state === 'done'; }}""",
+            return p && p.dataset.job === '{job_id}' && p.dataset.state === '{state}'; }}""",
         timeout=timeout,
     )
 
@@ -162,8 +163,8 @@ def test_the_launched_stack_tells_the_truth_about_its_fleet(browser, stack):
         page.screenshot(path=str(SCREENSHOTS / "jobs-fleet-fails-every-request.png"), full_page=True)
         job = job_queries.list_jobs(d, 1)[0]
         assert job["name"] == "on a fleet that fails every request", job
-        # its clips use their attempts and fail; the job ends
-        wait_job_done(page, job["id"], 300_000)
+        # its clips use their attempts and fail; the job ends, failed (not one clip captioned)
+        wait_job_done(page, job["id"], 300_000, state="failed")
         items = list(d.query("SELECT attempts, state, error_kind FROM job_items WHERE job_id = ?", [job["id"]]))
         sent = [i for i in items if i["error_kind"] != "ingest"]
         detail = page.inner_text("#job-progress")

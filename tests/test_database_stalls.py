@@ -116,4 +116,4 @@ def test_attempts_never_exceed_the_limit_after_runner_kills(db):
     assert job_items.claim(db, job_id, "r1", 10, lease_seconds=600, max_attempts=3) == []
     rows = [dict(r) for r in db.query("SELECT attempts, state FROM job_items WHERE job_id = ?", [job_id])]
     assert all(r["attempts"] == 3 and r["state"] == "failed" for r in rows), rows
-    assert job_queries.get(db, job_id)["state"] == "done"
+    assert job_queries.get(db, job_id)["state"] == "failed"  # not one clip captioned

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from types import SimpleNamespace
 
 from data import heartbeats, jobs
 from data.job_params import JobParams
@@ -272,3 +273,84 @@ def test_a_request_sent_into_an_outage_uses_no_attempt_when_it_fails_after_the_o
     attempts = dict(db.execute("SELECT clip_id, attempts FROM job_items WHERE job_id = ?", [job_id]).fetchall())
     assert attempts[items[0]["clip_id"]] == 0  # refunded: the outage's failure
     assert attempts[items[1]["clip_id"]] == 1  # counted: sent and failed while the fleet was up
+
+
+# ---- a fleet that fails every request while /health finds it up (issue 45, point 5) ---------------------------
+def breaker_503(url: str) -> Overloaded:
+    """vllm-router 0.1.17's answer once every worker's circuit breaker is open (classified as the client does)."""
+    from serving.answers import classify_status
+
+    return classify_status(503, "No available workers (all circuits open or unhealthy)", url)
+
+
+def test_a_routers_breaker_answer_is_named_by_the_failure_that_opened_it():
+    from serving.runner.replicas import ReplicaHealth
+
+    health = ReplicaHealth(["http://router:30000"], 4, behind_router=4)
+    rep = health.replicas[0]
+    t = time.monotonic()
+    alone = health.explain(rep, breaker_503(rep.url))  # nothing seen before it: said as the router's own answer
+    assert alone.kind == "no_workers" and alone.retryable and "No available workers" in str(alone)
+    engine = ReplicaError("HTTP 500: simulated engine failure (error_rate knob)", status=500, replica=rep.url)
+    rep.start(t)
+    health.finished(rep, health.explain(rep, engine), t, "clip-1")
+    for i in range(3):  # the breaker's answers after it: each named by the engine's failure, never "overloaded"
+        named = health.explain(rep, breaker_503(rep.url))
+        rep.start(t)
+        health.finished(rep, named, t + 0.1 * i, f"clip-{i + 2}")
+        assert isinstance(named, ReplicaError) and named.kind == "replica" and named.status == 500
+        assert str(named).startswith("HTTP 500: simulated engine failure") and str(named).count("circuit breaker") == 1
+        assert len(str(named)) <= 2 * 300 + 10
+    rep.start(t)
+    health.finished(rep, None, t + 1, "clip-9")  # an answer: what came before is no cause any more
+    assert health.explain(rep, breaker_503(rep.url)).kind == "no_workers"
+
+
+def test_a_fleet_failing_everywhere_is_tried_at_a_pace_that_ends_jobs():
+    """Every replica failing: a replica cools at most FAILING_COOL_MAX_S (not 15 s), and a router URL probes with
+    one request per replica behind it; one bad replica among good ones still waits long."""
+    from serving.runner.replicas import COOL_MAX_S, FAILING_COOL_MAX_S, ReplicaHealth
+
+    router = ReplicaHealth(["http://router:30000"], 4, behind_router=4, backoff_base=0.5)
+    rep = router.replicas[0]
+    t = time.monotonic()
+    for i in range(12):
+        router.observe(health(4), t)  # /health finds every replica up: not an outage
+        rep.start(t)
+        router.finished(rep, ReplicaError("HTTP 500: x", status=500, replica=rep.url), t, f"c{i}")
+        assert rep.cool_until - t <= FAILING_COOL_MAX_S and not router.fleet_down()
+        t = rep.cool_until
+    assert router.free_slots(t) == 4  # four probes at once, one per replica behind the router
+    mixed = ReplicaHealth(URLS, 4, backoff_base=0.5)
+    bad, good = mixed.replicas[0], mixed.replicas[1]
+    good.start(t)
+    mixed.finished(good, None, t, "ok")
+    for i in range(12):
+        bad.start(t)
+        mixed.finished(bad, ReplicaError("HTTP 500: x", status=500, replica=bad.url), t, f"c{i}")
+    assert bad.cool_until - t > FAILING_COOL_MAX_S and bad.cool_until - t <= COOL_MAX_S
+
+
+def test_failing_is_a_report_of_now_and_a_recovery_is_dated(monkeypatch):
+    """The runner line said "failing every request" for ~1.5 min after a fix: an idle runner's last failures are
+    not a state of now. Failing is reported while a request is on its way or the newest failure is recent; then
+    the report is idle and says when the last requests failed; the first answer after dates the recovery."""
+    from serving.runner import replicas as mod
+
+    clock = [1_000_000.0]
+    monkeypatch.setattr(mod, "time", SimpleNamespace(time=lambda: clock[0], monotonic=time.monotonic))
+    health = mod.ReplicaHealth(["http://router:30000"], 4, behind_router=4)
+    rep = health.replicas[0]
+    t = 100.0
+    rep.start(t)
+    health.finished(rep, ReplicaError("HTTP 500: x", status=500, replica=rep.url), t, "c1")
+    assert health.report(t)["state"] == "failing" and health.failing_now()
+    clock[0] += mod.FAILING_FRESH_S + 1
+    idle = health.report(t)
+    assert idle["state"] == "idle" and idle["last_failed_at"] == 1_000_000.0 and not health.failing_now()
+    rep.start(t)
+    assert health.report(t)["state"] == "failing"  # a request on its way: news again
+    clock[0] += 3
+    health.finished(rep, None, t, "c2")
+    up = health.report(t)
+    assert up["state"] == "up" and up["recovered_at"] == clock[0] and up["last_failed_at"] is None

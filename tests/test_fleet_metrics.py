@@ -98,6 +98,29 @@ def test_scrape_live_simulated_replicas_after_traffic(fleet_settings, sim, reade
     assert s1.success_total == 0 and s1.healthy
 
 
+def test_failed_caption_requests_are_counted_as_vllm_counts_them(fleet_settings, sim, reader):
+    """vLLM's own series count only what succeeded; its HTTP instrumentation (prometheus-fastapi-instrumentator,
+    serving/simfleet/metrics.py) counts every answer by handler, method and grouped status: a replica that fails
+    every request shows it there, and the Fleet tab reads it (issue 45)."""
+    from serving.errors import ReplicaError
+
+    sim.set_knobs(0, error_rate=1.0)
+    for _ in range(3):
+        with pytest.raises(ReplicaError):
+            caption(fleet_settings, sim.urls[0], "a.mp4")
+    caption(fleet_settings, sim.urls[1], "a.mp4")
+    text = httpx.get(sim.urls[0] + "/metrics").text
+    assert 'http_requests_total{handler="/v1/chat/completions",method="POST",status="5xx"} 3.0' in text, text[-800:]
+    assert 'handler="/health"' not in text and 'handler="/metrics"' not in text  # excluded, as on vLLM
+    s0, s1 = reader.fleet_status(sim.urls, timeout=2)
+    assert (s0.failed_total, s0.success_total, s1.failed_total, s1.success_total) == (3, 0, 0, 1)
+    m = health.parse_metrics(
+        'http_requests_total{handler="/v1/chat/completions",method="POST",status="4xx"} 2.0\n'
+        'http_requests_total{handler="/v1/models",method="GET",status="5xx"} 9.0\n'
+    )
+    assert m["refused_total"] == 2 and m["failed_total"] == 0  # only caption requests count
+
+
 def test_dead_and_unhealthy_replicas_are_reported_fast(sim, reader):
     sim.set_knobs(0, unhealthy=True)
     sim.kill_replica(1)

@@ -53,3 +53,29 @@ def test_the_fleet_tab_shows_the_router_and_its_workers_for_a_person(settings, r
         assert 'class="cw-down"' in tab.refresh(None)[tab.router]
     finally:
         app.state.ctx.close()
+
+
+def test_the_requests_line_says_what_the_requests_did_between_two_refreshes():
+    """Answered and failed per replica, refused by the router, over the time between two scrapes; a counter that
+    went down (a replica restarted) counts from 0; "every request failed" only when some failed and none was
+    answered."""
+    from webapp import render_fleet
+    from webapp.fleet_tab import requests_seen
+
+    def snap(t, ok, failed, refused, breakers=("open", "open")):
+        rows = [{"url": f"http://r{i}", "success_total": ok[i], "failed_total": failed[i]} for i in range(2)]
+        workers = {f"http://r{i}": {"breaker": b} for i, b in enumerate(breakers)}
+        return t, rows, {"metrics": {"no_available_workers": refused, "workers": workers}}
+
+    first = snap(100.0, [50, 40], [0, 0], 0)
+    failing = snap(110.0, [50, 40], [6, 2], 14)
+    seen = requests_seen(first, failing)
+    assert (seen["seconds"], seen["answered"], seen["failed"], seen["refused"]) == (10.0, 0, 8, 14)
+    line = render_fleet.requests_seen(seen)
+    assert 'data-failing="1"' in line and "Every caption request failed in the last 10 s" in line
+    assert "circuit breaker open for 2 of 2 workers" in line
+    restarted = snap(120.0, [3, 41], [0, 2], 14, ("closed", "closed"))  # r0 restarted: its counters from 0
+    seen = requests_seen(failing, restarted)
+    assert (seen["answered"], seen["failed"], seen["refused"], seen["breakers_open"]) == (4, 0, 0, 0)
+    assert 'data-failing="0"' in render_fleet.requests_seen(seen)
+    assert "since the fleet started" in render_fleet.requests_seen(requests_seen(None, first))

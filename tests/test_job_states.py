@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from data import jobs, prompts
 from data.errors import DataError, InvalidJobParams
@@ -239,3 +240,96 @@ def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):
     assert exited.value.code == 2
     assert "argument --max-tokens: Max tokens 64 cannot hold a complete answer" in capsys.readouterr().err
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
+
+
+@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    outcomes=st.lists(st.sampled_from(["done", "retryable", "final", "exhausted"]), min_size=1, max_size=8),
+    paused_between=st.booleans(),
+)
+def test_a_job_ends_failed_exactly_when_not_one_clip_was_captioned(settings, db, outcomes, paused_between):
+    """Issue 45: a job whose every clip failed read "done · 100%". Whichever way its clips end (a result, a final
+    failure, retries run out, an expired lease past its attempts) and whichever way the job gets there (a last
+    outcome, a pause and resume), it ends "failed" when none was captioned, else "done"; Retry failed and a
+    resume take a failed job back, and it ends again by the same rule."""
+    n = len(outcomes)
+    first = db.execute("SELECT COALESCE(MAX(id), 0) FROM clips").fetchone()[0] + 1
+    with db.conn:
+        db["clips"].insert_all([{"path": f"f{first + i}.mp4", "size": 1} for i in range(n)])
+    ids = list(range(first, first + n))
+    job_id = jobs.create(
+        db, name="t", created_by="lead", selection=Selection.of_clips(ids), prompt_id=None, params=JobParams()
+    )
+    job_items.claim(db, job_id, "r", n, lease_seconds=60, max_attempts=1)
+    if paused_between:
+        jobs.change_state(db, job_id, "pause", "lead")
+        jobs.change_state(db, job_id, "resume", "lead")
+        job_items.claim(db, job_id, "r", n, lease_seconds=60, max_attempts=1)
+    for clip, what in zip(ids, outcomes):
+        if what == "done":
+            job_items.complete(db, job_id, clip, text="t", labels={**_labels()}, provenance={"replica": "x"})
+        elif what == "exhausted":  # its lease ran out after its last attempt: the next claim fails it
+            db.execute("UPDATE job_items SET lease_until = 0 WHERE job_id = ? AND clip_id = ?", [job_id, clip])
+            db.conn.commit()
+        else:
+            job_items.fail(
+                db, job_id, clip, error="HTTP 500: x", kind="replica", retryable=what == "retryable", max_attempts=1
+            )
+    job_items.claim(db, job_id, "r", n, lease_seconds=60, max_attempts=1)
+    job = job_queries.get(db, job_id)
+    expected = "done" if "done" in outcomes else "failed"
+    assert job["state"] == expected and job["done"] + job["failed"] == n, (outcomes, job["state"])
+    assert job_queries.list_jobs(db, state=expected)[0]["id"] == job_id  # the list's filter knows the state
+    if expected == "failed":
+        assert jobs.retry_failed(db, job_id, "lead").requeued == n and job_queries.get(db, job_id)["state"] == "queued"
+        job_items.claim(db, job_id, "r", n, lease_seconds=60, max_attempts=1)
+        job_items.complete(db, job_id, ids[0], text="t", labels={**_labels()}, provenance={"replica": "x"})
+        for clip in ids[1:]:
+            job_items.fail(db, job_id, clip, error="HTTP 500: x", kind="replica", retryable=False, max_attempts=1)
+        assert job_queries.get(db, job_id)["state"] == "done"  # one captioned on the retry: done
+
+
+def test_jobs_that_ended_with_nothing_captioned_are_failed_after_the_upgrade(tmp_path):
+    """m028 rebuilds `jobs` with the new state allowed and sets the jobs that ended "done" with 0 captioned to
+    failed; the others keep their state, their items and their foreign keys."""
+    import sqlite3
+
+    from data import db as dbmod
+    from data.schema import MIGRATIONS
+
+    path = tmp_path / "old.db"
+    old = dbmod.connect(path)
+    with old.conn:
+        old["clips"].insert_all([{"path": f"c{i}.mp4", "size": 1} for i in range(3)])
+    for state, done, failed in (("done", 0, 3), ("done", 2, 1), ("cancelled", 0, 1)):
+        jid = jobs.create(
+            old,
+            name=state,
+            created_by="lead",
+            selection=Selection.of_clips([1, 2, 3]),
+            prompt_id=None,
+            params=JobParams(),
+        )
+        old.execute("UPDATE jobs SET state = ?, done = ?, failed = ? WHERE id = ?", [state, done, failed, jid])
+    old.conn.commit()
+    # as the database was before m028: its old CHECK, and m028 not applied
+    old.execute("PRAGMA writable_schema = ON")
+    sql = old.execute("SELECT sql FROM sqlite_master WHERE name = 'jobs'").fetchone()[0]
+    old.execute(
+        "UPDATE sqlite_master SET sql = ? WHERE name = 'jobs'",
+        [sql.replace(", 'done', 'failed')", ", 'done')")],
+    )
+    old.execute("DELETE FROM _sqlite_migrations WHERE name = 'm028_job_failed_state'")
+    old.conn.commit()
+    old.close()
+    with pytest.raises(sqlite3.IntegrityError):
+        c = sqlite3.connect(path)
+        c.execute("UPDATE jobs SET state = 'failed' WHERE id = 1")
+    c.close()
+    new = dbmod.connect(path)
+    assert [r["state"] for r in new.query("SELECT state FROM jobs ORDER BY id")] == ["failed", "done", "cancelled"]
+    assert new.execute("SELECT COUNT(*) FROM job_items").fetchone()[0] == 9
+    assert new.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert "m028_job_failed_state" in {m.name for m in MIGRATIONS.applied(new)}
+    new.execute("UPDATE jobs SET state = 'failed' WHERE id = 2")  # the new CHECK takes it
+    new.close()

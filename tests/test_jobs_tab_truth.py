@@ -176,7 +176,8 @@ def test_retry_failed_sends_only_what_can_succeed_and_says_why_the_rest_stays(wo
         job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=3)
         job_items.fail(db, job_id, c, error="decode", kind="decode", retryable=False, max_attempts=3)
     out = tab.control.action("retry")(job_id, None, None)
-    assert "no failed clip a retry can help" in out[tab.control.msg] and job_queries.get(db, job_id)["state"] == "done"
+    assert "no failed clip a retry can help" in out[tab.control.msg]
+    assert job_queries.get(db, job_id)["state"] == "failed"  # not one clip captioned: the job failed, not "done"
 
 
 def test_the_preview_is_counted_again_and_a_start_gives_the_true_count(workbench):
@@ -343,3 +344,61 @@ def test_before_any_request_fails_the_notice_names_what_health_found():
     assert report["state"] == "down" and report["failing_since"] is None
     notice = fleet_notice.waiting(report)
     assert "Waiting for the fleet: 0 of 2 healthy (/health answered 503), for 0 s." in notice, notice
+
+
+def test_a_job_where_nothing_succeeded_reads_failed_not_done(workbench):
+    """Issue 45: a job whose every clip failed read "done · 100% · done 0 · failed 12"."""
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 4)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 10, lease_seconds=600, max_attempts=1)
+    for c in ids:
+        job_items.fail(db, job_id, c, error="HTTP 500: engine failure", kind="replica", retryable=True, max_attempts=1)
+    out = tab.progress.refresh(job_id, "jobs", "", "", None, None)
+    detail = out[tab.progress.detail]
+    assert 'data-state="failed"' in detail and "<b>failed</b>" in detail, detail
+    assert "100%" not in detail and "not one of its 4 clips captioned" in detail
+    assert out[tab.progress.table].loc[0, "state"] == "failed"
+    assert list(out[tab.progress.failures]["kind"]) == ["replica"] * 4
+    from webapp.jobs_progress import STATE_CHOICES
+
+    assert ("failed", "failed") in STATE_CHOICES
+    assert [
+        int(i) for i in tab.progress.refresh(job_id, "jobs", "failed", "", None, None)[tab.progress.table]["id"]
+    ] == [job_id]
+    # a resume says there is nothing to resume (Retry failed is what sends them again)
+    assert "is failed: nothing is left to resume" in tab.control.action("resume")(job_id, None, None)[tab.control.msg]
+
+
+def test_the_eta_follows_a_recovery_at_the_fleets_new_pace(workbench, monkeypatch):
+    """2 clips/s, then the fleet fails every request for a minute (clips fail as their attempts run out), then it
+    is fixed and answers 5 clips/s. Ten seconds after the runner saw the first answer, the ETA is the one 5
+    clips/s gives, not one made of the failing minute (a mixed rate read ~4 times too long)."""
+    clock = Clock(monkeypatch)
+    tab, db = workbench.jobs, workbench.ctx.db()
+    ids = add_clips(db, 400)
+    job_id = make_job(db, ids)
+    job_items.claim(db, job_id, "r", 400, lease_seconds=3600, max_attempts=1)
+    prov = {**PROV, "latency_ms": 500.0}
+    k = 0
+    for _ in range(120):  # 2 clips/s for a minute
+        clock.t += 0.5
+        job_items.complete(db, job_id, ids[k], text="t", labels=examples.LABELS, provenance=prov)
+        k += 1
+    for _ in range(30):  # a minute of a fleet failing every request: one clip gives up every 2 s
+        clock.t += 2.0
+        job_items.fail(db, job_id, ids[k], error="HTTP 500: x", kind="replica", retryable=True, max_attempts=1)
+        k += 1
+    recovered = clock.t + 0.2
+    for _ in range(50):  # fixed: 5 clips/s for 10 s
+        clock.t += 0.2
+        job_items.complete(db, job_id, ids[k], text="t", labels=examples.LABELS, provenance=prov)
+        k += 1
+    report = {"state": "up", "recovered_at": recovered, "replicas": [], "total": 1, "look": None}
+    heartbeats.heartbeat(db, "runner", "runner", info={"fleet": report, "jobs": None})
+    out = tab.progress.refresh(job_id, "jobs", "", "", None, None)
+    true_eta = (400 - k) / 5.0  # 40 s
+    shown = out[tab.progress.table].loc[0, "ETA"]
+    minutes, seconds = re.fullmatch(r"(\d+)m(\d\d)s", shown).groups()
+    assert true_eta * 0.8 <= int(minutes) * 60 + int(seconds) <= true_eta * 1.25, shown
+    assert f"ETA {shown}" in out[tab.progress.detail]

@@ -107,6 +107,13 @@ def _cause(report: dict, now: float | None = None) -> str:
     return msg[:200]
 
 
+def failing_cause(report: dict | None) -> str:
+    """While the runner finds the fleet failing or down: its latest failure in a few words, else ""."""
+    if not report or report.get("state") not in ("down", "failing"):
+        return ""
+    return _cause(report)
+
+
 def _replica_causes(report: dict, now: float) -> list[tuple[str, str]]:
     """(URL, what) for each replica's latest failure, then for each replica the last look found unhealthy."""
     items = []
@@ -188,6 +195,13 @@ def summary(report: dict | None, now: float | None = None) -> str:
         return f"fleet down: {healthy_text(report, now)}"
     if report.get("state") == "failing":
         return f"fleet failing every request: {healthy_text(report, now)}"
+    failed_at = report.get("last_failed_at")
+    if report.get("state") == "idle" and isinstance(failed_at, (int, float)):
+        # nothing sent since its requests failed: what was seen, and when, not a state of now
+        cause = _cause(report, now)
+        return f"fleet: {healthy_text(report, now)}; its last requests failed {_ago(now - failed_at)} ago" + (
+            f" ({cause[:120]})" if cause else ""
+        )
     if _look(report, now) is None and report.get("state") == "idle":
         return ""
     return f"fleet: {healthy_text(report, now)}"

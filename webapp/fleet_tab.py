@@ -1,7 +1,14 @@
 """Fleet tab: replica health and load from their /metrics, router status, and the simulated-fleet banner.
 
 Reads through the app's serving.fleet_reader.FleetReader (the one way to read a fleet, with the data dir's fleet
-key: without it the router gate answers 401), with a short timeout so that a dead replica cannot stall the page.
+key: without it the router gate answers 401), with a short timeout, so that a dead replica cannot stall the page.
+
+A fleet can answer `/health` and fail every request. So the tab also says what the caption requests did between
+its last two refreshes, from the fleet's own counters: answered and failed on each replica (its `/metrics`), and
+refused by the router (its Prometheus metrics, where the launcher of this data dir started it: "no available
+workers" while its circuit breaker is open, and the breaker of each worker). Under it, the runner's word on the
+fleet, from its heartbeat, in the words of the Jobs tab's runner line (webapp.fleet_notice), so that both tabs
+say the same.
 """
 
 from __future__ import annotations
@@ -12,9 +19,10 @@ import time
 import gradio as gr
 import pandas as pd
 
-from serving import health
+from data import heartbeats
+from serving import fleet_record, health
 from serving.fleet_reader import FleetReader
-from webapp import render, render_fleet
+from webapp import fleet_notice, render, render_fleet
 from webapp.context import AppContext, shows_errors
 
 TIMEOUT_S = 1.5
@@ -28,6 +36,7 @@ COLUMNS = [
     "waiting",
     "KV cache",
     "requests done",
+    "requests failed",
     "tokens generated",
     "mean latency",
     "mean TTFT",
@@ -50,6 +59,7 @@ WORKER_FIELDS = {
     "connection_mode": "connection",
     "priority": "priority",
     "cost": "cost",
+    "breaker": "circuit breaker",
 }
 
 
@@ -95,7 +105,14 @@ def router_html(router: dict | None) -> str:
     if not router:
         return ""
     r = dict(router)
-    workers = [w for w in r.get("workers") or [] if isinstance(w, dict)]
+    metrics = r.get("metrics") if isinstance(r.get("metrics"), dict) else {}
+    breakers = metrics.get("workers") if isinstance(metrics.get("workers"), dict) else {}
+    # each worker's circuit breaker, from the router's metrics, beside what /workers says of it
+    workers = [
+        {**w, "breaker": (breakers.get(str(w.get("url"))) or {}).get("breaker")} if breakers else w
+        for w in r.get("workers") or []
+        if isinstance(w, dict)
+    ]
     healthy = r.get("healthy_workers")
     if healthy is None and any("is_healthy" in w for w in workers):  # a router that is not ready omits the count
         healthy = sum(1 for w in workers if w.get("is_healthy") is True)
@@ -105,10 +122,15 @@ def router_html(router: dict | None) -> str:
             rows.append((label, value(r[key])))
         if key == "ready" and (healthy is not None or r.get("total_workers") is not None):
             rows.append(("healthy workers", f"{value(healthy)} of {value(r.get('total_workers'))}"))
+    if metrics.get("error"):
+        rows.append(("its metrics", value(metrics["error"])))
+    elif metrics:
+        rows.append(("requests refused: no available workers", value(metrics.get("no_available_workers"))))
+        rows.append(("requests whose retries ran out", value(metrics.get("retries_exhausted"))))
     # `listed` (replicas known, snapshot) is said by the summary above the table
-    known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers", "listed"}
+    known = {*ROUTER_FIELDS, "healthy_workers", "total_workers", "workers", "listed", "metrics"}
     rows += [(str(k).replace("_", " "), value(v)) for k, v in r.items() if k not in known]
-    return render_fleet.router_table(rows, workers_table(list(r.get("workers") or [])))
+    return render_fleet.router_table(rows, workers_table(workers))
 
 
 def row(r: dict) -> list:
@@ -123,6 +145,7 @@ def row(r: dict) -> list:
         _num(r.get("waiting")),
         "" if kv in (None, "") else f"{float(kv):.0%}",
         _num(r.get("success_total")),
+        _num(r.get("failed_total")),
         _num(r.get("generation_tokens")),
         _ms(r.get("e2e_latency_mean")),
         _ms(r.get("ttft_mean")),
@@ -131,16 +154,56 @@ def row(r: dict) -> list:
     return [c or NONE for c in cells]
 
 
-def snapshot(reader: FleetReader, urls: list[str], timeout: float = TIMEOUT_S) -> tuple[list[dict], dict | None]:
+def snapshot(
+    reader: FleetReader, urls: list[str], timeout: float = TIMEOUT_S, router_metrics: str | None = None
+) -> tuple[list[dict], dict | None]:
     """(one dict per replica, router status or None) for the configured fleet URLs, read by `reader` (with its
     fleet key), looking through a router to its workers, bounded in size, time and fan-out (`FleetReader.watch`).
     Never raises: an unreachable replica is a row. The router dict carries `listed`: how many replicas there are
-    in all."""
-    snap = reader.watch(urls, timeout=timeout)
+    in all, and `metrics`: its Prometheus metrics read at `router_metrics` (serving.health.parse_router_metrics;
+    none without that URL)."""
+    snap = reader.watch(urls, timeout=timeout, router_metrics=router_metrics)
     router = dict(snap["router"]) if snap["router"] else None
     if router is not None:
         router["listed"] = snap["listed"]
+        if snap.get("router_metrics") is not None:
+            router["metrics"] = snap["router_metrics"]
     return snap["replicas"], router
+
+
+def requests_seen(before: tuple | None, now: tuple) -> dict:
+    """What the caption requests did between two snapshots (`before` None: since the fleet started), each
+    (monotonic time, rows, router): answered and failed on the replicas, refused by the router as "no available
+    workers", over `seconds` (None: since the start); a counter that went down (a replica restarted) counts
+    from 0. `breakers_open`: workers whose circuit breaker is open, of `workers`."""
+
+    def totals(rows: list[dict], router: dict | None) -> tuple[dict, float]:
+        reps = {str(r.get("url")): r for r in rows}
+        refused = ((router or {}).get("metrics") or {}).get("no_available_workers") or 0.0
+        return reps, float(refused)
+
+    t, rows, router = now
+    reps, refused = totals(rows, router)
+    old_reps, old_refused = totals(before[1], before[2]) if before else ({}, 0.0)
+
+    def grew(new: float, old: float) -> float:
+        return new - old if new >= old else new
+
+    answered = failed = 0.0
+    for url, r in reps.items():
+        o = old_reps.get(url, {})
+        answered += grew(float(r.get("success_total") or 0), float(o.get("success_total") or 0))
+        failed += grew(float(r.get("failed_total") or 0), float(o.get("failed_total") or 0))
+    breakers = [w.get("breaker") for w in (((router or {}).get("metrics") or {}).get("workers") or {}).values()]
+    return {
+        "seconds": round(t - before[0], 1) if before else None,
+        "answered": answered,
+        "failed": failed,
+        "refused": grew(refused, old_refused),
+        "breakers_open": sum(1 for b in breakers if b == "open"),
+        "workers": len(breakers),
+        "router_metrics": bool(((router or {}).get("metrics") or {}).get("workers") is not None),
+    }
 
 
 def any_simulated(rows: list[dict]) -> bool:
@@ -152,6 +215,7 @@ class FleetTab:
         self.ctx = ctx
         self._lock = threading.Lock()
         self._cache: tuple[float, list[dict], dict | None] = (float("-inf"), [], None)
+        self._seen: dict = requests_seen(None, self._cache)  # what the requests did between the last two scrapes
 
     def render(self) -> None:
         s = self.ctx.settings
@@ -181,9 +245,22 @@ class FleetTab:
         with self._lock:
             t, rows, router = self._cache
             if time.monotonic() - t > CACHE_S:
-                rows, router = snapshot(self.ctx.fleet_reader, self.ctx.fleet_urls)
+                metrics = fleet_record.router_metrics_url(self.ctx.settings, self.ctx.fleet_urls)
+                rows, router = snapshot(self.ctx.fleet_reader, self.ctx.fleet_urls, router_metrics=metrics)
+                previous = self._cache if t > float("-inf") else None
                 self._cache = (time.monotonic(), rows, router)
+                self._seen = requests_seen(previous, self._cache)
             return rows, router
+
+    def runner_view(self) -> str:
+        """The runner's word on the fleet, as the Jobs tab's runner line says it ("" without a running runner)."""
+        beats = heartbeats.heartbeats(self.ctx.db(), "runner")
+        report = fleet_notice.report_for(beats)
+        words = fleet_notice.summary(report)
+        if not words:
+            return ""
+        cause = fleet_notice.failing_cause(report)
+        return words + (f" ({cause})" if cause else "")
 
     def refresh(self, request: gr.Request):
         self.ctx.user(request)
@@ -195,7 +272,9 @@ class FleetTab:
             self.table: df,
             self.summary: render_fleet.fleet_summary(
                 healthy, len(rows), listed, health.MAX_SCRAPED, any_simulated(rows)
-            ),
+            )
+            + render_fleet.requests_seen(self._seen)
+            + render_fleet.runner_view(self.runner_view()),
             self.router: router_html(router),
             self.banner: render.banner(self.ctx.simulated_fleet or any_simulated(rows)),
         }

@@ -74,7 +74,7 @@ class JobControl:
                     return {self.msg: render.message(ask, "warn"), self.msg_for: bound, self.confirm: pending}
                 if verb == "retry":
                     text, kind = self._retry(db, job, user.name)
-                elif verb == "resume" and job["state"] == "done":
+                elif verb == "resume" and job["state"] in job_queries.FINISHED:
                     text, kind = self._nothing_to_resume(db, job), "info"
                 elif verb == "resume":
                     was = job["state"]
@@ -131,7 +131,7 @@ class JobControl:
 
     def _nothing_to_resume(self, db, job: dict) -> str:
         failed = job_queries.counts(db, job["id"])["failed"]
-        return f"Job {job['id']} is done: nothing is left to resume" + (
+        return f"Job {job['id']} is {job['state']}: nothing is left to resume" + (
             f" ({failed:,} failed: Retry failed sends those a retry can help)." if failed else "."
         )
 

@@ -68,6 +68,13 @@ def _fleet_bad(report: dict | None) -> bool:
 ETA_UNKNOWN = {"down": "unknown while the fleet is down", "failing": "unknown while the fleet fails every request"}
 
 
+def _rate_since(report: dict | None) -> float | None:
+    """When the fleet of a job's runner came back after failing every request (or being down), if it did: the
+    job's clips/s counts from then, so that its ETA is the fleet's pace now, not one made of the failures."""
+    at = (report or {}).get("recovered_at")
+    return float(at) if isinstance(at, (int, float)) else None
+
+
 def _eta_text(p: dict, report: dict | None) -> str:
     """The ETA of job progress `p` (data.jobs.queries.progress) as the Jobs tab shows it."""
     if p["state"] == "running" and _fleet_bad(report):
@@ -148,9 +155,10 @@ class JobProgress:
         kind = kind if kind in job_queries.KINDS else "jobs"
         rows, focus = [], None
         for j in job_queries.list_jobs(db, kind=kind, state=state or None, created_by=by or None):
-            # a row shows no series: only the job shown reads it (at 1,000,000 items most of what progress reads)
-            p = job_queries.progress(db, j["id"], series=bool(job_id) and int(job_id) == j["id"])
             report = fleet_notice.report_for(beats, j["id"], j.get("fleet"))
+            # a row shows no series: only the job shown reads it (at 1,000,000 items most of what progress reads)
+            shown = bool(job_id) and int(job_id) == j["id"]
+            p = job_queries.progress(db, j["id"], series=shown, rate_since=_rate_since(report))
             waiting = j["state"] == "running" and _fleet_bad(report)
             rows.append(
                 [
@@ -172,13 +180,13 @@ class JobProgress:
         out[self.list_note] = self._list_note(db, kind, state, by)
         if focus is None and job_id:
             try:  # the job shown stays shown even when the list's filter leaves it out
-                focus = job_queries.progress(db, int(job_id))
+                focus = self._progress(db, beats, int(job_id))
             except NotFound:
                 focus = None
         if focus is None and rows and not job_id:
             # nothing chosen yet: show the newest, and keep showing it (job_id is set), so the panel does not
             # jump when a newer job appears
-            focus = job_queries.progress(db, rows[0][0])
+            focus = self._progress(db, beats, rows[0][0])
             out[self.shown.job_id] = rows[0][0]
         if focus is not None:
             c = focus["counts"]
@@ -208,6 +216,12 @@ class JobProgress:
                 columns=["replica", "done", "mean latency ms"],
             )
         return out
+
+    @staticmethod
+    def _progress(db, beats: list[dict], job_id: int) -> dict:
+        job = job_queries.get(db, job_id)
+        report = fleet_notice.report_for(beats, job_id, job.get("fleet"))
+        return job_queries.progress(db, job_id, rate_since=_rate_since(report))
 
     def _list_note(self, db, kind: str, state, by) -> str:
         """What the list's filter leaves out, so that nothing is hidden without a word."""

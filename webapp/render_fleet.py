@@ -21,6 +21,34 @@ def fleet_summary(healthy: int, shown: int, listed: int, scraped: int, simulated
     )
 
 
+def requests_seen(seen: dict) -> str:
+    """What the caption requests did between the last two refreshes (webapp.fleet_tab.requests_seen): answered
+    and failed on the replicas, refused by the router; "every request failed" when some failed and none was
+    answered. data-* for scripts and tests."""
+    answered, failed, refused = int(seen["answered"]), int(seen["failed"]), int(seen["refused"])
+    when = f"in the last {seen['seconds']:.0f} s" if seen.get("seconds") is not None else "since the fleet started"
+    bad = (failed + refused) > 0 and answered == 0
+    router = ""
+    if seen.get("router_metrics"):
+        router = f"; the router refused {refused:,} (no available workers)"
+        if seen.get("breakers_open"):
+            router += f", its circuit breaker open for {int(seen['breakers_open'])} of {int(seen['workers'])} workers"
+    head = "Every caption request failed " if bad else "Caption requests "
+    return (
+        f'<div class="cw-counts{" cw-fleet-bad" if bad else ""}" id="fleet-requests" data-answered="{answered}" '
+        f'data-failed="{failed}" data-refused="{refused}" data-failing="{1 if bad else 0}">'
+        f"{esc(head + when)}: {answered:,} answered, {failed:,} failed on the replicas (HTTP 5xx){esc(router)}"
+        "</div>"
+    )
+
+
+def runner_view(words: str) -> str:
+    """The runner's word on the fleet (the Jobs tab's runner line says the same), or nothing without a runner."""
+    if not words:
+        return ""
+    return f'<div class="cw-counts" id="fleet-runner-view">The runner: {esc(words)}</div>'
+
+
 def workers_table(head: list[str], rows: list[tuple[bool, list[str]]], more: int, empty: str) -> str:
     """The router's workers, a row each as (down, its cells), and how many `more` are not shown; `empty` when
     there are none."""

@@ -49,15 +49,20 @@ def job_detail(job: dict, pct: float, eta: str, ran: str) -> str:
     """The job shown (data.jobs.queries.progress): its state, counts, rate, ETA and how long it ran, over a bar;
     data-* for scripts and tests."""
     c = job["counts"]
+    failed = job["state"] == "failed"
+    # a job that captioned nothing says so, never "100%": the bar shows what was captioned, in the failure colour
+    shown = f"not one of its {int(job['total']):,} clips captioned" if failed else f"{pct:.0f}%"
     return (
-        f'<div class="cw-job-detail" id="job-progress" data-job="{int(job["id"])}" data-pct="{pct:.0f}" '
-        f'data-state="{esc(job["state"])}">'
+        f'<div class="cw-job-detail{" cw-job-failed" if failed else ""}" id="job-progress" '
+        f'data-job="{int(job["id"])}" data-pct="{pct:.0f}" data-state="{esc(job["state"])}">'
         f"Job {int(job['id'])} “{esc(job['name'])}”: <b>{esc(job['state'])}</b>"
-        f" · {pct:.0f}% · done {int(c['done'])} · failed {int(c['failed'])} · pending {int(c['pending'])}"
-        f" · in flight {int(c['leased'])} · {job['rate']:.2f} clips/s"
+        f" · {shown} · done {int(c['done'])} · failed {int(c['failed'])} · pending {int(c['pending'])}"
+        f" · in flight {int(c['leased'])}"
+        + ("" if failed else f" · {job['rate']:.2f} clips/s")  # a rate of failures is no captioning pace
         + (f" · ETA {esc(eta)}" if eta else "")
         + f" · ran {esc(ran)}"
-        + f'<div class="cw-bar"><div style="width:{pct:.1f}%"></div></div></div>'
+        + (" · why: the failures below; Retry failed sends again those a retry can help" if failed else "")
+        + f'<div class="cw-bar"><div style="width:{0.0 if failed else pct:.1f}%"></div></div></div>'
     )
 
 

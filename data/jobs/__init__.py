@@ -12,7 +12,8 @@ caption, duplicates none and re-sends at most what was in flight; tested in test
   item back to pending at once (the attempt not counted), `claim` starts nothing for an inactive job, and a
   result that arrives for a paused or cancelled job is discarded (`complete` and `fail` return None), so the
   counts a lead sees are what was really captioned. The runner also aborts such requests (serving.runner).
-- A job with nothing left to do is `done`, whichever way it got there (a last result, a resume, a claim).
+- A job with nothing left to do is `done`, whichever way it got there (a last result, a resume, a claim), or
+  `failed` when not one of its clips was captioned (every one failed: a fleet that fails every request).
 - `create_once` makes a repeated start (a triple click) one job: the same user, prompt, params and selection
   within DEDUPE_S of an active job return that job.
 - A job records the fleet it is for (`fleet`, from `fleet_of(urls)`): the app's jobs the fleet the app watches
@@ -20,7 +21,9 @@ caption, duplicates none and re-sends at most what was in flight; tested in test
   to (`queries.runnable(db, fleet)`), and jobs made before fleets were recorded (NULL) from any. `move_to_fleet`
   sends a job elsewhere, said in the events.
 
-Job states: queued -> running -> done; running|queued -> paused -> queued; any but done -> cancelled -> queued.
+Job states: queued -> running -> done | failed; running|queued -> paused -> queued; any but done or failed ->
+cancelled -> queued; done|failed -> queued by a resume or a retry of its failures (then done or failed again when
+nothing is left).
 Item states: pending -> leased -> done | failed | pending (retry after `not_before`).
 
 The jobs wing of data/: this package's own module creates jobs and changes their state; `items.py` works their
@@ -210,7 +213,7 @@ def create_recaption(
 
 _TRANSITIONS = {
     "pause": (("queued", "running"), "paused"),
-    "resume": (("paused", "cancelled", "done"), "queued"),
+    "resume": (("paused", "cancelled", "done", "failed"), "queued"),
     "cancel": (("queued", "running", "paused"), "cancelled"),
 }
 DONE_TO = {"pause": "paused", "resume": "resumed", "cancel": "cancelled"}  # "it cannot be cancelled"
@@ -314,7 +317,7 @@ def retry_failed(db: sqlite_utils.Database, job_id: int, user: str) -> Retried:
         ).rowcount
         if n:
             db.execute(
-                "UPDATE jobs SET failed = failed - ?, state = CASE WHEN state IN ('done', 'cancelled') "
+                "UPDATE jobs SET failed = failed - ?, state = CASE WHEN state IN ('done', 'failed', 'cancelled') "
                 "THEN 'queued' ELSE state END, finished_at = NULL, updated_at = ? WHERE id = ?",
                 [n, t, job_id],
             )

@@ -15,8 +15,10 @@ from data.errors import DataError, NotFound
 from data.job_params import JobParams
 from data.jobs.selection import Selection
 
-JOB_STATES = ("queued", "running", "paused", "cancelled", "done")
+JOB_STATES = ("queued", "running", "paused", "cancelled", "done", "failed")
 ACTIVE = ("queued", "running")
+# a job with nothing left to do: "done" when at least one clip was captioned, "failed" when none was (data.jobs)
+FINISHED = ("done", "failed")
 RATE_WINDOW_S = 60.0  # a running job's clips/s: over the last minute the fleet answered
 # a gap between two results longer than twice what a request takes (its 90th percentile), and at least this, is
 # time the fleet did not answer (an outage, a stall): it counts as that much, not as its length
@@ -141,6 +143,7 @@ def progress(
     bucket_seconds: float | None = None,
     max_points: int = 300,
     series: bool = True,
+    rate_since: float | None = None,
 ) -> dict:
     """What the UI and CLI show: counts, throughput, ETA, and a throughput series with one point per bucket
     from the job's start to its end (or now), empty buckets as 0 so that a stall shows as a drop, not as a line
@@ -151,7 +154,8 @@ def progress(
     finished per second, done or failed) is, while the job runs, that of the last minute of its current stretch
     during which the fleet answered (`answering_rate`: an outage neither decays it nor, once over, leaves an ETA
     made of the outage); otherwise (queued, paused, cancelled, done) its clips over its `run_seconds`, so that it
-    neither decays while the job stands still nor counts the time it stood still.
+    neither decays while the job stands still nor counts the time it stood still. `rate_since` (Unix time): the
+    running job's rate counts no result before it (the fleet came back then: what came before is not its pace).
 
     `series=False` leaves the series out (empty): the rows of the Jobs list, the runner's and the terminal's
     progress show none, and at 1,000,000 items it is most of what progress reads."""
@@ -160,7 +164,7 @@ def progress(
     t = now()
     run_s = (job.get("run_seconds") or 0.0) + (max(0.0, t - job["running_since"]) if job.get("running_since") else 0.0)
     if job["state"] == "running":
-        since = job.get("running_since") or job["started_at"] or t
+        since = max(job.get("running_since") or job["started_at"] or t, rate_since or 0.0)
         rows = list(
             db.query(
                 "SELECT finished_at, latency_ms FROM job_items WHERE job_id = ? AND finished_at >= ? "

@@ -20,7 +20,9 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   30 s), and no clip uses an attempt until an answer comes, however long that takes (replicas.py). The runner
   looks at the replicas' `/health` every 15 s, every 5 s while every replica fails, with the data dir's fleet key
   (watch.py, serving.fleet_reader), and its heartbeat carries the fleet's state and the latest failures, which the
-  Jobs tab shows ("waiting for the fleet: 0 of 4 healthy (HTTP 503 ...)").
+  Jobs tab shows ("waiting for the fleet: 0 of 4 healthy (HTTP 503 ...)"). Every replica failing while `/health`
+  finds them up is no outage: its clips use their attempts, at a pace that ends a 30-clip job in about a minute,
+  and each failure is named by the replicas' error, a router's circuit-breaker answer included (replicas.py).
 - Non-retryable errors (the clip's fault, a bad answer) fail the item at once with the message. Clips whose
   ingest probe failed are never sent: they fail with "ingest: <probe error>"; nor are the clips of a job whose
   prompt's schema cannot be checked in bounded time (data.taxonomy.COSTLY_CHECKS): "prompt".
@@ -43,6 +45,7 @@ The modules, from the loop outwards:
                `run_job` (one job in the calling thread), `fleet_targets`
 - replicas.py  where requests go: each replica's bound, what it has in flight, its health, a fleet that is down
 - watch.py     the look at the replicas' `/health` while answers do not say the fleet is fine
+- fleet_log.py what the log says about the fleet: a line when something changes, a summary every 10 minutes
 - store.py     what the runner reads and writes in SQLite (claims, results, heartbeats), one transaction each
 - dbthread.py  the thread that owns the runner's SQLite connection
 - collector.py Python's garbage collection, run by the loop between write transactions, never inside one

@@ -42,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
     console.install()  # its log may sit on a full disk: a line that cannot be written never stops the runner
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # httpx says every request at INFO: 7 lines a look at the fleet's health, one per caption. What the fleet does
+    # is said by the runner instead, when it changes and in a summary (serving.runner.fleet_log)
+    if logging.getLogger().level >= logging.INFO:  # --log-level DEBUG shows them
+        logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = from_args(args)
     # every line it logs is redacted: the status line httpx logs per request, an exception's text, are the fleet's
     auth(settings).redact.install()

@@ -27,12 +27,17 @@ from serving.fleet_reader import FleetReader
 from serving.runner import dbthread, watch
 from serving.runner.collector import Collector
 from serving.runner.dbthread import RunnerDB
+from serving.runner.fleet_log import FleetLog
 from serving.runner.replicas import Replica, ReplicaHealth
 from serving.runner.store import JobConfig, JobStore, Outcome
 
 log = logging.getLogger("serving.runner")
 
 IDLE_POLL_S = 0.25  # how often to look for new work when there was none
+# ... and after QUIET_AFTER_S with nothing to do: a job started in the app waits at most this long for its runner,
+# and an idle runner costs 0.25 % of a core less (issue 45; benchmarks/bench_idle_runner.py)
+QUIET_POLL_S = 1.0
+QUIET_AFTER_S = 10.0
 RELEASE_CHUNK = 128  # leases handed back per transaction when draining (store.py: no long write lock)
 ABORT_CHECK_S = 0.5  # how often in-flight jobs are checked for pause/cancel (their requests are aborted)
 
@@ -115,6 +120,7 @@ class Runner:
         # the runner (its supervisor restarts a runner whose heartbeat goes stale: serving.supervisor)
         self._beats = RunnerDB(settings.db, retry=False, name="runner-beat")
         self._beat_error: str | None = None
+        self.fleet_log = FleetLog()
         self._tasks: dict[asyncio.Task, tuple[int, int]] = {}
         self._results: list[Outcome] = []
         self._avoid: dict[tuple[int, int], set[str]] = {}
@@ -156,8 +162,8 @@ class Runner:
         down_when_sent = self.health.fleet_down()
         try:
             out.result = await self._client.caption(rep.url, self._request(cfg, item))
-        except FleetError as e:
-            out.error = e
+        except FleetError as e:  # a router's breaker answer is named by what opened it (replicas.py)
+            out.error = self.health.explain(rep, e)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # a bug or an unexpected library error: record it (redacted), retry elsewhere
@@ -170,12 +176,10 @@ class Runner:
             # a request sent into an outage that fails as a look sees the fleet back is still the outage's
             out.in_outage = out.error is not None and (down_when_sent or self.health.fleet_down())
             if out.error is not None and self.health.all_failing():
+                out.fleet_failing = True  # its next attempt waits (replicas.FAILING_RETRY_S)
                 self._look_now.set()  # every replica fails: is the fleet down? (watch.py)
         self._results.append(out)
         self._wake.set()
-
-    def fleet_down(self, t: float | None = None) -> bool:
-        return self.health.fleet_down(t)
 
     def info(self) -> dict:
         t = time.monotonic()
@@ -200,8 +204,10 @@ class Runner:
     async def _heartbeat(self) -> None:
         """Write the heartbeat, best-effort: one that cannot be written (a full disk, a foreign lock held past a
         period) is skipped and said once in the log, and the next comes a period later."""
+        info = self.info()
+        self.fleet_log.check(info)  # what changed in the fleet, and now and then a summary, said in the log
         try:
-            await self._beats(self.store.heartbeat, self.info())
+            await self._beats(self.store.heartbeat, info)
         except Exception as e:  # a heartbeat never stops the runner
             if self._beat_error is None:
                 log.warning("heartbeat not written (%s); trying again every %.0f s", e, heartbeats.PERIOD_S)
@@ -243,7 +249,8 @@ class Runner:
         """Work until stopped (or, with `exit_when_idle`, until no runnable job of ours is left)."""
         self.state = "starting"
         dbthread.prompt_gil()  # the database thread's write lock must not wait on this loop's GIL (dbthread)
-        async with Collector(self.settings.db) as collector:  # and no collection pauses a transaction (collector)
+        busy = lambda: bool(self._tasks or self._results)  # noqa: E731 - idle, the collector looks less often
+        async with Collector(self.settings.db, busy=busy) as collector:  # no collection pauses a transaction
             self.collections = collector.stats
             return await self._work()
 
@@ -275,8 +282,8 @@ class Runner:
             if recovered:
                 log.info("released %d leases of runners that died", recovered)
             self.state = "running"
-            if self._look is not None:
-                watcher = asyncio.ensure_future(self._watch())
+            if self._look is not None:  # the look at the fleet's health (watch.py)
+                watcher = asyncio.ensure_future(watch.watching(self.health, self._look, self._look_now))
             await self._loop()
         finally:
             if watcher is not None:
@@ -299,33 +306,6 @@ class Runner:
                     self._beats.close()
         return self.info()
 
-    async def _watch(self) -> None:
-        """Look at the fleet's health every LOOK_EVERY_S, and every LOOK_FAILING_S while every replica fails
-        (watch.py); feed it to the rule and the heartbeat."""
-        urls = [r.url for r in self.replicas]
-        looking: asyncio.Future | None = None  # a look still under way is never started twice
-        while True:
-            t = time.monotonic()
-            failing = self.health.all_failing()
-            due = self.health.look_t is None or t - self.health.look_t >= watch.LOOK_EVERY_S - watch.LOOK_MIN_GAP_S
-            if (failing or due) and (looking is None or looking.done()):
-                looking = watch.in_daemon_thread(self._look, urls)
-                try:
-                    seen = await asyncio.wait_for(asyncio.shield(looking), timeout=watch.LOOK_DEADLINE_S)
-                except asyncio.TimeoutError:
-                    log.warning("no look at the fleet's health within %.0f s", watch.LOOK_DEADLINE_S)
-                except Exception:  # a look that breaks must not stop the runner: requests still tell
-                    log.exception("looking at the fleet's health failed")
-                else:
-                    self.health.observe(seen, time.monotonic())
-            self._look_now.clear()
-            await asyncio.sleep(watch.LOOK_MIN_GAP_S)
-            pause = watch.LOOK_FAILING_S if self.health.all_failing() else watch.LOOK_EVERY_S
-            try:
-                await asyncio.wait_for(self._look_now.wait(), timeout=pause)
-            except asyncio.TimeoutError:
-                pass
-
     def stop(self) -> None:
         """Ask the loop to stop claiming and drain (safe from a signal handler in the loop's thread)."""
         self._db.stopping = True
@@ -347,8 +327,11 @@ class Runner:
         next_claim = 0.0
         next_beat = 0.0
         next_abort_check = 0.0
+        busy_at = time.monotonic()  # the last time it had work
         while not self._stopping():
             t = time.monotonic()
+            busy_at = t if self._tasks else busy_at
+            poll = IDLE_POLL_S if t - busy_at < QUIET_AFTER_S else QUIET_POLL_S
             if self._results:
                 await self._flush()
             if t >= next_abort_check:
@@ -361,9 +344,10 @@ class Runner:
                 got = await self._db(self.store.claim, free, self.capacity, list(self._tasks.values()))
                 n_claimed = sum(len(items) for _, items in got)
                 claimed_any = n_claimed > 0
+                busy_at = t if claimed_any else busy_at
                 self._dispatch(got)
                 if n_claimed < free:
-                    next_claim = time.monotonic() + IDLE_POLL_S
+                    next_claim = time.monotonic() + (IDLE_POLL_S if claimed_any else poll)
                 if self.exit_when_idle and not got and not self._tasks and not self._results:
                     return
             if self.progress_cb is not None and t >= next_beat:
@@ -379,7 +363,7 @@ class Runner:
             if self._results:
                 continue
             waits = self.health.slot_waits(t)
-            wait = min([IDLE_POLL_S, max(0.0, next_claim - time.monotonic()) or IDLE_POLL_S, *waits])
+            wait = min([poll, max(0.0, next_claim - time.monotonic()) or poll, *waits])
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout=max(0.005, wait))
             except asyncio.TimeoutError:

@@ -22,6 +22,15 @@ first answer ends it. Nothing is silent: `report()` goes out with every heartbea
 cause while it lasts. Every replica failing while `/health` says some are up (or on one clip alone) is not an
 outage: those attempts count, so a clip the fleet cannot caption fails after its attempts instead of being
 retried for ever.
+
+A fleet that **fails every request** while `/health` finds it up (an engine that answers 500 to everything, a
+model the replicas cannot load) is not waited out: its clips use their attempts, so they must use them quickly,
+and fail with the fleet's own error. While every replica fails, a replica cools down at most FAILING_COOL_MAX_S
+(not the COOL_MAX_S meant for one bad replica among good ones: one request every 5-9 s took 7 minutes to end a
+12-clip job), and a router URL probes with one request per replica behind it. The first answer ends it.
+vllm-router's circuit breaker answers such a fleet with "503 No available workers" once it has counted enough
+failures; that answer is named by the replicas' failure that opened the breaker (`explain`), not as an
+overloaded fleet.
 """
 
 from __future__ import annotations
@@ -35,6 +44,14 @@ from serving.errors import FleetError
 
 COOL_MIN_S = 0.2  # shortest cool-down of a replica after a retryable error
 COOL_MAX_S = 15.0
+FAILING_COOL_MAX_S = 2.0  # a replica's longest cool-down while every replica fails (the module docstring)
+# "failing every request" is a report of now while the newest failure is this recent (or a request is on its way);
+# an idle runner whose last requests failed says when they did instead (a fleet fixed meanwhile is not "failing")
+FAILING_FRESH_S = 20.0
+# while every replica fails, a clip's next attempt waits at least this long, so that its attempts span more than the
+# 10 s a router's circuit breaker stays open (serving.fleet_commands.ROUTER_BREAKER_OPEN_S): a fleet fixed while a
+# job runs is refused by the router for up to that long, and no clip uses all its attempts inside that window
+FAILING_RETRY_S = 4.0
 FLEET_PROBE_MAX_S = 30.0  # longest pause between two requests while the whole fleet is down
 LOOK_FRESH_S = 30.0  # a look at the replicas' /health older than this no longer decides whether the fleet is down
 FILL_AFTER_IDLE_S = 1.0  # a replica idle this long fills its window again over fill_seconds (not after a moment's gap)
@@ -72,6 +89,8 @@ class Replica:
     fill_s: float = 0.0  # seconds over which the window fills after the replica was idle (0: all at once)
     fill_from: float | None = None  # when the current fill began (monotonic)
     idle_since: float | None = None  # when the last request in flight ended (monotonic)
+    probes: int = 1  # requests at once after failures, until one succeeds (a router: one per replica behind it)
+    cause: FleetError | None = None  # its latest failure of its own since its last answer (ReplicaHealth.explain)
 
     def allowed(self, t: float) -> int:
         """Requests the replica may have in flight at `t`: its limit, or while its window fills, one more every
@@ -90,8 +109,8 @@ class Replica:
     def capacity(self, t: float) -> int:
         if t < self.cool_until:
             return 0
-        # after failures, one probe request at a time until one succeeds
-        return (1 if self.fails else self.allowed(t)) - self.inflight
+        # after failures, one probe request at a time (one per replica behind a router) until one succeeds
+        return (min(self.probes, self.allowed(t)) if self.fails else self.allowed(t)) - self.inflight
 
     def start(self, t: float) -> None:
         if self.inflight == 0:
@@ -146,7 +165,7 @@ class ReplicaHealth:
         fill = max(0.0, fill_seconds)
         # a single URL is a router (or one replica): it gets the bound of the replicas behind it, filled as fast
         self.replicas = (
-            [Replica(urls[0], per * max(1, behind_router), fill_s=fill)]
+            [Replica(urls[0], per * max(1, behind_router), fill_s=fill, probes=max(1, behind_router))]
             if len(urls) == 1
             else [Replica(u, per, fill_s=fill) for u in urls]
         )
@@ -157,6 +176,7 @@ class ReplicaHealth:
         self.rng = rng or random.Random()
         self.last_ok: float | None = None  # the last answer from any replica (monotonic)
         self.last_ok_at: float | None = None  # the same, Unix time
+        self.recovered_at: float | None = None  # Unix time of the first answer after every replica failed
         self.outage_clips: set = set()  # clips that failed retryably since the last answer (at most a few)
         self.look: dict | None = None  # the latest look at the replicas' /health (`observe`)
         self.look_t: float | None = None
@@ -169,6 +189,7 @@ class ReplicaHealth:
         """The single URL turned out to be a router with `n` workers: bound it as `n` replicas."""
         if len(self.replicas) == 1:
             self.replicas[0].limit = self.per_replica * max(1, n)
+            self.replicas[0].probes = max(1, n)
             self.behind = n if n > 1 else None
 
     @property
@@ -210,15 +231,36 @@ class ReplicaHealth:
         return waits + [w for r in self.replicas if r.cool_until <= t and (w := r.next_fill(t)) is not None]
 
     # ---- what answers say -------------------------------------------------------------------------------
+    def explain(self, rep: Replica, error: FleetError) -> FleetError:
+        """`error` as it is recorded: a router's circuit-breaker answer ("503 No available workers", kind
+        `no_workers`) is named by the failure that opened the breaker when `rep` (the router's URL) had one since
+        its last answer: that failure's class, status and kind, its message followed by the router's. Any other
+        error is itself."""
+        cause = rep.cause
+        if error.kind != "no_workers" or cause is None:
+            return error
+        then = f" · then the router's circuit breaker answered {error.message}"
+        named = type(cause)(
+            cause.message[:ERROR_CHARS] + then[:ERROR_CHARS],
+            status=cause.status,
+            replica=error.replica,
+            kind=cause.kind,
+        )
+        named.breaker = True  # not a failure of its own: the cause stays the one that opened the breaker
+        return named
+
     def finished(
         self, rep: Replica, error: FleetError | None, t: float, clip: Any = None, sent: float | None = None
     ) -> None:
         """A request to `rep` for `clip`, sent at `sent`, ended at `t` (monotonic), answered or with `error`."""
         rep.finish(t)
         if error is None:
+            if self.fleet_down() or self.all_failing():
+                self.recovered_at = time.time()  # the fleet's pace starts again here (the Jobs tab's clips/s)
             rep.ok += 1
             rep.fails = 0
             rep.failing_since = None
+            rep.cause = None
             self.last_ok, self.last_ok_at = t, time.time()
             self.outage_clips.clear()
             self._judge(t)
@@ -227,9 +269,14 @@ class ReplicaHealth:
         rep.last_error = _error(error, time.time())
         if error.retryable:
             rep.fails += 1
+            if error.kind != "no_workers" and not getattr(error, "breaker", False):
+                rep.cause = error
             if rep.failing_since is None:
                 rep.failing_since = rep.last_error["at"]
-            cool = min(COOL_MAX_S, max(COOL_MIN_S, self.backoff_base * 2 ** min(rep.fails - 1, 8)))
+            # one bad replica among good ones waits long; a fleet that fails everywhere is tried at a pace that
+            # fails its clips in minutes (the module docstring)
+            longest = FAILING_COOL_MAX_S if self.all_failing() else COOL_MAX_S
+            cool = min(longest, max(COOL_MIN_S, self.backoff_base * 2 ** min(rep.fails - 1, 8)))
             rep.cool_until = max(rep.cool_until, t + cool * (0.5 + self.rng.random() / 2))
             if len(self.outage_clips) < OUTAGE_CLIPS:
                 self.outage_clips.add(clip)
@@ -247,6 +294,19 @@ class ReplicaHealth:
     def all_failing(self) -> bool:
         """Every replica's latest request failed with a retryable error."""
         return all(r.fails > 0 for r in self.replicas)
+
+    def last_failed_at(self) -> float | None:
+        """Unix time of the newest failure of any replica (None: none failed)."""
+        times = [r.last_error["at"] for r in self.replicas if r.last_error]
+        return max(times) if times else None
+
+    def failing_now(self) -> bool:
+        """Every replica fails, and that is news: a request is on its way, or the newest failure is at most
+        FAILING_FRESH_S old (an idle runner's last failures say nothing of a fleet fixed since)."""
+        if not self.all_failing():
+            return False
+        newest = self.last_failed_at()
+        return bool(self.inflight) or (newest is not None and time.time() - newest <= FAILING_FRESH_S)
 
     def _looked_down(self, t: float) -> bool | None:
         """What a fresh look says: True when no replica was healthy, None without a fresh look."""
@@ -282,14 +342,23 @@ class ReplicaHealth:
 
     def report(self, t: float) -> dict:
         """The fleet as this runner sees it, for its heartbeat (the Jobs tab reads it, never the fleet):
-        `state` up | failing (every replica's latest request failed, attempts counted) | down (backing off as a
-        whole, attempts not counted) | idle (nothing sent yet); when the current run of failures began
-        (`failing_since`) and the outage (`down_since`), the next request while down (`next_try_in`), each
-        replica's latest failure, the replicas behind a single router URL (`behind`, None otherwise), and the latest
-        `/health` look (`look`: healthy of total, per replica)."""
+        `state` up | failing (every replica's latest request failed, lately: `failing_now`; attempts counted) |
+        down (backing off as a whole, attempts not counted) | idle (nothing sent yet, or nothing lately after
+        failures: `last_failed_at` says when); when the current run of failures began (`failing_since`) and the
+        outage (`down_since`), the next request while down (`next_try_in`), the first answer after every replica
+        failed (`recovered_at`), each replica's latest failure, the replicas behind a single router URL (`behind`,
+        None otherwise), and the latest `/health` look (`look`: healthy of total, per replica)."""
         sent = any(r.sent for r in self.replicas)
-        failing = self.all_failing()
-        state = "down" if self.fleet_down() else "failing" if failing else "up" if sent else "idle"
+        failing = self.failing_now()
+        state = (
+            "down"
+            if self.fleet_down()
+            else "failing"
+            if failing
+            else "idle"
+            if not sent or self.all_failing()
+            else "up"
+        )
         starts = [r.failing_since for r in self.replicas if r.failing_since is not None]
         look = None
         if self.look is not None and self.look_t is not None:
@@ -299,6 +368,8 @@ class ReplicaHealth:
             "failing_since": min(starts) if starts else None,
             "down_since": self.down_since_at,
             "last_ok_at": self.last_ok_at,
+            "recovered_at": self.recovered_at,
+            "last_failed_at": self.last_failed_at() if self.all_failing() else None,
             "next_try_in": round(max(0.0, self.next_probe - t), 1) if self.fleet_down() else None,
             "probes": self.probes,
             "attempts_counted": not self.fleet_down(),

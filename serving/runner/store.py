@@ -31,6 +31,7 @@ from data.jobs import items as job_items, queries as job_queries
 from data.settings import Settings
 from serving.client import CaptionResult, backoff
 from serving.errors import FleetError
+from serving.runner.replicas import FAILING_RETRY_S
 
 log = logging.getLogger("serving.runner")
 
@@ -63,6 +64,8 @@ class Outcome:
     # the fleet was down when the request was sent or when it failed (serving.runner.replicas): a retryable failure
     # then uses no attempt, also when the outage has ended by the time the failure is written
     in_outage: bool = False
+    # every replica was failing when it failed: the clip's next attempt waits at least replicas.FAILING_RETRY_S
+    fleet_failing: bool = False
 
 
 class JobStore:
@@ -223,6 +226,8 @@ class JobStore:
     def _store_error(self, db, o: Outcome, fleet_down: bool) -> str:
         e = o.error
         delay = backoff(o.attempt, base=self.backoff_base, cap=self.backoff_cap, rng=self.rng) if e.retryable else 0.0
+        if e.retryable and o.fleet_failing:  # its attempts outlast a router breaker's open window (replicas.py)
+            delay = max(delay, FAILING_RETRY_S)
         # nothing can succeed while the whole fleet is down: the clip is not at fault, so the attempt is not
         # counted, however long the outage lasts (the runner sends one request at a time meanwhile)
         refund = e.retryable and fleet_down

@@ -14,14 +14,47 @@ MAX_SCRAPED): nothing beside the requests it watches.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
+import time
 from typing import Any, Callable
+
+from serving.runner.replicas import ReplicaHealth
+
+log = logging.getLogger("serving.runner")
 
 LOOK_TIMEOUT_S = 2.0  # per request of a look
 LOOK_EVERY_S = 15.0
 LOOK_FAILING_S = 5.0
 LOOK_MIN_GAP_S = 1.0  # between two looks, however often failures ask for one
 LOOK_DEADLINE_S = 10.0  # the runner stops waiting for a look after this long (and starts none while it lasts)
+
+
+async def watching(health: ReplicaHealth, look: Callable[[list[str]], dict], now: asyncio.Event) -> None:
+    """Look at the fleet's health (`look(urls)`, in a daemon thread) every LOOK_EVERY_S, and every LOOK_FAILING_S
+    while every replica fails (`health.failing_now`), or soon after `now` is set; feed each look to the rule and
+    the heartbeat (`health.observe`). Runs until cancelled."""
+    urls = [r.url for r in health.replicas]
+    looking: asyncio.Future | None = None  # a look still under way is never started twice
+    while True:
+        t = time.monotonic()
+        due = health.look_t is None or t - health.look_t >= LOOK_EVERY_S - LOOK_MIN_GAP_S
+        if (health.failing_now() or due) and (looking is None or looking.done()):
+            looking = in_daemon_thread(look, urls)
+            try:
+                seen = await asyncio.wait_for(asyncio.shield(looking), timeout=LOOK_DEADLINE_S)
+            except asyncio.TimeoutError:
+                log.warning("no look at the fleet's health within %.0f s", LOOK_DEADLINE_S)
+            except Exception:  # a look that breaks must not stop the runner: requests still tell
+                log.exception("looking at the fleet's health failed")
+            else:
+                health.observe(seen, time.monotonic())
+        now.clear()
+        await asyncio.sleep(LOOK_MIN_GAP_S)
+        try:
+            await asyncio.wait_for(now.wait(), timeout=LOOK_FAILING_S if health.failing_now() else LOOK_EVERY_S)
+        except asyncio.TimeoutError:
+            pass
 
 
 def in_daemon_thread(fn: Callable[..., Any], *args: Any) -> asyncio.Future:

@@ -80,8 +80,10 @@ def build_app(
     headers = {"x-simulated": "1", "x-decode-backend": DECODE_BACKEND}
     key_digest, knobs_digest = _digest(api_key), _digest(knobs_token)
 
-    def _answer(status: int, payload: dict | bytes, ctype: str = JSON) -> Response:
+    def _answer(status: int, payload: dict | bytes, ctype: str = JSON, request: Request | None = None) -> Response:
         r.statuses[status] = r.statuses.get(status, 0) + 1
+        if request is not None and request.url.path in ("/v1/chat/completions", "/v1/models"):
+            r.metrics.answered(request.method, request.url.path, status)  # vLLM's http_requests_total (metrics.py)
         data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         # content-type given as a header, not media_type: Starlette would add a charset to text/plain
         return Response(data, status, {"content-type": ctype, **headers, "x-replica": r.url})
@@ -106,13 +108,13 @@ def build_app(
             return NO_ANSWER
         finally:
             watcher.cancel()
-        return _answer(status, payload)
+        return _answer(status, payload, request=request)
 
     async def health(request: Request) -> Response:
         return _answer(503 if r.knobs.unhealthy else 200, b"", "text/plain")
 
     async def models(request: Request) -> Response:
-        return _answer(200, r.models())
+        return _answer(200, r.models(), request=request)
 
     async def metrics(request: Request) -> Response:
         return _answer(200, r.metrics.scrape(r.knobs.capacity), METRICS_TYPE)
@@ -149,7 +151,7 @@ def build_app(
         return no if no is not None else _answer(200, r.stats())
 
     async def sim_error(request: Request, exc: SimError) -> Response:
-        return _answer(exc.status, exc.body())
+        return _answer(exc.status, exc.body(), request=request)
 
     async def http_error(request: Request, exc: HTTPException) -> Response:
         if exc.status_code == 405 and request.url.path in VLLM_PATHS:

@@ -3,6 +3,13 @@
 `vllm:*` series are those real vLLM exports and the fleet view reads (tests/test_vllm_recordings.py checks the
 names against the recording). `sim:*` series are the simulator's own: time integrals of running requests, so
 that a benchmark can say how busy a replica was between two scrapes without sampling.
+
+`http_requests_total{handler, method, status}` counts every answer of the OpenAI API, failures included (vLLM's
+own series count only what succeeded): vLLM 0.25 mounts prometheus-fastapi-instrumentator on its app
+(`vllm/entrypoints/serve/instrumentator/metrics.py`: `Instrumentator(excluded_handlers=["/metrics", "/health",
+"/load", "/ping", "/version", "/server_info"]).add()`), whose default metrics include this counter with the
+status grouped as "2xx", "4xx", "5xx" (`should_group_status_codes=True`). Read from the 0.25.0 wheel's source and
+prometheus-fastapi-instrumentator 8.0.0's, not from the GPU recording (which kept the `vllm:` names only).
 """
 
 from __future__ import annotations
@@ -18,6 +25,8 @@ E2E_BUCKETS += [480.0, 960.0, 1920.0, 7680.0]
 TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0]
 TTFT_BUCKETS += [40.0, 80.0, 160.0, 640.0, 2560.0]
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+# the instrumentator's exclusions in vLLM 0.25 (the module docstring): no http_requests_total for these
+NOT_INSTRUMENTED = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
 
 
 class ReplicaMetrics:
@@ -56,6 +65,12 @@ class ReplicaMetrics:
             "Integral of running requests over time, in request-seconds (simulated fleet).",
         )
         self.capacity = self._series(Gauge, "sim:capacity", "Requests a replica runs at once (simulated fleet).")
+        self.http = Counter(
+            "http_requests_total",
+            "Total number of requests by method, status and handler.",
+            ["method", "status", "handler"],
+            registry=self.registry,
+        )
         self._running = 0
         self._acc_t = time.monotonic()
 
@@ -75,6 +90,11 @@ class ReplicaMetrics:
         if self._running > 0 and dt > 0:
             self.busy.inc(dt)
             self.slot.inc(dt * self._running)
+
+    def answered(self, method: str, handler: str, status: int) -> None:
+        """One HTTP answer of `handler` (the route's path), counted as vLLM's instrumentator counts it."""
+        if handler not in NOT_INSTRUMENTED:
+            self.http.labels(method, f"{str(status)[0]}xx", handler).inc()
 
     def observe(self, prompt_tokens: int, tokens: int, finish: str, ttft: float, e2e: float) -> None:
         """One request answered."""

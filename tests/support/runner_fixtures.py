@@ -99,9 +99,19 @@ from serving import procs  # noqa: E402
 @contextlib.contextmanager
 def real_router(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
     """The real vllm-router binary in front of `worker_urls`, on free loopback ports; yields its URL."""
+    with real_router_metrics(worker_urls, tmp_path, timeout=timeout) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def real_router_metrics(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
+    """`real_router`, yielding (its URL, the URL of its Prometheus metrics). Its circuit breaker opens for as long
+    as the launcher's (serving.fleet_commands.ROUTER_BREAKER_OPEN_S)."""
+    from serving.fleet_commands import ROUTER_BREAKER_OPEN_S
+
     exe = shutil.which("vllm-router")
     assert exe, "vllm-router is not installed (pip install vllm-router): the end-to-end tests need it"
-    port = procs.free_port()
+    port, metrics_port = procs.free_port(), procs.free_port()
     cmd = [
         exe,
         "--host",
@@ -120,12 +130,14 @@ def real_router(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
         "60",
         "--retry-max-retries",
         "2",
+        "--cb-timeout-duration-secs",
+        str(ROUTER_BREAKER_OPEN_S),
         "--prometheus-port",
-        str(procs.free_port()),
+        str(metrics_port),
     ]
     child = procs.start("router", cmd, log=Path(tmp_path) / "router.log", health=f"http://127.0.0.1:{port}/readiness")
     try:
         procs.wait_healthy([child], timeout=timeout)
-        yield f"http://127.0.0.1:{port}"
+        yield f"http://127.0.0.1:{port}", f"http://127.0.0.1:{metrics_port}"
     finally:
         procs.stop_group(child.pgid, child.pid, grace=5, popen=child.popen)
