@@ -6,7 +6,7 @@ Builds the database with benchmarks/bench_browse.build (reused if it already hol
 /tmp/browse-1m.db is taken when that one exists), builds the app (build_app, auth off), and times the
 handlers themselves in-process (server time, no browser): browse (first page + counts), filter (hazard and
 weather), search (full text), next page, open-clip (review view: clip, caption, history, neighbours).
-Then 20 threads, each its own annotator, save human edits through ReviewTab.save for --seconds while a
+Then 20 threads, each its own annotator, save human edits through ReviewActions.save for --seconds while a
 job thread claims and completes machine captions on overlapping clips; prints save p50/p95/p99, conflicts.
 """
 
@@ -118,7 +118,7 @@ def main(argv=None) -> int:
     settings = Settings.load({"data_dir": str(data_dir), "db": str(db_path), "auth": "off"}, environ={})
     app = build_app(settings)
     wb = app.state.workbench
-    b, r = wb.browse, wb.review
+    b, r, act = wb.browse, wb.review.view, wb.review.actions
     rng = random.Random(0)
     mid = min(500_000, a.clips // 2)  # a deep page at a million clips; the middle of a smaller library
     deep = clips.cursor_at(wb.ctx.db(), "newest", mid)
@@ -149,9 +149,9 @@ def main(argv=None) -> int:
         f"next page (deep, after id {mid})": timed(
             lambda: b.page({"hazard_level": "high"}, [None, deep], "newest", None), a.repeat
         ),
-        "open clip (review view)": timed(lambda: r.view(rng.randint(1, a.clips), None), a.repeat),
+        "open clip (review view)": timed(lambda: r.show(rng.randint(1, a.clips), None), a.repeat),
         "next clip within filter": timed(
-            lambda: r.step(+1)(None, *ReviewForm(rng.randint(1, a.clips)).values(), {"weather": "rain"}, "newest"),
+            lambda: act.step(+1)(None, *ReviewForm(rng.randint(1, a.clips)).values(), {"weather": "rain"}, "newest"),
             a.repeat,
         ),
     }
@@ -184,13 +184,13 @@ def main(argv=None) -> int:
                 if stop.wait(rnd.uniform(0.5, 1.5) * a.think):
                     break
             cid = rnd.choice(pool)
-            view = r.view(cid, None)
+            view = r.show(cid, None)
             base = view[r.base]
             t = time.perf_counter()
             text = f"annotator {i} run {run} edit {rnd.random():.6f}"  # not a text an earlier run saved
             form = ReviewForm(cid, base, None, text, tuple(LABELS[k] for k in taxonomy.ENUMS))
             try:
-                out = r.save(None, *form.values())
+                out = act.save(None, *form.values())
             except Exception as e:  # counted and shown below, and the run fails: a thread must not die unseen
                 with lock:
                     errors.append(f"clip {cid}: {type(e).__name__}: {e}")

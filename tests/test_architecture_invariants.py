@@ -26,7 +26,14 @@ READS = ("watch", "look", "scrape", "fleet_status", "router_status", "router_wor
 # libraries that make HTTP requests: the app's fleet reads go through serving.fleet.reader, never one of these
 HTTP_CLIENTS = ("httpx", "requests", "urllib.request", "http.client", "aiohttp", "urllib3")
 # the runner's side of the fleet: sending work and reading answers
-SENDERS = ("serving.client", "serving.bounded", "serving.answer_check", "serving.runner.loop", "serving.runner.store")
+SENDERS = (
+    "serving.client",
+    "serving.bounded",
+    "serving.answer_check",
+    "serving.runner.loop",
+    "serving.runner.start",
+    "serving.runner.store",
+)
 
 
 def _page() -> str:

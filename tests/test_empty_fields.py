@@ -34,7 +34,12 @@ def test_no_number_field_shows_a_zero_it_was_not_given_and_every_empty_meaning_i
     by_id = {b.elem_id: b for b in blocks}
     for elem in ("sample-seed", "sample-size", "second-sample", "assign-count", "f-job", "job-id"):
         assert isinstance(by_id[elem], gr.Textbox) and not by_id[elem].value and by_id[elem].placeholder, elem
-    assert {b.elem_id for b in promised} == {"sample-seed", "assign-count", "quality-target-confidence"}
+    assert {b.elem_id for b in promised} == {
+        "sample-seed",
+        "assign-count",
+        "quality-target-confidence",
+        "release-license",
+    }
     for b in promised:
         assert isinstance(b, gr.Textbox) and not b.value and b.max_lines == 1
         meaning = b.label.lower().split("empty:")[1].strip(" )")

@@ -161,10 +161,14 @@ def test_no_secret_a_replica_repeats_is_stored_logged_or_shown(head_library, tmp
     assert any("sig=[redacted]" in (i["last_error"] or "") for i in items)
     assert any("[fleet key]" in (i["raw_answer"] or "") for i in items)  # the bad answer's raw text
     # the log that would hold the fleet's words: the runner says the fleet's state with its latest error (httpx's
-    # per-request status line is off since issue 45: serving/runner/fleet_log.py)
+    # per-request status line is off since issue 45: serving/runner/fleet_log.py). Which state its heartbeat saw
+    # depends on the machine's pace: failing while the requests went out, or idle after them if the job was done
+    # between two heartbeats (a loaded machine); either line carries the error
+    said = texts["the runner's log"]
     assert (
-        "fleet failing every request: each failure uses one of the clip's attempts (HTTP " in texts["the runner's log"]
-    )
+        "fleet failing every request: each failure uses one of the clip's attempts (HTTP " in said
+        or "fleet: nothing sent since its last requests failed (HTTP " in said
+    ), said[-2000:]
     found = {where: leaks(text, key) for where, text in texts.items()}
     assert not any(found.values()), {k: v[:3] for k, v in found.items() if v}
 

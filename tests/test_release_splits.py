@@ -219,6 +219,7 @@ HEAVY_TAILED = st.lists(st.one_of(st.integers(1, 4), st.integers(5, 20), st.inte
 @settings(max_examples=150, deadline=None)
 @given(HEAVY_TAILED, st.sampled_from(SHARES[:3]), st.integers(0, 2**31), st.data())
 @example([40, 9, 4], "train=0.8,val=0.1,test=0.1", 0, None)  # the greedy put 40 and 9 in train: 92.5 / 7.5 / 0
+@example([1, 1, 75], "a=0.7,b=0.2,c=0.1", 0, None)  # the bound counted a split at its breakpoint as short: 77 / 0 / 0
 def test_up_to_14_groups_are_sized_as_well_as_an_exhaustive_search_does(sizes, shares, seed, data):
     """With up to 14 groups (few, some heavy), the largest relative miss of the sizes equals the least an
     exhaustive search over every placement reaches (data.release.size_search)."""
@@ -278,3 +279,29 @@ def test_a_field_no_clip_carries_is_refused_with_the_fields_there_are(db, tmp_pa
     r = rel.release(db, Options(group_by="folder"), tmp_path / "f", actor="lead", role="lead")
     groups = {json.loads(x)["group"] for x in (r.path / "manifest.jsonl").read_text().splitlines()}
     assert groups == {"folder=d0", "folder=d1", "folder=d2", "folder=d3", "folder=loose"} and r.version == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 90), min_size=2, max_size=4), st.sampled_from(SHARES), st.integers(0, 40))
+@example([75, 2, 0], "a=0.7,b=0.2,c=0.1", 0)  # b exactly at its breakpoint, counted short by a rounding: 0.913
+def test_the_search_bound_is_the_miss_itself_with_nothing_left_and_never_above_what_free_clips_reach(
+    sizes, shares, free
+):
+    """data.release.size_search.fluid_miss: with no clips left to place it is the sizes' own largest relative miss
+    (the search keeps leaves by it: a bound below it kept a placement that missed a split entirely); with `free`
+    clips left it is never more than the miss of any way of giving them out one by one."""
+    from data.release import size_search as split_search
+
+    ratios = list(splits.parse(shares).values())[: len(sizes)]
+    total = sum(sizes) + free
+    if not total:
+        return
+    targets = [r * total for r in ratios]
+    sizes = sizes[: len(targets)]
+    if free == 0:
+        assert split_search.fluid_miss(sizes, targets, 0) == pytest.approx(split_search.miss(sizes, targets), abs=1e-9)
+    best = min(
+        split_search.miss([n + (free if i == j else 0) for i, n in enumerate(sizes)], targets)
+        for j in range(len(sizes))
+    )
+    assert split_search.fluid_miss(sizes, targets, free) <= best + 1e-9

@@ -440,18 +440,18 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     from data import captions, examples
     from webapp.review_form import LABELS, ReviewForm
 
-    r = workbench.review
+    r, act = workbench.review.view, workbench.review.actions
     db = workbench.ctx.db()
     cap, _ = captions.add_machine(db, 1, job_id=None, text="A car.", labels=examples.LABELS, provenance={})
     good = [examples.LABELS[n] for n in LABELS]
     bad = [("sideways" if n == "weather" else v) for n, v in zip(LABELS, good)]
-    out = r.save(None, *ReviewForm(1, cap["id"], None, "A car, edited.", tuple(bad)).values())
+    out = act.save(None, *ReviewForm(1, cap["id"], None, "A car, edited.", tuple(bad)).values())
     assert set(out) == {r.msg} and "weather" in out[r.msg] and "cw-msg-error" in out[r.msg]
     missing = [None if n == "weather" else v for n, v in zip(LABELS, good)]
-    out = r.decide("approved")(None, *ReviewForm(1, cap["id"], None, "x", tuple(missing)).values(), {}, "newest")
+    out = act.decide("approved")(None, *ReviewForm(1, cap["id"], None, "x", tuple(missing)).values(), {}, "newest")
     assert "Choose a value for weather" in out[r.msg]
     captions.save_human(db, 1, text="Someone else's.", labels=examples.LABELS, author="bob", base_caption_id=cap["id"])
-    out = r.save(None, *ReviewForm(1, cap["id"], None, "Mine.", tuple(good)).values())
+    out = act.save(None, *ReviewForm(1, cap["id"], None, "Mine.", tuple(good)).values())
     assert "changed by bob" in out[r.msg] and out[r.conflict_box]["visible"] is True
     assert "Someone" in out[r.conflict_view] and "<ins>Mine.</ins>" in out[r.conflict_view]
     assert out[r.theirs] == db["clips"].get(1)["current_caption_id"] and r.text not in out  # the edit stays
@@ -471,7 +471,7 @@ def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
     from webapp.review_form import LABELS, ReviewForm
 
     bench, demo = built
-    r = bench.review
+    r = bench.review.view
     db = bench.ctx.db()
     for cid in (1, 2):
         captions.add_machine(db, cid, job_id=None, text=f"Clip {cid}.", labels=examples.LABELS, provenance={})
@@ -520,16 +520,16 @@ def test_review_walks_the_grid_order_both_ways(workbench):
     from data import captions, examples
     from webapp.review_form import ReviewForm
 
-    r = workbench.review
-    step = r.step(+1)
+    r, act = workbench.review.view, workbench.review.actions
+    step = act.step(+1)
     assert step(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4  # newest first: next is older
     assert step(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
-    assert r.step(-1)(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 6
+    assert act.step(-1)(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 6
     db = workbench.ctx.db()
     for cid in (4, 6, 7):  # the queue serves clips with a caption to check
         captions.add_machine(db, cid, job_id=None, text=f"c{cid}", labels=examples.LABELS, provenance={"model": "m"})
-    assert r.queue_next(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
-    assert r.queue_next(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4
+    assert act.queue_next(None, *ReviewForm(5).values(), {}, "oldest")[r.clip_id] == 6
+    assert act.queue_next(None, *ReviewForm(5).values(), {}, "newest")[r.clip_id] == 4
 
 
 def test_history_badges_the_candidates_data_marks(db):

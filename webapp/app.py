@@ -100,7 +100,7 @@ class Workbench:
             self._wire()
             demo.load(shows_errors(self.on_load), None, self._load_outputs, api_name="on_load")
         # the page's copy of each form's state, set by the answers that set the state (webapp.form_echo)
-        form_echo.echo_events(demo, {**self.review.echo, **self.second.echo})
+        form_echo.echo_events(demo, {**self.review.view.echo, **self.second.echo})
         failures.guard_events(demo)  # every handler, also those wired without shows_errors (timers, tab selects)
         demo.queue(default_concurrency_limit=CONCURRENCY)
         direct = sorted(str(f.api_name) for f in demo.fns.values() if not f.queue)
@@ -139,7 +139,7 @@ class Workbench:
         out.update(self.jobs.prompts.for_user(self.ctx.user(request)))
         clip = str(params.get("clip") or "").strip()
         if clip:  # the clip, or Review saying why there is none (never a silent Browse)
-            out.update(self.review.open_link(clip, request))
+            out.update(self.review.view.open_link(clip, request))
             out[self.tabs] = gr.Tabs(selected="review")
         return out
 
@@ -150,11 +150,11 @@ class Workbench:
         clip = (evt._data or {}).get("clip") if isinstance(evt._data, dict) else None
         if clip is None:
             return {self.tabs: gr.skip()}
-        out = self.review.goto(request, str(limits.sql_int(clip, "clip id")), *values)
+        out = self.review.actions.goto(request, str(limits.sql_int(clip, "clip id")), *values)
         return {**out, self.tabs: gr.Tabs(selected="review")}
 
     def _wire(self) -> None:
-        review_outs = self.review.view_outputs()
+        review_outs = self.review.view.outputs()
         load_outs = (
             [self.userline, self.jobs.form.prompt, self.tabs]
             + self.browse.apply_outputs
@@ -165,7 +165,7 @@ class Workbench:
         )
         self.browse.grid.click(
             shows_errors(self.open_tile),
-            self.review.form_inputs() + self.review.copies,
+            self.review.view.form_inputs() + self.review.view.copies,
             review_outs + [self.tabs],
             api_name="open_clip",
             show_progress="hidden",

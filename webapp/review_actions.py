@@ -6,11 +6,14 @@ from __future__ import annotations
 
 import gradio as gr
 
-from data import assignments, captions, clips, jobs, limits, order as orders, prompts, review_queue, review_states
+from data import assignments, captions, clips, jobs, order as orders, prompts, review_queue, review_states
 from data.errors import DataError
 from data.job_params import JobParams
 from webapp import render
+from webapp.context import AppContext
+from webapp.review_conflicts import ReviewConflicts
 from webapp.review_form import ReviewForm
+from webapp.review_saves import ReviewSaves, undone
 from webapp.review_view import ReviewView
 
 # the queue is empty for this person: clips others are on are not theirs to take (data.review_queue), and clips
@@ -18,58 +21,27 @@ from webapp.review_view import ReviewView
 NONE_LEFT = "No unreviewed clips with a caption left in this filter that nobody else is on."
 
 
-class ReviewActions(ReviewView):
-    def _rate(self):
-        """The save rate limit: per person, so none with login off (one person, on this machine)."""
-        return limits.SAVE_RATE if self.ctx.settings.auth_required else None
+class ReviewActions:
+    """The handlers that act on `view`'s clip: a form is written through `saves`, a refusal shown by `conflicts`."""
 
-    def _autosave(self, form: ReviewForm, user) -> tuple[int | None, dict | None]:
-        """Save the form if it differs from the version it was loaded from; returns (the new base, the saved
-        version or None). Raises DataError (a Conflict, labels that do not fit): the caller stays on the clip and
-        shows why (`_refused`)."""
-        if form.clip_id is None:
-            return form.base, None
-        db = self.ctx.db()
-        if not form.differs_from(captions.get(db, form.base) if form.base is not None else None):
-            return form.base, None
-        cap = self._save_form(form, user)
-        return cap["id"], cap
-
-    def _save_form(self, form: ReviewForm, user) -> dict:
-        """The form as a new human version (data.captions.save_human: Conflict, TooFast, DataError)."""
-        return captions.save_human(
-            self.ctx.db(),
-            int(form.clip_id),
-            text=form.text,
-            labels=form.labels(),
-            author=user.name,
-            base_caption_id=form.base,
-            rate=self._rate(),
-        )
-
-    @staticmethod
-    def _undone(saved: dict | None, clip_id) -> str:
-        """What a saved version undid: the approval or rejection of the version before (data.captions)."""
-        if not saved or not saved.get("review_was"):
-            return ""
-        who = f" by {saved['reviewed_by_was']}" if saved.get("reviewed_by_was") else ""
-        what = {"approved": "approval", "rejected": "rejection"}.get(saved["review_was"], saved["review_was"])
-        return (
-            f"The {what} of clip {int(clip_id)}{who} was of the version before, so the clip is unreviewed again: "
-            "approve (a) or reject (r) this version. "
-        )
+    def __init__(self, ctx: AppContext, view: ReviewView, saves: ReviewSaves, conflicts: ReviewConflicts):
+        self.ctx = ctx
+        self.view = view
+        self.saves = saves
+        self.conflicts = conflicts
+        self.lease_ttl = ctx.settings.review_lease_seconds
 
     def _leave(self, form: ReviewForm, request: gr.Request, go) -> dict:
         """Save the form if needed, then `go(saved_message)` -> the view to show; on a failed save stay here."""
         user = self.ctx.user(request)
         try:
-            _, saved = self._autosave(form, user)
+            _, saved = self.saves.autosave(form, user)
         except DataError as e:
-            return self._refused(
+            return self.conflicts.refused(
                 form.clip_id, e, request, stay="Your edit is not saved yet, so you stay on this clip: ", form=form
             )
         note = f"Your edit was saved as version {saved['version']} of clip {int(form.clip_id)}. " if saved else ""
-        return go(note + self._undone(saved, form.clip_id))
+        return go(note + undone(saved, form.clip_id))
 
     def _take_next(self, fdict: dict, sort: str, after: int | None, user) -> int | None:
         """The review queue: the next unreviewed clip of the filter after `after` in the grid's order (`sort`,
@@ -95,8 +67,10 @@ class ReviewActions(ReviewView):
         target = self._take_next(fdict, sort, clip_id, user)
         if target is None:
             none = self._none_left(fdict, user)
-            return self.view(clip_id, request, message=f"{done} {none}", kind="ok", keep_form=True, keep_media=True)
-        return self.view(target, request, message=done, kind="ok")
+            return self.view.show(
+                clip_id, request, message=f"{done} {none}", kind="ok", keep_form=True, keep_media=True
+            )
+        return self.view.show(target, request, message=done, kind="ok")
 
     # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
     def save(self, request: gr.Request, *values):
@@ -108,13 +82,13 @@ class ReviewActions(ReviewView):
         if unchanged is not None:
             return unchanged
         try:
-            cap = self._save_form(form, user)
+            cap = self.saves.save(form, user)
         except DataError as e:
-            return self._refused(form.clip_id, e, request, form=form)
-        return self.view(
+            return self.conflicts.refused(form.clip_id, e, request, form=form)
+        return self.view.show(
             form.clip_id,
             request,
-            message=f"Saved as version {cap['version']}. {self._undone(cap, form.clip_id)}".strip(),
+            message=f"Saved as version {cap['version']}. {undone(cap, form.clip_id)}".strip(),
             kind="ok",
             keep_form=True,
             keep_media=True,
@@ -129,13 +103,13 @@ class ReviewActions(ReviewView):
         if form.differs_from(base):
             return None
         if base is None:
-            return {self.msg: render.message("Nothing to save: write a caption first.", "info")}
+            return {self.view.msg: render.message("Nothing to save: write a caption first.", "info")}
         note = f"Nothing to save: the caption and labels are those of version {base['version']}."
         cur = clips.get(db, int(form.clip_id))["caption"]
         if cur is not None and cur["id"] != base["id"]:
             note += f" {cur['author']} saved version {cur['version']} since: reload to see it."
-            return {self.msg: render.message(note, "info"), self.reload_btn: gr.update(visible=True)}
-        return {self.msg: render.message(note, "info")}
+            return {self.view.msg: render.message(note, "info"), self.view.reload_btn: gr.update(visible=True)}
+        return {self.view.msg: render.message(note, "info")}
 
     def _decide_and_next(self, request: gr.Request, form: ReviewForm, fdict: dict, sort: str, act) -> dict:
         """A decision on the clip the form shows: save an edit first, then `act(clip_id, user, base, review_base)`
@@ -146,10 +120,10 @@ class ReviewActions(ReviewView):
             raise gr.Error("Open a clip first.")
         clip_id = int(form.clip_id)
         try:
-            new_base, saved = self._autosave(form, user)
+            new_base, saved = self.saves.autosave(form, user)
             did = act(clip_id, user, new_base, None if saved else form.review_base)
         except DataError as e:
-            return self._refused(clip_id, e, request, form=form)
+            return self.conflicts.refused(clip_id, e, request, form=form)
         done = (f"Saved your edit as version {saved['version']} and " if saved else "") + did + "."
         return self._then_next(clip_id, done[0].upper() + done[1:], fdict, sort, user, request)
 
@@ -173,7 +147,7 @@ class ReviewActions(ReviewView):
     def adopt(self, clip_id, base, caption_id, request: gr.Request):
         user = self.ctx.user(request)
         if clip_id is None or caption_id in (None, ""):
-            return {self.msg: render.message("Choose a version to adopt.", "error")}
+            return {self.view.msg: render.message("Choose a version to adopt.", "error")}
         db = self.ctx.db()
         chosen, current = captions.get(db, int(caption_id)), clips.get(db, int(clip_id))["caption"]
         if chosen and current and chosen["clip_id"] == int(clip_id) and base == current["id"]:
@@ -182,7 +156,7 @@ class ReviewActions(ReviewView):
                     f"Nothing to adopt: version {chosen['version']} has the caption and labels of the current "
                     f"version {current['version']}."
                 )
-                return {self.msg: render.message(note, "info")}
+                return {self.view.msg: render.message(note, "info")}
         try:
             cap = captions.adopt(
                 self.ctx.db(),
@@ -190,14 +164,14 @@ class ReviewActions(ReviewView):
                 caption_id=int(caption_id),
                 author=user.name,
                 base_caption_id=base,
-                rate=self._rate(),
+                rate=self.saves.rate(),
             )
         except DataError as e:
-            return self._refused(clip_id, e, request)
-        return self.view(
+            return self.conflicts.refused(clip_id, e, request)
+        return self.view.show(
             clip_id,
             request,
-            message=f"Adopted: now version {cap['version']}. {self._undone(cap, clip_id)}".strip(),
+            message=f"Adopted: now version {cap['version']}. {undone(cap, clip_id)}".strip(),
             kind="ok",
             keep_media=True,
         )
@@ -242,10 +216,10 @@ class ReviewActions(ReviewView):
                 target = next_id if direction > 0 else prev_id
                 if target is None:
                     return {
-                        **(self.view(clip_id, request, keep_form=True, keep_media=True) if note else {}),
-                        self.msg: render.message(note + "No more clips in this filter in that direction.", "info"),
+                        **(self.view.show(clip_id, request, keep_form=True, keep_media=True) if note else {}),
+                        self.view.msg: render.message(note + "No more clips in this filter in that direction.", "info"),
                     }
-                return self.view(target, request, message=note, kind="ok" if note else "info")
+                return self.view.show(target, request, message=note, kind="ok" if note else "info")
 
             return self._leave(form, request, go)
 
@@ -261,8 +235,8 @@ class ReviewActions(ReviewView):
             after = int(form.clip_id) if form.clip_id is not None else None
             target = self._take_next(fdict, sort, after, user)
             if target is None:
-                return {self.msg: render.message(note + self._none_left(fdict, user), "info")}
-            return self.view(target, request, message=note, kind="ok" if note else "info")
+                return {self.view.msg: render.message(note + self._none_left(fdict, user), "info")}
+            return self.view.show(target, request, message=note, kind="ok" if note else "info")
 
         return self._leave(form, request, go)
 
@@ -274,9 +248,11 @@ class ReviewActions(ReviewView):
         self.ctx.user(request)
         target = str(target or "").strip()
         if not target.isdigit() or (form.clip_id is not None and int(target) == int(form.clip_id)):
-            return {self.msg: gr.skip()}
+            return {self.view.msg: gr.skip()}
         return self._leave(
-            form, request, lambda note: self.view(int(target), request, message=note, kind="ok" if note else "info")
+            form,
+            request,
+            lambda note: self.view.show(int(target), request, message=note, kind="ok" if note else "info"),
         )
 
     # -- broken clips --------------------------------------------------------------------------------------
@@ -294,7 +270,7 @@ class ReviewActions(ReviewView):
             return f"flagged clip {clip_id} as broken (counted apart from rejections)"
 
         out = self._decide_and_next(request, form, fdict, sort, act)
-        return {**out, self.broken_reason: ""} if flagged else out  # a refused flag keeps the reason typed
+        return {**out, self.view.broken_reason: ""} if flagged else out  # a refused flag keeps the reason typed
 
     def clear_broken(self, clip_id, request: gr.Request):
         """A lead clears the broken flag: the clip is unreviewed and back in the queue."""
@@ -304,6 +280,6 @@ class ReviewActions(ReviewView):
         try:
             review_states.clear_broken(self.ctx.db(), int(clip_id), user=user.name, role=user.role)
         except DataError as e:
-            return {self.msg: render.message(str(e), "error")}
+            return {self.view.msg: render.message(str(e), "error")}
         note = f"Cleared the broken flag: clip {int(clip_id)} is unreviewed and back in the queue."
-        return self.view(clip_id, request, message=note, kind="ok", keep_form=True, keep_media=True)
+        return self.view.show(clip_id, request, message=note, kind="ok", keep_form=True, keep_media=True)

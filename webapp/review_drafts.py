@@ -8,23 +8,31 @@ import gradio as gr
 from data import clips, drafts, review_states
 from data.errors import Conflict
 from webapp import render
+from webapp.context import AppContext
+from webapp.review_conflicts import ReviewConflicts
 from webapp.review_form import ReviewForm
 from webapp.review_view import ReviewView
 
 
-class ReviewDrafts(ReviewView):
+class ReviewDrafts:
+    """Fills `view`'s form and offer from a draft; a draft on a replaced version goes to `conflicts`' view."""
+
+    def __init__(self, ctx: AppContext, view: ReviewView, conflicts: ReviewConflicts):
+        self.ctx = ctx
+        self.view = view
+        self.conflicts = conflicts
+
     def restore_draft(self, clip_id, request: gr.Request):
         """Put the person's unsaved edit of this clip back in the form. If someone saved another version since
         the edit was started, the form gets the edit and the conflict view shows theirs beside it."""
         user = self.ctx.user(request)
         if clip_id is None:
             return gr.skip()
+        v = self.view
         db = self.ctx.db()
         draft = drafts.get(db, user.name, int(clip_id))
         if draft is None:
-            out = self.view(
-                clip_id, request, message="There is no unsaved edit of this clip any more.", keep_media=True
-            )
+            out = v.show(clip_id, request, message="There is no unsaved edit of this clip any more.", keep_media=True)
             return out
         clip = clips.get(db, int(clip_id))
         form = ReviewForm.from_draft(draft)
@@ -35,13 +43,13 @@ class ReviewDrafts(ReviewView):
                 f"{cur.get('version', '?')} since.",
                 current=cur,
             )
-            out = self._conflict(clip_id, e, request, form)
-            out.update(self._fill(draft))
-            out[self.base] = draft["base_caption_id"]
-            out[self.review_base] = review_states.review_token(clip)
-            out[self.header] = self._header(clip, user, draft["base_caption_id"], dirty=True)
+            out = self.conflicts.conflict(clip_id, e, request, form)
+            out.update(v.fill(draft))
+            out[v.base] = draft["base_caption_id"]
+            out[v.review_base] = review_states.review_token(clip)
+            out[v.header] = v.header_for(clip, user, draft["base_caption_id"], dirty=True)
             return out
-        out = self.view(
+        out = v.show(
             clip_id,
             request,
             message="Restored your unsaved edit: it is not saved yet (ctrl+s saves it; moving on saves it too).",
@@ -49,8 +57,8 @@ class ReviewDrafts(ReviewView):
             keep_form=True,
             keep_media=True,
         )
-        out.update(self._fill(draft))
-        out[self.header] = self._header(clip, user, clip["current_caption_id"], dirty=True)
+        out.update(v.fill(draft))
+        out[v.header] = v.header_for(clip, user, clip["current_caption_id"], dirty=True)
         return out
 
     def discard_draft(self, clip_id, request: gr.Request):
@@ -60,7 +68,8 @@ class ReviewDrafts(ReviewView):
             return gr.skip()
         had = drafts.discard(self.ctx.db(), user.name, int(clip_id))
         note = "Discarded your unsaved edit." if had else "There was no unsaved edit of this clip any more."
-        return {self.offer_row: gr.update(visible=False), self.offer_note: "", self.msg: render.message(note, "ok")}
+        v = self.view
+        return {v.offer_row: gr.update(visible=False), v.offer_note: "", v.msg: render.message(note, "ok")}
 
     def check_draft(self, clip_id, request: gr.Request):
         """The draft offer of the open clip, again (the page script pushed drafts kept in the browser)."""
@@ -68,4 +77,4 @@ class ReviewDrafts(ReviewView):
         if clip_id is None:
             return gr.skip()
         db = self.ctx.db()
-        return self._offer(db, user, clips.get(db, int(clip_id)))
+        return self.view.offer(db, user, clips.get(db, int(clip_id)))

@@ -3,7 +3,7 @@
 Nothing typed is ever dropped (issue 10). Every way of leaving a clip -- j/k, approve/reject (which move on to
 the next unreviewed clip of the filter), "next unreviewed", a Browse tile, the browser's Back (the URL carries
 the clip, webapp/static/shortcuts.js turns Back into a navigation here) -- goes through a handler that receives the
-form and saves it first when it differs from the stored version (`_autosave`). A save that cannot happen (a
+form and saves it first when it differs from the stored version (`ReviewSaves.autosave`). A save that cannot happen (a
 conflict, a label missing) stops the navigation with a message, and the edit stays in the form. Switching tabs
 keeps the form as it is; leaving the page with an unsaved edit asks first (beforeunload, shortcuts.js).
 
@@ -29,13 +29,22 @@ Broken clips: a person flags a clip whose video cannot be reviewed (with a reaso
 rejections and leaves the queue); a lead can clear the flag. Approve and reject on such clips, and on clips that
 failed at ingest, say what to do instead (data.captions).
 
-Structure, for whoever adds a review mode: `render` builds the regions, `wire` connects them; `view` is the one
-function that fills every region for a clip (handlers add to or override what it returns), and
-`view_outputs`/`form_inputs` are the lists every handler shares. Handlers that may leave a clip go through
-`_leave` (save first) and the queue through `_take_next` (pick + lease). `ReviewTab` is built in layers, one concern
-a module: webapp.review_view (the regions, `view`, the refusal and conflict views), webapp.review_actions (save,
-decide, flag broken, adopt, re-caption, the walk and the queue), webapp.review_drafts and webapp.review_conflicts
-(the draft offer's and a caption conflict's handlers); this module wires them.
+Structure, for whoever adds a review mode: the tab is built like the others, from parts that are given what they
+use when they are made, and this module makes them and wires their events:
+- `ReviewView` (webapp.review_view): the regions (`render`), the lists every handler shares (`outputs`,
+  `form_inputs`, `copies`), and `show`, the one function that fills every region for a clip (handlers add to or
+  override what it returns), with the history's pages, blind mode and the draft offer; the lead's one-clip assign
+  row (webapp.browse.assigning.ClipAssign) is laid out inside it;
+- `ReviewSaves` (webapp.review_saves): how the form becomes a caption version (the save, the save before leaving);
+- `ReviewConflicts(view, saves)` (webapp.review_conflicts): what a refusal shows (a caption conflict: theirs beside
+  yours) and a conflict's three ways out;
+- `ReviewActions(view, saves, conflicts)` (webapp.review_actions): save, decide, flag broken, adopt, re-caption,
+  the walk and the queue; those that may leave a clip go through `_leave` (save first), the queue through
+  `_take_next` (pick + lease);
+- `ReviewDrafts(view, conflicts)` (webapp.review_drafts): the draft offer's handlers.
+A part reads another only through what it was given (tests/test_structure.py checks that no class of the product
+has two project bases); the event API's names and parameters are the tab's contract with the page script and with
+docs/roles.csv.
 
 Blind mode: a clip the person has a pending blind second review of (data.quality.second_review) is shown without its
 caption, labels, review, provenance and history, and with no clip in the form's state, so nothing here can save or
@@ -50,72 +59,80 @@ from __future__ import annotations
 
 import gradio as gr
 
-from webapp.context import shows_errors
+from webapp.browse.assigning import ClipAssign
+from webapp.context import AppContext, shows_errors
+from webapp.review_actions import ReviewActions
 from webapp.review_conflicts import ReviewConflicts
 from webapp.review_drafts import ReviewDrafts
+from webapp.review_saves import ReviewSaves
+from webapp.review_view import ReviewView
 
 
-class ReviewTab(ReviewDrafts, ReviewConflicts):
+class ReviewTab:
+    def __init__(self, ctx: AppContext):
+        self.ctx = ctx
+        self.assign = ClipAssign(ctx)  # leads only: shown on first paint (webapp/app.py)
+        self.view = ReviewView(ctx, self.assign)
+        self.saves = ReviewSaves(ctx)
+        self.conflicts = ReviewConflicts(ctx, self.view, self.saves)
+        self.actions = ReviewActions(ctx, self.view, self.saves, self.conflicts)
+        self.drafts = ReviewDrafts(ctx, self.view, self.conflicts)
+
+    def render(self) -> None:
+        self.view.render()
+
     def wire(self, filter_state: gr.State, sort_state: gr.State) -> None:
-        outs = self.view_outputs()
-        form = self.form_inputs()
+        v, act, drafts, conflicts = self.view, self.actions, self.drafts, self.conflicts
+        outs = v.outputs()
+        form = v.form_inputs()
         walk = form + [filter_state, sort_state]  # the form, then where to go next
-        copies = self.copies  # last, after each event's own inputs (webapp.form_echo checks and drops them)
+        copies = v.copies  # last, after each event's own inputs (webapp.form_echo checks and drops them)
         nav = dict(show_progress="hidden")
         # a second ctrl+s while the first is on its way is sent when the first is answered (with the version it
         # made as its base), not dropped ("once") nor sent at once on the old base ("multiple": a conflict with
         # oneself)
-        self.save_btn.click(
-            shows_errors(self.save), form + copies, outs, api_name="save_caption", trigger_mode="always_last"
+        v.save_btn.click(
+            shows_errors(act.save), form + copies, outs, api_name="save_caption", trigger_mode="always_last"
         )
-        self.approve_btn.click(shows_errors(self.decide("approved")), walk + copies, outs, api_name="approve", **nav)
-        self.reject_btn.click(shows_errors(self.decide("rejected")), walk + copies, outs, api_name="reject", **nav)
-        self.adopt_btn.click(
-            shows_errors(self.adopt), [self.clip_id, self.base, self.adopt_choice], outs, api_name="adopt"
+        v.approve_btn.click(shows_errors(act.decide("approved")), walk + copies, outs, api_name="approve", **nav)
+        v.reject_btn.click(shows_errors(act.decide("rejected")), walk + copies, outs, api_name="reject", **nav)
+        v.adopt_btn.click(shows_errors(act.adopt), [v.clip_id, v.base, v.adopt_choice], outs, api_name="adopt")
+        v.recaption_btn.click(shows_errors(act.recaption), [v.clip_id], [v.msg], api_name="recaption")
+        v.reload_btn.click(shows_errors(v.reload), [v.clip_id], outs, api_name="reload_clip")
+        v.next_btn.click(shows_errors(act.step(+1)), walk + copies, outs, api_name="next_clip", **nav)
+        v.prev_btn.click(shows_errors(act.step(-1)), walk + copies, outs, api_name="previous_clip", **nav)
+        v.queue_btn.click(shows_errors(act.queue_next), walk + copies, outs, api_name="next_unreviewed", **nav)
+        v.nav_btn.click(shows_errors(act.goto), [v.nav_target] + form + copies, outs, api_name="goto_clip", **nav)
+        v.older_btn.click(
+            shows_errors(v.older), [v.clip_id, v.history_before], v.history_outputs(), api_name="history_older"
         )
-        self.recaption_btn.click(shows_errors(self.recaption), [self.clip_id], [self.msg], api_name="recaption")
-        self.reload_btn.click(shows_errors(self.reload), [self.clip_id], outs, api_name="reload_clip")
-        self.next_btn.click(shows_errors(self.step(+1)), walk + copies, outs, api_name="next_clip", **nav)
-        self.prev_btn.click(shows_errors(self.step(-1)), walk + copies, outs, api_name="previous_clip", **nav)
-        self.queue_btn.click(shows_errors(self.queue_next), walk + copies, outs, api_name="next_unreviewed", **nav)
-        self.nav_btn.click(
-            shows_errors(self.goto), [self.nav_target] + form + copies, outs, api_name="goto_clip", **nav
-        )
-        self.older_btn.click(
-            shows_errors(self.older),
-            [self.clip_id, self.history_before],
-            self.history_outputs(),
-            api_name="history_older",
-        )
-        self.newest_btn.click(
-            shows_errors(self.newest), [self.clip_id], self.history_outputs(), api_name="history_newest"
-        )
+        v.newest_btn.click(shows_errors(v.newest), [v.clip_id], v.history_outputs(), api_name="history_newest")
         # drafts
-        self.restore_btn.click(shows_errors(self.restore_draft), [self.clip_id], outs, api_name="draft_restore")
-        self.discard_btn.click(shows_errors(self.discard_draft), [self.clip_id], outs, api_name="draft_discard", **nav)
-        self.draft_check_btn.click(
-            shows_errors(self.check_draft),
-            [self.clip_id],
-            [self.offer_row, self.offer_note],
+        v.restore_btn.click(shows_errors(drafts.restore_draft), [v.clip_id], outs, api_name="draft_restore")
+        v.discard_btn.click(shows_errors(drafts.discard_draft), [v.clip_id], outs, api_name="draft_discard", **nav)
+        v.draft_check_btn.click(
+            shows_errors(drafts.check_draft),
+            [v.clip_id],
+            [v.offer_row, v.offer_note],
             api_name="draft_check",
             **nav,
         )
         # a caption conflict's three ways out
-        mine = [self.theirs] + form
-        self.keep_mine_btn.click(shows_errors(self.keep_mine), mine + copies, outs, api_name="conflict_keep_mine")
-        self.take_theirs_btn.click(
-            shows_errors(self.take_theirs), [self.clip_id], outs, api_name="conflict_take_theirs"
+        mine = [v.theirs] + form
+        v.keep_mine_btn.click(shows_errors(conflicts.keep_mine), mine + copies, outs, api_name="conflict_keep_mine")
+        v.take_theirs_btn.click(shows_errors(conflicts.take_theirs), [v.clip_id], outs, api_name="conflict_take_theirs")
+        v.edit_merged_btn.click(
+            shows_errors(conflicts.edit_merged), mine + copies, outs, api_name="conflict_edit_merged"
         )
-        self.edit_merged_btn.click(shows_errors(self.edit_merged), mine + copies, outs, api_name="conflict_edit_merged")
         # broken clips: Enter in the reason box or the button; a lead clears a flag
-        flag = walk + [self.broken_reason]
+        flag = walk + [v.broken_reason]
         gr.on(
-            [self.broken_btn.click, self.broken_reason.submit],
-            shows_errors(self.flag_broken),
+            [v.broken_btn.click, v.broken_reason.submit],
+            shows_errors(act.flag_broken),
             flag + copies,
-            outs + [self.broken_reason],
+            outs + [v.broken_reason],
             api_name="flag_broken",
             **nav,
         )
-        self.unbreak_btn.click(shows_errors(self.clear_broken), [self.clip_id], outs, api_name="clear_broken")
-        self.assign.wire(self.header, self.msg, self.clip_id, self.base, self.review_base)
+        v.unbreak_btn.click(shows_errors(act.clear_broken), [v.clip_id], outs, api_name="clear_broken")
+        self.assign.wire(v.header, v.msg, v.clip_id, v.base, v.review_base)

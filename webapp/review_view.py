@@ -1,6 +1,8 @@
-"""The Review tab's regions and what fills them for a clip: `render`, the lists every handler shares, `view`
-(with the version history a page at a time, blind mode, the draft offer) and the refusal and conflict views every
-handler falls back on (webapp.review_tab says how the tab works)."""
+"""The Review tab's regions and what fills them for a clip: `render`, the lists every handler shares, `show`
+(with the version history a page at a time, blind mode, the draft offer), and the history's and reload's handlers.
+
+The other parts of the tab fill these regions through what this part gives them (`show`, `fill`, `offer`,
+`header_for`, its components); it knows none of them (webapp.review_tab says how the tab works)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import sqlite3
 import gradio as gr
 
 from data import caption_history, captions, clips, drafts, review_queue, review_states, taxonomy
-from data.errors import Conflict, DataError, NotFound
+from data.errors import NotFound
 from data.quality import second_review
 from webapp import failures, form_echo, render
 from webapp.browse.assigning import ClipAssign
@@ -20,14 +22,15 @@ from webapp.review_form import LABELS
 # opening a clip takes its review lease, a write: it waits this long for another program's write lock, then
 # opens the clip anyway (without the lease) rather than keep the person waiting (issue 21, class 7)
 LEASE_WAIT_S = 2.0
-CONFLICT_NEXT = (
-    " Your edit is kept: compare the two below, then keep yours, take theirs, or edit yours on top of theirs."
-)
 
 
 class ReviewView:
-    def __init__(self, ctx: AppContext):
+    """The regions of the Review tab and `show`, which fills them for a clip. `assign` is the lead's one-clip
+    assign row, laid out here between the broken-clip row and the provenance."""
+
+    def __init__(self, ctx: AppContext, assign: ClipAssign):
         self.ctx = ctx
+        self.assign = assign
         self.lease_ttl = ctx.settings.review_lease_seconds
 
     def render(self) -> None:
@@ -93,8 +96,7 @@ class ReviewView:
             self.unbreak_btn = gr.Button(
                 "Clear the broken flag", elem_id="btn-clear-broken", size="sm", visible=False, scale=1
             )
-        self.assign = ClipAssign(self.ctx)  # leads only: shown on first paint (webapp/app.py)
-        self.assign.render()
+        self.assign.render()  # leads only: shown on first paint (webapp/app.py)
         with gr.Accordion("Provenance", open=True):
             self.provenance = gr.HTML("", elem_id="provenance")
         with gr.Accordion("Version history", open=True):
@@ -119,7 +121,7 @@ class ReviewView:
         self.theirs = gr.State(None)  # the caption version a conflict showed (what "keep mine" saves on top of)
 
     # -- what every action returns -------------------------------------------------------------------
-    def view_outputs(self) -> list:
+    def outputs(self) -> list:
         return [
             self.header,
             self.player,
@@ -189,7 +191,7 @@ class ReviewView:
         (webapp.form_echo)."""
         return list(self.echo.values())
 
-    def view(
+    def show(
         self,
         clip_id: int,
         request: gr.Request,
@@ -245,13 +247,13 @@ class ReviewView:
             self.base: clip["current_caption_id"],
             self.review_base: review_states.review_token(clip),
             self.theirs: None,
-            **self._offer(db, user, clip, show=not keep_form),
+            **self.offer(db, user, clip, show=not keep_form),
         }
         if not keep_media:
             out[self.player] = render.player(clip)
             out[self.filmstrip] = render.filmstrip(clip)
         if not keep_form:
-            out.update(self._fill(cap))
+            out.update(self.fill(cap))
         if second_review.is_blind(db, clip["id"], user.name):
             out.update(self._blind(clip))
         return out
@@ -280,7 +282,7 @@ class ReviewView:
             self.unbreak_btn: gr.update(visible=False),
         }
 
-    def _fill(self, source: dict | None) -> dict:
+    def fill(self, source: dict | None) -> dict:
         """The form's text and labels from a caption version or a draft (None: empty)."""
         labels = (source or {}).get("labels") or {}
         out = {self.text: (source or {}).get("text", "")}
@@ -289,7 +291,7 @@ class ReviewView:
             out[comp] = (list(value) if value else []) if name in taxonomy.MULTI else (value or None)
         return out
 
-    def _offer(self, db, user, clip: dict, *, show: bool = True) -> dict:
+    def offer(self, db, user, clip: dict, *, show: bool = True) -> dict:
         """The draft offer for `clip`: shown when `user` left an unsaved edit on it that differs from the current
         caption (and the form is being filled from the stored version: `show`)."""
         draft = drafts.get(db, user.name, clip["id"]) if show else None
@@ -304,47 +306,17 @@ class ReviewView:
         not in the library, or text that is not an id) with an empty form."""
         if raw.isascii() and raw.isdigit():
             try:
-                return self.view(int(raw), request)
+                return self.show(int(raw), request)
             except gr.Error:
                 pass
         return {self.header: render.no_clip(raw), self.msg: ""}
 
-    def _refused(self, clip_id, e: DataError, request: gr.Request, *, stay: str = "", form=None) -> dict:
-        """What the view shows when data/ refuses an action: a conflict shows who changed what (with `form`, the
-        person's edit beside their version); any other refusal (a label missing or out of the taxonomy, a limit,
-        a clip nobody can review) its message, after `stay` (why we are still on this clip)."""
-        if isinstance(e, Conflict):
-            return self._conflict(clip_id, e, request, form)
-        return {self.msg: render.message(stay + str(e), "error")}
-
-    def _conflict(self, clip_id: int, e: Conflict, request: gr.Request, form=None) -> dict:
-        """The conflict view; the form keeps the person's edit and its stale bases (a plain save would conflict
-        again). A caption conflict with the form at hand shows theirs beside yours and the three ways out; a
-        review-state conflict (or one without the form) offers a reload."""
-        out = self.view(clip_id, request, keep_form=True, keep_media=True)
-        out[self.base] = gr.skip()
-        out[self.review_base] = gr.skip()
-        out[self.header] = gr.skip()  # the page script reads "unsaved" from the header: it still is
-        theirs = e.current if e.current.get("text") is not None else None
-        if theirs is None or form is None:
-            reload = " Reload to see their version." if theirs else ""
-            out[self.msg] = render.message(str(e) + reload, "conflict")
-            out[self.reload_btn] = gr.update(visible=True)
-            return out
-        mine = form.draft_labels()
-        base = captions.get(self.ctx.db(), int(form.base)) if form.base is not None else None
-        out[self.msg] = render.message(str(e) + CONFLICT_NEXT, "conflict")
-        out[self.conflict_view] = render.conflict(theirs, form.text or "", mine, base=base)
-        out[self.conflict_box] = gr.update(visible=True)
-        out[self.theirs] = theirs["id"]
-        return out
-
     def reload(self, clip_id, request: gr.Request):
         if clip_id is None:
             return gr.skip()
-        return self.view(clip_id, request, message="Reloaded the current version.")
+        return self.show(clip_id, request, message="Reloaded the current version.")
 
-    def _header(self, clip: dict, user, base: int | None, *, dirty: bool) -> str:
+    def header_for(self, clip: dict, user, base: int | None, *, dirty: bool) -> str:
         """The header for a form filled with an edit (`dirty`) based on version `base`."""
         holder = review_queue.holder(self.ctx.db(), clip["id"])
         return render.header(

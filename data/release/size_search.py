@@ -50,7 +50,10 @@ def fluid_miss(sizes: Sequence[float], targets: Sequence[float], free: float) ->
     low = m
     for high in points:
         if deficit(high) <= free + 1e-9:
-            short = [(n, t) for n, t in zip(sizes, targets) if t > 0 and n < t * (1 - low)]
+            # short all through (low, high): those whose own breakpoint is not below `high` (one whose breakpoint is
+            # `low` itself stops being short there, and counting it by `n < t * (1 - low)`, true by a rounding,
+            # gave a miss below what any placement reaches)
+            short = [(n, t) for n, t in zip(sizes, targets) if t > 0 and 1 - n / t >= high - 1e-12]
             s = sum(t - n for n, t in short)
             w = sum(t for _, t in short)
             return max(low, (s - free) / w) if w else low

@@ -41,8 +41,9 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   SIGKILL: `data.jobs.recover` on the next start releases the dead leases.
 
 The modules, from the loop outwards:
-- loop.py      `Runner` (the event loop: claim, dispatch, write, drain), `serve` (with signal handlers),
-               `run_job` (one job in the calling thread), `fleet_targets`
+- loop.py      `Runner` (the event loop: claim, dispatch, write, drain), `fleet_targets`
+- start.py     how it is started: `serve` (the process, with signal handlers), `run_job` (one job in the calling
+               thread)
 - replicas.py  where requests go: each replica's bound, what it has in flight, its health, a fleet that is down
 - watch.py     the look at the replicas' `/health` while answers do not say the fleet is fine
 - fleet_log.py what the log says about the fleet: a line when something changes, a summary every 10 minutes
@@ -52,6 +53,7 @@ The modules, from the loop outwards:
 - __main__.py  the command line
 """
 
-from serving.runner.loop import Runner, fleet_targets, run_job, serve
+from serving.runner.loop import Runner, fleet_targets
+from serving.runner.start import run_job, serve
 
 __all__ = ["fleet_targets", "run_job", "Runner", "serve"]

@@ -18,7 +18,8 @@ from data.errors import DataError
 from data.settings import add_arguments, from_args
 from serving import console
 from serving.fleet_key import auth
-from serving.runner.loop import Runner, serve
+from serving.runner.loop import Runner
+from serving.runner.start import serve
 
 # options of this command that are Runner arguments of the same name
 RUNNER_OPTIONS = ("replicas", "exit_when_idle", "drain_seconds", "backoff_base", "name")

@@ -1,5 +1,5 @@
 """The runner's event loop: claim items for free slots, send them, write the outcomes, drain on stop
-(how and why: the package docstring, serving/runner/__init__.py)."""
+(how and why: the package docstring, serving/runner/__init__.py; how it is started: serving/runner/start.py)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import collections
 import dataclasses
 import logging
 import random
-import signal
 import threading
 import time
 import traceback
-from typing import Any, Awaitable, Callable, Iterable, Literal
+from typing import Awaitable, Callable, Iterable, Literal
 
-from data import db as dbmod, heartbeats, jobs, prompts
-from data.errors import DataError
+from data import heartbeats, jobs, prompts
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
@@ -59,7 +57,13 @@ class Runner:
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
     (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
     one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
-    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet.reader)."""
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet.reader).
+
+    Long on purpose: the loop's state (the requests in flight, the outcomes not yet written, the replicas each clip
+    is to avoid, the stop and wake events) is read and changed by every step of the loop (claim, dispatch, send,
+    write, abort, drain), on one thread and without locks; what holds none of that state is apart already
+    (replicas.py, watch.py, fleet_log.py, store.py, dbthread.py, collector.py, start.py).
+    """
 
     def __init__(
         self,
@@ -417,69 +421,3 @@ class Runner:
             for i in range(0, len(clip_ids), RELEASE_CHUNK):
                 n = await self._db(job_items.release, job_id, clip_ids[i : i + RELEASE_CHUNK], self.identity)
                 self.stats["released"] += n
-
-
-async def serve(runner: Runner) -> dict:
-    """Run `runner` until SIGTERM or SIGINT (in the main thread), then drain; returns its final `info()`."""
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        try:
-            loop.add_signal_handler(sig, runner.stop)
-        except (NotImplementedError, RuntimeError):  # pragma: no cover - not the main thread
-            pass
-    return await runner.run()
-
-
-def run_job(
-    settings: Settings,
-    job_id: int,
-    fleet_urls: Iterable[str] | str | None = None,
-    *,
-    progress_cb: Callable[[dict], None] | None = None,
-    stop_event: threading.Event | None = None,
-    **options: Any,
-) -> dict:
-    """Run one job in the calling thread until it is done, paused or cancelled, or `stop_event` is set.
-
-    The same loop as the runner process, restricted to `job_id`; `options` are `Runner`'s (replicas, client,
-    drain_seconds, backoff_base, look ...). A job made for another fleet than `fleet_urls` is refused
-    (DataError): a runner sends a job only to the fleet it was made for. `progress_cb(progress)` is called about every
-    `data.heartbeats.PERIOD_S` and at the end with `data.jobs.queries.progress`. Returns the final progress.
-    """
-    sends_to = jobs.fleet_of(fleet_targets(settings, fleet_urls))
-    d = dbmod.connect(settings.db)
-    try:
-        made_for = job_queries.get(d, job_id).get("fleet")
-    finally:
-        d.close()
-    if made_for is not None and made_for != sends_to:
-        raise DataError(
-            f"Job {job_id} was made for the fleet {made_for}; this runner sends to {sends_to}. Run it there, or "
-            "name the fleet it should move to (python -m serving.caption --resume JOB --fleet-urls URL)."
-        )
-
-    runner = Runner(
-        settings,
-        fleet_urls,
-        job_ids=[job_id],
-        name=f"job-{job_id}",
-        progress_cb=progress_cb,
-        stop_event=stop_event,
-        exit_when_idle=True,
-        **options,
-    )
-
-    async def go():
-        if threading.current_thread() is threading.main_thread() and stop_event is None:
-            return await serve(runner)
-        return await runner.run()
-
-    asyncio.run(go())
-    d = dbmod.connect(settings.db)
-    try:
-        prog = job_queries.progress(d, job_id, series=False)
-    finally:
-        d.close()
-    if progress_cb:
-        progress_cb(prog)
-    return prog

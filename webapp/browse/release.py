@@ -55,7 +55,12 @@ class ReleasePanel:
                     elem_id="release-reshuffle",
                 )
                 self.license = gr.Textbox(
-                    value="", label=f"Licence (empty: {DEFAULT_LICENSE})", elem_id="release-license", min_width=140
+                    value="",
+                    label=f"Licence (empty: {DEFAULT_LICENSE})",
+                    placeholder=f"{DEFAULT_LICENSE}: the team's own terms; or e.g. cc-by-4.0",
+                    max_lines=1,
+                    elem_id="release-license",
+                    min_width=140,
                 )
                 self.media = gr.Dropdown(
                     list(MEDIA),
