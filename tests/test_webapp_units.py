@@ -438,7 +438,7 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     DataError, shown as a message by the one place Review catches them; a caption conflict shows theirs beside
     the edit and offers the three ways out (keep mine, take theirs, edit merged), with the edit still unsaved."""
     from data import captions, examples
-    from webapp.review_form import LABELS, ReviewForm
+    from webapp.review.form import LABELS, ReviewForm
 
     r, act = workbench.review.view, workbench.review.actions
     db = workbench.ctx.db()
@@ -468,7 +468,7 @@ def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
     from data import captions, examples
     from webapp import form_echo
     from webapp.form_echo import HALF_SENT
-    from webapp.review_form import LABELS, ReviewForm
+    from webapp.review.form import LABELS, ReviewForm
 
     bench, demo = built
     r = bench.review.view
@@ -518,7 +518,7 @@ def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
 
 def test_review_walks_the_grid_order_both_ways(workbench):
     from data import captions, examples
-    from webapp.review_form import ReviewForm
+    from webapp.review.form import ReviewForm
 
     r, act = workbench.review.view, workbench.review.actions
     step = act.step(+1)

@@ -28,7 +28,7 @@ from webapp.guard import Guard
 from webapp.jobs.tab import JobsTab
 from webapp.login.auth import Auth
 from webapp.quality.tab import QualityTab
-from webapp.review_tab import ReviewTab
+from webapp.review.tab import ReviewTab
 from webapp.routes import activity, exports, media as media_routes
 from webapp.second_review.tab import SecondReviewTab
 

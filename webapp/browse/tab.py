@@ -58,7 +58,7 @@ _TRI = {"yes": True, "no": False}
 
 def read_form(values) -> dict:
     """The filter form's values (in FORM_FIELDS order, then the sort) as one dict; values a script left out
-    are "not sent" (None), as in webapp.review_form."""
+    are "not sent" (None), as in webapp.review.form."""
     values = list(values) + [None] * (len(FORM_FIELDS) + 1 - len(values))
     return dict(zip((*FORM_FIELDS, SORT), values))
 

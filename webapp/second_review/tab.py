@@ -16,7 +16,7 @@ near_collision), so two reviewers who agreed read as disagreeing. With nothing w
 only the count shows.
 
 The same person meets the clip elsewhere too: while their second review of it is pending, Review shows it
-without its caption or review (`render.blind_header`, webapp.review_view) and Browse masks its tile (`masked`).
+without its caption or review (`render.blind_header`, webapp.review.view) and Browse masks its tile (`masked`).
 That keeps the first review out of sight, not out of reach: a person who filters Browse by a label value can
 still infer it, so blindness protects the second opinion from being primed, not from being looked up on purpose.
 """

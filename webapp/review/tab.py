@@ -31,17 +31,17 @@ failed at ingest, say what to do instead (data.captions).
 
 Structure, for whoever adds a review mode: the tab is built like the others, from parts that are given what they
 use when they are made, and this module makes them and wires their events:
-- `ReviewView` (webapp.review_view): the regions (`render`), the lists every handler shares (`outputs`,
+- `ReviewView` (webapp.review.view): the regions (`render`), the lists every handler shares (`outputs`,
   `form_inputs`, `copies`), and `show`, the one function that fills every region for a clip (handlers add to or
   override what it returns), with the history's pages, blind mode and the draft offer; the lead's one-clip assign
   row (webapp.browse.assigning.ClipAssign) is laid out inside it;
-- `ReviewSaves` (webapp.review_saves): how the form becomes a caption version (the save, the save before leaving);
-- `ReviewConflicts(view, saves)` (webapp.review_conflicts): what a refusal shows (a caption conflict: theirs beside
+- `ReviewSaves` (webapp.review.saves): how the form becomes a caption version (the save, the save before leaving);
+- `ReviewConflicts(view, saves)` (webapp.review.conflicts): what a refusal shows (a caption conflict: theirs beside
   yours) and a conflict's three ways out;
-- `ReviewActions(view, saves, conflicts)` (webapp.review_actions): save, decide, flag broken, adopt, re-caption,
+- `ReviewActions(view, saves, conflicts)` (webapp.review.actions): save, decide, flag broken, adopt, re-caption,
   the walk and the queue; those that may leave a clip go through `_leave` (save first), the queue through
   `_take_next` (pick + lease);
-- `ReviewDrafts(view, conflicts)` (webapp.review_drafts): the draft offer's handlers.
+- `ReviewDrafts(view, conflicts)` (webapp.review.drafts): the draft offer's handlers.
 A part reads another only through what it was given (tests/test_structure.py checks that no class of the product
 has two project bases); the event API's names and parameters are the tab's contract with the page script and with
 docs/roles.csv.
@@ -61,11 +61,11 @@ import gradio as gr
 
 from webapp.browse.assigning import ClipAssign
 from webapp.context import AppContext, shows_errors
-from webapp.review_actions import ReviewActions
-from webapp.review_conflicts import ReviewConflicts
-from webapp.review_drafts import ReviewDrafts
-from webapp.review_saves import ReviewSaves
-from webapp.review_view import ReviewView
+from webapp.review.actions import ReviewActions
+from webapp.review.conflicts import ReviewConflicts
+from webapp.review.drafts import ReviewDrafts
+from webapp.review.saves import ReviewSaves
+from webapp.review.view import ReviewView
 
 
 class ReviewTab:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from data import captions, limits
 from webapp.context import AppContext
-from webapp.review_form import ReviewForm
+from webapp.review.form import ReviewForm
 
 
 def undone(saved: dict | None, clip_id) -> str:
@@ -43,7 +43,7 @@ class ReviewSaves:
     def autosave(self, form: ReviewForm, user) -> tuple[int | None, dict | None]:
         """Save the form if it differs from the version it was loaded from; returns (the new base, the saved
         version or None). Raises DataError (a Conflict, labels that do not fit): the caller stays on the clip and
-        shows why (webapp.review_conflicts.ReviewConflicts.refused)."""
+        shows why (webapp.review.conflicts.ReviewConflicts.refused)."""
         if form.clip_id is None:
             return form.base, None
         db = self.ctx.db()

@@ -9,9 +9,9 @@ from data import clips, drafts, review_states
 from data.errors import Conflict
 from webapp import render
 from webapp.context import AppContext
-from webapp.review_conflicts import ReviewConflicts
-from webapp.review_form import ReviewForm
-from webapp.review_view import ReviewView
+from webapp.review.conflicts import ReviewConflicts
+from webapp.review.form import ReviewForm
+from webapp.review.view import ReviewView
 
 
 class ReviewDrafts:

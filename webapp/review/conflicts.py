@@ -13,9 +13,9 @@ from data import captions, clips, drafts
 from data.errors import Conflict, DataError
 from webapp import render
 from webapp.context import AppContext
-from webapp.review_form import ReviewForm
-from webapp.review_saves import ReviewSaves
-from webapp.review_view import ReviewView
+from webapp.review.form import ReviewForm
+from webapp.review.saves import ReviewSaves
+from webapp.review.view import ReviewView
 
 CONFLICT_NEXT = (
     " Your edit is kept: compare the two below, then keep yours, take theirs, or edit yours on top of theirs."

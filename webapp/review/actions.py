@@ -11,10 +11,10 @@ from data.errors import DataError
 from data.job_params import JobParams
 from webapp import render
 from webapp.context import AppContext
-from webapp.review_conflicts import ReviewConflicts
-from webapp.review_form import ReviewForm
-from webapp.review_saves import ReviewSaves, undone
-from webapp.review_view import ReviewView
+from webapp.review.conflicts import ReviewConflicts
+from webapp.review.form import ReviewForm
+from webapp.review.saves import ReviewSaves, undone
+from webapp.review.view import ReviewView
 
 # the queue is empty for this person: clips others are on are not theirs to take (data.review_queue), and clips
 # without a caption have nothing to review yet (data.assignments.awaiting_caption says how many wait for one)
@@ -72,7 +72,7 @@ class ReviewActions:
             )
         return self.view.show(target, request, message=done, kind="ok")
 
-    # -- handlers: those that receive the form take (request, *values), see webapp.review_form ----------------
+    # -- handlers: those that receive the form take (request, *values), see webapp.review.form ----------------
     def save(self, request: gr.Request, *values):
         form, _ = ReviewForm.split(values)
         user = self.ctx.user(request)

@@ -2,7 +2,7 @@
 (with the version history a page at a time, blind mode, the draft offer), and the history's and reload's handlers.
 
 The other parts of the tab fill these regions through what this part gives them (`show`, `fill`, `offer`,
-`header_for`, its components); it knows none of them (webapp.review_tab says how the tab works)."""
+`header_for`, its components); it knows none of them (webapp.review.tab says how the tab works)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from webapp import failures, form_echo, render
 from webapp.browse.assigning import ClipAssign
 from webapp.context import AppContext
 from webapp.picker import label_picker
-from webapp.review_form import LABELS
+from webapp.review.form import LABELS
 
 # opening a clip takes its review lease, a write: it waits this long for another program's write lock, then
 # opens the clip anyway (without the lease) rather than keep the person waiting (issue 21, class 7)
