@@ -208,7 +208,9 @@ def test_a_full_disk_mid_job_then_space_back_the_job_finishes_without_a_relaunch
         )
         assert states == {"done": len(ids)}, states  # nothing failed of the full disk
         assert per_clip == 1  # each clip written once
-        assert "writes to this output were lost" in text  # the log did meet the full disk
+        # the runner did meet the full disk: its database writes waited (and the log's own writes were lost, when a
+        # line did not fit in the log file's last block; a quiet runner may write none while the disk is full)
+        assert "database or disk is full" in text or "writes to this output were lost" in text, text[-2000:]
     finally:
         stop_supervisor(sup)
         fleet.stop()
