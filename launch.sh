@@ -201,8 +201,8 @@ on_exit() {
 trap on_exit EXIT
 trap 'exit 130' INT TERM
 
-# 'auto' is resolved in one place (serving.fleet_commands.launch_mode: gpu on a GPU node, else sim)
-FLEET_MODE=$("$PY" -m serving.fleet_commands mode "$FLEET_MODE")
+# 'auto' is resolved in one place (serving.launch.commands.launch_mode: gpu on a GPU node, else sim)
+FLEET_MODE=$("$PY" -m serving.launch.commands mode "$FLEET_MODE")
 # what this launch starts for the fleet: nothing (--fleet-urls), the router over the nodes (head), or replicas
 START=$FLEET_MODE
 [ -n "$FLEET_URLS" ] && START=none

@@ -10,7 +10,7 @@ Sub-commands (each prints what it does; results are JSON lines):
   clips DIR --count N [--seconds 10 --height 1080 --bitrate 8e6 --gop 30]   distinct synthetic 1080p clips,
         H.264 and HEVC alternating, encoded on NVENC when PyAV has it (else libx264/libx265)
   sweep --model DIR --clips DIR --out results.jsonl --configs NAME[,NAME...]  start vLLM per configuration (the
-        launcher's recipe, serving.fleet_commands.vllm_command, plus the configuration's overrides), warm up, drive
+        launcher's recipe, serving.launch.commands.vllm_command, plus the configuration's overrides), warm up, drive
         load at each concurrency, stop; --dry-run prints the command lines only
   report results.jsonl [--png plot.png]   a markdown table and a plot
 
@@ -41,11 +41,9 @@ from fleet_probe import cmd_hostile, probe  # noqa: E402
 
 from benchmarks.node.cpu import group_cpu_seconds  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import (  # noqa: E402
-    fleet_commands,
-    procs,
-)
-from serving.fleet_reader import FleetReader  # noqa: E402
+from serving import procs  # noqa: E402
+from serving.fleet.reader import FleetReader  # noqa: E402
+from serving.launch import commands as fleet_commands  # noqa: E402
 
 # --------------------------------------------------------------------------------------------- vLLM configs
 
@@ -95,7 +93,7 @@ def with_flags(cmd: list[str], values: dict[str, str]) -> list[str]:
 
 
 def vllm_command(settings: Settings, port: int, cfg: dict, version: tuple[int, ...] | None) -> list[str]:
-    """The replica command line: serving.fleet_commands.vllm_command (the production recipe) for this
+    """The replica command line: serving.launch.commands.vllm_command (the production recipe) for this
     configuration's video backend and frame count, its other knobs (FLAGS) overridden, plus BENCH_FLAGS."""
     fp8 = ("--quantization", "fp8") if cfg.get("precision") == "fp8" else ()
     cmd = fleet_commands.vllm_command(
@@ -338,7 +336,7 @@ def cmd_sweep(a) -> None:
     if a.tflops and not a.dry_run:
         peak = gpu_peaks(log_dir)
         print(json.dumps({"peak": peak}), flush=True)
-    # the launcher's CPU budget for one replica on this node (serving.fleet_commands.replica_budgets)
+    # the launcher's CPU budget for one replica on this node (serving.launch.commands.replica_budgets)
     budget = fleet_commands.replica_budgets(settings, 1)[0]
     env.update(budget.env())
     for name in a.configs.split(","):

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data.settings import Settings
 from serving import simfleet
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 
 
 def measure(read, reads: int) -> tuple[list[float], list[float]]:

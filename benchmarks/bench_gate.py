@@ -29,7 +29,7 @@ import psutil
 
 from data.settings import Settings
 from serving import fleet_key, procs, simfleet
-from serving.fleet_commands import gate_command, router_command
+from serving.launch.commands import gate_command, router_command
 
 BODY = {"messages": [{"role": "user", "content": "hello"}], "max_completion_tokens": 600}
 

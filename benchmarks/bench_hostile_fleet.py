@@ -66,13 +66,13 @@ def child(kind: str, url: str) -> None:
         out = [f"{type(r).__name__}: {str(r)[:90]}" for r in asyncio.run(go())]
     else:
         from data.settings import Settings
-        from webapp import fleet_tab
+        from webapp.fleet import tab as fleet_tab
 
         s = Settings.load({"data_dir": tempfile.mkdtemp()}, environ={})
         before = rss()
         t = time.monotonic()
         try:
-            from serving.fleet_reader import FleetReader
+            from serving.fleet.reader import FleetReader
         except ImportError:  # the code before the fleet reader (--code): the tab's reads took the URLs alone
             rows, router = fleet_tab.snapshot([url], timeout=30.0)
         else:

@@ -59,7 +59,8 @@ def child(a: argparse.Namespace) -> None:
     from data.jobs.selection import Selection
     from data.library.clipgen import tiny_library
     from data.settings import Settings
-    from serving import fleet_commands, simfleet
+    from serving import simfleet
+    from serving.launch import commands as fleet_commands
 
     root = Path(tempfile.mkdtemp(prefix="bench-share-"))
     s = Settings.load(

@@ -1,6 +1,6 @@
 """What the Jobs tab reads every 2 s while a lead watches a big job, before and after, side by side in one run.
 
-Every poll of the Jobs tab (webapp/jobs_progress.py) reads the progress of each listed job and, for the job shown,
+Every poll of the Jobs tab (webapp/jobs/progress.py) reads the progress of each listed job and, for the job shown,
 its throughput series and the per-replica view (data.jobs.queries). This builds a database with one running job of
 --items items of which --done-share are done (finished one after another at 30 clips/s over 8 replicas) and
 --history-jobs finished jobs of 50 items, then times, each as it was and as it is:

@@ -42,7 +42,7 @@ from data import prompts, quality, schema, taxonomy
 from data.clips import Filter
 from data.db import connect, immediate
 from data.quality import prompt_compare
-from webapp import quality_plots, quality_tab
+from webapp.quality import plots as quality_plots, tab as quality_tab
 
 JOBS = 10
 MODELS = ("Qwen/Qwen3-VL-8B-Instruct", "Qwen/Qwen3-VL-32B-Instruct")

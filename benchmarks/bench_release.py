@@ -1,4 +1,4 @@
-"""A training-set release of a big library (data.quality.release): wall and CPU time, and peak memory at three sizes.
+"""A training-set release of a big library (data.release.make): wall and CPU time, and peak memory at three sizes.
 
     python benchmarks/bench_release.py --db /tmp/release-1m.db --clips 1000000 --out /tmp/release-bench
 
@@ -136,8 +136,8 @@ def run_one(db_path: str, out: str, name: str, fdict: dict) -> None:
     """One release in this process; prints its figures as JSON."""
     from data.clips import Filter
     from data.db import connect
-    from data.quality import release as rel
-    from data.quality.release_options import Options
+    from data.release import make as rel
+    from data.release.options import Options
 
     db = connect(db_path)
     pairs = db.execute("SELECT COUNT(*) FROM quality_pairs").fetchone()[0]

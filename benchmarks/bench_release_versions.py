@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from data import captions, review_states, taxonomy
 from data.clips import Filter
 from data.db import connect, immediate
-from data.quality import release as rel, splits
-from data.quality.release_options import Options
+from data.release import make as rel, stratify as splits
+from data.release.options import Options
 
 WEIGHTS = (40, 30, 18, 9, 3)
 LABELS = {

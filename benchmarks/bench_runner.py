@@ -524,7 +524,8 @@ def print_head(r: dict) -> None:
 
 def runners_run(n_runners: int, clips: int, replicas: int = 8) -> dict:
     """The ceiling with `n_runners` runner processes sharing one job (module docstring, 5)."""
-    from serving import fleet_commands, procs
+    from serving import procs
+    from serving.launch import commands as fleet_commands
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-runners-"))
     settings = Settings.load({"data_dir": str(tmp), "per_replica_inflight": 48}, environ={})

@@ -44,8 +44,9 @@ from data.jobs import queries as job_queries  # noqa: E402
 from data.jobs.selection import Selection  # noqa: E402
 from data.library import clipgen  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import fleet_commands, procs, simfleet  # noqa: E402
-from serving.fleet_reader import FleetReader  # noqa: E402
+from serving import procs, simfleet  # noqa: E402
+from serving.fleet.reader import FleetReader  # noqa: E402
+from serving.launch import commands as fleet_commands  # noqa: E402
 
 
 def library(settings: Settings, n: int) -> list[int]:

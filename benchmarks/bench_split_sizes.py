@@ -1,5 +1,5 @@
 """Split sizes with a few heavy groups: the greedy alone (the placing before issue 44) against the placing now
-(data.quality.splits: a search over the heavy groups, a repair pass), and the best any placement reaches.
+(data.release.stratify: a search over the heavy groups, a repair pass), and the best any placement reaches.
 
     python benchmarks/bench_split_sizes.py --libraries 300 --groups 20 --seed 0
 
@@ -24,11 +24,11 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from data import taxonomy
-from data.quality import splits
+from data.release import stratify as splits
 
 
 def greedy(groups: dict, shares: dict, seed: int) -> dict:
-    """The placing before issue 44: every group by data.quality.splits' greedy, in its order."""
+    """The placing before issue 44: every group by data.release.stratify' greedy, in its order."""
     totals: dict[str, int] = {}
     for hist in groups.values():
         for level, g in hist.items():

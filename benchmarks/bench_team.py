@@ -54,7 +54,8 @@ import psutil  # noqa: E402
 from data import captions, db as dbmod, examples, prompts, users  # noqa: E402
 from data.library.clipgen import tiny_library  # noqa: E402
 from data.settings import Settings  # noqa: E402
-from serving import fleet_commands, procs, simfleet  # noqa: E402
+from serving import procs, simfleet  # noqa: E402
+from serving.launch import commands as fleet_commands  # noqa: E402
 
 PASSWORD = "correct horse battery"
 LABELS = examples.HAZARD_LABELS

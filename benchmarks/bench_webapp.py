@@ -35,7 +35,7 @@ from data.job_params import JobParams
 from data.jobs import items as job_items
 from data.jobs.selection import Selection
 from data.settings import Settings
-from webapp.review_form import ReviewForm
+from webapp.review.form import ReviewForm
 
 LABELS = examples.HAZARD_LABELS
 

@@ -3,7 +3,7 @@ check that refuses a value that cannot work. Building (`resolve`), checking (`ch
 reading (`from_dict`) all go through the fields, so a new per-job knob is one new field here (and, if the
 deployment should set its default, a setting of the same name in data.settings: `resolve` takes it from there).
 Its help is also the help of its flag in `python -m serving.caption` (data.job_param_args makes the flags), and
-its label (with the values it offers, if any) names its input on the Jobs form (webapp.job_fields makes them).
+its label (with the values it offers, if any) names its input on the Jobs form (webapp.jobs.fields makes them).
 
 A job row stores `to_dict()`; `data.jobs.queries` reads it back as a `JobParams`; the runner sends it as it is
 (serving.client builds the request from it); each caption's provenance records it under the same names.
@@ -38,7 +38,7 @@ DEFAULT_TOP_LOGPROBS = 5
 MAX_TOP_LOGPROBS = 20
 # Qwen3-VL's video processor resizes the sampled frames so that frames x height x width stays within
 # size.longest_edge pixels (at least size.shortest_edge). The replicas start with NVIDIA's recipe
-# (serving.fleet_commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
+# (serving.launch.commands.vllm_command): 16 frames of 1024x576 = 9,437,184. A job may ask for fewer pixels per
 # clip, never more: the server sized its encoder budget for the recipe.
 RECIPE_MAX_PIXELS = 9_437_184
 MIN_PIXELS = 65_536

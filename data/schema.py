@@ -29,7 +29,7 @@ Tables
   saved yet, per person and clip (m013).
 - quality_pairs (m019): a machine caption measured against an approved one, cached per pair of versions
   (data.quality).
-- releases (m021): training-set releases, versioned per name, never changed once written (data.quality.release).
+- releases (m021): training-set releases, versioned per name, never changed once written (data.release.make).
 - quality_targets, sample_populations, sample_rounds (m022): each label's target and confidence, the clips a
   sample was drawn from, and the further rounds drawn into it (m022_quality_decision documents each column).
 """
@@ -660,7 +660,7 @@ def m020_fleet_state(db: sqlite_utils.Database) -> None:
 
 @MIGRATIONS()
 def m021_releases(db: sqlite_utils.Database) -> None:
-    """Training-set releases (data.quality.release): one row per release, `version` counting up per `name`. A row
+    """Training-set releases (data.release.make): one row per release, `version` counting up per `name`. A row
     is reserved in state 'writing' before its files are written and finished as 'done' (or 'failed') after, with
     what it holds: `path` (the folder written), `options` (JSON: the clip filter, grouping field, splits, seed,
     whether simulated text was included), `counts` (JSON: clips per split), `changes` (JSON: what changed since

@@ -103,7 +103,7 @@ def prune(db: sqlite_utils.Database, *, idle: float, absolute: float) -> int:
         return 0
 
 
-# -- where an account signed in from before (the login limiter's trust, webapp.throttle) ---------------------
+# -- where an account signed in from before (the login limiter's trust, webapp.login.throttle) ---------------------
 TRUST_KINDS = ("device", "address", "network")
 TRUST_KEPT = 20  # browsers, addresses and networks remembered per account, the most recently used
 LINK_TTL_S = 3600.0  # a one-time sign-in link an admin issues is good for an hour

@@ -56,10 +56,11 @@ import httpx
 from data import limits, prompts, taxonomy
 from data.job_params import MIN_PIXELS, JobParams
 from data.library import deployment
-from serving import bounded, fleet_key, fleet_tls
+from serving import bounded, fleet_key
 from serving.answer_check import AnswerChecker
 from serving.answers import classify_status, error_message, read_answer
 from serving.errors import ClipRejected, FleetError, ReplicaError, Unreachable
+from serving.fleet import tls as fleet_tls
 from serving.redact import Redactor
 
 DEFAULT_DECODE_BACKEND = "pynvvideocodec"

@@ -65,11 +65,11 @@ from serving.cost_records import (
     load_measurements,
     normalise_precision,
 )
-from serving.fleet_record import fleet_gpus, fleet_precision, load_record
+from serving.launch.record import fleet_gpus, fleet_precision, load_record
 
 PRECISIONS = ("bf16", "fp8")
 # The job parameters (fields of data.job_params.JobParams) an estimate depends on, as `estimate` takes them: the
-# Jobs form sends these with its preview and prices the job again when one changes (webapp.job_fields).
+# Jobs form sends these with its preview and prices the job again when one changes (webapp.jobs.fields).
 PRICED_BY = ("frames", "max_pixels")
 MAX_REPLICAS = 100_000  # 100 nodes of 8 GPUs is 800: this is a typo guard, not a plan
 MAX_FRAMES = 4_096

@@ -4,7 +4,7 @@ A replica answers `/v1/...` only with `Authorization: Bearer <key>` (vLLM's `--a
 `VLLM_API_KEY` so that the key never shows in a process list or a dry run); the router gate in front of
 vllm-router (serving.router_gate) requires the same key, and vllm-router passes the header on to the replicas.
 Every request to the fleet carries it: the fleet client's (serving.client) and every read of its health
-(serving.fleet_reader: the runner's look, the Fleet and Jobs tabs, the launcher's health checks and `status`), each
+(serving.fleet.reader: the runner's look, the Fleet and Jobs tabs, the launcher's health checks and `status`), each
 from `auth(settings)`, which also holds what every text the fleet sends back goes through before it is stored,
 logged or shown (`FleetAuth.redact`: the key, any bearer token and URL signatures removed, serving.redact).
 

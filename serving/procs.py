@@ -23,7 +23,7 @@ import httpx
 from serving import bounded
 
 if TYPE_CHECKING:  # the type only: procs starts what the reader reads, not the other way round
-    from serving.fleet_reader import FleetReader
+    from serving.fleet.reader import FleetReader
 
 REPO = Path(__file__).resolve().parents[1]  # where `python -m serving.log_sink` is found
 HEALTH_BYTES = 64 << 10  # a health answer is a status and a few bytes; a started server may still be anything

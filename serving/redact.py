@@ -16,7 +16,7 @@ header carries the fleet key, and an error that repeats the clip's signed URL ca
 - the value of any `sig` URL parameter (`sig=...`, also percent-encoded once or twice: `sig%3D...`).
 
 It is applied once, where the text enters the workbench: the fleet client (serving.client) for every error it
-raises, the fleet reader (serving.fleet_reader) for every text it returns, and the runner's log handler (the
+raises, the fleet reader (serving.fleet.reader) for every text it returns, and the runner's log handler (the
 status line httpx logs is the server's). Work is linear in the text (no nested quantifiers); it keeps the rest
 of the text as it was, so that a lead still reads what the replica said.
 """

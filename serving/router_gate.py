@@ -20,7 +20,7 @@ and puts this gate on the router's usual address (`--router-port`). The gate for
 Refusals are JSON in vLLM's error shape, and the connection is closed after one. Each refusal is said in the
 gate's log with its status, its reason and the address it came from (`refused 401 from 127.0.0.1:51234: no fleet
 key (no Authorization header): GET /workers`): every reader of the workbench sends the key
-(serving.fleet_reader), so a refusal is a reader that forgot it, or someone else. Bounded: the first of each kind
+(serving.fleet.reader), so a refusal is a reader that forgot it, or someone else. Bounded: the first of each kind
 (status, reason, address) at once, then how many more like it every REFUSED_SAY_S; at most MAX_KINDS kinds
 tracked (the rest counted together); every value from the request clipped and escaped; never the key or the
 token given (a wrong key is said as "a token that is not the fleet key"), and anything equal to the key is

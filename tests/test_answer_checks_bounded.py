@@ -30,9 +30,10 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
-from serving import fleet_commands, procs, simfleet
+from serving import procs, simfleet
 from serving.answer_check import MIN_WALL_S, AnswerChecker
 from serving.errors import BadAnswer
+from serving.launch import commands as fleet_commands
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-0.25.0-answers.json").read_text())

@@ -1,5 +1,5 @@
 """benchmarks/bench_fleet.py runs only on a GPU node; what can be checked anywhere is the vLLM command line it
-builds: the launcher's production recipe (serving.fleet_commands.vllm_command), the sweep's overrides, and the
+builds: the launcher's production recipe (serving.launch.commands.vllm_command), the sweep's overrides, and the
 benchmark-only flags, never a copy of the recipe that drifts from it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from serving import fleet_commands
+from serving.launch import commands as fleet_commands
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,8 @@ import httpx
 import pytest
 
 from data.jobs import queries as job_queries
-from serving import fleet_key, fleet_record
+from serving import fleet_key
+from serving.launch import record as fleet_record
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.launched_stack import LaunchedStack
 from tests.support.waiting import wait_until

@@ -29,7 +29,8 @@ import pytest
 from data import db as dbmod
 from data.jobs import queries as job_queries
 from data.settings import Settings
-from serving import fleet_addresses, fleet_key, procs
+from serving import fleet_key, procs
+from serving.launch import addresses as fleet_addresses
 from tests.support.browser_fixtures import SCREENSHOTS, Watch
 
 pytestmark = pytest.mark.browser

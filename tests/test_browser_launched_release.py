@@ -10,7 +10,7 @@ train=0.7,val=0.2,test=0.1 with seed 2 in the panel.
 
 What the page says is checked against what the data layer computes from the database, not against the release's
 own SQL: the approved clips as export records (data.export), grouped by route else folder, placed by the placing
-rule over those groups (data.quality.splits.assign), counted here. For each split: its clips, groups and share in
+rule over those groups (data.release.stratify.assign), counted here. For each split: its clips, groups and share in
 the message and the card's Splits table, its hazard-level shares, its clips per value of every label, its share
 written from scratch and (once simulated text is included) its simulated share; each equals the expected figure
 and what the split's files hold (manifest, JSONL, parquet, SFT), and the splits sum to the clips released. The
@@ -29,7 +29,7 @@ import pytest
 
 from data import captions, clips as clipsmod, export, review_states, taxonomy
 from data.clips import Filter
-from data.quality import release as rel, splits
+from data.release import make as rel, stratify as splits
 from tests.support.browser_fixtures import SCREENSHOTS, login
 from tests.support.launched_stack import LaunchedStack
 from tests.support.release_library import LABELS, ClipSpec, build
@@ -77,7 +77,7 @@ def stack(tmp_path_factory):
 def expected(stack, *, include_simulated: bool, kept: dict[str, str] | None = None) -> dict:
     """What the release must hold, from the database through the data layer: the approved clips' export records,
     their groups (route; else the one route the other clips of their folder name; else their folder), placed by
-    data.quality.splits over those groups (those in `kept` where the release before put them), counted per
+    data.release.stratify over those groups (those in `kept` where the release before put them), counted per
     split."""
     d = stack.db()
     try:

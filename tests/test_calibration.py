@@ -172,7 +172,7 @@ def test_values_are_counted_apart_from_clips(db):
     the Quality tab's note and table, and the terminal say 6 road users on 3 clips, and 3 clips for the hazard
     level. (Issue 26: the tab called 343 values "clips" for 169 clips.)"""
     from data.quality.tables import format_calibration
-    from webapp import quality_tab
+    from webapp.quality import tab as quality_tab
 
     listed = [{"car": 0.9, "truck": 0.85}, {"car": 0.8, "bus": 0.82, "bicycle": 0.88}, {"pedestrian": 0.81}]
     for i, items in enumerate(listed):

@@ -167,8 +167,8 @@ def test_reset_lists_what_it_resets_and_leaves_the_clips_and_texts_excepted(sett
 def test_a_release_says_how_many_of_its_clips_carry_a_copied_save(db, tmp_path):
     """The release's summary (the command's output, the app's message) counts the released clips approved on a
     save of another clip's text, and names the audit; once it has put them back in the queue, none is released."""
-    from data.quality import release as rel
-    from data.quality.release_options import Options
+    from data.release import make as rel
+    from data.release.options import Options
 
     ids, _, _ = library_as_the_bug_left_it(db)
     # grouped by folder: these clips carry no route (a field no clip carries is refused, issue 44)

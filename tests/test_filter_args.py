@@ -16,8 +16,8 @@ import pytest
 from data import clips, export, filter_args, review_states
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import release
 from data.quality.__main__ import main as quality_main
+from data.release import make as release
 from serving import caption
 from tests.test_export import populate
 

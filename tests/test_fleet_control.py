@@ -24,9 +24,10 @@ from data.job_params import JobParams
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_addresses, fleet_key, launcher, media_urls, procs, recorded_fleet, runner as runmod, simfleet
+from serving import fleet_key, media_urls, procs, runner as runmod, simfleet
 from serving.client import CaptionRequest, FleetClient, content_part
 from serving.errors import ClipRejected
+from serving.launch import addresses as fleet_addresses, cli as launcher, recorded as recorded_fleet
 from tests.support.fleet_fixtures import PROMPT, caption
 from tests.support.waiting import wait_until
 
@@ -93,8 +94,8 @@ def test_the_router_takes_no_worker_change_and_nothing_without_the_key(fleet):
     workers = httpx.get(gate + "/workers", headers=auth, timeout=10).json()["workers"]
     assert sorted(w["url"] for w in workers) == sorted(fleet["rec"]["replica_urls"])
     # the Fleet tab's reads send the key and see every replica through the gate
-    from serving.fleet_reader import FleetReader
-    from webapp.fleet_tab import snapshot
+    from serving.fleet.reader import FleetReader
+    from webapp.fleet.tab import snapshot
 
     rows, router = snapshot(FleetReader(fleet["settings"]), [gate])
     assert len(rows) == 2 and all(r["healthy"] for r in rows) and router["live"], (rows, router)

@@ -25,11 +25,12 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
-from serving import fleet_record, runner as runmod, simfleet
-from serving.health import parse_router_metrics
+from serving import runner as runmod, simfleet
+from serving.fleet.health import parse_router_metrics
+from serving.launch import record as fleet_record
 from tests.support.runner_fixtures import real_router_metrics
 from tests.support.waiting import wait_until
-from webapp import fleet_tab
+from webapp.fleet import tab as fleet_tab
 
 pytestmark = pytest.mark.serial  # a 4-replica fleet, the router and the runner's checkers: measured one at a time
 
@@ -87,7 +88,7 @@ def fleet_tab_says(tab) -> tuple[str, str]:
 
 def test_a_failing_fleet_ends_its_job_failed_with_its_error_and_a_fix_is_followed(settings, db, failing, tmp_path):
     from webapp.app import build_app
-    from webapp.jobs_progress import runner_line
+    from webapp.jobs.progress import runner_line
 
     ids = tiny_library(settings, db, 40)
     with real_router_metrics(failing.urls, tmp_path) as (url, metrics_url):

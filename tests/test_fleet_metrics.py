@@ -1,6 +1,6 @@
 """Fleet health and metrics: parsing vLLM's Prometheus text, scraping live (simulated) replicas, a dead or
 unhealthy replica, and the real vllm-router's status and request spread; every read through a
-serving.fleet_reader.FleetReader (the one way to read a fleet)."""
+serving.fleet.reader.FleetReader (the one way to read a fleet)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from serving import health, procs
-from serving.fleet_reader import FleetReader
+from serving import procs
+from serving.fleet import health
+from serving.fleet.reader import FleetReader
 from serving.procs import free_port
 from tests.support.fleet_fixtures import caption
 

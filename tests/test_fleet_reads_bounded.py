@@ -18,15 +18,16 @@ import httpx
 import pytest
 
 from data import limits
-from serving import bounded, health
+from serving import bounded
 from serving.client import CaptionRequest, FleetClient
 from serving.errors import ReplicaError
-from serving.fleet_reader import FleetReader
+from serving.fleet import health
+from serving.fleet.reader import FleetReader
 from tests.support.fleet_fixtures import PROMPT
 from tests.support.hostile_fleet import HostileFleet, bomb
 from tests.support.reliability_fixtures import GradioSession, dependencies
 from tests.support.webapp_fixtures import AppServer, add_users, build_library
-from webapp import fleet_tab
+from webapp.fleet import tab as fleet_tab
 
 MiB = 1 << 20
 

@@ -3,7 +3,7 @@
 Start warned "No replica is healthy", and a fleet failing every request was taken for an outage. The tests looked
 at the runner without the gate that ./launch.sh puts in front of it.
 
-Now one reader, made from the data dir's settings, carries the key (serving.fleet_reader), and every reader uses
+Now one reader, made from the data dir's settings, carries the key (serving.fleet.reader), and every reader uses
 it. Here:
 - the source: no module of serving/ or webapp/ makes an HTTP client for the fleet but the reader, the fleet
   client (with the key) and the parts that are no reader of a data dir's fleet; a fleet's health waits pass the
@@ -29,16 +29,17 @@ import pytest
 from data import db as dbmod, heartbeats
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_addresses, launcher, procs, recorded_fleet
-from serving.fleet_reader import FleetReader
+from serving import procs
+from serving.fleet.reader import FleetReader
+from serving.launch import addresses as fleet_addresses, cli as launcher, recorded as recorded_fleet
 from tests.support.waiting import wait_until
-from webapp import fleet_notice, jobs_progress
-from webapp.fleet_tab import snapshot
+from webapp.fleet.tab import snapshot
+from webapp.jobs import fleet_notice, progress as jobs_progress
 
 ROOT = Path(__file__).resolve().parents[1]
 # the modules that may make an HTTP client, and why none of them reads a data dir's fleet without its key
 HTTP_CLIENTS = {
-    "serving.fleet_reader": "every read of a fleet's health, load and workers: with the data dir's key",
+    "serving.fleet.reader": "every read of a fleet's health, load and workers: with the data dir's key",
     "serving.client": "the caption requests (FleetClient): with the data dir's key, from the same fleet_key.auth",
     "serving.router_gate": "the gate's watchdog, on its own router's private address (which takes no key)",
     "serving.procs": "health waits of processes that are no fleet (the app); a fleet's go through a FleetReader",
@@ -71,9 +72,9 @@ def test_no_module_reads_the_fleet_but_through_the_reader():
                 if not any(k.arg == "reader" for k in node.keywords):
                     waits.append(f"{_module(path)}:{node.lineno}")
     unknown = {m: where for m, where in clients.items() if m not in HTTP_CLIENTS}
-    assert not unknown, f"HTTP clients outside serving.fleet_reader (read the fleet through a FleetReader): {unknown}"
+    assert not unknown, f"HTTP clients outside serving.fleet.reader (read the fleet through a FleetReader): {unknown}"
     assert not waits, f"health waits of a fleet without its reader (the key): {waits}"
-    assert "serving.fleet_reader" in clients  # the check looks where the clients are
+    assert "serving.fleet.reader" in clients  # the check looks where the clients are
 
 
 @pytest.fixture(scope="module")

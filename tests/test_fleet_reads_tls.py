@@ -1,11 +1,11 @@
-"""The fleet's TLS: the captioning client and the FleetReader trust the same CAs (serving.fleet_tls), and a reader
+"""The fleet's TLS: the captioning client and the FleetReader trust the same CAs (serving.fleet.tls), and a reader
 makes its context once.
 
 Each httpx client builds an SSL context of its own, loading a CA bundle (~20 ms of CPU), and the reader made a
 client per read; the app and the runner read their fleet every few seconds. The reader makes the context once and
 gives it to each client. Which CAs: the captioning client read SSL_CERT_FILE (httpx's default) while the reader did
 not, so a fleet behind a private CA was captioned on while the Fleet tab showed every replica down with
-CERTIFICATE_VERIFY_FAILED. Both now verify with serving.fleet_tls: SSL_CERT_FILE/DIR, else certifi's CAs; an
+CERTIFICATE_VERIFY_FAILED. Both now verify with serving.fleet.tls: SSL_CERT_FILE/DIR, else certifi's CAs; an
 untrusted certificate is refused by both. The CPU per read, before and after: `python
 benchmarks/bench_fleet_reads.py` (docs/BENCHMARKS.md)."""
 
@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from serving.client import FleetClient
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -124,7 +124,7 @@ def counting(*args, **kwargs):
 ssl.create_default_context = counting
 import httpx
 from data.settings import Settings
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 url = sys.argv[2]
 reader = FleetReader(Settings.load({"data_dir": sys.argv[1]}, environ={}))
 codes = [reader.get(url + "/health").status_code for _ in range(3)]

@@ -59,8 +59,8 @@ def test_the_requests_line_says_what_the_requests_did_between_two_refreshes():
     """Answered and failed per replica, refused by the router, over the time between two scrapes; a counter that
     went down (a replica restarted) counts from 0; "every request failed" only when some failed and none was
     answered."""
-    from webapp import render_fleet
-    from webapp.fleet_tab import requests_seen
+    from webapp.fleet import render as render_fleet
+    from webapp.fleet.tab import requests_seen
 
     def snap(t, ok, failed, refused, breakers=("open", "open")):
         rows = [{"url": f"http://r{i}", "success_total": ok[i], "failed_total": failed[i]} for i in range(2)]

@@ -32,7 +32,7 @@ from data.library import deployment
 from data.library.clipgen import tiny_library
 from data.settings import Settings
 from serving import fleet_key
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 from serving.redact import Redactor
 from tests.support.echo_fleet import MODES, EchoFleet, mode_of
 

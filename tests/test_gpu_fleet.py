@@ -216,7 +216,7 @@ def job_efficiency(db, job_id: int, report: dict, out: Path) -> dict:
 
 
 def job_form_cost_line(data_dir: Path, clip_root: Path, router: str) -> str:
-    """The Jobs form's cost line for 100,000 clips as the app computes it on this stack (webapp.jobs_start, over
+    """The Jobs form's cost line for 100,000 clips as the app computes it on this stack (webapp.jobs.start, over
     the launcher's record and the router's workers), as text; what stopped it where it cannot be read (the app's
     packages missing on this machine)."""
     try:
@@ -224,7 +224,7 @@ def job_form_cost_line(data_dir: Path, clip_root: Path, router: str) -> str:
 
         from data.settings import Settings
         from webapp.context import AppContext
-        from webapp.jobs_start import StartForm
+        from webapp.jobs.start import StartForm
     except ImportError as e:
         return f"not read: {e}"
     settings = Settings(data_dir=data_dir, clip_root=clip_root, fleet_urls=(router,))
@@ -338,7 +338,7 @@ def test_gpu_fleet_captions_a_realistic_library(tmp_path):
         ).stdout.strip()
         report["fleet_url"] = router
         assert router.endswith(":30000"), f"the launcher started no router: {router}"
-        # what the job form prices in (webapp.jobs_start): the precision the launcher recorded for its replicas
+        # what the job form prices in (webapp.jobs.start): the precision the launcher recorded for its replicas
         from serving.cost_records import precision_of_args
 
         recorded = json.loads((data_dir / "run" / "fleet.json").read_text()).get("precision")
@@ -695,7 +695,8 @@ def record_http_media(replica: str, auth: dict, head_settings, good_id: int, cli
 
 def node_and_head(tmp_path: Path) -> None:
     from data.settings import Settings
-    from serving import fleet_addresses, procs
+    from serving import procs
+    from serving.launch import addresses as fleet_addresses
 
     out = Path(os.environ.get("CW_GPU_OUT") or tmp_path / "out")
     out.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from data.settings import Settings
-from serving import cost, cost_records, fleet_record, gpu_models
+from serving import cost, cost_records, gpu_models
+from serving.launch import record as fleet_record
 
 SMI = """0, NVIDIA H100 80GB HBM3, 81559
 1, NVIDIA H100 80GB HBM3, 81559
@@ -154,8 +155,8 @@ def test_the_launcher_records_and_shows_each_replicas_gpu(tmp_path, monkeypatch)
     assert out.returncode == 0, out.stderr
     assert "# GPU 0 under replica-0: NVIDIA H100 80GB HBM3, 81559 MiB" in out.stdout
     assert "# GPU 1 under replica-1: NVIDIA H100 80GB HBM3, 81559 MiB" in out.stdout
-    from serving.fleet_plan import plan
-    from serving.launch_options import LaunchOptions
+    from serving.launch.options import LaunchOptions
+    from serving.launch.plan import plan
 
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
     p = plan(Settings(data_dir=tmp_path / "var", fleet_mode="gpu"), LaunchOptions(no_mps=True, dry_run=True))
@@ -205,7 +206,7 @@ def test_a_deep_window_is_refused_where_the_gpu_leaves_its_api_servers_too_littl
 
 
 def test_a_deep_window_on_gpus_of_unknown_memory_keeps_the_share_rule(tmp_path):
-    from serving.fleet_plan import refuse_deep_window_at_high_memory
+    from serving.launch.plan import refuse_deep_window_at_high_memory
 
     deep = Settings(data_dir=tmp_path, per_replica_inflight=96, gpu_memory_utilization=0.9)
     with pytest.raises(SystemExit, match="at 0.9, 96 in flight"):

@@ -89,7 +89,7 @@ def test_each_surface_names_its_interval_and_each_kind_gives_the_same_numbers(se
     assert [f"{lo:.3f}-{hi:.3f}" for lo, hi in expect.values()] == ["0.367-0.900", "0.476-0.842", "0.444-0.858"]
     shown: list[tuple[str, str, tuple[float, float]]] = []  # (surface, kind, numbers)
 
-    # the Quality tab's two tables (webapp.quality_decision renders exactly these rows and headers)
+    # the Quality tab's two tables (webapp.quality.decision renders exactly these rows and headers)
     d = decision.decide(db, db.sample_id)
     e = estimates.estimate(db, db.sample_id)
     cells = row(tables.decision_rows(d), "hazard_level")

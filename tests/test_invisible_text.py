@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from data import captions, export, limits, review_states
-from data.quality import release as rel
-from data.quality.release_options import Options
+from data.release import make as rel
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 from tests.support.reliability_fixtures import LABELS
 from tests.support.runner_fixtures import add_clips

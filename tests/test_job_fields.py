@@ -1,4 +1,4 @@
-"""The Jobs form's job parameters are made from `JobParams` (webapp.job_fields), as the terminal's flags are
+"""The Jobs form's job parameters are made from `JobParams` (webapp.jobs.fields), as the terminal's flags are
 (data.job_param_args): a field added to a JobParams-like spec appears on the form with its label and default, goes
 with Start under its own name and is checked there, and the events keep the API Gradio shows (one parameter per
 field, positionally before the Browse filter). The tab is built in-process over a real SQLite file; Start runs
@@ -19,9 +19,9 @@ from data.errors import InvalidJobParams
 from data.job_params import JobParams, knob
 from serving import cost
 from tests.support.runner_fixtures import add_clips
-from webapp import job_fields
 from webapp.context import AppContext
-from webapp.jobs_tab import JobsTab
+from webapp.jobs import fields as job_fields
+from webapp.jobs.tab import JobsTab
 
 
 def _language(value) -> str:

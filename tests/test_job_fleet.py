@@ -19,7 +19,7 @@ from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from serving import runner as runmod
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt
-from webapp import fleet_notice
+from webapp.jobs import fleet_notice
 
 A = ["http://127.0.0.1:1"]
 B = ["http://127.0.0.1:2", "http://127.0.0.1:3"]

@@ -144,7 +144,7 @@ def test_the_request_takes_its_defaults_from_jobparams(fleet_settings):
 
 def test_the_pixel_budget_is_the_recipes_by_default_and_never_above_it(fleet_settings):
     from data.job_params import RECIPE_MAX_PIXELS
-    from serving import fleet_commands
+    from serving.launch import commands as fleet_commands
 
     assert JobParams().max_pixels == RECIPE_MAX_PIXELS == 9_437_184
     argv = fleet_commands.vllm_command(fleet_settings, 8000, version=(0, 25, 0))

@@ -52,7 +52,7 @@ class Clock:
 
     def __init__(self, monkeypatch, t: float = 1_000_000.0):
         self.t = t
-        for mod in ("data.jobs.items", "data.jobs", "data.jobs.queries", "data.captions", "data.events"):
+        for mod in ("data.jobs.items", "data.jobs.lifecycle", "data.jobs.queries", "data.captions", "data.events"):
             monkeypatch.setattr(f"{mod}.now", lambda: self.t)
 
 
@@ -334,7 +334,7 @@ def test_a_start_with_no_runner_says_the_job_stays_queued(workbench):
 
 def test_before_any_request_fails_the_notice_names_what_health_found():
     """A fleet found down by /health alone (the runner sent nothing yet) still says why, and for how long."""
-    from webapp import fleet_notice
+    from webapp.jobs import fleet_notice
 
     health = ReplicaHealth(["http://127.0.0.1:30000"], 4)
     t = time.monotonic()
@@ -360,7 +360,7 @@ def test_a_job_where_nothing_succeeded_reads_failed_not_done(workbench):
     assert "100%" not in detail and "not one of its 4 clips captioned" in detail
     assert out[tab.progress.table].loc[0, "state"] == "failed"
     assert list(out[tab.progress.failures]["kind"]) == ["replica"] * 4
-    from webapp.jobs_progress import STATE_CHOICES
+    from webapp.jobs.progress import STATE_CHOICES
 
     assert ("failed", "failed") in STATE_CHOICES
     assert [

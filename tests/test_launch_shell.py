@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from data.settings import Settings
-from serving import fleet_record, procs
+from serving import procs
+from serving.launch import record as fleet_record
 
 ROOT = Path(__file__).resolve().parents[1]
 

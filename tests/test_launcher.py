@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from serving import fleet_record, fleet_up, launch_options, launcher, procs
+from serving import procs
+from serving.launch import cli as launcher, options as launch_options, record as fleet_record, up as fleet_up
 
 # NVIDIA's recipe for Qwen3-VL on vLLM with NVDEC decoding, flag by flag (value None: a switch), as the project's
 # design notes give it (they live outside this repo; docs/GPU.md, "Running the fleet", describes the command).
@@ -243,7 +244,7 @@ def test_sim_dry_run_starts_simfleet_behind_the_router(tmp_path):
 def test_the_plan_says_what_the_replicas_compute_in(settings):
     """The fleet record carries the replicas' precision from their flags (what the job form prices in); a
     simulated fleet has none."""
-    from serving import fleet_plan
+    from serving.launch import plan as fleet_plan
 
     gpu = settings.replace(fleet_mode="gpu", gpus="0")
     for args, precision in [((), "bf16"), (("--quantization fp8",), "fp8"), (("--quantization=fp8",), "fp8")]:
@@ -326,7 +327,7 @@ def test_help_names_the_fleet_router_and_metrics_ports_and_the_old_fleet_flag_is
 
 
 def test_thread_budget_shares_the_nodes_cores_among_replicas_and_their_busy_processes():
-    from serving.fleet_commands import API_SERVERS, thread_budget
+    from serving.launch.commands import API_SERVERS, thread_budget
 
     assert API_SERVERS + 1 == 5  # 4 API servers and the engine core keep busy per replica
     assert thread_budget(16, 1) == 2  # one H200 node of 16 cores: 16 // 5 = 3, capped at 2
@@ -337,7 +338,7 @@ def test_thread_budget_shares_the_nodes_cores_among_replicas_and_their_busy_proc
 
 
 def test_replica_budgets_take_the_setting_and_pin_contiguous_blocks(settings):
-    from serving.fleet_commands import cpu_list, replica_budgets
+    from serving.launch.commands import cpu_list, replica_budgets
 
     cpus = list(range(16))
     auto = replica_budgets(settings, 2, cpus)
@@ -357,7 +358,7 @@ def test_replica_budgets_take_the_setting_and_pin_contiguous_blocks(settings):
 def test_dry_run_shows_each_replicas_budget_and_passes_it_in_its_environment(tmp_path):
     import os
 
-    from serving.fleet_commands import thread_budget
+    from serving.launch.commands import thread_budget
 
     out = subprocess.run(
         [sys.executable, "-m", "serving.launcher", "up", "--dry-run", "--data-dir", str(tmp_path)]

@@ -1,5 +1,5 @@
 """Issue 21, class 5: the login limiter slows a guesser down without locking out the person who knows the
-password (webapp.throttle; the design and its figures are in docs/RELIABILITY.md, S7).
+password (webapp.login.throttle; the design and its figures are in docs/RELIABILITY.md, S7).
 
 The app runs as a process behind a "proxy" (--trusted-proxies 127.0.0.1), so each request can name its client
 address in X-Forwarded-For: users behind one proxy share an address, attackers come from anywhere."""
@@ -43,7 +43,7 @@ def _login(client: httpx.Client, user: str, password: str, address: str) -> http
 
 
 def _checks_after_the_free_ones(seconds: float) -> int:
-    """How many delays (webapp.throttle: 5 s doubling, at most 60 s) fit in `seconds`, plus one."""
+    """How many delays (webapp.login.throttle: 5 s doubling, at most 60 s) fit in `seconds`, plus one."""
     n, t, delay = 1, 0.0, 5.0
     while t + delay <= seconds:
         t, n, delay = t + delay, n + 1, min(60.0, delay * 2)
@@ -197,8 +197,8 @@ def test_the_owner_gets_in_from_a_new_browser_on_a_new_address_while_someone_kee
 
 
 def test_a_clean_network_waits_its_turn_in_line_and_a_failing_one_never_takes_it():
-    """The limiter alone (webapp.throttle), on its own clock: the rule behind the test above."""
-    from webapp.throttle import CLEAN_CAP, LoginThrottle
+    """The limiter alone (webapp.login.throttle), on its own clock: the rule behind the test above."""
+    from webapp.login.throttle import CLEAN_CAP, LoginThrottle
 
     lim = LoginThrottle()
 
@@ -232,7 +232,7 @@ def test_an_attempt_its_address_holds_back_is_not_held_in_the_accounts_line():
     address: past the address's 20 free failures each attempt gets its 429 at once. Before, an attempt from a
     network clean on its (fresh) account was held in that account's line and waited out the address's delay, so
     a spray got 5 more checks per burst (the S7 test: 20 of 25 checked instead of 15)."""
-    from webapp.throttle import LoginThrottle
+    from webapp.login.throttle import LoginThrottle
 
     lim, t = LoginThrottle(), 1000.0
     for i in range(20):  # the address's free failures, each on another account
@@ -257,7 +257,7 @@ def test_networks_never_seen_signing_in_wait_behind_known_ones_and_an_own_networ
     fresh network (clean each time) fills the account's line; an attempt from a network some account signed in
     from still gets a place and the next turn, and one from a network this account signed in from is not held
     back at all."""
-    from webapp.throttle import CLEAN_CAP, MAX_LINE, LoginThrottle
+    from webapp.login.throttle import CLEAN_CAP, MAX_LINE, LoginThrottle
 
     lim, t = LoginThrottle(), 0.0
     for k in range(5):  # the account's free failures

@@ -618,7 +618,7 @@ def test_the_tab_draws_calibration_and_the_cli_carries_it(settings, db):
     """A hand-worked case: three approved hazard levels the model gave at confidence 0.95 (two right) and one at
     0.35 (wrong): the tab's table has the two buckets, the plot draws, and --json carries data.quality.calibration."""
     from data.quality import calibration
-    from webapp import quality_plots, quality_tab
+    from webapp.quality import plots as quality_plots, tab as quality_tab
 
     ids = make_clips(db, 4)
     for cid, (p, right) in zip(ids, ((0.95, True), (0.95, True), (0.95, False), (0.35, False))):

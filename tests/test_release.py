@@ -1,4 +1,4 @@
-"""Training-set releases (data.quality.release, issue 30): the files load with the libraries a trainer uses, the
+"""Training-set releases (data.release.make, issue 30): the files load with the libraries a trainer uses, the
 manifest is byte-identical for the same database and arguments, a release never changes and is never written
 over, the next one says what changed, and only what was asked is released (never rejected, broken or
 ingest-failed clips; simulated text only when asked, and then flagged everywhere)."""
@@ -21,10 +21,11 @@ from data import captions, clips, export, prompts, review_states, taxonomy
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, Forbidden
-from data.quality import card, card_text, release as rel, release_files, stats
+from data.quality import stats
 from data.quality.accuracy import report
 from data.quality.pairs import Scope
-from data.quality.release_options import Options
+from data.release import card, card_text, files as release_files, make as rel
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Nothing lost, nothing burned (issue 44): an --out that cannot be written is refused with a sentence before the
 release takes a version number; the staging folder's name cannot be guessed, and a failure removes only what that
-run made, never following a link (data.quality.release_out)."""
+run made, never following a link (data.release.out)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from data.errors import DataError
-from data.quality import release as rel, release_meta
-from data.quality.release_options import Options
+from data.release import make as rel, meta as release_meta
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -2,7 +2,7 @@
 libraries (clips in folders, with or without the grouping field in their sidecar, of every hazard level and review
 state, some simulated, some failed at ingest), releases each through the real code into a real SQLite file, and
 checks every manifest against groups computed here, independently of the release's SQL. The placing rule
-(data.quality.splits) is checked on its own too: each split within two groups' size of the asked shares."""
+(data.release.stratify) is checked on its own too: each split within two groups' size of the asked shares."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 from data import db as dbmod, taxonomy
 from data.clips import Filter
 from data.errors import DataError
-from data.quality import release as rel, splits
-from data.quality.release_options import Options
+from data.release import make as rel, stratify as splits
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS
@@ -222,7 +222,7 @@ HEAVY_TAILED = st.lists(st.one_of(st.integers(1, 4), st.integers(5, 20), st.inte
 @example([1, 1, 75], "a=0.7,b=0.2,c=0.1", 0, None)  # the bound counted a split at its breakpoint as short: 77 / 0 / 0
 def test_up_to_14_groups_are_sized_as_well_as_an_exhaustive_search_does(sizes, shares, seed, data):
     """With up to 14 groups (few, some heavy), the largest relative miss of the sizes equals the least an
-    exhaustive search over every placement reaches (data.quality.split_search)."""
+    exhaustive search over every placement reaches (data.release.size_search)."""
     levels = [data.draw(st.sampled_from(LEVELS)) if data else LEVELS[i % 5] for i in range(len(sizes))]
     groups = {f"g{i}": {level: n} for i, (n, level) in enumerate(zip(sizes, levels))}
     ask = splits.parse(shares)
@@ -287,10 +287,10 @@ def test_a_field_no_clip_carries_is_refused_with_the_fields_there_are(db, tmp_pa
 def test_the_search_bound_is_the_miss_itself_with_nothing_left_and_never_above_what_free_clips_reach(
     sizes, shares, free
 ):
-    """data.quality.split_search.fluid_miss: with no clips left to place it is the sizes' own largest relative miss
+    """data.release.size_search.fluid_miss: with no clips left to place it is the sizes' own largest relative miss
     (the search keeps leaves by it: a bound below it kept a placement that missed a split entirely); with `free`
     clips left it is never more than the miss of any way of giving them out one by one."""
-    from data.quality import split_search
+    from data.release import size_search as split_search
 
     ratios = list(splits.parse(shares).values())[: len(sizes)]
     total = sum(sizes) + free

@@ -26,8 +26,8 @@ from data import captions, clips as clipsmod, prompts, review_states
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError
-from data.quality import release as rel, release_files, splits
-from data.quality.release_options import Options
+from data.release import files as release_files, make as rel, stratify as splits
+from data.release.options import Options
 from tests.support import trainer_readers as readers
 from tests.support.release_library import LABELS, ClipSpec, build, provenance
 

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from data import db as dbmod, taxonomy
 from data.clips import Filter
-from data.quality import release as rel, splits
-from data.quality.release_options import Options
+from data.release import make as rel, stratify as splits
+from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS

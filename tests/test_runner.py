@@ -17,9 +17,10 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.settings import Settings
-from serving import fleet_record, runner as runmod
+from serving import runner as runmod
 from serving.client import POOL_SLOTS, CaptionRequest, FleetClient
 from serving.errors import ClipRejected, Overloaded, Unreachable
+from serving.launch import record as fleet_record
 from tests.support.fleet_fixtures import PROMPT
 from tests.support.runner_fixtures import LABELS, FakeClient, add_clips, default_prompt
 from tests.support.waiting import wait_until

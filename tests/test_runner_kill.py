@@ -16,7 +16,8 @@ from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
 from data.library.clipgen import tiny_library
-from serving import fleet_commands, procs, simfleet
+from serving import procs, simfleet
+from serving.launch import commands as fleet_commands
 
 REPO = Path(__file__).resolve().parent.parent
 

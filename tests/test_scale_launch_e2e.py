@@ -23,7 +23,8 @@ from data import db as dbmod, heartbeats, jobs, prompts
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
-from serving import fleet_addresses, procs
+from serving import procs
+from serving.launch import addresses as fleet_addresses
 
 ROOT = Path(__file__).resolve().parents[1]
 

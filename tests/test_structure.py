@@ -124,23 +124,21 @@ def test_layers_point_one_way_data_below_serving_below_webapp():
 
 CORE = {"data.db", "data.errors", "data.events", "data.limits", "data.settings"}  # what the library wing may import
 # the launchers of commands users type, beside the wings: a `__main__` guard that imports the wing's `main`, nothing
-# any module could import (data.release's card reports the Quality figures, so its code is the quality wing's)
-COMMANDS = {"data.ingest", "data.demo", "data.deployment", "data.release"}
+# any module could import
+COMMANDS = {"data.ingest", "data.demo", "data.deployment"}
+DATA_WINGS = ("library", "jobs", "quality", "release")
 
 
 def _wing(module: str) -> str | None:
     parts = module.split(".")
-    return (
-        parts[1]
-        if parts[0] == "data" and len(parts) > 2 and parts[1] in ("library", "jobs", "quality")
-        else (parts[1] if module in ("data.library", "data.jobs", "data.quality") else None)
-    )
+    return parts[1] if parts[0] == "data" and len(parts) > 1 and parts[1] in DATA_WINGS else None
 
 
 def test_the_wings_of_data_point_one_way():
-    """data/library imports only the core; nothing in data/ imports quality; jobs is imported only by quality (and
-    within itself); the launchers beside the wings (COMMANDS) import the wing whose command they start. The rest of
-    data/ stays flat (ARCHITECTURE.md, "The floors")."""
+    """data/library imports only the core; jobs is imported only by quality (and within itself); quality only by
+    the release wing; the release wing by nothing else in data/ (its command is its own `__main__`); the launchers
+    beside the wings (COMMANDS) import the wing whose command they start. The rest of data/ stays flat
+    (ARCHITECTURE.md, "The floors")."""
     wrong = []
     for path in _files(("data",)):
         me = _module_of(path)
@@ -151,13 +149,106 @@ def test_the_wings_of_data_point_one_way():
             where = f"{path.relative_to(ROOT)}:{line} imports {target}"
             if mine == "library" and theirs != "library" and target not in CORE:
                 wrong.append(where + " (the library wing imports only the core)")
-            if theirs == "quality" and mine != "quality" and me not in COMMANDS:
-                wrong.append(where + " (nothing in data/ imports the quality wing)")
+            if theirs == "release" and mine != "release":
+                wrong.append(where + " (nothing in data/ imports the release wing)")
+            if theirs == "quality" and mine not in ("quality", "release"):
+                wrong.append(where + " (only the release wing imports the quality wing)")
             if theirs == "jobs" and mine not in ("jobs", "quality"):
                 wrong.append(where + " (only the quality wing imports the jobs wing)")
             if theirs == "library" and mine != "library" and me not in COMMANDS:
                 wrong.append(where + " (nothing in data/ imports the library wing)")
     assert not wrong, wrong
+
+
+def _serving_wing(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "serving" and len(parts) > 1 and parts[1] in ("launch", "fleet") else None
+
+
+LAUNCH_READ_OUTSIDE = {"serving.launch.record"}  # what `up` started: the fleet's URL, for the runner, cost and tabs
+COMMAND_OF = {"serving.launcher": "serving.launch.cli"}  # the launcher of the command users type, and its code
+
+
+def test_the_wings_of_serving_point_one_way():
+    """Only serving/launch/ starts or stops a fleet: outside it, serving/ and webapp/ read only its record, and only
+    the command's launcher (serving/launcher.py) imports its command line. serving/fleet/ (the readers) imports
+    neither the launch wing nor the runner (ARCHITECTURE.md, "The floors")."""
+    wrong = []
+    for path in _files(("serving", "webapp")):
+        me = _module_of(path)
+        for line, module, name in _imports(path):
+            target = f"{module}.{name}" if name and _path(f"{module}.{name}") else module
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            theirs, mine = _serving_wing(target), _serving_wing(me)
+            if theirs == "launch" and mine != "launch":
+                if target not in LAUNCH_READ_OUTSIDE and COMMAND_OF.get(me) != target:
+                    wrong.append(where + " (outside the launch wing only its record is read)")
+            if mine == "fleet" and (theirs == "launch" or target.split(".")[:2] == ["serving", "runner"]):
+                wrong.append(where + " (the fleet readers import neither the launch wing nor the runner)")
+    assert not wrong, wrong
+
+
+TABS = ("browse", "review", "second_review", "jobs", "quality", "fleet")  # webapp/: a package per tab
+# what one tab shows of another's, each with why (any other import between two tabs is a part in the wrong room)
+TAB_READS = {
+    ("browse", "webapp.second_review.tab"): "Browse masks the clips sent to a blind second review (`masked`)",
+    ("browse", "webapp.quality.render"): "Browse's sample and release panels say their figures in the Quality markup",
+    ("second_review", "webapp.quality.render"): "the second review's header and count are Quality markup",
+    ("fleet", "webapp.jobs.fleet_notice"): "the Fleet tab says what the runners' heartbeats say, as Jobs does",
+    ("review", "webapp.browse.assigning"): "Review's one-clip assign form is the assign panel's (`ClipAssign`)",
+}
+MAX_TOP = 15  # webapp/'s own modules (what every tab shares), __init__ aside
+
+
+def _tab(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "webapp" and len(parts) > 1 and parts[1] in TABS else None
+
+
+def test_each_tab_is_a_room_of_its_own():
+    """A tab's package holds its tab, its panels and its markup, and imports webapp's shared pieces, never another
+    tab's module unless TAB_READS says why; of webapp's shared modules only webapp.app (which lays the tabs out)
+    imports a tab (ARCHITECTURE.md, "The floors")."""
+    wrong = []
+    for path in _files(("webapp",)):
+        me = _module_of(path)
+        for line, module, name in _imports(path):
+            target = f"{module}.{name}" if name and _path(f"{module}.{name}") else module
+            mine, theirs = _tab(me), _tab(target)
+            where = f"{path.relative_to(ROOT)}:{line} imports {target}"
+            if theirs and mine is None and me != "webapp.app":
+                wrong.append(where + " (a shared module imports a tab)")
+            if theirs and mine and theirs != mine and (mine, target) not in TAB_READS:
+                wrong.append(where + " (one tab's part imports another's: move it, or say why in TAB_READS)")
+    assert not wrong, wrong
+    used = {
+        (_tab(_module_of(p)), m if not n or not _path(f"{m}.{n}") else f"{m}.{n}")
+        for p in _files(("webapp",))
+        for _, m, n in _imports(p)
+    }
+    assert set(TAB_READS) <= used, f"take off TAB_READS: {sorted(set(TAB_READS) - used)}"
+
+
+def test_webapp_s_top_holds_only_what_every_tab_shares():
+    """At most MAX_TOP modules at webapp/'s top (the app, the context, the guard, the page and its shared markup,
+    the shared fields, the users' command); the rest live in a tab's package or a group of shared pieces (login/,
+    routes/), and every package of webapp/ is a tab or one of those groups."""
+    top = sorted(_module_of(p) for p in (ROOT / "webapp").glob("*.py") if p.name != "__init__.py")
+    assert len(top) <= MAX_TOP, top
+    packages = sorted(p.parent.name for p in (ROOT / "webapp").glob("*/__init__.py"))
+    assert packages == sorted({*TABS, "login", "routes"}), packages
+
+
+def test_the_rule_of_the_data_wings_reads_each_module_right():
+    """`_wing` on the shapes the rule above meets: a wing's package and its modules, a launcher beside a wing, the
+    flat core."""
+    assert [_wing(m) for m in ("data.release", "data.release.make", "data.quality.stats", "data.jobs")] == [
+        "release",
+        "release",
+        "quality",
+        "jobs",
+    ]
+    assert [_wing(m) for m in ("data.ingest", "data.clips", "data")] == [None, None, None]
 
 
 def _home_ok(module: str, name: str) -> bool:
@@ -175,15 +266,19 @@ def test_every_name_is_imported_from_the_module_that_defines_it():
         where = path.relative_to(ROOT)
         aliases: dict[str, str] = {}
         for line, module, name in _imports(path):
-            if name is None:
-                continue
-            if _path(f"{module}.{name}"):
-                aliases[name] = f"{module}.{name}"
-            elif not _home_ok(module, name):
+            if name is not None and not _path(f"{module}.{name}") and not _home_ok(module, name):
                 wrong.append(f"{where}:{line}: from {module} import {name}")
         for node in ast.walk(_tree(path)):
+            # the name each import binds: `from webapp.quality import render as render_quality` binds
+            # render_quality, and leaves `render` to `from webapp import render`
             if isinstance(node, ast.ImportFrom) and node.level == 0 and _project(node.module, READERS):
-                aliases.update({a.asname: f"{node.module}.{a.name}" for a in node.names if a.asname})
+                aliases.update(
+                    {
+                        a.asname or a.name: f"{node.module}.{a.name}"
+                        for a in node.names
+                        if a.asname or _path(f"{node.module}.{a.name}")
+                    }
+                )
             if isinstance(node, ast.Import):
                 aliases.update({a.asname: a.name for a in node.names if a.asname and _project(a.name, READERS)})
         # a name the file also binds otherwise (a parameter `db`, a variable `fleet`) is not read as the module
@@ -220,10 +315,41 @@ def test_a_declared_surface_is_sorted_and_exactly_what_the_module_offers(module)
         )
 
 
-def test_the_packages_with_a_face_are_quality_the_runner_and_the_simulated_fleet():
+def test_the_packages_with_a_face_are_jobs_quality_the_runner_and_the_simulated_fleet():
     faces = [m for m in MODULES_WITH_ALL if _path(m).name == "__init__.py"]
-    assert faces == ["data.quality", "serving.runner", "serving.simfleet"]
+    assert faces == ["data.jobs", "data.quality", "serving.runner", "serving.simfleet"]
     assert set(_exported("serving.runner")) == {"Runner", "fleet_targets", "run_job", "serve"}
+
+
+def _package_inits() -> list[Path]:
+    return [p for p in _files(PACKAGES) if p.name == "__init__.py"]
+
+
+def test_every_package_s_init_is_its_docstring_and_at_most_a_face():
+    """One convention for a package's `__init__.py` (ARCHITECTURE.md, "The floors"): it opens with a docstring that
+    says what the package holds; a wing's names each of its modules (`tab.py`, ...). After it comes nothing, or a
+    face: `from` imports of the package's own modules and the `__all__` that names them. Never a definition, so
+    the code a caller runs is always in a module named for what it holds."""
+    wrong = []
+    for init in _package_inits():
+        package = _module_of(init)
+        tree = _tree(init)
+        doc = ast.get_docstring(tree) or ""
+        if not doc.strip():
+            wrong.append(f"{package}: no docstring saying what it holds")
+        if "." in package:  # a wing: its docstring names every module it holds
+            modules = sorted(p.name for p in init.parent.glob("*.py") if p.name not in ("__init__.py", "__main__.py"))
+            wrong += [f"{package}: its docstring does not name {m}" for m in modules if m not in doc]
+        for node in tree.body[1:] if doc else tree.body:
+            own = isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
+            future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
+            face = isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
+            if not (own or future or face):
+                wrong.append(f"{init.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node).splitlines()[0][:60]}")
+        imports = any(isinstance(n, ast.ImportFrom) and n.module != "__future__" for n in tree.body)
+        if imports and _exported(package) is None:
+            wrong.append(f"{package}: imports its modules' names without an `__all__` (a face names what it offers)")
+    assert not wrong, "\n".join(wrong)
 
 
 def test_every_package_is_shipped():
@@ -386,7 +512,7 @@ def test_a_module_over_the_limit_says_why_it_stays_whole():
 
 def test_a_class_over_the_limit_says_why_it_is_long():
     """A class of the product over MAX_CLASS_LINES lines of code has a line in its docstring starting with
-    LONG_MARK that says why it is not made of parts (as the Review tab is: webapp.review_tab)."""
+    LONG_MARK that says why it is not made of parts (as the Review tab is: webapp.review.tab)."""
     long, bare = {}, []
     for path in _files(PACKAGES):
         code = _code(path)
@@ -454,12 +580,12 @@ def test_project_bases_are_found_by_name_and_through_a_module():
     tree = ast.parse(
         "import gradio as gr\n"
         "from webapp import review_view\n"
-        "from webapp.review_drafts import ReviewDrafts\n"
+        "from webapp.review.drafts import ReviewDrafts\n"
         "class ReviewSaves: pass\n"
         "class Tab(ReviewDrafts, review_view.ReviewView, ReviewSaves, gr.Blocks, ValueError): pass\n"
     )
     assert _project_bases(tree, "webapp.example", tree.body[-1]) == [
-        "webapp.review_drafts: ReviewDrafts",
+        "webapp.review.drafts: ReviewDrafts",
         "webapp: review_view.ReviewView",
         "webapp.example.ReviewSaves",
     ]

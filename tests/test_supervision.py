@@ -26,7 +26,8 @@ from data.jobs.selection import Selection
 from data.library import clip_root
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_commands, procs, simfleet, supervisor
+from serving import procs, simfleet, supervisor
+from serving.launch import commands as fleet_commands
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -35,7 +35,7 @@ REC = json.loads(RECORDINGS[-1].read_text()) if RECORDINGS else {}
 ANSWERS = REC.get("answers", {})
 LOGPROB_CASES = ("good_logprobs", "logprobs_over_max")
 BAD = sorted(k for k in ANSWERS if k not in ("good", *LOGPROB_CASES))
-# metric samples the fleet view reads (serving.health); vLLM names the KV-cache gauge one of two ways
+# metric samples the fleet view reads (serving.fleet.health); vLLM names the KV-cache gauge one of two ways
 USED_METRICS = {
     "vllm:num_requests_running",
     "vllm:num_requests_waiting",

@@ -12,8 +12,9 @@ import pytest
 
 from data import team, users
 from data.errors import DataError
-from webapp import auth, render
-from webapp.media_routes import resolve_inside
+from webapp import render
+from webapp.login import auth
+from webapp.routes.media import resolve_inside
 
 
 def test_password_is_hashed_with_a_salt_and_verified(db):
@@ -120,7 +121,7 @@ def test_sessions_are_server_side_and_end(db):
 
 
 def test_limiter_delays_per_account_and_per_address_and_trusted_keys_apart():
-    from webapp.throttle import LoginThrottle
+    from webapp.login.throttle import LoginThrottle
 
     lim = LoginThrottle()
     keys = lambda ip: lim.keys("bob", ip, set())  # noqa: E731 - untrusted: account + address
@@ -287,11 +288,12 @@ def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path
     """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
     (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
     point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
-    from serving import cost, cost_records, fleet_record
+    from serving import cost, cost_records
+    from serving.launch import record as fleet_record
     from tests.support.work_table import table_with_gaps
-    from webapp import jobs_start
     from webapp.context import AppContext
-    from webapp.jobs_tab import JobsTab
+    from webapp.jobs import start as jobs_start
+    from webapp.jobs.tab import JobsTab
 
     monkeypatch.setattr(cost_records, "WORK_TABLE", table_with_gaps(tmp_path))
     jobs_start._measurements.cache_clear()  # read once per process: this test's table, then the real one again
@@ -362,7 +364,7 @@ def test_the_browse_form_shows_every_filter_it_can_express_and_reads_it_back():
     """Filter dict -> form values -> Filter, for a value of every field the form has (generated from
     FORM_FIELDS and the Filter field types: a new input gets its cases without touching this test)."""
     from data import clips
-    from webapp import browse_tab
+    from webapp.browse import tab as browse_tab
 
     cases = [{}, {"unassigned": True}, {"assignee": "me-user"}]
     for name in browse_tab.FORM_FIELDS:
@@ -414,7 +416,7 @@ def workbench(built):
 def test_browse_pages_by_cursor_and_refuses_a_bad_order_or_cursor_with_a_message(workbench):
     import gradio as gr
 
-    from webapp import browse_tab
+    from webapp.browse import tab as browse_tab
 
     b = workbench.browse
     first = b.apply(None, *browse_tab.form_values({browse_tab.SORT: "oldest"}))
@@ -436,7 +438,7 @@ def test_review_shows_any_refusal_of_the_data_layer_once(workbench):
     DataError, shown as a message by the one place Review catches them; a caption conflict shows theirs beside
     the edit and offers the three ways out (keep mine, take theirs, edit merged), with the edit still unsaved."""
     from data import captions, examples
-    from webapp.review_form import LABELS, ReviewForm
+    from webapp.review.form import LABELS, ReviewForm
 
     r, act = workbench.review.view, workbench.review.actions
     db = workbench.ctx.db()
@@ -466,7 +468,7 @@ def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
     from data import captions, examples
     from webapp import form_echo
     from webapp.form_echo import HALF_SENT
-    from webapp.review_form import LABELS, ReviewForm
+    from webapp.review.form import LABELS, ReviewForm
 
     bench, demo = built
     r = bench.review.view
@@ -516,7 +518,7 @@ def test_a_form_sent_before_the_last_answer_showed_changes_no_clip(built):
 
 def test_review_walks_the_grid_order_both_ways(workbench):
     from data import captions, examples
-    from webapp.review_form import ReviewForm
+    from webapp.review.form import ReviewForm
 
     r, act = workbench.review.view, workbench.review.actions
     step = act.step(+1)

@@ -18,7 +18,14 @@ import pytest
 
 from data import db as dbmod, heartbeats
 from data.settings import Settings
-from serving import fleet_addresses, fleet_commands, fleet_key, fleet_record, launcher, procs, recorded_fleet
+from serving import fleet_key, procs
+from serving.launch import (
+    addresses as fleet_addresses,
+    cli as launcher,
+    commands as fleet_commands,
+    record as fleet_record,
+    recorded as recorded_fleet,
+)
 
 
 def _up(data_dir: Path, fleet_port: int, router_port: int, prom_port: int) -> int:
@@ -187,7 +194,7 @@ def test_a_killed_runner_is_restarted_by_its_supervisor(settings, tmp_path):
         sv = [b for b in _runner_beats(settings.db) if b["kind"] == "supervisor"]
         assert sv and sv[0]["info"]["restarts"] >= 1 and sv[0]["info"]["last_exit"] == -signal.SIGKILL
         # the Jobs tab's liveness line sees the new runner
-        from webapp.jobs_progress import runner_line
+        from webapp.jobs.progress import runner_line
 
         d = dbmod.connect(settings.db)
         try:

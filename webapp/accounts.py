@@ -12,7 +12,7 @@ Examples:
   python -m webapp.accounts sign-in-link bob   # a one-time link for bob's new browser (an hour): see below
 
 A sign-in link is for a person who cannot get a turn at the login form from a network nobody of the team ever
-signed in from, while someone keeps failing on their account from fresh networks (webapp.throttle): the browser
+signed in from, while someone keeps failing on their account from fresh networks (webapp.login.throttle): the browser
 that opens it counts as one the account signed in from, so others' failures do not hold it back. It is not a
 session: the password is still asked. Hand it to the person over a channel you trust; it works once, for an hour.
 """

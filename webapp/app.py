@@ -2,7 +2,7 @@
 
 `build_app(settings)` returns a FastAPI app and starts nothing. Layout: a banner (simulated
 fleet), a user line, six tabs (Browse, Review, Second review, Jobs, Quality, Fleet) and a keyboard-shortcut help panel.
-Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.health).
+Each tab module has a render step and a wiring step; handlers are thin adapters over data/ (and serving.fleet.health).
 """
 
 from __future__ import annotations
@@ -16,19 +16,21 @@ from fastapi.staticfiles import StaticFiles
 
 from data import limits, order
 from data.library import clip_root
-from serving.fleet_reader import FleetReader
-from webapp import activity, browse_tab, budget, exports, failures, form_echo, idle, media_routes, render, render_page
-from webapp.auth import Auth
+from serving.fleet.reader import FleetReader
+from webapp import budget, failures, form_echo, idle, render, render_page
 from webapp.blocks import Blocks
-from webapp.browse_tab import BrowseTab
+from webapp.browse import tab as browse_tab
+from webapp.browse.tab import BrowseTab
 from webapp.budget import Budget, WriteBudget
 from webapp.context import AppContext, shows_errors
-from webapp.fleet_tab import FleetTab, any_simulated, snapshot
+from webapp.fleet.tab import FleetTab, any_simulated, snapshot
 from webapp.guard import Guard
-from webapp.jobs_tab import JobsTab
-from webapp.quality_tab import QualityTab
-from webapp.review_tab import ReviewTab
-from webapp.second_review_tab import SecondReviewTab
+from webapp.jobs.tab import JobsTab
+from webapp.login.auth import Auth
+from webapp.quality.tab import QualityTab
+from webapp.review.tab import ReviewTab
+from webapp.routes import activity, exports, media as media_routes
+from webapp.second_review.tab import SecondReviewTab
 
 STATIC = Path(__file__).parent / "static"  # the page's styles and scripts
 CONCURRENCY = 16  # handlers are short SQLite calls: let saves run side by side instead of queueing

@@ -14,7 +14,7 @@ import sqlite_utils
 from data import db as dbmod, users
 from data.jobs import fleet_of
 from data.settings import Settings
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 from serving.runner import fleet_targets
 from webapp import failures
 

@@ -70,7 +70,7 @@ GRADIO_ROUTES = [
 ]
 JOIN = re.compile(r"/gradio_api/queue/join/?")  # its answer is {"event_id": ...}
 # the app's own routes that write for the person (each costs one from their write budget, webapp.budget); the
-# others that change state are the login (its own limiter, webapp.throttle) and the logout (ends a session)
+# others that change state are the login (its own limiter, webapp.login.throttle) and the logout (ends a session)
 OWN_WRITES = {("PUT", "/drafts/{clip_id}"), ("POST", "/leases/{clip_id}")}
 TARPIT_S = 2.0  # a write refused by the budget is answered after this pause (at most its wait)
 MAX_BODY = 4 << 20  # a join is a few KiB (a caption at its limit fits)

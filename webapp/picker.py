@@ -4,7 +4,7 @@ Why not gr.Dropdown: on Enter it takes the first option that *contains* the type
 night_lit, not tunnel), drops text that names nothing without a word, scrolls the page when a field low on it
 opens, and draws its list in a layer of its own that can outlive the field. This field is a `gr.HTML` whose value
 is what the Dropdown's was (an option, or a list of options for a multi-choice label), so handlers receive it the
-same way (webapp.review_form.ReviewForm); the page script webapp/static/picker.js draws it and sets the value at once on
+same way (webapp.review.form.ReviewForm); the page script webapp/static/picker.js draws it and sets the value at once on
 Enter, so a save or an approve sends what the field shows.
 
 The rule Enter follows, for every label (the browser tests are generated from data.taxonomy.ENUMS):

@@ -4,8 +4,8 @@ one when checking that every value is escaped.
 
 HTML pieces the UI shows: `esc`, the pieces every tab uses (messages, the banner, times), and the Browse and
 Review markup. Every piece of user or model text goes through `esc` (html.escape, quotes too). Markup is made
-in the webapp/render*.py modules and nowhere else (tests/test_markup.py): this one, and render_page (the page
-around the tabs), render_jobs, render_fleet and render_quality.
+in the render modules and nowhere else (tests/test_markup.py): this one, render_page (the page around the tabs),
+and each tab's own: webapp.jobs.render, webapp.fleet.render and webapp.quality.render.
 """
 
 from __future__ import annotations
@@ -259,7 +259,7 @@ def header(
 
 def blind_header(clip: dict) -> str:
     """Review's header for a clip the person has a pending blind second review of: which clip, and where to
-    review it; nothing of its caption, review or assignee (webapp.second_review_tab)."""
+    review it; nothing of its caption, review or assignee (webapp.second_review.tab)."""
     cid = int(clip["id"])
     return (
         f'<div class="cw-clip-header" id="clip-header" data-clip="{cid}" data-loaded="{cid}:blind">'

@@ -1,5 +1,5 @@
 """The page around the tabs: its top bar, the keyboard-shortcut help, the page scripts in its head, each tab's
-heading, and the sign-in and sign-out pages (webapp.auth). Values escaped as in webapp.render."""
+heading, and the sign-in and sign-out pages (webapp.login.auth). Values escaped as in webapp.render."""
 
 from __future__ import annotations
 

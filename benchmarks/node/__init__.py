@@ -28,7 +28,7 @@ Every stage that runs replicas on GPUs reports the model FLOPs per clip and the 
 the peaks measured once per machine by benchmarks/gpu_peak.py).
 
 Everything lands in --out: <stage>.json, logs/<stage>-*.log, table.md, scaling.png. Replica command lines come
-from serving.fleet_commands.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
+from serving.launch.commands.vllm_command (NVIDIA's NVDEC recipe, docs/GPU.md); processes are started in their own
 process groups and stopped by group, never by name. With --fleet sim the replicas are `python -m
 serving.simfleet --replicas 1` processes (one process group each, so one can be killed like a GPU replica);
 the simulator has no video decoder, so the two decoder columns run the same simulator and every report says

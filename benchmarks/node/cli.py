@@ -28,7 +28,8 @@ from benchmarks.node.threads import (
     stage_threads,
 )
 from benchmarks.node.workload import parse_points, stage_workload
-from serving import fleet_commands, fleet_up, procs
+from serving import procs
+from serving.launch import commands as fleet_commands, up as fleet_up
 
 
 def preflight(ctx: Ctx, stages: list[str]) -> None:

@@ -16,7 +16,8 @@ import time
 from pathlib import Path
 
 from data.settings import gpu_list
-from serving import fleet_commands, procs
+from serving import procs
+from serving.launch import commands as fleet_commands
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -81,7 +82,7 @@ class Ctx:
             }
         )
         self.env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-        # replicas get their thread pools from their budget (serving.fleet_commands), never from this shell
+        # replicas get their thread pools from their budget (serving.launch.commands), never from this shell
         for var in fleet_commands.THREAD_POOL_VARS:
             self.env.pop(var, None)
             os.environ.pop(var, None)

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 
 from benchmarks.node.context import CHILDREN, ROOT, Ctx, say
-from serving import fleet_addresses, fleet_commands, procs
+from serving import procs
+from serving.launch import addresses as fleet_addresses, commands as fleet_commands
 
 
 # ---- MPS ---------------------------------------------------------------------------------------------------
@@ -55,7 +56,7 @@ class Fleet:
         extra: list[str] = (),
         env: dict | None = None,
     ):
-        """`budgets`: each replica's CPU budget (serving.fleet_commands.ReplicaBudget, None for vLLM's own
+        """`budgets`: each replica's CPU budget (serving.launch.commands.ReplicaBudget, None for vLLM's own
         pools); default: what the launcher gives len(slots) replicas on this node. `extra`: more replica flags
         (a later flag of the same name wins over the recipe's). `env`: more variables in every replica's
         environment."""

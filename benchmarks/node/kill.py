@@ -8,7 +8,7 @@ import time
 from benchmarks.node.context import Ctx, say
 from benchmarks.node.fleet import Fleet, mps_daemon, router
 from benchmarks.node.jobs import caption_job, good_clip_ids, job_check, new_job, prepare_db
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
 
 
 def stage_kill(ctx: Ctx) -> dict:

@@ -32,7 +32,7 @@ prefix and encoder caches are emptied (`POST /reset_prefix_cache`, `/reset_encod
 VLLM_SERVER_DEV_MODE=1), so that the same clips are prefilled again as on a fresh replica. The row says which
 replica it shared and checks the reset by the prompt tokens the cache served per clip.
 
-For each configuration (`--threads-configs`, in order): the project's replica command (serving.fleet_commands, the
+For each configuration (`--threads-configs`, in order): the project's replica command (serving.launch.commands, the
 launcher's recipe) on every GPU of --gpus with that budget in its environment, a warm-up job (--warmup clips per
 replica, the same for every configuration), then one job of --threads-clips clips per replica (the same clips for
 every configuration, distinct from the warm-up's; each configuration's replicas start fresh, so nothing is cached
@@ -73,7 +73,7 @@ from benchmarks.node.jobs import (
     steady_rate,
 )
 from data.settings import Settings
-from serving import fleet_commands
+from serving.launch import commands as fleet_commands
 
 CONFIG_WORDS = ("budget", "pinned", "unset")
 MODIFIERS = (

@@ -1,5 +1,5 @@
 """Reading jobs: one job, the list, what a runner should work on, items per state, progress with a throughput
-series, failures and the load per replica. Nothing here writes (data.jobs creates and changes jobs,
+series, failures and the load per replica. Nothing here writes (data.jobs.lifecycle creates and changes jobs,
 data.jobs.items works their items)."""
 
 from __future__ import annotations

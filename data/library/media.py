@@ -8,7 +8,7 @@ compute_frames_index_to_sample`, read in the vLLM 0.25.0 wheel; it ports transfo
     n = min(max(n, min_frames), max_frames, total_frames)
     frame_idx = np.linspace(0, total_frames - 1, n).round().astype(int)
 
-The fleet is started with min_frames = max_frames = settings.frames (serving.fleet_commands.vllm_command puts them in
+The fleet is started with min_frames = max_frames = settings.frames (serving.launch.commands.vllm_command puts them in
 `--media-io-kwargs`), so n = settings.frames for any clip with at least that many frames, and the indices are spread
 uniformly from the first to the last frame, **rounded** to the nearest frame (the generic OpenCV/PyAV loaders truncate
 instead: `dtype=int`). `sample_indices(total, settings.frames)` reproduces the Qwen3-VL choice. `total` is the exact

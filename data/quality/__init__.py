@@ -19,8 +19,8 @@ What is measured (each figure's meaning, and how a lead decides from it, is in t
 - Accuracy by the model's confidence (calibration.py); prompt versions on the same clips (prompt_compare.py);
   the figures as rows and text for the Quality tab and the terminal (tables.py); the command (__main__.py).
 
-This package's face is what the Quality tab, the benchmarks and the tests call (`quality.report(...)`); nothing
-else in data/ imports the wing (tests/test_structure.py).
+This package's face is what the Quality tab, the benchmarks and the tests call (`quality.report(...)`); in data/
+only the release wing (data/release/: a dataset card reports these figures) imports it (tests/test_structure.py).
 """
 
 from data.quality.accuracy import (

@@ -11,7 +11,7 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   `per_replica_inflight x replicas behind it` (`--replicas N`, or the router's `/workers`, asked when the runner
   starts). Items are claimed only for free slots, so what is leased is what is in flight: a SIGKILL re-sends at
   most that. Without fleet URLs the runner sends to what the launcher of this data dir started
-  (serving.fleet_record.fleet_url).
+  (serving.launch.record.fleet_url).
 - Dispatch and replica health (least-loaded, cool-down and probe after a retryable error) are replicas.py;
   the failed clip goes back to pending with jittered backoff (`serving.client.backoff`) and is sent elsewhere
   when another replica can take it.
@@ -19,7 +19,7 @@ How it works (a job survives a runner kill, a dying or hung replica and a silent
   several clips) is down: the runner backs off as a whole, one request at a time with a growing pause (at most
   30 s), and no clip uses an attempt until an answer comes, however long that takes (replicas.py). The runner
   looks at the replicas' `/health` every 15 s, every 5 s while every replica fails, with the data dir's fleet key
-  (watch.py, serving.fleet_reader), and its heartbeat carries the fleet's state and the latest failures, which the
+  (watch.py, serving.fleet.reader), and its heartbeat carries the fleet's state and the latest failures, which the
   Jobs tab shows ("waiting for the fleet: 0 of 4 healthy (HTTP 503 ...)"). Every replica failing while `/health`
   finds them up is no outage: its clips use their attempts, at a pace that ends a 30-clip job in about a minute,
   and each failure is named by the replicas' error, a router's circuit-breaker answer included (replicas.py).

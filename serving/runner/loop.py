@@ -17,11 +17,12 @@ from data import heartbeats, jobs, prompts
 from data.jobs import items as job_items, queries as job_queries
 from data.library import clip_root, deployment
 from data.settings import Settings, url_list
-from serving import fleet_record, media_urls
+from serving import media_urls
 from serving.answer_check import AnswerChecker
 from serving.client import CaptionClient, CaptionRequest, FleetClient
 from serving.errors import FleetError, ReplicaError
-from serving.fleet_reader import FleetReader
+from serving.fleet.reader import FleetReader
+from serving.launch import record as fleet_record
 from serving.runner import dbthread, watch
 from serving.runner.collector import Collector
 from serving.runner.dbthread import RunnerDB
@@ -56,7 +57,7 @@ class Runner:
     `look(urls) -> dict` looks at the replicas' `/health` (serving.runner.watch); by default the runner looks
     (`FleetReader.look`, with the data dir's fleet key) when it made its own client, and not when it was given
     one (a fake fleet has no `/health`) unless `look` is given too. None: requests alone tell whether the fleet
-    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet_reader).
+    is down. Every read of the fleet's health goes through `self.reader` (serving.fleet.reader).
 
     Long on purpose: the loop's state (the requests in flight, the outcomes not yet written, the replicas each clip
     is to avoid, the stop and wake events) is read and changed by every step of the loop (claim, dispatch, send,

@@ -49,7 +49,7 @@ FAILING_COOL_MAX_S = 2.0  # a replica's longest cool-down while every replica fa
 # an idle runner whose last requests failed says when they did instead (a fleet fixed meanwhile is not "failing")
 FAILING_FRESH_S = 20.0
 # while every replica fails, a clip's next attempt waits at least this long, so that its attempts span more than the
-# 10 s a router's circuit breaker stays open (serving.fleet_commands.ROUTER_BREAKER_OPEN_S): a fleet fixed while a
+# 10 s a router's circuit breaker stays open (serving.launch.commands.ROUTER_BREAKER_OPEN_S): a fleet fixed while a
 # job runs is refused by the router for up to that long, and no clip uses all its attempts inside that window
 FAILING_RETRY_S = 4.0
 FLEET_PROBE_MAX_S = 30.0  # longest pause between two requests while the whole fleet is down

@@ -3,7 +3,7 @@ for what the Jobs tab says about it (the look goes out with the runner's heartbe
 fleet for this itself).
 
 A look is each replica's `/health` (a router's workers found through its `/workers`), read with the data dir's
-fleet key through serving.fleet_reader (`FleetReader.look`: without the key the router gate answers 401 and a
+fleet key through serving.fleet.reader (`FleetReader.look`: without the key the router gate answers 401 and a
 healthy fleet looks down), with a short timeout, in a worker thread: never on the event loop, never inside a
 transaction. The runner looks every LOOK_EVERY_S, so that the Jobs tab's "fleet: 4 of 4 healthy" is never older
 than that (an idle runner still knows whether a job started now could run), and every LOOK_FAILING_S while every

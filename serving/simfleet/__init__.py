@@ -27,6 +27,7 @@ The modules, from the clip outwards:
 - probe.py    opening a clip as the decoder would (PyAV metadata, cached), or the error it gave
 - costs.py    the latency model and the decode-memory budget
 - answers.py  the request read as vLLM reads it; the deterministic answer; vLLM's response bodies
+- logprobs.py the token logprobs a replica returns with an answer, in vLLM 0.25's shape
 - knobs.py    the failure knobs and their command-line flags
 - metrics.py  the Prometheus series (vLLM's names) and the exact busy-time integrals
 - replica.py  one replica: faults, clip loading, the capacity queue, the chat request end to end

@@ -16,7 +16,7 @@ PREFILL_S_PER_TOKEN = 4e-6
 GEN_S_PER_TOKEN = 4e-3
 DEFAULT_CAPACITY = 6
 DEFAULT_FRAMES = 16
-# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (serving.fleet_commands.vllm_command): vLLM gives each API server
+# --mm-ipc-gpu-memory-gb 2 shared by 4 API servers (serving.launch.commands.vllm_command): vLLM gives each API server
 # G / api_server_count, so 512 MiB per decode; a clip needs frames x H x W x 3 bytes of it, or it gets HTTP 400
 DECODE_BUDGET_BYTES = 2 * 1024**3 // 4
 

@@ -38,7 +38,8 @@ from data.jobs import queries as job_queries
 from data.library import clip_root
 from data.library.clipgen import tiny_library
 from data.settings import Settings
-from serving import fleet_commands, procs, simfleet
+from serving import procs, simfleet
+from serving.launch import commands as fleet_commands
 from tests.support.audit_checks import assert_audit_complete, check_oracle
 from tests.support.freeze import freeze_inside_a_write, freeze_outside_a_write
 from tests.support.reliability_fixtures import (

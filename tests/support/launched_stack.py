@@ -20,7 +20,8 @@ import httpx
 from data import db as dbmod
 from data.jobs import queries as job_queries
 from data.settings import Settings
-from serving import fleet_addresses, procs
+from serving import procs
+from serving.launch import addresses as fleet_addresses
 from tests.support.webapp_fixtures import PASSWORD, ROLES
 
 REPO = Path(__file__).resolve().parents[2]

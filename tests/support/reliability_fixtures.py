@@ -30,7 +30,8 @@ import httpx
 from data import db as dbmod, examples, taxonomy, users
 from data.job_params import JobParams
 from data.jobs.selection import Selection
-from serving import fleet_commands, procs
+from serving import procs
+from serving.launch import commands as fleet_commands
 
 REPO = Path(__file__).resolve().parents[2]
 PASSWORD = "correct horse battery"

@@ -106,8 +106,8 @@ def real_router(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
 @contextlib.contextmanager
 def real_router_metrics(worker_urls: list[str], tmp_path, *, timeout: float = 30.0):
     """`real_router`, yielding (its URL, the URL of its Prometheus metrics). Its circuit breaker opens for as long
-    as the launcher's (serving.fleet_commands.ROUTER_BREAKER_OPEN_S)."""
-    from serving.fleet_commands import ROUTER_BREAKER_OPEN_S
+    as the launcher's (serving.launch.commands.ROUTER_BREAKER_OPEN_S)."""
+    from serving.launch.commands import ROUTER_BREAKER_OPEN_S
 
     exe = shutil.which("vllm-router")
     assert exe, "vllm-router is not installed (pip install vllm-router): the end-to-end tests need it"

@@ -1,7 +1,7 @@
-// Drafts, the review lease and the session, for the review page (webapp/activity.py says what the server does).
+// Drafts, the review lease and the session, for the review page (webapp/routes/activity.py says what the server does).
 // - As the person edits the caption or a label, the form is copied into localStorage at once and written to the
 //   server (PUT /drafts/CLIP) after a short pause: an edit survives a reload, a closed tab and an ended session,
-//   and the server offers it back when the person returns to the clip (webapp/review_view.py, review_drafts.py).
+//   and the server offers it back when the person returns to the clip (webapp/review/view.py, drafts.py).
 //   Nothing here saves a caption version.
 // - Keys, clicks and a playing video on an open clip tell the server the person is still on it (POST
 //   /leases/CLIP, at most every LEASE_PING_MS): the others' "next" keeps skipping it.

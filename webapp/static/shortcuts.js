@@ -5,7 +5,7 @@
 // browser's Back and Forward move between clips (through the server's goto, which saves an edit first) and a
 // link opens the same view. Leaving the page with an unsaved edit asks first (beforeunload).
 // The label fields are webapp/static/picker.js's (keys 1-7 open them). The blind second review's form (webapp/
-// second_review_tab.py) is Review's without the model: on its tab 1-7 open its fields, a approves and r rejects
+// second_review/tab.py) is Review's without the model: on its tab 1-7 open its fields, a approves and r rejects
 // (each then opens the next one), n opens the next one without answering.
 // No timers: everything here runs on an event (a key, a click, a DOM change, a history step).
 (() => {
@@ -51,7 +51,7 @@
   // server refuses such a form now: webapp/form_echo.py); j or a right after ctrl+s sent the edit again on the
   // version the save had replaced (a conflict with oneself); j j moved once, not twice. So while one is on its
   // way, the keys and buttons that act on the clip are held here, with a note that says to press again. A save
-  // after a save is not: Gradio sends it once the first is answered, on the version that made (review_tab.py).
+  // after a save is not: Gradio sends it once the first is answered, on the version that made (webapp/review/tab.py).
   // The answer has arrived when the header or the message changes (each message carries its own data-at), an
   // error toast appears, or SENT_WAIT_MS pass with none.
   const SENDS = "#btn-save, #btn-approve, #btn-reject, #btn-next, #btn-prev, #btn-next-unreviewed, #btn-broken, " +
