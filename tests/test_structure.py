@@ -329,7 +329,8 @@ def test_every_package_s_init_is_its_docstring_and_at_most_a_face():
     """One convention for a package's `__init__.py` (ARCHITECTURE.md, "The floors"): it opens with a docstring that
     says what the package holds; a wing's names each of its modules (`tab.py`, ...). After it comes nothing, or a
     face: `from` imports of the package's own modules and the `__all__` that names them. Never a definition, so
-    the code a caller runs is always in a module named for what it holds."""
+    the code a caller runs is always in a module named for what it holds. One more thing may stand there: a plain
+    `import` of one of its own modules for that module's effect, which the docstring names (data/sqlite.py)."""
     wrong = []
     for init in _package_inits():
         package = _module_of(init)
@@ -344,7 +345,11 @@ def test_every_package_s_init_is_its_docstring_and_at_most_a_face():
             own = isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package + ".")
             future = isinstance(node, ast.ImportFrom) and node.module == "__future__"
             face = isinstance(node, ast.Assign) and [ast.unparse(t) for t in node.targets] == ["__all__"]
-            if not (own or future or face):
+            effect = isinstance(node, ast.Import) and all(
+                a.name.startswith(package + ".") and f"{a.name.removeprefix(package + '.')}.py" in doc
+                for a in node.names
+            )
+            if not (own or future or face or effect):
                 wrong.append(f"{init.relative_to(ROOT)}:{node.lineno}: {ast.unparse(node).splitlines()[0][:60]}")
         imports = any(isinstance(n, ast.ImportFrom) and n.module != "__future__" for n in tree.body)
         if imports and _exported(package) is None:
