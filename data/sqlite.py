@@ -28,6 +28,8 @@ def _lean_import():
         sys.modules[name] = None  # `import name` raises ImportError: sqlite_utils goes on without it
     try:
         import sqlite_utils
+    except ImportError:  # an interpreter without the workbench's packages (launch.sh's checks run one): the module
+        return None  # that needs sqlite-utils says so when it imports it, as it did before this module
     finally:
         for name in blocked:
             if sys.modules.get(name, 0) is None:

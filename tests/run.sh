@@ -10,12 +10,14 @@
 # port and temporary data dir, so they overlap well; a test module stays on one worker). Then the real-browser
 # tests, the fault-injection runs under load and the tests that watch the whole machine or wait by the clock
 # (marked `browser`, `load`, `serial`) run one at a time: they must not share the machine with other tests.
-#   tests/run.sh --quick   the first part only (docs/TESTING.md: its time on a 2-core machine)
+#   tests/run.sh --quick   the first part only, each property test drawing a quarter of its examples
+#                          (tests/support/examples.py; docs/TESTING.md: its time on a 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 QUICK=0
 if [ "${1:-}" = "--quick" ]; then QUICK=1; shift; fi
+export CW_TEST_QUICK=$QUICK  # tests/support/examples.py: the property tests' full numbers in the full run only
 if [ ! -x /usr/bin/chromium ] || ! command -v openssl >/dev/null; then
   echo "[tests] installing Debian chromium (the browser tests) and openssl (a test's self-signed certificate)"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo

@@ -34,6 +34,7 @@ from serving import procs, simfleet
 from serving.answer_check import MIN_WALL_S, AnswerChecker
 from serving.errors import BadAnswer
 from serving.launch import commands as fleet_commands
+from tests.support.examples import examples
 
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-0.25.0-answers.json").read_text())
@@ -132,7 +133,7 @@ def test_the_walker_opens_every_keyword_that_holds_a_schema_in_every_draft():
     assert placed >= 80, placed  # 5 drafts x 11 to 21 keywords, some in two shapes (86 with jsonschema 4.26)
 
 
-@hsettings(max_examples=40, deadline=None)
+@hsettings(max_examples=examples(40), deadline=None)
 @given(
     pattern=REFUSED_PATTERNS,
     draft=st.sampled_from(sorted(DRAFT_URIS)),
@@ -154,7 +155,7 @@ def test_a_pattern_re2_cannot_express_is_refused_with_why_wherever_it_hides(tmp_
         d.close()
 
 
-@hsettings(max_examples=40, deadline=None)
+@hsettings(max_examples=examples(40), deadline=None)
 @given(
     keyword=st.sampled_from(["patternProperties", "format"]),
     draft=st.sampled_from(sorted(DRAFT_URIS)),
@@ -200,7 +201,7 @@ def answer_body(caption: str) -> bytes:
     return json.dumps(body).encode()
 
 
-@hsettings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pattern=HOSTILE_PATTERNS,
     words=st.integers(1, 4000),

@@ -9,6 +9,7 @@ from data import captions, clips, order as orders, search
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, SearchSyntaxError
+from tests.support.examples import examples
 
 PAGE = clips.PAGE_SIZE
 
@@ -250,7 +251,7 @@ TOKENS = st.sampled_from(
 )
 
 
-@hsettings(max_examples=400, deadline=None, suppress_health_check=list(HealthCheck))
+@hsettings(max_examples=examples(400), deadline=None, suppress_health_check=list(HealthCheck))
 @given(st.lists(TOKENS, max_size=14).map(" ".join), st.lists(TOKENS, max_size=8).map("".join))
 def test_no_search_text_is_ever_an_fts_syntax_error(db, spaced, packed):
     """Whatever a person types is either a query SQLite runs or a hint; never an FTS5 error (a 500)."""

@@ -22,6 +22,7 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from data.quality import decision, sequential, stats, tables
 from data.quality.stats import Stratum
 from data.quality.targets import Target
+from tests.support.examples import examples
 
 TARGETS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 0.99)
 CONFIDENCES = (0.8, 0.9, 0.95, 0.99)
@@ -71,7 +72,7 @@ def the_sentence(strata: list[Stratum], target: float, confidence: float, made: 
     return x, d, tables.decision_text(d)
 
 
-@hsettings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=examples(400), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches(), st.sampled_from(TARGETS), st.sampled_from(CONFIDENCES))
 @example([Stratum(60, 16, 11)], 0.6, 0.95)  # the issue's case: 16 was shown, 34 decide
 @example([Stratum(50_000, 50, 45)], 0.9, 0.95)  # on the target: only the whole rest decides
@@ -127,7 +128,7 @@ def test_the_issue_s_case_reads_34_more_would_decide_and_a_round_of_16_first():
     assert planned_bounds([Stratum(60, 16, 11)], 16, 0.05)[0] == 0.5
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=examples(300), deadline=None)
 @given(
     st.lists(st.integers(0, 300), min_size=1, max_size=6).flatmap(
         lambda sizes: st.tuples(st.just(sizes), st.tuples(*[st.integers(0, min(n, 60)) for n in sizes]))

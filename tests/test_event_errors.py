@@ -11,6 +11,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
+from tests.support.examples import examples
 from tests.support.reliability_fixtures import LEAKS, GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import AppServer, add_users, build_library
 from webapp import failures
@@ -185,7 +186,7 @@ def fuzz_join_fields(client) -> None:
     a join (200: the event then runs, and says what is wrong with its inputs as test_every_event_fed_the_wrong_
     inputs_answers_with_a_sentence checks) or refused with a sentence and a 4xx, never a 422 list or a 500."""
 
-    @hsettings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+    @hsettings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
     @given(field=st.sampled_from(["fn_index", "data", "session_hash", "trigger_id", "event_id", "batched"]), v=VALUES)
     def one(field, v):
         body = {"fn_index": 0, "data": [], "session_hash": "fuzz", "trigger_id": None, field: v}

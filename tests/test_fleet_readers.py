@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, example, given, settings as hsettings, strat
 from serving.answers import read_answer
 from serving.errors import BadAnswer, FleetError, ReplicaError
 from serving.logprobs import enum_labels, label_confidence
+from tests.support.examples import examples
 from tests.support.fleet_fixtures import caption
 
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-0.25.0-answers.json").read_text())
@@ -152,7 +153,7 @@ VALUES = st.recursive(
 PLACES = st.sampled_from(["logprob", "top_logprobs", "token", "entry", "alternative", "logprobs", "content"])
 
 
-@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@hsettings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(changes=st.lists(st.tuples(PLACES, st.integers(0, 10**6), st.integers(0, 20), VALUES), min_size=1, max_size=6))
 @example(changes=[("alternative", 0, 15, "[]"), ("alternative", 0, 0, "{}")])  # once broke the mutation, not the reader
 def test_no_logprobs_make_the_reader_raise_or_fail_the_caption(changes):
@@ -184,7 +185,7 @@ def test_no_logprobs_make_the_reader_raise_or_fail_the_caption(changes):
 
 
 # 100 examples: a reader taking any usage for a dict, or any model for a string, failed this under every seed tried
-@hsettings(max_examples=100, deadline=None)
+@hsettings(max_examples=examples(100), deadline=None)
 @given(usage=VALUES, model=VALUES, finish_extra=VALUES)
 def test_hostile_usage_and_model_are_unreadable_not_a_failed_caption(usage, model, finish_extra):
     def mutate(body):
@@ -200,7 +201,7 @@ def test_hostile_usage_and_model_are_unreadable_not_a_failed_caption(usage, mode
     assert got.model is None or (isinstance(got.model, str) and len(got.model) <= 256)
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=examples(300), deadline=None)
 @given(text=VALUES)
 def test_any_body_is_read_or_refused_with_a_fleet_error(text):
     try:

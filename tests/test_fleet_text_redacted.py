@@ -35,6 +35,7 @@ from serving import fleet_key
 from serving.fleet.reader import FleetReader
 from serving.redact import Redactor
 from tests.support.echo_fleet import MODES, EchoFleet, mode_of
+from tests.support.examples import examples
 
 ROOT = Path(__file__).resolve().parents[1]
 SIG = re.compile(r"(?i)sig(=|%3D|%253D)[0-9a-f]{8}")
@@ -178,7 +179,7 @@ def test_no_secret_a_replica_repeats_is_stored_logged_or_shown(head_library, tmp
 SEPARATORS = ["\n", "\r\n", "\u200b", "\u2060", "\ufeff", " ", '", "', '","x":"', "\\n", "-\n", "\t"]
 
 
-@hsettings(max_examples=200, deadline=None)
+@hsettings(max_examples=examples(200), deadline=None)
 @given(
     cuts=st.lists(st.integers(1, 42), max_size=4, unique=True),
     seps=st.lists(st.sampled_from(SEPARATORS), min_size=4, max_size=4),

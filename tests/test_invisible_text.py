@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from data import captions, export, limits, review_states
 from data.release import make as rel
 from data.release.options import Options
+from tests.support.examples import examples
 from tests.support.release_library import ClipSpec, build
 from tests.support.reliability_fixtures import LABELS
 from tests.support.runner_fixtures import add_clips
@@ -79,7 +80,7 @@ def salted(words: list[str], hidden: list[str], seed: int) -> str:
     return " ".join(out)
 
 
-@hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(words=WORDS, hidden=HIDDEN, seed=st.integers(0, 1000))
 def test_a_save_a_fleet_caption_and_a_model_name_keep_no_invisible_character(db, words, hidden, seed):
     (clip,) = add_clips(db, 1, prefix=f"inv{next(RUNS)}")

@@ -19,6 +19,7 @@ from data.job_params import MIN_MAX_TOKENS, JobParams
 from data.jobs import items as job_items, queries as job_queries
 from data.jobs.selection import Selection
 from serving import runner as runmod, simfleet
+from tests.support.examples import examples
 from tests.support.fleet_fixtures import write_clip
 
 N_CLIPS = 36
@@ -242,7 +243,7 @@ def test_caption_cli_refuses_small_max_tokens(settings, db, capsys):
     assert db.execute("SELECT COUNT(*) FROM jobs").fetchone()[0] == 0
 
 
-@hsettings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     outcomes=st.lists(st.sampled_from(["done", "retryable", "final", "exhausted"]), min_size=1, max_size=8),
     paused_between=st.booleans(),

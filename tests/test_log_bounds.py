@@ -27,6 +27,7 @@ from hypothesis import given, settings as hsettings, strategies as st
 from data import taxonomy
 from data.settings import Settings
 from serving import log_clip, log_sink
+from tests.support.examples import examples
 from tests.support.reliability_fixtures import (
     LABELS,
     AppProcess,
@@ -56,7 +57,7 @@ def test_a_long_value_is_cut_with_its_length_and_numbers_keep_their_format():
     assert _record("short %s", "value").getMessage() == "short value"  # nothing cut that fits
 
 
-@hsettings(max_examples=60, deadline=None)
+@hsettings(max_examples=examples(60), deadline=None)
 @given(
     st.lists(
         st.one_of(

@@ -23,6 +23,7 @@ from serving.client import MAX_ANSWER_BYTES, CaptionRequest, FleetClient, answer
 from serving.logprobs import FORBIDDEN, label_confidence
 from serving.simfleet import answers as sim_answers
 from serving.simfleet.logprobs import MAX_LOGPROBS, simulate
+from tests.support.examples import examples
 from tests.support.fleet_fixtures import PROMPT, caption
 
 SCHEMA = taxonomy.model_schema(taxonomy.CAPTION_SCHEMA)
@@ -215,7 +216,7 @@ def test_no_logprobs_asked_for_is_no_confidence():
 # ---- the simulated fleet: vLLM's shape, and the confidence it means ---------------------------------------------
 
 
-@hsettings(max_examples=80, deadline=None)
+@hsettings(max_examples=examples(80), deadline=None)
 @given(clip=st.text(min_size=1, max_size=12), k=st.integers(0, MAX_LOGPROBS))
 def test_the_simulated_logprobs_carry_what_the_reader_reads(clip, k):
     answer = sim_answers.synthetic_answer(clip, None, SCHEMA)

@@ -23,6 +23,7 @@ from data.errors import Conflict, DataError
 from data.job_params import JobParams
 from data.jobs import items as job_items
 from data.jobs.selection import Selection
+from tests.support.examples import examples
 from tests.support.runner_fixtures import LABELS
 
 CLIPS_PER_RUN = 2
@@ -247,11 +248,11 @@ def test_r2_machine_never_replaces_human_or_approved(settings):
         # approved caption or over a human one, a candidate counted wrong, an adopt deriving from the wrong version
         # each failed this test under every seed tried, the last two within 100 runs
         run.settings = hsettings(
-            max_examples=300, stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
+            max_examples=examples(300), stateful_step_count=20, deadline=None, suppress_health_check=list(HealthCheck)
         )
         run().runTest()
         # the machine ran this many cases on this file; each made its own clips
-        assert next(_counter) >= 300
+        assert next(_counter) >= examples(300)
         assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     finally:
         Versions.db = None

@@ -18,6 +18,7 @@ from data.clips import Filter
 from data.db import immediate
 from data.errors import BadCursor, DataError, NotFound
 from data.order import Cursor, Order
+from tests.support.examples import examples
 
 HAZARD_RANK = (
     "CASE c.hazard_level WHEN 'none' THEN 0 WHEN 'low' THEN 1 WHEN 'medium' THEN 2 WHEN 'high' THEN 3 "
@@ -194,7 +195,9 @@ def registered(monkeypatch):
     return register
 
 
-SETTINGS = hsettings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SETTINGS = hsettings(
+    max_examples=examples(60), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @SETTINGS

@@ -20,6 +20,7 @@ from data.clips import Filter
 from data.errors import DataError
 from data.release import make as rel, stratify as splits
 from data.release.options import Options
+from tests.support.examples import examples
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS
@@ -83,7 +84,9 @@ def released(spec: ClipSpec, include_simulated: bool) -> bool:
     return spec.status == "approved" and not spec.failed and (include_simulated or not spec.simulated)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(
     libraries(),
     st.sampled_from(SHARES),
@@ -136,7 +139,7 @@ def test_no_group_is_in_two_splits_in_any_release(library, shares, seed, include
 GROUP = st.dictionaries(st.sampled_from([*LEVELS, ""]), st.integers(1, 12), min_size=1, max_size=3)
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(
     st.dictionaries(st.text(min_size=1, max_size=8), GROUP, min_size=1, max_size=60),
     st.sampled_from(SHARES),
@@ -163,7 +166,7 @@ def test_groups_are_placed_within_two_groups_of_the_asked_shares(groups, shares,
             assert abs(counts[split, level] - share * total) <= 1.5 * biggest, (split, level)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.sampled_from(LEVELS), min_size=1, max_size=400), st.sampled_from(SHARES), st.integers(0, 99))
 # found by a CI rehearsal: a greedy aiming at the final totals put all 11 in train (val and test empty)
 @example(["none", "none", "low", "low", "low", "medium", "medium", "medium", "high", "high", "critical"], SHARES[0], 1)
@@ -216,7 +219,7 @@ def exhaustive_miss(sizes: list[int], ask: dict[str, float]) -> float:
 HEAVY_TAILED = st.lists(st.one_of(st.integers(1, 4), st.integers(5, 20), st.integers(20, 80)), min_size=1, max_size=14)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(HEAVY_TAILED, st.sampled_from(SHARES[:3]), st.integers(0, 2**31), st.data())
 @example([40, 9, 4], "train=0.8,val=0.1,test=0.1", 0, None)  # the greedy put 40 and 9 in train: 92.5 / 7.5 / 0
 @example([1, 1, 75], "a=0.7,b=0.2,c=0.1", 0, None)  # the bound counted a split at its breakpoint as short: 77 / 0 / 0
@@ -281,7 +284,7 @@ def test_a_field_no_clip_carries_is_refused_with_the_fields_there_are(db, tmp_pa
     assert groups == {"folder=d0", "folder=d1", "folder=d2", "folder=d3", "folder=loose"} and r.version == 1
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.integers(0, 90), min_size=2, max_size=4), st.sampled_from(SHARES), st.integers(0, 40))
 @example([75, 2, 0], "a=0.7,b=0.2,c=0.1", 0)  # b exactly at its breakpoint, counted short by a rounding: 0.913
 def test_the_search_bound_is_the_miss_itself_with_nothing_left_and_never_above_what_free_clips_reach(

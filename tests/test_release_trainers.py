@@ -29,6 +29,7 @@ from data.errors import DataError
 from data.release import files as release_files, make as rel, stratify as splits
 from data.release.options import Options
 from tests.support import trainer_readers as readers
+from tests.support.examples import examples
 from tests.support.release_library import LABELS, ClipSpec, build, provenance
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -138,7 +139,9 @@ TYPED = st.lists(
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+    max_examples=examples(15),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(TYPED, min_size=3, max_size=6), TYPED, TYPED)
 def test_a_placeholder_typed_in_a_caption_or_a_prompt_never_breaks_an_item(tmp_path_factory, texts, system, user):

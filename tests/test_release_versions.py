@@ -21,6 +21,7 @@ from data import db as dbmod, taxonomy
 from data.clips import Filter
 from data.release import make as rel, stratify as splits
 from data.release.options import Options
+from tests.support.examples import examples
 from tests.support.release_library import ClipSpec, build
 
 LEVELS = taxonomy.HAZARD_LEVELS
@@ -63,7 +64,9 @@ def growth(draw):
     return first, steps
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=examples(12), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 @given(growth(), st.sampled_from(SHARES), st.integers(0, 2**31))
 def test_ten_successive_releases_move_no_earlier_clip_and_keep_the_shares(grow, shares, seed):
     """After each release: 0 earlier clips in another split, as the manifests show and the message says; each

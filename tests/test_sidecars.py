@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings as hsettings, strategies as 
 from data import clips
 from data.library import ingest, walk
 from data.library.walk import Entry
+from tests.support.examples import examples
 
 # tokens that a JSON parser accepts (or nearly) but that a naive store or read-back gets wrong
 HOSTILE_SCALARS = [
@@ -106,7 +107,7 @@ def _expected(raw: bytes):
     return value if isinstance(value, dict) else {"value": value}
 
 
-@hsettings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@hsettings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(raw=JSONISH)
 def test_any_jsonish_sidecar_is_stored_as_it_reads_back_or_recorded_as_an_error(db, tmp_path, raw):
     n = next(_COUNTER)

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings as hsettings, strategies as st
 
 from data import textdiff
+from tests.support.examples import examples
 
 words = st.lists(st.sampled_from(["a", "car", "bus", "turns", "left", "the", "pedestrian", "x"]), max_size=40)
 
@@ -38,7 +39,7 @@ def apply(d: textdiff.WordDiff) -> list[str]:
     return out
 
 
-@hsettings(max_examples=300, deadline=None)
+@hsettings(max_examples=examples(300), deadline=None)
 @given(a=words, b=words)
 def test_opcodes_turn_the_old_words_into_the_new(a, b):
     d = textdiff.word_diff(" ".join(a), " ".join(b))

@@ -1,0 +1,26 @@
+"""How many examples a property test draws (hypothesis), in the two runs of the suite (docs/TESTING.md).
+
+- The full run (`tests/run.sh`, which .ci/run makes under the first Python): every property test draws its full
+  number, the one its comment justifies (the mutants it was seen to catch, the seeds tried).
+- The quick run (`tests/run.sh --quick`, CW_TEST_QUICK=1, which .ci/run makes under every other Python): a quarter of
+  it, never fewer than FLOOR (nor more than the full number). The same properties, on the same code paths: what a
+  second Python can break (an import, a changed library default) breaks them on the first examples; what takes
+  hundreds of examples to find is found by the full run.
+
+    @hsettings(max_examples=examples(300), deadline=None)
+"""
+
+from __future__ import annotations
+
+import os
+
+QUICK = os.environ.get("CW_TEST_QUICK") == "1"
+SHARE = 4  # the quick run draws 1/SHARE of the full number
+FLOOR = 10
+
+
+def examples(full: int) -> int:
+    """The number of examples to draw: `full` in the full run, its quick share in the quick one."""
+    if not QUICK:
+        return full
+    return min(full, max(FLOOR, full // SHARE))
