@@ -36,6 +36,8 @@ from serving.errors import BadAnswer
 from serving.launch import commands as fleet_commands
 from tests.support.examples import examples
 
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parent.parent
 RECORDED = json.loads((Path(__file__).parent / "data" / "vllm-0.25.0-answers.json").read_text())
 GOOD = RECORDED["answers"]["good_logprobs"]["body"]

@@ -7,6 +7,8 @@ import sqlite3
 import threading
 import time
 
+import pytest
+
 from data import db as dbmod, jobs
 from data.job_params import JobParams
 from data.jobs import items as job_items, queries as job_queries
@@ -15,6 +17,8 @@ from serving import runner as runmod
 from serving.errors import ReplicaError
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2"]
 

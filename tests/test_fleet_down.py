@@ -11,6 +11,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from data import heartbeats, jobs
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
@@ -19,6 +21,8 @@ from serving import runner as runmod
 from serving.errors import Overloaded, ReplicaError, Unreachable
 from tests.support.runner_fixtures import FakeClient, add_clips, default_prompt
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
 
 URLS = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
 

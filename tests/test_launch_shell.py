@@ -16,6 +16,8 @@ from data.settings import Settings
 from serving import procs
 from serving.launch import record as fleet_record
 
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

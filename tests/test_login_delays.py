@@ -16,6 +16,8 @@ import pytest
 from tests.support.reliability_fixtures import PASSWORD, AppProcess
 from tests.support.webapp_fixtures import add_users, build_library
 
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
+
 OFFICE = "198.51.100.7"  # the address every user of the team shares (a proxy, a tunnel)
 ELSEWHERE = "203.0.113.9"
 

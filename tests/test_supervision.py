@@ -29,6 +29,8 @@ from data.settings import Settings
 from serving import procs, simfleet, supervisor
 from serving.launch import commands as fleet_commands
 
+pytestmark = pytest.mark.waits  # minutes of the product's clocks: started first (tests/conftest.py)
+
 REPO = Path(__file__).resolve().parents[1]
 
 
