@@ -42,12 +42,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     print("date:", dt.datetime.now().isoformat(timespec="seconds"))
     if a.which in ("r1", "all"):
-        from tests.load.test_concurrent_annotators import run_r1
+        from tests.support.reliability_runs import run_r1
 
         s, tmp = fresh("r1")
         print("R1:", json.dumps(run_r1(s, tmp, seconds=a.seconds)), flush=True)
     if a.which in ("r4", "all"):
-        from tests.load.test_app_kill import run_r4
+        from tests.support.reliability_runs import run_r4
 
         s, tmp = fresh("r4")
         print("R4:", json.dumps(run_r4(s, tmp, kills=a.kills, seed=44)), flush=True)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 
 from data import captions, review_states
-from tests.load.test_runner_kill import kill_loop
 from tests.support.audit_checks import assert_audit_complete
 from tests.support.reliability_fixtures import LABELS
+from tests.support.reliability_runs import kill_loop
 from tests.support.runner_fixtures import add_clips
 
 

@@ -19,7 +19,7 @@ from data.errors import DataError
 from data.quality.__main__ import main as quality_main
 from data.release import make as release
 from serving import caption
-from tests.data.test_export import populate
+from tests.support.export_library import populate
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every command line that selects clips with flags: each must take all of the filter's.

@@ -9,33 +9,9 @@ Long form: `python tests/reliability_long.py r1 --seconds 120`.
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
-from data import db as dbmod
-from tests.support.audit_checks import assert_audit_complete, check_oracle
-from tests.support.reliability_fixtures import AnnotatorLoad, annotation_rig, machine_captions
-
-
-def run_r1(settings, tmp_path, *, seconds: float, annotators: int = 20, clips: int = 40, min_saved: int = 10) -> dict:
-    with annotation_rig(settings, tmp_path, clips=clips, annotators=annotators) as rig:
-        with AnnotatorLoad(lambda: rig.app.url, rig.names, rig.clip_ids) as load:
-            time.sleep(seconds)
-            load.wait_saved(min_saved, timeout=180)
-    db = dbmod.connect(settings.db)
-    try:
-        summary = load.summary()
-        errors = [a for a in load.answers if a.kind in ("error", "dropped")]
-        assert not errors, f"{len(errors)} saves answered with an error, e.g. {errors[:3]}"
-        assert not [a for a in load.answers if "locked" in a.message]
-        oracle = check_oracle(db, load.answers)
-        audit = assert_audit_complete(db)
-        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
-        out = {**summary, **oracle, "machine_captions": machine_captions(db), "audit": audit}
-    finally:
-        db.close()
-    return out
+from tests.support.reliability_runs import run_r1
 
 
 @pytest.mark.load
