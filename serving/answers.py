@@ -7,7 +7,7 @@ budget, for the runner); tests feed them the answers recorded from real vLLM 0.2
 What the fleet sends is read, never trusted: `read_answer` raises nothing but a FleetError (BadAnswer: the answer is
 unusable, not retried; ReplicaError: not a chat completion at all, retried elsewhere), whatever the bytes. A token
 count, a model name or a confidence that cannot be read is None (a confidence with a note), never a failed caption
-(tests/serving/test_fleet_readers.py).
+(tests/serving/test_answers.py).
 """
 
 from __future__ import annotations

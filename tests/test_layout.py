@@ -91,6 +91,18 @@ def test_every_test_module_sits_in_the_folder_of_its_kind():
         ("load", "import pytest\n\n@pytest.mark.slow\ndef test_a(): ...\n", False),
         ("data/release", "import pytest\n\n@pytest.mark.parametrize('x', [1])\ndef test_a(x): ...\n", False),
     ],
+    ids=[
+        "browser-test-in-webapp",
+        "serial-test-in-serving",
+        "browser-module-in-load",
+        "unmarked-in-browser",
+        "unmarked-in-load",
+        "unknown-folder",
+        "unmarked-at-top",
+        "browser-in-browser",
+        "slow-in-load",
+        "parametrized-in-data-release",
+    ],
 )
 def test_the_layout_check_refuses_a_misplaced_module(folder, source, wrong):
     assert (misplaced(folder, "test_new.py", source) is not None) is wrong

@@ -1,10 +1,17 @@
-"""S2: roles hold at the API, not just in the UI. `docs/roles.csv` lists every endpoint (each Gradio event by
-its api_name, each route of the app, every route of the Gradio app it mounts) x role (anonymous, annotator,
-lead, admin) -> allow/deny. The tests below are generated from it and call each endpoint directly over HTTP
-(Gradio events through the queue, like a browser). The routes are read from the app itself (its own and Gradio's
-router: tests/support/app_routes.py), so a route the table does not list, one a new Gradio adds included, fails
-`test_table_lists_every_endpoint` until someone classifies it; of Gradio's routes only those the page uses are
-open (issue 27: webapp.guard), the rest answer 403 to every role.
+"""Roles hold at the API, not just in the UI: who may do what once signed in (signing in and sessions:
+tests/webapp/test_login_and_sessions.py). What was test_webapp_roles and test_roles_at_the_api, in that order.
+
+Every Gradio event is an HTTP endpoint, so the checks live in the handlers. An annotator calling the start-job or
+job-control endpoints directly (a raw join of Gradio's queue, as the page makes; the REST `call/` route is closed
+since issue 27) is refused and nothing is written; export answers 403; anonymous callers get 401 everywhere.
+
+S2: `docs/roles.csv` lists every endpoint (each Gradio event by its api_name, each route of the app, every route
+of the Gradio app it mounts) x role (anonymous, annotator, lead, admin) -> allow/deny. The tests below are
+generated from it and call each endpoint directly over HTTP (Gradio events through the queue, like a browser). The
+routes are read from the app itself (its own and Gradio's router: tests/support/app_routes.py), so a route the
+table does not list, one a new Gradio adds included, fails `test_table_lists_every_endpoint` until someone
+classifies it; of Gradio's routes only those the page uses are open (issue 27: webapp.guard), the rest answer 403
+to every role.
 """
 
 from __future__ import annotations
@@ -24,6 +31,88 @@ from data.jobs.selection import Selection
 from tests.support.app_routes import app_routes, concrete
 from tests.support.reliability_fixtures import GradioError, GradioSession, dependencies
 from tests.support.webapp_fixtures import PASSWORD
+
+
+def session_as(server, user: str) -> GradioSession:
+    cookie = server.client(user).cookies["cw_session"]
+    return GradioSession(server.url, cookie, dependencies(server.url, cookie))
+
+
+def job_count(settings) -> int:
+    db = dbmod.connect(settings.db)
+    try:
+        return len(job_queries.list_jobs(db, limit=1000))
+    finally:
+        db.close()
+
+
+# name, clips, prompt, frames, max tokens, pixels per clip (None: the default), the Browse filter, the preview shown
+START_ARGS = ("sneaky job", "everything uncaptioned", None, 16, 320, None, {}, None)
+
+
+def test_annotator_cannot_start_a_job_through_the_api(server, web_settings):
+    before = job_count(web_settings)
+    with pytest.raises(Exception, match="lead role"):
+        session_as(server, "ann").call("start_job", list(START_ARGS))
+    assert job_count(web_settings) == before
+
+
+@pytest.mark.parametrize("endpoint", ["/job_pause", "/job_resume", "/job_cancel", "/job_retry"])
+def test_annotator_cannot_control_jobs(server, web_settings, endpoint):
+    db = dbmod.connect(web_settings.db)
+    job_id = jobs.create(
+        db,
+        name="a lead's job",
+        created_by="lead",
+        selection=Selection.of_clips([1]),
+        prompt_id=None,
+        params=JobParams(),
+    )
+    state = job_queries.get(db, job_id)["state"]
+    with pytest.raises(Exception, match="lead role"):
+        session_as(server, "ann").call(endpoint.lstrip("/"), [job_id])
+    assert job_queries.get(db, job_id)["state"] == state
+    db.close()
+
+
+def test_lead_can_start_a_job(server, web_settings):
+    before = job_count(web_settings)
+    msg, job_id, *_preview = session_as(server, "lead").call("start_job", list(START_ARGS))
+    assert "Started job" in msg and job_count(web_settings) == before + 1
+
+
+def test_raw_http_event_call_as_annotator_is_refused(server, web_settings):
+    """Straight to Gradio's REST call route, no client library: closed for every role (issue 27)."""
+    before = job_count(web_settings)
+    for user in ("ann", "lead"):
+        c = server.client(user)
+        r = c.post("/gradio_api/call/start_job", json={"data": list(START_ARGS)})
+        assert r.status_code == 403 and "closed" in r.json()["detail"]
+    assert job_count(web_settings) == before
+
+
+def test_export_needs_lead(server):
+    assert server.client("ann").get("/export?fmt=jsonl").status_code == 403
+    assert server.client().get("/export?fmt=jsonl").status_code == 401
+    r = server.client("lead").get("/export?fmt=jsonl&filter=%7B%22has_caption%22%3A%20true%7D")
+    assert r.status_code == 200
+    assert r.text.count("\n") >= 2 and "drive/clip_" in r.text
+
+
+@pytest.mark.parametrize("path", ["/", "/config", "/gradio_api/info", "/media/1", "/thumb/1", "/export"])
+def test_anonymous_is_kept_out(server, path):
+    r = httpx.get(server.url + path, follow_redirects=False)
+    assert r.status_code in (303, 401, 403), (path, r.status_code)
+    if path == "/":
+        assert r.headers["location"].startswith("/login")
+
+
+def test_anonymous_event_call_is_refused(server, web_settings):
+    before = job_count(web_settings)
+    r = httpx.post(server.url + "/gradio_api/queue/join", json={"data": list(START_ARGS), "fn_index": 0})
+    assert r.status_code == 401
+    assert job_count(web_settings) == before
+
 
 TABLE = Path(__file__).resolve().parents[2] / "docs" / "roles.csv"
 ROLES = {"anonymous": None, "annotator": "ann", "lead": "lead", "admin": "admin"}
