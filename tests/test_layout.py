@@ -65,6 +65,13 @@ def misplaced(folder: str, name: str, source: str) -> str | None:
     return None
 
 
+def test_every_test_module_says_its_subject():
+    """A module opens with a docstring that says what it tests: a newcomer reads that, not 500 lines, to find
+    where a test goes (the catch-alls that had none became modules of one subject each)."""
+    silent = [str(p.relative_to(ROOT)) for p in _test_modules() if not ast.get_docstring(ast.parse(p.read_text()))]
+    assert not silent, f"no docstring saying what the module tests: {silent}"
+
+
 def _folder(path: Path) -> str:
     return path.parent.relative_to(TESTS).as_posix().removeprefix(".")
 

@@ -1,10 +1,12 @@
-"""R9: every caption change is auditable. `assert_audit_complete(db)` (tests/support/audit_checks.py) checks
-that every caption version has who/what/when and a previous version that is an earlier version of the same
-clip, and exactly one audit event with the same actor, clip and previous version. It runs after R1 and R4
-(tests/load/test_concurrent_annotators.py, test_app_kill.py), after a runner kill loop (below), and after every kind of
-human change."""
+"""R9: every caption change is auditable, and the team's figures read from the audit events count people.
+`assert_audit_complete(db)` (tests/support/audit_checks.py) checks that every caption version has who/what/when and
+a previous version that is an earlier version of the same clip, and exactly one audit event with the same actor,
+clip and previous version. It runs after R1 and R4 (tests/load/test_concurrent_annotators.py, test_app_kill.py),
+after a runner kill loop (below), and after every kind of human change."""
 
 from __future__ import annotations
+
+import time
 
 import pytest
 
@@ -12,6 +14,7 @@ from data import captions, review_states
 from tests.support.audit_checks import assert_audit_complete
 from tests.support.reliability_fixtures import LABELS
 from tests.support.reliability_runs import kill_loop
+from tests.support.rows import LABELS, add_clip
 from tests.support.runner_fixtures import add_clips
 
 
@@ -48,3 +51,19 @@ def test_the_check_catches_a_change_without_history(db):
     )
     with pytest.raises(AssertionError, match="audit gaps"):
         assert_audit_complete(db)
+
+
+def test_team_stats_count_people_not_machines_within_the_window(db):
+    from data import events
+
+    a, b = add_clip(db, "t1.mp4"), add_clip(db, "t2.mp4")
+    m, _ = captions.add_machine(db, a, job_id=None, text="machine", labels=LABELS, provenance={"model": "m"})
+    h = captions.save_human(db, b, text="human", labels=LABELS, author="ann", base_caption_id=None)
+    review_states.set_review(db, a, status="approved", user="ann", base_caption_id=m["id"])
+    review_states.set_review(db, b, status="rejected", user="ann", base_caption_id=h["id"])
+    review_states.set_review(db, a, status="rejected", user="bob", base_caption_id=m["id"])
+    stats = {r["actor"]: r for r in events.team_stats(db, since=0)}
+    assert set(stats) == {"ann", "bob"}  # the model's caption is not a person's work
+    assert (stats["ann"]["edits"], stats["ann"]["approved"], stats["ann"]["rejected"]) == (1, 1, 1)
+    assert stats["ann"]["approval_rate"] == 0.5 and stats["bob"]["approval_rate"] == 0.0
+    assert events.team_stats(db, since=time.time() + 60) == []

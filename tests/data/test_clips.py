@@ -1,3 +1,6 @@
+"""The clip library's reads (data.clips) against real SQLite: filters and their dict form, facet and text pages
+walked by cursor, search (FTS) with its hints, capped counts and neighbours, each on an index, and the totals."""
+
 import json
 import re
 import sqlite3
@@ -9,6 +12,7 @@ from data import captions, clips, order as orders, search
 from data.clips import Filter
 from data.db import immediate
 from data.errors import DataError, SearchSyntaxError
+from tests.support.rows import add_clip
 
 PAGE = clips.PAGE_SIZE
 
@@ -277,3 +281,12 @@ def test_search_pages_are_still_driven_by_the_fts_index(db):
             [(sql, args)] = clips._page_sql(Filter(text=text, hazard_level="high"), o, orders.Cursor(5, 5), PAGE)
             plan = " | ".join(r[-1] for r in db.execute("EXPLAIN QUERY PLAN " + sql, args))
             assert "SCAN clips_fts VIRTUAL TABLE" in plan and "USE TEMP B-TREE" not in plan, (text, o.name, plan)
+
+
+def test_total_follows_inserts_deletes_and_missing(db):
+    ids = [add_clip(db, f"c{i}.mp4") for i in range(5)]
+    assert clips.total(db) == 5
+    with immediate(db):
+        db.execute("UPDATE clips SET missing = 1 WHERE id = ?", [ids[0]])
+        db.execute("DELETE FROM clips WHERE id = ?", [ids[1]])
+    assert clips.total(db) == 3 == clips.count(db)

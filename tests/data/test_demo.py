@@ -1,3 +1,6 @@
+"""The demo and hostile clip corpora (data.library.demo, data.library.hostile): seeded, real video of the asked
+shape, broken and hostile files written on purpose, and the command's help."""
+
 import json
 import os
 import subprocess

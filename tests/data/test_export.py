@@ -1,3 +1,6 @@
+"""Exports (data.export, `python -m data.export`): JSON Lines and CSV round-trip the database, filters select what
+they say, each caption's origin and edits are reported, the records validate against docs/export.schema.json."""
+
 import csv
 import io
 import json

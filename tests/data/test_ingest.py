@@ -21,9 +21,11 @@ import itertools
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
@@ -31,12 +33,15 @@ from PIL import Image
 
 from data import captions, clips, db as dbmod, export, review_states
 from data.clips import Filter
-from data.library import clipgen, ingest, media, walk, worker_pool
+from data.errors import DataError
+from data.library import clip_root, clipgen, ingest, media, walk, worker_pool
 from data.library.demo import BROKEN_FILES
 from data.library.ingest import decide, plan
 from data.library.walk import Entry
 from tests.support.clip_fixtures import TINY_COUNT
-from tests.support.webapp_fixtures import LABELS
+from tests.support.webapp_fixtures import LABELS, write_clip
+
+REPO = Path(__file__).resolve().parents[2]  # the repository: the commands run from it
 
 LABELS = {
     "scenario_category": "pedestrian_crossing",
@@ -521,3 +526,35 @@ def test_an_ingest_with_unstorable_sidecars_finishes_and_ingests_every_clip(sett
     assert rows["bigint.mp4"] == {"n": int("7" * 1000)}
     for bad in ("overflow", "surrogate", "bytes"):
         assert set(rows[f"{bad}.mp4"]) == {"_sidecar_error"}, rows[f"{bad}.mp4"]
+
+
+def test_ingest_refuses_a_system_folder_or_the_database_folder_as_the_root(settings, db):
+    for bad in (Path("/"), settings.data_dir):
+        with pytest.raises(DataError, match="refused as the clip root"):
+            clip_root.record_root(db, bad)
+    assert clip_root.recorded_root(db) is None
+
+
+def test_ingest_makes_an_existing_data_dir_private(settings):
+    old = os.umask(0o022)
+    try:
+        settings.data_dir.mkdir(parents=True)
+        os.chmod(settings.data_dir, 0o755)
+        (settings.data_dir / "notes.txt").write_text("x")
+        os.chmod(settings.data_dir / "notes.txt", 0o644)
+        root = settings.clip_root
+        write_clip(root / "a.mp4", seconds=0.5)
+        r = subprocess.run(
+            [sys.executable, "-m", "data.ingest", str(root), "--data-dir", str(settings.data_dir), "--quiet"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "CW_DATA_DIR": str(settings.data_dir)},
+        )
+    finally:
+        os.umask(old)
+    assert r.returncode == 0, r.stderr
+    assert stat.S_IMODE(settings.data_dir.stat().st_mode) == 0o700  # before: 0755 until the app ran
+    assert stat.S_IMODE((settings.data_dir / "notes.txt").stat().st_mode) == 0o600
+    assert any(settings.media_dir.rglob("*.jpg"))  # the thumbnails are there, under the private folder

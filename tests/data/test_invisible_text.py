@@ -19,11 +19,13 @@ import pyarrow.parquet as pq
 from hypothesis import HealthCheck, given, settings as hsettings, strategies as st
 
 from data import captions, export, limits, review_states
+from data.db import immediate
 from data.release import make as rel
 from data.release.options import Options
 from tests.support.release_library import ClipSpec, build
 from tests.support.reliability_fixtures import LABELS
 from tests.support.runner_fixtures import add_clips
+from tests.support.webapp_fixtures import LABELS, machine_provenance
 
 BIDI_CONTROL = [chr(c) for c in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))]
 INVISIBLE = BIDI_CONTROL + ["\u200b", "\u200c", "\u200d", "\u2060", "\ufeff", "\u00ad", "\u2028", "\u2029"]
@@ -166,3 +168,44 @@ def test_a_prompt_version_and_a_job_name_keep_no_invisible_character(db):
         params=JobParams(),
     )
     assert job_queries.get(db, job)["name"] == "night drive"
+
+
+HOSTILE = "a\x1b[2J\x1b]0;owned\x07b\x08c\u202ed\u2066e\x85f\x7fg\x0ch"  # ESC sequences, BEL, BS, bidi, C1, DEL, FF
+
+
+PLAIN = "a[2J]0;ownedbcdefgh"  # what is left: the printable rest of the sequences
+
+
+def test_captions_are_stored_without_invisible_controls(db):
+    with immediate(db):
+        db.execute("INSERT INTO clips (path) VALUES ('a.mp4')")
+        db.execute("INSERT INTO clips (path) VALUES ('b.mp4')")
+    human = captions.save_human(db, 1, text=HOSTILE, labels=LABELS, author="ann", base_caption_id=None, note=HOSTILE)
+    model, _ = captions.add_machine(
+        db, 2, job_id=None, text=HOSTILE + "\r\nline two", labels=LABELS, provenance=machine_provenance()
+    )
+    assert human["text"] == PLAIN and human["note"] == PLAIN
+    assert model["text"] == PLAIN + "\nline two"  # line ends kept, as newlines
+    assert (
+        captions.save_human(db, 1, text="tab\there", labels=LABELS, author="ann", base_caption_id=human["id"])["text"]
+        == "tab\there"
+    )
+
+
+def test_the_export_carries_no_control_to_a_terminal(db, monkeypatch):
+    with immediate(db):
+        db.execute("INSERT INTO clips (path) VALUES (?)", ["evil\x1b[31m\u202e.mp4"])
+    with monkeypatch.context() as m:  # a caption stored before saves dropped the controls
+        m.setattr(limits, "plain_text", lambda value: value)
+        captions.add_machine(db, 1, job_id=None, text=HOSTILE, labels=LABELS, provenance=machine_provenance())
+    out = io.StringIO()
+    export.export(db, None, "csv", out)
+    text = out.getvalue()
+    assert not limits.CONTROLS.search(text), repr(text)  # before: ESC, BEL, BS, bidi overrides kept
+    row = next(csv.DictReader(io.StringIO(text)))
+    assert row["text"] == PLAIN and row["path"] == "evil[31m.mp4"
+    out = io.StringIO()
+    export.export(db, None, "jsonl", out)
+    line = out.getvalue()
+    assert not limits.CONTROLS.search(line) and "\x1b" not in line
+    assert json.loads(line)["text"] == PLAIN  # removed from the records too (issue 46), also from rows stored before

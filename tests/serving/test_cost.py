@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from serving import cost, cost_records
 from tests.support.work_table import table_with_gaps
+
+REPO = Path(__file__).resolve().parents[2]  # the repository: the commands run from it
 
 ROOT = Path(__file__).resolve().parents[2]
 M = cost_records.Measurement
@@ -261,3 +266,49 @@ def test_an_estimate_comes_from_runs_of_the_runner_settings_the_fleet_runs(tmp_p
     monkeypatch.setenv("CW_WINDOW_FILL_SECONDS", "12")
     assert cost.main(["--replicas", "1", *runs]) == 0
     assert capsys.readouterr().out.startswith("3.66 clips/s on 1 replica(s)")
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        dict(replicas=0),
+        dict(replicas=-8),
+        dict(replicas=math.inf),
+        dict(replicas=2.5),
+        dict(frames=-16),
+        dict(frames=math.nan),
+        dict(live_rate=-3.0, live_replicas=2),
+        dict(live_rate=math.inf, live_replicas=2),
+        dict(live_rate=math.nan, live_replicas=2),
+        dict(live_rate=2.0, live_replicas=0),
+        dict(live_rate=2.0),
+    ],
+)
+def test_cost_refuses_negative_infinite_and_nonsense_inputs(kwargs):
+    args = {"replicas": 8, "frames": 16, **kwargs}
+    with pytest.raises(ValueError, match="must be|needs"):
+        cost.estimate(args.pop("replicas"), args.pop("frames"), "bf16", [cost_records.Measurement(4.0)], **args)
+
+
+def test_cost_refuses_a_negative_or_infinite_clip_count():
+    e = cost.estimate(8, 16, "bf16", [cost_records.Measurement(4.0)])
+    for bad in (-100, math.inf, math.nan, 1.5):
+        with pytest.raises(ValueError, match="clips must be"):
+            e.gpu_hours(bad)
+    assert e.gpu_hours(0) == 0
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["--replicas", "0"], "--replicas must be a whole number from 1"),
+        (["--replicas", "8", "--clips", "-100"], "--clips must be"),
+        (["--replicas", "8", "--live-rate", "inf", "--live-replicas", "2"], "--live-rate must be"),
+        (["--replicas", "8", "--live-rate", "-1", "--live-replicas", "2"], "--live-rate must be"),
+    ],
+)
+def test_the_cost_cli_answers_bad_input_with_a_message_not_a_traceback(argv, says):
+    r = subprocess.run(
+        [sys.executable, "-m", "serving.cost", *argv], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 2 and says in r.stderr and "Traceback" not in r.stderr, r.stderr

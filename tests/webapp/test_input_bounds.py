@@ -9,7 +9,10 @@ import csv
 import io
 import json
 import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -20,6 +23,8 @@ from data.jobs.selection import Selection
 from data.library import ingest, walk
 from tests.support.webapp_fixtures import LABELS, machine_provenance
 from webapp import render
+
+REPO = Path(__file__).resolve().parents[2]  # the repository: the commands run from it
 
 
 def _clip(db, path="a.mp4"):
@@ -306,3 +311,36 @@ def test_annotator_recaption_quota_and_failed_clips(db, settings):
     mine = [db["clips"].insert({"path": f"lead{i}.mp4", "size": 1, "ingested_at": 0}).last_pk for i in range(8)]
     for cid in mine:
         jobs.create_recaption(db, cid, user="lead", role="lead", quota=5, prompt_id=None, params=JobParams())
+
+
+NESTED = '{"a":' * 5000 + "1" + "}" * 5000
+
+
+def test_typed_json_is_depth_checked_before_it_is_parsed():
+    with pytest.raises(errors.UnreadableJson, match="nests deeper than"):
+        limits.outside_json(NESTED, "--filter")
+    with pytest.raises(errors.UnreadableJson, match="not JSON"):
+        limits.outside_json("{'weather': 'rain'}")
+    assert limits.outside_json('{"weather": "rain"}') == {"weather": "rain"}
+
+
+def test_the_quality_cli_answers_a_deep_filter_with_a_message(settings, db):
+    r = subprocess.run(
+        [sys.executable, "-m", "data.quality", "--db", str(settings.db), "--filter", NESTED],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert r.returncode == 2, r.stderr[-500:]
+    assert "nests deeper than" in r.stderr and "Traceback" not in r.stderr  # before: RecursionError
+
+
+def test_a_deep_filter_in_a_link_or_an_export_is_a_message(server):
+    lead = server.client("lead")
+    try:
+        r = lead.get("/export", params={"fmt": "csv", "filter": "[" * 4000})
+        assert r.status_code == 400 and "nests deeper than" in r.text
+    finally:
+        lead.close()

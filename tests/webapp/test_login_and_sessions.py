@@ -41,7 +41,7 @@ from tests.support.reliability_fixtures import (
     dependencies,
     post_login,
 )
-from tests.support.webapp_fixtures import LABELS, AppServer, add_users, build_library
+from tests.support.webapp_fixtures import LABELS, PASSWORD, AppServer, add_users, build_library
 from webapp.guard import Owners
 
 OFFICE = "198.51.100.7"  # the address every user of the team shares (a proxy, a tunnel)
@@ -815,3 +815,25 @@ def test_login_rate_limit(server):
     # even the right password is refused while limited
     r = c.post("/login", data={"username": "admin", "password": "correct horse battery"})
     assert r.status_code == 429
+
+
+def test_logout_is_a_post_and_a_cross_site_navigation_cannot_end_a_session(tmp_path):
+    from data.settings import Settings
+
+    s = Settings.load({"data_dir": str(tmp_path / "var"), "fleet_mode": "sim"}, environ={})
+    build_library(s, n=2)
+    add_users(s)
+    with AppServer(s, fleet_urls=[]) as srv:
+        cookie = srv.client("ann").cookies["cw_session"]
+        jar = {"cw_session": cookie}
+        # a link or an <img> on another site: a GET, with the (Lax) cookie and a foreign Referer
+        r = httpx.get(
+            srv.url + "/logout", cookies=jar, headers={"Referer": "https://evil.example/"}, trust_env=False, timeout=30
+        )
+        assert r.status_code == 200 and 'method="post"' in r.text
+        assert _alive(srv.url, cookie)  # before: the GET ended the session
+        r = httpx.post(srv.url + "/logout", cookies=jar, headers={"Origin": "https://evil.example"}, timeout=30)
+        assert r.status_code == 403 and _alive(srv.url, cookie)
+        r = httpx.post(srv.url + "/logout", cookies=jar, headers={"Origin": srv.url}, timeout=30)
+        assert r.status_code == 303 and r.headers["location"] == "/login"
+        assert not _alive(srv.url, cookie)

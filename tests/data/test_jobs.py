@@ -1,110 +1,17 @@
-import json
-import threading
+"""Jobs in data.jobs against real SQLite: claim, complete and fail; the runners of one fleet sharing one bound; what
+a claim reads and in which order it sends; the progress series and the per-replica view the Jobs tab draws."""
+
+from __future__ import annotations
+
 import time
 
 import pytest
 
-from data import captions, clips, db as dbmod, jobs, review_states, schema
-from data.db import immediate
-from data.errors import Conflict
+from data import jobs
 from data.job_params import JobParams
 from data.jobs import items as job_items, queries as job_queries
 from data.jobs.selection import Selection
-
-LABELS = {
-    "scenario_category": "hard_braking",
-    "hazard_level": "medium",
-    "road_users": ["car"],
-    "ego_maneuver": "slowing",
-    "weather": "clear",
-    "lighting": "daylight",
-    "road_type": "urban",
-}
-
-
-def add_clip(db, path="a.mp4"):
-    with immediate(db):
-        return db.execute("INSERT INTO clips (path) VALUES (?)", [path]).lastrowid
-
-
-def test_migrations_from_empty_create_every_table(tmp_path):
-    d = dbmod.connect(tmp_path / "fresh.db")
-    tables = set(d.table_names())
-    assert {
-        "clips",
-        "captions",
-        "prompts",
-        "jobs",
-        "job_items",
-        "users",
-        "events",
-        "heartbeats",
-        "clips_fts",
-        "_counts",
-    } <= tables
-    assert not schema.MIGRATIONS.pending(d)
-    cols = d["clips"].columns_dict
-    assert "filmstrip_indices" in cols and "media_decoder" in cols
-    d.close()
-    again = dbmod.connect(tmp_path / "fresh.db")  # a second open migrates nothing
-    assert not schema.MIGRATIONS.pending(again)
-
-
-def test_total_follows_inserts_deletes_and_missing(db):
-    ids = [add_clip(db, f"c{i}.mp4") for i in range(5)]
-    assert clips.total(db) == 5
-    with immediate(db):
-        db.execute("UPDATE clips SET missing = 1 WHERE id = ?", [ids[0]])
-        db.execute("DELETE FROM clips WHERE id = ?", [ids[1]])
-    assert clips.total(db) == 3 == clips.count(db)
-
-
-def test_stale_save_is_refused_with_who_and_when(db):
-    cid = add_clip(db)
-    first = captions.save_human(db, cid, text="v1", labels=LABELS, author="alice", base_caption_id=None)
-    captions.save_human(db, cid, text="v2 by bob", labels=LABELS, author="bob", base_caption_id=first["id"])
-    with pytest.raises(Conflict) as e:
-        captions.save_human(
-            db, cid, text="alice's stale edit", labels=LABELS, author="alice", base_caption_id=first["id"]
-        )
-    assert "bob" in str(e.value) and "UTC" in str(e.value)
-    assert clips.get(db, cid)["caption"]["text"] == "v2 by bob"
-
-
-def test_concurrent_saves_from_threads_never_see_database_is_locked(db_path):
-    setup = dbmod.connect(db_path)
-    ids = [add_clip(setup, f"c{i}.mp4") for i in range(4)]
-    setup.close()
-    errors, acked, conflicts = [], [], []
-
-    def annotator(n):
-        d = dbmod.connect(db_path)  # one connection per thread
-        try:
-            for k in range(25):
-                cid = ids[(n + k) % len(ids)]
-                base = clips.get(d, cid)["current_caption_id"]
-                try:
-                    row = captions.save_human(
-                        d, cid, text=f"t{n}-{k}", labels=LABELS, author=f"u{n}", base_caption_id=base
-                    )
-                    acked.append(row["id"])
-                except Conflict:
-                    conflicts.append(cid)
-        except Exception as e:  # any other error fails the test below
-            errors.append(repr(e))
-        finally:
-            d.close()
-
-    threads = [threading.Thread(target=annotator, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert errors == []
-    check = dbmod.connect(db_path)
-    assert check.execute("SELECT COUNT(*) FROM captions").fetchone()[0] == len(acked)
-    assert len(acked) + len(conflicts) == 8 * 25
-    check.close()
+from tests.support.rows import LABELS, add_clip
 
 
 def test_job_basics_claim_complete_fail(db):
@@ -250,48 +157,6 @@ def test_a_claim_sends_what_is_due_first_then_fresh_items_in_clip_order(db):
     assert [g["attempts"] for g in got] == [2, 2, 1, 1]
 
 
-def test_write_lock_stats_count_holds_and_the_longest(db, settings):
-    import time as _time
-
-    from data.db import immediate, write_lock_stats
-
-    before = write_lock_stats(settings.db)
-    with immediate(db):
-        _time.sleep(0.05)  # a long transaction
-    with immediate(db):
-        pass
-    after = write_lock_stats(settings.db)
-    assert after["holds"] - before["holds"] == 2
-    assert after["max_ms"] >= 50
-
-
-def test_a_refused_commit_leaves_no_write_lock_behind(settings):
-    """A COMMIT SQLite refuses (here a deferred foreign key; in the field a lock or an I/O error) can leave the
-    transaction open on its connection. `immediate` must end it: else that connection holds the write lock and
-    every other writer (the runner, each save) waits on it until the process exits."""
-    import sqlite3
-
-    db = dbmod.connect(settings.db)
-    other = dbmod.connect(settings.db)
-    try:
-        db.execute("PRAGMA foreign_keys = ON")
-        db.execute("CREATE TABLE parent (id INTEGER PRIMARY KEY)")
-        db.execute(
-            "CREATE TABLE child (id INTEGER PRIMARY KEY, "
-            "parent INTEGER REFERENCES parent(id) DEFERRABLE INITIALLY DEFERRED)"
-        )
-        with pytest.raises(sqlite3.IntegrityError):
-            with immediate(db):
-                db.execute("INSERT INTO child VALUES (1, 99)")  # checked only at COMMIT
-        assert not db.conn.in_transaction
-        with immediate(other, wait=0.5):  # another connection can write at once
-            other.execute("INSERT INTO parent VALUES (99)")
-        assert db.execute("SELECT COUNT(*) FROM child").fetchone()[0] == 0  # nothing of the refused one stayed
-    finally:
-        db.close()
-        other.close()
-
-
 def test_progress_series_has_a_point_per_bucket_and_zeros_for_stalls(db):
     ids = [add_clip(db, f"s{i}.mp4") for i in range(3)]
     job = jobs.create(
@@ -394,84 +259,3 @@ def test_the_per_replica_view_reads_one_index_not_the_items(db):
         )
     )
     assert "COVERING INDEX idx_job_items_job_id_state_replica" in plan and "TEMP B-TREE" not in plan
-
-
-def test_team_stats_count_people_not_machines_within_the_window(db):
-    from data import events
-
-    a, b = add_clip(db, "t1.mp4"), add_clip(db, "t2.mp4")
-    m, _ = captions.add_machine(db, a, job_id=None, text="machine", labels=LABELS, provenance={"model": "m"})
-    h = captions.save_human(db, b, text="human", labels=LABELS, author="ann", base_caption_id=None)
-    review_states.set_review(db, a, status="approved", user="ann", base_caption_id=m["id"])
-    review_states.set_review(db, b, status="rejected", user="ann", base_caption_id=h["id"])
-    review_states.set_review(db, a, status="rejected", user="bob", base_caption_id=m["id"])
-    stats = {r["actor"]: r for r in events.team_stats(db, since=0)}
-    assert set(stats) == {"ann", "bob"}  # the model's caption is not a person's work
-    assert (stats["ann"]["edits"], stats["ann"]["approved"], stats["ann"]["rejected"]) == (1, 1, 1)
-    assert stats["ann"]["approval_rate"] == 0.5 and stats["bob"]["approval_rate"] == 0.0
-    assert events.team_stats(db, since=time.time() + 60) == []
-
-
-def test_a_new_version_of_a_decided_clip_is_unreviewed_and_its_event_says_what_was_undone(db):
-    """An approval or a rejection judged the version the reviewer saw: a save or an adopt leaves the clip
-    unreviewed (an export or a release of approved clips would otherwise take text nobody approved). Broken
-    judges the video and stays."""
-    cid = add_clip(db)
-    v1 = captions.save_human(db, cid, text="v1", labels=LABELS, author="ann", base_caption_id=None)
-    assert "review_was" not in v1
-    review_states.set_review(db, cid, status="approved", user="rev", base_caption_id=v1["id"])
-    v2 = captions.save_human(db, cid, text="v2", labels=LABELS, author="ann", base_caption_id=v1["id"])
-    assert (v2["review_was"], v2["reviewed_by_was"]) == ("approved", "rev")
-    now = clips.get(db, cid)
-    assert (now["review_status"], now["reviewed_by"], now["reviewed_at"]) == ("unreviewed", None, None)
-    detail = db.execute(
-        "SELECT detail FROM events WHERE action = 'caption.save' AND caption_id = ?", [v2["id"]]
-    ).fetchone()[0]
-    assert '"review_was": "approved"' in detail and '"reviewed_by_was": "rev"' in detail
-    # approving with an edit: the save undoes the old approval, the decision that follows is the approver's
-    review_states.set_review(db, cid, status="approved", user="rev2", base_caption_id=v2["id"])
-    adopted = captions.adopt(db, cid, caption_id=v1["id"], author="ann", base_caption_id=v2["id"])
-    assert adopted["review_was"] == "approved" and clips.get(db, cid)["review_status"] == "unreviewed"
-    review_states.set_review(db, cid, status="rejected", user="rev", base_caption_id=adopted["id"])
-    v4 = captions.save_human(db, cid, text="v4", labels=LABELS, author="ann", base_caption_id=adopted["id"])
-    assert v4["review_was"] == "rejected" and clips.get(db, cid)["review_status"] == "unreviewed"
-    review_states.flag_broken(db, cid, user="ann", reason="black frames")
-    v5 = captions.save_human(db, cid, text="v5", labels=LABELS, author="ann", base_caption_id=v4["id"])
-    assert "review_was" not in v5 and clips.get(db, cid)["review_status"] == "broken"
-
-
-def test_the_migration_undoes_approvals_older_than_the_clips_current_version(db):
-    """A database written before the fix: a clip approved, then edited (the save kept 'approved'). m027 sets it
-    unreviewed with an event saying whose approval it undid; a clip approved with its edit (saved, then
-    approved) keeps its approval; running it again changes nothing."""
-    edited, approved_with_edit = add_clip(db, "e.mp4"), add_clip(db, "w.mp4")
-    v1 = captions.save_human(db, edited, text="v1", labels=LABELS, author="ann", base_caption_id=None)
-    review_states.set_review(db, edited, status="approved", user="rev", base_caption_id=v1["id"])
-    approved_at = clips.get(db, edited)["reviewed_at"]
-    captions.save_human(db, edited, text="v2", labels=LABELS, author="bob", base_caption_id=v1["id"])
-    with immediate(db):  # as the old save left it: the decision untouched
-        db.execute(
-            "UPDATE clips SET review_status = 'approved', reviewed_by = 'rev', reviewed_at = ? WHERE id = ?",
-            [approved_at, edited],
-        )
-    w1 = captions.save_human(db, approved_with_edit, text="w1", labels=LABELS, author="ann", base_caption_id=None)
-    review_states.set_review(db, approved_with_edit, status="approved", user="rev", base_caption_id=w1["id"])
-    with immediate(db):
-        schema.m027_decisions_on_later_versions(db)
-    now = clips.get(db, edited)
-    assert (now["review_status"], now["reviewed_by"], now["reviewed_at"]) == ("unreviewed", None, None)
-    assert clips.get(db, approved_with_edit)["review_status"] == "approved"
-    (event,) = db.execute(
-        "SELECT actor, caption_id, detail FROM events WHERE action = 'review.reset' AND clip_id = ?", [edited]
-    ).fetchall()
-    detail = json.loads(event[2])
-    assert event[0] == "migration" and event[1] == clips.get(db, edited)["current_caption_id"]
-    assert (detail["review_was"], detail["reviewed_by_was"], detail["reviewed_at_was"]) == (
-        "approved",
-        "rev",
-        approved_at,
-    )
-    assert detail["why"] == "version 2 was saved after the decision"
-    with immediate(db):
-        schema.m027_decisions_on_later_versions(db)
-    assert db.execute("SELECT COUNT(*) FROM events WHERE action = 'review.reset'").fetchone()[0] == 1
