@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from data import settings as settings_mod
+from data import settings as settings_mod, users
 from data.settings import Settings, env_name, flag
 
 FIELDS = dataclasses.fields(Settings)
@@ -140,3 +140,33 @@ def test_the_settings_command_writes_what_a_shell_evals(tmp_path):
         cwd=ROOT,
     )
     assert r.returncode == 2 and r.stderr.startswith("./launch.sh: --fleet-mode must be") and "--fleet-urls" in r.stderr
+
+
+def test_setting_flags_work_after_the_subcommand_of_every_cli(tmp_path, capsys, monkeypatch):
+    """`--data-dir D` after the subcommand (as the README writes it) reaches the same data dir as before it, for
+    every command line with subcommands; before the fix `accounts add bob --data-dir D` was refused (exit 2)."""
+    from data import db as dbmod
+    from data.library import clip_root, deployment
+    from webapp import accounts
+
+    monkeypatch.chdir(tmp_path)  # the default data dir would be ./var: it must stay unmade
+    for name in ("CW_DATA_DIR", "CW_DB"):
+        monkeypatch.delenv(name, raising=False)
+    pw = tmp_path / "pw"
+    pw.write_text("a fine password\n")
+    after, before = tmp_path / "after", tmp_path / "before"
+    assert accounts.main(["add", "bob", "--role", "lead", "--password-file", str(pw), "--data-dir", str(after)]) == 0
+    assert accounts.main(["--data-dir", str(before), "add", "ann", "--password-file", str(pw)]) == 0
+    for d, name in ((after, "bob"), (before, "ann")):
+        db = dbmod.connect(d / "workbench.db")
+        assert [u["name"] for u in users.list_users(db)] == [name]
+        db.close()
+    capsys.readouterr()
+    assert accounts.main(["list", "--data-dir", str(after)]) == 0
+    assert capsys.readouterr().out == "bob\tlead\n"
+    assert clip_root.main(["show", "--data-dir", str(after)]) == 0
+    assert deployment.main(["show", "--data-dir", str(after)]) == 0
+    assert not (tmp_path / "var").exists()  # nothing fell back to the default data dir
+    # a flag before the subcommand is not overwritten by the subcommand's own (absent) copy
+    assert accounts.main(["--data-dir", str(after), "list"]) == 0
+    assert capsys.readouterr().out.endswith("bob\tlead\n")

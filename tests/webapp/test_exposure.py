@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
 
 import httpx
+import pytest
 
 from data import db as dbmod, users
 from tests.support.reliability_fixtures import PASSWORD, REPO, AppProcess, add_annotators
@@ -88,3 +90,27 @@ def test_default_bind_is_loopback_login_is_rate_limited_and_no_default_password(
             assert c.get("/config").status_code == 401
     finally:
         app.stop()
+
+
+def test_build_app_refuses_auth_off_on_a_network(settings):
+    from webapp.app import build_app
+
+    with pytest.raises(ValueError, match="loopback"):
+        build_app(settings.replace(auth="off", host="0.0.0.0"))
+    assert settings.replace(auth="off", host="0.0.0.0").auth_required  # and Settings forces login anyway
+
+
+def test_main_refuses_auth_off_on_a_network(tmp_path):
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    r = subprocess.run(
+        [sys.executable, "-m", "webapp", "--data-dir", str(tmp_path), "--host", "0.0.0.0", "--auth", "off"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 2 and "loopback" in r.stderr
+    assert (
+        "python -m webapp"
+        in subprocess.run([sys.executable, "-m", "webapp", "--help"], env=env, capture_output=True, text=True).stdout
+    )

@@ -402,3 +402,79 @@ def test_the_eta_follows_a_recovery_at_the_fleets_new_pace(workbench, monkeypatc
     minutes, seconds = re.fullmatch(r"(\d+)m(\d\d)s", shown).groups()
     assert true_eta * 0.8 <= int(minutes) * 60 + int(seconds) <= true_eta * 1.25, shown
     assert f"ETA {shown}" in out[tab.progress.detail]
+
+
+def test_job_form_shows_what_the_job_will_cost_on_a_gpu_fleet(settings, tmp_path, monkeypatch):
+    """The start form's preview names the wall time and GPU-hours on this fleet from the recorded GPU runs
+    (serving.cost); a simulated fleet gets none (its speed says nothing about GPUs). The committed table with a
+    point left unmeasured and one failed (tests/support/work_table.py), whatever today's table holds."""
+    from serving import cost, cost_records
+    from serving.launch import record as fleet_record
+    from tests.support.work_table import table_with_gaps
+    from webapp.context import AppContext
+    from webapp.jobs import start as jobs_start
+    from webapp.jobs.tab import JobsTab
+
+    monkeypatch.setattr(cost_records, "WORK_TABLE", table_with_gaps(tmp_path))
+    jobs_start._measurements.cache_clear()  # read once per process: this test's table, then the real one again
+    monkeypatch.setattr(jobs_start, "_measurements", jobs_start._measurements.__wrapped__)
+
+    urls = [f"http://10.9.9.{i}:8000" for i in range(8)]  # a list of replicas: counted, not asked
+    form = JobsTab(AppContext(settings.replace(fleet_urls=tuple(urls)), fleet_urls=urls, simulated=False)).form
+    html = form._cost_html(1_000_000)
+    assert "on 8 GPU(s)" in html and "GPU-hours" in html and "measured" in html and " h " in html
+    assert "at 16 frames, 9,437,184 pixels" in html and "efficiency measured at 2 GPUs" in html  # the defaults
+    # the lead's choice of work per clip: a measured point gets its figure, one nobody measured says so, a
+    # value the job would refuse says why
+    assert form._cost_html(1_000_000, {"frames": "16", "max_pixels": 9_437_184}) == html
+    none = form._cost_html(100_000, {"frames": 8, "max_pixels": "4718592"})
+    assert "No cost estimate for 8 frames at 4,718,592 pixels" in none and "not yet measured" in none
+    # a point whose clips failed on the GPU: no figure, and the lead reads why and what to choose instead
+    failed = form._cost_html(100_000, {"frames": 32, "max_pixels": "9437184"})
+    assert "No cost estimate for 32 frames at 9,437,184 pixels in bf16: it failed on the GPU" in failed
+    assert "ran out of GPU memory" in failed and "fewer frames or pixels per clip" in failed
+    assert "GPU-hours" not in none
+    assert "Frames must be 1-128" in form._cost_html(100_000, {"frames": 500, "max_pixels": None})
+    assert "Pixels per clip must be" in form._cost_html(100_000, {"frames": 16, "max_pixels": "99999999"})
+    sim = JobsTab(AppContext(settings.replace(fleet_mode="sim"), fleet_urls=[], simulated=True)).form
+    assert sim._cost_html(100_000) == ""
+    # priced as this fleet's runner runs: the default 48 in flight gets a run at 48, never the GPU test at 96
+    at48 = cost.estimate(8, 16, "bf16", cost_records.default_measurements())
+    at96 = cost.estimate(8, 16, "bf16", cost_records.default_measurements(), in_flight=96)
+    assert at48.per_replica < at96.per_replica
+    assert f"({at48.clips_per_s:.1f} clips/s" in html
+    deep = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=96)
+    html96 = JobsTab(AppContext(deep, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert f"({at96.clips_per_s:.1f} clips/s" in html96 and html96 != html
+    # a window nobody measured: the best run's figure, and the lead reads that it was taken otherwise
+    odd = settings.replace(fleet_urls=tuple(urls), per_replica_inflight=64)
+    html64 = JobsTab(AppContext(odd, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "this fleet runs 64 in flight per replica sent at once: its rate may differ" in html64
+    # priced in what the replicas compute in, as the launcher of this data dir recorded it; with no record that
+    # describes this fleet, the lead reads that bf16 was assumed
+    assert jobs_start.ASSUMED_PRECISION in html and "pixels, bf16 (" in html
+    at_fp8 = cost.estimate(8, 16, "fp8", cost_records.default_measurements())
+    assert at_fp8.clips_per_s and at_fp8.clips_per_s != at48.clips_per_s
+    s8 = settings.replace(fleet_urls=tuple(urls))
+    fleet_record.save_record(s8, {"precision": "fp8", "router_url": None, "replica_urls": urls, "procs": []})
+    fp8 = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "pixels, fp8 (" in fp8 and f"({at_fp8.clips_per_s:.1f} clips/s" in fp8
+    assert jobs_start.ASSUMED_PRECISION not in fp8
+    other = [f"http://10.9.8.{i}:8000" for i in range(8)]  # the record is of another fleet than the app watches
+    theirs = JobsTab(AppContext(s8.replace(fleet_urls=tuple(other)), fleet_urls=other, simulated=False)).form
+    assert jobs_start.ASSUMED_PRECISION in theirs._cost_html(1_000_000)
+    # priced on the GPU model the launcher recorded for each replica, never another model's rate (issue 48)
+    assert jobs_start.ASSUMED_GPU in html
+    ms = cost_records.default_measurements()
+    for model in ("NVIDIA H100 80GB HBM3", "NVIDIA H200"):
+        gpus = [{"url": u, "index": i, "name": model, "memory_mib": 1} for i, u in enumerate(urls)]
+        fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+        on = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+        want = cost.estimate(8, 16, "bf16", ms, gpu=model)
+        assert f"on 8 x {model} at 16 frames" in on and f"({want.clips_per_s:.1f} clips/s" in on
+        assert f"measured on {model}" in on and jobs_start.ASSUMED_GPU not in on
+    gpus = [{"url": u, "index": i, "name": "NVIDIA A100-SXM4-80GB", "memory_mib": 1} for i, u in enumerate(urls)]
+    fleet_record.save_record(s8, {"precision": "bf16", "replica_urls": urls, "procs": [], "gpus": gpus})
+    a100 = JobsTab(AppContext(s8, fleet_urls=urls, simulated=False)).form._cost_html(1_000_000)
+    assert "No cost estimate for 16 frames" in a100 and "on NVIDIA A100-SXM4-80GB" in a100
+    assert "measured on other GPUs only" in a100 and "GPU-hours" not in a100

@@ -43,6 +43,7 @@ from tests.support.reliability_fixtures import (
 )
 from tests.support.webapp_fixtures import LABELS, PASSWORD, AppServer, add_users, build_library
 from webapp.guard import Owners
+from webapp.login import auth
 
 OFFICE = "198.51.100.7"  # the address every user of the team shares (a proxy, a tunnel)
 ELSEWHERE = "203.0.113.9"
@@ -837,3 +838,45 @@ def test_logout_is_a_post_and_a_cross_site_navigation_cannot_end_a_session(tmp_p
         r = httpx.post(srv.url + "/logout", cookies=jar, headers={"Origin": srv.url}, timeout=30)
         assert r.status_code == 303 and r.headers["location"] == "/login"
         assert not _alive(srv.url, cookie)
+
+
+def test_sessions_are_server_side_and_end(db):
+    from data import sessions
+
+    token = sessions.create(db, "alice")
+    assert sessions.lookup(db, token, idle=60, absolute=3600) == "alice"
+    assert sessions.lookup(db, token + "x", idle=60, absolute=3600) is None
+    assert sessions.lookup(db, None, idle=60, absolute=3600) is None
+    assert token not in str(list(db.query("SELECT * FROM sessions")))  # only its hash is stored
+    sessions.revoke(db, token)
+    assert sessions.lookup(db, token, idle=60, absolute=3600) is None
+
+
+def test_limiter_delays_per_account_and_per_address_and_trusted_keys_apart():
+    from webapp.login.throttle import LoginThrottle
+
+    lim = LoginThrottle()
+    keys = lambda ip: lim.keys("bob", ip, set())  # noqa: E731 - untrusted: account + address
+    for i in range(5):
+        assert lim.attempt(keys(f"10.0.0.{i}"), now=i) == 0  # five addresses, one account
+    assert lim.attempt(keys("10.0.0.99"), now=5) == pytest.approx(4.0)  # 5 s after the last failure
+    assert lim.attempt(keys("10.0.0.99"), now=9.5) == 0  # ...then one more check
+    assert lim.attempt(keys("10.0.0.99"), now=10) == pytest.approx(9.5)  # and the delay doubles
+    # the browser bob signed in from before is held back by nothing of the above
+    assert lim.attempt(lim.keys("bob", "10.0.0.99", {"device"}, "tok"), now=10) == 0
+    for i in range(20):  # spraying one password over many accounts from one address
+        assert lim.attempt(lim.keys(f"user{i}", "1.2.3.4", set()), now=100 + i * 0.01) == 0
+    assert lim.attempt(lim.keys("user20", "1.2.3.4", set()), now=101) > 0
+    # an account that signed in from that address before is counted apart from the spray
+    assert lim.attempt(lim.keys("carol", "1.2.3.4", {"address"}), now=101) == 0
+    lim2 = LoginThrottle()
+    k = lim2.keys("eve", "a", set())
+    assert lim2.attempt(k, now=0) == 0
+    lim2.succeeded(k)  # a right password gives its place back
+    assert all(lim2.attempt(k, now=t) == 0 for t in (1, 2, 3, 4, 5)) and lim2.attempt(k, now=6) > 0
+
+
+def test_next_url_stays_on_site():
+    assert auth._safe_next("/?clip=3") == "/?clip=3"
+    for bad in ("//evil.example", "https://evil.example", "\\\\evil", "/\\evil", None, ""):
+        assert auth._safe_next(bad) == "/"

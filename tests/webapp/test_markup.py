@@ -10,6 +10,8 @@ import ast
 import re
 from pathlib import Path
 
+from webapp import render
+
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("data", "serving", "webapp")
 RENDER = ("webapp/render*.py", "webapp/*/render.py")  # the one place markup is made: the shared pieces and each tab's
@@ -105,3 +107,43 @@ def test_the_check_finds_markup_in_each_kind_of_string():
     )
     texts = [text for _, text in _strings(tree) if TAG.search(text)]
     assert texts == ["<td>{}</td>", '<span class="x">']
+
+
+def test_render_escapes_everything():
+    evil = "<script>alert(1)</script>\"'"
+    row = {"id": 1, "path": evil, "review_status": "unreviewed", "caption_preview": evil, "hazard_level": None}
+    for html_out in (
+        render.tiles([row]),
+        render.word_diff(evil, evil + " x"),
+        render.message(evil),
+        render.header(
+            {
+                "id": 1,
+                "path": evil,
+                "codec": evil,
+                "reviewed_by": evil,
+                "review_status": "approved",
+                "reviewed_at": 1.0,
+            },
+            "u",
+            "annotator",
+        ),
+        render.player({"id": 1, "path": evil, "codec": "h264"}),
+        render.no_clip(evil),
+    ):
+        assert "<script>" not in html_out and "&lt;script&gt;" in html_out
+
+
+def test_conflict_and_draft_views_escape_every_piece_of_text():
+    """S3 for the views added with the shared queue: their text, a name and labels are never markup."""
+    evil = '<img src=x onerror="alert(1)">'
+    theirs = {"id": 1, "version": 2, "author": evil, "created_at": 0, "text": f"a {evil} b", "labels": {}}
+    out = render.conflict(theirs, f"a b {evil}", {"weather": evil})
+    assert "<img" not in out and "&lt;img" in out
+    draft = {"clip_id": 1, "saved_at": 1.0, "text": evil, "labels": {"weather": "fog"}}
+    out = render.draft_offer(draft, {**theirs, "labels": {"weather": "rain"}}, stale=True)
+    assert "<img" not in out and "(caption, weather)" in out and "saved version 2 since" in out
+    header = render.header(
+        {"id": 1, "path": evil, "review_status": "broken", "review_note": evil}, "u", "lead", holder=evil
+    )
+    assert "<img" not in header and header.count("&lt;img") == 3

@@ -14,6 +14,7 @@ import uuid
 import pytest
 
 from data import db as dbmod
+from webapp.routes.media import resolve_inside
 
 CANARY = "CANARY-" + uuid.uuid4().hex
 
@@ -157,3 +158,26 @@ def test_good_clip_is_served_with_ranges(server, library):
     assert r.status_code == 206 and r.content == whole[100:200]
     assert r.headers["content-range"] == f"bytes 100-199/{len(whole)}"
     assert server.client().get(f"/media/{library.clip_ids[0]}").status_code == 401
+
+
+def test_resolve_inside_refuses_escapes(tmp_path):
+    root = tmp_path / "root"
+    (root / "a").mkdir(parents=True)
+    (root / "a" / "ok.mp4").write_bytes(b"x")
+    (tmp_path / "secret").write_text("s")
+    (root / "a" / "out.mp4").symlink_to(tmp_path / "secret")
+    assert resolve_inside(root, "a/ok.mp4") == (root / "a" / "ok.mp4").resolve()
+    for bad in (
+        "../secret",
+        "a/../../secret",
+        str(tmp_path / "secret"),
+        "a/out.mp4",
+        "a/ok.mp4\x00",
+        "/etc/passwd",
+        "",
+        None,
+        "a",
+        ".",
+        "a/missing.mp4",
+    ):
+        assert resolve_inside(root, bad) is None, bad

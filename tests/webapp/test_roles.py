@@ -24,7 +24,7 @@ import gradio
 import httpx
 import pytest
 
-from data import db as dbmod, jobs
+from data import db as dbmod, jobs, users
 from data.job_params import JobParams
 from data.jobs import queries as job_queries
 from data.jobs.selection import Selection
@@ -429,3 +429,8 @@ def test_annotator_sees_no_job_table(server, cookies, deps, job_id):
     finally:
         s.close()
     assert "S2 target job" not in str(out) and "Jobs are run by leads" in str(out)
+
+
+def test_roles_are_ordered():
+    assert users.at_least("admin", "lead") and users.at_least("lead", "lead")
+    assert not users.at_least("annotator", "lead") and not users.at_least(None, "annotator")
