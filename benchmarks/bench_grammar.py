@@ -4,7 +4,7 @@ On the 2xH200 node a replica kept 9.7-12.4 cores busy with our grammar-constrain
 for vLLM alone with free text (docs/GPU.md, "Owed" 2). This measures the grammar's share on any CPU: it compiles
 the model-facing schema of the current prompt (`data.taxonomy.model_schema`) with vLLM's settings (xgrammar,
 `disable_any_whitespace`, so `any_whitespace=False`), then replays the real answer recorded from vLLM 0.25.0
-(`tests/data/vllm-0.25.0-answers.json`, 478 completion tokens) through a GrammarMatcher token by token: one
+(`tests/recordings/vllm-0.25.0-answers.json`, 478 completion tokens) through a GrammarMatcher token by token: one
 `fill_next_token_bitmask` + `accept_token` per generated token, which is the engine core's per-token grammar work.
 It also times the detokenizer's per-token step (tokenizers' DecodeStream, what vLLM's fast incremental
 detokenizer uses), the other per-token CPU cost that grows with answer length.
@@ -30,7 +30,7 @@ import statistics
 import time
 from pathlib import Path
 
-RECORDING = Path(__file__).resolve().parents[1] / "tests" / "data" / "vllm-0.25.0-answers.json"
+RECORDING = Path(__file__).resolve().parents[1] / "tests" / "recordings" / "vllm-0.25.0-answers.json"
 
 
 def recorded_answer() -> tuple[str, int]:

@@ -1,6 +1,6 @@
 """How real vLLM answers bad input (`bench_fleet.py hostile DIR`, then `sweep --probe FILE`): a few hostile
 clips, and the status codes, messages, metric names and a schema answer's shape of a running replica. The
-recording in tests/data is what the simulated fleet and the client tests are held to."""
+recording in tests/recordings is what the simulated fleet and the client tests are held to."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ case "$step" in
     python3 benchmarks/cpu_profile.py --out "$OUT/cpu-profile.json" >"$OUT/cpu-profile.log" 2>&1 &
     prof=$!
     rc=0
-    python3 -m pytest -m gpu tests/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || rc=$?
+    python3 -m pytest -m gpu tests/serving/test_gpu_fleet.py -x -q -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" || rc=$?
     kill -TERM $prof; wait $prof || true
     stop_leftovers
     exit $rc ;;

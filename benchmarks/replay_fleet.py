@@ -8,7 +8,7 @@ Why not the simulated fleet itself: it renders each answer with its logprobs as 
 and probes each clip; 448 answers/s would need ~3 cores for the simulator alone. The answers here are the
 simulated fleet's own (serving.simfleet.answers: the same body keys as vLLM 0.25, "[SIMULATED]" captions, token
 logprobs of `--top-logprobs` alternatives), with the caption run to the schema's 1,500 characters so that an
-answer has the recording's size (tests/data/vllm-0.25.0-answers.json, `good_logprobs`: 478 tokens, 222 KB with 5
+answer has the recording's size (tests/recordings/vllm-0.25.0-answers.json, `good_logprobs`: 478 tokens, 222 KB with 5
 alternatives); `--variants` distinct ones, served in turn.
 
 Each replica listens on its own port, runs at most `--capacity` requests at once (the rest wait, as vLLM queues

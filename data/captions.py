@@ -1,6 +1,6 @@
 """Caption versions: the one place where a caption changes, and the rules that keep human work safe.
 
-Rules (the project's rule "a human's work is never lost"; tested in tests/test_machine_never_replaces_human.py):
+Rules (the project's rule "a human's work is never lost"; tested in tests/data/test_machine_never_replaces_human.py):
 - Every change is a new, append-only version row; `clips.current_caption_id` points at the current one.
 - A human save names the version it was based on (`base_caption_id`, None for "there was none"). If the
   clip's current version is another one, the save is refused with `Conflict` naming who changed it and when.

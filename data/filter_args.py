@@ -49,7 +49,7 @@ def yes_no(value: str) -> bool:
 
 
 def _argument(f: dataclasses.Field) -> dict[str, Any]:
-    kind, help = FIELD_TYPES[f.name], f.metadata.get("help", "")  # tests/test_filter_args.py asks for help
+    kind, help = FIELD_TYPES[f.name], f.metadata.get("help", "")  # tests/data/test_filter_args.py asks for help
     metavar = flags(f.name)[0].lstrip("-").replace("-", "_").upper()
     if kind is bool and f.metadata.get("switch"):
         return {"action": "store_true", "default": None, "help": help}  # None: left out, the field's default

@@ -25,7 +25,8 @@ from data.job_params import JobParams
 from data.settings import Settings, env_name
 
 # The JobParams fields a command line must not set, each with why. None so far: every parameter a job records is
-# one a lead may choose when starting it. tests/test_job_params.py fails for a field that is neither a flag nor here.
+# one a lead may choose when starting it. tests/data/test_job_params.py fails for a field that is neither a flag nor
+# here.
 NOT_FLAGS: dict[str, str] = {}
 _SETTINGS = {f.name for f in dataclasses.fields(Settings)}
 

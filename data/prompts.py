@@ -10,7 +10,7 @@ saved (`schema_problems`), so that it can run and be compared:
   JSON Schema drafts 4, 6, 7, 2019-09 or 2020-12;
 - its schema has none of the keywords the fleet's structured-output backend refuses (data.taxonomy's
   GRAMMAR_UNSUPPORTED: vLLM 0.25 with xgrammar answers every request that carries one with HTTP 400, recorded in
-  tests/data/vllm-0.25.0-answers.json), and it is a valid JSON Schema;
+  tests/recordings/vllm-0.25.0-answers.json), and it is a valid JSON Schema;
 - its answers are the taxonomy's labels: an object of exactly `caption` (text) and every label of
   data.taxonomy.ENUMS, all required, no other property, each label's values a non-empty subset of the
   taxonomy's (a version may narrow a label's choices, never rename or add one), so its captions can be reviewed

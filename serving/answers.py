@@ -7,7 +7,7 @@ budget, for the runner); tests feed them the answers recorded from real vLLM 0.2
 What the fleet sends is read, never trusted: `read_answer` raises nothing but a FleetError (BadAnswer: the answer is
 unusable, not retried; ReplicaError: not a chat completion at all, retried elsewhere), whatever the bytes. A token
 count, a model name or a confidence that cannot be read is None (a confidence with a note), never a failed caption
-(tests/test_fleet_readers.py).
+(tests/serving/test_answers.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from serving.errors import BadAnswer, ClipRejected, FleetError, Overloaded, Repl
 from serving.logprobs import label_confidence
 
 # A 500 whose message says the video could not be decoded is the clip's fault: retrying cannot help. Each marker
-# is what real vLLM 0.25 + NVDEC answered (tests/data/vllm-0.25.0-answers.json): CreateFormatContext for data that
+# is what real vLLM 0.25 + NVDEC answered (tests/recordings/vllm-0.25.0-answers.json): CreateFormatContext for data that
 # is not a video, SimpleDecoder for a container without a video stream, "list index out of range" for an MP4
 # whose media data is cut short (the frame sampler indexes frames that are not there).
 DECODE_FAILURE_MARKERS = (
@@ -44,7 +44,7 @@ DECODE_FAILURE_MARKERS = (
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 # vllm-router 0.1.17 answers 503 with this text (text/plain) when it has no worker to send to: every worker's circuit
 # breaker is open (after --cb-failure-threshold failures) or its health check fails. Seen from the installed router
-# in front of simulated replicas that answer 500 to everything (tests/test_fleet_failing.py).
+# in front of simulated replicas that answer 500 to everything (tests/load/test_fleet_failing.py).
 ROUTER_NO_WORKERS = "No available workers"
 
 

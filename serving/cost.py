@@ -13,8 +13,8 @@ Pure functions over plain records (serving/cost_records.py reads them), so the j
 can all show the same figure. The records are the work-per-clip table (docs/work-per-clip.json, written by
 `benchmarks/node_run.py workload`: one point per frames x pixel budget x precision, clips/s per GPU through our
 runner, or "not yet measured") and the JSON lines of recorded runs (docs/gpu-runs/*/ *.jsonl: `bench_fleet.py
-sweep`, node_run's scaling) and the GPU tests' reports (docs/gpu-runs/**/report.json, `tests/test_gpu_fleet.py`: a
-steady rate through our runner). A record's `frames`, `max_pixels`, `precision`, `backend` and `gpus` say what it
+sweep`, node_run's scaling) and the GPU tests' reports (docs/gpu-runs/**/report.json, `tests/serving/test_gpu_fleet.py`:
+a steady rate through our runner). A record's `frames`, `max_pixels`, `precision`, `backend` and `gpus` say what it
 measured; where one lacks them it was taken with the launcher's defaults then (1 GPU, 16 frames, the recipe's
 9,437,184 pixels, bf16).
 

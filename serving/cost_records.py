@@ -132,7 +132,7 @@ def finite_number(value) -> bool:
 
 
 def from_gpu_test(report: dict, source: str = "") -> Measurement | None:
-    """The steady rate of a GPU test's report (tests/test_gpu_fleet.py: the launcher's fleet, the caption CLI as
+    """The steady rate of a GPU test's report (tests/serving/test_gpu_fleet.py: the launcher's fleet, the caption CLI as
     the runner, the launcher's frames and pixels), with the runner's in-flight window and fill it ran with, or
     None: a rehearsal, a job that did not finish every clip, a steady rate from before it was Little's law over
     every result's latency (the older rule read up to ~15 % off, docs/BENCHMARKS.md), or replica flags other

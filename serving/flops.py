@@ -9,12 +9,12 @@ Model FLOPs (the work the model's arithmetic needs, 2 FLOPs per multiply-add; no
 execute) of Qwen3-VL-8B for one clip, from its prompt tokens, its sampled frames (which set the vision encoder's
 patch grid) and its output tokens; the formula, term by term with the model's numbers, is in docs/BENCHMARKS.md
 ("Compute efficiency"). The shape is Qwen/Qwen3-VL-8B-Instruct's config.json (the same numbers as
-serving/gpu_bundle/make_dummy_qwen3vl.py, which the GPU runs use; tests/test_gpu_bundle.py holds them equal). The
-vision grid follows Qwen3-VL's video processor (transformers `Qwen3VLVideoProcessor.resize` / `smart_resize`):
+serving/gpu_bundle/make_dummy_qwen3vl.py, which the GPU runs use; tests/serving/test_gpu_bundle.py holds them equal).
+The vision grid follows Qwen3-VL's video processor (transformers `Qwen3VLVideoProcessor.resize` / `smart_resize`):
 `max_pixels` (the processor's `size.longest_edge`) bounds frames x height x width together, so at the recipe's
 budget more frames means smaller frames, not more vision tokens.
 
-Pure functions: the GPU run reports (tests/test_gpu_fleet.py, benchmarks/node_run.py, benchmarks/bench_fleet.py)
+Pure functions: the GPU run reports (tests/serving/test_gpu_fleet.py, benchmarks/node_run.py, benchmarks/bench_fleet.py)
 call `efficiency` with what they measured.
 """
 

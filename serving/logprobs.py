@@ -26,7 +26,7 @@ What a fleet sends is read, never trusted: `label_confidence` never raises. A lo
 log (NaN, infinite, above 0, a 400-digit integer, a string), a token longer than any tokenizer's, or any shape
 other than vLLM's makes the confidence unreadable (every label None and a `note`), never a failed caption. The
 work is linear in the answer: each decision looks at one token's alternatives, and a token's text is at most
-MAX_TOKEN_CHARS, so no step re-reads the answer (tests/test_fleet_readers.py).
+MAX_TOKEN_CHARS, so no step re-reads the answer (tests/serving/test_answers.py).
 """
 
 from __future__ import annotations

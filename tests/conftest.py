@@ -18,9 +18,9 @@ from data.settings import Settings
 
 # Each httpx client builds its own SSL context and loads certifi's CA bundle into it (~18 ms of CPU), even for the
 # http:// loopback URLs every test uses; the tests make thousands (a Gradio tab, a login, a /config read each:
-# test_roles_at_the_api alone made 730, 12 CPU-s). One context with httpx's default verification, built on first
-# use, serves every client of a test process that asks for that default (httpx's advice: share one SSLContext;
-# serving.client does the same). Clients that pass their own `verify` or `cert` still get their own.
+# test_roles (then test_roles_at_the_api) alone made 730, 12 CPU-s). One context with httpx's default verification,
+# built on first use, serves every client of a test process that asks for that default (httpx's advice: share one
+# SSLContext; serving.client does the same). Clients that pass their own `verify` or `cert` still get their own.
 @functools.lru_cache(maxsize=None)
 def _default_ssl_context(trust_env: bool, cert_file: str | None, cert_dir: str | None):
     return _make_ssl_context(verify=True, cert=None, trust_env=trust_env)

@@ -5,9 +5,9 @@
     python tests/reliability_long.py all                   # both
     python tests/reliability_long.py faults                # issue 46's faults, one after another (as root)
 
-It runs the scenarios of tests/test_concurrent_annotators.py, tests/test_app_kill.py and tests/test_fault_runs.py
-(tests/support/fault_run.py) with longer parameters, so it lives with them (it was benchmarks/reliability.py:
-benchmarks do not import tests).
+It runs the scenarios of tests/load/test_concurrent_annotators.py, tests/load/test_app_kill.py and
+tests/load/test_fault_runs.py (tests/support/fault_run.py) with longer parameters, so it lives with them (it was
+benchmarks/reliability.py: benchmarks do not import tests).
 
 Each run uses a fresh temporary data dir (real SQLite file, simulated fleet, runner and app processes).
 """
@@ -42,12 +42,12 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     print("date:", dt.datetime.now().isoformat(timespec="seconds"))
     if a.which in ("r1", "all"):
-        from tests.test_concurrent_annotators import run_r1
+        from tests.support.reliability_runs import run_r1
 
         s, tmp = fresh("r1")
         print("R1:", json.dumps(run_r1(s, tmp, seconds=a.seconds)), flush=True)
     if a.which in ("r4", "all"):
-        from tests.test_app_kill import run_r4
+        from tests.support.reliability_runs import run_r4
 
         s, tmp = fresh("r4")
         print("R4:", json.dumps(run_r4(s, tmp, kills=a.kills, seed=44)), flush=True)

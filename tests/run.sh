@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the test suite on a fresh machine: installs what is missing (Debian chromium for the browser tests, openssl
-# for the self-signed certificate of test_fleet_reads_tls,
+# for the self-signed certificate of test_fleet_reads (TLS),
 # the project with its test extra), then the lint and format checks (ruff, configured in pyproject.toml), then
 # pytest. Extra arguments go to pytest, e.g. tests/run.sh -k media.
 # GPU tests are marked `gpu` and skip here with a reason; run them on a GPU node (README, "GPU node").

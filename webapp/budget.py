@@ -12,7 +12,7 @@ thread and no SQLite transaction: the middleware answers 429 with `Retry-After` 
   a few drafts, a decision per clip); the defaults (data.settings: `write_budget`, `write_burst`) leave 3x
   room.
 - **Which events write**: every Gradio event whose api_name is not a read (READS) costs one: an event added
-  later is budgeted unless someone declares it a read, and tests/test_write_budget.py checks that each read
+  later is budgeted unless someone declares it a read, and tests/webapp/test_write_budget.py checks that each read
   really writes nothing.
 - What a person can make the server *keep* is bounded where it is stored: drafts (data.drafts, the oldest
   dropped past `drafts_per_person`), sessions (data.sessions, `sessions_per_person`), caption versions

@@ -4,7 +4,7 @@ one when checking that every value is escaped.
 
 HTML pieces the UI shows: `esc`, the pieces every tab uses (messages, the banner, times), and the Browse and
 Review markup. Every piece of user or model text goes through `esc` (html.escape, quotes too). Markup is made
-in the render modules and nowhere else (tests/test_markup.py): this one, render_page (the page around the tabs),
+in the render modules and nowhere else (tests/webapp/test_markup.py): this one, render_page (the page around the tabs),
 and each tab's own: webapp.jobs.render, webapp.fleet.render and webapp.quality.render.
 """
 

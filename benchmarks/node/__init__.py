@@ -12,7 +12,7 @@ Stages (`all` runs them in this order; a failed stage is reported and the next o
            a cache folder (--clip-cache) and reused by later runs
   launch   ./launch.sh (GPU mode on every GPU, or the simulated fleet) with --detach: the time to "fleet up" and
            to the app answering, and when each replica, the router and the app first answered; then stopped
-  gputest  tests/test_gpu_fleet.py with CW_GPU_GPUS=<all GPUs>, CW_GPU_CLIPS=<--clips>, the cached clips
+  gputest  tests/serving/test_gpu_fleet.py with CW_GPU_GPUS=<all GPUs>, CW_GPU_CLIPS=<--clips>, the cached clips
   scaling  clips/s through our runner (serving.runner.run_job, the code behind `python -m serving.caption`)
            with 1, 2, 4, 8 replicas behind vllm-router, NVDEC (pynvvideocodec) and CPU (opencv) decoding side by
            side; machine CPU cores busy (psutil), CPU core-seconds per clip, ratio to 1 replica; the goals
@@ -38,7 +38,7 @@ The command is `python3 benchmarks/node_run.py`; the code is this package, one m
   context  the options of a run and what they imply (Ctx); stage reports, logged commands, child processes
   clips    the cached clip library, clip roots linked from it, ingest (stage `clips`)
   launch   ./launch.sh timed (stage `launch`)
-  gputest  tests/test_gpu_fleet.py on the node (stage `gputest`)
+  gputest  tests/serving/test_gpu_fleet.py on the node (stage `gputest`)
   fleet    replicas started one by one, vllm-router over some of them, the MPS daemon
   jobs     data dirs, caption jobs through our runner, what a job left behind
   cpu      whole-machine CPU time over a job

@@ -110,7 +110,7 @@ def dry_run(ctx: Ctx, stages: list[str]) -> int:
     print(
         f"# gputest:\nCW_GPU_GPUS={','.join(map(str, ctx.gpus))} CW_GPU_CLIPS={ctx.a.clips}"
         f"{' CW_GPU_DUMMY=1' if ctx.a.dummy else ''}{' CW_GPU_REHEARSE=sim' if ctx.sim else ''} "
-        f"python3 -m pytest -m gpu tests/test_gpu_fleet.py"
+        f"python3 -m pytest -m gpu tests/serving/test_gpu_fleet.py"
     )
     return 0
 

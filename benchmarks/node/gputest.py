@@ -1,4 +1,4 @@
-"""Stage `gputest`: tests/test_gpu_fleet.py on every GPU with the cached clips."""
+"""Stage `gputest`: tests/serving/test_gpu_fleet.py on every GPU with the cached clips."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def stage_gputest(ctx: Ctx) -> dict:
         "pytest",
         "-m",
         "gpu",
-        "tests/test_gpu_fleet.py",
+        "tests/serving/test_gpu_fleet.py",
         "-x",
         "-q",
         "-p",

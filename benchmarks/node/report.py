@@ -45,7 +45,7 @@ def stage_report(ctx: Ctx) -> dict:
         tr = gputest.get("test_report") if isinstance(gputest.get("test_report"), dict) else {}
         eff = (tr.get("job") or {}).get("efficiency") if isinstance(tr.get("job"), dict) else None
         md += [
-            f"- GPU test (`tests/test_gpu_fleet.py`, {gputest.get('clips_asked')} clips, GPUs "
+            f"- GPU test (`tests/serving/test_gpu_fleet.py`, {gputest.get('clips_asked')} clips, GPUs "
             f"{gputest.get('gpus')}): {'passed' if gputest.get('ok') else 'FAILED'}; job {tr.get('job')}"
             + (f"; compute: {flops.summary(eff)}" if eff else "")
         ]

@@ -3,7 +3,7 @@
 A job is a row in `jobs` plus one `job_items` row per clip. The runner (serving.runner) claims items with a
 lease inside `BEGIN IMMEDIATE`, sends them, and reports each outcome here. Guarantees (the
 project's rule "a job survives anything": killing the runner at any point and restarting it loses no finished
-caption, duplicates none and re-sends at most what was in flight; tested in tests/test_runner_kill.py):
+caption, duplicates none and re-sends at most what was in flight; tested in tests/load/test_runner_kill.py):
 - `claim` counts an attempt per send; an item leased by a runner that died is handed out again only after
   `recover` (same host, dead pid) or lease expiry, so at most the in-flight items are re-sent.
 - `complete` is idempotent on (job_id, clip_id): a repeated or late result changes nothing.

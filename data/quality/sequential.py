@@ -3,7 +3,7 @@ could move them past a target (data.quality.decision decides from both).
 
 Why not the Wilson interval: a 95 % interval holds for one look at a sample size fixed in advance. A lead who
 looks after every round of reviews and stops once it clears the target is wrong far more often than 5 % of the
-time (tests/test_decision.py measures it). So the decision uses a **confidence sequence**: a band that holds at
+time (tests/data/test_decision.py measures it). So the decision uses a **confidence sequence**: a band that holds at
 every look at once, with the stated confidence, whatever the rule for stopping.
 
 The one used is the prior-posterior ratio confidence sequence for sampling without replacement (Waudby-Smith and
@@ -207,7 +207,7 @@ def more_to_decide(strata: Sequence[Stratum], target: float, alpha: float) -> in
     against `target`, either way, if the clips still to review were right as often as so far (`_planned`). 0 when
     the bounds decide already; at most the clips left, after which the exact value decides. Each stratum's share
     grows with the reviews (stats.spread) and its bounds narrow around the rate, so once K decides every larger
-    number does too, and a bisection finds the smallest (tests/test_decision.py checks it one by one)."""
+    number does too, and a bisection finds the smallest (tests/data/test_decision.py checks it one by one)."""
     live = [s for s in strata if s.size > 0]
     left = sum(s.size - s.reviewed for s in live)
     now = bounds(live, alpha)

@@ -12,7 +12,7 @@ split of 6.9 % for an asked 10 % is a 31 % miss, and that is what a trainer noti
 as if they could be divided at will (`fluid_miss`), which is exact when there are none and a lower bound
 otherwise, so a branch whose bound already misses more than the best placement found is cut. The search stops
 after NODES steps (keeping the best found, the greedy's choices are tried first); with up to 14 groups over 2-4
-splits it finishes (tests/test_release_splits.py compares it with an exhaustive search).
+splits it finishes (tests/data/release/test_release_splits.py compares it with an exhaustive search).
 
 `repair` then tries moving any one group, or swapping two, while that lowers the miss (or keeps it and lowers the
 hazard-level distance): the cheap fix for what the greedy leaves among a few dozen groups.

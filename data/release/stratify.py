@@ -13,8 +13,8 @@ Larger groups go first, because
 they are the hard ones to fit; among groups of like size (within a factor of two) the order is a seeded hash of
 the group's name, so that the seed decides which of them go where. The same groups, shares and seed give the
 same splits on any machine (the hash is BLAKE2b, not Python's salted `hash`). What that achieves, checked by
-tests/test_release_splits.py over generated groups: every split's count of every level lies within 1.5 times the
-largest group's size of its asked share, and its size within twice that, however many groups there are.
+tests/data/release/test_release_splits.py over generated groups: every split's count of every level lies within 1.5
+times the largest group's size of its asked share, and its size within twice that, however many groups there are.
 
 Sizes with a few heavy groups: the greedy alone missed an asked 80 / 10 / 10 by 76.4 / 16.7 / 6.9 % where a
 near-exact split existed. So with at most IN_MEMORY groups to place, the best of two placements is kept
@@ -22,8 +22,8 @@ near-exact split existed. So with at most IN_MEMORY groups to place, the best of
 rest (data.release.size_search), each then repaired by single moves and swaps; best means the smaller largest
 relative size miss, then the smaller hazard-level distance. With more groups the heavy ones (each more than HEAVY
 of the smallest split's clips) are searched over and the rest placed by the greedy (`place_heavy`). Up to 14
-groups, the sizes are as close as an exhaustive search finds (tests/test_release_splits.py); over 300 libraries of
-20 heavy-tailed groups the worst miss went from 123 % to 46 %, the best any placement reaches
+groups, the sizes are as close as an exhaustive search finds (tests/data/release/test_release_splits.py); over 300
+libraries of 20 heavy-tailed groups the worst miss went from 123 % to 46 %, the best any placement reaches
 (benchmarks/bench_split_sizes.py, docs/BENCHMARKS.md).
 
 Groups an earlier release placed are kept where it put them (`assign`'s `kept`; data.release.placement), and

@@ -150,7 +150,8 @@ def parse_metrics(text: str) -> dict[str, Any]:
 
 
 # vllm-router 0.1.17's circuit-breaker state per worker (`vllm_router_cb_state`), as its transitions name them
-# (`vllm_router_cb_state_transitions_total{from, to}`): read from the installed router (tests/test_fleet_failing.py)
+# (`vllm_router_cb_state_transitions_total{from, to}`): read from the installed router
+# (tests/load/test_fleet_failing.py)
 BREAKER_STATES = {0: "closed", 1: "open", 2: "half-open"}
 
 
@@ -305,7 +306,7 @@ def router_from(
             # without /readiness, a missing key): vllm-router 0.1.17 answers 503 with
             # {"status": "not_ready", "reason": "no healthy workers available", "total_workers": N} and no count,
             # also for the seconds after its workers' /health is back and before its own check re-admits them
-            # (tests/data/vllm-router-0.1.17-readiness.json)
+            # (tests/recordings/vllm-router-0.1.17-readiness.json)
             st.healthy_workers = 0
     elif ready is not None:
         errors.append(f"/readiness: {why(ready)}")

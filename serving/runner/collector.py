@@ -157,7 +157,7 @@ class Collector:
 class Pauses:
     """The collections of this process from now until `close()`, however started: (start, end) per collection in
     `spans` (time.monotonic) and the thread that ran it in `threads` (same order). What the collector is measured
-    with (tests/test_runner_collector.py, benchmarks/bench_runner.py)."""
+    with (tests/serving/test_runner_collector.py, benchmarks/bench_runner.py)."""
 
     def __init__(self) -> None:
         self.spans: list[tuple[float, float]] = []

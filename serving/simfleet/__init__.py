@@ -12,7 +12,7 @@ a missing file vLLM's 500 with the OSError text, an undecodable one the NVDEC ba
 budget a 400. It answers schema-valid JSON derived deterministically from the clip; the caption always
 starts with "[SIMULATED]", the served model id ends with " (simulated)" and every response carries
 `x-simulated: 1`, so a simulated caption can never pass for a real one. Real vLLM is the reference: the
-answers are checked against a recording of it (tests/test_vllm_recordings.py), never more lenient.
+answers are checked against a recording of it (tests/serving/test_vllm_recordings.py), never more lenient.
 
 With an API key (`--api-key`, or VLLM_API_KEY as vLLM reads it) `/v1` needs `Authorization: Bearer <key>`, and a
 missing or wrong one gets vLLM's 401 `{"error": "Unauthorized"}`. Failure knobs, as flags and at run time per

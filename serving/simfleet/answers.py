@@ -222,7 +222,7 @@ def answer_text(clip_key: str, info: ClipInfo | None, req: ChatRequest) -> Answe
 
 
 def completion_body(served: str, index: int, answer: Answer, prompt_tokens: int) -> dict:
-    """The body real vLLM 0.25 answers, key for key (tests/data/vllm-0.25.0-answers.json), plus "simulated"."""
+    """The body real vLLM 0.25 answers, key for key (tests/recordings/vllm-0.25.0-answers.json), plus "simulated"."""
     return {
         "id": "chatcmpl-" + uuid.uuid4().hex,
         "object": "chat.completion",

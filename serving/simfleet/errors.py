@@ -2,7 +2,7 @@
 
 Every error a simulated replica answers is a `SimError`: HTTP status plus vLLM's body
 `{"error": {"message", "type", "param", "code"}}`. The clip-decoding failures below are the texts the NVDEC
-(PyNvVideoCodec) backend of vLLM 0.25 gave on an H200 (tests/data/vllm-0.25.0-answers.json), so that the client
+(PyNvVideoCodec) backend of vLLM 0.25 gave on an H200 (tests/recordings/vllm-0.25.0-answers.json), so that the client
 and runner learn from the simulator exactly what they will meet on a GPU node.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-# vLLM 0.25 with the xgrammar backend, word for word (tests/data/vllm-0.25.0-answers.json)
+# vLLM 0.25 with the xgrammar backend, word for word (tests/recordings/vllm-0.25.0-answers.json)
 XGRAMMAR_REFUSAL = "The provided JSON schema contains features not supported by xgrammar."
 
 
@@ -41,7 +41,7 @@ def decode_failure(path: Path | str | None) -> SimError:
 
 def no_video_stream() -> SimError:
     """A container without a video stream (audio only)."""
-    # vLLM 0.25 + NVDEC, recorded on an H200 (tests/data/vllm-0.25.0-answers.json, "audio_only")
+    # vLLM 0.25 + NVDEC, recorded on an H200 (tests/recordings/vllm-0.25.0-answers.json, "audio_only")
     return SimError(
         500,
         "SimpleDecoder : \nError code : 999\nError Type : SimpleDecoder constructor failed: Could not "

@@ -1,6 +1,6 @@
 """A replica's Prometheus series: vLLM's names and labels (`model_name`, `engine`), plus exact busy integrals.
 
-`vllm:*` series are those real vLLM exports and the fleet view reads (tests/test_vllm_recordings.py checks the
+`vllm:*` series are those real vLLM exports and the fleet view reads (tests/serving/test_vllm_recordings.py checks the
 names against the recording). `sim:*` series are the simulator's own: time integrals of running requests, so
 that a benchmark can say how busy a replica was between two scrapes without sampling.
 

@@ -1,6 +1,6 @@
 """A stand-in for the head's app as a media origin, misbehaving on request: for recording how real vLLM answers a
-failed http media fetch (tests/test_gpu_fleet.py, CW_GPU_TOPOLOGY=nodehead) and replaying it against the simulated
-fleet (tests/test_vllm_recordings.py).
+failed http media fetch (tests/serving/test_gpu_fleet.py, CW_GPU_TOPOLOGY=nodehead) and replaying it against the
+simulated fleet (tests/serving/test_vllm_recordings.py).
 
     with MediaOrigin("127.0.0.3", clip_bytes) as o:
         o.url("clip")                  # 200, the clip

@@ -124,6 +124,17 @@ LEAKS = re.compile(
 )
 
 
+def post_login(url: str, user: str, password: str = PASSWORD, headers=None) -> httpx.Response:
+    """One POST of the login form, as a browser sends it (headers: a forged X-Forwarded-For, say)."""
+    return httpx.post(
+        url + "/login",
+        data={"username": user, "password": password, "next": "/"},
+        timeout=30,
+        trust_env=False,
+        headers=headers or {},
+    )
+
+
 class GradioError(Exception):
     """An event answered with an error (gr.Error, a crash) or an HTTP refusal."""
 

@@ -31,7 +31,7 @@ from data.job_params import JobParams
 from serving import cost
 
 # The JobParams fields the form does not offer, each with why (every one is a flag of `python -m serving.caption`).
-# tests/test_job_fields.py fails for a name here that is not a field.
+# tests/webapp/test_job_fields.py fails for a name here that is not a field.
 NOT_ON_FORM: dict[str, str] = {
     "temperature": "sampling is the deployment's choice (CW_TEMPERATURE); a job needing another is started from the "
     "terminal (--temperature)",

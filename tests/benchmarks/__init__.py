@@ -1,0 +1,1 @@
+"""Tests of benchmarks/: what the benchmark scripts build and report, checked without a GPU."""

@@ -1,0 +1,1 @@
+"""Tests of data/: the core over real SQLite files, no server."""

@@ -1,0 +1,1 @@
+"""Tests of data/release/: training-set releases."""

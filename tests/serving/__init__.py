@@ -1,0 +1,1 @@
+"""Tests of serving/: the fleet client and readers, the runner, the launcher, the simulated fleet."""

@@ -1,0 +1,1 @@
+"""Tests of webapp/ over HTTP and in-process, without a browser."""
