@@ -58,20 +58,27 @@ async def _run(path, enough, limit_s: float = 30.0, **kw) -> tuple[Pauses, list,
     """The writer beside a Collector until `enough(pauses, transactions)` holds or `limit_s` has passed (a loaded
     machine runs fewer transactions per second: the test waits for enough of them, not for a time). Returns the
     Pauses, the writer's transactions, the Collector's stats and the writer thread's ident."""
-    pauses, transactions, stop = Pauses(), [], threading.Event()
+    transactions, stop = [], threading.Event()
+    pauses: Pauses | None = None
     writer = threading.Thread(target=_transactions_with_garbage, args=(path, transactions, stop))
     try:
         async with Collector(path, **kw) as c:
+            # counted while the collector holds Python's automatic collection off, and only then: a collection Python
+            # had due just before it took over, or starts just after it gave it back, is not the collector's (in a
+            # worker whose earlier tests left a large heap, one such full collection once took 0.6 s on this thread)
+            pauses = Pauses()
             writer.start()
             t = time.monotonic()
             while not enough(pauses.spans, transactions) and time.monotonic() - t < limit_s:
                 await asyncio.sleep(0.05)
             stop.set()
             await asyncio.to_thread(writer.join)
+            pauses.close()
         return pauses, transactions, c.stats, writer.ident
     finally:
         stop.set()
-        pauses.close()
+        if pauses is not None:
+            pauses.close()
 
 
 def test_no_collection_starts_inside_a_write_transaction(tmp_path):
