@@ -134,6 +134,7 @@ def _worker_main(conn, memory_mib: int, target: Task) -> None:  # pragma: no cov
         if task is None:
             return
         conn.send({"started": True})  # the clip's deadline runs from here, not from the worker's start-up
+        peak_before = _peak_vm_mib()  # a worker probes many clips: only a peak this clip raised is this clip's
         try:
             result = target(task, lambda info: conn.send({"progress": info}))
         except MemoryError:
@@ -142,7 +143,7 @@ def _worker_main(conn, memory_mib: int, target: Task) -> None:  # pragma: no cov
             result = {"rel": task["rel"], "probe_error": f"probe failed: {type(e).__name__}: {e}"}
         error = str(result.get("probe_error") or "")
         peak_vm = _peak_vm_mib()
-        near_cap = bool(error) and peak_vm >= NEAR_CAP * memory_mib
+        near_cap = bool(error) and peak_vm > peak_before and peak_vm >= NEAR_CAP * memory_mib
         if memory_mib and (near_cap or any(r in error for r in _RESOURCE_ERRORS)):
             result["probe_error"] = out_of_memory(error, memory_mib)
         result["_peak_rss_mib"] = round(_peak_rss_mib(), 1)  # measured, not stored (R10's figures)

@@ -352,20 +352,20 @@ def _says_corrupt(task, report):  # runs in a pool worker: FFmpeg's answer when 
 def test_a_corrupt_verdict_reached_at_the_cap_is_taken_for_memory_and_one_far_below_it_stays_corrupt():
     """Under a tight cap FFmpeg may answer an allocation it was refused with "Invalid data" (PyAV 18.1.1, a 1080p
     clip under 250 MiB): a sound clip called corrupt, never probed again. A failure after the worker reached
-    NEAR_CAP of its cap is recorded as out of memory (the next ingest tries again); one far below stays corrupt."""
+    NEAR_CAP of its cap is recorded as out of memory (the next ingest tries again); one that raised no such peak
+    stays corrupt, in the same worker too."""
     cap = 1024
-
-    def probe(rel: str, reach_mib: int) -> dict:  # a fresh worker each: a peak stays with the worker that made it
-        pool = worker_pool.WorkerPool(1, 60, cap, target=_says_corrupt)
-        try:
-            (result,) = list(pool.run(iter([{"rel": rel, "reach_mib": reach_mib}])))
-        finally:
-            pool.close()
-        return result
-
-    by = {"near": probe("near", int(0.85 * cap)), "far": probe("far", 0)}
+    pool = worker_pool.WorkerPool(1, 60, cap, target=_says_corrupt)  # one worker: the second clip follows the first
+    try:
+        near, far = list(
+            pool.run(iter([{"rel": "near", "reach_mib": int(0.85 * cap)}, {"rel": "far", "reach_mib": 0}]))
+        )
+    finally:
+        pool.close()
+    by = {r["rel"]: r for r in (near, far)}
     assert by["near"]["probe_error"].startswith(worker_pool.OUT_OF_MEMORY), by["near"]
     assert "1024 MiB" in by["near"]["probe_error"] and "Invalid data" in by["near"]["probe_error"]
+    # the same worker, its peak still the first clip's: a corrupt clip that raised no peak stays corrupt
     assert by["far"]["probe_error"] == "corrupt: Invalid data found when processing input", by["far"]
 
 
