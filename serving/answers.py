@@ -44,7 +44,7 @@ DECODE_FAILURE_MARKERS = (
 MISSING_FILE_MARKERS = ("No such file or directory", "Is a directory")
 # vllm-router 0.1.17 answers 503 with this text (text/plain) when it has no worker to send to: every worker's circuit
 # breaker is open (after --cb-failure-threshold failures) or its health check fails. Seen from the installed router
-# in front of simulated replicas that answer 500 to everything (tests/load/test_fleet_failing.py).
+# in front of simulated replicas that answer 500 to everything (tests/browser/test_browser_fleet_failing.py).
 ROUTER_NO_WORKERS = "No available workers"
 
 

@@ -151,7 +151,7 @@ def parse_metrics(text: str) -> dict[str, Any]:
 
 # vllm-router 0.1.17's circuit-breaker state per worker (`vllm_router_cb_state`), as its transitions name them
 # (`vllm_router_cb_state_transitions_total{from, to}`): read from the installed router
-# (tests/load/test_fleet_failing.py)
+# (tests/browser/test_browser_fleet_failing.py)
 BREAKER_STATES = {0: "closed", 1: "open", 2: "half-open"}
 
 

@@ -249,7 +249,7 @@ def vllm_command(
 NO_CORS_ORIGIN = "http://no-page.invalid"
 # seconds vllm-router's circuit breaker stays open for a worker before it lets a request try it again (its default,
 # 60, kept a fixed fleet refused for a minute and more after its fix: "503 No available workers"; with 10, the
-# first answer came 9.5 s after the fix, tests/load/test_fleet_failing.py). The runner paces a failing fleet itself.
+# first answer came 9.5 s after the fix, 2026-12-07: docs/RELIABILITY.md F8). The runner paces a failing fleet itself.
 ROUTER_BREAKER_OPEN_S = 10
 
 

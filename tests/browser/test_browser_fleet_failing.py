@@ -10,7 +10,10 @@ supervised runner; the app with login on.
 - The Fleet tab shows the failing requests from the replicas' and the router's metrics, its breaker open, and the
   runner's word on the fleet in the words of the Jobs tab's runner line.
 - Fixed, the fleet is followed: the runner line leaves "failing every request" and the next job's ETA is a time,
-  not "unknown", within 30 s of the fix (figures printed).
+  not "unknown", within 30 s of the fix (figures printed), and every clip of that job is captioned (none fails in
+  the breaker's open window after the fix).
+This is the one test of a failing fleet on the real router: the runner's loop alone, without the launched stack in
+front of it, proved nothing more (it was tests/load/test_fleet_failing.py, the same run without the browser).
 Screenshots: docs/screenshots/jobs-fleet-failing-job-failed.png, fleet-failing-requests.png."""
 
 from __future__ import annotations
@@ -136,12 +139,16 @@ def test_a_failing_fleet_ends_its_job_failed_every_screen_agrees_and_a_fix_is_fo
         d = stack.db()
         try:
             kinds = {r[0] for r in d.execute("SELECT error_kind FROM job_items WHERE job_id = ?", [job["id"]])}
+            last_errors = [r[0] for r in d.execute("SELECT last_error FROM job_items WHERE job_id = ?", [job["id"]])]
             breaker = d.execute(
                 "SELECT COUNT(*) FROM job_items WHERE job_id = ? AND last_error LIKE '%circuit breaker%'", [job["id"]]
             ).fetchone()[0]
         finally:
             d.close()
         assert kinds == {"replica"}, kinds
+        # every clip's last failure names the replicas' error, the router's breaker answers included
+        assert all("simulated engine failure" in e for e in last_errors), last_errors[:3]
+        assert "HTTP 500" in runner_view, runner_view
 
         # fixed (and slower, so that the next job runs long enough to have an ETA): followed within 30 s
         knobs(stack, error_rate=0.0, capacity=1, slow=4.0)
@@ -174,7 +181,10 @@ def test_a_failing_fleet_ends_its_job_failed_every_screen_agrees_and_a_fix_is_fo
         # "fleet failing"), not asserted: no timed assertions in tests
         d = stack.db()
         try:
-            assert job_queries.counts(d, after["id"])["failed"] == 0
+            counts = job_queries.counts(d, after["id"])
+            assert counts["done"] == CLIPS and counts["failed"] == 0, (
+                counts
+            )  # none used its attempts in the breaker's window
         finally:
             d.close()
         assert not watch.errors
