@@ -12,12 +12,23 @@
 A table of cases (an endpoint x role matrix) is drawn the same way with `cases(items, key)`: the full run takes
 every case; the quick run one case of each group (`key`: the endpoint), a different member of each group in turn
 (the role rotates from one endpoint to the next), so every group is still called and every member is used.
+
+The same two runs for a test that loops over many inputs (every event of the page, every write path):
+`quick_share(items)` is every item in the full run, and in the quick run every SHARE-th of them from a stable
+offset (never none). A test that crosses two lists keeps the one it must cover whole and rotates the other, so that
+each kind is still met at least once: every event, with one of the wrong inputs in turn,
+
+    for i, event in enumerate(events):
+        for variant in quick_share(VARIANTS, share=len(VARIANTS), offset=i): ...
+
+Deterministic: the same items on every quick run (a failure there reruns as it was), and the full run sees them all.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Callable, Hashable, Sequence, TypeVar
+from collections.abc import Callable, Hashable, Sequence
+from typing import TypeVar
 
 T = TypeVar("T")
 
@@ -42,3 +53,13 @@ def cases(items: Sequence[T], key: Callable[[T], Hashable]) -> list[T]:
     for item in items:
         groups.setdefault(key(item), []).append(item)
     return [members[n % len(members)] for n, members in enumerate(groups.values())]
+
+
+def quick_share(items: Sequence[T], share: int = SHARE, offset: int = 0) -> list[T]:
+    """Every item in the full run; in the quick one every `share`-th, the first at `offset` (taken modulo the
+    number it can be, so that a short list still gives one item and never none)."""
+    items = list(items)
+    if not QUICK or share <= 1 or not items:
+        return items
+    start = offset % min(share, len(items))
+    return items[start::share]
