@@ -10,7 +10,8 @@
 # port and temporary data dir, so they overlap well; a test module stays on one worker). Then the real-browser
 # tests, the fault-injection runs under load and the tests that watch the whole machine or wait by the clock
 # (marked `browser`, `load`, `serial`) run one at a time: they must not share the machine with other tests.
-#   tests/run.sh --quick   the first part only, each property test drawing a quarter of its examples
+#   tests/run.sh --quick   the first part only, each property test drawing a quarter of its examples and each
+#                          table of cases a share of its rows (every subject still met)
 #                          (tests/support/examples.py; docs/TESTING.md: its time on a 2-core machine)
 set -euo pipefail
 cd "$(dirname "$0")/.."
