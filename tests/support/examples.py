@@ -9,14 +9,11 @@
 
     @hsettings(max_examples=examples(300), deadline=None)
 
-A table of cases (an endpoint x role matrix) is drawn the same way with `cases(items, key)`: the full run takes
-every case; the quick run one case of each group (`key`: the endpoint), a different member of each group in turn
-(the role rotates from one endpoint to the next), so every group is still called and every member is used.
-
-The same two runs for a test that loops over many inputs (every event of the page, every write path):
-`quick_share(items)` is every item in the full run, and in the quick run every SHARE-th of them from a stable
+The same two runs for a test that loops over many inputs (every event of the page, every write path, the roles
+matrix): `quick_share(items)` is every item in the full run, and in the quick run every SHARE-th of them from a stable
 offset (never none). A test that crosses two lists keeps the one it must cover whole and rotates the other, so that
-each kind is still met at least once: every event, with one of the wrong inputs in turn,
+each kind is still met at least once: every event with one of the wrong inputs in turn, every endpoint as one of
+the roles in turn,
 
     for i, event in enumerate(events):
         for variant in quick_share(VARIANTS, share=len(VARIANTS), offset=i): ...
@@ -27,7 +24,7 @@ Deterministic: the same items on every quick run (a failure there reruns as it w
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -42,17 +39,6 @@ def examples(full: int) -> int:
     if not QUICK:
         return full
     return min(full, max(FLOOR, full // SHARE))
-
-
-def cases(items: Sequence[T], key: Callable[[T], Hashable]) -> list[T]:
-    """Every item in the full run; in the quick one, one item per group of equal `key`, the group's n-th member
-    for the n-th group (modulo its size): each group once, each position of a group in turn."""
-    if not QUICK:
-        return list(items)
-    groups: dict[Hashable, list[T]] = {}
-    for item in items:
-        groups.setdefault(key(item), []).append(item)
-    return [members[n % len(members)] for n, members in enumerate(groups.values())]
 
 
 def quick_share(items: Sequence[T], share: int = SHARE, offset: int = 0) -> list[T]:

@@ -73,7 +73,7 @@ def test_every_event_fed_the_wrong_inputs_answers_with_a_sentence(app):
                 leaked.append((name, variant, err[:300]))
     for text, where in sorted(seen.items(), key=lambda kv: -len(kv[1])):
         print(f"{len(where):4d} {text!r} e.g. {where[:3]}")
-    assert len(sent) == len(deps) and set().union(*sent.values()) == set(VARIANTS)  # each kind, at least once
+    assert set().union(*sent.values()) == set(VARIANTS)  # each kind of wrong input, at least once
     assert not leaked, f"{len(leaked)} errors show internals, e.g. {leaked[:5]}"
     assert any("FAILED" in t for t in seen)  # the fixed sentence was what most of them got
 

@@ -16,12 +16,12 @@ import time
 import pytest
 
 from data import caption_history, captions, db as dbmod, errors, limits
-from tests.support.examples import QUICK, SHARE
+from tests.support.examples import examples
 from tests.support.reliability_fixtures import GradioSession, dependencies
 from tests.support.webapp_fixtures import LABELS, AppServer, add_users, build_library
 from webapp import render
 
-VERSIONS = 1_000 // SHARE if QUICK else 1_000
+VERSIONS = examples(1_000)  # 250 in the quick run
 
 
 def _text(rng: random.Random, n_words: int) -> str:

@@ -85,9 +85,9 @@ def test_every_write_path_is_refused_past_the_budget_with_a_message_and_a_wait(t
     deps = dependencies(tight.url, cookie)
     every = _writes(deps)
     # the list, at least: saves, drafts, lease pings, flags, re-captions, samples, prompt versions
-    kinds = ("/save_caption", "PUT /drafts/{clip_id}", "POST /leases/{clip_id}", "/flag_broken", "/recaption")
-    kinds += ("/draw_sample", "/prompt_save")
-    assert set(kinds) <= set(every)
+    kinds = {"/save_caption", "PUT /drafts/{clip_id}", "POST /leases/{clip_id}", "/flag_broken", "/recaption"}
+    kinds |= {"/draw_sample", "/prompt_save"}
+    assert kinds <= set(every)
     assert {"/approve", "/open_clip", "/second_approve"} <= set(every)
     # the full run drives every write path; the quick one the kinds and a share of the rest
     # (tests/support/examples.py): each path costs a new person (two scrypt checks) and two events
